@@ -1,0 +1,101 @@
+//! One JSON line per measured phase.
+
+use serde_json::{Map, Value, json};
+
+use crate::Limits;
+
+/// Which measured limit a phase is compared against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// One thread copying memory.
+    Memcpy,
+    /// Reading a warm file through the page cache.
+    PageCacheRead,
+    /// Sequential writes made durable with fsync.
+    DurableWrite,
+}
+
+impl Limit {
+    fn name(self) -> &'static str {
+        match self {
+            Limit::Memcpy => "memcpy",
+            Limit::PageCacheRead => "page_cache_read",
+            Limit::DurableWrite => "durable_write",
+        }
+    }
+}
+
+/// A report line under construction.
+#[derive(Debug, Clone)]
+pub struct Line {
+    fields: Map<String, Value>,
+    bytes_per_s: f64,
+    limit: Option<Limit>,
+}
+
+impl Line {
+    /// A line for `phase` of `workload` over `items` items that moved
+    /// `bytes` bytes in `secs` seconds.
+    pub fn new(workload: &str, phase: &str, items: usize, bytes: u64, secs: f64) -> Line {
+        let secs = secs.max(1e-9);
+        let mut fields = Map::new();
+        fields.insert("workload".into(), json!(workload));
+        fields.insert("phase".into(), json!(phase));
+        fields.insert("n".into(), json!(items));
+        fields.insert("items_per_s".into(), json!(items as f64 / secs));
+        fields.insert("mb_per_s".into(), json!(bytes as f64 / secs / 1e6));
+        Line {
+            fields,
+            bytes_per_s: bytes as f64 / secs,
+            limit: None,
+        }
+    }
+
+    /// Compares the line's MB/s with `limit`.
+    pub fn limit(mut self, limit: Limit) -> Line {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Adds a field (e.g. `s`, `flush_ms`, `p99_ms`).
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Line {
+        self.fields.insert(key.into(), value.into());
+        self
+    }
+
+    /// The finished JSON text, with peak RSS and the fraction of the limit.
+    pub fn finish(mut self, limits: &Limits) -> String {
+        self.fields
+            .insert("peak_rss_bytes".into(), json!(peak_rss_bytes()));
+        if let Some(limit) = self.limit {
+            let ceiling = limits.bytes_per_s(limit);
+            self.fields.insert("limit".into(), json!(limit.name()));
+            self.fields
+                .insert("limit_mb_per_s".into(), json!(ceiling / 1e6));
+            self.fields.insert(
+                "fraction_of_limit".into(),
+                json!(self.bytes_per_s / ceiling.max(1.0)),
+            );
+        }
+        Value::Object(self.fields).to_string()
+    }
+}
+
+/// Peak resident set size of this process, from `/proc/self/status` (0 where
+/// the OS does not say).
+pub fn peak_rss_bytes() -> u64 {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Resets the peak RSS counter so the next phase reports its own peak
+/// (Linux `clear_refs` 5; ignored where unsupported).
+pub fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}

@@ -1,0 +1,2 @@
+//! `fingerprint`: being written (issue 2).
+#![deny(missing_docs)]

@@ -1,0 +1,3 @@
+//! `memmap-array`: see `DESIGN.md` for its job. Work in progress; its issue fills it in.
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]

@@ -1,0 +1,2 @@
+//! Reference layouts users copy; see the `examples/` binaries.
+#![deny(missing_docs)]
