@@ -1,0 +1,2 @@
+//! The `cachex` command-line tool.
+fn main() {}
