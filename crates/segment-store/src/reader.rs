@@ -29,6 +29,7 @@ pub struct Segment {
     /// Path of the file.
     pub path: PathBuf,
     buffer: Buffer,
+    map: Option<Arc<Mmap>>,
     decoded: OnceLock<std::result::Result<Arc<Decoded>, String>>,
 }
 
@@ -40,6 +41,7 @@ impl Segment {
             .metadata()
             .map_err(|e| Error::io(path, "stat segment", e))?
             .len();
+        let mut map = None;
         let buffer = if len == 0 {
             Buffer::from_vec(Vec::<u8>::new())
         } else {
@@ -54,17 +56,34 @@ impl Segment {
             let ptr = NonNull::new(mmap.as_ptr().cast_mut())
                 .ok_or_else(|| Error::corrupt(path, "mmap returned a null pointer"))?;
             let n = mmap.len();
+            let mmap = Arc::new(mmap);
+            map = Some(mmap.clone());
             // SAFETY: `ptr` and `n` describe the live mapping, and the Arc
             // handed to the buffer owns the `Mmap`, so the memory stays
             // mapped (and unmodified, see above) while any slice exists.
-            unsafe { Buffer::from_custom_allocation(ptr, n, Arc::new(mmap)) }
+            unsafe { Buffer::from_custom_allocation(ptr, n, mmap) }
         };
         Ok(Segment {
             id,
             path: path.to_path_buf(),
             buffer,
+            map,
             decoded: OnceLock::new(),
         })
+    }
+
+    /// Maps the whole file's pages in one call on first use, so random
+    /// reads afterwards take no page faults (a hint: failure is harmless).
+    fn populate(&self) {
+        if let Some(m) = &self.map {
+            #[cfg(target_os = "linux")]
+            let done = m.advise(memmap2::Advice::PopulateRead).is_ok();
+            #[cfg(not(target_os = "linux"))]
+            let done = false;
+            if !done {
+                let _ = m.advise(memmap2::Advice::WillNeed);
+            }
+        }
     }
 
     /// File length in bytes.
@@ -76,6 +95,7 @@ impl Segment {
     pub fn decoded(&self, hint: Option<Structure>) -> Result<&Arc<Decoded>> {
         self.decoded
             .get_or_init(|| {
+                self.populate();
                 let r = std::panic::catch_unwind(AssertUnwindSafe(|| decode(&self.buffer, hint)));
                 match r {
                     Ok(Ok(d)) => Ok(Arc::new(d)),

@@ -5,10 +5,20 @@ use segment_store::{Options, Part, Record, SegmentStore, Structure};
 use serde_json::Value;
 use tensor_core::{DType, Tensor, TensorView, bf16, f16};
 
-const MODULES: [&str; 5] = ["tensor_f32", "tensor_f16", "tensor_i64", "dict_mixed", "tuple_pair"];
+const MODULES: [&str; 5] = [
+    "tensor_f32",
+    "tensor_f16",
+    "tensor_i64",
+    "dict_mixed",
+    "tuple_pair",
+];
 
 fn check_tensor(what: &str, view: &TensorView<'_>, want: &Value) {
-    assert_eq!(view.dtype().name(), want["dtype"].as_str().unwrap(), "{what}: dtype");
+    assert_eq!(
+        view.dtype().name(),
+        want["dtype"].as_str().unwrap(),
+        "{what}: dtype"
+    );
     let shape: Vec<usize> = want["shape"]
         .as_array()
         .unwrap()
@@ -110,9 +120,22 @@ fn fixture_cache_accepts_new_records_in_its_schema() {
     {
         let store = SegmentStore::open(&dir, Options::default()).unwrap();
         let rec = Record::dict([
-            ("features", Part::from(Tensor::from_vec([4], vec![9.0f32; 4]).unwrap())),
-            ("logits", Part::from(Tensor::from_vec([2], vec![f16::from_f32(1.5); 2]).unwrap())),
-            ("label", Part::Blob(b"\x80\x04\x95\x08\x00\x00\x00\x00\x00\x00\x00\x8c\x04cls9\x94.".to_vec().into())),
+            (
+                "features",
+                Part::from(Tensor::from_vec([4], vec![9.0f32; 4]).unwrap()),
+            ),
+            (
+                "logits",
+                Part::from(Tensor::from_vec([2], vec![f16::from_f32(1.5); 2]).unwrap()),
+            ),
+            (
+                "label",
+                Part::Blob(
+                    b"\x80\x04\x95\x08\x00\x00\x00\x00\x00\x00\x00\x8c\x04cls9\x94."
+                        .to_vec()
+                        .into(),
+                ),
+            ),
         ]);
         store.put_batch(&[("sample_new", rec)]).unwrap();
         store.flush().unwrap();
@@ -121,7 +144,13 @@ fn fixture_cache_accepts_new_records_in_its_schema() {
     assert_eq!(store.len(), 21);
     let (r, missing) = store.get_batch(&["sample_new"]).unwrap();
     assert!(missing.is_empty());
-    let label = r[0].as_ref().unwrap().get("label").unwrap().as_blob().unwrap();
+    let label = r[0]
+        .as_ref()
+        .unwrap()
+        .get("label")
+        .unwrap()
+        .as_blob()
+        .unwrap();
     let v: Value = serde_pickle::from_slice(label, serde_pickle::DeOptions::new()).unwrap();
     assert_eq!(v, Value::String("cls9".into()));
 }
@@ -158,10 +187,18 @@ fn pyarrow_reads_segments_we_write() {
             let n = 2 + usize::from(i);
             let bytes: Vec<u8> = match d {
                 DType::Bool => (0..n).map(|j| ((j + usize::from(i)) % 2) as u8).collect(),
-                DType::F16 => (0..n).flat_map(|j| f16::from_f32(j as f32 + f32::from(i)).to_le_bytes()).collect(),
-                DType::BF16 => (0..n).flat_map(|j| bf16::from_f32(j as f32 * 2.0).to_le_bytes()).collect(),
-                DType::F32 => (0..n).flat_map(|j| (j as f32 / 4.0).to_le_bytes()).collect(),
-                DType::F64 => (0..n).flat_map(|j| (j as f64 / 8.0).to_le_bytes()).collect(),
+                DType::F16 => (0..n)
+                    .flat_map(|j| f16::from_f32(j as f32 + f32::from(i)).to_le_bytes())
+                    .collect(),
+                DType::BF16 => (0..n)
+                    .flat_map(|j| bf16::from_f32(j as f32 * 2.0).to_le_bytes())
+                    .collect(),
+                DType::F32 => (0..n)
+                    .flat_map(|j| (j as f32 / 4.0).to_le_bytes())
+                    .collect(),
+                DType::F64 => (0..n)
+                    .flat_map(|j| (j as f64 / 8.0).to_le_bytes())
+                    .collect(),
                 _ => (0..n * d.size()).map(|j| (j % 7) as u8 + i).collect(),
             };
             let t = Tensor::new(d, [1, n], &bytes).unwrap();
@@ -176,10 +213,18 @@ fn pyarrow_reads_segments_we_write() {
     let got: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(got["__types__"]["float16_data"], "list<item: halffloat>");
     assert_eq!(got["__types__"]["bfloat16_data"], "list<item: uint16>");
-    assert_eq!(got["__meta__"]["tensor_keys"].as_str().unwrap().contains("bfloat16"), true);
+    assert_eq!(
+        got["__meta__"]["tensor_keys"]
+            .as_str()
+            .unwrap()
+            .contains("bfloat16"),
+        true
+    );
     for (key, rec) in &items {
         let row = &got[key];
-        let Record::Dict(parts) = rec else { unreachable!() };
+        let Record::Dict(parts) = rec else {
+            unreachable!()
+        };
         for (name, part) in parts {
             match part {
                 Part::Tensor(t) => {
@@ -197,7 +242,11 @@ fn pyarrow_reads_segments_we_write() {
                         .as_array()
                         .unwrap()
                         .iter()
-                        .map(|x| x.as_f64().or_else(|| x.as_bool().map(|b| f64::from(u8::from(b)))).unwrap())
+                        .map(|x| {
+                            x.as_f64()
+                                .or_else(|| x.as_bool().map(|b| f64::from(u8::from(b))))
+                                .unwrap()
+                        })
                         .collect();
                     assert_eq!(data, want, "{key}.{name}");
                     let shape: Vec<u64> = row[format!("{name}_shape")]
@@ -236,7 +285,11 @@ fn pyarrow_reads_a_single_tensor_cache_like_torchcachex() {
     assert_eq!(got["__meta__"]["torch_dtype"], "torch.int64");
     assert_eq!(got["__types__"]["data"], "list<item: int64>");
     // schema.json in torchcachex's shape.
-    let js: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("schema.json")).unwrap()).unwrap();
+    let js: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("schema.json")).unwrap()).unwrap();
     assert_eq!(js["output_structure"], "tensor");
-    assert_eq!(js["fields"][1], serde_json::json!({"name": "data", "type": "list<int64>"}));
+    assert_eq!(
+        js["fields"][1],
+        serde_json::json!({"name": "data", "type": "list<int64>"})
+    );
 }
