@@ -44,7 +44,10 @@ fn record(seed: u64, i: usize, dict: bool) -> Result<Record, RunError> {
         return Ok(Record::from(f));
     }
     let l = Tensor::from_vec([LOGITS], logits(seed, i)).map_err(err)?;
-    Ok(Record::dict([("features", Part::from(f)), ("logits", Part::from(l))]))
+    Ok(Record::dict([
+        ("features", Part::from(f)),
+        ("logits", Part::from(l)),
+    ]))
 }
 
 fn check(seed: u64, i: usize, rec: Option<&Record>, dict: bool) -> Result<(), RunError> {
@@ -111,9 +114,15 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     let secs = start.elapsed().as_secs_f64();
     let on_disk = disk_bytes(&dir);
     ctx.emit(
-        Line::new("w1", &format!("write{suffix}"), n, (n * item_bytes) as u64, secs)
-            .limit(Limit::DurableWrite)
-            .with("bytes_on_disk_per_item", on_disk as f64 / n.max(1) as f64),
+        Line::new(
+            "w1",
+            &format!("write{suffix}"),
+            n,
+            (n * item_bytes) as u64,
+            secs,
+        )
+        .limit(Limit::DurableWrite)
+        .with("bytes_on_disk_per_item", on_disk as f64 / n.max(1) as f64),
     );
 
     let opts = Options {
@@ -167,11 +176,17 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     let p50 = median(&mut sorted);
     let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
     ctx.emit(
-        Line::new("w1", &format!("read_random{suffix}"), reads, (reads * item_bytes) as u64, total)
-            .limit(Limit::Memcpy)
-            .with("p50_ms", p50)
-            .with("p99_ms", p99)
-            .with("batch", BATCH),
+        Line::new(
+            "w1",
+            &format!("read_random{suffix}"),
+            reads,
+            (reads * item_bytes) as u64,
+            total,
+        )
+        .limit(Limit::Memcpy)
+        .with("p50_ms", p50)
+        .with("p99_ms", p99)
+        .with("batch", BATCH),
     );
     Ok(())
 }

@@ -26,7 +26,11 @@ fn value(seed: u64, i: usize) -> Vec<f32> {
     (0..DIM).map(|j| base + j as f32 * 0.5).collect()
 }
 
-fn put_range(store: &SegmentStore, seed: u64, range: std::ops::Range<usize>) -> Result<(), RunError> {
+fn put_range(
+    store: &SegmentStore,
+    seed: u64,
+    range: std::ops::Range<usize>,
+) -> Result<(), RunError> {
     let mut i = range.start;
     while i < range.end {
         let end = (i + 10_000).min(range.end);
@@ -48,7 +52,12 @@ fn check(store: &SegmentStore, seed: u64, i: usize) -> Result<(), RunError> {
     let ok = r[0]
         .as_ref()
         .and_then(|r| r.as_tensor())
-        .and_then(|t| t.view().as_slice::<f32>().ok().map(|s| s == value(seed, i).as_slice()))
+        .and_then(|t| {
+            t.view()
+                .as_slice::<f32>()
+                .ok()
+                .map(|s| s == value(seed, i).as_slice())
+        })
         .unwrap_or(false);
     if ok {
         Ok(())
