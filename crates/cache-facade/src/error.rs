@@ -67,6 +67,9 @@ pub enum FacadeError {
         #[source]
         source: std::io::Error,
     },
+    /// The segment-store backend failed.
+    #[error(transparent)]
+    Segment(#[from] segment_store::Error),
     /// Keys, fingerprints and stamps.
     #[error(transparent)]
     Fingerprint(#[from] fingerprint::FingerprintError),
