@@ -42,7 +42,6 @@
 //! renames after fsync. A sample larger than a page is an error, as in FFCV.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -252,7 +251,9 @@ impl BetonFile {
             ));
         }
         if !page_size.is_power_of_two() || page_size < 4096 {
-            return Err(corrupt(format!("page size {page_size} is not a power of two >= 4096")));
+            return Err(corrupt(format!(
+                "page size {page_size} is not a power of two >= 4096"
+            )));
         }
         let desc_end = HEADER_LEN + FIELD_DESC_LEN * num_fields;
         if desc_end as u64 > file_len {
@@ -276,7 +277,7 @@ impl BetonFile {
             )));
         }
         let table_len = file_len - alloc_table_ptr;
-        if table_len % ALLOC_ROW_LEN as u64 != 0 {
+        if !table_len.is_multiple_of(ALLOC_ROW_LEN as u64) {
             return Err(corrupt(format!(
                 "allocation table of {table_len} bytes is not a whole number of 24-byte rows"
             )));
@@ -297,7 +298,9 @@ impl BetonFile {
                 Some(format!(
                     "{size} bytes at {ptr} outside the data region {data_start}..{alloc_table_ptr}"
                 ))
-            } else if size > 0 && (ptr - data_start) / page_size != (ptr - data_start + size - 1) / page_size {
+            } else if size > 0
+                && (ptr - data_start) / page_size != (ptr - data_start + size - 1) / page_size
+            {
                 Some(format!("{size} bytes at {ptr} straddle a page boundary"))
             } else {
                 None
@@ -322,9 +325,7 @@ impl BetonFile {
         }
         // Resolve every metadata pointer to exactly one allocation.
         let var_fields: Vec<usize> = (0..fields.len())
-            .filter(|&f| {
-                !matches!(fields[f].ty, BetonType::Int | BetonType::Float)
-            })
+            .filter(|&f| !matches!(fields[f].ty, BetonType::Int | BetonType::Float))
             .collect();
         let mut var_index = vec![None; fields.len()];
         for (k, &f) in var_fields.iter().enumerate() {
@@ -349,7 +350,9 @@ impl BetonFile {
                 let at = row_offsets[f];
                 let ty = &fields[f].ty;
                 let (ptr, want) = match ty {
-                    BetonType::Bytes | BetonType::Json => (rd_u64(row, at), Some(rd_u64(row, at + 8))),
+                    BetonType::Bytes | BetonType::Json => {
+                        (rd_u64(row, at), Some(rd_u64(row, at + 8)))
+                    }
                     BetonType::NDArray { .. } => (rd_u64(row, at), ty.element_size()),
                     _ => (rd_u64(row, at + 5), None),
                 };
@@ -372,7 +375,10 @@ impl BetonFile {
                     let width = u64::from(u16::from_le_bytes([row[at + 1], row[at + 2]]));
                     let height = u64::from(u16::from_le_bytes([row[at + 3], row[at + 4]]));
                     if mode > 1 {
-                        return Err(corrupt(format!("sample {s} field {:?}: image mode {mode}", fields[f].name)));
+                        return Err(corrupt(format!(
+                            "sample {s} field {:?}: image mode {mode}",
+                            fields[f].name
+                        )));
                     }
                     if mode == 1 && width * height * 3 != size {
                         return Err(corrupt(format!(
@@ -461,24 +467,33 @@ impl BetonFile {
             let k = self.var_index[field].unwrap_or(0);
             let (ptr, size) = self.allocs[index * self.n_var + k];
             // Validated at open; checked again so this can never panic.
-            b.get(ptr as usize..(ptr + size) as usize)
-                .ok_or_else(|| Error::corrupt(&self.path, format!("sample {index}: allocation outside the file")))
+            b.get(ptr as usize..(ptr + size) as usize).ok_or_else(|| {
+                Error::corrupt(
+                    &self.path,
+                    format!("sample {index}: allocation outside the file"),
+                )
+            })
         };
         Ok(match ty {
             BetonType::Float => BetonValue::Float(f64::from_bits(rd_u64(row, at))),
             BetonType::Int => BetonValue::Int(rd_u64(row, at) as i64),
             BetonType::Bytes => BetonValue::Bytes(stored()?),
-            BetonType::NDArray { dtype, shape } => BetonValue::NDArray(
-                TensorView::new(*dtype, shape.clone(), stored()?).map_err(|source| Error::Tensor {
-                    path: self.path.clone(),
-                    source,
-                })?,
-            ),
+            BetonType::NDArray { dtype, shape } => {
+                BetonValue::NDArray(TensorView::new(*dtype, shape.clone(), stored()?).map_err(
+                    |source| Error::Tensor {
+                        path: self.path.clone(),
+                        source,
+                    },
+                )?)
+            }
             BetonType::Json => {
                 let raw = stored()?;
                 let text = raw.split(|c| *c == 0).next().unwrap_or(raw);
                 BetonValue::Json(std::str::from_utf8(text).map_err(|_| {
-                    Error::corrupt(&self.path, format!("sample {index} field {field}: JSON is not UTF-8"))
+                    Error::corrupt(
+                        &self.path,
+                        format!("sample {index} field {field}: JSON is not UTF-8"),
+                    )
                 })?)
             }
             BetonType::RgbImage => BetonValue::RgbImage {
@@ -510,7 +525,8 @@ fn parse_descriptor(d: &[u8], i: usize, path: &Path) -> Result<BetonField> {
         1 => BetonType::Int,
         2 => BetonType::RgbImage,
         3 => BetonType::Bytes,
-        4 => parse_ndarray_args(args).map_err(|r| Error::corrupt(path, format!("field {name:?}: {r}")))?,
+        4 => parse_ndarray_args(args)
+            .map_err(|r| Error::corrupt(path, format!("field {name:?}: {r}")))?,
         5 => BetonType::Json,
         type_id => {
             return Err(Error::UnsupportedField {
@@ -538,7 +554,10 @@ fn parse_ndarray_args(args: &[u8]) -> std::result::Result<BetonType, String> {
     let descr: Vec<(String, String)> = serde_json::from_slice(type_json)
         .map_err(|e| format!("dtype description is not [[name, type]] JSON: {e}"))?;
     let [(_, type_str)] = descr.as_slice() else {
-        return Err(format!("dtype description has {} entries, expected 1", descr.len()));
+        return Err(format!(
+            "dtype description has {} entries, expected 1",
+            descr.len()
+        ));
     };
     let dtype = DType::from_numpy_str(type_str).map_err(|e| format!("dtype {type_str:?}: {e}"))?;
     let shape = Shape::new(dims);
@@ -550,11 +569,15 @@ fn parse_ndarray_args(args: &[u8]) -> std::result::Result<BetonType, String> {
 
 /// Writes `samples` (one value per field, in field order) as an FFCV
 /// `.beton` at `path` with FFCV's default 8 MiB pages.
-pub fn write(path: impl AsRef<Path>, fields: &[BetonField], samples: &[Vec<BetonValue<'_>>]) -> Result<()> {
+pub fn write(
+    path: impl AsRef<Path>,
+    fields: &[BetonField],
+    samples: &[Vec<BetonValue<'_>>],
+) -> Result<()> {
     write_with_page_size(path, fields, samples, DEFAULT_PAGE_SIZE)
 }
 
-/// [`write`] with another page size (a power of two, 2 MiB ..< 4 GiB, as FFCV requires).
+/// [`write()`] with another page size (a power of two, 2 MiB ..< 4 GiB, as FFCV requires).
 pub fn write_with_page_size(
     path: impl AsRef<Path>,
     fields: &[BetonField],
@@ -563,14 +586,17 @@ pub fn write_with_page_size(
 ) -> Result<()> {
     let path = path.as_ref();
     let invalid = |what: &'static str, reason: String| Error::invalid(path, what, reason);
-    if !page_size.is_power_of_two() || page_size < MIN_PAGE_SIZE || page_size >= 1 << 32 {
+    if !page_size.is_power_of_two() || !(MIN_PAGE_SIZE..1 << 32).contains(&page_size) {
         return Err(invalid(
             "page size",
             format!("{page_size} is not a power of two in 2 MiB ..< 4 GiB"),
         ));
     }
     if fields.len() > usize::from(u16::MAX) {
-        return Err(invalid("fields", format!("{} fields, at most 65535", fields.len())));
+        return Err(invalid(
+            "fields",
+            format!("{} fields, at most 65535", fields.len()),
+        ));
     }
     let mut descriptors = Vec::with_capacity(fields.len() * FIELD_DESC_LEN);
     for f in fields {
@@ -587,7 +613,10 @@ pub fn write_with_page_size(
             if shape.rank() > ND_MAX_DIMS || shape.dims().contains(&0) {
                 return Err(invalid(
                     "fields",
-                    format!("field {:?}: shape {shape} needs 1..=32 non-zero dims", f.name),
+                    format!(
+                        "field {:?}: shape {shape} needs 1..=32 non-zero dims",
+                        f.name
+                    ),
                 ));
             }
             let args = &mut d[1 + NAME_LEN..];
@@ -673,7 +702,11 @@ impl PagePacker<'_> {
     /// Allocates `data.len()` bytes, copies `data` there, returns the ptr.
     fn malloc(&mut self, data: &[u8]) -> Result<std::result::Result<u64, Restart>> {
         let size = data.len();
-        let space = if self.my_page.is_some() { self.page.len() - self.offset } else { 0 };
+        let space = if self.my_page.is_some() {
+            self.page.len() - self.offset
+        } else {
+            0
+        };
         if self.my_page.is_none() || size > space {
             self.flush()?;
             self.my_page = Some(self.next_page);
@@ -738,7 +771,11 @@ fn write_locked(
             reason,
         };
         if values.len() != fields.len() {
-            return Err(bad(format!("{} values for {} fields", values.len(), fields.len())));
+            return Err(bad(format!(
+                "{} values for {} fields",
+                values.len(),
+                fields.len()
+            )));
         }
         packer.current = i as u64;
         let row = &mut meta[i * row_size..(i + 1) * row_size];
@@ -770,7 +807,10 @@ fn write_locked(
                     }
                     (BetonType::Json, BetonValue::Json(text)) => {
                         if text.contains('\0') {
-                            return Err(bad(format!("field {:?}: JSON text holds a NUL byte", field.name)));
+                            return Err(bad(format!(
+                                "field {:?}: JSON text holds a NUL byte",
+                                field.name
+                            )));
                         }
                         serde_json::from_str::<serde_json::Value>(text)
                             .map_err(|e| bad(format!("field {:?}: not JSON: {e}", field.name)))?;
@@ -779,8 +819,19 @@ fn write_locked(
                         json_buf.push(0);
                         &json_buf
                     }
-                    (BetonType::RgbImage, BetonValue::RgbImage { mode, width, height, data }) => {
-                        if *mode > 1 || (*mode == 1 && u64::from(*width) * u64::from(*height) * 3 != data.len() as u64) {
+                    (
+                        BetonType::RgbImage,
+                        BetonValue::RgbImage {
+                            mode,
+                            width,
+                            height,
+                            data,
+                        },
+                    ) => {
+                        if *mode > 1
+                            || (*mode == 1
+                                && u64::from(*width) * u64::from(*height) * 3 != data.len() as u64)
+                        {
                             return Err(bad(format!(
                                 "field {:?}: mode {mode} image {width}x{height} with {} bytes",
                                 field.name,
@@ -792,7 +843,12 @@ fn write_locked(
                         row[at + 3..at + 5].copy_from_slice(&height.to_le_bytes());
                         data
                     }
-                    (ty, v) => return Err(bad(format!("field {:?}: {v:?} given for a {ty:?} field", field.name))),
+                    (ty, v) => {
+                        return Err(bad(format!(
+                            "field {:?}: {v:?} given for a {ty:?} field",
+                            field.name
+                        )));
+                    }
                 };
                 if data.len() as u64 > page_size {
                     return Err(bad(format!(
@@ -805,7 +861,9 @@ fn write_locked(
                     Ok(ptr) => ptr,
                     Err(Restart) if attempt == 1 => continue 'retry,
                     Err(Restart) => {
-                        return Err(bad(format!("does not fit in one page of {page_size} bytes")));
+                        return Err(bad(format!(
+                            "does not fit in one page of {page_size} bytes"
+                        )));
                     }
                 };
                 match &field.ty {
@@ -813,7 +871,9 @@ fn write_locked(
                         row[at..at + 8].copy_from_slice(&ptr.to_le_bytes());
                         row[at + 8..at + 16].copy_from_slice(&(data.len() as u64).to_le_bytes());
                     }
-                    BetonType::NDArray { .. } => row[at..at + 8].copy_from_slice(&ptr.to_le_bytes()),
+                    BetonType::NDArray { .. } => {
+                        row[at..at + 8].copy_from_slice(&ptr.to_le_bytes())
+                    }
                     _ => row[at + 5..at + 13].copy_from_slice(&ptr.to_le_bytes()),
                 }
             }
@@ -842,14 +902,14 @@ fn write_locked(
             table.extend_from_slice(&v.to_le_bytes());
         }
     }
-    file.write_all_at(&table, data_end).map_err(io("write allocation table"))?;
-    file.set_len(data_end + table.len() as u64).map_err(io("set length"))?;
+    file.write_all_at(&table, data_end)
+        .map_err(io("write allocation table"))?;
+    file.set_len(data_end + table.len() as u64)
+        .map_err(io("set length"))?;
     file.sync_all().map_err(io("fsync"))?;
     // The commit: the allocation table pointer, only once all it points to is durable.
-    (&file)
-        .write_all_at(&data_end.to_le_bytes(), 16)
+    file.write_all_at(&data_end.to_le_bytes(), 16)
         .map_err(io("write allocation table pointer"))?;
-    (&file).flush().map_err(io("flush"))?;
     file.sync_all().map_err(io("fsync"))?;
     std::fs::rename(tmp, path).map_err(|e| Error::io(path, "rename into place", e))?;
     sync_parent_dir(path)
@@ -872,11 +932,19 @@ pub fn python_json(value: &serde_json::Value) -> String {
 struct PythonFormatter;
 
 impl serde_json::ser::Formatter for PythonFormatter {
-    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
         if first { Ok(()) } else { w.write_all(b", ") }
     }
 
-    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
         if first { Ok(()) } else { w.write_all(b", ") }
     }
 
@@ -884,7 +952,11 @@ impl serde_json::ser::Formatter for PythonFormatter {
         w.write_all(b": ")
     }
 
-    fn write_string_fragment<W: ?Sized + std::io::Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
         for c in fragment.chars() {
             if c.is_ascii() {
                 w.write_all(&[c as u8])?;

@@ -242,7 +242,9 @@ fn decode_field(d: &[u8], i: usize, path: &Path) -> Result<Field> {
     let bad = |reason: String| Error::corrupt(path, format!("field descriptor {i}: {reason}"));
     let name_len = usize::from(d[3]);
     if name_len == 0 || name_len > MAX_NAME_LEN {
-        return Err(bad(format!("name length {name_len} not in 1..={MAX_NAME_LEN}")));
+        return Err(bad(format!(
+            "name length {name_len} not in 1..={MAX_NAME_LEN}"
+        )));
     }
     let name = std::str::from_utf8(&d[56..56 + name_len])
         .map_err(|_| bad("name is not UTF-8".into()))?
@@ -351,7 +353,9 @@ impl Layout {
     pub(crate) fn run(&self, bytes: &[u8], k: u64) -> Option<Run> {
         let start = usize::try_from(self.header.runs_offset).ok()?
             + usize::try_from(k).ok()?.checked_mul(RUN_LEN)?;
-        bytes.get(start..start.checked_add(RUN_LEN)?).map(Run::decode)
+        bytes
+            .get(start..start.checked_add(RUN_LEN)?)
+            .map(Run::decode)
     }
 
     /// File offset of page `page`.
@@ -415,7 +419,10 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
     // Footer: the commit record.
     let footer = &bytes[bytes.len() - FOOTER_LEN..];
     if footer[56..64] != FOOTER_MAGIC {
-        return Err(Error::incomplete(path, "no commit footer at the end of the file"));
+        return Err(Error::incomplete(
+            path,
+            "no commit footer at the end of the file",
+        ));
     }
     let check = blake3::hash(&footer[0..48]);
     if footer[48..56] != check.as_bytes()[..8] {
@@ -507,7 +514,10 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
             ),
         ));
     }
-    let runs_offset = header.meta_offset.checked_add(meta_len).ok_or_else(overflow)?;
+    let runs_offset = header
+        .meta_offset
+        .checked_add(meta_len)
+        .ok_or_else(overflow)?;
     if header.runs_offset != runs_offset {
         return Err(Error::corrupt(
             path,
@@ -518,7 +528,9 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
         ));
     }
     let footer_offset = runs_offset.checked_add(runs_len).ok_or_else(overflow)?;
-    if header.footer_offset != footer_offset || footer_offset.checked_add(FOOTER_LEN as u64) != Some(file_len) {
+    if header.footer_offset != footer_offset
+        || footer_offset.checked_add(FOOTER_LEN as u64) != Some(file_len)
+    {
         return Err(Error::corrupt(
             path,
             format!(
@@ -566,27 +578,29 @@ pub(crate) fn check_runs(layout: &mut Layout, bytes: &[u8], path: &Path, problem
     let mut data_bytes: u64 = 0;
     for k in 0..h.num_runs {
         let Some(run) = layout.run(bytes, k) else {
-            problems.push(Error::corrupt(path, format!("run {k} beyond the run table")));
+            problems.push(Error::corrupt(
+                path,
+                format!("run {k} beyond the run table"),
+            ));
             return;
         };
-        let mut run_problem = |reason: String| {
-            problems.push(Error::corrupt(path, format!("run {k}: {reason}")))
-        };
-        if run.first_page != next_page {
-            if !run_problem(format!(
+        let mut run_problem =
+            |reason: String| problems.push(Error::corrupt(path, format!("run {k}: {reason}")));
+        if run.first_page != next_page
+            && !run_problem(format!(
                 "starts at page {}, expected page {next_page}",
                 run.first_page
-            )) {
-                return;
-            }
+            ))
+        {
+            return;
         }
-        if run.first_sample != next_sample {
-            if !run_problem(format!(
+        if run.first_sample != next_sample
+            && !run_problem(format!(
                 "starts at sample {}, expected sample {next_sample}",
                 run.first_sample
-            )) {
-                return;
-            }
+            ))
+        {
+            return;
         }
         let capacity = run.pages.checked_mul(h.page_size);
         let start = layout.page_offset(run.first_page);
@@ -636,7 +650,10 @@ pub(crate) fn check_runs(layout: &mut Layout, bytes: &[u8], path: &Path, problem
         let mut prev_end = start;
         for s in run.first_sample..sample_end {
             let Some(row) = layout.row(bytes, s) else {
-                problems.push(Error::corrupt(path, format!("sample {s}: row beyond the table")));
+                problems.push(Error::corrupt(
+                    path,
+                    format!("sample {s}: row beyond the table"),
+                ));
                 return;
             };
             for &(f, at, fixed) in &var_fields {
@@ -653,7 +670,7 @@ pub(crate) fn check_runs(layout: &mut Layout, bytes: &[u8], path: &Path, problem
                         "{size} bytes at {ptr} run past its run (page {}, ends at {end})",
                         run.first_page
                     ))
-                } else if size > 0 && ptr % h.alignment != 0 {
+                } else if size > 0 && !ptr.is_multiple_of(h.alignment) {
                     Some(format!("at {ptr} is not aligned to {}", h.alignment))
                 } else if fixed.is_some_and(|n| n != size) {
                     Some(format!(
@@ -686,7 +703,10 @@ pub(crate) fn check_runs(layout: &mut Layout, bytes: &[u8], path: &Path, problem
     if next_sample != h.num_samples {
         problems.push(Error::corrupt(
             path,
-            format!("runs hold {next_sample} samples, header says {}", h.num_samples),
+            format!(
+                "runs hold {next_sample} samples, header says {}",
+                h.num_samples
+            ),
         ));
     }
     if next_page != h.num_pages {
@@ -709,7 +729,12 @@ pub(crate) fn check_runs(layout: &mut Layout, bytes: &[u8], path: &Path, problem
 
 /// Hashes every run's bytes and compares with the run table (verify only:
 /// this reads the whole file).
-pub(crate) fn check_page_hashes(layout: &Layout, bytes: &[u8], path: &Path, problems: &mut Problems) {
+pub(crate) fn check_page_hashes(
+    layout: &Layout,
+    bytes: &[u8],
+    path: &Path,
+    problems: &mut Problems,
+) {
     for k in 0..layout.header.num_runs {
         let Some(run) = layout.run(bytes, k) else {
             return;

@@ -90,7 +90,9 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Summary> {
         })
         .collect();
     for i in 0..h.num_samples {
-        let Some(row) = layout.row(bytes, i) else { break };
+        let Some(row) = layout.row(bytes, i) else {
+            break;
+        };
         for (f, field) in layout.schema.fields().iter().enumerate() {
             if !field.ty.is_inline() {
                 fields[f].total_bytes += rd_u64(row, layout.row_offsets[f] + 8);
@@ -113,7 +115,12 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Summary> {
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}: page-alloc file, format version {}", self.path.display(), format::VERSION)?;
+        writeln!(
+            f,
+            "{}: page-alloc file, format version {}",
+            self.path.display(),
+            format::VERSION
+        )?;
         writeln!(
             f,
             "  {} samples, {} bytes on disk ({:.1} per sample)",

@@ -16,7 +16,7 @@
 //! batches without allocating; [`PageReader::prefetch`] and
 //! [`PageReader::quasi_random_order`] serve low-RAM random access.
 //!
-//! On disk (all little-endian; the exact layout is in [`format`]):
+//! On disk (all little-endian; the exact layout is in [`format`](mod@format)):
 //!
 //! ```text
 //! data.pages

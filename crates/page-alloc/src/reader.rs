@@ -311,17 +311,13 @@ impl<'a> Sample<'a> {
 
     fn ty(&self, field: usize) -> Result<&'a FieldType> {
         let schema = &self.reader.layout.schema;
-        schema
-            .fields()
-            .get(field)
-            .map(|f| &f.ty)
-            .ok_or_else(|| {
-                Error::field(
-                    &self.reader.path,
-                    field,
-                    format!("no such field ({} fields)", schema.len()),
-                )
-            })
+        schema.fields().get(field).map(|f| &f.ty).ok_or_else(|| {
+            Error::field(
+                &self.reader.path,
+                field,
+                format!("no such field ({} fields)", schema.len()),
+            )
+        })
     }
 
     fn wrong(&self, field: usize, want: &str) -> Error {
@@ -374,7 +370,10 @@ impl<'a> Sample<'a> {
             .ok_or_else(|| {
                 Error::corrupt(
                     &self.reader.path,
-                    format!("sample {} field {field}: {size} bytes at {ptr} outside the file", self.index),
+                    format!(
+                        "sample {} field {field}: {size} bytes at {ptr} outside the file",
+                        self.index
+                    ),
                 )
             })
     }
@@ -453,7 +452,9 @@ impl BufferPool {
     pub fn new(reader: &PageReader, batch_size: usize) -> Result<BufferPool> {
         let too_big = |f: usize| Error::PoolTooSmall {
             path: reader.path.clone(),
-            reason: format!("field {f}: {batch_size} times its largest value does not fit in memory"),
+            reason: format!(
+                "field {f}: {batch_size} times its largest value does not fit in memory"
+            ),
         };
         let mut columns = Vec::with_capacity(reader.schema().len());
         for (f, field) in reader.schema().fields().iter().enumerate() {

@@ -116,7 +116,9 @@ pub(crate) fn fill_values(values: &[Value<'_>], out: &mut SampleOut<'_>) -> Resu
     for (i, value) in values.iter().enumerate() {
         if let (Value::Bytes(b), Some(dst)) = (value, out.field(i)) {
             if dst.len() != b.len() {
-                return Err(format!("field {i}: value changed size between describe and fill").into());
+                return Err(
+                    format!("field {i}: value changed size between describe and fill").into(),
+                );
             }
             dst.copy_from_slice(b);
         }

@@ -126,6 +126,9 @@ pub struct WriteSummary {
     pub direct_io: bool,
 }
 
+/// Hashes of the runs one writer thread filled, by run index.
+type RunHashes = Vec<(usize, [u8; 32])>;
+
 /// A run being planned: pages, bytes used, and the samples it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct PlannedRun {
@@ -171,17 +174,17 @@ impl Planner {
         sizes: &[u64],
         rel: &mut [u64],
     ) -> std::result::Result<Option<PlannedRun>, String> {
-        if let Some(open) = self.open {
-            if open.pages == 1 {
-                if let Some(end) = self.pack(open.len, sizes, rel).filter(|e| *e <= self.page_size) {
-                    self.open = Some(PlannedRun {
-                        len: end,
-                        num_samples: open.num_samples + 1,
-                        ..open
-                    });
-                    return Ok(None);
-                }
-            }
+        if let Some(open) = self.open.filter(|o| o.pages == 1)
+            && let Some(end) = self
+                .pack(open.len, sizes, rel)
+                .filter(|e| *e <= self.page_size)
+        {
+            self.open = Some(PlannedRun {
+                len: end,
+                num_samples: open.num_samples + 1,
+                ..open
+            });
+            return Ok(None);
         }
         let closed = self.open.take();
         let end = self
@@ -275,7 +278,11 @@ impl PageWriter {
     /// Starts writing `path` with `schema`. Fails with [`Error::Locked`]
     /// when another writer holds the file's lock; removes a temporary file
     /// a crashed writer left behind.
-    pub fn create(path: impl AsRef<Path>, schema: Schema, options: WriterOptions) -> Result<PageWriter> {
+    pub fn create(
+        path: impl AsRef<Path>,
+        schema: Schema,
+        options: WriterOptions,
+    ) -> Result<PageWriter> {
         let path = path.as_ref().to_path_buf();
         schema.validate(&path)?;
         format::check_geometry(options.page_size, u64::from(options.alignment))
@@ -384,7 +391,11 @@ impl PageWriter {
     /// Writes every sample of `source` with `threads` writer threads (at
     /// least 1). The samples start on a fresh page; the bytes written do
     /// not depend on `threads`.
-    pub fn write_parallel<S: SampleSource + ?Sized>(&mut self, source: &S, threads: usize) -> Result<()> {
+    pub fn write_parallel<S: SampleSource + ?Sized>(
+        &mut self,
+        source: &S,
+        threads: usize,
+    ) -> Result<()> {
         self.check_poisoned()?;
         let r = self.write_parallel_inner(source, threads);
         self.poisoned |= r.is_err();
@@ -398,7 +409,11 @@ impl PageWriter {
     pub fn finalize(self) -> Result<WriteSummary> {
         let path = self.path.clone();
         self.run_finalize(None)?.ok_or_else(|| {
-            Error::invalid(&path, "finalize", "stopped before the end without a stop step")
+            Error::invalid(
+                &path,
+                "finalize",
+                "stopped before the end without a stop step",
+            )
         })
     }
 
@@ -423,7 +438,12 @@ impl PageWriter {
     /// Asks `source` about sample `src_index` (file index `index`), checks
     /// the answer against the schema, sets `self.sizes` and appends the
     /// metadata row with placeholder pointers. Returns the row's start.
-    fn describe<S: SampleSource + ?Sized>(&mut self, source: &S, src_index: usize, index: u64) -> Result<usize> {
+    fn describe<S: SampleSource + ?Sized>(
+        &mut self,
+        source: &S,
+        src_index: usize,
+        index: u64,
+    ) -> Result<usize> {
         self.slots.clone_from_slice(&self.slot_defaults);
         source
             .describe(src_index, &mut self.slots)
@@ -459,7 +479,10 @@ impl PageWriter {
                 }
                 (ty, slot) => {
                     self.meta.truncate(row_start);
-                    return Err(bad(format!("{slot:?} given for a {} field", ty.kind_name())));
+                    return Err(bad(format!(
+                        "{slot:?} given for a {} field",
+                        ty.kind_name()
+                    )));
                 }
             }
         }
@@ -478,7 +501,11 @@ impl PageWriter {
                 reason,
             })?;
         let Some(open) = self.planner.open else {
-            return Err(Error::invalid(&self.path, "writer state", "no open page after placing"));
+            return Err(Error::invalid(
+                &self.path,
+                "writer state",
+                "no open page after placing",
+            ));
         };
         let run_start = self
             .run_start(open.first_page)
@@ -520,11 +547,22 @@ impl PageWriter {
         let cap = self.run_capacity(&open)?;
         if self.buf.len < cap {
             // A fresh (or larger) buffer only ever happens at a run's start.
-            self.buf.ensure(cap).map_err(|r| Error::invalid(&self.path, "page buffer", r))?;
+            self.buf
+                .ensure(cap)
+                .map_err(|r| Error::invalid(&self.path, "page buffer", r))?;
         }
         let mut buf = std::mem::take(&mut self.buf);
         let mut ranges = std::mem::take(&mut self.ranges);
-        let r = self.fill_sample(source, 0, index, row_start, &open, &mut buf, self.buf_cursor, &mut ranges);
+        let r = self.fill_sample(
+            source,
+            0,
+            index,
+            row_start,
+            &open,
+            &mut buf,
+            self.buf_cursor,
+            &mut ranges,
+        );
         self.buf = buf;
         self.ranges = ranges;
         self.buf_cursor = r?;
@@ -569,11 +607,13 @@ impl PageWriter {
         let bytes = buf.bytes();
         bytes[cursor..end].fill(0);
         let mut out = SampleOut::new(bytes, ranges);
-        source.fill(src_index, &mut out).map_err(|e| Error::Source {
-            path: self.path.clone(),
-            index,
-            source: e,
-        })?;
+        source
+            .fill(src_index, &mut out)
+            .map_err(|e| Error::Source {
+                path: self.path.clone(),
+                index,
+                source: e,
+            })?;
         Ok(end)
     }
 
@@ -595,7 +635,11 @@ impl PageWriter {
             return Ok(hash);
         }
         let offset = self.run_start(run.first_page).unwrap_or(0);
-        if let Some(direct) = self.direct.as_ref().filter(|_| self.direct_ok.load(Ordering::Relaxed)) {
+        if let Some(direct) = self
+            .direct
+            .as_ref()
+            .filter(|_| self.direct_ok.load(Ordering::Relaxed))
+        {
             let dlen = (round_up(len as u64, DATA_ALIGN).unwrap_or(0) as usize).min(bytes.len());
             bytes[len..dlen].fill(0);
             match direct.write_all_at(&bytes[..dlen], offset) {
@@ -606,7 +650,8 @@ impl PageWriter {
                 Err(e) => return Err(Error::io(&self.tmp, "write page (O_DIRECT)", e)),
             }
         }
-        let wlen = (round_up(len as u64, self.planner.align).unwrap_or(0) as usize).min(bytes.len());
+        let wlen =
+            (round_up(len as u64, self.planner.align).unwrap_or(0) as usize).min(bytes.len());
         bytes[len..wlen].fill(0);
         self.file
             .write_all_at(&bytes[..wlen], offset)
@@ -614,7 +659,11 @@ impl PageWriter {
         Ok(hash)
     }
 
-    fn write_parallel_inner<S: SampleSource + ?Sized>(&mut self, source: &S, threads: usize) -> Result<()> {
+    fn write_parallel_inner<S: SampleSource + ?Sized>(
+        &mut self,
+        source: &S,
+        threads: usize,
+    ) -> Result<()> {
         if let Some(run) = self.planner.open.take() {
             self.flush_buffered_run(run)?;
             self.buf_cursor = 0;
@@ -635,7 +684,7 @@ impl PageWriter {
         let failed = AtomicBool::new(false);
         let threads = threads.clamp(1, planned.len().max(1));
         let this = &*self;
-        let results: Vec<Result<Vec<(usize, [u8; 32])>>> = std::thread::scope(|scope| {
+        let results: Vec<Result<RunHashes>> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..threads)
                 .map(|_| {
                     scope.spawn(|| {
@@ -664,7 +713,11 @@ impl PageWriter {
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        Err(Error::invalid(&this.path, "sample source", "a writer thread panicked"))
+                        Err(Error::invalid(
+                            &this.path,
+                            "sample source",
+                            "a writer thread panicked",
+                        ))
                     })
                 })
                 .collect()
@@ -691,12 +744,15 @@ impl PageWriter {
         ranges: &mut [Option<(usize, usize)>],
     ) -> Result<[u8; 32]> {
         let cap = self.run_capacity(run)?;
-        buf.ensure(cap).map_err(|r| Error::invalid(&self.path, "page buffer", r))?;
+        buf.ensure(cap)
+            .map_err(|r| Error::invalid(&self.path, "page buffer", r))?;
         let mut cursor = 0;
         for index in run.first_sample..run.first_sample + run.num_samples {
             let row_start = index as usize * self.row_len;
             let src_index = (index - first_sample) as usize;
-            cursor = self.fill_sample(source, src_index, index, row_start, run, buf, cursor, ranges)?;
+            cursor = self.fill_sample(
+                source, src_index, index, row_start, run, buf, cursor, ranges,
+            )?;
         }
         self.write_run(buf, run)
     }

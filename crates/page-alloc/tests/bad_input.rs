@@ -59,8 +59,16 @@ fn bit_flips_in_pages_are_caught_by_verify() {
         // Bytes past a run's used length are not data: a flip there is harmless.
         if !problems.is_empty() {
             caught += 1;
-            assert!(problems[0].to_string().contains("flipped.pages"), "{}", problems[0]);
-            assert!(problems[0].to_string().contains("checksum"), "{}", problems[0]);
+            assert!(
+                problems[0].to_string().contains("flipped.pages"),
+                "{}",
+                problems[0]
+            );
+            assert!(
+                problems[0].to_string().contains("checksum"),
+                "{}",
+                problems[0]
+            );
         }
     }
     assert!(caught > 100, "only {caught} flips caught");
@@ -111,7 +119,10 @@ fn expect_corrupt(bytes: &[u8], needle: &str) {
     let err = open_bytes(bytes).unwrap_err();
     assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("edited.pages") && text.contains(needle), "{text}");
+    assert!(
+        text.contains("edited.pages") && text.contains(needle),
+        "{text}"
+    );
 }
 
 #[test]
@@ -154,12 +165,18 @@ fn structural_damage_behind_valid_checksums_is_caught() {
     let mut b = good.clone();
     let n = b.len();
     b[n - 8..].fill(0);
-    assert!(matches!(open_bytes(&b).unwrap_err(), Error::Incomplete { .. }));
+    assert!(matches!(
+        open_bytes(&b).unwrap_err(),
+        Error::Incomplete { .. }
+    ));
 
     // Another version.
     let mut b = good.clone();
     b[8] = 9;
-    assert!(matches!(open_bytes(&b).unwrap_err(), Error::UnsupportedVersion { found: 9, .. }));
+    assert!(matches!(
+        open_bytes(&b).unwrap_err(),
+        Error::UnsupportedVersion { found: 9, .. }
+    ));
 }
 
 #[test]
@@ -182,7 +199,10 @@ fn damaged_beton_files_are_errors_never_panics() {
         bad[at] ^= 0x5a;
         let _ = beton_read(&bad);
     }
-    for len in (0..good.len()).step_by(65521).chain([good.len() - 1, atp + 5]) {
+    for len in (0..good.len())
+        .step_by(65521)
+        .chain([good.len() - 1, atp + 5])
+    {
         assert!(beton_read(&good[..len]).is_err(), "truncated to {len}");
     }
     let case = |edit: &dyn Fn(&mut Vec<u8>), needle: &str| {
@@ -193,53 +213,97 @@ fn damaged_beton_files_are_errors_never_panics() {
         assert!(err.to_string().contains(needle), "{needle}: {err}");
     };
     case(&|b| b[0] = 1, "version 1");
-    case(&|b| b[4..8].copy_from_slice(&0u32.to_le_bytes()), "page size");
-    case(&|b| b[16..24].copy_from_slice(&(u64::MAX).to_le_bytes()), "allocation table");
+    case(
+        &|b| b[4..8].copy_from_slice(&0u32.to_le_bytes()),
+        "page size",
+    );
+    case(
+        &|b| b[16..24].copy_from_slice(&(u64::MAX).to_le_bytes()),
+        "allocation table",
+    );
     case(&|b| b[24] = 6, "type id 6");
     // Sample 1's blob pointer moved onto sample 0's blob.
-    case(&|b| {
-        let p = u64_at(b, meta + 16);
-        b[meta + 56 + 16..meta + 56 + 24].copy_from_slice(&p.to_le_bytes());
-    }, "no free allocation");
+    case(
+        &|b| {
+            let p = u64_at(b, meta + 16);
+            b[meta + 56 + 16..meta + 56 + 24].copy_from_slice(&p.to_le_bytes());
+        },
+        "no free allocation",
+    );
     // An allocation row made to overlap its neighbour.
-    case(&|b| {
-        let p = u64_at(b, atp + 8) + 4;
-        b[atp + 24 + 8..atp + 24 + 16].copy_from_slice(&p.to_le_bytes());
-    }, "overlaps");
+    case(
+        &|b| {
+            let p = u64_at(b, atp + 8) + 4;
+            b[atp + 24 + 8..atp + 24 + 16].copy_from_slice(&p.to_le_bytes());
+        },
+        "overlaps",
+    );
     // An allocation row pointing past the data region.
-    case(&|b| b[atp + 8..atp + 16].copy_from_slice(&(atp as u64).to_le_bytes()), "outside the data region");
+    case(
+        &|b| b[atp + 8..atp + 16].copy_from_slice(&(atp as u64).to_le_bytes()),
+        "outside the data region",
+    );
     // NDArray shape overflow.
-    case(&|b| {
-        let args = 24 + 1041 * 3 + 17;
-        b[args..args + 8].copy_from_slice(&u64::MAX.to_le_bytes());
-        b[args + 8..args + 16].copy_from_slice(&u64::MAX.to_le_bytes());
-    }, "arr");
+    case(
+        &|b| {
+            let args = 24 + 1041 * 3 + 17;
+            b[args..args + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+            b[args + 8..args + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+        },
+        "arr",
+    );
 }
 
 #[test]
 fn bad_schemas_options_and_samples_are_typed_errors() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.pages");
-    let create = |schema: Schema, opts: WriterOptions| PageWriter::create(&path, schema, opts).map(|_| ());
+    let create =
+        |schema: Schema, opts: WriterOptions| PageWriter::create(&path, schema, opts).map(|_| ());
     let invalid = |r: Result<(), Error>| assert!(matches!(r, Err(Error::Invalid { .. })), "{r:?}");
-    invalid(create(Schema::new().int("a").int("a"), WriterOptions::default()));
+    invalid(create(
+        Schema::new().int("a").int("a"),
+        WriterOptions::default(),
+    ));
     invalid(create(Schema::new().int(""), WriterOptions::default()));
-    invalid(create(Schema::new().int("x".repeat(41)), WriterOptions::default()));
-    invalid(create(Schema::new().array("a", DType::F32, [1, 1, 1, 1, 1, 1, 1]), WriterOptions::default()));
-    invalid(create(Schema::new(), WriterOptions::default().page_size(5000)));
-    invalid(create(Schema::new(), WriterOptions::default().page_size(1024)));
+    invalid(create(
+        Schema::new().int("x".repeat(41)),
+        WriterOptions::default(),
+    ));
+    invalid(create(
+        Schema::new().array("a", DType::F32, [1, 1, 1, 1, 1, 1, 1]),
+        WriterOptions::default(),
+    ));
+    invalid(create(
+        Schema::new(),
+        WriterOptions::default().page_size(5000),
+    ));
+    invalid(create(
+        Schema::new(),
+        WriterOptions::default().page_size(1024),
+    ));
     invalid(create(Schema::new(), WriterOptions::default().alignment(3)));
-    invalid(create(Schema::new(), WriterOptions::default().alignment(8192)));
+    invalid(create(
+        Schema::new(),
+        WriterOptions::default().alignment(8192),
+    ));
 
     let schema = Schema::new().int("i").array("a", DType::U16, [3]);
     let mut w = PageWriter::create(&path, schema.clone(), WriterOptions::default()).unwrap();
-    let err = w.append(&[Value::Bytes(b"x"), Value::Bytes(&[0; 6])]).unwrap_err();
+    let err = w
+        .append(&[Value::Bytes(b"x"), Value::Bytes(&[0; 6])])
+        .unwrap_err();
     assert!(matches!(err, Error::Source { .. }), "{err}");
     drop(w);
     let mut w = PageWriter::create(&path, schema.clone(), WriterOptions::default()).unwrap();
-    let err = w.append(&[Value::Int(1), Value::Bytes(&[0; 5])]).unwrap_err();
+    let err = w
+        .append(&[Value::Int(1), Value::Bytes(&[0; 5])])
+        .unwrap_err();
     assert!(matches!(err, Error::BadSample { .. }), "{err}");
-    assert!(err.to_string().contains("w.pages") && err.to_string().contains("needs 6"), "{err}");
+    assert!(
+        err.to_string().contains("w.pages") && err.to_string().contains("needs 6"),
+        "{err}"
+    );
     // After a failure the writer refuses to go on rather than write a bad file.
     assert!(w.append(&[Value::Int(1), Value::Bytes(&[0; 6])]).is_err());
     assert!(w.finalize().is_err());
@@ -249,7 +313,8 @@ fn bad_schemas_options_and_samples_are_typed_errors() {
     let bpath = dir.path().join("x.beton");
     let f = [BetonField::new("b", BetonType::Bytes)];
     let big = vec![0u8; (2 << 20) + 1];
-    let err = beton::write_with_page_size(&bpath, &f, &[vec![BetonValue::Bytes(&big)]], 2 << 20).unwrap_err();
+    let err = beton::write_with_page_size(&bpath, &f, &[vec![BetonValue::Bytes(&big)]], 2 << 20)
+        .unwrap_err();
     assert!(err.to_string().contains("page size"), "{err}");
     let err = beton::write_with_page_size(&bpath, &f, &[], 1 << 20).unwrap_err();
     assert!(matches!(err, Error::Invalid { .. }), "{err}");

@@ -51,13 +51,19 @@ fn an_open_reader_keeps_its_version_while_the_file_is_replaced() {
     });
     for _ in 0..200 {
         assert_eq!(old.len(), 2);
-        assert_eq!(old.sample(1).unwrap().bytes(1).unwrap(), &payload(1, 20)[..]);
+        assert_eq!(
+            old.sample(1).unwrap().bytes(1).unwrap(),
+            &payload(1, 20)[..]
+        );
         // A reader opened at any moment sees one complete version.
         let now = PageReader::open(&path).unwrap();
         assert!(now.len() == 2 || now.len() == 3);
         let n = now.len();
         let want = if n == 2 { 20 } else { 40 };
-        assert_eq!(now.sample(1).unwrap().bytes(1).unwrap(), &payload(1, want)[..]);
+        assert_eq!(
+            now.sample(1).unwrap().bytes(1).unwrap(),
+            &payload(1, want)[..]
+        );
     }
     writer.join().unwrap();
     assert_eq!(PageReader::open(&path).unwrap().len(), 3);

@@ -25,7 +25,9 @@ fn ffcv_fixtures_read_back_as_expected() {
     let files = ffcv["files"].as_array().unwrap();
     assert_eq!(files.len(), 2);
     for name in files {
-        let path = test_support::fixtures_dir().join("ffcv").join(name.as_str().unwrap());
+        let path = test_support::fixtures_dir()
+            .join("ffcv")
+            .join(name.as_str().unwrap());
         let file = beton::read(&path).unwrap();
         assert_eq!(file.page_size(), ffcv["page_size"].as_u64().unwrap());
         assert_eq!(file.len() as u64, ffcv["num_samples"].as_u64().unwrap());
@@ -53,11 +55,23 @@ fn ffcv_fixtures_read_back_as_expected() {
         for s in ffcv["samples"].as_array().unwrap() {
             let i = s["index"].as_u64().unwrap() as usize;
             let v = file.sample(i).unwrap();
-            assert_eq!(v[0], BetonValue::Int(s["id"].as_i64().unwrap()), "sample {i}");
-            assert_eq!(v[1], BetonValue::Float(s["score"].as_f64().unwrap()), "sample {i}");
-            let BetonValue::Bytes(blob) = v[2] else { panic!("blob") };
+            assert_eq!(
+                v[0],
+                BetonValue::Int(s["id"].as_i64().unwrap()),
+                "sample {i}"
+            );
+            assert_eq!(
+                v[1],
+                BetonValue::Float(s["score"].as_f64().unwrap()),
+                "sample {i}"
+            );
+            let BetonValue::Bytes(blob) = v[2] else {
+                panic!("blob")
+            };
             assert_eq!(hex(blob), s["blob_hex"].as_str().unwrap(), "sample {i}");
-            let BetonValue::NDArray(arr) = &v[3] else { panic!("arr") };
+            let BetonValue::NDArray(arr) = &v[3] else {
+                panic!("arr")
+            };
             assert_eq!(arr.dtype().name(), s["arr"]["dtype"].as_str().unwrap());
             let shape: Vec<usize> = s["arr"]["shape"]
                 .as_array()
@@ -66,9 +80,16 @@ fn ffcv_fixtures_read_back_as_expected() {
                 .map(|d| d.as_u64().unwrap() as usize)
                 .collect();
             assert_eq!(arr.shape().dims(), &shape[..]);
-            let want: Vec<f64> = s["arr"]["data"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+            let want: Vec<f64> = s["arr"]["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
             assert_eq!(arr.to_f64_vec().unwrap(), want, "sample {i}");
-            let BetonValue::Json(text) = v[4] else { panic!("meta") };
+            let BetonValue::Json(text) = v[4] else {
+                panic!("meta")
+            };
             let meta: Json = serde_json::from_str(text).unwrap();
             assert_eq!(meta, s["meta"], "sample {i}");
         }
@@ -79,7 +100,10 @@ fn ffcv_fixtures_read_back_as_expected() {
 /// `json.dumps` does with the keys in FFCV's writing order.
 fn fixture_values(expected: &Json) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Vec<String>) {
     let samples = expected["ffcv"]["samples"].as_array().unwrap();
-    let blobs = samples.iter().map(|s| unhex(s["blob_hex"].as_str().unwrap())).collect();
+    let blobs = samples
+        .iter()
+        .map(|s| unhex(s["blob_hex"].as_str().unwrap()))
+        .collect();
     let arrs = samples
         .iter()
         .map(|s| {
@@ -112,7 +136,13 @@ fn beton_written_here_is_byte_identical_to_ffcv() {
         BetonField::new("id", BetonType::Int),
         BetonField::new("score", BetonType::Float),
         BetonField::new("blob", BetonType::Bytes),
-        BetonField::new("arr", BetonType::NDArray { dtype: DType::F32, shape: [3, 4].into() }),
+        BetonField::new(
+            "arr",
+            BetonType::NDArray {
+                dtype: DType::F32,
+                shape: [3, 4].into(),
+            },
+        ),
         BetonField::new("meta", BetonType::Json),
     ];
     let samples: Vec<Vec<BetonValue>> = expected["ffcv"]["samples"]
@@ -223,35 +253,63 @@ print(json.dumps(out))
 
 #[test]
 fn beton_written_here_matches_ffcv_layout_in_numpy() {
-    let Some(py) = test_support::python() else { return };
+    let Some(py) = test_support::python() else {
+        return;
+    };
     let fields = vec![
         BetonField::new("label", BetonType::Int),
         BetonField::new("img", BetonType::RgbImage),
         BetonField::new("weight", BetonType::Float),
         BetonField::new("raw", BetonType::Bytes),
-        BetonField::new("emb", BetonType::NDArray { dtype: DType::F64, shape: [2, 3].into() }),
+        BetonField::new(
+            "emb",
+            BetonType::NDArray {
+                dtype: DType::F64,
+                shape: [2, 3].into(),
+            },
+        ),
         BetonField::new("info", BetonType::Json),
         BetonField::new("jpeg", BetonType::RgbImage),
     ];
     let n = 60;
     // Large images push samples over page boundaries, exercising restarts.
-    let pixels: Vec<Vec<u8>> = (0..n).map(|i| (0..(20 + i) * 300 * 3).map(|j| (i + j) as u8).collect()).collect();
+    let pixels: Vec<Vec<u8>> = (0..n)
+        .map(|i| (0..(20 + i) * 300 * 3).map(|j| (i + j) as u8).collect())
+        .collect();
     let raws: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8; 1 + i * 7]).collect();
     let embs: Vec<Vec<u8>> = (0..n)
-        .map(|i| (0..6).flat_map(|k| (i as f64 * 10.0 + k as f64).to_le_bytes()).collect())
+        .map(|i| {
+            (0..6)
+                .flat_map(|k| (i as f64 * 10.0 + k as f64).to_le_bytes())
+                .collect()
+        })
         .collect();
-    let infos: Vec<String> = (0..n).map(|i| format!("{{\"i\": {i}, \"tag\": \"t{}\"}}", i % 3)).collect();
-    let jpegs: Vec<Vec<u8>> = (0..n).map(|i| vec![0xff, 0xd8, i as u8, 0xff, 0xd9]).collect();
+    let infos: Vec<String> = (0..n)
+        .map(|i| format!("{{\"i\": {i}, \"tag\": \"t{}\"}}", i % 3))
+        .collect();
+    let jpegs: Vec<Vec<u8>> = (0..n)
+        .map(|i| vec![0xff, 0xd8, i as u8, 0xff, 0xd9])
+        .collect();
     let samples: Vec<Vec<BetonValue>> = (0..n)
         .map(|i| {
             vec![
                 BetonValue::Int(i as i64 - 30),
-                BetonValue::RgbImage { mode: 1, width: 300, height: (20 + i) as u16, data: &pixels[i] },
+                BetonValue::RgbImage {
+                    mode: 1,
+                    width: 300,
+                    height: (20 + i) as u16,
+                    data: &pixels[i],
+                },
                 BetonValue::Float(i as f64 * 0.5),
                 BetonValue::Bytes(&raws[i]),
                 BetonValue::NDArray(TensorView::new(DType::F64, [2, 3], &embs[i]).unwrap()),
                 BetonValue::Json(&infos[i]),
-                BetonValue::RgbImage { mode: 0, width: 8, height: 9, data: &jpegs[i] },
+                BetonValue::RgbImage {
+                    mode: 0,
+                    width: 8,
+                    height: 9,
+                    data: &jpegs[i],
+                },
             ]
         })
         .collect();
@@ -267,7 +325,8 @@ fn beton_written_here_matches_ffcv_layout_in_numpy() {
     }
 
     // numpy, following FFCV's dtypes, reads the same.
-    let out: Json = serde_json::from_str(&test_support::run_python(&py, NUMPY_READER, &[&path])).unwrap();
+    let out: Json =
+        serde_json::from_str(&test_support::run_python(&py, NUMPY_READER, &[&path])).unwrap();
     assert_eq!(out["version"], 2);
     assert_eq!(out["type_ids"], serde_json::json!([1, 2, 0, 3, 4, 5, 2]));
     // i64, packed image (13 B) padded to 8, f64, packed bytes, u64, packed json, packed image.

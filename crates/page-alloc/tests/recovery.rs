@@ -21,21 +21,33 @@ fn crash_at_every_finalize_step_leaves_old_file_or_new_file() {
             if with_old {
                 write_blobs(&path, &[10, 20, 30]);
             }
-            let mut w = PageWriter::create(&path, blob_schema(), WriterOptions::default().page_size(4096)).unwrap();
+            let mut w = PageWriter::create(
+                &path,
+                blob_schema(),
+                WriterOptions::default().page_size(4096),
+            )
+            .unwrap();
             w.write_parallel(&Blobs(vec![5000, 7, 300]), 2).unwrap();
             w.finalize_interrupted(step).unwrap();
             let tmp = temp_path(&path);
             if step < FinalizeStep::Rename {
                 assert!(tmp.exists(), "{step:?}: temp file kept");
                 if with_old {
-                    assert_eq!(first_blob(&path), payload(0, 10), "{step:?}: old file intact");
+                    assert_eq!(
+                        first_blob(&path),
+                        payload(0, 10),
+                        "{step:?}: old file intact"
+                    );
                 } else {
                     assert!(!path.exists(), "{step:?}: no file at the final path");
                 }
                 // The temp file is only valid once its footer is written.
                 match PageReader::open(&tmp) {
                     Ok(r) => {
-                        assert!(step >= FinalizeStep::WriteFooter, "{step:?}: uncommitted temp read as valid");
+                        assert!(
+                            step >= FinalizeStep::WriteFooter,
+                            "{step:?}: uncommitted temp read as valid"
+                        );
                         assert_eq!(r.len(), 3);
                     }
                     Err(e) => {
@@ -43,10 +55,17 @@ fn crash_at_every_finalize_step_leaves_old_file_or_new_file() {
                         assert!(e.is_bad_file(), "{step:?}: {e}");
                     }
                 }
-                assert!(recover(&path).unwrap(), "{step:?}: recover removes the temp");
+                assert!(
+                    recover(&path).unwrap(),
+                    "{step:?}: recover removes the temp"
+                );
                 assert!(!tmp.exists());
             } else {
-                assert_eq!(first_blob(&path), payload(0, 5000), "{step:?}: new file in place");
+                assert_eq!(
+                    first_blob(&path),
+                    payload(0, 5000),
+                    "{step:?}: new file in place"
+                );
                 assert!(!recover(&path).unwrap());
             }
             // A new writer can always start again.
@@ -91,7 +110,10 @@ fn truncated_files_are_never_read_as_valid() {
     write_blobs(&path, &[100, 5000, 200, 9000]);
     let bytes = std::fs::read(&path).unwrap();
     let cut = dir.path().join("cut.pages");
-    for len in (0..bytes.len()).step_by(97).chain([bytes.len() - 1, bytes.len() - 64]) {
+    for len in (0..bytes.len())
+        .step_by(97)
+        .chain([bytes.len() - 1, bytes.len() - 64])
+    {
         std::fs::write(&cut, &bytes[..len]).unwrap();
         let err = PageReader::open(&cut).unwrap_err();
         assert!(err.is_bad_file(), "length {len}: {err}");
@@ -101,7 +123,8 @@ fn truncated_files_are_never_read_as_valid() {
 #[test]
 fn unfinished_beton_is_reported_as_incomplete() {
     let dir = tempfile::tempdir().unwrap();
-    let mut bytes = std::fs::read(test_support::fixtures_dir().join("ffcv/small_w1.beton")).unwrap();
+    let mut bytes =
+        std::fs::read(test_support::fixtures_dir().join("ffcv/small_w1.beton")).unwrap();
     bytes[16..24].fill(0); // what FFCV leaves when it dies before finalize
     let path = dir.path().join("unfinished.beton");
     std::fs::write(&path, &bytes).unwrap();

@@ -47,12 +47,22 @@ impl SampleSource for Generated {
 }
 
 fn schema() -> Schema {
-    Schema::new().int("id").float("score").bytes("blob").bytes("aux")
+    Schema::new()
+        .int("id")
+        .float("score")
+        .bytes("blob")
+        .bytes("aux")
 }
 
 fn write_generated(path: &Path, sizes: &[(usize, usize)], threads: usize, opts: WriterOptions) {
     let mut w = PageWriter::create(path, schema(), opts).unwrap();
-    w.write_parallel(&Generated { sizes: sizes.to_vec() }, threads).unwrap();
+    w.write_parallel(
+        &Generated {
+            sizes: sizes.to_vec(),
+        },
+        threads,
+    )
+    .unwrap();
     w.finalize().unwrap();
 }
 
@@ -120,9 +130,15 @@ fn append_and_read_back_every_field_type() {
         let s = r.sample(i).unwrap();
         assert_eq!(s.get(0).unwrap(), FieldValue::Int(-(i as i64)));
         assert_eq!(s.get(1).unwrap(), FieldValue::Float(i as f64 + 0.5));
-        assert_eq!(s.get(2).unwrap(), FieldValue::Bytes(&payload(i, 0, i * 100)));
+        assert_eq!(
+            s.get(2).unwrap(),
+            FieldValue::Bytes(&payload(i, 0, i * 100))
+        );
         let t = s.array(3).unwrap();
-        assert_eq!(t.as_slice::<f32>().unwrap(), &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(
+            t.as_slice::<f32>().unwrap(),
+            &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        );
         assert_eq!(t.shape().dims(), &[2, 3]);
     }
     // Wrong accessors are typed errors.
@@ -148,13 +164,19 @@ fn empty_file_and_inline_only_schema() {
     assert!(r.quasi_random_order(3, 2).is_empty());
 
     let inline = dir.path().join("inline.pages");
-    let mut w = PageWriter::create(&inline, Schema::new().int("a"), WriterOptions::default()).unwrap();
+    let mut w =
+        PageWriter::create(&inline, Schema::new().int("a"), WriterOptions::default()).unwrap();
     for i in 0..50 {
         w.append(&[Value::Int(i)]).unwrap();
     }
     w.finalize().unwrap();
     let r = PageReader::open(&inline).unwrap();
-    assert_eq!((0..50).map(|i| r.sample(i).unwrap().int(0).unwrap()).sum::<i64>(), 1225);
+    assert_eq!(
+        (0..50)
+            .map(|i| r.sample(i).unwrap().int(0).unwrap())
+            .sum::<i64>(),
+        1225
+    );
     assert!(verify(&inline).is_empty());
 }
 
@@ -163,8 +185,21 @@ fn oversized_samples_get_contiguous_page_runs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big.pages");
     let page = 4096usize;
-    let sizes = vec![(10, 10), (3 * page + 5, 0), (100, 2 * page), (5, 5), (page, 0)];
-    write_generated(&path, &sizes, 2, WriterOptions::default().page_size(page as u64).alignment(64));
+    let sizes = vec![
+        (10, 10),
+        (3 * page + 5, 0),
+        (100, 2 * page),
+        (5, 5),
+        (page, 0),
+    ];
+    write_generated(
+        &path,
+        &sizes,
+        2,
+        WriterOptions::default()
+            .page_size(page as u64)
+            .alignment(64),
+    );
     check_generated(&path, &sizes);
     let summary = inspect(&path).unwrap();
     // 1 page, 4 pages, 3 pages, 1 page, 1 page (the exact-page sample opens its own).
@@ -177,7 +212,9 @@ fn oversized_samples_get_contiguous_page_runs() {
 #[test]
 fn bytes_do_not_depend_on_thread_count_or_direct_io() {
     let dir = tempfile::tempdir().unwrap();
-    let sizes: Vec<(usize, usize)> = (0..300).map(|i| ((i * 37) % 3000, (i * 101) % 900)).collect();
+    let sizes: Vec<(usize, usize)> = (0..300)
+        .map(|i| ((i * 37) % 3000, (i * 101) % 900))
+        .collect();
     let opts = WriterOptions::default().page_size(16 << 10).alignment(512);
     let mut files = Vec::new();
     for threads in [1, 2, 3, 4] {
@@ -241,8 +278,20 @@ fn quasi_random_order_is_a_permutation_grouped_by_page_windows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.pages");
     let sizes: Vec<(usize, usize)> = (0..500).map(|i| (200 + i % 50, 0)).collect();
-    write_generated(&path, &sizes, 1, WriterOptions::default().page_size(4096).alignment(8));
-    let r = PageReader::open_with(&path, &ReadOptions { populate: true, verify_pages: true }).unwrap();
+    write_generated(
+        &path,
+        &sizes,
+        1,
+        WriterOptions::default().page_size(4096).alignment(8),
+    );
+    let r = PageReader::open_with(
+        &path,
+        &ReadOptions {
+            populate: true,
+            verify_pages: true,
+        },
+    )
+    .unwrap();
     let order = r.quasi_random_order(42, 2);
     let mut sorted = order.clone();
     sorted.sort_unstable();

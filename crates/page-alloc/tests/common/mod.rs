@@ -7,7 +7,9 @@ use page_alloc::{BoxError, PageWriter, SampleOut, SampleSource, Schema, Slot, Wr
 
 /// Deterministic bytes of sample `i`, `len` long.
 pub fn payload(i: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|j| (i.wrapping_mul(31) ^ j.wrapping_mul(13)) as u8).collect()
+    (0..len)
+        .map(|j| (i.wrapping_mul(31) ^ j.wrapping_mul(13)) as u8)
+        .collect()
 }
 
 /// Samples `(id: int, data: bytes)` with the given sizes.
@@ -38,7 +40,12 @@ pub fn blob_schema() -> Schema {
 
 /// Writes `sizes` as a small-page file at `path`.
 pub fn write_blobs(path: &Path, sizes: &[usize]) {
-    let mut w = PageWriter::create(path, blob_schema(), WriterOptions::default().page_size(4096).alignment(64)).unwrap();
+    let mut w = PageWriter::create(
+        path,
+        blob_schema(),
+        WriterOptions::default().page_size(4096).alignment(64),
+    )
+    .unwrap();
     w.write_parallel(&Blobs(sizes.to_vec()), 2).unwrap();
     w.finalize().unwrap();
 }
@@ -54,7 +61,11 @@ pub fn reseal(bytes: &mut [u8]) {
     let header_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
     let meta = u64_at(bytes, 64) as usize;
     let footer = u64_at(bytes, 80) as usize;
-    if bytes.len() < 64 || header_len > bytes.len() - 64 || meta > footer || footer > bytes.len() - 64 {
+    if bytes.len() < 64
+        || header_len > bytes.len() - 64
+        || meta > footer
+        || footer > bytes.len() - 64
+    {
         return;
     }
     let tables = *blake3::hash(&bytes[meta..footer]).as_bytes();
