@@ -216,6 +216,16 @@ pub fn read(path: impl AsRef<Path>) -> Result<BetonFile> {
     BetonFile::validate(path, data)
 }
 
+/// Checks the `.beton` at `path` and lists what is wrong with it (empty
+/// when it is sound). Validation stops at the first problem, so the list
+/// has at most one entry.
+pub fn verify(path: impl AsRef<Path>) -> Vec<Error> {
+    match read(path) {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![e],
+    }
+}
+
 impl BetonFile {
     /// Validates a `.beton` held in memory (`name` is used in errors).
     pub fn from_bytes(bytes: Vec<u8>, name: impl Into<PathBuf>) -> Result<BetonFile> {

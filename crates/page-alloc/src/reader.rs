@@ -22,10 +22,19 @@ pub struct ReadOptions {
 }
 
 /// The bytes a reader reads: a memory map, or a buffer (for fuzzing).
-#[derive(Debug)]
 pub(crate) enum Backing {
     Mmap(Mmap),
     Owned(Vec<u8>),
+}
+
+impl std::fmt::Debug for Backing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Backing::Mmap(_) => "mmap",
+            Backing::Owned(_) => "buffer",
+        };
+        write!(f, "{kind} of {} bytes", self.bytes().len())
+    }
 }
 
 impl Backing {

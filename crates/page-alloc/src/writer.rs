@@ -512,10 +512,16 @@ impl PageWriter {
             .ok_or_else(|| Error::invalid(&self.path, "options", "file offsets overflow u64"))?;
         for (k, &f) in self.var_fields.iter().enumerate() {
             let at = row_start + self.row_offsets[f];
-            let ptr = run_start + self.rel[k];
+            let ptr = run_start
+                .checked_add(self.rel[k])
+                .ok_or_else(|| Error::BadSample {
+                    path: self.path.clone(),
+                    index,
+                    reason: "allocation offset overflows u64".into(),
+                })?;
             self.meta[at..at + 8].copy_from_slice(&ptr.to_le_bytes());
             self.meta[at + 8..at + 16].copy_from_slice(&self.sizes[k].to_le_bytes());
-            self.data_bytes += self.sizes[k];
+            self.data_bytes = self.data_bytes.saturating_add(self.sizes[k]);
         }
         Ok(closed)
     }
