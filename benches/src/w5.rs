@@ -8,7 +8,8 @@
 //! Phases (each repeated, median reported):
 //! - `write`: 2 writer threads fill pages in place (`write_parallel`),
 //!   timed until `finalize` (fsync, rename, directory fsync) returns;
-//!   compared with the durable sequential write bandwidth.
+//!   compared with the durable sequential write bandwidth. `write_direct`:
+//!   the same with `O_DIRECT` page writes.
 //! - `read_random`: one thread reads every sample once in a random order
 //!   through zero-copy `sample(i).bytes()` slices and checks every byte;
 //!   compared with memcpy bandwidth.
@@ -130,39 +131,50 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     };
     progress!("w5: {n} samples, {:.1} MB", total as f64 / 1e6);
 
-    // Write with 2 threads, timed until the file is durable.
-    let mut write_secs = Vec::new();
-    let mut summary = None;
-    for rep in 0..REPS {
-        let _ = std::fs::remove_file(&path);
-        let start = Instant::now();
-        let mut writer = PageWriter::create(
-            &path,
-            Schema::new().int("id").bytes("data"),
-            WriterOptions::default(),
-        )
-        .map_err(store)?;
-        writer.write_parallel(&source, 2).map_err(store)?;
-        summary = Some(writer.finalize().map_err(store)?);
-        write_secs.push(start.elapsed().as_secs_f64());
-        progress!("w5: write rep {rep}: {:.2}s", write_secs[rep]);
+    // Write with 2 threads, timed until the file is durable; buffered
+    // first, then with O_DIRECT page writes (the file read back below is
+    // the buffered one: both have the same bytes).
+    for (phase, direct) in [("write_direct", true), ("write", false)] {
+        let mut write_secs = Vec::new();
+        let mut summary = None;
+        for rep in 0..REPS {
+            let _ = std::fs::remove_file(&path);
+            let start = Instant::now();
+            let mut writer = PageWriter::create(
+                &path,
+                Schema::new().int("id").bytes("data"),
+                WriterOptions::default().direct_io(direct),
+            )
+            .map_err(store)?;
+            writer.write_parallel(&source, 2).map_err(store)?;
+            summary = Some(writer.finalize().map_err(store)?);
+            write_secs.push(start.elapsed().as_secs_f64());
+            progress!("w5: {phase} rep {rep}: {:.2}s", write_secs[rep]);
+        }
+        let summary = summary.ok_or_else(|| wrong("no write ran".into()))?;
+        ctx.emit(
+            Line::new("w5", phase, n, total, median(&mut write_secs))
+                .limit(Limit::DurableWrite)
+                .with("threads", 2)
+                .with("direct_io", summary.direct_io)
+                .with(
+                    "bytes_on_disk_per_item",
+                    summary.file_len as f64 / n.max(1) as f64,
+                )
+                .with("pages", summary.num_pages)
+                .with("page_size", page_alloc::format::DEFAULT_PAGE_SIZE),
+        );
     }
-    let summary = summary.ok_or_else(|| wrong("no write ran".into()))?;
-    ctx.emit(
-        Line::new("w5", "write", n, total, median(&mut write_secs))
-            .limit(Limit::DurableWrite)
-            .with("threads", 2)
-            .with("bytes_on_disk_per_item", summary.file_len as f64 / n.max(1) as f64)
-            .with("pages", summary.num_pages)
-            .with("page_size", page_alloc::format::DEFAULT_PAGE_SIZE),
-    );
 
     // Open (validates every pointer), then random reads touching every byte.
     let open_start = Instant::now();
     let reader = PageReader::open(&path).map_err(store)?;
     let open_ms = open_start.elapsed().as_secs_f64() * 1e3;
     if reader.len() != n {
-        return Err(wrong(format!("{} samples read back, {n} written", reader.len())));
+        return Err(wrong(format!(
+            "{} samples read back, {n} written",
+            reader.len()
+        )));
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.shuffle(&mut rng);
@@ -195,7 +207,10 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
                 .map(|part| s.spawn(|| read_and_check(&reader, ctx.seed, part)))
                 .collect();
             hs.into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(wrong("reader thread panicked".into()))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(wrong("reader thread panicked".into())))
+                })
                 .collect()
         });
         let mut bytes = 0;

@@ -317,3 +317,25 @@ proptest! {
         check_generated(&path, &sizes);
     }
 }
+
+#[test]
+fn direct_io_writes_the_same_bytes_on_tmpfs() {
+    // Older kernels' tmpfs refuses O_DIRECT (the writer then falls back to
+    // buffered writes), newer ones accept it: the file is the same.
+    let shm = Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    let sizes: Vec<(usize, usize)> = (0..50).map(|i| (i * 97, 13)).collect();
+    let opts = WriterOptions::default().page_size(8192);
+    let direct = dir.path().join("direct.pages");
+    let mut w = PageWriter::create(&direct, schema(), opts.clone().direct_io(true)).unwrap();
+    w.write_parallel(&Generated { sizes: sizes.clone() }, 2).unwrap();
+    assert_eq!(w.finalize().unwrap().num_samples, 50);
+    let buffered = dir.path().join("buffered.pages");
+    write_generated(&buffered, &sizes, 1, opts);
+    assert_eq!(std::fs::read(&direct).unwrap(), std::fs::read(&buffered).unwrap());
+    check_generated(&direct, &sizes);
+}
