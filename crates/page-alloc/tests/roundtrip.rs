@@ -332,10 +332,19 @@ fn direct_io_writes_the_same_bytes_on_tmpfs() {
     let opts = WriterOptions::default().page_size(8192);
     let direct = dir.path().join("direct.pages");
     let mut w = PageWriter::create(&direct, schema(), opts.clone().direct_io(true)).unwrap();
-    w.write_parallel(&Generated { sizes: sizes.clone() }, 2).unwrap();
+    w.write_parallel(
+        &Generated {
+            sizes: sizes.clone(),
+        },
+        2,
+    )
+    .unwrap();
     assert_eq!(w.finalize().unwrap().num_samples, 50);
     let buffered = dir.path().join("buffered.pages");
     write_generated(&buffered, &sizes, 1, opts);
-    assert_eq!(std::fs::read(&direct).unwrap(), std::fs::read(&buffered).unwrap());
+    assert_eq!(
+        std::fs::read(&direct).unwrap(),
+        std::fs::read(&buffered).unwrap()
+    );
     check_generated(&direct, &sizes);
 }
