@@ -17,7 +17,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut writer = PageWriter::create(&path, schema, options)?;
     for i in 0..24u32 {
         let jpeg = vec![i as u8; (i as usize * 397) % 5000];
-        let embedding: Vec<u8> = (0..4).flat_map(|k| (i as f32 + k as f32).to_le_bytes()).collect();
+        let embedding: Vec<u8> = (0..4)
+            .flat_map(|k| (i as f32 + k as f32).to_le_bytes())
+            .collect();
         writer.append(&[
             Value::Int(i64::from(i % 10)),
             Value::Float(f64::from(i) / 8.0),

@@ -168,6 +168,11 @@ impl Schema {
     /// Checks the limits the on-disk format imposes.
     pub(crate) fn validate(&self, path: &Path) -> Result<()> {
         let bad = |reason: String| Err(Error::invalid(path, "schema", reason));
+        // A sample must take room in the metadata table, or a sample count
+        // read from disk would not be bounded by the file's size.
+        if self.fields.is_empty() {
+            return bad("a schema needs at least one field".into());
+        }
         if self.fields.len() > MAX_FIELDS {
             return bad(format!(
                 "{} fields, at most {MAX_FIELDS} allowed",

@@ -550,6 +550,9 @@ impl PageWriter {
         let Some(open) = self.planner.open else {
             return Err(Error::invalid(&self.path, "writer state", "no open page"));
         };
+        if open.num_samples == 1 {
+            self.buf_cursor = 0;
+        }
         let cap = self.run_capacity(&open)?;
         if self.buf.len < cap {
             // A fresh (or larger) buffer only ever happens at a run's start.

@@ -272,16 +272,20 @@ fn bad_schemas_options_and_samples_are_typed_errors() {
         WriterOptions::default(),
     ));
     invalid(create(
-        Schema::new(),
+        Schema::new().int("a"),
         WriterOptions::default().page_size(5000),
     ));
     invalid(create(
-        Schema::new(),
+        Schema::new().int("a"),
         WriterOptions::default().page_size(1024),
     ));
-    invalid(create(Schema::new(), WriterOptions::default().alignment(3)));
     invalid(create(
-        Schema::new(),
+        Schema::new().int("a"),
+        WriterOptions::default().alignment(3),
+    ));
+    invalid(create(Schema::new(), WriterOptions::default()));
+    invalid(create(
+        Schema::new().int("a"),
         WriterOptions::default().alignment(8192),
     ));
 
@@ -305,6 +309,15 @@ fn bad_schemas_options_and_samples_are_typed_errors() {
     assert!(w.append(&[Value::Int(1), Value::Bytes(&[0; 6])]).is_err());
     assert!(w.finalize().is_err());
     assert!(!path.exists());
+
+    // A .beton without fields claiming 2^64 - 1 samples: answered at once.
+    let mut header = Vec::new();
+    header.extend_from_slice(&2u16.to_le_bytes());
+    header.extend_from_slice(&0u16.to_le_bytes());
+    header.extend_from_slice(&(1u32 << 21).to_le_bytes());
+    header.extend_from_slice(&u64::MAX.to_le_bytes());
+    header.extend_from_slice(&24u64.to_le_bytes());
+    let _ = page_alloc::fuzz_entry::beton_read(&header);
 
     // beton: FFCV's limits.
     let bpath = dir.path().join("x.beton");

@@ -176,7 +176,14 @@ impl BetonFile {
             })?;
         let mut allocs = Vec::with_capacity(n_alloc);
         let mut used = vec![false; rows.len()];
-        for s in 0..num_samples {
+        // Without stored fields there is nothing to resolve (and rows may
+        // be empty, so num_samples is not bounded by the file).
+        let resolve = if var_fields.is_empty() {
+            0
+        } else {
+            num_samples
+        };
+        for s in 0..resolve {
             let row_start = desc_end + s as usize * row_size;
             let row = &b[row_start..row_start + row_size];
             for &f in &var_fields {
