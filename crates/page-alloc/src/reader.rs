@@ -203,7 +203,7 @@ impl PageReader {
             .layout
             .row(self.data.bytes(), index as u64)
             .filter(|_| index < self.len())
-            .ok_or(Error::OutOfRange {
+            .ok_or_else(|| Error::OutOfRange {
                 path: self.path.clone(),
                 index: index as u64,
                 len: self.len() as u64,

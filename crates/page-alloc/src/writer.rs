@@ -529,8 +529,7 @@ impl PageWriter {
     fn run_start(&self, first_page: u64) -> Option<u64> {
         first_page
             .checked_mul(self.opts.page_size)?
-            .checked_add(self.data_offset)?
-            .checked_add(0)
+            .checked_add(self.data_offset)
     }
 
     fn append_one<S: SampleSource + ?Sized>(&mut self, source: &S) -> Result<u64> {
@@ -579,6 +578,12 @@ impl PageWriter {
         Ok(index)
     }
 
+    /// File offset of a planned run (planning already checked it fits).
+    fn checked_run_start(&self, run: &PlannedRun) -> Result<u64> {
+        self.run_start(run.first_page)
+            .ok_or_else(|| Error::invalid(&self.path, "options", "file offsets overflow u64"))
+    }
+
     fn run_capacity(&self, run: &PlannedRun) -> Result<usize> {
         run.pages
             .checked_mul(self.opts.page_size)
@@ -600,7 +605,7 @@ impl PageWriter {
         cursor: usize,
         ranges: &mut [Option<(usize, usize)>],
     ) -> Result<usize> {
-        let run_start = self.run_start(run.first_page).unwrap_or(0);
+        let run_start = self.checked_run_start(run)?;
         let row = &self.meta[row_start..row_start + self.row_len];
         let mut end = cursor;
         for &f in &self.var_fields {
@@ -643,7 +648,7 @@ impl PageWriter {
         if len == 0 {
             return Ok(hash);
         }
-        let offset = self.run_start(run.first_page).unwrap_or(0);
+        let offset = self.checked_run_start(run)?;
         if let Some(direct) = self
             .direct
             .as_ref()
