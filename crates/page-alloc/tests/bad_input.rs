@@ -72,6 +72,16 @@ fn bit_flips_in_pages_are_caught_by_verify() {
         }
     }
     assert!(caught > 100, "only {caught} flips caught");
+
+    // Damage in several runs (pages 0, 1-3 for the 9000-byte sample, 4):
+    // every damaged run is listed.
+    let mut bad = good.clone();
+    for page in [0, 2, 4] {
+        bad[data_offset + page * 4096 + 1] ^= 1;
+    }
+    std::fs::write(&path, &bad).unwrap();
+    let problems = verify(&path);
+    assert_eq!(problems.len(), 3, "{problems:?}");
 }
 
 #[test]
@@ -93,6 +103,8 @@ fn random_mutations_and_truncations_never_panic() {
         if next() % 3 == 0 {
             let len = (next() % bad.len() as u64) as usize;
             bad.truncate(len);
+            // A shorter file has lost its footer or the bytes it counts.
+            assert!(open_and_read(&bad).is_err(), "truncated to {len} but opened");
         }
         let _ = open_and_read(&bad);
         // Re-sealed mutations reach the structural checks.
