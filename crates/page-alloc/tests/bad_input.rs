@@ -104,7 +104,10 @@ fn random_mutations_and_truncations_never_panic() {
             let len = (next() % bad.len() as u64) as usize;
             bad.truncate(len);
             // A shorter file has lost its footer or the bytes it counts.
-            assert!(open_and_read(&bad).is_err(), "truncated to {len} but opened");
+            assert!(
+                open_and_read(&bad).is_err(),
+                "truncated to {len} but opened"
+            );
         }
         let _ = open_and_read(&bad);
         // Re-sealed mutations reach the structural checks.
