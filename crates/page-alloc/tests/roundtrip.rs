@@ -353,3 +353,34 @@ fn direct_io_writes_the_same_bytes_on_tmpfs() {
     );
     check_generated(&direct, &sizes);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+
+    #[test]
+    fn beton_roundtrip_any_sizes(
+        sizes in prop::collection::vec((0usize..300_000, -1000i64..1000), 0..30),
+    ) {
+        use page_alloc::beton::{self, BetonField, BetonType, BetonValue};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.beton");
+        let fields = [
+            BetonField::new("n", BetonType::Int),
+            BetonField::new("b", BetonType::Bytes),
+            BetonField::new("j", BetonType::Json),
+        ];
+        let blobs: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, (n, _))| payload(i, 0, *n)).collect();
+        let texts: Vec<String> = sizes.iter().map(|(_, v)| format!("[{v}, \"x\"]")).collect();
+        let samples: Vec<Vec<BetonValue>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, (_, v))| vec![BetonValue::Int(*v), BetonValue::Bytes(&blobs[i]), BetonValue::Json(&texts[i])])
+            .collect();
+        beton::write_with_page_size(&path, &fields, &samples, 2 << 20).unwrap();
+        let file = beton::read(&path).unwrap();
+        prop_assert_eq!(file.len(), samples.len());
+        for (i, want) in samples.iter().enumerate() {
+            prop_assert_eq!(&file.sample(i).unwrap(), want);
+        }
+    }
+}
