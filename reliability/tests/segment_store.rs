@@ -125,7 +125,7 @@ fn sigkill_loop() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("cache");
         // Seeded kill moments between 2 and 80 ms: before, during and after commits.
-        let kill_ms = 2 + (cycle.wrapping_mul(2654435761) % 79);
+        let kill_ms = 5 + (cycle.wrapping_mul(2654435761) % 150);
         let out = run_and_kill(
             "child_writer",
             "long",

@@ -264,17 +264,21 @@ pub mod crash {
                 );
             }
             Outcome {
-                committed: lines
-                    .iter()
-                    .filter_map(|l| l.strip_prefix(COMMIT_PREFIX).map(str::to_owned))
-                    .collect(),
-                errors: lines
-                    .iter()
-                    .filter_map(|l| l.strip_prefix(ERROR_PREFIX).map(str::to_owned))
-                    .collect(),
+                committed: tagged(&lines, COMMIT_PREFIX),
+                errors: tagged(&lines, ERROR_PREFIX),
                 killed,
             }
         }
+    }
+
+    /// The text after `prefix` on each line that has it. libtest prints
+    /// `test name ... ` without a newline before the test's own output, so
+    /// the tag is looked for anywhere in the line.
+    fn tagged(lines: &[String], prefix: &str) -> Vec<String> {
+        lines
+            .iter()
+            .filter_map(|l| l.find(prefix).map(|at| l[at + prefix.len()..].to_owned()))
+            .collect()
     }
 
     /// Runs test `test_name` as a child with `role` and kills it with
