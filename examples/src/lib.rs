@@ -6,4 +6,5 @@
 //! | example | shows |
 //! |---|---|
 //! | `feature_cache` | `CachedFn` over a segment-store: a model's outputs cached per sample |
+//! | `paged_loader` | page-alloc: parallel writes, shuffled batches into a buffer pool with prefetch |
 #![deny(missing_docs)]

@@ -24,3 +24,9 @@ fn feature_cache() {
     assert!(out.contains("epoch 2: model ran on 0 samples"), "{out}");
     assert!(out.contains("predicted class: Some(7)"), "{out}");
 }
+
+#[test]
+fn paged_loader() {
+    let out = run(env!("CARGO_BIN_EXE_paged_loader"));
+    assert!(out.contains("every sample checked"), "{out}");
+}
