@@ -101,3 +101,8 @@ pub fn check_rows(cache: &ArrayCache, n: usize) {
 pub fn file_len(dir: &Path, name: &str) -> u64 {
     std::fs::metadata(dir.join(name)).unwrap().len()
 }
+
+/// Opens a writer on the standard schema, returning the error if any.
+pub fn writer_result(dir: &Path) -> memmap_array::Result<RowWriter> {
+    RowWriter::create_or_resume_with(dir, &schema(), "fp-1", WriterOptions { sync_every: 1 })
+}

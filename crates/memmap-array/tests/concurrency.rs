@@ -1,0 +1,76 @@
+//! Many readers at once; one writer at a time.
+
+mod common;
+
+use std::sync::Arc;
+
+use memmap_array::{ArrayCache, Error, RowWriter};
+
+#[test]
+fn cache_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<ArrayCache>();
+    assert_send_sync::<RowWriter>();
+}
+
+#[test]
+fn many_threads_read_one_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 40;
+    // Not opened yet: the threads race on the lazy first map.
+    drop(common::build(dir.path(), n));
+    let cache = Arc::new(ArrayCache::open(dir.path()).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let cache = Arc::clone(&cache);
+            std::thread::spawn(move || {
+                for round in 0..5 {
+                    for k in 0..n {
+                        let i = (k * 7 + t * 3 + round) % n;
+                        let row = cache.row(i as u64).unwrap();
+                        assert_eq!(
+                            row.get("data").unwrap().unwrap().bytes(),
+                            common::data(i).bytes()
+                        );
+                        let expected = (i % 5 != 0).then(|| common::config(i));
+                        assert_eq!(row.sidecar("config").unwrap(), expected.as_deref());
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    common::check_rows(&cache, n);
+}
+
+#[test]
+fn second_writer_is_refused_while_the_first_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = common::writer(dir.path(), 1);
+    common::write_row(&mut first, 0);
+    let e = common::writer_result(dir.path()).unwrap_err();
+    assert!(matches!(e, Error::Locked { .. }), "{e}");
+    assert!(e.to_string().contains("another writer"), "{e}");
+    // A refused writer touched nothing; the first goes on.
+    common::write_row(&mut first, 1);
+    drop(first);
+    let mut second = common::writer(dir.path(), 1);
+    assert_eq!(second.committed_rows(), 2);
+    common::write_row(&mut second, 2);
+    second.finalize().unwrap();
+    common::check_rows(&ArrayCache::open(dir.path()).unwrap(), 3);
+}
+
+#[test]
+fn second_writer_in_another_thread_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = common::writer(dir.path(), 1);
+    let path = dir.path().to_path_buf();
+    let refused = std::thread::spawn(move || common::writer_result(&path).map(|_| ()))
+        .join()
+        .unwrap();
+    assert!(matches!(refused, Err(Error::Locked { .. })));
+    drop(first);
+}
