@@ -32,7 +32,7 @@ fn many_threads_read_one_cache() {
                             row.get("data").unwrap().unwrap().bytes(),
                             common::data(i).bytes()
                         );
-                        let expected = (i % 5 != 0).then(|| common::config(i));
+                        let expected = (!i.is_multiple_of(5)).then(|| common::config(i));
                         assert_eq!(row.sidecar("config").unwrap(), expected.as_deref());
                     }
                 }

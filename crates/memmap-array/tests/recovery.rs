@@ -177,7 +177,14 @@ fn short_bin_under_committed_rows_is_refused() {
     f.set_len(20).unwrap();
     let e = common::writer_result(dir.path()).unwrap_err();
     assert!(
-        matches!(e, Error::BinSize { expected: 36, actual: 20, .. }),
+        matches!(
+            e,
+            Error::BinSize {
+                expected: 36,
+                actual: 20,
+                ..
+            }
+        ),
         "{e}"
     );
 }

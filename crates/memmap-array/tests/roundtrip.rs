@@ -177,9 +177,15 @@ fn unknown_names_are_typed_errors() {
     ));
     assert!(matches!(
         cache.sidecar("nope", 0),
-        Err(Error::UnknownName { kind: "sidecar", .. })
+        Err(Error::UnknownName {
+            kind: "sidecar",
+            ..
+        })
     ));
-    assert!(matches!(cache.array(2, "data"), Err(Error::RowOutOfRange { .. })));
+    assert!(matches!(
+        cache.array(2, "data"),
+        Err(Error::RowOutOfRange { .. })
+    ));
 }
 
 const DTYPES: [DType; 12] = [
@@ -266,7 +272,7 @@ proptest! {
             for (k, name) in names.iter().enumerate() {
                 row = if absent(i, k) { row.null(name) } else { row.array(name, tensors[i][k].view()) };
             }
-            if i % 3 != 0 {
+            if !i.is_multiple_of(3) {
                 row = row.sidecar("side", &sidecar_pool[i % sidecar_pool.len()]);
             }
             w.write(&row).unwrap();
@@ -277,21 +283,21 @@ proptest! {
         for i in 0..n {
             let row = cache.row(i as u64).unwrap();
             prop_assert_eq!(row.source(), format!("s{i}"));
-            for k in 0..specs.len() {
+            for (k, spec) in specs.iter().enumerate() {
                 match &row.arrays()[k] {
                     None => prop_assert!(absent(i, k)),
                     Some(v) => {
                         prop_assert!(!absent(i, k));
-                        prop_assert_eq!(v.dtype(), specs[k].dtype);
-                        prop_assert_eq!(v.shape().dims(), &specs[k].shape[..]);
-                        prop_assert_eq!(v.bytes(), &row_bytes(&specs[k], k, i)[..]);
+                        prop_assert_eq!(v.dtype(), spec.dtype);
+                        prop_assert_eq!(v.shape().dims(), &spec.shape[..]);
+                        prop_assert_eq!(v.bytes(), &row_bytes(spec, k, i)[..]);
                     }
                 }
             }
-            let expected = (i % 3 != 0).then(|| sidecar_pool[i % sidecar_pool.len()].as_str());
+            let expected = (!i.is_multiple_of(3)).then(|| sidecar_pool[i % sidecar_pool.len()].as_str());
             prop_assert_eq!(row.sidecar("side").unwrap(), expected);
         }
-        let mut distinct: Vec<&String> = (0..n).filter(|i| i % 3 != 0)
+        let mut distinct: Vec<&String> = (0..n).filter(|i| !i.is_multiple_of(3))
             .map(|i| &sidecar_pool[i % sidecar_pool.len()]).collect();
         distinct.sort();
         distinct.dedup();

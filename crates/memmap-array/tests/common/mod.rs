@@ -50,12 +50,12 @@ pub fn write_row(writer: &mut RowWriter, i: usize) {
         .array("data", d.view())
         .array("score", s.view())
         .meta(&mt);
-    row = if i % 2 == 0 {
+    row = if i.is_multiple_of(2) {
         row.array("mask", m.view())
     } else {
         row.null("mask")
     };
-    if i % 5 != 0 {
+    if !i.is_multiple_of(5) {
         row = row.sidecar("config", &cfg);
     }
     writer.write(&row).expect("write row");
@@ -92,7 +92,7 @@ pub fn check_rows(cache: &ArrayCache, n: usize) {
             }
             None => assert_eq!(i % 2, 1, "row {i} should have mask"),
         }
-        let expected = (i % 5 != 0).then(|| config(i));
+        let expected = (!i.is_multiple_of(5)).then(|| config(i));
         assert_eq!(row.sidecar("config").unwrap(), expected.as_deref());
     }
 }
