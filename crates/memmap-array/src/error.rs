@@ -168,3 +168,26 @@ impl Error {
         }
     }
 }
+
+impl Error {
+    /// The file or directory the error is about, when it concerns one.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::Io { path, .. } | Error::Locked { path } => Some(path),
+            Error::Incomplete { dir } | Error::AlreadyComplete { dir } => Some(dir),
+            Error::Corrupt { file, .. }
+            | Error::Json { file, .. }
+            | Error::Parquet { file, .. }
+            | Error::Arrow { file, .. }
+            | Error::BinSize { file, .. }
+            | Error::UnsupportedVersion { file, .. }
+            | Error::SchemaMismatch { file, .. }
+            | Error::FingerprintMismatch { file } => Some(file),
+            Error::InvalidSchema { .. }
+            | Error::InvalidRow { .. }
+            | Error::RowOutOfRange { .. }
+            | Error::UnknownName { .. }
+            | Error::TooLargeForRam { .. } => None,
+        }
+    }
+}

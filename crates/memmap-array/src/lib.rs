@@ -73,6 +73,7 @@ mod error;
 mod format;
 mod fsio;
 mod index;
+mod inspect;
 mod reader;
 mod recover;
 mod writer;
@@ -83,5 +84,6 @@ pub use format::{
     MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, key_column,
     sidecar_file,
 };
+pub use inspect::{ArrayReport, FileReport, Problem, Report, SidecarReport, inspect, verify};
 pub use reader::{ArrayCache, DEFAULT_RAM_FRACTION, Row, physical_ram};
 pub use writer::{NewRow, RowWriter, WriterOptions};

@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 use tensor_core::TensorView;
 
 use crate::format::{
-    self, COMPLETE_FILE, FINGERPRINT_FILE, INDEX_FILE, MAX_SMALL_JSON, SHAPES_FILE, Schema, Shapes,
+    self, ArraySpec, COMPLETE_FILE, FINGERPRINT_FILE, INDEX_FILE, MAX_SMALL_JSON, SHAPES_FILE,
+    Schema, Shapes,
 };
 use crate::fsio;
 use crate::index::{Index, NO_KEY, read_index};
@@ -172,6 +173,11 @@ impl ArrayCache {
     /// Bytes the index occupies in memory.
     pub fn index_heap_bytes(&self) -> usize {
         self.index.heap_bytes()
+    }
+
+    /// The decoded index (for `inspect` and `verify`).
+    pub(crate) fn index(&self) -> &Index {
+        &self.index
     }
 
     /// Row `i`: a zero-copy view of every array (`None` where the row lacks
@@ -387,27 +393,33 @@ pub(crate) fn read_shapes(dir: &Path) -> Result<Shapes> {
 /// Checks that every `.bin` holds exactly `rows * row_bytes` bytes and that
 /// this fits the address space; returns each file's path and length.
 pub(crate) fn check_bin_sizes(dir: &Path, shapes: &Shapes) -> Result<Vec<(PathBuf, usize)>> {
-    let mut out = Vec::with_capacity(shapes.schema.arrays().len());
-    for a in shapes.schema.arrays() {
-        let path = dir.join(format::bin_file(a.name()));
-        let actual = std::fs::metadata(&path).map_err(Error::io(&path))?.len();
-        let row_bytes = a.row_bytes() as u64;
-        // Shapes::parse checked that this product fits in u64.
-        let expected = row_bytes.saturating_mul(shapes.rows);
-        if actual != expected {
-            return Err(Error::BinSize {
-                file: path,
-                expected,
-                actual,
-                rows: shapes.rows,
-                row_bytes,
-            });
-        }
-        let len = usize::try_from(expected)
-            .map_err(|_| Error::corrupt(&path, "larger than the address space"))?;
-        out.push((path, len));
+    shapes
+        .schema
+        .arrays()
+        .iter()
+        .map(|a| check_bin_size(dir, a, shapes.rows))
+        .collect()
+}
+
+/// [`check_bin_sizes`] for one array.
+pub(crate) fn check_bin_size(dir: &Path, a: &ArraySpec, rows: u64) -> Result<(PathBuf, usize)> {
+    let path = dir.join(format::bin_file(a.name()));
+    let actual = std::fs::metadata(&path).map_err(Error::io(&path))?.len();
+    let row_bytes = a.row_bytes() as u64;
+    // Shapes::parse checked that this product fits in u64.
+    let expected = row_bytes.saturating_mul(rows);
+    if actual != expected {
+        return Err(Error::BinSize {
+            file: path,
+            expected,
+            actual,
+            rows,
+            row_bytes,
+        });
     }
-    Ok(out)
+    let len = usize::try_from(expected)
+        .map_err(|_| Error::corrupt(&path, "larger than the address space"))?;
+    Ok((path, len))
 }
 
 fn prefetch_bytes(bytes: &[u8]) {
