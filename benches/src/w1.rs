@@ -1,11 +1,213 @@
-//! W1 of `BENCHMARKS.md`: filled in by issue 4 (segment-store).
+//! W1 of `BENCHMARKS.md`: keyed tensor cache (segment-store).
+//!
+//! Writes N samples `sample_{i}` (f32[512]; then a second cache of dicts
+//! `{features: f32[512], logits: f16[10]}`) with `put_batch` in batches of
+//! 256 and the default flush policy, then `flush()`. Reopens from disk with
+//! the LRU disabled and reads 200 batches of 256 uniformly random keys;
+//! each timed batch is `get_batch` plus a pass over every returned element
+//! (what a consumer does with the zero-copy views). Every value is checked
+//! after the timed region.
 
-use crate::{Ctx, RunError};
+use std::path::Path;
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use segment_store::{Options, Part, Record, SegmentStore};
+use tensor_core::{Tensor, f16};
+
+use crate::{Ctx, Limit, Line, RunError, median, progress};
+
+const DIM: usize = 512;
+const LOGITS: usize = 10;
+const BATCH: usize = 256;
+const READ_BATCHES: usize = 200;
+
+fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> RunError {
+    RunError::store("w1", e)
+}
+
+fn features(seed: u64, i: usize) -> Vec<f32> {
+    let base = ((i as u64 + seed) % 65_536) as f32 * 0.25;
+    (0..DIM).map(|j| base + j as f32).collect()
+}
+
+fn logits(seed: u64, i: usize) -> Vec<f16> {
+    (0..LOGITS)
+        .map(|j| f16::from_f32(((i as u64 + seed + j as u64) % 1024) as f32))
+        .collect()
+}
+
+fn record(seed: u64, i: usize, dict: bool) -> Result<Record, RunError> {
+    let f = Tensor::from_vec([DIM], features(seed, i)).map_err(err)?;
+    if !dict {
+        return Ok(Record::from(f));
+    }
+    let l = Tensor::from_vec([LOGITS], logits(seed, i)).map_err(err)?;
+    Ok(Record::dict([
+        ("features", Part::from(f)),
+        ("logits", Part::from(l)),
+    ]))
+}
+
+fn check(seed: u64, i: usize, rec: Option<&Record>, dict: bool) -> Result<(), RunError> {
+    let wrong = |detail: String| RunError::WrongValue {
+        workload: "w1",
+        detail,
+    };
+    let rec = rec.ok_or_else(|| wrong(format!("sample_{i} missing")))?;
+    let f = if dict {
+        rec.get("features").and_then(Part::as_tensor)
+    } else {
+        rec.as_tensor()
+    }
+    .ok_or_else(|| wrong(format!("sample_{i}: no features tensor")))?;
+    if f.view().as_slice::<f32>().map_err(err)? != features(seed, i).as_slice() {
+        return Err(wrong(format!("sample_{i}: features differ")));
+    }
+    if dict {
+        let l = rec
+            .get("logits")
+            .and_then(Part::as_tensor)
+            .ok_or_else(|| wrong(format!("sample_{i}: no logits")))?;
+        if l.view().as_slice::<f16>().map_err(err)? != logits(seed, i).as_slice() {
+            return Err(wrong(format!("sample_{i}: logits differ")));
+        }
+    }
+    Ok(())
+}
+
+fn disk_bytes(dir: &Path) -> u64 {
+    fn walk(p: &Path) -> u64 {
+        std::fs::read_dir(p).map_or(0, |rd| {
+            rd.flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => walk(&e.path()),
+                    Ok(m) => m.len(),
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+    }
+    walk(dir)
+}
+
+fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
+    let suffix = if dict { "_dict" } else { "" };
+    let dir = ctx.fresh_dir(&format!("w1{suffix}")).map_err(err)?;
+    let item_bytes = DIM * 4 + if dict { LOGITS * 2 } else { 0 };
+    progress!("w1{suffix}: writing {n} samples");
+    let start = Instant::now();
+    {
+        let store = SegmentStore::open(&dir, Options::default()).map_err(err)?;
+        let mut i = 0;
+        while i < n {
+            let end = (i + BATCH).min(n);
+            let items = (i..end)
+                .map(|k| Ok((format!("sample_{k}"), record(ctx.seed, k, dict)?)))
+                .collect::<Result<Vec<_>, RunError>>()?;
+            store.put_batch(&items).map_err(err)?;
+            i = end;
+        }
+        store.flush().map_err(err)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let on_disk = disk_bytes(&dir);
+    ctx.emit(
+        Line::new(
+            "w1",
+            &format!("write{suffix}"),
+            n,
+            (n * item_bytes) as u64,
+            secs,
+        )
+        .limit(Limit::DurableWrite)
+        .with("bytes_on_disk_per_item", on_disk as f64 / n.max(1) as f64),
+    );
+
+    let opts = Options {
+        lru_bytes: 0,
+        ..Options::default()
+    };
+    let store = SegmentStore::open(&dir, opts).map_err(err)?;
+    let mut rng = StdRng::seed_from_u64(ctx.seed ^ 0x5eed);
+    let mut lat = Vec::with_capacity(READ_BATCHES);
+    let mut total = 0.0f64;
+    let mut sink = 0.0f32;
+    let mut to_check = Vec::new();
+    for b in 0..READ_BATCHES {
+        let ids: Vec<usize> = (0..BATCH).map(|_| rng.random_range(0..n)).collect();
+        let keys: Vec<String> = ids.iter().map(|i| format!("sample_{i}")).collect();
+        let t = Instant::now();
+        let (records, missing) = store.get_batch(&keys).map_err(err)?;
+        for r in records.iter().flatten() {
+            let f = if dict {
+                r.get("features").and_then(Part::as_tensor)
+            } else {
+                r.as_tensor()
+            };
+            if let Some(f) = f {
+                sink += touch(f.view().as_slice::<f32>().map_err(err)?);
+            }
+        }
+        let dt = t.elapsed().as_secs_f64();
+        total += dt;
+        lat.push(dt * 1e3);
+        if !missing.is_empty() {
+            return Err(RunError::WrongValue {
+                workload: "w1",
+                detail: format!("{} keys missing", missing.len()),
+            });
+        }
+        // Check every value of a sample of batches outside the timed region
+        // (all of them at small sizes).
+        if b % 10 == 0 || n <= 10_000 {
+            to_check.push((ids, records));
+        }
+    }
+    std::hint::black_box(sink);
+    for (ids, records) in &to_check {
+        for (i, r) in ids.iter().zip(records) {
+            check(ctx.seed, *i, r.as_ref(), dict)?;
+        }
+    }
+    let reads = READ_BATCHES * BATCH;
+    let mut sorted = lat.clone();
+    let p50 = median(&mut sorted);
+    let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
+    ctx.emit(
+        Line::new(
+            "w1",
+            &format!("read_random{suffix}"),
+            reads,
+            (reads * item_bytes) as u64,
+            total,
+        )
+        .limit(Limit::Memcpy)
+        .with("p50_ms", p50)
+        .with("p99_ms", p99)
+        .with("batch", BATCH),
+    );
+    Ok(())
+}
+
+/// Reads every element (16 independent lanes, so the pass runs at memory
+/// speed rather than at the latency of one chain of float adds).
+fn touch(xs: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let chunks = xs.chunks_exact(16);
+    let rest: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for (a, x) in acc.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    acc.iter().sum::<f32>() + rest
+}
 
 /// Runs W1.
-pub fn run(_ctx: &Ctx) -> Result<(), RunError> {
-    Err(RunError::store(
-        "w1",
-        "W1 is not built yet (issue 4 (segment-store))",
-    ))
+pub fn run(ctx: &Ctx) -> Result<(), RunError> {
+    let n = ctx.n_or(200_000).max(1);
+    run_one(ctx, n, false)?;
+    run_one(ctx, n, true)
 }

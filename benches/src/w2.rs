@@ -1,11 +1,159 @@
-//! W2 of `BENCHMARKS.md`: filled in by issue 4 (segment-store).
+//! W2 of `BENCHMARKS.md`: flush and open scaling (segment-store).
+//!
+//! Grows one cache of f32[128] samples through S = 1k, 10k, 100k, 1M (with
+//! `--n N`: N/1000, N/100, N/10, N). At each S it times `put_batch` of
+//! 1,000 new samples + `flush()` and opening the store until the first
+//! `get_batch` has returned (medians of 5), and reports the index's
+//! resident bytes per entry. A final "scaling" line holds the ratios.
 
-use crate::{Ctx, RunError};
+use std::time::Instant;
+
+use segment_store::{Options, Record, SegmentStore};
+use tensor_core::Tensor;
+
+use crate::{Ctx, Line, RunError, median, progress};
+
+const DIM: usize = 128;
+const NEW: usize = 1_000;
+const REPS: usize = 5;
+
+fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> RunError {
+    RunError::store("w2", e)
+}
+
+fn value(seed: u64, i: usize) -> Vec<f32> {
+    let base = ((i as u64 + seed) % 65_536) as f32;
+    (0..DIM).map(|j| base + j as f32 * 0.5).collect()
+}
+
+fn put_range(
+    store: &SegmentStore,
+    seed: u64,
+    range: std::ops::Range<usize>,
+) -> Result<(), RunError> {
+    let mut i = range.start;
+    while i < range.end {
+        let end = (i + 10_000).min(range.end);
+        let items = (i..end)
+            .map(|k| {
+                Tensor::from_vec([DIM], value(seed, k))
+                    .map(|t| (format!("s{k}"), Record::from(t)))
+                    .map_err(err)
+            })
+            .collect::<Result<Vec<_>, RunError>>()?;
+        store.put_batch(&items).map_err(err)?;
+        i = end;
+    }
+    Ok(())
+}
+
+fn check(store: &SegmentStore, seed: u64, i: usize) -> Result<(), RunError> {
+    let (r, _) = store.get_batch(&[format!("s{i}")]).map_err(err)?;
+    let ok = r[0]
+        .as_ref()
+        .and_then(|r| r.as_tensor())
+        .and_then(|t| {
+            t.view()
+                .as_slice::<f32>()
+                .ok()
+                .map(|s| s == value(seed, i).as_slice())
+        })
+        .unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        Err(RunError::WrongValue {
+            workload: "w2",
+            detail: format!("s{i} wrong or missing"),
+        })
+    }
+}
 
 /// Runs W2.
-pub fn run(_ctx: &Ctx) -> Result<(), RunError> {
-    Err(RunError::store(
-        "w2",
-        "W2 is not built yet (issue 4 (segment-store))",
-    ))
+pub fn run(ctx: &Ctx) -> Result<(), RunError> {
+    let max = ctx.n_or(1_000_000).max(1_000);
+    let sizes: Vec<usize> = [max / 1000, max / 100, max / 10, max]
+        .into_iter()
+        .map(|s| s.max(1))
+        .collect();
+    let dir = ctx.fresh_dir("w2").map_err(err)?;
+    let opts = Options {
+        lru_bytes: 0,
+        ..Options::default()
+    };
+    let mut filled = 0usize;
+    let mut flush_ms_all = Vec::new();
+    let mut open_ms_all = Vec::new();
+    for &s in &sizes {
+        progress!("w2: filling to S = {s}");
+        {
+            let store = SegmentStore::open(&dir, opts.clone()).map_err(err)?;
+            if s > filled {
+                put_range(&store, ctx.seed, filled..s)?;
+                store.flush().map_err(err)?;
+                filled = s;
+            }
+        }
+        // Open until the first get_batch can run.
+        let mut open_ms = Vec::new();
+        let mut index_bpe = 0.0;
+        for _ in 0..REPS {
+            let t = Instant::now();
+            let store = SegmentStore::open(&dir, opts.clone()).map_err(err)?;
+            let (_, _) = store.get_batch(&["s0"]).map_err(err)?;
+            open_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            index_bpe = store.stats().index_bytes_per_entry;
+        }
+        // Flush of 1,000 new samples.
+        let store = SegmentStore::open(&dir, opts.clone()).map_err(err)?;
+        let mut flush_ms = Vec::new();
+        for _ in 0..REPS {
+            let items = (filled..filled + NEW)
+                .map(|k| {
+                    Tensor::from_vec([DIM], value(ctx.seed, k))
+                        .map(|t| (format!("s{k}"), Record::from(t)))
+                        .map_err(err)
+                })
+                .collect::<Result<Vec<_>, RunError>>()?;
+            let t = Instant::now();
+            store.put_batch(&items).map_err(err)?;
+            store.flush().map_err(err)?;
+            flush_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            filled += NEW;
+        }
+        check(&store, ctx.seed, 0)?;
+        check(&store, ctx.seed, filled - 1)?;
+        check(&store, ctx.seed, s / 2)?;
+        let entries = store.len();
+        if entries != filled {
+            return Err(RunError::WrongValue {
+                workload: "w2",
+                detail: format!("len {entries}, expected {filled}"),
+            });
+        }
+        drop(store);
+        let f = median(&mut flush_ms);
+        let o = median(&mut open_ms);
+        flush_ms_all.push(f);
+        open_ms_all.push(o);
+        ctx.emit(
+            Line::new("w2", "flush", NEW, (NEW * DIM * 4) as u64, f / 1e3)
+                .with("s", s)
+                .with("flush_ms", f)
+                .with("open_ms", o)
+                .with("index_bytes_per_entry", index_bpe),
+        );
+    }
+    let first_f = flush_ms_all.first().copied().unwrap_or(1.0);
+    let last_f = flush_ms_all.last().copied().unwrap_or(1.0);
+    let first_o = open_ms_all.first().copied().unwrap_or(1.0);
+    let last_o = open_ms_all.last().copied().unwrap_or(1.0);
+    ctx.emit(
+        Line::new("w2", "scaling", max, 0, 1.0)
+            .with("s", max)
+            .with("flush_ratio", last_f / first_f.max(1e-9))
+            .with("open_ratio", last_o / first_o.max(1e-9))
+            .with("open_ms_at_max", last_o),
+    );
+    Ok(())
 }

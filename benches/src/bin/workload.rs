@@ -86,7 +86,8 @@ fn run(args: &Args) -> Result<(), RunError> {
         );
     }
     let all = args.which == Which::All;
-    let steps: [(Which, fn(&Ctx) -> Result<(), RunError>); 5] = [
+    type Step = fn(&Ctx) -> Result<(), RunError>;
+    let steps: [(Which, Step); 5] = [
         (Which::W1, benches::w1::run),
         (Which::W2, benches::w2::run),
         (Which::W3, benches::w3::run),

@@ -1,3 +1,92 @@
-//! `segment-store`: see `DESIGN.md` for its job. Work in progress; its issue fills it in.
+//! `segment-store`: a persistent key → tensor-record cache on immutable
+//! Arrow IPC segment files — the job torchcachex's `ArrowIPCCacheBackend`
+//! does in Python, in its on-disk layout, without its costs that grow with
+//! the cache.
+//!
+//! A [`Record`] is a single tensor, named tensors and blobs (a dict), a
+//! tuple or list of tensors and blobs, or one opaque blob; tensors carry
+//! every [`tensor_core::DType`], bf16 included. The first record fixes the
+//! [`RecordSchema`]; later records that differ are refused with
+//! [`Error::SchemaMismatch`] naming the field, and nothing of their batch
+//! is written.
+//!
+//! * **Writes** buffer in memory; every `flush_every` records become one
+//!   new segment (temp file → fsync → rename → dir fsync), and only then is
+//!   the segment's group of key hashes appended (and fsynced) to the index
+//!   log. A flush never rewrites existing bytes, so it costs O(new records).
+//!   With [`Options::async_write`] flushes run on a background thread
+//!   behind a bounded queue; its errors come back from the next call.
+//! * **Reads** try the byte-bounded LRU, then unflushed records, then the
+//!   index: a table of 12-byte slots (≤ 24 bytes per key), loaded by one
+//!   sequential read of the log without parsing any key string. Each
+//!   segment is mapped once and decoded lazily by arrow-rs' `FileDecoder`
+//!   over the mapped `Buffer`; a record's tensors are views into the map
+//!   ([`TensorBuf::view`]) until the caller copies them.
+//! * **Recovery** on open removes temp files, drops a torn index tail,
+//!   indexes segments newer than the index, rebuilds a missing index from
+//!   the segments' `key` columns (a torchcachex cache: later rows win),
+//!   re-derives a bad `schema.json`, and excludes a corrupt segment (its
+//!   keys read as missing; see [`SegmentStore::problems`]).
+//! * **One writer**: the writer rank takes an `fs2` lock; a second writer
+//!   gets [`Error::Locked`]. Other ranks only fill their LRU.
+//!
+//! # Layout
+//! ```text
+//! <cache_dir>/<module_id>/
+//!   segments/segment_000000.arrow   Arrow IPC file: key, data, shape, ... (torchcachex columns)
+//!   segments/segment_000001.arrow
+//!   schema.json                     {"fields", "metadata", "output_structure"}
+//!   segment-index.log               header, then per segment: group header + u64 key hashes
+//!   segment-store.lock              writer's advisory lock
+//! ```
+//! The byte-level format is documented in [`format`].
+//!
+//! # Example
+//! ```
+//! use segment_store::{Options, Part, Record, SegmentStore};
+//! use tensor_core::Tensor;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = SegmentStore::open(dir.path(), Options::default())?;
+//! let t = Tensor::from_vec([2, 2], vec![1.0f32, 2.0, 3.0, 4.0])?;
+//! store.put_batch(&[("sample_0", Record::from(t))])?;
+//! store.flush()?;
+//! drop(store);
+//!
+//! let store = SegmentStore::open(dir.path(), Options::default())?;
+//! let (records, missing) = store.get_batch(&["sample_0", "sample_9"])?;
+//! assert_eq!(missing, vec![1]);
+//! let view = records[0].as_ref().unwrap().as_tensor().unwrap().view();
+//! assert_eq!(view.as_slice::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
+//!
+//! // Named tensors and blobs need a cache of their own.
+//! let other = tempfile::tempdir()?;
+//! let dicts = SegmentStore::open(other.path(), Options::default())?;
+//! let rec = Record::dict([
+//!     ("features", Part::from(Tensor::from_vec([3], vec![0.5f32; 3])?)),
+//!     ("label", Part::Blob(b"cat".to_vec().into())),
+//! ]);
+//! dicts.put_batch(&[("a", rec)])?;
+//! assert_eq!(dicts.len(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
+
+mod error;
+pub mod format;
+mod index;
+mod lru;
+mod maintenance;
+mod reader;
+mod record;
+mod recover;
+mod schema;
+mod store;
+mod writer;
+
+pub use error::{Error, Result};
+pub use maintenance::{CompactReport, Inspection, Problem, SegmentInfo};
+pub use record::{Blob, Part, Record, Structure, TensorBuf};
+pub use schema::{PartKind, PartSpec, RecordSchema};
+pub use store::{Options, SegmentStore, Stats};

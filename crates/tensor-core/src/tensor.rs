@@ -270,7 +270,7 @@ fn cast_slice<T: Element>(dtype: DType, bytes: &[u8]) -> Result<&[T]> {
     }
     let align = std::mem::align_of::<T>();
     let address = bytes.as_ptr() as usize;
-    if address % align != 0 {
+    if !address.is_multiple_of(align) {
         return Err(TensorError::Misaligned {
             dtype,
             address,

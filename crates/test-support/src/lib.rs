@@ -101,3 +101,117 @@ pub fn run_python(python: &Path, script: &str, args: &[&Path]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Crash loops: a parent test spawns the test binary itself as a writer
+/// child, kills it with SIGKILL at a seeded moment, then checks what the
+/// child reported as committed against what recovery finds.
+pub mod crash {
+    use std::io::{BufRead, BufReader};
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    const ROLE_ENV: &str = "CACHEX_CRASH_ROLE";
+    const DIR_ENV: &str = "CACHEX_CRASH_DIR";
+    const SEED_ENV: &str = "CACHEX_CRASH_SEED";
+    const COMMIT_PREFIX: &str = "CACHEX-COMMIT ";
+
+    /// What a child is asked to do.
+    #[derive(Debug, Clone)]
+    pub struct ChildArgs {
+        /// Which writer role (the test decides what it means).
+        pub role: String,
+        /// The cache directory to write into.
+        pub dir: PathBuf,
+        /// Seed of the deterministic stream.
+        pub seed: u64,
+    }
+
+    /// In a child: the role it was spawned for; `None` in a normal test run.
+    pub fn child_args() -> Option<ChildArgs> {
+        let role = std::env::var(ROLE_ENV).ok()?;
+        let dir = PathBuf::from(std::env::var_os(DIR_ENV)?);
+        let seed = std::env::var(SEED_ENV).ok()?.parse().ok()?;
+        Some(ChildArgs { role, dir, seed })
+    }
+
+    /// In a child: reports `what` as durably committed (call only after the
+    /// store's commit returned). Flushed at once, so a kill cannot lose it.
+    pub fn report_commit(what: &str) {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{COMMIT_PREFIX}{what}");
+        let _ = out.flush();
+    }
+
+    /// What the parent saw of one child.
+    #[derive(Debug, Clone)]
+    pub struct Outcome {
+        /// Everything the child reported as committed, in order.
+        pub committed: Vec<String>,
+        /// Whether the child was killed (false: it finished first).
+        pub killed: bool,
+    }
+
+    /// Runs test `test_name` of the current test binary as a child with
+    /// `role`, and kills it with SIGKILL after `kill_after` (or lets it
+    /// finish, whichever comes first).
+    pub fn run_and_kill(
+        test_name: &str,
+        role: &str,
+        dir: &Path,
+        seed: u64,
+        kill_after: Duration,
+    ) -> Outcome {
+        let exe = std::env::current_exe().expect("current test binary");
+        let mut child = Command::new(exe)
+            .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, role)
+            .env(DIR_ENV, dir)
+            .env(SEED_ENV, seed.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn crash child");
+        let stdout = child.stdout.take().expect("child stdout");
+        let (tx, rx) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(what) = line.strip_prefix(COMMIT_PREFIX) {
+                    let _ = tx.send(what.to_owned());
+                }
+            }
+        });
+        let deadline = Instant::now() + kill_after;
+        let mut killed = false;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for crash child") {
+                assert!(status.success(), "crash child {role} failed: {status}");
+                break;
+            }
+            if Instant::now() >= deadline {
+                // std's kill is SIGKILL on Unix: no destructors, no flushes.
+                let _ = child.kill();
+                let _ = child.wait();
+                killed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = reader.join();
+        Outcome {
+            committed: rx.try_iter().collect(),
+            killed,
+        }
+    }
+
+    /// Cycles to run: `CACHEX_CRASH_CYCLES` or `default`.
+    pub fn cycles(default: usize) -> usize {
+        std::env::var("CACHEX_CRASH_CYCLES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+}

@@ -1,0 +1,102 @@
+//! Runs every workload at a small size, so the runner cannot rot: each must
+//! exit 0 (every value it read back was right) and print well-formed lines.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn run(which: &str, n: &str) -> Vec<Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_workload"))
+        .args([
+            which,
+            "--n",
+            n,
+            "--limits-mb",
+            "8",
+            "--memcpy-mb",
+            "8",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .expect("spawn workload");
+    assert!(
+        out.status.success(),
+        "workload {which} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect();
+    for line in &lines {
+        for field in [
+            "workload",
+            "phase",
+            "n",
+            "items_per_s",
+            "mb_per_s",
+            "peak_rss_bytes",
+        ] {
+            assert!(
+                line.get(field).is_some(),
+                "{which}: line lacks {field}: {line}"
+            );
+        }
+        if line.get("limit").is_some() {
+            let f = line["fraction_of_limit"]
+                .as_f64()
+                .expect("fraction_of_limit");
+            assert!(f.is_finite() && f >= 0.0, "{line}");
+        }
+    }
+    let phases: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["workload"] == which)
+        .filter_map(|l| l["phase"].as_str())
+        .collect();
+    assert!(!phases.is_empty(), "{which} printed no line of its own");
+    lines
+}
+
+#[test]
+fn limits_only() {
+    let lines = run("limits", "1");
+    let phases: Vec<&str> = lines.iter().filter_map(|l| l["phase"].as_str()).collect();
+    assert_eq!(phases, ["memcpy", "page_cache_read", "durable_write"]);
+}
+
+#[test]
+fn w1_smoke() {
+    run("w1", "600");
+}
+
+#[test]
+fn w2_smoke() {
+    let lines = run("w2", "300");
+    let scaling = lines
+        .iter()
+        .find(|l| l["phase"] == "scaling")
+        .expect("w2 ends with a scaling line");
+    for field in ["flush_ratio", "open_ratio", "open_ms_at_max"] {
+        assert!(scaling[field].as_f64().is_some(), "{scaling}");
+    }
+}
+
+#[test]
+fn w3_smoke() {
+    run("w3", "2000");
+}
+
+#[test]
+fn w4_smoke() {
+    run("w4", "50");
+}
+
+#[test]
+fn w5_smoke() {
+    run("w5", "200");
+}

@@ -1,0 +1,197 @@
+//! Which backend, where, with which options: the config a cache is opened
+//! from, and the directory its key names.
+
+use std::path::{Path, PathBuf};
+
+use fingerprint::{CacheKey, Mode, compute_key};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{FacadeError, Result};
+
+/// The store behind a [`CacheConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    /// `segment-store`: keyed tensor records on Arrow IPC segments.
+    SegmentStore,
+    /// `memmap-array`: fixed-shape rows keyed by source id.
+    MemmapArray,
+}
+
+impl BackendKind {
+    /// The kebab-case name used in configs and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::SegmentStore => "segment-store",
+            BackendKind::MemmapArray => "memmap-array",
+        }
+    }
+}
+
+/// What to do when the cache on disk was built from other sources or an
+/// older store format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnStale {
+    /// Refuse with [`FacadeError::Stale`], which says why.
+    #[default]
+    Error,
+    /// Delete the stale cache and start an empty one (the reason is logged
+    /// to stderr).
+    Rebuild,
+}
+
+/// Source files whose stamps go into the cache's fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourcesConfig {
+    /// The directory the paths are relative to.
+    pub root: PathBuf,
+    /// The files, relative to `root`.
+    pub paths: Vec<PathBuf>,
+    /// Hash contents (true) or only size and mtime (false).
+    #[serde(default)]
+    pub content: bool,
+}
+
+impl SourcesConfig {
+    pub(crate) fn mode(&self) -> Mode {
+        if self.content {
+            Mode::Content
+        } else {
+            Mode::Metadata
+        }
+    }
+}
+
+/// A cache's config. Its directory is `root/<name>/<key>`, where the key
+/// hashes everything that changes what the cache holds — backend, name and
+/// options — so changing an option never reads a stale cache. The root,
+/// `create_root` and `on_stale` do not enter the key.
+///
+/// Build it in code, or parse it from JSON:
+/// `{"backend": "segment-store", "root": "cache", "name": "features",
+///   "options": {"flush_every": 1024}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// The store.
+    pub backend: BackendKind,
+    /// The directory all caches live under.
+    pub root: PathBuf,
+    /// The cache's name: one path component (no `/`, not `..`).
+    pub name: String,
+    /// Backend options (see each backend); part of the key.
+    #[serde(default)]
+    pub options: Map<String, Value>,
+    /// Source files that make the cache stale when they change.
+    #[serde(default)]
+    pub sources: Option<SourcesConfig>,
+    /// Create `root` when it does not exist (else that is an error).
+    #[serde(default)]
+    pub create_root: bool,
+    /// What to do with a stale cache.
+    #[serde(default)]
+    pub on_stale: OnStale,
+}
+
+impl CacheConfig {
+    /// A config with no options.
+    pub fn new(backend: BackendKind, root: impl Into<PathBuf>, name: impl Into<String>) -> Self {
+        CacheConfig {
+            backend,
+            root: root.into(),
+            name: name.into(),
+            options: Map::new(),
+            sources: None,
+            create_root: false,
+            on_stale: OnStale::Error,
+        }
+    }
+
+    /// Sets a backend option.
+    pub fn option(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.options.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// Sets the source files of the fingerprint.
+    pub fn sources(mut self, sources: SourcesConfig) -> Self {
+        self.sources = Some(sources);
+        self
+    }
+
+    /// Creates the root when missing.
+    pub fn create_root(mut self, yes: bool) -> Self {
+        self.create_root = yes;
+        self
+    }
+
+    /// Sets the stale policy.
+    pub fn on_stale(mut self, policy: OnStale) -> Self {
+        self.on_stale = policy;
+        self
+    }
+
+    /// Parses a JSON config.
+    pub fn from_json(text: &str) -> Result<CacheConfig> {
+        serde_json::from_str(text).map_err(|e| FacadeError::Config(e.to_string()))
+    }
+
+    /// Reads and parses a JSON config file.
+    pub fn from_file(path: &Path) -> Result<CacheConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| FacadeError::io(path, e))?;
+        serde_json::from_str(&text)
+            .map_err(|e| FacadeError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// The cache key: backend, name and options, canonically hashed.
+    pub fn key(&self) -> Result<CacheKey> {
+        Ok(compute_key(&serde_json::json!({
+            "backend": self.backend,
+            "name": self.name,
+            "options": self.options,
+        }))?)
+    }
+
+    /// `root/<name>/<key>`, after checking that the name is one plain path
+    /// component (so no config can point outside its root).
+    pub fn cache_dir(&self) -> Result<PathBuf> {
+        let plain = !self.name.is_empty()
+            && self.name != "."
+            && self.name != ".."
+            && !self.name.contains(['/', '\\', '\0']);
+        if !plain {
+            return Err(FacadeError::Config(format!(
+                "cache name {:?} must be one plain path component",
+                self.name
+            )));
+        }
+        Ok(self.root.join(&self.name).join(self.key()?.as_str()))
+    }
+
+    /// Typed option lookup with a default; a present option of the wrong
+    /// type is an error naming it.
+    pub(crate) fn opt<T: serde::de::DeserializeOwned>(&self, key: &str, default: T) -> Result<T> {
+        match self.options.get(key) {
+            None => Ok(default),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                FacadeError::Config(format!("option {key:?} of {}: {e}", self.backend.name()))
+            }),
+        }
+    }
+
+    /// Fails on options the backend does not know (a typo would otherwise
+    /// silently make a new cache key).
+    pub(crate) fn check_options(&self, known: &[&str]) -> Result<()> {
+        match self.options.keys().find(|k| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) => Err(FacadeError::Config(format!(
+                "unknown option {k:?} for {} (known: {})",
+                self.backend.name(),
+                known.join(", ")
+            ))),
+        }
+    }
+}

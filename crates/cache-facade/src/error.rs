@@ -1,0 +1,88 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// What can go wrong opening a cache or calling through it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FacadeError {
+    /// `CachedFn::call` got a different number of ids than inputs.
+    #[error("{inputs} inputs but {ids} ids: every input needs a stable id")]
+    MissingIds {
+        /// Number of inputs.
+        inputs: usize,
+        /// Number of ids.
+        ids: usize,
+    },
+    /// An input's id is the empty string.
+    #[error("input {index} has an empty id: every input needs a stable id")]
+    EmptyId {
+        /// Position of the input.
+        index: usize,
+    },
+    /// The wrapped computation failed.
+    #[error("the wrapped computation failed: {0}")]
+    Compute(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The wrapped computation returned the wrong number of outputs.
+    #[error("the wrapped computation returned {got} outputs for {expected} inputs")]
+    ComputeCount {
+        /// Inputs passed.
+        expected: usize,
+        /// Outputs returned.
+        got: usize,
+    },
+    /// A backend broke its contract (e.g. answered the wrong number of slots).
+    #[error("backend: {0}")]
+    Backend(String),
+    /// The config is not usable.
+    #[error("config: {0}")]
+    Config(String),
+    /// The root directory of a config does not exist.
+    #[error("{}: cache root does not exist (create it, or set create_root)", .0.display())]
+    MissingRoot(PathBuf),
+    /// The directory holds a cache of another kind than the config names.
+    #[error("{}: holds a {found} cache, but the config asks for {expected}", dir.display())]
+    KindMismatch {
+        /// The cache directory.
+        dir: PathBuf,
+        /// What is there.
+        found: String,
+        /// What the config names.
+        expected: String,
+    },
+    /// The cache was built from other sources or an older format.
+    #[error("{}: {stale}; open with OnStale::Rebuild to rebuild it", dir.display())]
+    Stale {
+        /// The cache directory.
+        dir: PathBuf,
+        /// Why it is stale.
+        stale: fingerprint::Stale,
+    },
+    /// A file-system operation failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The segment-store backend failed.
+    #[error(transparent)]
+    Segment(#[from] segment_store::Error),
+    /// Keys, fingerprints and stamps.
+    #[error(transparent)]
+    Fingerprint(#[from] fingerprint::FingerprintError),
+}
+
+impl FacadeError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FacadeError {
+        FacadeError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = FacadeError> = std::result::Result<T, E>;

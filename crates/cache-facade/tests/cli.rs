@@ -1,0 +1,163 @@
+//! The cachex binary, run as a real process on real caches.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn cachex(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cachex"))
+        .args(args)
+        .output()
+        .expect("spawn cachex")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = cachex(args);
+    assert!(
+        out.status.success(),
+        "cachex {args:?} failed: {}\n{}{}",
+        out.status,
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout(&out)
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The demo at a small size, returning the cache directory it made.
+fn demo_cache(root: &Path) -> std::path::PathBuf {
+    let text = ok(&["demo", "--dir", p(root), "--n", "150", "--cost-ms", "0.1"]);
+    assert!(text.contains("speed-up of the cached epoch"), "{text}");
+    assert!(text.contains("100.0%"), "second epoch is all hits: {text}");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("look inside:"))
+        .expect("pointer to inspect");
+    let dir = line.rsplit(' ').next().unwrap();
+    std::path::PathBuf::from(dir)
+}
+
+#[test]
+fn demo_then_inspect_verify_get_stats_compact() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = demo_cache(root.path());
+
+    let table = ok(&["inspect", p(&dir)]);
+    assert!(
+        table.contains("kind: segment-store") && table.contains("entries: 150"),
+        "{table}"
+    );
+    let json: Value = serde_json::from_str(&ok(&["inspect", p(&dir), "--json"])).unwrap();
+    assert_eq!(json["kind"], "segment-store");
+    assert_eq!(json["entries"], 150);
+    assert_eq!(json["schema"]["output_structure"], "tensor");
+
+    assert!(ok(&["verify", p(&dir)]).contains("sound"));
+
+    let rec: Value = serde_json::from_str(&ok(&["get", p(&dir), "img_0000007", "--json"])).unwrap();
+    assert_eq!(rec["dtype"], "float32");
+    assert_eq!(rec["shape"], serde_json::json!([256]));
+    let expected = cache_facade::demo::synthetic_feature(7, 256);
+    let got: Vec<f32> = rec["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    assert_eq!(got, expected);
+
+    let missing = cachex(&["get", p(&dir), "nope"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no record with key \"nope\""));
+
+    assert!(ok(&["stats", p(&dir)]).contains("entries: 150"));
+    assert!(ok(&["compact", p(&dir)]).contains("150 live rows kept"));
+    assert!(ok(&["verify", p(&dir)]).contains("sound"));
+}
+
+#[test]
+fn verify_names_the_corrupt_file_and_exits_1() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = demo_cache(root.path());
+    let seg = dir.join("segments/segment_000000.arrow");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 64] {
+        *b ^= 0xff;
+    }
+    std::fs::write(&seg, &bytes).unwrap();
+    let out = cachex(&["verify", p(&dir)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("segment_000000.arrow"),
+        "{}",
+        stdout(&out)
+    );
+
+    std::fs::write(&seg, &bytes[..100]).unwrap();
+    let out = cachex(&["verify", p(&dir)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("segment_000000.arrow"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn torchcachex_fixtures_read_as_python_wrote_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let expected = test_support::expected();
+    let dir = test_support::copy_fixture("torchcachex/dict_mixed", tmp.path());
+    let table = ok(&["inspect", p(&dir)]);
+    assert!(table.contains("kind: torchcachex"), "{table}");
+    assert!(ok(&["verify", p(&dir)]).contains("sound"));
+    let rec: Value = serde_json::from_str(&ok(&["get", p(&dir), "sample_3", "--json"])).unwrap();
+    let want = &expected["torchcachex"]["modules"]["dict_mixed"]["sample_3"];
+    assert!(
+        want.is_object(),
+        "expected.json has dict_mixed/sample_3: {want}"
+    );
+    for (name, tensor) in want.as_object().unwrap() {
+        if let Some(data) = tensor.get("data") {
+            let got = &rec[name]["data"];
+            let a: Vec<f64> = got
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            let b: Vec<f64> = data
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            assert_eq!(a, b, "{name}");
+        }
+    }
+    // A compact refuses the Python tool's directory rather than rewriting it.
+    let out = cachex(&["compact", p(&dir)]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn usage_errors_exit_2_and_unknown_paths_exit_1() {
+    assert_eq!(cachex(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(cachex(&["get"]).status.code(), Some(2));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = cachex(&["inspect", p(&tmp.path().join("none"))]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
+    let out = cachex(&["verify", p(tmp.path())]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a cache"));
+}

@@ -1,0 +1,142 @@
+//! Config keying, directories, kinds and stale caches.
+
+use cache_facade::{
+    BackendKind, CacheBackend, CacheConfig, FacadeError, OnStale, SegmentBackend, SourcesConfig,
+};
+use segment_store::Record;
+use tensor_core::Tensor;
+
+fn put_one(backend: &SegmentBackend, key: &str) {
+    let r = Record::from(Tensor::from_vec([1], vec![1.0f32]).unwrap());
+    backend.put_batch(vec![(key.to_owned(), r)]).unwrap();
+    backend.flush().unwrap();
+}
+
+#[test]
+fn options_change_the_key_but_order_and_root_do_not() {
+    let a = CacheConfig::new(BackendKind::SegmentStore, "/r1", "feat")
+        .option("flush_every", 8u64)
+        .option("lru_bytes", 0u64);
+    let b = CacheConfig::new(BackendKind::SegmentStore, "/r2", "feat")
+        .option("lru_bytes", 0u64)
+        .option("flush_every", 8u64);
+    let c = CacheConfig::new(BackendKind::SegmentStore, "/r1", "feat")
+        .option("flush_every", 9u64)
+        .option("lru_bytes", 0u64);
+    let d = CacheConfig::new(BackendKind::MemmapArray, "/r1", "feat")
+        .option("flush_every", 8u64)
+        .option("lru_bytes", 0u64);
+    assert_eq!(a.key().unwrap(), b.key().unwrap());
+    assert_ne!(a.key().unwrap(), c.key().unwrap());
+    assert_ne!(a.key().unwrap(), d.key().unwrap());
+    let dir = a.cache_dir().unwrap();
+    assert_eq!(dir.parent().unwrap(), std::path::Path::new("/r1/feat"));
+    assert_eq!(
+        dir.file_name().unwrap().to_str().unwrap(),
+        a.key().unwrap().as_str()
+    );
+}
+
+#[test]
+fn json_configs_parse_and_typos_are_refused() {
+    let cfg = CacheConfig::from_json(r#"{"backend": "segment-store", "root": "/tmp/x", "name": "f", "options": {"flush_every": 16}}"#).unwrap();
+    assert_eq!(cfg.backend, BackendKind::SegmentStore);
+    assert!(CacheConfig::from_json(r#"{"backend": "redis", "root": "/", "name": "f"}"#).is_err());
+    assert!(
+        CacheConfig::from_json(
+            r#"{"backend": "segment-store", "root": "/", "name": "f", "rooot": 1}"#
+        )
+        .is_err()
+    );
+
+    let root = tempfile::tempdir().unwrap();
+    let typo =
+        CacheConfig::new(BackendKind::SegmentStore, root.path(), "f").option("flush_evry", 3u64);
+    let err = SegmentBackend::open(&typo).err().unwrap();
+    assert!(
+        err.to_string().contains("unknown option \"flush_evry\""),
+        "{err}"
+    );
+    let wrong_type =
+        CacheConfig::new(BackendKind::SegmentStore, root.path(), "f").option("flush_every", "many");
+    let err = SegmentBackend::open(&wrong_type).err().unwrap();
+    assert!(err.to_string().contains("flush_every"), "{err}");
+}
+
+#[test]
+fn names_cannot_escape_the_root() {
+    for bad in ["..", "../evil", "a/b", "", ".", "/abs"] {
+        let cfg = CacheConfig::new(BackendKind::SegmentStore, "/tmp", bad);
+        let err = cfg.cache_dir().unwrap_err();
+        assert!(matches!(err, FacadeError::Config(_)), "{bad:?}: {err}");
+    }
+}
+
+#[test]
+fn a_missing_root_is_an_error_unless_created() {
+    let parent = tempfile::tempdir().unwrap();
+    let root = parent.path().join("not-yet");
+    let cfg = CacheConfig::new(BackendKind::SegmentStore, &root, "f");
+    let err = SegmentBackend::open(&cfg).err().unwrap();
+    assert!(
+        matches!(err, FacadeError::MissingRoot(ref p) if *p == root),
+        "{err}"
+    );
+    let backend = SegmentBackend::open(&cfg.create_root(true)).unwrap();
+    assert!(backend.path().starts_with(&root));
+}
+
+#[test]
+fn a_directory_of_another_kind_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let cfg = CacheConfig::new(BackendKind::SegmentStore, root.path(), "f");
+    let dir = cfg.cache_dir().unwrap();
+    std::fs::create_dir_all(dir.join("segments")).unwrap();
+    let err = SegmentBackend::open(&cfg).err().unwrap();
+    assert!(matches!(err, FacadeError::KindMismatch { .. }), "{err}");
+    assert!(err.to_string().contains("torchcachex"), "{err}");
+}
+
+#[test]
+fn stale_caches_say_why_and_rebuild_on_request() {
+    let root = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("labels.csv"), "a,1\n").unwrap();
+    let cfg =
+        CacheConfig::new(BackendKind::SegmentStore, root.path(), "f").sources(SourcesConfig {
+            root: data.path().to_path_buf(),
+            paths: vec!["labels.csv".into()],
+            content: true,
+        });
+    {
+        let b = SegmentBackend::open(&cfg).unwrap();
+        put_one(&b, "k");
+    }
+    // Unchanged sources: the cache is reused.
+    assert_eq!(SegmentBackend::open(&cfg).unwrap().len(), 1);
+
+    std::fs::write(data.path().join("labels.csv"), "a,2\n").unwrap();
+    let err = SegmentBackend::open(&cfg).err().unwrap();
+    match &err {
+        FacadeError::Stale { stale, .. } => {
+            assert!(
+                stale
+                    .to_string()
+                    .contains("source labels.csv changed (content differs)"),
+                "{stale}"
+            );
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("OnStale::Rebuild"), "{err}");
+
+    let rebuilt = SegmentBackend::open(&cfg.clone().on_stale(OnStale::Rebuild)).unwrap();
+    assert_eq!(rebuilt.len(), 0, "a rebuilt cache starts empty");
+    put_one(&rebuilt, "k2");
+    drop(rebuilt);
+    assert_eq!(
+        SegmentBackend::open(&cfg).unwrap().len(),
+        1,
+        "the new fingerprint is current"
+    );
+}

@@ -1,0 +1,271 @@
+//! The on-disk format, written down once.
+//!
+//! ```text
+//! <cache_dir>/
+//!   segments/segment_000000.arrow   Arrow IPC *file*, immutable, one record batch
+//!   segments/segment_000001.arrow   (ids grow; parsed numerically, may exceed 6 digits)
+//!   schema.json                     torchcachex's shape: fields, metadata, output_structure
+//!   segment-index.log               append-only index of this crate (below)
+//!   segment-store.lock              fs2 advisory lock of the writer
+//!   *.tmp                           in-flight writes; removed on open
+//! ```
+//!
+//! # Segments
+//! Columns follow torchcachex: `key` (utf8), then per tensor `data`
+//! (`list<T>`) and `shape` (`list<int64>`) — prefixed `{name}_` in a dict
+//! and `item{i}_` in a tuple/list — and `blob` / `{name}_blob` (binary) for
+//! opaque bytes. Schema metadata: `torch_dtype` (single tensor),
+//! `tensor_keys` (dict, JSON list), and this crate's `cachex_parts` (JSON list
+//! of `{"name", "dtype", "rank"}` or `{"name", "blob": true}`, which keeps
+//! bf16 — stored as `uint16` — and each tensor's rank) and `cachex_format`
+//! (= [`SEGMENT_FORMAT`]). Bool tensors are Arrow booleans (bit-packed), as
+//! pyarrow writes them.
+//!
+//! # Index log (`segment-index.log`), little-endian
+//! ```text
+//! header  16 B   magic b"CXSEGIDX" | version u32 (= 1) | flags u32 (= 0)
+//! group   32 B   magic b"CXG1" | segment_id u32 | count u32 | reserved u32 (= 0)
+//!                | segment_len u64 | checksum u64
+//!         count x u64  key hash of row 0, 1, ... of that segment
+//! ```
+//! One group is appended (and fsynced) per segment, only after the segment
+//! is durable under its final name. `checksum` is the first 8 bytes of
+//! BLAKE3 over the group's first 24 header bytes followed by the hashes; a
+//! group that is short or fails its checksum ends the log (a torn tail,
+//! truncated on open). A key hash is the first 8 bytes (little-endian u64)
+//! of BLAKE3 of the key's UTF-8 bytes. Groups are in segment-id order, and
+//! later rows win when keys repeat. Segments with ids above the log's last
+//! group are indexed on open; a directory without a log (a torchcachex
+//! cache) is indexed from the segments' `key` columns.
+
+use std::path::{Path, PathBuf};
+
+/// Folder of the segment files.
+pub const SEGMENTS_DIR: &str = "segments";
+/// File name of the schema.
+pub const SCHEMA_FILE: &str = "schema.json";
+/// File name of the index log.
+pub const INDEX_FILE: &str = "segment-index.log";
+/// File name of the writer's lock.
+pub const LOCK_FILE: &str = "segment-store.lock";
+/// Suffix of in-flight files.
+pub const TMP_SUFFIX: &str = ".tmp";
+/// `cachex_format` metadata value of the segments this version writes.
+pub const SEGMENT_FORMAT: &str = "1";
+
+/// Magic of the index log header.
+pub const INDEX_MAGIC: [u8; 8] = *b"CXSEGIDX";
+/// Version of the index log.
+pub const INDEX_VERSION: u32 = 1;
+/// Bytes of the index log header.
+pub const INDEX_HEADER_LEN: usize = 16;
+/// Magic of a group header.
+pub const GROUP_MAGIC: [u8; 4] = *b"CXG1";
+/// Bytes of a group header.
+pub const GROUP_HEADER_LEN: usize = 32;
+
+/// The file name of segment `id`.
+pub fn segment_name(id: u32) -> String {
+    format!("segment_{id:06}.arrow")
+}
+
+/// The path of segment `id` under a cache directory.
+pub fn segment_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(SEGMENTS_DIR).join(segment_name(id))
+}
+
+/// The id of a segment file name, or `None` for any other name.
+pub fn parse_segment_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("segment_")?.strip_suffix(".arrow")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The 64-bit hash of a key that the index stores.
+pub fn key_hash(key: &str) -> u64 {
+    let h = blake3::hash(key.as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// The index log header.
+pub fn encode_index_header() -> [u8; INDEX_HEADER_LEN] {
+    let mut h = [0u8; INDEX_HEADER_LEN];
+    h[..8].copy_from_slice(&INDEX_MAGIC);
+    h[8..12].copy_from_slice(&INDEX_VERSION.to_le_bytes());
+    h
+}
+
+/// One group (header and hashes) of the index log.
+pub fn encode_group(segment_id: u32, segment_len: u64, hashes: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(GROUP_HEADER_LEN + hashes.len() * 8);
+    out.extend_from_slice(&GROUP_MAGIC);
+    out.extend_from_slice(&segment_id.to_le_bytes());
+    // Callers never build a segment of more than u32::MAX rows.
+    out.extend_from_slice(&(hashes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&segment_len.to_le_bytes());
+    out.extend_from_slice(&[0u8; 8]);
+    for h in hashes {
+        out.extend_from_slice(&h.to_le_bytes());
+    }
+    let sum = group_checksum(&out[..24], &out[GROUP_HEADER_LEN..]);
+    out[24..32].copy_from_slice(&sum.to_le_bytes());
+    out
+}
+
+fn group_checksum(head: &[u8], hashes: &[u8]) -> u64 {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(head);
+    hasher.update(hashes);
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// A group parsed from the index log; `hashes` is a byte range of the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// The segment the group indexes.
+    pub segment_id: u32,
+    /// The segment's length in bytes when it was indexed.
+    pub segment_len: u64,
+    /// Byte range of the `count` hashes in the log.
+    pub hashes: std::ops::Range<usize>,
+}
+
+impl Group {
+    /// Number of rows (hashes).
+    pub fn count(&self) -> usize {
+        self.hashes.len() / 8
+    }
+
+    /// The hashes, read from the log bytes the group was parsed from.
+    pub fn hashes<'a>(&self, log: &'a [u8]) -> impl ExactSizeIterator<Item = u64> + 'a {
+        log[self.hashes.clone()]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+    }
+}
+
+/// The parsed index log.
+#[derive(Debug, Clone, Default)]
+pub struct ParsedLog {
+    /// Valid groups, in file order.
+    pub groups: Vec<Group>,
+    /// Bytes of the valid prefix (header plus whole, checked groups).
+    pub valid_len: usize,
+    /// Why parsing stopped before the end of the file, if it did.
+    pub torn: Option<String>,
+}
+
+/// Parses an index log. A bad header is an error; anything wrong after it
+/// ends the log there (a torn tail).
+pub fn parse_index(bytes: &[u8]) -> Result<ParsedLog, String> {
+    if bytes.len() < INDEX_HEADER_LEN {
+        return Err(format!(
+            "{} bytes, shorter than the {INDEX_HEADER_LEN}-byte header",
+            bytes.len()
+        ));
+    }
+    if bytes[..8] != INDEX_MAGIC {
+        return Err("bad magic (not a segment-store index log)".into());
+    }
+    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    if version != INDEX_VERSION {
+        return Err(format!(
+            "index version {version}, this build reads {INDEX_VERSION}"
+        ));
+    }
+    let mut out = ParsedLog {
+        valid_len: INDEX_HEADER_LEN,
+        ..ParsedLog::default()
+    };
+    let mut pos = INDEX_HEADER_LEN;
+    let mut last_id: Option<u32> = None;
+    while pos < bytes.len() {
+        let rest = &bytes[pos..];
+        if rest.len() < GROUP_HEADER_LEN {
+            out.torn = Some(format!("{} trailing bytes at offset {pos}", rest.len()));
+            break;
+        }
+        let u32_at =
+            |o: usize| u32::from_le_bytes([rest[o], rest[o + 1], rest[o + 2], rest[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&rest[o..o + 8]);
+            u64::from_le_bytes(b)
+        };
+        if rest[..4] != GROUP_MAGIC {
+            out.torn = Some(format!("no group magic at offset {pos}"));
+            break;
+        }
+        let segment_id = u32_at(4);
+        let count = u32_at(8) as usize;
+        let segment_len = u64_at(16);
+        let stored_sum = u64_at(24);
+        let body = count
+            .checked_mul(8)
+            .filter(|&b| b <= rest.len() - GROUP_HEADER_LEN);
+        let Some(body) = body else {
+            out.torn = Some(format!(
+                "group at offset {pos} claims {count} hashes, beyond the end of the file"
+            ));
+            break;
+        };
+        let hashes = &rest[GROUP_HEADER_LEN..GROUP_HEADER_LEN + body];
+        if group_checksum(&rest[..24], hashes) != stored_sum {
+            out.torn = Some(format!("group at offset {pos} fails its checksum"));
+            break;
+        }
+        if last_id.is_some_and(|l| segment_id <= l) {
+            out.torn = Some(format!(
+                "group at offset {pos} indexes segment {segment_id} after segment {}",
+                last_id.unwrap_or(0)
+            ));
+            break;
+        }
+        last_id = Some(segment_id);
+        let start = pos + GROUP_HEADER_LEN;
+        out.groups.push(Group {
+            segment_id,
+            segment_len,
+            hashes: start..start + body,
+        });
+        pos = start + body;
+        out.valid_len = pos;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(segment_name(3), "segment_000003.arrow");
+        assert_eq!(parse_segment_name("segment_1234567.arrow"), Some(1234567));
+        assert_eq!(parse_segment_name("segment_000003.arrow.tmp"), None);
+        assert_eq!(parse_segment_name("segment_.arrow"), None);
+        assert_eq!(parse_segment_name("segment_+1.arrow"), None);
+    }
+
+    #[test]
+    fn log_round_trip_and_torn_tail() {
+        let mut log = encode_index_header().to_vec();
+        log.extend(encode_group(0, 100, &[1, 2, 3]));
+        log.extend(encode_group(2, 50, &[9]));
+        let full = log.len();
+        log.extend(&encode_group(3, 7, &[4, 5])[..20]);
+        let parsed = parse_index(&log).unwrap();
+        assert_eq!(parsed.groups.len(), 2);
+        assert_eq!(parsed.valid_len, full);
+        assert!(parsed.torn.is_some());
+        let hashes: Vec<u64> = parsed.groups[0].hashes(&log).collect();
+        assert_eq!(hashes, vec![1, 2, 3]);
+    }
+}

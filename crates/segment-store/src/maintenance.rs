@@ -1,0 +1,375 @@
+//! Whole-cache operations: `verify`, `inspect` and `compact`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::format::{self, INDEX_FILE, SCHEMA_FILE};
+use crate::index::{KeyIndex, Loc};
+use crate::reader::Segment;
+use crate::record::{Record, Structure};
+use crate::recover::{hint_of, list_segments};
+use crate::schema::parse_schema_json;
+use crate::store::{SegmentStore, note_problem};
+use crate::writer::{IndexLog, build_batch, split_runs, sync_dir, write_segment};
+use crate::{Error, Result};
+
+/// Something wrong with one file of a cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// The file concerned.
+    pub path: PathBuf,
+    /// What is wrong (and what was done about it).
+    pub detail: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.detail)
+    }
+}
+
+/// One segment in an [`Inspection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Segment id.
+    pub id: u32,
+    /// File size.
+    pub bytes: u64,
+    /// Rows in the file (`None` when it does not decode).
+    pub rows: Option<usize>,
+    /// Rows the index still points to.
+    pub live_rows: usize,
+}
+
+/// What [`SegmentStore::inspect`] reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inspection {
+    /// The cache directory.
+    pub dir: PathBuf,
+    /// The record structure, once known.
+    pub structure: Option<Structure>,
+    /// `schema.json` as this crate would write it, once known.
+    pub schema_json: Option<String>,
+    /// Distinct keys.
+    pub entries: usize,
+    /// The segments in use.
+    pub segments: Vec<SegmentInfo>,
+    /// Bytes of all segments plus the index log.
+    pub disk_bytes: u64,
+    /// Resident index bytes per key.
+    pub index_bytes_per_entry: f64,
+}
+
+impl fmt::Display for Inspection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "cache: {}", self.dir.display())?;
+        writeln!(
+            f,
+            "structure: {}",
+            self.structure.map_or("(empty)", Structure::name)
+        )?;
+        writeln!(f, "entries: {}", self.entries)?;
+        writeln!(f, "disk bytes: {}", self.disk_bytes)?;
+        writeln!(f, "index bytes/entry: {:.1}", self.index_bytes_per_entry)?;
+        writeln!(f, "segments: {}", self.segments.len())?;
+        for s in &self.segments {
+            let rows = s.rows.map_or("corrupt".to_owned(), |r| r.to_string());
+            writeln!(
+                f,
+                "  {}  {} bytes  {} rows  {} live",
+                format::segment_name(s.id),
+                s.bytes,
+                rows,
+                s.live_rows
+            )?;
+        }
+        if let Some(js) = &self.schema_json {
+            writeln!(f, "schema.json:\n{js}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`SegmentStore::compact`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Segments before.
+    pub segments_before: usize,
+    /// Segments after.
+    pub segments_after: usize,
+    /// Rows kept.
+    pub live_rows: usize,
+    /// Dead (overwritten or unreadable) rows dropped.
+    pub dropped_rows: usize,
+}
+
+impl SegmentStore {
+    /// Checks every segment and index entry on disk now and lists what is
+    /// wrong (empty when the cache is sound). Reads every row.
+    pub fn verify(&self) -> Vec<Problem> {
+        let inner = self.inner();
+        let dir = &inner.dir;
+        let mut out = Vec::new();
+        let mut push = |path: PathBuf, detail: String| out.push(Problem { path, detail });
+        let st_schema = inner.state.read().schema.clone();
+        let hint = hint_of(st_schema.as_ref());
+        let schema_path = dir.join(SCHEMA_FILE);
+        match std::fs::read_to_string(&schema_path) {
+            Ok(text) => match parse_schema_json(&text) {
+                Ok(s) if Some(&s) != st_schema.as_ref() => {
+                    push(schema_path, "differs from the schema in use".into())
+                }
+                Ok(_) => {}
+                Err(e) => push(schema_path, format!("unparseable: {e}")),
+            },
+            Err(_) if st_schema.is_none() => {}
+            Err(e) => push(schema_path, format!("unreadable: {e}")),
+        }
+        let on_disk = match list_segments(dir) {
+            Ok(s) => s,
+            Err(e) => {
+                push(dir.clone(), e.to_string());
+                return out;
+            }
+        };
+        let index_path = dir.join(INDEX_FILE);
+        let mut expected: BTreeMap<u32, Option<(u64, Vec<u64>)>> = BTreeMap::new();
+        match std::fs::read(&index_path) {
+            Ok(bytes) => match format::parse_index(&bytes) {
+                Ok(p) => {
+                    if let Some(t) = &p.torn {
+                        push(index_path.clone(), format!("torn tail: {t}"));
+                    }
+                    for g in &p.groups {
+                        expected.insert(
+                            g.segment_id,
+                            Some((g.segment_len, g.hashes(&bytes).collect())),
+                        );
+                    }
+                    for id in on_disk.keys() {
+                        if !expected.contains_key(id) {
+                            push(format::segment_path(dir, *id), "not in the index".into());
+                        }
+                    }
+                }
+                Err(e) => push(index_path.clone(), e),
+            },
+            Err(_) => {
+                if !on_disk.is_empty() {
+                    push(
+                        index_path.clone(),
+                        "no index log (index rebuilt in memory from the segments)".into(),
+                    );
+                }
+                for id in on_disk.keys() {
+                    expected.insert(*id, None);
+                }
+            }
+        }
+        for (id, want) in expected {
+            let path = format::segment_path(dir, id);
+            let seg = match Segment::open(&path, id) {
+                Ok(s) => s,
+                Err(e) => {
+                    push(path, format!("listed in the index but unreadable: {e}"));
+                    continue;
+                }
+            };
+            if let Some((len, _)) = &want
+                && seg.file_len() != *len
+            {
+                push(
+                    path.clone(),
+                    format!("{} bytes, the index recorded {len}", seg.file_len()),
+                );
+            }
+            let d = match seg.decoded(hint) {
+                Ok(d) => d,
+                Err(e) => {
+                    push(path, e.to_string());
+                    continue;
+                }
+            };
+            if let Some((_, hashes)) = &want
+                && hashes.len() != d.rows()
+            {
+                push(
+                    path.clone(),
+                    format!("{} rows, the index recorded {}", d.rows(), hashes.len()),
+                );
+            }
+            let structure = hint.unwrap_or(d.schema.structure);
+            for row in 0..d.rows() {
+                match d.key(row) {
+                    None => push(path.clone(), format!("row {row}: null key")),
+                    Some(k) => {
+                        if let Some((_, hashes)) = &want
+                            && hashes.get(row).is_some_and(|h| *h != format::key_hash(k))
+                        {
+                            push(
+                                path.clone(),
+                                format!("row {row}: key {k:?} does not match its index hash"),
+                            );
+                        }
+                    }
+                }
+                if let Err(e) = d.record(&path, row, structure) {
+                    push(path.clone(), e.to_string());
+                }
+            }
+        }
+        out
+    }
+
+    /// A summary of the cache: schema, entries, segments, sizes.
+    pub fn inspect(&self) -> Inspection {
+        let inner = self.inner();
+        let entries = self.len();
+        let st = inner.state.read();
+        let hint = hint_of(st.schema.as_ref());
+        let mut live: BTreeMap<u32, usize> = BTreeMap::new();
+        for loc in st.index.locations() {
+            *live.entry(loc.seg).or_default() += 1;
+        }
+        let segments: Vec<SegmentInfo> = st
+            .segments
+            .values()
+            .map(|s| SegmentInfo {
+                id: s.id,
+                bytes: s.file_len(),
+                rows: s.decoded(hint).ok().map(|d| d.rows()),
+                live_rows: live.get(&s.id).copied().unwrap_or(0),
+            })
+            .collect();
+        let log_bytes = std::fs::metadata(inner.dir.join(INDEX_FILE)).map_or(0, |m| m.len());
+        Inspection {
+            dir: inner.dir.clone(),
+            structure: st.schema.as_ref().map(|s| s.structure),
+            schema_json: st.schema.as_ref().map(crate::schema::to_schema_json),
+            entries,
+            disk_bytes: segments.iter().map(|s| s.bytes).sum::<u64>() + log_bytes,
+            segments,
+            index_bytes_per_entry: if st.index.is_empty() {
+                0.0
+            } else {
+                st.index.resident_bytes() as f64 / st.index.len() as f64
+            },
+        }
+    }
+
+    /// Rewrites the live rows into fresh segments of `flush_every` rows,
+    /// drops dead rows and small segments, and switches to them with one
+    /// atomic rename of the index. Handles opened before keep reading
+    /// their old (mapped) segments.
+    pub fn compact(&self) -> Result<CompactReport> {
+        self.flush()?;
+        let write = self.require_writer("compact")?;
+        let inner = self.inner();
+        let mut ws = write.lock();
+        let (schema, mut locs, old, total_rows) = {
+            let st = inner.state.read();
+            let Some(schema) = st.schema.clone() else {
+                return Ok(CompactReport {
+                    segments_before: st.segments.len(),
+                    segments_after: st.segments.len(),
+                    live_rows: 0,
+                    dropped_rows: 0,
+                });
+            };
+            let hint = Some(schema.structure);
+            let locs: Vec<Loc> = st.index.locations().collect();
+            let total: usize = st
+                .segments
+                .values()
+                .filter_map(|s| s.decoded(hint).ok().map(|d| d.rows()))
+                .sum();
+            (schema, locs, st.segments.clone(), total)
+        };
+        locs.sort_unstable();
+        let hint = Some(schema.structure);
+        let mut records: Vec<(String, Record)> = Vec::with_capacity(locs.len());
+        for loc in &locs {
+            let Some(seg) = old.get(&loc.seg) else {
+                continue;
+            };
+            let row = loc.row as usize;
+            let rec = seg.decoded(hint).and_then(|d| {
+                Ok((
+                    d.key(row).map(str::to_owned),
+                    d.record(&seg.path, row, schema.structure)?,
+                ))
+            });
+            match rec {
+                Ok((Some(k), r)) => records.push((k, r)),
+                Ok((None, _)) => note_problem(
+                    inner,
+                    &seg.path,
+                    format!("row {row}: null key; dropped by compact"),
+                ),
+                Err(e) => note_problem(inner, &seg.path, format!("dropped by compact: {e}")),
+            }
+        }
+        let every = inner_flush_every(self);
+        let mut groups = Vec::new();
+        let mut new_segments = BTreeMap::new();
+        let mut index = KeyIndex::with_entries(records.len());
+        for chunk in records.chunks(every) {
+            for run in split_runs(chunk, &schema) {
+                let rs = &chunk[run];
+                let id = ws.next_id;
+                ws.next_id = id
+                    .checked_add(1)
+                    .ok_or_else(|| Error::InvalidInput("segment ids exhausted".into()))?;
+                let path = format::segment_path(&inner.dir, id);
+                let rb = build_batch(&schema, rs).map_err(|e| Error::Arrow {
+                    path: path.clone(),
+                    source: e,
+                })?;
+                let len = write_segment(&inner.dir, id, &rb)?;
+                let hashes: Vec<u64> = rs.iter().map(|(k, _)| format::key_hash(k)).collect();
+                for (row, h) in hashes.iter().enumerate() {
+                    // Keys are distinct here: every location was live.
+                    index.insert(
+                        *h,
+                        Loc {
+                            seg: id,
+                            row: row as u32,
+                        },
+                        |_| false,
+                    );
+                }
+                groups.push(format::encode_group(id, len, &hashes));
+                new_segments.insert(id, Arc::new(Segment::open(&path, id)?));
+            }
+        }
+        let log = IndexLog::create(&inner.dir.join(INDEX_FILE), &groups)?;
+        ws.log = log;
+        let segments_after = new_segments.len();
+        {
+            let mut st = inner.state.write();
+            st.index = index;
+            st.segments = new_segments;
+        }
+        for id in old.keys() {
+            let path = format::segment_path(&inner.dir, *id);
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                return Err(Error::io(&path, "remove compacted segment", e));
+            }
+        }
+        sync_dir(&inner.dir.join(format::SEGMENTS_DIR))?;
+        Ok(CompactReport {
+            segments_before: old.len(),
+            segments_after,
+            live_rows: records.len(),
+            dropped_rows: total_rows.saturating_sub(records.len()),
+        })
+    }
+}
+
+fn inner_flush_every(store: &SegmentStore) -> usize {
+    store.options().flush_every.max(1)
+}

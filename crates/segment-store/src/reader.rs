@@ -1,0 +1,440 @@
+//! Reading segments: memory-map once, decode lazily with arrow-rs'
+//! zero-copy `FileDecoder`, hand out rows as views into the map.
+
+use std::fs::File;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::{Arc, OnceLock};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{
+    Array, ArrayRef, GenericBinaryArray, GenericStringArray, ListArray, RecordBatch,
+};
+use arrow_buffer::{Buffer, ScalarBuffer};
+use arrow_ipc::reader::{FileDecoder, read_footer_length};
+use arrow_schema::DataType;
+use memmap2::Mmap;
+use tensor_core::{DType, Shape};
+
+use crate::record::{Blob, Part, Record, Structure, TensorBuf, aligned_copy};
+use crate::schema::{PartKind, RecordSchema};
+use crate::{Error, Result};
+
+/// One immutable segment file, mapped into memory.
+pub struct Segment {
+    /// Segment id (from the file name).
+    pub id: u32,
+    /// Path of the file.
+    pub path: PathBuf,
+    buffer: Buffer,
+    map: Option<Arc<Mmap>>,
+    decoded: OnceLock<std::result::Result<Arc<Decoded>, String>>,
+}
+
+impl Segment {
+    /// Maps the file. Decoding waits for the first read.
+    pub fn open(path: &Path, id: u32) -> Result<Segment> {
+        let file = File::open(path).map_err(|e| Error::io(path, "open segment", e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(path, "stat segment", e))?
+            .len();
+        let mut map = None;
+        let buffer = if len == 0 {
+            Buffer::from_vec(Vec::<u8>::new())
+        } else {
+            // SAFETY: segment files are immutable once renamed into place:
+            // this crate never writes, truncates or reuses a segment name
+            // after the rename (compaction writes new ids and unlinks old
+            // files, which leaves existing maps valid). A foreign process
+            // that truncates a segment under a reader is outside the
+            // supported protocol, as with every mmap-based reader.
+            let mmap =
+                unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap segment", e))?;
+            let ptr = NonNull::new(mmap.as_ptr().cast_mut())
+                .ok_or_else(|| Error::corrupt(path, "mmap returned a null pointer"))?;
+            let n = mmap.len();
+            let mmap = Arc::new(mmap);
+            map = Some(mmap.clone());
+            // SAFETY: `ptr` and `n` describe the live mapping, and the Arc
+            // handed to the buffer owns the `Mmap`, so the memory stays
+            // mapped (and unmodified, see above) while any slice exists.
+            unsafe { Buffer::from_custom_allocation(ptr, n, mmap) }
+        };
+        Ok(Segment {
+            id,
+            path: path.to_path_buf(),
+            buffer,
+            map,
+            decoded: OnceLock::new(),
+        })
+    }
+
+    /// Maps the whole file's pages in one call on first use, so random
+    /// reads afterwards take no page faults (a hint: failure is harmless).
+    fn populate(&self) {
+        if let Some(m) = &self.map {
+            #[cfg(target_os = "linux")]
+            let done = m.advise(memmap2::Advice::PopulateRead).is_ok();
+            #[cfg(not(target_os = "linux"))]
+            let done = false;
+            if !done {
+                let _ = m.advise(memmap2::Advice::WillNeed);
+            }
+        }
+    }
+
+    /// File length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.buffer.len() as u64
+    }
+
+    /// The decoded segment (decoded on first call, then cached).
+    pub fn decoded(&self, hint: Option<Structure>) -> Result<&Arc<Decoded>> {
+        self.decoded
+            .get_or_init(|| {
+                self.populate();
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| decode(&self.buffer, hint)));
+                match r {
+                    Ok(Ok(d)) => Ok(Arc::new(d)),
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err("the Arrow decoder panicked on this file".to_owned()),
+                }
+            })
+            .as_ref()
+            .map_err(|detail| Error::corrupt(&self.path, detail.clone()))
+    }
+}
+
+/// A decoded segment: typed columns over the mapped bytes.
+pub struct Decoded {
+    /// The layout of this segment.
+    pub schema: RecordSchema,
+    batches: Vec<BatchColumns>,
+    starts: Vec<usize>,
+    rows: usize,
+}
+
+enum KeyColumn {
+    Utf8(GenericStringArray<i32>),
+    Large(GenericStringArray<i64>),
+}
+
+enum BlobColumn {
+    Small(GenericBinaryArray<i32>),
+    Large(GenericBinaryArray<i64>),
+}
+
+enum PartColumn {
+    Tensor {
+        dtype: DType,
+        rank: Option<usize>,
+        column: String,
+        data: ListArray,
+        /// Element bytes of `data`'s values (not for bool).
+        values: Buffer,
+        shape: ListArray,
+        dims: ScalarBuffer<i64>,
+    },
+    Blob(BlobColumn, String),
+}
+
+struct BatchColumns {
+    keys: KeyColumn,
+    parts: Vec<PartColumn>,
+}
+
+impl Decoded {
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn locate(&self, row: usize) -> Option<(&BatchColumns, usize)> {
+        if row >= self.rows {
+            return None;
+        }
+        let b = self.starts.partition_point(|&s| s <= row) - 1;
+        Some((&self.batches[b], row - self.starts[b]))
+    }
+
+    /// The key of `row` (`None` beyond the end or when null).
+    pub fn key(&self, row: usize) -> Option<&str> {
+        let (b, r) = self.locate(row)?;
+        match &b.keys {
+            KeyColumn::Utf8(a) => (!a.is_null(r)).then(|| a.value(r)),
+            KeyColumn::Large(a) => (!a.is_null(r)).then(|| a.value(r)),
+        }
+    }
+
+    /// The record of `row`, its tensors borrowing the mapped file.
+    pub fn record(&self, path: &Path, row: usize, structure: Structure) -> Result<Record> {
+        let (b, r) = self
+            .locate(row)
+            .ok_or_else(|| Error::corrupt(path, format!("row {row} beyond {} rows", self.rows)))?;
+        let mut parts = Vec::with_capacity(b.parts.len());
+        for p in &b.parts {
+            parts.push(read_part(path, row, p, r)?);
+        }
+        let structure = match (self.schema.structure, structure) {
+            (Structure::Tuple, Structure::List) => Structure::List,
+            (s, _) => s,
+        };
+        Ok(match structure {
+            Structure::Tensor => match parts.pop() {
+                Some(Part::Tensor(t)) => Record::Tensor(t),
+                _ => return Err(Error::corrupt(path, "tensor record without a tensor")),
+            },
+            Structure::Blob => match parts.pop() {
+                Some(Part::Blob(b)) => Record::Blob(b),
+                _ => return Err(Error::corrupt(path, "blob record without a blob")),
+            },
+            Structure::Dict => Record::Dict(
+                self.schema
+                    .parts
+                    .iter()
+                    .map(|s| s.name.clone())
+                    .zip(parts)
+                    .collect(),
+            ),
+            Structure::Tuple => Record::Tuple(parts),
+            Structure::List => Record::List(parts),
+        })
+    }
+}
+
+fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> {
+    match p {
+        PartColumn::Blob(col, name) => {
+            // Zero-copy: a slice of the column's value buffer.
+            let (start, end, values) = match col {
+                BlobColumn::Small(a) if !a.is_null(r) => {
+                    let o = a.value_offsets();
+                    (o[r] as usize, o[r + 1] as usize, a.values())
+                }
+                BlobColumn::Large(a) if !a.is_null(r) => {
+                    let o = a.value_offsets();
+                    (o[r] as usize, o[r + 1] as usize, a.values())
+                }
+                _ => {
+                    return Err(Error::corrupt(
+                        path,
+                        format!("row {row}: null in column {name:?}"),
+                    ));
+                }
+            };
+            Ok(Part::Blob(Blob::from_buffer(
+                values.slice_with_length(start, end - start),
+            )))
+        }
+        PartColumn::Tensor {
+            dtype,
+            rank,
+            column,
+            data,
+            values,
+            shape,
+            dims,
+        } => {
+            if data.is_null(r) || shape.is_null(r) {
+                return Err(Error::corrupt(
+                    path,
+                    format!("row {row}: null tensor in column {column:?}"),
+                ));
+            }
+            let so = shape.value_offsets();
+            let (s0, s1) = (so[r] as usize, so[r + 1] as usize);
+            let mut dv = Vec::with_capacity(s1 - s0);
+            for &d in &dims[s0..s1] {
+                let d = usize::try_from(d).map_err(|_| {
+                    Error::corrupt(
+                        path,
+                        format!("row {row}: negative dimension {d} in column {column:?}"),
+                    )
+                })?;
+                dv.push(d);
+            }
+            if let Some(rank) = rank
+                && dv.len() != *rank
+            {
+                return Err(Error::corrupt(
+                    path,
+                    format!(
+                        "row {row}: rank {} in column {column:?}, schema says {rank}",
+                        dv.len()
+                    ),
+                ));
+            }
+            let shape = Shape::new(dv);
+            let o = data.value_offsets();
+            let (start, end) = (o[r] as usize, o[r + 1] as usize);
+            let size = dtype.size();
+            let bytes = if *dtype == DType::Bool {
+                let bools = data.values().as_boolean();
+                let v: Vec<u8> = (start..end).map(|i| u8::from(bools.value(i))).collect();
+                aligned_copy(&v)
+            } else {
+                values.slice_with_length(start * size, (end - start) * size)
+            };
+            let bad = |e| Error::Tensor {
+                path: path.to_path_buf(),
+                row,
+                column: column.clone(),
+                source: e,
+            };
+            tensor_core::TensorView::new(*dtype, shape.clone(), bytes.as_slice()).map_err(bad)?;
+            Ok(Part::Tensor(TensorBuf::from_checked(*dtype, shape, bytes)))
+        }
+    }
+}
+
+fn decode(buffer: &Buffer, hint: Option<Structure>) -> std::result::Result<Decoded, String> {
+    let len = buffer.len();
+    if len < 18 {
+        return Err(format!("{len} bytes, too short for an Arrow IPC file"));
+    }
+    if &buffer[..6] != b"ARROW1" {
+        return Err("no ARROW1 magic at the start".into());
+    }
+    let mut trailer = [0u8; 10];
+    trailer.copy_from_slice(&buffer[len - 10..]);
+    let footer_len = read_footer_length(trailer).map_err(|e| e.to_string())?;
+    let footer_start = (len - 10)
+        .checked_sub(footer_len)
+        .filter(|&s| s >= 8)
+        .ok_or_else(|| format!("footer of {footer_len} bytes does not fit the {len}-byte file"))?;
+    let footer = arrow_ipc::root_as_footer(&buffer[footer_start..len - 10])
+        .map_err(|e| format!("footer: {e}"))?;
+    let fb_schema = footer.schema().ok_or("footer has no schema")?;
+    let schema = arrow_ipc::convert::try_fb_to_schema(fb_schema).map_err(|e| e.to_string())?;
+    let record_schema = RecordSchema::from_arrow(&schema, hint)?;
+    let schema = Arc::new(schema);
+    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
+    let block_data = |block: &arrow_ipc::Block| -> std::result::Result<Buffer, String> {
+        let off = usize::try_from(block.offset()).ok();
+        let meta = usize::try_from(block.metaDataLength())
+            .ok()
+            .filter(|&m| m >= 8);
+        let body = usize::try_from(block.bodyLength()).ok();
+        let (Some(off), Some(meta), Some(body)) = (off, meta, body) else {
+            return Err("block with a negative or tiny offset/length".into());
+        };
+        let end = off
+            .checked_add(meta)
+            .and_then(|e| e.checked_add(body))
+            .filter(|&e| e <= footer_start)
+            .ok_or_else(|| format!("block at {off} runs past the footer at {footer_start}"))?;
+        Ok(buffer.slice_with_length(off, end - off))
+    };
+    for block in footer.dictionaries().iter().flatten() {
+        let data = block_data(block)?;
+        decoder
+            .read_dictionary(block, &data)
+            .map_err(|e| format!("dictionary: {e}"))?;
+    }
+    let mut batches = Vec::new();
+    let mut starts = Vec::new();
+    let mut rows = 0usize;
+    for (i, block) in footer.recordBatches().iter().flatten().enumerate() {
+        let data = block_data(block)?;
+        let batch = decoder
+            .read_record_batch(block, &data)
+            .map_err(|e| format!("record batch {i}: {e}"))?
+            .ok_or_else(|| format!("record batch {i} is empty"))?;
+        starts.push(rows);
+        rows = rows
+            .checked_add(batch.num_rows())
+            .ok_or("row count overflows")?;
+        batches.push(columns_of(&batch, &record_schema)?);
+    }
+    Ok(Decoded {
+        schema: record_schema,
+        batches,
+        starts,
+        rows,
+    })
+}
+
+fn column<'a>(batch: &'a RecordBatch, name: &str) -> std::result::Result<&'a ArrayRef, String> {
+    batch
+        .column_by_name(name)
+        .ok_or_else(|| format!("no column {name:?}"))
+}
+
+fn columns_of(
+    batch: &RecordBatch,
+    schema: &RecordSchema,
+) -> std::result::Result<BatchColumns, String> {
+    let k = column(batch, "key")?;
+    let keys = match k.data_type() {
+        DataType::Utf8 => KeyColumn::Utf8(k.as_string::<i32>().clone()),
+        DataType::LargeUtf8 => KeyColumn::Large(k.as_string::<i64>().clone()),
+        t => return Err(format!("column \"key\" is {t}")),
+    };
+    let mut parts = Vec::with_capacity(schema.parts.len());
+    for spec in &schema.parts {
+        match spec.kind {
+            PartKind::Blob => {
+                let name = spec.blob_column();
+                let c = column(batch, &name)?;
+                let col = match c.data_type() {
+                    DataType::Binary => BlobColumn::Small(c.as_binary::<i32>().clone()),
+                    DataType::LargeBinary => BlobColumn::Large(c.as_binary::<i64>().clone()),
+                    t => return Err(format!("column {name:?} is {t}")),
+                };
+                parts.push(PartColumn::Blob(col, name));
+            }
+            PartKind::Tensor { dtype, rank } => {
+                let name = spec.data_column();
+                let data = column(batch, &name)?
+                    .as_list_opt::<i32>()
+                    .ok_or_else(|| format!("column {name:?} is not a list"))?
+                    .clone();
+                if data.values().null_count() > 0 {
+                    return Err(format!("column {name:?} holds null elements"));
+                }
+                let vd = data.values().to_data();
+                let values = if dtype == DType::Bool {
+                    Buffer::from_vec(Vec::<u8>::new())
+                } else {
+                    let size = dtype.size();
+                    let buf = vd
+                        .buffers()
+                        .first()
+                        .ok_or_else(|| format!("column {name:?} has no value buffer"))?;
+                    let start = vd.offset().checked_mul(size);
+                    let n = vd.len().checked_mul(size);
+                    match (start, n) {
+                        (Some(s), Some(n)) if s.checked_add(n).is_some_and(|e| e <= buf.len()) => {
+                            buf.slice_with_length(s, n)
+                        }
+                        _ => return Err(format!("column {name:?}: value buffer too short")),
+                    }
+                };
+                let shape_name = spec.shape_column();
+                let shape = column(batch, &shape_name)?
+                    .as_list_opt::<i32>()
+                    .ok_or_else(|| format!("column {shape_name:?} is not a list"))?
+                    .clone();
+                let dims = shape
+                    .values()
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or_else(|| format!("column {shape_name:?} is not list<int64>"))?
+                    .values()
+                    .clone();
+                parts.push(PartColumn::Tensor {
+                    dtype,
+                    rank,
+                    column: name,
+                    data,
+                    values,
+                    shape,
+                    dims,
+                });
+            }
+        }
+    }
+    Ok(BatchColumns { keys, parts })
+}

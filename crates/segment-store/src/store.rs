@@ -1,0 +1,690 @@
+//! [`SegmentStore`]: the keyed cache that ties the pieces together.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use fs2::FileExt;
+use parking_lot::{Mutex, RwLock};
+
+use crate::format::{self, LOCK_FILE, SCHEMA_FILE};
+use crate::index::{KeyIndex, Loc, MAX_SEGMENT_ID};
+use crate::lru::Lru;
+use crate::reader::{Decoded, Segment};
+use crate::record::Record;
+use crate::recover::{hint_of, recover};
+use crate::schema::{RecordSchema, to_schema_json};
+use crate::writer::{IndexLog, build_batch, split_runs, write_atomic, write_segment};
+use crate::{Error, Problem, Result};
+
+/// How a store behaves. `Options::default()` suits a single process.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Pending records that trigger a flush into a new segment (default 4096).
+    pub flush_every: usize,
+    /// Byte budget of the in-memory LRU of records; 0 disables it
+    /// (default 64 MiB).
+    pub lru_bytes: usize,
+    /// Write segments on a background thread (default false). Errors
+    /// there are returned by the next call or by [`SegmentStore::flush`].
+    pub async_write: bool,
+    /// Flushes that may wait for the background thread before
+    /// `put_batch` blocks (default 2).
+    pub queue_depth: usize,
+    /// The rank that persists (default 0).
+    pub writer_rank: u32,
+    /// This process's rank (default: the `RANK` environment variable, else 0).
+    pub current_rank: u32,
+    /// Open without the writer lock; puts are refused (default false).
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            flush_every: 4096,
+            lru_bytes: 64 << 20,
+            async_write: false,
+            queue_depth: 2,
+            writer_rank: 0,
+            current_rank: std::env::var("RANK")
+                .ok()
+                .and_then(|r| r.trim().parse().ok())
+                .unwrap_or(0),
+            read_only: false,
+        }
+    }
+}
+
+/// Counters and sizes of a store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    /// Distinct keys (persisted and pending).
+    pub entries: usize,
+    /// Segment files in use.
+    pub segments: usize,
+    /// Records waiting for a flush (pending and in flight).
+    pub pending: usize,
+    /// Records in the LRU.
+    pub lru_entries: usize,
+    /// Bytes in the LRU.
+    pub lru_bytes: usize,
+    /// Lookups answered by the LRU.
+    pub lru_hits: u64,
+    /// Lookups answered by records not yet flushed.
+    pub pending_hits: u64,
+    /// Lookups answered from segments.
+    pub segment_hits: u64,
+    /// Lookups that found nothing.
+    pub misses: u64,
+    /// Resident bytes of the key index.
+    pub index_bytes: usize,
+    /// Resident index bytes per indexed key.
+    pub index_bytes_per_entry: f64,
+}
+
+/// Records of one flush, readable until their segment is indexed.
+struct Batch {
+    records: Vec<(String, Record)>,
+    by_key: HashMap<String, usize>,
+}
+
+#[derive(Default)]
+struct Pending {
+    records: Vec<(String, Record)>,
+    by_key: HashMap<String, usize>,
+}
+
+pub(crate) struct State {
+    pub(crate) schema: Option<RecordSchema>,
+    pub(crate) index: KeyIndex,
+    pub(crate) segments: BTreeMap<u32, Arc<Segment>>,
+    inflight: Vec<Arc<Batch>>,
+}
+
+pub(crate) struct WriteSide {
+    pub(crate) log: IndexLog,
+    pub(crate) next_id: u32,
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    opts: Options,
+    pub(crate) state: RwLock<State>,
+    pending: Mutex<Pending>,
+    pub(crate) write: Option<Mutex<WriteSide>>,
+    lru: Mutex<Lru>,
+    bg_error: Mutex<Option<Error>>,
+    pub(crate) problems: Mutex<Vec<Problem>>,
+    lru_hits: AtomicU64,
+    pending_hits: AtomicU64,
+    segment_hits: AtomicU64,
+    misses: AtomicU64,
+    _lock: Option<File>,
+}
+
+enum Job {
+    Write(Arc<Batch>),
+    Barrier(SyncSender<()>),
+}
+
+struct Background {
+    tx: SyncSender<Job>,
+    handle: JoinHandle<()>,
+}
+
+/// A persistent key → [`Record`] map on immutable Arrow IPC segments.
+///
+/// All methods take `&self`; share a store between threads with `Arc`.
+/// One process per directory writes (it holds an `fs2` lock); any number
+/// of read-only handles may open it and see what was committed when they
+/// opened.
+pub struct SegmentStore {
+    inner: Arc<Inner>,
+    bg: Option<Background>,
+}
+
+impl std::fmt::Debug for SegmentStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SegmentStore")
+            .field("dir", &self.inner.dir)
+            .field("writer", &self.inner.write.is_some())
+            .finish()
+    }
+}
+
+impl SegmentStore {
+    /// Opens (creating, for the writer) the cache at `dir`, recovering from
+    /// any crash: temp files removed, a torn index tail dropped, segments
+    /// newer than the index indexed, a missing index rebuilt from the
+    /// segments (a torchcachex cache), a bad `schema.json` re-derived.
+    /// What recovery found is in [`SegmentStore::problems`].
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<SegmentStore> {
+        let dir = dir.as_ref().to_path_buf();
+        if opts.flush_every == 0 {
+            return Err(Error::InvalidInput("flush_every must be at least 1".into()));
+        }
+        let writer = !opts.read_only && opts.current_rank == opts.writer_rank;
+        let lock = if writer {
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
+            let path = dir.join(LOCK_FILE);
+            let f = File::create(&path).map_err(|e| Error::io(&path, "create lock", e))?;
+            f.try_lock_exclusive()
+                .map_err(|_| Error::Locked { path: path.clone() })?;
+            Some(f)
+        } else {
+            None
+        };
+        let rec = recover(&dir, writer)?;
+        let write = rec.log.map(|log| {
+            Mutex::new(WriteSide {
+                log,
+                next_id: rec.next_id,
+            })
+        });
+        let inner = Arc::new(Inner {
+            dir,
+            state: RwLock::new(State {
+                schema: rec.schema,
+                index: rec.index,
+                segments: rec.segments,
+                inflight: Vec::new(),
+            }),
+            pending: Mutex::new(Pending::default()),
+            write,
+            lru: Mutex::new(Lru::new(opts.lru_bytes)),
+            bg_error: Mutex::new(None),
+            problems: Mutex::new(rec.problems),
+            lru_hits: AtomicU64::new(0),
+            pending_hits: AtomicU64::new(0),
+            segment_hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            _lock: lock,
+            opts,
+        });
+        let bg = if inner.opts.async_write && inner.write.is_some() {
+            let (tx, rx) = sync_channel(inner.opts.queue_depth.max(1));
+            let worker = inner.clone();
+            let handle = std::thread::Builder::new()
+                .name("segment-store-flush".into())
+                .spawn(move || background(worker, rx))
+                .map_err(|e| Error::io(&inner.dir, "spawn flush thread", e))?;
+            Some(Background { tx, handle })
+        } else {
+            None
+        };
+        Ok(SegmentStore { inner, bg })
+    }
+
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &Options {
+        &self.inner.opts
+    }
+
+    /// Whether this handle persists (holds the lock and is the writer rank).
+    pub fn is_writer(&self) -> bool {
+        self.inner.write.is_some()
+    }
+
+    /// The record schema, once the first record fixed it.
+    pub fn schema(&self) -> Option<RecordSchema> {
+        self.inner.state.read().schema.clone()
+    }
+
+    /// What open-time recovery and later reads found wrong (each problem
+    /// also excluded what it concerns, e.g. a corrupt segment's keys).
+    pub fn problems(&self) -> Vec<Problem> {
+        self.inner.problems.lock().clone()
+    }
+
+    fn take_bg_error(&self) -> Result<()> {
+        match self.inner.bg_error.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Stores records. All are checked against the schema first (the first
+    /// record ever stored fixes it); one mismatch refuses the whole batch.
+    /// Every `flush_every` pending records become a new segment. On a rank
+    /// other than the writer, records only fill the LRU.
+    pub fn put_batch<K: AsRef<str>>(&self, items: &[(K, Record)]) -> Result<()> {
+        self.take_bg_error()?;
+        let inner = &self.inner;
+        if inner.opts.read_only {
+            return Err(Error::ReadOnly {
+                path: inner.dir.clone(),
+                op: "put_batch",
+            });
+        }
+        let Some((first_key, first)) = items.first() else {
+            return Ok(());
+        };
+        let current = inner.state.read().schema.clone();
+        let (schema, fresh) = match current {
+            Some(s) => (s, false),
+            None => (RecordSchema::infer(first), true),
+        };
+        if fresh {
+            schema.check(first_key.as_ref(), first)?;
+        }
+        for (k, r) in items {
+            schema.check(k.as_ref(), r)?;
+        }
+        if fresh {
+            let mut st = inner.state.write();
+            if st.schema.is_none() {
+                if inner.write.is_some() {
+                    write_atomic(
+                        &inner.dir.join(SCHEMA_FILE),
+                        to_schema_json(&schema).as_bytes(),
+                    )?;
+                }
+                st.schema = Some(schema);
+            } else if let Some(s) = &st.schema {
+                // Another thread fixed the schema meanwhile: check against it.
+                for (k, r) in items {
+                    s.check(k.as_ref(), r)?;
+                }
+            }
+        }
+        if inner.opts.lru_bytes > 0 {
+            let mut lru = inner.lru.lock();
+            for (k, r) in items {
+                lru.put(k.as_ref(), r);
+            }
+        }
+        if inner.write.is_none() {
+            return Ok(());
+        }
+        let full = {
+            let mut p = inner.pending.lock();
+            for (k, r) in items {
+                let i = p.records.len();
+                p.records.push((k.as_ref().to_owned(), r.clone()));
+                p.by_key.insert(k.as_ref().to_owned(), i);
+            }
+            p.records.len() >= inner.opts.flush_every
+        };
+        if full {
+            self.hand_off(false)?;
+        }
+        Ok(())
+    }
+
+    /// Hands pending records to a flush: every full `flush_every` run, and
+    /// the remainder too when `all`.
+    fn hand_off(&self, all: bool) -> Result<()> {
+        let inner = &self.inner;
+        let Some(write) = &inner.write else {
+            return Ok(());
+        };
+        let every = inner.opts.flush_every;
+        if let Some(bg) = &self.bg {
+            let mut p = inner.pending.lock();
+            while p.records.len() >= every || (all && !p.records.is_empty()) {
+                let batch = take_batch(&mut p, every);
+                inner.state.write().inflight.push(batch.clone());
+                if bg.tx.send(Job::Write(batch)).is_err() {
+                    return Err(Error::io(
+                        &inner.dir,
+                        "hand off flush",
+                        std::io::Error::other("flush thread stopped"),
+                    ));
+                }
+            }
+            Ok(())
+        } else {
+            let mut ws = write.lock();
+            loop {
+                let batch = {
+                    let mut p = inner.pending.lock();
+                    if !(p.records.len() >= every || (all && !p.records.is_empty())) {
+                        return Ok(());
+                    }
+                    let batch = take_batch(&mut p, every);
+                    inner.state.write().inflight.push(batch.clone());
+                    batch
+                };
+                persist(inner, &mut ws, &batch)?;
+            }
+        }
+    }
+
+    /// Writes every pending record and returns once they are durable (and,
+    /// with `async_write`, once the background thread is idle). Returns
+    /// any error a background flush hit since the last call.
+    pub fn flush(&self) -> Result<()> {
+        self.take_bg_error()?;
+        self.hand_off(true)?;
+        if let Some(bg) = &self.bg {
+            let (tx, rx) = sync_channel(1);
+            if bg.tx.send(Job::Barrier(tx)).is_ok() {
+                let _ = rx.recv();
+            }
+        }
+        self.take_bg_error()
+    }
+
+    /// Looks `keys` up, in the caller's order: the LRU, records not yet
+    /// flushed, then the index (grouped by segment). Returns the records
+    /// and the positions of the keys not found.
+    pub fn get_batch<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+    ) -> Result<(Vec<Option<Record>>, Vec<usize>)> {
+        self.take_bg_error()?;
+        let inner = &self.inner;
+        let mut out: Vec<Option<Record>> = vec![None; keys.len()];
+        let use_lru = inner.opts.lru_bytes > 0;
+        if use_lru {
+            let mut lru = inner.lru.lock();
+            for (i, k) in keys.iter().enumerate() {
+                out[i] = lru.get(k.as_ref());
+            }
+            inner.lru_hits.fetch_add(
+                out.iter().filter(|o| o.is_some()).count() as u64,
+                Ordering::Relaxed,
+            );
+        }
+        if inner.write.is_some() {
+            let p = inner.pending.lock();
+            if !p.records.is_empty() {
+                let mut n = 0;
+                for (i, k) in keys.iter().enumerate() {
+                    if out[i].is_none()
+                        && let Some(&j) = p.by_key.get(k.as_ref())
+                    {
+                        out[i] = Some(p.records[j].1.clone());
+                        n += 1;
+                    }
+                }
+                inner.pending_hits.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        let mut found: Vec<(u32, u32, usize, Arc<Decoded>, PathBuf)> = Vec::new();
+        let hint;
+        {
+            let st = inner.state.read();
+            hint = hint_of(st.schema.as_ref());
+            let mut n = 0;
+            for (i, k) in keys.iter().enumerate() {
+                if out[i].is_some() {
+                    continue;
+                }
+                let key = k.as_ref();
+                if let Some(r) = st
+                    .inflight
+                    .iter()
+                    .rev()
+                    .find_map(|b| b.by_key.get(key).map(|&j| b.records[j].1.clone()))
+                {
+                    out[i] = Some(r);
+                    n += 1;
+                    continue;
+                }
+                if let Some((loc, seg, d)) = lookup(inner, &st, key) {
+                    found.push((loc.seg, loc.row, i, d, seg.path.clone()));
+                }
+            }
+            inner.pending_hits.fetch_add(n, Ordering::Relaxed);
+        }
+        found.sort_unstable_by_key(|f| (f.0, f.1));
+        let structure = hint.unwrap_or(crate::Structure::Tensor);
+        let mut hits = 0;
+        for (_, row, i, d, path) in &found {
+            match d.record(path, *row as usize, structure) {
+                Ok(r) => {
+                    out[*i] = Some(r);
+                    hits += 1;
+                }
+                Err(e) => note_problem(inner, path, e.to_string()),
+            }
+        }
+        inner.segment_hits.fetch_add(hits, Ordering::Relaxed);
+        if use_lru && !found.is_empty() {
+            let mut lru = inner.lru.lock();
+            for (_, _, i, _, _) in &found {
+                if let Some(r) = &out[*i] {
+                    lru.put(keys[*i].as_ref(), r);
+                }
+            }
+        }
+        let missing: Vec<usize> = (0..keys.len()).filter(|&i| out[i].is_none()).collect();
+        inner
+            .misses
+            .fetch_add(missing.len() as u64, Ordering::Relaxed);
+        Ok((out, missing))
+    }
+
+    /// Number of distinct keys, persisted or pending.
+    pub fn len(&self) -> usize {
+        let inner = &self.inner;
+        let p = inner.pending.lock();
+        let st = inner.state.read();
+        let mut extra = std::collections::HashSet::new();
+        let pending_keys = p.records.iter().map(|(k, _)| k).chain(
+            st.inflight
+                .iter()
+                .flat_map(|b| b.records.iter().map(|(k, _)| k)),
+        );
+        for k in pending_keys {
+            if !extra.contains(k.as_str()) && lookup(inner, &st, k).is_none() {
+                extra.insert(k.as_str());
+            }
+        }
+        st.index.len() + extra.len()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> Stats {
+        let inner = &self.inner;
+        let entries = self.len();
+        let (lru_entries, lru_bytes) = {
+            let l = inner.lru.lock();
+            (l.len(), l.bytes())
+        };
+        let pending = inner.pending.lock().records.len();
+        let st = inner.state.read();
+        let index_bytes = st.index.resident_bytes();
+        Stats {
+            entries,
+            segments: st.segments.len(),
+            pending: pending + st.inflight.iter().map(|b| b.records.len()).sum::<usize>(),
+            lru_entries,
+            lru_bytes,
+            lru_hits: inner.lru_hits.load(Ordering::Relaxed),
+            pending_hits: inner.pending_hits.load(Ordering::Relaxed),
+            segment_hits: inner.segment_hits.load(Ordering::Relaxed),
+            misses: inner.misses.load(Ordering::Relaxed),
+            index_bytes,
+            index_bytes_per_entry: if st.index.is_empty() {
+                0.0
+            } else {
+                index_bytes as f64 / st.index.len() as f64
+            },
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    pub(crate) fn require_writer(&self, op: &'static str) -> Result<&Mutex<WriteSide>> {
+        self.inner.write.as_ref().ok_or_else(|| Error::ReadOnly {
+            path: self.inner.dir.clone(),
+            op,
+        })
+    }
+}
+
+impl Drop for SegmentStore {
+    fn drop(&mut self) {
+        // Errors cannot be returned from drop; call `flush` to see them.
+        let _ = self.hand_off(true);
+        if let Some(bg) = self.bg.take() {
+            drop(bg.tx);
+            let _ = bg.handle.join();
+        }
+    }
+}
+
+fn take_batch(p: &mut Pending, every: usize) -> Arc<Batch> {
+    let n = p.records.len().min(every);
+    let records: Vec<(String, Record)> = p.records.drain(..n).collect();
+    let rest: Vec<(String, Record)> = std::mem::take(&mut p.records);
+    p.by_key.clear();
+    for (i, (k, r)) in rest.into_iter().enumerate() {
+        p.by_key.insert(k.clone(), i);
+        p.records.push((k, r));
+    }
+    let by_key = records
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (k.clone(), i))
+        .collect();
+    Arc::new(Batch { records, by_key })
+}
+
+pub(crate) fn note_problem(inner: &Inner, path: &Path, detail: String) {
+    let mut p = inner.problems.lock();
+    if !p.iter().any(|q| q.path == path && q.detail == detail) {
+        p.push(Problem {
+            path: path.to_path_buf(),
+            detail,
+        });
+    }
+}
+
+/// The indexed location of `key`, confirmed against the segment's key column.
+fn lookup(inner: &Inner, st: &State, key: &str) -> Option<(Loc, Arc<Segment>, Arc<Decoded>)> {
+    let hint = hint_of(st.schema.as_ref());
+    for loc in st.index.candidates(format::key_hash(key)) {
+        let Some(seg) = st.segments.get(&loc.seg) else {
+            continue;
+        };
+        match seg.decoded(hint) {
+            Ok(d) => {
+                if d.key(loc.row as usize) == Some(key) {
+                    return Some((loc, seg.clone(), d.clone()));
+                }
+            }
+            Err(e) => note_problem(
+                inner,
+                &seg.path,
+                format!("excluded, its keys read as missing: {e}"),
+            ),
+        }
+    }
+    None
+}
+
+/// Writes one handed-off batch: segment(s), index group(s), then makes them
+/// visible. Runs under the write lock.
+fn persist(inner: &Inner, ws: &mut WriteSide, batch: &Arc<Batch>) -> Result<()> {
+    let result = persist_runs(inner, ws, batch);
+    inner
+        .state
+        .write()
+        .inflight
+        .retain(|b| !Arc::ptr_eq(b, batch));
+    result
+}
+
+fn persist_runs(inner: &Inner, ws: &mut WriteSide, batch: &Batch) -> Result<()> {
+    let schema = inner
+        .state
+        .read()
+        .schema
+        .clone()
+        .ok_or_else(|| Error::InvalidInput("flush before any schema".into()))?;
+    for run in split_runs(&batch.records, &schema) {
+        let records = &batch.records[run];
+        let id = ws.next_id;
+        if id > MAX_SEGMENT_ID {
+            return Err(Error::InvalidInput(format!(
+                "segment id {id} exceeds {MAX_SEGMENT_ID}; run compact()"
+            )));
+        }
+        let path = format::segment_path(&inner.dir, id);
+        let rb = build_batch(&schema, records).map_err(|e| Error::Arrow {
+            path: path.clone(),
+            source: e,
+        })?;
+        ws.next_id = id + 1;
+        let len = write_segment(&inner.dir, id, &rb)?;
+        let hashes: Vec<u64> = records.iter().map(|(k, _)| format::key_hash(k)).collect();
+        if let Err(e) = ws.log.append(&format::encode_group(id, len, &hashes)) {
+            // Uncommitted: remove it so a later open does not index it.
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        let seg = Arc::new(Segment::open(&path, id)?);
+        let mut st = inner.state.write();
+        let State {
+            index,
+            segments,
+            schema,
+            ..
+        } = &mut *st;
+        let hint = hint_of(schema.as_ref());
+        segments.insert(id, seg);
+        for (row, (key, _)) in records.iter().enumerate() {
+            let loc = Loc {
+                seg: id,
+                row: row as u32,
+            };
+            index.insert(hashes[row], loc, |old| {
+                if old.seg == id {
+                    records[old.row as usize].0 == *key
+                } else {
+                    segments
+                        .get(&old.seg)
+                        .and_then(|s| s.decoded(hint).ok())
+                        .and_then(|d| d.key(old.row as usize).map(|k| k == key))
+                        .unwrap_or(false)
+                }
+            });
+        }
+    }
+    Ok(())
+}
+
+fn background(inner: Arc<Inner>, rx: Receiver<Job>) {
+    for job in rx {
+        match job {
+            Job::Write(batch) => {
+                let Some(write) = &inner.write else {
+                    continue;
+                };
+                let mut ws = write.lock();
+                if let Err(e) = persist(&inner, &mut ws, &batch) {
+                    let mut slot = inner.bg_error.lock();
+                    if slot.is_none() {
+                        *slot = Some(Error::Background {
+                            records: batch.records.len(),
+                            source: Box::new(e),
+                        });
+                    }
+                }
+            }
+            Job::Barrier(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}

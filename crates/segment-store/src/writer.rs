@@ -1,0 +1,319 @@
+//! Writing: records to an Arrow record batch, the batch to a durable
+//! segment file, and the segment's group to the append-only index log.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::{
+    ArrayRef, BinaryArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
+    make_array,
+};
+use arrow_buffer::{BooleanBuffer, MutableBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_data::ArrayData;
+use arrow_ipc::writer::FileWriter;
+use arrow_schema::{ArrowError, DataType, Field};
+use tensor_core::DType;
+
+use crate::format::{self, INDEX_HEADER_LEN, TMP_SUFFIX};
+use crate::index::MAX_ROW;
+use crate::record::{Part, Record};
+use crate::schema::{PartKind, RecordSchema, arrow_type};
+use crate::{Error, Result};
+
+/// The `idx`-th part of a record that matches `schema` (checked before).
+fn part_of<'a>(record: &'a Record, spec_name: &str, idx: usize) -> Option<PartRef<'a>> {
+    match record {
+        Record::Tensor(t) => Some(PartRef::Tensor(t)),
+        Record::Blob(b) => Some(PartRef::Blob(b.as_bytes())),
+        Record::Dict(p) => p
+            .iter()
+            .find(|(n, _)| n == spec_name)
+            .map(|(_, p)| PartRef::of(p)),
+        Record::Tuple(p) | Record::List(p) => p.get(idx).map(PartRef::of),
+    }
+}
+
+enum PartRef<'a> {
+    Tensor(&'a crate::TensorBuf),
+    Blob(&'a [u8]),
+}
+
+impl<'a> PartRef<'a> {
+    fn of(p: &'a Part) -> PartRef<'a> {
+        match p {
+            Part::Tensor(t) => PartRef::Tensor(t),
+            Part::Blob(b) => PartRef::Blob(b.as_bytes()),
+        }
+    }
+    /// The largest offset-counted size this part adds to any column.
+    fn weight(&self) -> usize {
+        match self {
+            PartRef::Tensor(t) => (t.bytes().len() / t.dtype().size()).max(t.shape().rank()),
+            PartRef::Blob(b) => b.len(),
+        }
+    }
+}
+
+/// Splits `records` into runs that fit one segment each: fewer than
+/// 2^24 rows and under 2^31 elements / bytes in every list or binary column.
+pub fn split_runs(
+    records: &[(String, Record)],
+    schema: &RecordSchema,
+) -> Vec<std::ops::Range<usize>> {
+    let limit = i32::MAX as usize;
+    let mut runs = Vec::new();
+    let mut start = 0;
+    let mut sums = vec![0usize; schema.parts.len() + 1];
+    for (i, (key, rec)) in records.iter().enumerate() {
+        let mut w: Vec<usize> = schema
+            .parts
+            .iter()
+            .enumerate()
+            .map(|(j, s)| part_of(rec, &s.name, j).map_or(0, |p| p.weight()))
+            .collect();
+        w.push(key.len());
+        let full = i - start >= MAX_ROW as usize
+            || sums
+                .iter()
+                .zip(&w)
+                .any(|(s, w)| s.saturating_add(*w) > limit);
+        if full && i > start {
+            runs.push(start..i);
+            start = i;
+            sums.iter_mut().for_each(|s| *s = 0);
+        }
+        sums.iter_mut()
+            .zip(&w)
+            .for_each(|(s, w)| *s = s.saturating_add(*w));
+    }
+    if start < records.len() {
+        runs.push(start..records.len());
+    }
+    runs
+}
+
+/// Builds the record batch of `records` (all checked against `schema`).
+pub fn build_batch(
+    schema: &RecordSchema,
+    records: &[(String, Record)],
+) -> Result<RecordBatch, ArrowError> {
+    let arrow = schema.to_arrow();
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(
+        records.iter().map(|(k, _)| k.as_str()),
+    ))];
+    let missing =
+        |name: &str| ArrowError::InvalidArgumentError(format!("record lacks part {name:?}"));
+    for (j, spec) in schema.parts.iter().enumerate() {
+        match spec.kind {
+            PartKind::Blob => {
+                let mut blobs = Vec::with_capacity(records.len());
+                for (_, r) in records {
+                    match part_of(r, &spec.name, j) {
+                        Some(PartRef::Blob(b)) => blobs.push(b),
+                        _ => return Err(missing(&spec.name)),
+                    }
+                }
+                columns.push(Arc::new(BinaryArray::from_iter_values(blobs)));
+            }
+            PartKind::Tensor { dtype, .. } => {
+                let mut tensors = Vec::with_capacity(records.len());
+                for (_, r) in records {
+                    match part_of(r, &spec.name, j) {
+                        Some(PartRef::Tensor(t)) => tensors.push(t),
+                        _ => return Err(missing(&spec.name)),
+                    }
+                }
+                let (data, shape) = tensor_columns(dtype, &tensors)?;
+                columns.push(data);
+                columns.push(shape);
+            }
+        }
+    }
+    RecordBatch::try_new(arrow, columns)
+}
+
+fn offsets(lens: impl Iterator<Item = usize>) -> Result<OffsetBuffer<i32>, ArrowError> {
+    let mut out = Vec::new();
+    let mut acc = 0i32;
+    out.push(0);
+    for l in lens {
+        acc = i32::try_from(l)
+            .ok()
+            .and_then(|l| acc.checked_add(l))
+            .ok_or_else(|| {
+                ArrowError::InvalidArgumentError("list column exceeds 2^31 elements".into())
+            })?;
+        out.push(acc);
+    }
+    Ok(OffsetBuffer::new(ScalarBuffer::from(out)))
+}
+
+fn tensor_columns(
+    dtype: DType,
+    tensors: &[&crate::TensorBuf],
+) -> Result<(ArrayRef, ArrayRef), ArrowError> {
+    let t = arrow_type(dtype);
+    let size = dtype.size();
+    let numels: Vec<usize> = tensors.iter().map(|t| t.bytes().len() / size).collect();
+    let values: ArrayRef = if dtype == DType::Bool {
+        let bits = BooleanBuffer::from_iter(
+            tensors
+                .iter()
+                .flat_map(|t| t.bytes().iter().map(|&b| b != 0)),
+        );
+        Arc::new(BooleanArray::new(bits, None))
+    } else {
+        let total: usize = tensors.iter().map(|t| t.bytes().len()).sum();
+        let mut buf = MutableBuffer::new(total);
+        for t in tensors {
+            buf.extend_from_slice(t.bytes());
+        }
+        let data = ArrayData::builder(t.clone())
+            .len(total / size)
+            .add_buffer(buf.into())
+            .build()?;
+        make_array(data)
+    };
+    let data = ListArray::try_new(
+        Arc::new(Field::new("item", t, true)),
+        offsets(numels.into_iter())?,
+        values,
+        None,
+    )?;
+    let dims: Vec<i64> = tensors
+        .iter()
+        .flat_map(|t| t.shape().dims().iter().map(|&d| d as i64))
+        .collect();
+    let shape = ListArray::try_new(
+        Arc::new(Field::new("item", DataType::Int64, true)),
+        offsets(tensors.iter().map(|t| t.shape().rank()))?,
+        Arc::new(Int64Array::from(dims)),
+        None,
+    )?;
+    Ok((Arc::new(data), Arc::new(shape)))
+}
+
+/// `path` with `.tmp` appended.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(TMP_SUFFIX);
+    PathBuf::from(s)
+}
+
+/// Fsyncs a directory so a rename in it is durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, "fsync directory", e))
+}
+
+/// Writes `bytes` to `path` durably: temp file, fsync, rename, dir fsync.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
+    f.write_all(bytes)
+        .map_err(|e| Error::io(&tmp, "write", e))?;
+    f.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename", e))?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Writes segment `id` durably and returns its length in bytes.
+pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<u64> {
+    let path = format::segment_path(dir, id);
+    let tmp = tmp_path(&path);
+    let arrow_err = |e| Error::Arrow {
+        path: path.clone(),
+        source: e,
+    };
+    let file = File::create(&tmp).map_err(|e| Error::io(&tmp, "create segment", e))?;
+    let mut w = FileWriter::try_new(BufWriter::with_capacity(1 << 20, file), &batch.schema())
+        .map_err(arrow_err)?;
+    w.write(batch).map_err(arrow_err)?;
+    w.finish().map_err(arrow_err)?;
+    let file = w
+        .into_inner()
+        .map_err(arrow_err)?
+        .into_inner()
+        .map_err(|e| Error::io(&tmp, "write segment", e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| Error::io(&tmp, "fsync segment", e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(&tmp, "stat segment", e))?
+        .len();
+    drop(file);
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, "rename segment", e))?;
+    sync_dir(&dir.join(format::SEGMENTS_DIR))?;
+    Ok(len)
+}
+
+/// The append-only index log, open for appending.
+pub struct IndexLog {
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+impl IndexLog {
+    /// Creates a fresh log at `path` holding `groups` (already encoded),
+    /// atomically replacing any old one.
+    pub fn create(path: &Path, groups: &[Vec<u8>]) -> Result<IndexLog> {
+        let mut bytes = format::encode_index_header().to_vec();
+        for g in groups {
+            bytes.extend_from_slice(g);
+        }
+        write_atomic(path, &bytes)?;
+        IndexLog::open(path, bytes.len() as u64)
+    }
+
+    /// Opens an existing log for appending after its first `valid_len`
+    /// bytes, cutting off (and fsyncing away) anything beyond.
+    pub fn open(path: &Path, valid_len: u64) -> Result<IndexLog> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(path, "open index", e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(path, "stat index", e))?
+            .len();
+        if len != valid_len {
+            file.set_len(valid_len)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| Error::io(path, "truncate torn index tail", e))?;
+        }
+        file.seek(SeekFrom::Start(valid_len))
+            .map_err(|e| Error::io(path, "seek index", e))?;
+        debug_assert!(valid_len >= INDEX_HEADER_LEN as u64);
+        Ok(IndexLog {
+            path: path.to_path_buf(),
+            file,
+            len: valid_len,
+        })
+    }
+
+    /// Appends one encoded group and fsyncs it. On failure the partial
+    /// write is cut off again (best effort; open also drops it).
+    pub fn append(&mut self, group: &[u8]) -> Result<()> {
+        let r = self
+            .file
+            .write_all(group)
+            .and_then(|()| self.file.sync_data());
+        match r {
+            Ok(()) => {
+                self.len += group.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.len);
+                let _ = self.file.seek(SeekFrom::Start(self.len));
+                Err(Error::io(&self.path, "append index", e))
+            }
+        }
+    }
+}
