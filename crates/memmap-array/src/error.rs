@@ -136,6 +136,13 @@ pub enum Error {
         /// The name asked for.
         name: String,
     },
+    /// Computing a cache key or fingerprint failed.
+    #[error("fingerprint: {source}")]
+    Fingerprint {
+        /// The fingerprint crate's error.
+        #[from]
+        source: fingerprint::FingerprintError,
+    },
     /// Loading the arrays into RAM would exceed the allowed share of physical memory.
     #[error(
         "load_in_memory refused: the arrays need {needed} bytes, above {limit} bytes ({fraction:.0}% of {physical} bytes of physical RAM); read through the memory maps instead"
@@ -187,7 +194,8 @@ impl Error {
             | Error::InvalidRow { .. }
             | Error::RowOutOfRange { .. }
             | Error::UnknownName { .. }
-            | Error::TooLargeForRam { .. } => None,
+            | Error::TooLargeForRam { .. }
+            | Error::Fingerprint { .. } => None,
         }
     }
 }

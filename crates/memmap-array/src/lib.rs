@@ -69,6 +69,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod build;
 mod error;
 mod format;
 mod fsio;
@@ -78,7 +79,9 @@ mod reader;
 mod recover;
 mod writer;
 
+pub use build::{CACHE_VERSION, Opened, Outcome, RebuildReason, open_or_build, open_or_build_with};
 pub use error::{Error, Result};
+pub use fingerprint::{Mode, SourceStamp, Stale, StaleReason, stamp_sources};
 pub use format::{
     ArraySpec, COMPLETE_FILE, FINGERPRINT_FILE, FORMAT_VERSION, INDEX_FILE, LOCK_FILE,
     MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, key_column,

@@ -41,28 +41,11 @@ pub(crate) fn scan_manifest(
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut line = Vec::new();
 
-    let n = reader
-        .read_until(b'\n', &mut line)
-        .map_err(Error::io(path))?;
-    if n == 0 || line.last() != Some(&b'\n') {
-        return Err(Error::corrupt(path, "header line is missing or incomplete"));
-    }
-    let header: ManifestHeader = serde_json::from_slice(&line).map_err(|source| Error::Json {
-        file: path.to_owned(),
-        source,
-    })?;
-    if header.format != MANIFEST_FORMAT {
-        return Err(Error::corrupt(
-            path,
-            format!("format {:?}, expected {MANIFEST_FORMAT:?}", header.format),
-        ));
-    }
-    check_version(header.version, path)?;
-    let schema = Schema::from_stored(header.schema, path)?;
+    let (n, schema, fingerprint) = read_header(&mut reader, &mut line, path)?;
     let mut scan = ManifestScan {
         sidecar_counts: vec![0; schema.sidecars().len()],
         schema,
-        fingerprint: header.fingerprint,
+        fingerprint,
         rows: 0,
         good_len: n as u64,
         torn_len: 0,
@@ -105,6 +88,39 @@ pub(crate) fn scan_manifest(
         scan.good_len += n as u64;
     }
     Ok(scan)
+}
+
+/// Reads only the header line of the manifest at `path`: the schema and
+/// fingerprint the unfinished cache was started with.
+pub(crate) fn read_manifest_header(path: &Path) -> Result<(Schema, serde_json::Value)> {
+    let file = File::open(path).map_err(Error::io(path))?;
+    let mut reader = BufReader::new(file);
+    let (_, schema, fingerprint) = read_header(&mut reader, &mut Vec::new(), path)?;
+    Ok((schema, fingerprint))
+}
+
+fn read_header(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    path: &Path,
+) -> Result<(usize, Schema, serde_json::Value)> {
+    let n = reader.read_until(b'\n', line).map_err(Error::io(path))?;
+    if n == 0 || line.last() != Some(&b'\n') {
+        return Err(Error::corrupt(path, "header line is missing or incomplete"));
+    }
+    let header: ManifestHeader = serde_json::from_slice(line).map_err(|source| Error::Json {
+        file: path.to_owned(),
+        source,
+    })?;
+    if header.format != MANIFEST_FORMAT {
+        return Err(Error::corrupt(
+            path,
+            format!("format {:?}, expected {MANIFEST_FORMAT:?}", header.format),
+        ));
+    }
+    check_version(header.version, path)?;
+    let schema = Schema::from_stored(header.schema, path)?;
+    Ok((n, schema, header.fingerprint))
 }
 
 fn check_row(row: &ManifestRow, scan: &mut ManifestScan) -> std::result::Result<(), String> {

@@ -179,12 +179,23 @@ impl RowWriter {
         options: WriterOptions,
     ) -> Result<RowWriter> {
         let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+        let lock = take_lock(&dir)?;
+        Self::open_locked(dir, lock, schema, fingerprint, options)
+    }
+
+    /// Opens the writer of `dir` whose lock the caller already holds.
+    pub(crate) fn open_locked(
+        dir: PathBuf,
+        lock: File,
+        schema: &Schema,
+        fingerprint: impl Serialize,
+        options: WriterOptions,
+    ) -> Result<RowWriter> {
         let fingerprint = serde_json::to_value(fingerprint).map_err(|source| Error::Json {
             file: dir.join(FINGERPRINT_FILE),
             source,
         })?;
-        std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
-        let lock = take_lock(&dir)?;
         if dir.join(COMPLETE_FILE).exists() {
             return Err(Error::AlreadyComplete { dir });
         }
@@ -595,7 +606,8 @@ impl RowWriter {
     }
 }
 
-fn take_lock(dir: &Path) -> Result<File> {
+/// Takes the exclusive writer lock of `dir` (which must exist).
+pub(crate) fn take_lock(dir: &Path) -> Result<File> {
     let path = dir.join(LOCK_FILE);
     let file = OpenOptions::new()
         .read(true)
