@@ -38,6 +38,18 @@ use crate::index::IndexWriter;
 use crate::recover::scan_manifest;
 use crate::{Error, Result};
 
+/// Bytes buffered per `.bin` before a write, at most: large writes give
+/// the page cache large folios, which later read faster through the maps
+/// (measured: W4 random reads about 1.5x faster than with 1 MiB writes).
+const BIN_BUFFER_MAX: usize = 8 << 20;
+/// Buffer bytes shared by all `.bin` files of a writer, so a schema with
+/// many arrays does not allocate `BIN_BUFFER_MAX` for each.
+const BIN_BUFFER_TOTAL: usize = 64 << 20;
+
+fn bin_buffer(arrays: usize) -> usize {
+    (BIN_BUFFER_TOTAL / arrays.max(1)).clamp(64 << 10, BIN_BUFFER_MAX)
+}
+
 /// How the writer trades durability for speed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterOptions {
@@ -233,7 +245,7 @@ impl RowWriter {
             file.sync_all().map_err(Error::io(&path))?;
             bins.push(BinFile {
                 path,
-                out: BufWriter::with_capacity(1 << 20, file),
+                out: BufWriter::with_capacity(bin_buffer(schema.arrays().len()), file),
             });
         }
         let header = ManifestHeader {
@@ -339,7 +351,7 @@ impl RowWriter {
                 file.set_len(expected).map_err(Error::io(&path))?;
             }
             file.sync_all().map_err(Error::io(&path))?;
-            let mut out = BufWriter::with_capacity(1 << 20, file);
+            let mut out = BufWriter::with_capacity(bin_buffer(schema.arrays().len()), file);
             out.seek(SeekFrom::Start(expected))
                 .map_err(Error::io(&path))?;
             bins.push(BinFile { path, out });
