@@ -3,15 +3,19 @@
 //! `numpy.memmap(path, dtype, mode="r", shape=(N, *shape))` and this crate
 //! reads zero-copy through memory maps.
 //!
-//! A [`RowWriter`] streams rows in (crash-safe and resumable: a manifest
-//! line commits each row after its bytes are durable; see
-//! [`WriterOptions`] for what a crash may lose), then
-//! [`RowWriter::finalize`] writes a Parquet row index, the deduplicated
-//! sidecars and `shapes.json`, and marks the cache `_COMPLETE`.
-//! [`ArrayCache`] opens a finished cache, validating every file size
-//! against `shapes.json`, and hands out [`tensor_core::TensorView`]s that
-//! borrow the mapped files. [`inspect`] and [`verify`] describe and check a
-//! cache directory.
+//! - [`RowWriter`] streams rows in, crash-safe and resumable, then
+//!   [`RowWriter::finalize`] writes the Parquet row index, the
+//!   deduplicated sidecars and `shapes.json`, and marks the cache complete.
+//! - [`ArrayCache`] opens a finished cache, validating every file size
+//!   against `shapes.json`, and hands out [`tensor_core::TensorView`]s that
+//!   borrow the mapped files (`Send + Sync`, no lock on the hot path;
+//!   [`ArrayCache::prefetch`] for the next row of a random scan;
+//!   [`ArrayCache::load_in_memory`] with a RAM guard).
+//! - [`open_or_build`] keys a cache directory by its config (crate
+//!   `fingerprint`), opens it when its fingerprint matches, resumes a
+//!   half-built one, and rebuilds a stale one, saying why ([`Outcome`]).
+//! - [`inspect`] describes a cache (sizes, schema, sidecar dedup, RAM a
+//!   load would take) and [`verify`] lists every problem in one.
 //!
 //! # On-disk layout
 //!
@@ -21,14 +25,27 @@
 //!   index.parquet      row, source, has_<array>, key_<sidecar>, meta_json
 //!   <sidecar>.json     {"0": "<string>", ...}: each distinct value once
 //!   shapes.json        format version, N, per array: numpy dtype, shape, row bytes
-//!   fingerprint.json   what the cache was built from
+//!   fingerprint.json   what the cache was built from (fingerprint::Fingerprint
+//!                      when built by open_or_build)
 //!   manifest.jsonl     commit log while writing; removed once complete
-//!   _COMPLETE          written last by finalize
+//!   _COMPLETE          written by finalize after every file above is durable
+//!   .writer.lock       the writer's advisory lock file
 //! ```
 //!
 //! The full specification (file formats, manifest lines, validation
 //! rules) lives in one place, `src/format.rs`; its constants are
-//! re-exported here.
+//! re-exported here. A cache is immutable once complete.
+//!
+//! # Durability
+//!
+//! A row's bytes are appended to every `.bin`; its manifest line waits in
+//! memory until the next group commit (every [`WriterOptions::sync_every`]
+//! rows, on [`RowWriter::flush`] and at finalize), which fsyncs the `.bin`
+//! files *before* appending and fsyncing the lines, so no line ever
+//! commits bytes that are not durable. A crash loses at most the rows
+//! since the last group commit; resuming truncates every `.bin` to the
+//! committed rows and drops a torn manifest line, and
+//! [`RowWriter::resume_keys`] lists the sources to skip.
 //!
 //! # Example
 //!

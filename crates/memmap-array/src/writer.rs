@@ -51,6 +51,20 @@ fn bin_buffer(arrays: usize) -> usize {
 }
 
 /// How the writer trades durability for speed.
+///
+/// Rows are appended to the `.bin` files as they come; their manifest lines
+/// wait in memory. Every `sync_every` rows (and on [`RowWriter::flush`] and
+/// [`RowWriter::finalize`]) the writer runs a *group commit*: fsync (data)
+/// every `.bin`, then append the waiting lines to `manifest.jsonl` and
+/// fsync it. What a crash of the process or the machine can lose:
+/// - `sync_every = 1`: nothing that [`RowWriter::write`] returned for.
+/// - `sync_every = n > 1` (default [`WriterOptions::DEFAULT_SYNC_EVERY`]):
+///   the rows written since the last group commit, at most `n - 1` rows.
+/// - `sync_every = 0`: every row since the last explicit
+///   [`RowWriter::flush`] (or since the writer was opened).
+///
+/// Committed rows are never lost, and never come back with bytes that were
+/// not durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterOptions {
     /// Group-commit (fsync data, then the manifest) every this many rows;
