@@ -220,3 +220,35 @@ fn a_complete_cache_is_not_reopened_for_writing() {
     .unwrap_err();
     assert!(matches!(e, Error::AlreadyComplete { .. }), "{e}");
 }
+
+mod garbage {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Whatever follows the committed lines, opening a writer either
+        /// recovers the committed rows or returns a typed error; it never
+        /// panics and never loses a committed row.
+        #[test]
+        fn garbage_after_committed_rows(tail in proptest::collection::vec(any::<u8>(), 0..200),
+                                        newline_at_end in any::<bool>()) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut w = common::writer(dir.path(), 1);
+            for i in 0..2 {
+                common::write_row(&mut w, i);
+            }
+            drop(w);
+            let mut tail = tail;
+            if newline_at_end {
+                tail.push(b'\n');
+            }
+            append(&dir.path().join(MANIFEST_FILE), &tail);
+            match common::writer_result(dir.path()) {
+                Ok(w) => prop_assert!(w.committed_rows() >= 2),
+                Err(e) => prop_assert!(matches!(e, Error::Corrupt { .. }), "{e}"),
+            }
+        }
+    }
+}
