@@ -9,7 +9,8 @@
 //! - [`ArrayCache`] opens a finished cache, validating every file size
 //!   against `shapes.json`, and hands out [`tensor_core::TensorView`]s that
 //!   borrow the mapped files (`Send + Sync`, no lock on the hot path;
-//!   [`ArrayCache::prefetch`] for the next row of a random scan;
+//!   [`ArrayCache::find`] by source id; [`ArrayCache::prefetch`] for the
+//!   next row of a random scan;
 //!   [`ArrayCache::load_in_memory`] with a RAM guard).
 //! - [`open_or_build`] keys a cache directory by its config (crate
 //!   `fingerprint`), opens it when its fingerprint matches, resumes a

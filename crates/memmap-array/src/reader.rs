@@ -59,6 +59,8 @@ pub struct ArrayCache {
     arrays: Vec<ArrayFile>,
     sidecars: Vec<OnceLock<Vec<String>>>,
     fingerprint: serde_json::Value,
+    /// Row numbers sorted by source id, built on the first lookup.
+    by_source: OnceLock<Vec<u64>>,
 }
 
 impl std::fmt::Debug for ArrayCache {
@@ -147,6 +149,7 @@ impl ArrayCache {
                 })
                 .collect(),
             fingerprint,
+            by_source: OnceLock::new(),
         })
     }
 
@@ -234,6 +237,29 @@ impl ArrayCache {
     pub fn source(&self, i: u64) -> Result<&str> {
         let index = self.check_row(i)?;
         Ok(self.index.sources.get(index).unwrap_or(""))
+    }
+
+    /// The row built from source id `source` (the first one, if several
+    /// rows share it). The first call sorts the row numbers by source
+    /// (8 bytes per row); later calls are a binary search.
+    pub fn find(&self, source: &str) -> Option<u64> {
+        let sorted = self.by_source.get_or_init(|| {
+            let mut rows: Vec<u64> = (0..self.rows).collect();
+            rows.sort_by(|&a, &b| self.source_at(a).cmp(self.source_at(b)));
+            rows
+        });
+        let at = sorted.partition_point(|&r| self.source_at(r) < source);
+        sorted
+            .get(at)
+            .copied()
+            .filter(|&r| self.source_at(r) == source)
+    }
+
+    fn source_at(&self, row: u64) -> &str {
+        usize::try_from(row)
+            .ok()
+            .and_then(|i| self.index.sources.get(i))
+            .unwrap_or("")
     }
 
     /// The value of sidecar `name` for row `i` (`None` if the row has none).

@@ -24,6 +24,17 @@ fn standard_schema_round_trips() {
 }
 
 #[test]
+fn rows_are_found_by_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = common::build(dir.path(), 25);
+    for i in (0..25).rev() {
+        assert_eq!(cache.find(&common::source(i)), Some(i as u64));
+    }
+    assert_eq!(cache.find("src/25.wav"), None);
+    assert_eq!(cache.find(""), None);
+}
+
+#[test]
 fn sidecar_values_are_stored_once() {
     let dir = tempfile::tempdir().unwrap();
     let cache = common::build(dir.path(), 30);
