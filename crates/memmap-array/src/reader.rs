@@ -475,10 +475,12 @@ fn map_file(path: &Path, len: usize) -> Result<Backing> {
     }
     // SAFETY: the map is read-only and we checked the file holds `len`
     // bytes. The cache is complete (`_COMPLETE` was present at open), and
-    // this crate never writes to a complete cache (writers refuse to open
-    // one), so the bytes do not change under the map. As with any mmap, a
-    // process outside this crate truncating the file would break that;
-    // the format documents caches as immutable once complete.
+    // this crate never writes to a complete cache: writers refuse to open
+    // one, and a rebuild unlinks the old files (the map keeps the old
+    // inode) instead of truncating them. So the bytes do not change under
+    // the map. As with any mmap, a process outside this crate truncating
+    // the file would break that; the format documents complete caches as
+    // immutable.
     let map =
         unsafe { memmap2::MmapOptions::new().len(len).map(&file) }.map_err(Error::io(path))?;
     if map.len() != len {

@@ -273,10 +273,17 @@ impl RowWriter {
         let mut bins = Vec::with_capacity(schema.arrays().len());
         for a in schema.arrays() {
             let path = dir.join(format::bin_file(a.name()));
+            // Unlink rather than truncate a leftover file: a reader that
+            // still maps an old file keeps its inode and its bytes.
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::Io { path, source: e });
+                }
+                _ => {}
+            }
             let file = OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .open(&path)
                 .map_err(Error::io(&path))?;
             file.sync_all().map_err(Error::io(&path))?;

@@ -74,3 +74,45 @@ fn second_writer_in_another_thread_is_refused() {
     assert!(matches!(refused, Err(Error::Locked { .. })));
     drop(first);
 }
+
+#[test]
+fn open_reader_keeps_its_bytes_while_a_stale_cache_is_rebuilt() {
+    use memmap_array::{Mode, NewRow, Outcome, Schema, open_or_build, stamp_sources};
+    use tensor_core::{DType, Tensor};
+
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("src.txt"), "v1").unwrap();
+    let schema = Schema::builder()
+        .array("x", DType::U8, [4096])
+        .build()
+        .unwrap();
+    let config = serde_json::json!({"what": "rebuild under a reader"});
+    let build_with = |value: u8| {
+        move |w: &mut RowWriter| -> Result<(), Error> {
+            let t = Tensor::from_vec([4096], vec![value; 4096]).unwrap();
+            w.write(&NewRow::new("only").array("x", t.view()))
+        }
+    };
+    let stamps = || stamp_sources(root.path(), ["src.txt"], Mode::Content).unwrap();
+    let old = open_or_build(root.path(), &config, stamps(), &schema, build_with(1)).unwrap();
+    let before = old.cache.array(0, "x").unwrap().unwrap();
+    assert_eq!(before.bytes()[0], 1);
+
+    std::fs::write(root.path().join("src.txt"), "v2").unwrap();
+    let new = open_or_build(root.path(), &config, stamps(), &schema, build_with(2)).unwrap();
+    assert!(
+        matches!(new.outcome, Outcome::Rebuilt { .. }),
+        "{}",
+        new.outcome
+    );
+    assert_eq!(
+        new.cache.array(0, "x").unwrap().unwrap().bytes(),
+        &[2; 4096]
+    );
+    // The old reader's map still shows the old, whole row.
+    assert_eq!(before.bytes(), &[1; 4096]);
+    assert_eq!(
+        old.cache.array(0, "x").unwrap().unwrap().bytes(),
+        &[1; 4096]
+    );
+}
