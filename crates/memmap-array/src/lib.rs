@@ -91,6 +91,7 @@ mod build;
 mod error;
 mod format;
 mod fsio;
+pub mod fuzz_entry;
 mod index;
 mod inspect;
 mod reader;

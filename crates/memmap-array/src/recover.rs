@@ -34,11 +34,18 @@ pub(crate) struct ManifestScan {
 /// in order.
 pub(crate) fn scan_manifest(
     path: &Path,
-    mut visit: impl FnMut(&ManifestRow) -> Result<()>,
+    visit: impl FnMut(&ManifestRow) -> Result<()>,
 ) -> Result<ManifestScan> {
     let file = File::open(path).map_err(Error::io(path))?;
-    let total = file.metadata().map_err(Error::io(path))?.len();
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    scan_manifest_from(BufReader::with_capacity(1 << 20, file), path, visit)
+}
+
+/// [`scan_manifest`] over any reader; `path` names it in errors.
+pub(crate) fn scan_manifest_from(
+    mut reader: impl BufRead,
+    path: &Path,
+    mut visit: impl FnMut(&ManifestRow) -> Result<()>,
+) -> Result<ManifestScan> {
     let mut line = Vec::new();
 
     let (n, schema, fingerprint) = read_header(&mut reader, &mut line, path)?;
@@ -65,7 +72,7 @@ pub(crate) fn scan_manifest(
         let row = match parsed {
             Ok(row) if complete => row,
             _ if at_end => {
-                scan.torn_len = total.saturating_sub(scan.good_len);
+                scan.torn_len = n as u64;
                 break;
             }
             // read_until stops without a newline only at the end of the file.

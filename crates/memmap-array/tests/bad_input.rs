@@ -191,3 +191,70 @@ fn missing_bin_file_is_an_io_error_naming_it() {
     assert!(matches!(e, Error::Io { .. }), "{e}");
     assert!(e.to_string().contains("score.bin"), "{e}");
 }
+
+mod mutated {
+    use super::*;
+    use memmap_array::fuzz_entry;
+    use proptest::prelude::*;
+
+    /// Valid shapes.json, manifest.jsonl and sidecar bytes to mutate
+    /// (built once for all cases).
+    fn seeds() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        static SEEDS: std::sync::OnceLock<(Vec<u8>, Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
+        SEEDS.get_or_init(make_seeds).clone()
+    }
+
+    fn make_seeds() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let dir = built(6);
+        let shapes = std::fs::read(dir.path().join("shapes.json")).unwrap();
+        let sidecar = std::fs::read(dir.path().join("config.json")).unwrap();
+        let unfinished = tempfile::tempdir().unwrap();
+        let mut w = common::writer(unfinished.path(), 1);
+        for i in 0..6 {
+            common::write_row(&mut w, i);
+        }
+        drop(w);
+        let manifest = std::fs::read(unfinished.path().join("manifest.jsonl")).unwrap();
+        (shapes, manifest, sidecar)
+    }
+
+    fn mutate(mut bytes: Vec<u8>, flips: &[(usize, u8)], cut: usize) -> Vec<u8> {
+        for &(pos, x) in flips {
+            if !bytes.is_empty() {
+                let at = pos % bytes.len();
+                bytes[at] ^= x;
+            }
+        }
+        let keep = bytes.len() - cut % (bytes.len() + 1);
+        bytes.truncate(keep);
+        bytes
+    }
+
+    #[test]
+    fn seeds_parse() {
+        let (shapes, manifest, sidecar) = seeds();
+        assert_eq!(fuzz_entry::shapes_json(&shapes).unwrap(), 6);
+        assert_eq!(fuzz_entry::manifest_jsonl(&manifest).unwrap(), 6);
+        assert_eq!(fuzz_entry::sidecar_json(&sidecar).unwrap(), 3);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Flipped bytes and truncations give a result or a typed error,
+        /// never a panic.
+        #[test]
+        fn mutated_files_never_panic(
+            flips in proptest::collection::vec((any::<usize>(), 1u8..), 0..4),
+            cut in any::<usize>(),
+        ) {
+            let (shapes, manifest, sidecar) = seeds();
+            let _ = fuzz_entry::shapes_json(&mutate(shapes, &flips, cut));
+            let rows = fuzz_entry::manifest_jsonl(&mutate(manifest, &flips, cut));
+            if let Ok(rows) = rows {
+                prop_assert!(rows <= 6);
+            }
+            let _ = fuzz_entry::sidecar_json(&mutate(sidecar, &flips, cut));
+        }
+    }
+}
