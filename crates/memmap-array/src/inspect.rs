@@ -387,14 +387,28 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
         let manifest = dir.join(MANIFEST_FILE);
         if manifest.is_file() {
             match scan_manifest(&manifest, |_| Ok(())) {
-                Ok(scan) if scan.torn_len > 0 => problems.push(Problem::new(
-                    &manifest,
-                    format!(
-                        "{} bytes of a torn last line (dropped on resume)",
-                        scan.torn_len
-                    ),
-                )),
-                Ok(_) => {}
+                Ok(scan) => {
+                    if scan.torn_len > 0 {
+                        problems.push(Problem::new(
+                            &manifest,
+                            format!(
+                                "{} bytes of a torn last line (dropped on resume)",
+                                scan.torn_len
+                            ),
+                        ));
+                    }
+                    // Committed bytes must all be there; extra bytes are
+                    // uncommitted rows that resume truncates.
+                    for a in scan.schema.arrays() {
+                        if let Err(e) = check_bin_size(dir, a, scan.rows) {
+                            if matches!(&e, Error::BinSize { actual, expected, .. } if actual > expected)
+                            {
+                                continue;
+                            }
+                            problems.push(Problem::from_error(&e, dir));
+                        }
+                    }
+                }
                 Err(e) => problems.push(Problem::from_error(&e, &manifest)),
             }
         }

@@ -130,6 +130,11 @@ fn verify_reports_an_unfinished_cache_and_its_torn_tail() {
     assert_eq!(problems.len(), 2, "{problems:?}");
     assert!(problems[0].reason.contains("never finalized"));
     assert!(problems[1].reason.contains("torn"), "{}", problems[1]);
+    // A committed row whose bytes are gone is a problem too.
+    std::fs::write(dir.path().join("data.bin"), b"").unwrap();
+    let problems = verify(dir.path());
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(problems[2].file.ends_with("data.bin"), "{}", problems[2]);
 }
 
 #[test]
