@@ -42,7 +42,9 @@ pub enum Command {
     Get {
         /// The cache directory or file.
         path: PathBuf,
-        /// A key (keyed caches) or an index (row / item / sample caches).
+        /// A key (keyed caches) or an index (row / item / sample caches;
+        /// negative counts from the end).
+        #[arg(allow_hyphen_values = true)]
         key: String,
         /// Print JSON (the only format for now; accepted for scripts).
         #[arg(long)]
@@ -176,6 +178,23 @@ fn inspect(path: &Path, as_json: bool) -> CmdResult {
                 print(&format!("kind: {}\n{report}", kind.name()));
             }
         }
+        CacheKind::PageAlloc => {
+            let summary = page_alloc::inspect(path).map_err(|e| e.to_string())?;
+            if as_json {
+                print(&crate::kinds::page_summary_json(&summary).to_string());
+            } else {
+                print(&format!("kind: page-alloc\n{summary}"));
+            }
+        }
+        CacheKind::Beton => {
+            let file = page_alloc::beton::read(path).map_err(|e| e.to_string())?;
+            let json = crate::kinds::beton_json(&file);
+            if as_json {
+                print(&json.to_string());
+            } else {
+                print(&crate::kinds::beton_table(&file));
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -216,6 +235,14 @@ fn verify(path: &Path) -> CmdResult {
                 all
             }
         },
+        CacheKind::PageAlloc => page_alloc::verify(path)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        CacheKind::Beton => page_alloc::beton::verify(path)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
     };
     Ok(report_problems(kind, path, &problems))
 }
@@ -232,9 +259,34 @@ fn get(path: &Path, key: &str) -> CmdResult {
                 .ok_or_else(|| format!("{}: no record with key {key:?}", path.display()))?;
             record_json(&record)
         }
+        CacheKind::PageAlloc => {
+            let reader = page_alloc::PageReader::open(path).map_err(|e| e.to_string())?;
+            let index = parse_index(path, key, reader.len())?;
+            crate::kinds::page_sample_json(&reader, index).map_err(|e| e.to_string())?
+        }
+        CacheKind::Beton => {
+            let file = page_alloc::beton::read(path).map_err(|e| e.to_string())?;
+            let index = parse_index(path, key, file.len())?;
+            crate::kinds::beton_sample_json(&file, index).map_err(|e| e.to_string())?
+        }
     };
     print(&value.to_string());
     Ok(ExitCode::SUCCESS)
+}
+
+/// An index argument: `0 <= i < len`, or negative from the end.
+fn parse_index(path: &Path, key: &str, len: usize) -> Result<usize, String> {
+    let i: i64 = key
+        .parse()
+        .map_err(|_| format!("{}: {key:?} is not an index", path.display()))?;
+    let resolved = if i < 0 { len as i64 + i } else { i };
+    if resolved < 0 || resolved >= len as i64 {
+        return Err(format!(
+            "{}: index {i} out of range for {len} items",
+            path.display()
+        ));
+    }
+    Ok(resolved as usize)
 }
 
 fn stats(path: &Path) -> CmdResult {
@@ -252,6 +304,7 @@ fn stats(path: &Path) -> CmdResult {
                 s.index_bytes_per_entry
             ));
         }
+        CacheKind::PageAlloc | CacheKind::Beton => return inspect(path, false),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -10,6 +10,10 @@ pub enum CacheKind {
     SegmentStore,
     /// A torchcachex directory (segments, no index of ours).
     Torchcachex,
+    /// A page-alloc file.
+    PageAlloc,
+    /// An FFCV `.beton` file.
+    Beton,
 }
 
 impl CacheKind {
@@ -18,6 +22,8 @@ impl CacheKind {
         match self {
             CacheKind::SegmentStore => "segment-store",
             CacheKind::Torchcachex => "torchcachex",
+            CacheKind::PageAlloc => "page-alloc",
+            CacheKind::Beton => "beton",
         }
     }
 }
@@ -30,6 +36,20 @@ pub fn detect(path: &Path) -> Option<CacheKind> {
         }
         if path.join(segment_store::format::SEGMENTS_DIR).is_dir() {
             return Some(CacheKind::Torchcachex);
+        }
+    }
+    if path.is_file() {
+        let mut head = [0u8; 8];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+            .unwrap_or(0);
+        if n == 8 && head == page_alloc::format::MAGIC {
+            return Some(CacheKind::PageAlloc);
+        }
+        // FFCV has no magic: the extension, or header version 2.
+        let is_beton_ext = path.extension().is_some_and(|e| e == "beton");
+        if is_beton_ext || (n >= 2 && head[..2] == [2, 0]) {
+            return Some(CacheKind::Beton);
         }
     }
     None

@@ -11,6 +11,7 @@ pub mod demo;
 mod detect;
 mod error;
 pub mod json;
+mod kinds;
 
 pub use backend::{CacheBackend, Lookup, Stats};
 pub use backends::{FACADE_CACHE_VERSION, SegmentBackend, record_from_tensor};

@@ -161,3 +161,69 @@ fn usage_errors_exit_2_and_unknown_paths_exit_1() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a cache"));
 }
+
+#[test]
+fn page_alloc_files_inspect_get_and_verify() {
+    use page_alloc::{PageWriter, Schema, Value as PValue, WriterOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("train.pages");
+    let schema = Schema::new().int("label").bytes("jpeg");
+    let mut writer = PageWriter::create(&path, schema, WriterOptions::default()).unwrap();
+    for i in 0..20i64 {
+        let bytes = vec![i as u8; 100 + i as usize];
+        writer
+            .append(&[PValue::Int(i * 3), PValue::Bytes(&bytes)])
+            .unwrap();
+    }
+    writer.finalize().unwrap();
+
+    assert!(ok(&["inspect", p(&path)]).contains("kind: page-alloc"));
+    let json: Value = serde_json::from_str(&ok(&["inspect", p(&path), "--json"])).unwrap();
+    assert_eq!(json["num_samples"], 20);
+    let rec: Value = serde_json::from_str(&ok(&["get", p(&path), "-1", "--json"])).unwrap();
+    assert_eq!(rec["label"], 57);
+    assert_eq!(rec["jpeg"]["$bytes_hex"].as_str().unwrap().len(), 2 * 119);
+    assert!(ok(&["verify", p(&path)]).contains("sound"));
+
+    // A flipped byte in a page: verify names the file and exits 1.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = 4096 + 50;
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = cachex(&["verify", p(&path)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("train.pages"), "{}", stdout(&out));
+}
+
+#[test]
+fn beton_fixtures_read_as_ffcv_wrote_them() {
+    let expected = test_support::expected();
+    for file in ["small_w1.beton", "small_w2.beton"] {
+        let path = test_support::fixtures_dir().join("ffcv").join(file);
+        let table = ok(&["inspect", p(&path)]);
+        assert!(table.contains("samples: 40"), "{table}");
+        assert!(ok(&["verify", p(&path)]).contains("sound"));
+        for want in expected["ffcv"]["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .step_by(7)
+        {
+            let i = want["index"].as_u64().unwrap().to_string();
+            let rec: Value = serde_json::from_str(&ok(&["get", p(&path), &i, "--json"])).unwrap();
+            assert_eq!(rec["id"], want["id"], "{file} {i}");
+            assert_eq!(rec["score"], want["score"], "{file} {i}");
+            assert_eq!(rec["blob"]["$bytes_hex"], want["blob_hex"], "{file} {i}");
+            assert_eq!(rec["arr"]["data"], want["arr"]["data"], "{file} {i}");
+            assert_eq!(rec["meta"], want["meta"], "{file} {i}");
+        }
+    }
+    // A truncated copy is reported, not read.
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("cut.beton");
+    let bytes = std::fs::read(test_support::fixtures_dir().join("ffcv/small_w1.beton")).unwrap();
+    std::fs::write(&copy, &bytes[..bytes.len() - 30]).unwrap();
+    let out = cachex(&["verify", p(&copy)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("cut.beton"), "{}", stdout(&out));
+}

@@ -116,6 +116,7 @@ pub mod crash {
     const DIR_ENV: &str = "CACHEX_CRASH_DIR";
     const SEED_ENV: &str = "CACHEX_CRASH_SEED";
     const COMMIT_PREFIX: &str = "CACHEX-COMMIT ";
+    const ERROR_PREFIX: &str = "CACHEX-ERROR ";
 
     /// What a child is asked to do.
     #[derive(Debug, Clone)]
@@ -145,18 +146,139 @@ pub mod crash {
         let _ = out.flush();
     }
 
+    /// In a child: reports that an operation returned an error (the child
+    /// then stops writing and exits normally: an error is not a crash).
+    pub fn report_error(what: &str) {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{ERROR_PREFIX}{}", what.replace('\n', " "));
+        let _ = out.flush();
+    }
+
     /// What the parent saw of one child.
     #[derive(Debug, Clone)]
     pub struct Outcome {
         /// Everything the child reported as committed, in order.
         pub committed: Vec<String>,
+        /// Errors the child reported (from operations that failed cleanly).
+        pub errors: Vec<String>,
         /// Whether the child was killed (false: it finished first).
         pub killed: bool,
     }
 
-    /// Runs test `test_name` of the current test binary as a child with
-    /// `role`, and kills it with SIGKILL after `kill_after` (or lets it
-    /// finish, whichever comes first).
+    /// A child run of the current test binary, configured step by step.
+    #[derive(Debug, Clone)]
+    pub struct ChildRun {
+        test_name: String,
+        role: String,
+        dir: PathBuf,
+        seed: u64,
+        env: Vec<(String, String)>,
+        kill_after: Option<Duration>,
+    }
+
+    /// Prepares a run of test `test_name` as a child with `role` in `dir`.
+    pub fn child(test_name: &str, role: &str, dir: &Path, seed: u64) -> ChildRun {
+        ChildRun {
+            test_name: test_name.to_owned(),
+            role: role.to_owned(),
+            dir: dir.to_path_buf(),
+            seed,
+            env: Vec::new(),
+            kill_after: None,
+        }
+    }
+
+    impl ChildRun {
+        /// Sets an environment variable of the child (e.g. `LD_PRELOAD`).
+        pub fn env(mut self, key: &str, value: impl Into<String>) -> ChildRun {
+            self.env.push((key.to_owned(), value.into()));
+            self
+        }
+
+        /// Kills the child with SIGKILL after `after`, if still running.
+        pub fn kill_after(mut self, after: Duration) -> ChildRun {
+            self.kill_after = Some(after);
+            self
+        }
+
+        /// Runs the child to its end (or its kill). Panics when it exits
+        /// unsuccessfully on its own: a panic in a writer is a bug.
+        pub fn run(self) -> Outcome {
+            let exe = std::env::current_exe().expect("current test binary");
+            let mut cmd = Command::new(exe);
+            cmd.args([
+                self.test_name.as_str(),
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE_ENV, &self.role)
+            .env(DIR_ENV, &self.dir)
+            .env(SEED_ENV, self.seed.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            for (k, v) in &self.env {
+                cmd.env(k, v);
+            }
+            let mut child = cmd.spawn().expect("spawn crash child");
+            let stdout = child.stdout.take().expect("child stdout");
+            let stderr = child.stderr.take().expect("child stderr");
+            let (tx, rx) = mpsc::channel();
+            let reader = std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { break };
+                    let _ = tx.send(line);
+                }
+            });
+            let err_reader = std::thread::spawn(move || {
+                let mut text = String::new();
+                let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+                text
+            });
+            let deadline = self.kill_after.map(|d| Instant::now() + d);
+            let mut killed = false;
+            let status = loop {
+                if let Some(status) = child.try_wait().expect("wait for crash child") {
+                    break Some(status);
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    // std's kill is SIGKILL on Unix: no destructors, no flushes.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    killed = true;
+                    break None;
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            };
+            let _ = reader.join();
+            let stderr_text = err_reader.join().unwrap_or_default();
+            let lines: Vec<String> = rx.try_iter().collect();
+            if let Some(status) = status {
+                assert!(
+                    status.success(),
+                    "child {} ({:?}) failed: {status}\n{}\n{stderr_text}",
+                    self.role,
+                    self.env,
+                    lines.join("\n")
+                );
+            }
+            Outcome {
+                committed: lines
+                    .iter()
+                    .filter_map(|l| l.strip_prefix(COMMIT_PREFIX).map(str::to_owned))
+                    .collect(),
+                errors: lines
+                    .iter()
+                    .filter_map(|l| l.strip_prefix(ERROR_PREFIX).map(str::to_owned))
+                    .collect(),
+                killed,
+            }
+        }
+    }
+
+    /// Runs test `test_name` as a child with `role` and kills it with
+    /// SIGKILL after `kill_after` (or lets it finish, whichever is first).
     pub fn run_and_kill(
         test_name: &str,
         role: &str,
@@ -164,47 +286,9 @@ pub mod crash {
         seed: u64,
         kill_after: Duration,
     ) -> Outcome {
-        let exe = std::env::current_exe().expect("current test binary");
-        let mut child = Command::new(exe)
-            .args([test_name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(ROLE_ENV, role)
-            .env(DIR_ENV, dir)
-            .env(SEED_ENV, seed.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn crash child");
-        let stdout = child.stdout.take().expect("child stdout");
-        let (tx, rx) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some(what) = line.strip_prefix(COMMIT_PREFIX) {
-                    let _ = tx.send(what.to_owned());
-                }
-            }
-        });
-        let deadline = Instant::now() + kill_after;
-        let mut killed = false;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait for crash child") {
-                assert!(status.success(), "crash child {role} failed: {status}");
-                break;
-            }
-            if Instant::now() >= deadline {
-                // std's kill is SIGKILL on Unix: no destructors, no flushes.
-                let _ = child.kill();
-                let _ = child.wait();
-                killed = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let _ = reader.join();
-        Outcome {
-            committed: rx.try_iter().collect(),
-            killed,
-        }
+        child(test_name, role, dir, seed)
+            .kill_after(kill_after)
+            .run()
     }
 
     /// Cycles to run: `CACHEX_CRASH_CYCLES` or `default`.

@@ -1,0 +1,155 @@
+//! `verify` and `inspect`: what the `cachex` CLI reports about a page file.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::format::{self, Problems, rd_u64};
+use crate::reader::{Backing, PageReader};
+use crate::{Error, Result};
+
+/// Most problems [`verify`] lists before it stops looking.
+pub const MAX_PROBLEMS: usize = 1000;
+
+/// Checks everything about the page file at `path` — footer, header,
+/// tables, every allocation, and every page's checksum — and lists every
+/// problem found (up to [`MAX_PROBLEMS`]), each naming the file and what
+/// is wrong. An empty list means the file is sound.
+pub fn verify(path: impl AsRef<Path>) -> Vec<Error> {
+    let path = path.as_ref();
+    let data = match Backing::map(path, false) {
+        Ok(d) => d,
+        Err(e) => return vec![e],
+    };
+    let bytes = data.bytes();
+    let mut layout = match format::parse(bytes, path) {
+        Ok(l) => l,
+        Err(e) => return vec![e],
+    };
+    let mut problems = Problems::new(MAX_PROBLEMS);
+    format::check_runs(&mut layout, bytes, path, &mut problems);
+    if !problems.full() {
+        format::check_page_hashes(&layout, bytes, path, &mut problems);
+    }
+    problems.list
+}
+
+/// Per-field numbers of a [`Summary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldSummary {
+    /// Field name.
+    pub name: String,
+    /// `int`, `float`, `bytes` or `array`.
+    pub kind: &'static str,
+    /// Bytes of this field's values in pages (0 for inline fields).
+    pub total_bytes: u64,
+    /// Largest value (0 for inline fields).
+    pub max_bytes: u64,
+}
+
+/// What `cachex inspect` prints about a page file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// The file.
+    pub path: PathBuf,
+    /// Its length.
+    pub file_len: u64,
+    /// Samples.
+    pub num_samples: u64,
+    /// Page size.
+    pub page_size: u64,
+    /// Allocation alignment.
+    pub alignment: u64,
+    /// Runs (pages or page runs).
+    pub num_runs: u64,
+    /// Pages spanned.
+    pub num_pages: u64,
+    /// Bytes of sample data in pages.
+    pub data_bytes: u64,
+    /// Bytes of metadata and run tables.
+    pub table_bytes: u64,
+    /// Fields.
+    pub fields: Vec<FieldSummary>,
+}
+
+/// Opens (and so validates) the page file at `path` and summarises it.
+pub fn inspect(path: impl AsRef<Path>) -> Result<Summary> {
+    let reader = PageReader::open(path)?;
+    let layout = reader.layout();
+    let bytes = reader.bytes();
+    let h = &layout.header;
+    let mut fields: Vec<FieldSummary> = layout
+        .schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(f, field)| FieldSummary {
+            name: field.name.clone(),
+            kind: field.ty.kind_name(),
+            total_bytes: 0,
+            max_bytes: layout.max_sizes[f],
+        })
+        .collect();
+    for i in 0..h.num_samples {
+        let Some(row) = layout.row(bytes, i) else {
+            break;
+        };
+        for (f, field) in layout.schema.fields().iter().enumerate() {
+            if !field.ty.is_inline() {
+                fields[f].total_bytes += rd_u64(row, layout.row_offsets[f] + 8);
+            }
+        }
+    }
+    Ok(Summary {
+        path: reader.path().to_path_buf(),
+        file_len: bytes.len() as u64,
+        num_samples: h.num_samples,
+        page_size: h.page_size,
+        alignment: h.alignment,
+        num_runs: h.num_runs,
+        num_pages: h.num_pages,
+        data_bytes: layout.data_bytes,
+        table_bytes: h.footer_offset - h.meta_offset,
+        fields,
+    })
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{}: page-alloc file, format version {}",
+            self.path.display(),
+            format::VERSION
+        )?;
+        writeln!(
+            f,
+            "  {} samples, {} bytes on disk ({:.1} per sample)",
+            self.num_samples,
+            self.file_len,
+            self.file_len as f64 / self.num_samples.max(1) as f64
+        )?;
+        writeln!(
+            f,
+            "  pages: {} x {} B in {} runs, alignment {} B; sample data {} B ({:.1}% of page space)",
+            self.num_pages,
+            self.page_size,
+            self.num_runs,
+            self.alignment,
+            self.data_bytes,
+            100.0 * self.data_bytes as f64 / (self.num_pages.max(1) * self.page_size) as f64
+        )?;
+        writeln!(f, "  tables: {} B", self.table_bytes)?;
+        for field in &self.fields {
+            if field.kind == "int" || field.kind == "float" {
+                writeln!(f, "  field {:?}: {} (inline)", field.name, field.kind)?;
+            } else {
+                writeln!(
+                    f,
+                    "  field {:?}: {}, {} B total, largest {} B",
+                    field.name, field.kind, field.total_bytes, field.max_bytes
+                )?;
+            }
+        }
+        Ok(())
+    }
+}

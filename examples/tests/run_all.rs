@@ -1,0 +1,26 @@
+//! Every example runs to completion (each asserts its own results).
+
+use std::process::Command;
+
+fn run(exe: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(exe)
+        .arg(dir.path())
+        .output()
+        .expect("spawn example");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{exe} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn feature_cache() {
+    let out = run(env!("CARGO_BIN_EXE_feature_cache"));
+    assert!(out.contains("epoch 2: model ran on 0 samples"), "{out}");
+    assert!(out.contains("predicted class: Some(7)"), "{out}");
+}

@@ -1,0 +1,107 @@
+//! The reliability harness: "nothing committed is ever lost, nothing
+//! corrupt is ever read", checked with real processes.
+//!
+//! - **Crash loops**: a writer child (the test binary itself, see
+//!   [`test_support::crash`]) writes a deterministic stream and reports
+//!   each commit after the store's commit call returned; the parent kills
+//!   it with SIGKILL at a seeded moment, reopens the cache and checks that
+//!   every reported commit is present byte-exact, that nothing never
+//!   written appears, and that the store takes new writes.
+//! - **Fault injection**: the same child under the `faultfs` LD_PRELOAD
+//!   shim (`faultfs/faultfs.c`, built by `build.rs`), which fails the N-th
+//!   file-system mutation (open for writing, write, ftruncate, fsync,
+//!   rename, ...) with EIO or ENOSPC. [`fault_sweep`] runs it once per
+//!   mutation point of a whole write sequence: each operation must return
+//!   an error (never panic), and the directory must hold the previous or
+//!   the new committed state, never a mix.
+//!
+//! The store-specific writers and checks live in `tests/`.
+#![deny(missing_docs)]
+
+use std::path::{Path, PathBuf};
+
+use test_support::crash::{Outcome, child};
+
+/// Path of the built faultfs shim.
+pub const FAULTFS_SO: &str = env!("FAULTFS_SO");
+
+/// How the injected failure behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// One EIO at the chosen call; later calls succeed.
+    Eio,
+    /// ENOSPC from the chosen call on (a disk that stays full).
+    DiskFull,
+}
+
+impl Fault {
+    fn env(self) -> (&'static str, &'static str) {
+        match self {
+            Fault::Eio => ("EIO", "0"),
+            Fault::DiskFull => ("ENOSPC", "1"),
+        }
+    }
+}
+
+/// How many file-system mutations the child's whole run makes.
+pub fn count_mutations(test_name: &str, role: &str, seed: u64) -> u64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cache = dir.path().join("cache");
+    let count_file = dir.path().join("count");
+    child(test_name, role, &cache, seed)
+        .env("LD_PRELOAD", FAULTFS_SO)
+        .env("FAULTFS_COUNT_FILE", count_file.to_string_lossy())
+        .run();
+    let text = std::fs::read_to_string(&count_file).expect("faultfs count file");
+    text.trim().parse().expect("faultfs count")
+}
+
+/// What a sweep did.
+#[derive(Debug, Clone, Default)]
+pub struct SweepReport {
+    /// Mutations of a fault-free run.
+    pub mutation_points: u64,
+    /// Child runs with a fault injected.
+    pub runs: u64,
+    /// Runs in which the child saw an operation fail.
+    pub runs_with_errors: u64,
+}
+
+/// Runs the child once per mutation point (every one up to `max_runs`,
+/// evenly spaced beyond), each in a fresh directory, with `fault` injected
+/// there; `check(dir, outcome)` then inspects the directory without the shim.
+pub fn fault_sweep(
+    test_name: &str,
+    role: &str,
+    seed: u64,
+    fault: Fault,
+    max_runs: u64,
+    mut check: impl FnMut(&Path, &Outcome),
+) -> SweepReport {
+    let total = count_mutations(test_name, role, seed);
+    assert!(total > 0, "the child made no file-system mutation");
+    let step = total.div_ceil(max_runs.max(1)).max(1);
+    let (errno, sticky) = fault.env();
+    let mut report = SweepReport {
+        mutation_points: total,
+        ..SweepReport::default()
+    };
+    let mut at = 1;
+    while at <= total {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cache: PathBuf = dir.path().join("cache");
+        let outcome = child(test_name, role, &cache, seed)
+            .env("LD_PRELOAD", FAULTFS_SO)
+            .env("FAULTFS_AT", at.to_string())
+            .env("FAULTFS_ERRNO", errno)
+            .env("FAULTFS_STICKY", sticky)
+            .run();
+        report.runs += 1;
+        if !outcome.errors.is_empty() {
+            report.runs_with_errors += 1;
+        }
+        check(&cache, &outcome);
+        at += step;
+    }
+    report
+}

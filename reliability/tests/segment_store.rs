@@ -1,0 +1,163 @@
+//! segment-store under SIGKILL and injected I/O failures.
+
+use std::path::Path;
+use std::time::Duration;
+
+use reliability::{Fault, fault_sweep};
+use segment_store::{Options, Record, SegmentStore};
+use tensor_core::Tensor;
+use test_support::crash::{self, child_args, report_commit, report_error, run_and_kill};
+
+const ROWS: usize = 8;
+
+fn key(b: usize, j: usize) -> String {
+    format!("b{b:04}_r{j}")
+}
+
+fn value(seed: u64, b: usize, j: usize) -> Vec<f32> {
+    let base = (seed % 1000) as f32 * 1e4 + (b * 10 + j) as f32;
+    (0..16).map(|k| base + k as f32 * 0.5).collect()
+}
+
+fn batch(seed: u64, b: usize) -> Vec<(String, Record)> {
+    (0..ROWS)
+        .map(|j| {
+            let t = Tensor::from_vec([16], value(seed, b, j)).expect("tensor");
+            (key(b, j), Record::from(t))
+        })
+        .collect()
+}
+
+fn writer_opts() -> Options {
+    Options {
+        flush_every: 1 << 20,
+        lru_bytes: 0,
+        ..Options::default()
+    }
+}
+
+/// The child: writes `batches` batches, one segment each, reporting each
+/// batch once its flush returned.
+fn write_stream(dir: &Path, seed: u64, batches: usize) {
+    let store = match SegmentStore::open(dir, writer_opts()) {
+        Ok(s) => s,
+        Err(e) => return report_error(&e.to_string()),
+    };
+    for b in 0..batches {
+        match store
+            .put_batch(&batch(seed, b))
+            .and_then(|()| store.flush())
+        {
+            Ok(()) => report_commit(&b.to_string()),
+            Err(e) => return report_error(&e.to_string()),
+        }
+    }
+}
+
+#[test]
+fn child_writer() {
+    // Only does something when spawned by a parent test below.
+    if let Some(args) = child_args() {
+        let batches = if args.role == "long" { 400 } else { 4 };
+        write_stream(&args.dir, args.seed, batches);
+    }
+}
+
+/// Every committed batch is whole and exact; every other batch is whole or
+/// absent; nothing else is there; the store takes new writes afterwards.
+fn check_dir(dir: &Path, seed: u64, committed: &[String], max_batches: usize) {
+    if !dir.exists() {
+        assert!(committed.is_empty(), "{dir:?} vanished after commits");
+        return;
+    }
+    let store = SegmentStore::open(dir, writer_opts())
+        .unwrap_or_else(|e| panic!("reopen after crash: {e}"));
+    let committed: Vec<usize> = committed
+        .iter()
+        .map(|c| c.parse().expect("batch number"))
+        .collect();
+    let mut present_total = 0;
+    for b in 0..max_batches {
+        let keys: Vec<String> = (0..ROWS).map(|j| key(b, j)).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let (values, missing) = store.get_batch(&refs).expect("get_batch after recovery");
+        let present = ROWS - missing.len();
+        assert!(
+            present == 0 || present == ROWS,
+            "batch {b} is torn: {present} of {ROWS} rows"
+        );
+        if committed.contains(&b) {
+            assert_eq!(present, ROWS, "committed batch {b} lost");
+        }
+        for (j, v) in values.iter().enumerate() {
+            if let Some(r) = v {
+                let got = r
+                    .as_tensor()
+                    .expect("tensor record")
+                    .view()
+                    .as_slice::<f32>()
+                    .expect("f32")
+                    .to_vec();
+                assert_eq!(got, value(seed, b, j), "batch {b} row {j} corrupt");
+            }
+        }
+        present_total += present;
+    }
+    assert_eq!(
+        store.len(),
+        present_total,
+        "keys that were never written appeared"
+    );
+    // The recovered store accepts new writes, durably.
+    let extra = batch(seed, 9999);
+    store.put_batch(&extra).expect("put after recovery");
+    store.flush().expect("flush after recovery");
+    drop(store);
+    let store = SegmentStore::open(dir, writer_opts()).expect("reopen");
+    let (_, missing) = store.get_batch(&[key(9999, 0).as_str()]).expect("get");
+    assert!(missing.is_empty());
+}
+
+#[test]
+fn sigkill_loop() {
+    let cycles = crash::cycles(50);
+    for cycle in 0..cycles as u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        // Seeded kill moments between 2 and 80 ms: before, during and after commits.
+        let kill_ms = 2 + (cycle.wrapping_mul(2654435761) % 79);
+        let out = run_and_kill(
+            "child_writer",
+            "long",
+            &dir,
+            cycle,
+            Duration::from_millis(kill_ms),
+        );
+        check_dir(&dir, cycle, &out.committed, 400);
+    }
+}
+
+#[test]
+fn every_io_failure_point_eio() {
+    let report = fault_sweep("child_writer", "short", 7, Fault::Eio, 400, |dir, out| {
+        check_dir(dir, 7, &out.committed, 4);
+    });
+    assert!(report.runs_with_errors > 0, "{report:?}");
+    eprintln!("segment-store EIO sweep: {report:?}");
+}
+
+#[test]
+fn every_io_failure_point_disk_full() {
+    let report = fault_sweep(
+        "child_writer",
+        "short",
+        8,
+        Fault::DiskFull,
+        400,
+        |dir, out| {
+            check_dir(dir, 8, &out.committed, 4);
+        },
+    );
+    assert!(report.runs_with_errors > 0, "{report:?}");
+    eprintln!("segment-store ENOSPC sweep: {report:?}");
+}
