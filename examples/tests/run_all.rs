@@ -30,3 +30,13 @@ fn paged_loader() {
     let out = run(env!("CARGO_BIN_EXE_paged_loader"));
     assert!(out.contains("every sample checked"), "{out}");
 }
+
+#[test]
+fn dataset_memmap() {
+    let out = run(env!("CARGO_BIN_EXE_dataset_memmap"));
+    assert!(
+        out.contains("first build: interrupted after 120 rows"),
+        "{out}"
+    );
+    assert!(out.contains("after editing a source"), "{out}");
+}

@@ -178,6 +178,14 @@ fn inspect(path: &Path, as_json: bool) -> CmdResult {
                 print(&format!("kind: {}\n{report}", kind.name()));
             }
         }
+        CacheKind::MemmapArray => {
+            let report = memmap_array::inspect(path).map_err(|e| e.to_string())?;
+            if as_json {
+                print(&crate::kinds::memmap_report_json(&report).to_string());
+            } else {
+                print(&format!("kind: memmap-array\n{report}"));
+            }
+        }
         CacheKind::PageAlloc => {
             let summary = page_alloc::inspect(path).map_err(|e| e.to_string())?;
             if as_json {
@@ -235,16 +243,15 @@ fn verify(path: &Path) -> CmdResult {
                 all
             }
         },
-        CacheKind::PageAlloc => page_alloc::verify(path)
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        CacheKind::Beton => page_alloc::beton::verify(path)
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
+        CacheKind::MemmapArray => strings(memmap_array::verify(path)),
+        CacheKind::PageAlloc => strings(page_alloc::verify(path)),
+        CacheKind::Beton => strings(page_alloc::beton::verify(path)),
     };
     Ok(report_problems(kind, path, &problems))
+}
+
+fn strings<T: std::fmt::Display>(items: Vec<T>) -> Vec<String> {
+    items.iter().map(ToString::to_string).collect()
 }
 
 fn get(path: &Path, key: &str) -> CmdResult {
@@ -258,6 +265,14 @@ fn get(path: &Path, key: &str) -> CmdResult {
                 .flatten()
                 .ok_or_else(|| format!("{}: no record with key {key:?}", path.display()))?;
             record_json(&record)
+        }
+        CacheKind::MemmapArray => {
+            let cache = memmap_array::ArrayCache::open(path).map_err(|e| e.to_string())?;
+            let row = match cache.find(key) {
+                Some(i) => i,
+                None => parse_index(path, key, cache.len() as usize)? as u64,
+            };
+            crate::kinds::memmap_row_json(&cache, row).map_err(|e| e.to_string())?
         }
         CacheKind::PageAlloc => {
             let reader = page_alloc::PageReader::open(path).map_err(|e| e.to_string())?;
@@ -304,7 +319,9 @@ fn stats(path: &Path) -> CmdResult {
                 s.index_bytes_per_entry
             ));
         }
-        CacheKind::PageAlloc | CacheKind::Beton => return inspect(path, false),
+        CacheKind::MemmapArray | CacheKind::PageAlloc | CacheKind::Beton => {
+            return inspect(path, false);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

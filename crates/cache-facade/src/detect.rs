@@ -10,6 +10,8 @@ pub enum CacheKind {
     SegmentStore,
     /// A torchcachex directory (segments, no index of ours).
     Torchcachex,
+    /// A memmap-array directory (finished or being written).
+    MemmapArray,
     /// A page-alloc file.
     PageAlloc,
     /// An FFCV `.beton` file.
@@ -22,6 +24,7 @@ impl CacheKind {
         match self {
             CacheKind::SegmentStore => "segment-store",
             CacheKind::Torchcachex => "torchcachex",
+            CacheKind::MemmapArray => "memmap-array",
             CacheKind::PageAlloc => "page-alloc",
             CacheKind::Beton => "beton",
         }
@@ -36,6 +39,11 @@ pub fn detect(path: &Path) -> Option<CacheKind> {
         }
         if path.join(segment_store::format::SEGMENTS_DIR).is_dir() {
             return Some(CacheKind::Torchcachex);
+        }
+        if path.join(memmap_array::SHAPES_FILE).is_file()
+            || path.join(memmap_array::MANIFEST_FILE).is_file()
+        {
+            return Some(CacheKind::MemmapArray);
         }
     }
     if path.is_file() {

@@ -105,3 +105,68 @@ pub fn beton_sample_json(file: &BetonFile, index: usize) -> page_alloc::Result<V
     }
     Ok(Value::Object(out))
 }
+
+/// A memmap-array report as JSON.
+pub fn memmap_report_json(r: &memmap_array::Report) -> Value {
+    let arrays: Vec<Value> = r
+        .arrays
+        .iter()
+        .map(|a| {
+            json!({"name": a.name, "dtype": a.dtype.name(), "shape": a.shape, "nullable": a.nullable,
+                   "row_bytes": a.row_bytes, "absent_rows": a.absent_rows, "file_bytes": a.file_bytes})
+        })
+        .collect();
+    let sidecars: Vec<Value> = r
+        .sidecars
+        .iter()
+        .map(|s| {
+            json!({"name": s.name, "rows_with_value": s.rows_with_value, "unique_values": s.unique_values,
+                   "unique_bytes": s.unique_bytes, "logical_bytes": s.logical_bytes})
+        })
+        .collect();
+    let files: Vec<Value> = r
+        .files
+        .iter()
+        .map(|f| json!({"name": f.name, "bytes": f.bytes}))
+        .collect();
+    json!({
+        "kind": "memmap-array",
+        "path": r.dir,
+        "complete": r.complete,
+        "rows": r.rows,
+        "arrays": arrays,
+        "sidecars": sidecars,
+        "files": files,
+        "disk_bytes": r.disk_bytes(),
+        "projected_ram_bytes": r.projected_ram_bytes,
+        "fits_in_memory": r.fits_in_memory(),
+    })
+}
+
+/// Row `i` of a memmap-array cache: source, arrays (null where absent),
+/// sidecar values and metadata.
+pub fn memmap_row_json(cache: &memmap_array::ArrayCache, i: u64) -> memmap_array::Result<Value> {
+    let row = cache.row(i)?;
+    let mut arrays = Map::new();
+    for (spec, view) in cache.schema().arrays().iter().zip(row.arrays()) {
+        arrays.insert(
+            spec.name().to_owned(),
+            view.as_ref().map_or(Value::Null, tensor_json),
+        );
+    }
+    let mut sidecars = Map::new();
+    for name in cache.schema().sidecars() {
+        sidecars.insert(name.clone(), json!(row.sidecar(name)?));
+    }
+    let meta = row
+        .meta_json()
+        .map(|m| serde_json::from_str(m).unwrap_or_else(|_| json!(m)))
+        .unwrap_or(Value::Null);
+    Ok(json!({
+        "row": i,
+        "source": row.source(),
+        "arrays": arrays,
+        "sidecars": sidecars,
+        "meta": meta,
+    }))
+}
