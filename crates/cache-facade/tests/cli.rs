@@ -227,3 +227,69 @@ fn beton_fixtures_read_as_ffcv_wrote_them() {
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(stdout(&out).contains("cut.beton"), "{}", stdout(&out));
 }
+
+#[test]
+fn memmap_array_caches_inspect_get_and_verify() {
+    use memmap_array::{NewRow, RowWriter, Schema};
+    use tensor_core::{DType, Tensor};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rows");
+    let schema = Schema::builder()
+        .array("x", DType::I16, [2, 3])
+        .nullable_array("y", DType::F32, [4])
+        .sidecar("tag")
+        .build()
+        .unwrap();
+    let mut w = RowWriter::create_or_resume(&dir, &schema, serde_json::json!({"t": 1})).unwrap();
+    for i in 0..10i16 {
+        let x = Tensor::from_vec([2, 3], vec![i; 6]).unwrap();
+        let y = Tensor::from_vec([4], vec![i as f32 * 0.5; 4]).unwrap();
+        let id = format!("src{i}");
+        let row = NewRow::new(&id)
+            .array("x", x.view())
+            .sidecar("tag", "common");
+        let row = if i % 3 == 0 {
+            row.null("y")
+        } else {
+            row.array("y", y.view())
+        };
+        w.write(&row).unwrap();
+    }
+    w.finalize().unwrap();
+
+    assert!(ok(&["inspect", p(&dir)]).contains("kind: memmap-array"));
+    let json: Value = serde_json::from_str(&ok(&["inspect", p(&dir), "--json"])).unwrap();
+    assert_eq!(json["rows"], 10);
+    assert_eq!(json["complete"], true);
+    let by_source: Value = serde_json::from_str(&ok(&["get", p(&dir), "src4", "--json"])).unwrap();
+    assert_eq!(
+        by_source["arrays"]["x"]["data"],
+        serde_json::json!([4, 4, 4, 4, 4, 4])
+    );
+    assert_eq!(
+        by_source["arrays"]["y"]["data"],
+        serde_json::json!([2.0, 2.0, 2.0, 2.0])
+    );
+    assert_eq!(by_source["sidecars"]["tag"], "common");
+    let by_index: Value = serde_json::from_str(&ok(&["get", p(&dir), "3", "--json"])).unwrap();
+    assert_eq!(by_index["source"], "src3");
+    assert_eq!(
+        by_index["arrays"]["y"],
+        Value::Null,
+        "absent array prints as null"
+    );
+    assert!(ok(&["verify", p(&dir)]).contains("sound"));
+
+    // A short .bin is named by verify.
+    let bin = dir.join("x.bin");
+    let len = std::fs::metadata(&bin).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&bin)
+        .unwrap()
+        .set_len(len - 5)
+        .unwrap();
+    let out = cachex(&["verify", p(&dir)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("x.bin"), "{}", stdout(&out));
+}
