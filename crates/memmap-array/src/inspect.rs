@@ -414,12 +414,8 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
         }
         return problems;
     }
-    if entries.iter().any(|f| f.name == MANIFEST_FILE) {
-        problems.push(Problem::new(
-            dir.join(MANIFEST_FILE),
-            "left beside _COMPLETE (finalize stopped before removing it); harmless",
-        ));
-    }
+    // A manifest beside `_COMPLETE` means finalize stopped after committing
+    // and before deleting it: readers ignore it, so it is not a problem.
     let shapes = match read_shapes(dir) {
         Ok(s) => s,
         Err(e) => {

@@ -1,0 +1,153 @@
+//! memmap-array under SIGKILL and injected I/O failures: every row the
+//! writer committed survives, resume finishes the cache, nothing is torn.
+
+use std::path::Path;
+use std::time::Duration;
+
+use memmap_array::{ArrayCache, NewRow, RowWriter, Schema, WriterOptions};
+use reliability::{Fault, fault_sweep};
+use tensor_core::{DType, Tensor};
+use test_support::crash::{self, child_args, report_commit, report_error, run_and_kill};
+
+fn schema() -> Schema {
+    Schema::builder()
+        .array("x", DType::U16, [64])
+        .sidecar("tag")
+        .build()
+        .expect("schema")
+}
+
+fn row_values(i: usize) -> Vec<u16> {
+    (0..64).map(|k| (i * 131 + k * 7) as u16).collect()
+}
+
+fn write_row(w: &mut RowWriter, i: usize) -> memmap_array::Result<()> {
+    let t = Tensor::from_vec([64], row_values(i)).expect("tensor");
+    let id = format!("s{i:05}");
+    let tag = if i % 2 == 0 { "even" } else { "odd" };
+    w.write(&NewRow::new(&id).array("x", t.view()).sidecar("tag", tag))
+}
+
+fn run_writer(dir: &Path, rows: usize, sync_every: usize) -> memmap_array::Result<()> {
+    let opts = WriterOptions { sync_every };
+    let mut w =
+        RowWriter::create_or_resume_with(dir, &schema(), serde_json::json!({"v": 1}), opts)?;
+    for i in 0..rows {
+        write_row(&mut w, i)?;
+        if sync_every == 1 {
+            report_commit(&i.to_string());
+        } else if (i + 1) % sync_every == 0 {
+            // The group commit happened inside write(): rows 0..=i are durable.
+            report_commit(&i.to_string());
+        }
+    }
+    w.finalize()?;
+    report_commit("final");
+    Ok(())
+}
+
+#[test]
+fn child_writer() {
+    if let Some(args) = child_args() {
+        let result = match args.role.as_str() {
+            "long" => run_writer(&args.dir, 3000, 1),
+            _ => run_writer(&args.dir, 6, 2),
+        };
+        if let Err(e) = result {
+            report_error(&e.to_string());
+        }
+    }
+}
+
+/// Finishes the cache by resuming, then checks every row byte-exact and
+/// that every committed row is there.
+fn check(dir: &Path, committed: &[String], rows: usize) {
+    let last_row: Option<usize> = committed.iter().filter_map(|c| c.parse().ok()).max();
+    let finalized = committed.iter().any(|c| c == "final");
+    if !dir.join(memmap_array::COMPLETE_FILE).exists() {
+        assert!(!finalized, "finalize returned but _COMPLETE is missing");
+        let mut w = RowWriter::create_or_resume(dir, &schema(), serde_json::json!({"v": 1}))
+            .unwrap_or_else(|e| panic!("resume after crash: {e}"));
+        let done: std::collections::HashSet<String> = w.resume_keys().iter().cloned().collect();
+        if let Some(last) = last_row {
+            for i in 0..=last {
+                assert!(done.contains(&format!("s{i:05}")), "committed row {i} lost");
+            }
+        }
+        for i in 0..rows {
+            if !done.contains(&format!("s{i:05}")) {
+                write_row(&mut w, i).expect("write after resume");
+            }
+        }
+        w.finalize().expect("finalize after resume");
+    }
+    let cache = ArrayCache::open(dir).unwrap_or_else(|e| panic!("open finished cache: {e}"));
+    assert_eq!(cache.len() as usize, rows, "every row exactly once");
+    for r in 0..cache.len() {
+        let row = cache.row(r).expect("row");
+        let i: usize = row.source()[1..].parse().expect("source id");
+        let x = row.get("x").expect("x").expect("x present");
+        assert_eq!(
+            x.to_tensor().as_slice::<u16>().expect("u16"),
+            &row_values(i)[..],
+            "row {i}"
+        );
+        let tag = row.sidecar("tag").expect("sidecar");
+        assert_eq!(tag, Some(if i % 2 == 0 { "even" } else { "odd" }));
+    }
+    assert!(
+        memmap_array::verify(dir).is_empty(),
+        "{:?}",
+        memmap_array::verify(dir)
+    );
+}
+
+#[test]
+fn sigkill_loop() {
+    for cycle in 0..crash::cycles(50) as u64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("cache");
+        let kill_ms = 5 + (cycle.wrapping_mul(2654435761) % 200);
+        let out = run_and_kill(
+            "child_writer",
+            "long",
+            &dir,
+            cycle,
+            Duration::from_millis(kill_ms),
+        );
+        if !dir.exists() {
+            assert!(out.committed.is_empty());
+            continue;
+        }
+        check(&dir, &out.committed, 3000);
+    }
+}
+
+#[test]
+fn every_io_failure_point_eio() {
+    let report = fault_sweep("child_writer", "short", 1, Fault::Eio, 300, |dir, out| {
+        if dir.exists() {
+            check(dir, &out.committed, 6);
+        }
+    });
+    assert!(report.runs_with_errors > 0, "{report:?}");
+    eprintln!("memmap-array EIO sweep: {report:?}");
+}
+
+#[test]
+fn every_io_failure_point_disk_full() {
+    let report = fault_sweep(
+        "child_writer",
+        "short",
+        2,
+        Fault::DiskFull,
+        300,
+        |dir, out| {
+            if dir.exists() {
+                check(dir, &out.committed, 6);
+            }
+        },
+    );
+    assert!(report.runs_with_errors > 0, "{report:?}");
+    eprintln!("memmap-array ENOSPC sweep: {report:?}");
+}
