@@ -86,7 +86,7 @@ mod store;
 mod writer;
 
 pub use error::{Error, Result};
-pub use maintenance::{CompactReport, Inspection, Problem, SegmentInfo};
+pub use maintenance::{CompactReport, Inspection, Problem, ProblemKind, SegmentInfo};
 pub use record::{Blob, Part, Record, Structure, TensorBuf};
 pub use schema::{PartKind, PartSpec, RecordSchema};
 pub use store::{Options, SegmentStore, Stats};

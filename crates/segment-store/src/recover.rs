@@ -11,7 +11,7 @@ use crate::reader::Segment;
 use crate::record::Structure;
 use crate::schema::{RecordSchema, parse_schema_json, to_schema_json};
 use crate::writer::{IndexLog, write_atomic};
-use crate::{Error, Problem, Result};
+use crate::{Error, Problem, ProblemKind, Result};
 
 /// What opening found.
 pub struct Recovered {
@@ -23,9 +23,10 @@ pub struct Recovered {
     pub problems: Vec<Problem>,
 }
 
-fn problem(path: &Path, detail: impl Into<String>) -> Problem {
+fn problem(path: &Path, kind: ProblemKind, detail: impl Into<String>) -> Problem {
     Problem {
         path: path.to_path_buf(),
+        kind,
         detail: detail.into(),
     }
 }
@@ -40,7 +41,11 @@ fn remove_tmp(dir: &Path, problems: &mut Vec<Problem>) -> Result<()> {
         if e.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
             let p = e.path();
             std::fs::remove_file(&p).map_err(|err| Error::io(&p, "remove temp file", err))?;
-            problems.push(problem(&p, "leftover temp file removed"));
+            problems.push(problem(
+                &p,
+                ProblemKind::TempFileRemoved,
+                "leftover temp file removed",
+            ));
         }
     }
     Ok(())
@@ -84,6 +89,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 schema_bad = true;
                 problems.push(problem(
                     &schema_path,
+                    ProblemKind::BadSchema,
                     format!("unreadable, re-derived from the segments: {detail}"),
                 ));
                 None
@@ -94,6 +100,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             schema_bad = true;
             problems.push(problem(
                 &schema_path,
+                ProblemKind::BadSchema,
                 format!("unreadable, re-derived from the segments: {e}"),
             ));
             None
@@ -108,6 +115,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if id > MAX_SEGMENT_ID {
             problems.push(problem(
                 &path,
+                ProblemKind::CorruptSegment,
                 format!("segment id {id} exceeds {MAX_SEGMENT_ID}; ignored"),
             ));
             continue;
@@ -116,7 +124,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             Ok(s) => {
                 segments.insert(id, Arc::new(s));
             }
-            Err(e) => problems.push(problem(&path, e.to_string())),
+            Err(e) => problems.push(problem(&path, ProblemKind::CorruptSegment, e.to_string())),
         }
     }
 
@@ -131,13 +139,18 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         Some(b) => match format::parse_index(b) {
             Ok(p) => {
                 if let Some(t) = &p.torn {
-                    problems.push(problem(&index_path, format!("torn tail dropped: {t}")));
+                    problems.push(problem(
+                        &index_path,
+                        ProblemKind::TornIndex,
+                        format!("torn tail dropped: {t}"),
+                    ));
                 }
                 Some(p)
             }
             Err(detail) => {
                 problems.push(problem(
                     &index_path,
+                    ProblemKind::CorruptIndex,
                     format!("rebuilt from the segments: {detail}"),
                 ));
                 None
@@ -164,6 +177,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             let Some(seg) = segments.get(&g.segment_id) else {
                 problems.push(problem(
                     &path,
+                    ProblemKind::MissingSegment,
                     "listed in the index but missing; its keys are lost",
                 ));
                 continue;
@@ -171,6 +185,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             if seg.file_len() != g.segment_len {
                 problems.push(problem(
                     &path,
+                    ProblemKind::CorruptSegment,
                     format!(
                         "{} bytes, the index recorded {}; excluded",
                         seg.file_len(),
@@ -183,6 +198,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             if g.count() > MAX_ROW as usize + 1 {
                 problems.push(problem(
                     &path,
+                    ProblemKind::CorruptSegment,
                     "more rows than an index location holds; excluded",
                 ));
                 continue;
@@ -215,6 +231,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if max_logged.is_some_and(|m| id < m) {
             problems.push(problem(
                 &path,
+                ProblemKind::StaleSegment,
                 "older than the index and not in it (left by compaction?); ignored",
             ));
             segments.remove(&id);
@@ -226,7 +243,11 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         let decoded = match seg.decoded(hint) {
             Ok(d) => d.clone(),
             Err(e) => {
-                problems.push(problem(&path, format!("excluded: {e}")));
+                problems.push(problem(
+                    &path,
+                    ProblemKind::CorruptSegment,
+                    format!("excluded: {e}"),
+                ));
                 segments.remove(&id);
                 continue;
             }
@@ -234,6 +255,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if decoded.rows() > MAX_ROW as usize + 1 {
             problems.push(problem(
                 &path,
+                ProblemKind::CorruptSegment,
                 "more rows than an index location holds; excluded",
             ));
             segments.remove(&id);
@@ -242,7 +264,11 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         let mut hashes = Vec::with_capacity(decoded.rows());
         for row in 0..decoded.rows() {
             let Some(key) = decoded.key(row) else {
-                problems.push(problem(&path, format!("row {row} has a null key; skipped")));
+                problems.push(problem(
+                    &path,
+                    ProblemKind::CorruptSegment,
+                    format!("row {row} has a null key; skipped"),
+                ));
                 hashes.push(0);
                 continue;
             };
@@ -258,7 +284,11 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         }
         new_groups.push(format::encode_group(id, seg.file_len(), &hashes));
         if parsed.is_some() {
-            problems.push(problem(&path, "newer than the index; indexed"));
+            problems.push(problem(
+                &path,
+                ProblemKind::SegmentIndexed,
+                "newer than the index; indexed",
+            ));
         }
     }
 

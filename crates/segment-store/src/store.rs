@@ -19,7 +19,7 @@ use crate::record::Record;
 use crate::recover::{hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
 use crate::writer::{IndexLog, build_batch, split_runs, write_atomic, write_segment};
-use crate::{Error, Problem, Result};
+use crate::{Error, Problem, ProblemKind, Result};
 
 /// How a store behaves. `Options::default()` suits a single process.
 #[derive(Debug, Clone)]
@@ -565,6 +565,7 @@ pub(crate) fn note_problem(inner: &Inner, path: &Path, detail: String) {
     if !p.iter().any(|q| q.path == path && q.detail == detail) {
         p.push(Problem {
             path: path.to_path_buf(),
+            kind: ProblemKind::CorruptSegment,
             detail,
         });
     }
