@@ -24,13 +24,17 @@
 //! # Index log (`segment-index.log`), little-endian
 //! ```text
 //! header  16 B   magic b"CXSEGIDX" | version u32 (= 1) | flags u32 (= 0)
-//! group   32 B   magic b"CXG1" | segment_id u32 | count u32 | reserved u32 (= 0)
-//!                | segment_len u64 | checksum u64
+//! group   40 B   magic b"CXG1" | segment_id u32 | count u32 | reserved u32 (= 0)
+//!                | segment_len u64 | segment_hash u64 | checksum u64
 //!         count x u64  key hash of row 0, 1, ... of that segment
 //! ```
 //! One group is appended (and fsynced) per segment, only after the segment
-//! is durable under its final name. `checksum` is the first 8 bytes of
-//! BLAKE3 over the group's first 24 header bytes followed by the hashes; a
+//! is durable under its final name. `segment_len` and `segment_hash` (the
+//! first 8 bytes of BLAKE3 of the whole file) stamp the segment: a length
+//! mismatch excludes it on open, a content mismatch is found by `verify`
+//! (Arrow IPC has no checksum of its own, and hashing every segment on the
+//! read path would make reads O(segment)). `checksum` is the first 8 bytes of
+//! BLAKE3 over the group's first 32 header bytes followed by the hashes; a
 //! group that is short or fails its checksum ends the log (a torn tail,
 //! truncated on open). A key hash is the first 8 bytes (little-endian u64)
 //! of BLAKE3 of the key's UTF-8 bytes. Groups are in segment-id order, and
@@ -62,7 +66,7 @@ pub const INDEX_HEADER_LEN: usize = 16;
 /// Magic of a group header.
 pub const GROUP_MAGIC: [u8; 4] = *b"CXG1";
 /// Bytes of a group header.
-pub const GROUP_HEADER_LEN: usize = 32;
+pub const GROUP_HEADER_LEN: usize = 40;
 
 /// The file name of segment `id`.
 pub fn segment_name(id: u32) -> String {
@@ -99,8 +103,21 @@ pub fn encode_index_header() -> [u8; INDEX_HEADER_LEN] {
     h
 }
 
+/// The first 8 bytes of BLAKE3 of `bytes`, little-endian (segment stamps).
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    let h = blake3::hash(bytes);
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(b)
+}
+
 /// One group (header and hashes) of the index log.
-pub fn encode_group(segment_id: u32, segment_len: u64, hashes: &[u64]) -> Vec<u8> {
+pub fn encode_group(
+    segment_id: u32,
+    segment_len: u64,
+    segment_hash: u64,
+    hashes: &[u64],
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(GROUP_HEADER_LEN + hashes.len() * 8);
     out.extend_from_slice(&GROUP_MAGIC);
     out.extend_from_slice(&segment_id.to_le_bytes());
@@ -108,12 +125,13 @@ pub fn encode_group(segment_id: u32, segment_len: u64, hashes: &[u64]) -> Vec<u8
     out.extend_from_slice(&(hashes.len() as u32).to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&segment_len.to_le_bytes());
+    out.extend_from_slice(&segment_hash.to_le_bytes());
     out.extend_from_slice(&[0u8; 8]);
     for h in hashes {
         out.extend_from_slice(&h.to_le_bytes());
     }
-    let sum = group_checksum(&out[..24], &out[GROUP_HEADER_LEN..]);
-    out[24..32].copy_from_slice(&sum.to_le_bytes());
+    let sum = group_checksum(&out[..32], &out[GROUP_HEADER_LEN..]);
+    out[32..40].copy_from_slice(&sum.to_le_bytes());
     out
 }
 
@@ -133,6 +151,8 @@ pub struct Group {
     pub segment_id: u32,
     /// The segment's length in bytes when it was indexed.
     pub segment_len: u64,
+    /// [`content_hash`] of the segment when it was indexed.
+    pub segment_hash: u64,
     /// Byte range of the `count` hashes in the log.
     pub hashes: std::ops::Range<usize>,
 }
@@ -206,7 +226,8 @@ pub fn parse_index(bytes: &[u8]) -> Result<ParsedLog, String> {
         let segment_id = u32_at(4);
         let count = u32_at(8) as usize;
         let segment_len = u64_at(16);
-        let stored_sum = u64_at(24);
+        let segment_hash = u64_at(24);
+        let stored_sum = u64_at(32);
         let body = count
             .checked_mul(8)
             .filter(|&b| b <= rest.len() - GROUP_HEADER_LEN);
@@ -217,7 +238,7 @@ pub fn parse_index(bytes: &[u8]) -> Result<ParsedLog, String> {
             break;
         };
         let hashes = &rest[GROUP_HEADER_LEN..GROUP_HEADER_LEN + body];
-        if group_checksum(&rest[..24], hashes) != stored_sum {
+        if group_checksum(&rest[..32], hashes) != stored_sum {
             out.torn = Some(format!("group at offset {pos} fails its checksum"));
             break;
         }
@@ -233,6 +254,7 @@ pub fn parse_index(bytes: &[u8]) -> Result<ParsedLog, String> {
         out.groups.push(Group {
             segment_id,
             segment_len,
+            segment_hash,
             hashes: start..start + body,
         });
         pos = start + body;
@@ -257,10 +279,10 @@ mod tests {
     #[test]
     fn log_round_trip_and_torn_tail() {
         let mut log = encode_index_header().to_vec();
-        log.extend(encode_group(0, 100, &[1, 2, 3]));
-        log.extend(encode_group(2, 50, &[9]));
+        log.extend(encode_group(0, 100, 11, &[1, 2, 3]));
+        log.extend(encode_group(2, 50, 12, &[9]));
         let full = log.len();
-        log.extend(&encode_group(3, 7, &[4, 5])[..20]);
+        log.extend(&encode_group(3, 7, 13, &[4, 5])[..20]);
         let parsed = parse_index(&log).unwrap();
         assert_eq!(parsed.groups.len(), 2);
         assert_eq!(parsed.valid_len, full);

@@ -172,7 +172,8 @@ impl SegmentStore {
             }
         };
         let index_path = dir.join(INDEX_FILE);
-        let mut expected: BTreeMap<u32, Option<(u64, Vec<u64>)>> = BTreeMap::new();
+        #[allow(clippy::type_complexity)]
+        let mut expected: BTreeMap<u32, Option<(u64, u64, Vec<u64>)>> = BTreeMap::new();
         match std::fs::read(&index_path) {
             Ok(bytes) => match format::parse_index(&bytes) {
                 Ok(p) => {
@@ -186,7 +187,7 @@ impl SegmentStore {
                     for g in &p.groups {
                         expected.insert(
                             g.segment_id,
-                            Some((g.segment_len, g.hashes(&bytes).collect())),
+                            Some((g.segment_len, g.segment_hash, g.hashes(&bytes).collect())),
                         );
                     }
                     for id in on_disk.keys() {
@@ -222,14 +223,20 @@ impl SegmentStore {
                     continue;
                 }
             };
-            if let Some((len, _)) = &want
-                && seg.file_len() != *len
-            {
-                push(
-                    path.clone(),
-                    ProblemKind::CorruptSegment,
-                    format!("{} bytes, the index recorded {len}", seg.file_len()),
-                );
+            if let Some((len, content, _)) = &want {
+                if seg.file_len() != *len {
+                    push(
+                        path.clone(),
+                        ProblemKind::CorruptSegment,
+                        format!("{} bytes, the index recorded {len}", seg.file_len()),
+                    );
+                } else if seg.content_hash() != *content {
+                    push(
+                        path.clone(),
+                        ProblemKind::CorruptSegment,
+                        "content differs from the checksum the index recorded".into(),
+                    );
+                }
             }
             let d = match seg.decoded(hint) {
                 Ok(d) => d,
@@ -238,7 +245,7 @@ impl SegmentStore {
                     continue;
                 }
             };
-            if let Some((_, hashes)) = &want
+            if let Some((_, _, hashes)) = &want
                 && hashes.len() != d.rows()
             {
                 push(
@@ -256,7 +263,7 @@ impl SegmentStore {
                         format!("row {row}: null key"),
                     ),
                     Some(k) => {
-                        if let Some((_, hashes)) = &want
+                        if let Some((_, _, hashes)) = &want
                             && hashes.get(row).is_some_and(|h| *h != format::key_hash(k))
                         {
                             push(
@@ -379,7 +386,7 @@ impl SegmentStore {
                     path: path.clone(),
                     source: e,
                 })?;
-                let len = write_segment(&inner.dir, id, &rb)?;
+                let (len, content) = write_segment(&inner.dir, id, &rb)?;
                 let hashes: Vec<u64> = rs.iter().map(|(k, _)| format::key_hash(k)).collect();
                 for (row, h) in hashes.iter().enumerate() {
                     // Keys are distinct here: every location was live.
@@ -392,7 +399,7 @@ impl SegmentStore {
                         |_| false,
                     );
                 }
-                groups.push(format::encode_group(id, len, &hashes));
+                groups.push(format::encode_group(id, len, content, &hashes));
                 new_segments.insert(id, Arc::new(Segment::open(&path, id)?));
             }
         }

@@ -86,6 +86,11 @@ impl Segment {
         }
     }
 
+    /// [`crate::format::content_hash`] of the whole file (reads all of it).
+    pub fn content_hash(&self) -> u64 {
+        crate::format::content_hash(self.buffer.as_slice())
+    }
+
     /// File length in bytes.
     pub fn file_len(&self) -> u64 {
         self.buffer.len() as u64

@@ -282,7 +282,12 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 key_at(&segments, old).as_deref() == Some(key)
             });
         }
-        new_groups.push(format::encode_group(id, seg.file_len(), &hashes));
+        new_groups.push(format::encode_group(
+            id,
+            seg.file_len(),
+            seg.content_hash(),
+            &hashes,
+        ));
         if parsed.is_some() {
             problems.push(problem(
                 &path,

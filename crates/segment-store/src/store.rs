@@ -627,9 +627,12 @@ fn persist_runs(inner: &Inner, ws: &mut WriteSide, batch: &Batch) -> Result<()> 
             source: e,
         })?;
         ws.next_id = id + 1;
-        let len = write_segment(&inner.dir, id, &rb)?;
+        let (len, content) = write_segment(&inner.dir, id, &rb)?;
         let hashes: Vec<u64> = records.iter().map(|(k, _)| format::key_hash(k)).collect();
-        if let Err(e) = ws.log.append(&format::encode_group(id, len, &hashes)) {
+        if let Err(e) = ws
+            .log
+            .append(&format::encode_group(id, len, content, &hashes))
+        {
             // Uncommitted: remove it so a later open does not index it.
             let _ = std::fs::remove_file(&path);
             return Err(e);

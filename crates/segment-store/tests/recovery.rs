@@ -120,12 +120,12 @@ fn segment_newer_than_the_index_is_indexed() {
     let dir = tempfile::tempdir().unwrap();
     build(dir.path());
     // Crash after the segment's rename, before its index group: keep only
-    // the first two groups (16-byte header + 2 x (32 + 5 x 8)).
+    // the first two groups (16-byte header + 2 x (40 + 5 x 8)).
     let f = OpenOptions::new()
         .write(true)
         .open(dir.path().join(INDEX_FILE))
         .unwrap();
-    f.set_len(16 + 2 * (32 + 5 * 8)).unwrap();
+    f.set_len(16 + 2 * (40 + 5 * 8)).unwrap();
     drop(f);
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     assert_eq!(kinds(&store), vec![ProblemKind::SegmentIndexed]);
