@@ -39,7 +39,7 @@
 //!   segment-index.log               header, then per segment: group header + u64 key hashes
 //!   segment-store.lock              writer's advisory lock
 //! ```
-//! The byte-level format is documented in [`format`].
+//! The byte-level format is documented in [`mod@format`].
 //!
 //! # Example
 //! ```

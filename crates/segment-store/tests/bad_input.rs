@@ -7,7 +7,6 @@ use std::sync::Arc;
 use arrow_array::builder::{Float32Builder, Int64Builder, ListBuilder};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_ipc::writer::FileWriter;
-use arrow_schema::{DataType, Field, Schema};
 use proptest::prelude::*;
 use segment_store::format::{INDEX_FILE, SCHEMA_FILE, segment_path};
 use segment_store::{Error, Options, Part, ProblemKind, Record, SegmentStore};

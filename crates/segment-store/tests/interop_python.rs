@@ -213,12 +213,11 @@ fn pyarrow_reads_segments_we_write() {
     let got: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(got["__types__"]["float16_data"], "list<item: halffloat>");
     assert_eq!(got["__types__"]["bfloat16_data"], "list<item: uint16>");
-    assert_eq!(
+    assert!(
         got["__meta__"]["tensor_keys"]
             .as_str()
             .unwrap()
-            .contains("bfloat16"),
-        true
+            .contains("bfloat16")
     );
     for (key, rec) in &items {
         let row = &got[key];
