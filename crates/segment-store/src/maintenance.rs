@@ -175,19 +175,22 @@ impl SegmentStore {
         #[allow(clippy::type_complexity)]
         let mut expected: BTreeMap<u32, Option<(u64, u64, Vec<u64>)>> = BTreeMap::new();
         match std::fs::read(&index_path) {
-            Ok(bytes) => match format::parse_index(&bytes) {
+            Ok(bytes) => match format::parse_index(&bytes, |g, body| {
+                expected.insert(
+                    g.segment_id,
+                    Some((
+                        g.segment_len,
+                        g.segment_hash,
+                        format::hashes_of(body).collect(),
+                    )),
+                );
+            }) {
                 Ok(p) => {
                     if let Some(t) = &p.torn {
                         push(
                             index_path.clone(),
                             ProblemKind::TornIndex,
                             format!("torn tail: {t}"),
-                        );
-                    }
-                    for g in &p.groups {
-                        expected.insert(
-                            g.segment_id,
-                            Some((g.segment_len, g.segment_hash, g.hashes(&bytes).collect())),
                         );
                     }
                     for id in on_disk.keys() {
