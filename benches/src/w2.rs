@@ -3,7 +3,7 @@
 //! Grows one cache of f32[128] samples through S = 1k, 10k, 100k, 1M (with
 //! `--n N`: N/1000, N/100, N/10, N). At each S it times `put_batch` of
 //! 1,000 new samples + `flush()` and opening the store until the first
-//! `get_batch` has returned (medians of 5), and reports the index's
+//! `get_batch` has returned (medians of 9), and reports the index's
 //! resident bytes per entry. A final "scaling" line holds the ratios.
 
 use std::time::Instant;
@@ -15,7 +15,7 @@ use crate::{Ctx, Line, RunError, median, progress};
 
 const DIM: usize = 128;
 const NEW: usize = 1_000;
-const REPS: usize = 5;
+const REPS: usize = 9;
 
 fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> RunError {
     RunError::store("w2", e)
@@ -69,6 +69,13 @@ fn check(store: &SegmentStore, seed: u64, i: usize) -> Result<(), RunError> {
     }
 }
 
+fn quiesce() {
+    // SAFETY: sync(2) takes no arguments and only flushes file-system
+    // buffers; it cannot fail or touch this process's memory.
+    unsafe { libc::sync() };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+}
+
 /// Runs W2.
 pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     let max = ctx.n_or(1_000_000).max(1_000);
@@ -94,6 +101,9 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
                 filled = s;
             }
         }
+        // Let the fill's writeback drain, so every S is timed on a quiet
+        // disk (the fill at S = 1M writes 0.5 GB just before).
+        quiesce();
         // Open until the first get_batch can run.
         let mut open_ms = Vec::new();
         let mut index_bpe = 0.0;

@@ -248,7 +248,7 @@ pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<(u64, u
     };
     let file = File::create(&tmp).map_err(|e| Error::io(&tmp, "create segment", e))?;
     let sink = Hashing {
-        inner: BufWriter::with_capacity(1 << 20, file),
+        inner: BufWriter::with_capacity(64 << 10, file),
         hasher: blake3::Hasher::new(),
     };
     let mut w = FileWriter::try_new(sink, &batch.schema()).map_err(arrow_err)?;
