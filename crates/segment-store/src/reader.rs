@@ -23,6 +23,9 @@ use crate::record::{Blob, Part, Record, Structure, TensorBuf, aligned_copy};
 use crate::schema::{PartKind, RecordSchema};
 use crate::{Error, Result};
 
+/// Bytes of each tensor's head that a batched lookup prefetches.
+const PREFETCH_TENSOR_BYTES: usize = 4096;
+
 /// One immutable segment file, mapped into memory.
 pub struct Segment {
     /// Segment id (from the file name).
@@ -227,9 +230,14 @@ impl Decoded {
             {
                 match uniform {
                     Some(u) => {
+                        // The head of the tensor itself, so the caller's
+                        // first pass over a small tensor hits the cache.
                         let at = (u.base + r * u.numel) * dtype.size();
-                        if let Some(byte) = values.as_slice().get(at) {
-                            prefetch(byte);
+                        let len = (u.numel * dtype.size()).min(PREFETCH_TENSOR_BYTES);
+                        if let Some(head) = values.as_slice().get(at..at + len) {
+                            for line in head.chunks(64) {
+                                prefetch(&line[0]);
+                            }
                         }
                     }
                     None => {
