@@ -30,6 +30,19 @@
 //! * **One writer**: the writer rank takes an `fs2` lock; a second writer
 //!   gets [`Error::Locked`]. Other ranks only fill their LRU.
 //!
+//! # API at a glance
+//! [`SegmentStore::open`]`(dir, `[`Options`]`)`, then
+//! [`put_batch`](SegmentStore::put_batch)`(&[(key, Record)])`,
+//! [`get_batch`](SegmentStore::get_batch)`(&[key]) -> (Vec<Option<Record>>, missing)`,
+//! [`flush`](SegmentStore::flush), [`len`](SegmentStore::len),
+//! [`stats`](SegmentStore::stats); maintenance:
+//! [`compact`](SegmentStore::compact), [`verify`](SegmentStore::verify)
+//! (every segment and index entry, including each segment's content hash),
+//! [`inspect`](SegmentStore::inspect), and
+//! [`problems`](SegmentStore::problems) (what recovery found on open).
+//! `async_write` is off by default (torchcachex's default is on): a
+//! synchronous flush returns its own errors.
+//!
 //! # Layout
 //! ```text
 //! <cache_dir>/<module_id>/
