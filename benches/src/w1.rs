@@ -194,6 +194,7 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
         )
         .limit(Limit::Memcpy)
         .with("p50_ms", p50)
+        .with("first_batch_ms", lat[0])
         .with("p99_ms", p99)
         .with("batch", BATCH),
     );
