@@ -35,22 +35,6 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
-    /// The index log is damaged somewhere other than a torn tail.
-    #[error("{}: corrupt index: {detail}", path.display())]
-    CorruptIndex {
-        /// The index log.
-        path: PathBuf,
-        /// What is wrong.
-        detail: String,
-    },
-    /// `schema.json` cannot be parsed or does not describe a record layout.
-    #[error("{}: bad schema: {detail}", path.display())]
-    BadSchema {
-        /// The schema file.
-        path: PathBuf,
-        /// What is wrong.
-        detail: String,
-    },
     /// A record does not match the cache's schema; nothing of its batch was written.
     #[error("record {key:?} does not match the cache schema at field {field:?}: {detail}")]
     SchemaMismatch {

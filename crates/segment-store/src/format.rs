@@ -24,13 +24,17 @@
 //! # Index log (`segment-index.log`), little-endian
 //! ```text
 //! header  16 B   magic b"CXSEGIDX" | version u32 (= 1) | flags u32 (= 0)
-//! group   32 B   magic b"CXG1" | segment_id u32 | count u32 | reserved u32 (= 0)
-//!                | segment_len u64 | checksum u64
+//! group   40 B   magic b"CXG1" | segment_id u32 | count u32 | reserved u32 (= 0)
+//!                | segment_len u64 | segment_hash u64 | checksum u64
 //!         count x u64  key hash of row 0, 1, ... of that segment
 //! ```
 //! One group is appended (and fsynced) per segment, only after the segment
-//! is durable under its final name. `checksum` is the first 8 bytes of
-//! BLAKE3 over the group's first 24 header bytes followed by the hashes; a
+//! is durable under its final name. `segment_len` and `segment_hash` (the
+//! first 8 bytes of BLAKE3 of the whole file) stamp the segment: a length
+//! mismatch excludes it on open, a content mismatch is found by `verify`
+//! (Arrow IPC has no checksum of its own, and hashing every segment on the
+//! read path would make reads O(segment)). `checksum` is the first 8 bytes of
+//! BLAKE3 over the group's first 32 header bytes followed by the hashes; a
 //! group that is short or fails its checksum ends the log (a torn tail,
 //! truncated on open). A key hash is the first 8 bytes (little-endian u64)
 //! of BLAKE3 of the key's UTF-8 bytes. Groups are in segment-id order, and
@@ -38,6 +42,7 @@
 //! group are indexed on open; a directory without a log (a torchcachex
 //! cache) is indexed from the segments' `key` columns.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Folder of the segment files.
@@ -62,7 +67,7 @@ pub const INDEX_HEADER_LEN: usize = 16;
 /// Magic of a group header.
 pub const GROUP_MAGIC: [u8; 4] = *b"CXG1";
 /// Bytes of a group header.
-pub const GROUP_HEADER_LEN: usize = 32;
+pub const GROUP_HEADER_LEN: usize = 40;
 
 /// The file name of segment `id`.
 pub fn segment_name(id: u32) -> String {
@@ -99,8 +104,21 @@ pub fn encode_index_header() -> [u8; INDEX_HEADER_LEN] {
     h
 }
 
+/// The first 8 bytes of BLAKE3 of `bytes`, little-endian (segment stamps).
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    let h = blake3::hash(bytes);
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.as_bytes()[..8]);
+    u64::from_le_bytes(b)
+}
+
 /// One group (header and hashes) of the index log.
-pub fn encode_group(segment_id: u32, segment_len: u64, hashes: &[u64]) -> Vec<u8> {
+pub fn encode_group(
+    segment_id: u32,
+    segment_len: u64,
+    segment_hash: u64,
+    hashes: &[u64],
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(GROUP_HEADER_LEN + hashes.len() * 8);
     out.extend_from_slice(&GROUP_MAGIC);
     out.extend_from_slice(&segment_id.to_le_bytes());
@@ -108,12 +126,13 @@ pub fn encode_group(segment_id: u32, segment_len: u64, hashes: &[u64]) -> Vec<u8
     out.extend_from_slice(&(hashes.len() as u32).to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&segment_len.to_le_bytes());
+    out.extend_from_slice(&segment_hash.to_le_bytes());
     out.extend_from_slice(&[0u8; 8]);
     for h in hashes {
         out.extend_from_slice(&h.to_le_bytes());
     }
-    let sum = group_checksum(&out[..24], &out[GROUP_HEADER_LEN..]);
-    out[24..32].copy_from_slice(&sum.to_le_bytes());
+    let sum = group_checksum(&out[..32], &out[GROUP_HEADER_LEN..]);
+    out[32..40].copy_from_slice(&sum.to_le_bytes());
     out
 }
 
@@ -126,29 +145,23 @@ fn group_checksum(head: &[u8], hashes: &[u8]) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// A group parsed from the index log; `hashes` is a byte range of the log.
+/// A group header parsed from the index log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Group {
     /// The segment the group indexes.
     pub segment_id: u32,
     /// The segment's length in bytes when it was indexed.
     pub segment_len: u64,
-    /// Byte range of the `count` hashes in the log.
-    pub hashes: std::ops::Range<usize>,
+    /// [`content_hash`] of the segment when it was indexed.
+    pub segment_hash: u64,
+    /// Number of rows (hashes).
+    pub count: usize,
 }
 
-impl Group {
-    /// Number of rows (hashes).
-    pub fn count(&self) -> usize {
-        self.hashes.len() / 8
-    }
-
-    /// The hashes, read from the log bytes the group was parsed from.
-    pub fn hashes<'a>(&self, log: &'a [u8]) -> impl ExactSizeIterator<Item = u64> + 'a {
-        log[self.hashes.clone()]
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-    }
+/// The key hashes of a group body.
+pub fn hashes_of(body: &[u8]) -> impl ExactSizeIterator<Item = u64> + '_ {
+    body.chunks_exact(8)
+        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
 }
 
 /// The parsed index log.
@@ -157,88 +170,114 @@ pub struct ParsedLog {
     /// Valid groups, in file order.
     pub groups: Vec<Group>,
     /// Bytes of the valid prefix (header plus whole, checked groups).
-    pub valid_len: usize,
+    pub valid_len: u64,
     /// Why parsing stopped before the end of the file, if it did.
     pub torn: Option<String>,
 }
 
-/// Parses an index log. A bad header is an error; anything wrong after it
-/// ends the log there (a torn tail).
-pub fn parse_index(bytes: &[u8]) -> Result<ParsedLog, String> {
-    if bytes.len() < INDEX_HEADER_LEN {
-        return Err(format!(
-            "{} bytes, shorter than the {INDEX_HEADER_LEN}-byte header",
-            bytes.len()
-        ));
+/// Reads an index log of `file_len` bytes from `r` in one sequential pass,
+/// handing each checked group and its hash bytes to `visit`. A bad header
+/// is `Ok(Err(why))`; anything wrong after it ends the log there (a torn
+/// tail). Memory use is bounded by the largest group, which is bounded by
+/// `file_len`.
+pub fn read_index(
+    r: impl std::io::Read,
+    file_len: u64,
+    mut visit: impl FnMut(&Group, &[u8]),
+) -> std::io::Result<Result<ParsedLog, String>> {
+    let mut r = std::io::BufReader::with_capacity(1 << 18, r);
+    if file_len < INDEX_HEADER_LEN as u64 {
+        return Ok(Err(format!(
+            "{file_len} bytes, shorter than the {INDEX_HEADER_LEN}-byte header"
+        )));
     }
-    if bytes[..8] != INDEX_MAGIC {
-        return Err("bad magic (not a segment-store index log)".into());
+    let mut head = [0u8; INDEX_HEADER_LEN];
+    r.read_exact(&mut head)?;
+    if head[..8] != INDEX_MAGIC {
+        return Ok(Err("bad magic (not a segment-store index log)".into()));
     }
-    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
     if version != INDEX_VERSION {
-        return Err(format!(
+        return Ok(Err(format!(
             "index version {version}, this build reads {INDEX_VERSION}"
-        ));
+        )));
     }
     let mut out = ParsedLog {
-        valid_len: INDEX_HEADER_LEN,
+        valid_len: INDEX_HEADER_LEN as u64,
         ..ParsedLog::default()
     };
-    let mut pos = INDEX_HEADER_LEN;
+    let mut pos = INDEX_HEADER_LEN as u64;
     let mut last_id: Option<u32> = None;
-    while pos < bytes.len() {
-        let rest = &bytes[pos..];
-        if rest.len() < GROUP_HEADER_LEN {
-            out.torn = Some(format!("{} trailing bytes at offset {pos}", rest.len()));
+    let mut body_buf = Vec::new();
+    while pos < file_len {
+        let rest = file_len - pos;
+        if rest < GROUP_HEADER_LEN as u64 {
+            out.torn = Some(format!("{rest} trailing bytes at offset {pos}"));
             break;
         }
-        let u32_at =
-            |o: usize| u32::from_le_bytes([rest[o], rest[o + 1], rest[o + 2], rest[o + 3]]);
+        let mut gh = [0u8; GROUP_HEADER_LEN];
+        if let Err(e) = r.read_exact(&mut gh) {
+            out.torn = Some(format!("read at offset {pos}: {e}"));
+            break;
+        }
+        let u32_at = |o: usize| u32::from_le_bytes([gh[o], gh[o + 1], gh[o + 2], gh[o + 3]]);
         let u64_at = |o: usize| {
             let mut b = [0u8; 8];
-            b.copy_from_slice(&rest[o..o + 8]);
+            b.copy_from_slice(&gh[o..o + 8]);
             u64::from_le_bytes(b)
         };
-        if rest[..4] != GROUP_MAGIC {
+        if gh[..4] != GROUP_MAGIC {
             out.torn = Some(format!("no group magic at offset {pos}"));
             break;
         }
         let segment_id = u32_at(4);
-        let count = u32_at(8) as usize;
-        let segment_len = u64_at(16);
-        let stored_sum = u64_at(24);
-        let body = count
-            .checked_mul(8)
-            .filter(|&b| b <= rest.len() - GROUP_HEADER_LEN);
-        let Some(body) = body else {
+        let count = u32_at(8) as u64;
+        let body = count * 8;
+        if body > rest - GROUP_HEADER_LEN as u64 {
             out.torn = Some(format!(
                 "group at offset {pos} claims {count} hashes, beyond the end of the file"
             ));
             break;
-        };
-        let hashes = &rest[GROUP_HEADER_LEN..GROUP_HEADER_LEN + body];
-        if group_checksum(&rest[..24], hashes) != stored_sum {
+        }
+        // Bounded by the file length checked just above.
+        body_buf.resize(body as usize, 0);
+        if let Err(e) = r.read_exact(&mut body_buf) {
+            out.torn = Some(format!("read at offset {pos}: {e}"));
+            break;
+        }
+        if group_checksum(&gh[..32], &body_buf) != u64_at(32) {
             out.torn = Some(format!("group at offset {pos} fails its checksum"));
             break;
         }
-        if last_id.is_some_and(|l| segment_id <= l) {
+        if let Some(l) = last_id
+            && segment_id <= l
+        {
             out.torn = Some(format!(
-                "group at offset {pos} indexes segment {segment_id} after segment {}",
-                last_id.unwrap_or(0)
+                "group at offset {pos} indexes segment {segment_id} after segment {l}"
             ));
             break;
         }
         last_id = Some(segment_id);
-        let start = pos + GROUP_HEADER_LEN;
-        out.groups.push(Group {
+        let group = Group {
             segment_id,
-            segment_len,
-            hashes: start..start + body,
-        });
-        pos = start + body;
+            segment_len: u64_at(16),
+            segment_hash: u64_at(24),
+            count: count as usize,
+        };
+        visit(&group, &body_buf);
+        out.groups.push(group);
+        pos += GROUP_HEADER_LEN as u64 + body;
         out.valid_len = pos;
     }
-    Ok(out)
+    Ok(Ok(out))
+}
+
+/// [`read_index`] over bytes in memory.
+pub fn parse_index(bytes: &[u8], visit: impl FnMut(&Group, &[u8])) -> Result<ParsedLog, String> {
+    match read_index(bytes, bytes.len() as u64, visit) {
+        Ok(r) => r,
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -257,15 +296,18 @@ mod tests {
     #[test]
     fn log_round_trip_and_torn_tail() {
         let mut log = encode_index_header().to_vec();
-        log.extend(encode_group(0, 100, &[1, 2, 3]));
-        log.extend(encode_group(2, 50, &[9]));
+        log.extend(encode_group(0, 100, 11, &[1, 2, 3]));
+        log.extend(encode_group(2, 50, 12, &[9]));
         let full = log.len();
-        log.extend(&encode_group(3, 7, &[4, 5])[..20]);
-        let parsed = parse_index(&log).unwrap();
+        log.extend(&encode_group(3, 7, 13, &[4, 5])[..20]);
+        let mut seen = Vec::new();
+        let parsed = parse_index(&log, |g, body| {
+            seen.push((g.segment_id, hashes_of(body).collect::<Vec<_>>()))
+        })
+        .unwrap();
         assert_eq!(parsed.groups.len(), 2);
-        assert_eq!(parsed.valid_len, full);
+        assert_eq!(parsed.valid_len, full as u64);
         assert!(parsed.torn.is_some());
-        let hashes: Vec<u64> = parsed.groups[0].hashes(&log).collect();
-        assert_eq!(hashes, vec![1, 2, 3]);
+        assert_eq!(seen, vec![(0, vec![1, 2, 3]), (2, vec![9])]);
     }
 }

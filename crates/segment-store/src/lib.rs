@@ -30,6 +30,19 @@
 //! * **One writer**: the writer rank takes an `fs2` lock; a second writer
 //!   gets [`Error::Locked`]. Other ranks only fill their LRU.
 //!
+//! # API at a glance
+//! [`SegmentStore::open`]`(dir, `[`Options`]`)`, then
+//! [`put_batch`](SegmentStore::put_batch)`(&[(key, Record)])`,
+//! [`get_batch`](SegmentStore::get_batch)`(&[key]) -> (Vec<Option<Record>>, missing)`,
+//! [`flush`](SegmentStore::flush), [`len`](SegmentStore::len),
+//! [`stats`](SegmentStore::stats); maintenance:
+//! [`compact`](SegmentStore::compact), [`verify`](SegmentStore::verify)
+//! (every segment and index entry, including each segment's content hash),
+//! [`inspect`](SegmentStore::inspect), and
+//! [`problems`](SegmentStore::problems) (what recovery found on open).
+//! `async_write` is off by default (torchcachex's default is on): a
+//! synchronous flush returns its own errors.
+//!
 //! # Layout
 //! ```text
 //! <cache_dir>/<module_id>/
@@ -39,7 +52,7 @@
 //!   segment-index.log               header, then per segment: group header + u64 key hashes
 //!   segment-store.lock              writer's advisory lock
 //! ```
-//! The byte-level format is documented in [`format`].
+//! The byte-level format is documented in [`mod@format`].
 //!
 //! # Example
 //! ```
@@ -86,7 +99,7 @@ mod store;
 mod writer;
 
 pub use error::{Error, Result};
-pub use maintenance::{CompactReport, Inspection, Problem, SegmentInfo};
+pub use maintenance::{CompactReport, Inspection, Problem, ProblemKind, SegmentInfo};
 pub use record::{Blob, Part, Record, Structure, TensorBuf};
 pub use schema::{PartKind, PartSpec, RecordSchema};
 pub use store::{Options, SegmentStore, Stats};

@@ -15,11 +15,36 @@ use crate::store::{SegmentStore, note_problem};
 use crate::writer::{IndexLog, build_batch, split_runs, sync_dir, write_segment};
 use crate::{Error, Result};
 
+/// What kind of [`Problem`] was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// A leftover `*.tmp` file of an interrupted write (removed on open).
+    TempFileRemoved,
+    /// The index log ended in a partial or damaged group (dropped on open).
+    TornIndex,
+    /// The index log is unreadable or absent (rebuilt from the segments).
+    CorruptIndex,
+    /// A segment newer than the index log (indexed on open).
+    SegmentIndexed,
+    /// A segment fails Arrow validation or disagrees with the index; its
+    /// keys read as missing.
+    CorruptSegment,
+    /// A segment the index lists is gone; its keys read as missing.
+    MissingSegment,
+    /// A segment older than the index and not in it (ignored).
+    StaleSegment,
+    /// `schema.json` is unreadable or disagrees with the segments.
+    BadSchema,
+}
+
 /// Something wrong with one file of a cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// The file concerned.
     pub path: PathBuf,
+    /// What kind of problem.
+    pub kind: ProblemKind,
     /// What is wrong (and what was done about it).
     pub detail: String,
 }
@@ -112,57 +137,77 @@ impl SegmentStore {
         let inner = self.inner();
         let dir = &inner.dir;
         let mut out = Vec::new();
-        let mut push = |path: PathBuf, detail: String| out.push(Problem { path, detail });
+        let mut push = |path: PathBuf, kind: ProblemKind, detail: String| {
+            out.push(Problem { path, kind, detail })
+        };
         let st_schema = inner.state.read().schema.clone();
         let hint = hint_of(st_schema.as_ref());
         let schema_path = dir.join(SCHEMA_FILE);
         match std::fs::read_to_string(&schema_path) {
             Ok(text) => match parse_schema_json(&text) {
-                Ok(s) if Some(&s) != st_schema.as_ref() => {
-                    push(schema_path, "differs from the schema in use".into())
-                }
+                Ok(s) if Some(&s) != st_schema.as_ref() => push(
+                    schema_path,
+                    ProblemKind::BadSchema,
+                    "differs from the schema in use".into(),
+                ),
                 Ok(_) => {}
-                Err(e) => push(schema_path, format!("unparseable: {e}")),
+                Err(e) => push(
+                    schema_path,
+                    ProblemKind::BadSchema,
+                    format!("unparseable: {e}"),
+                ),
             },
             Err(_) if st_schema.is_none() => {}
-            Err(e) => push(schema_path, format!("unreadable: {e}")),
+            Err(e) => push(
+                schema_path,
+                ProblemKind::BadSchema,
+                format!("unreadable: {e}"),
+            ),
         }
         let on_disk = match list_segments(dir) {
             Ok(s) => s,
             Err(e) => {
-                push(dir.clone(), e.to_string());
+                push(dir.clone(), ProblemKind::CorruptSegment, e.to_string());
                 return out;
             }
         };
         let index_path = dir.join(INDEX_FILE);
-        let mut expected: BTreeMap<u32, Option<(u64, Vec<u64>)>> = BTreeMap::new();
+        #[allow(clippy::type_complexity)]
+        let mut expected: BTreeMap<u32, Option<(u64, u64, Vec<u64>)>> = BTreeMap::new();
         match std::fs::read(&index_path) {
-            Ok(bytes) => match format::parse_index(&bytes) {
+            Ok(bytes) => match format::parse_index(&bytes, |g, body| {
+                expected.insert(
+                    g.segment_id,
+                    Some((
+                        g.segment_len,
+                        g.segment_hash,
+                        format::hashes_of(body).collect(),
+                    )),
+                );
+            }) {
                 Ok(p) => {
                     if let Some(t) = &p.torn {
-                        push(index_path.clone(), format!("torn tail: {t}"));
-                    }
-                    for g in &p.groups {
-                        expected.insert(
-                            g.segment_id,
-                            Some((g.segment_len, g.hashes(&bytes).collect())),
+                        push(
+                            index_path.clone(),
+                            ProblemKind::TornIndex,
+                            format!("torn tail: {t}"),
                         );
                     }
                     for id in on_disk.keys() {
                         if !expected.contains_key(id) {
-                            push(format::segment_path(dir, *id), "not in the index".into());
+                            push(
+                                format::segment_path(dir, *id),
+                                ProblemKind::SegmentIndexed,
+                                "not in the index".into(),
+                            );
                         }
                     }
                 }
-                Err(e) => push(index_path.clone(), e),
+                Err(e) => push(index_path.clone(), ProblemKind::CorruptIndex, e),
             },
+            // No log: a torchcachex cache (or one opened read-only before
+            // its first writer); every segment is checked on its own.
             Err(_) => {
-                if !on_disk.is_empty() {
-                    push(
-                        index_path.clone(),
-                        "no index log (index rebuilt in memory from the segments)".into(),
-                    );
-                }
                 for id in on_disk.keys() {
                     expected.insert(*id, None);
                 }
@@ -173,50 +218,67 @@ impl SegmentStore {
             let seg = match Segment::open(&path, id) {
                 Ok(s) => s,
                 Err(e) => {
-                    push(path, format!("listed in the index but unreadable: {e}"));
+                    push(
+                        path,
+                        ProblemKind::MissingSegment,
+                        format!("listed in the index but unreadable: {e}"),
+                    );
                     continue;
                 }
             };
-            if let Some((len, _)) = &want
-                && seg.file_len() != *len
-            {
-                push(
-                    path.clone(),
-                    format!("{} bytes, the index recorded {len}", seg.file_len()),
-                );
+            if let Some((len, content, _)) = &want {
+                if seg.file_len() != *len {
+                    push(
+                        path.clone(),
+                        ProblemKind::CorruptSegment,
+                        format!("{} bytes, the index recorded {len}", seg.file_len()),
+                    );
+                } else if seg.content_hash() != *content {
+                    push(
+                        path.clone(),
+                        ProblemKind::CorruptSegment,
+                        "content differs from the checksum the index recorded".into(),
+                    );
+                }
             }
             let d = match seg.decoded(hint) {
                 Ok(d) => d,
                 Err(e) => {
-                    push(path, e.to_string());
+                    push(path, ProblemKind::CorruptSegment, e.to_string());
                     continue;
                 }
             };
-            if let Some((_, hashes)) = &want
+            if let Some((_, _, hashes)) = &want
                 && hashes.len() != d.rows()
             {
                 push(
                     path.clone(),
+                    ProblemKind::CorruptSegment,
                     format!("{} rows, the index recorded {}", d.rows(), hashes.len()),
                 );
             }
             let structure = hint.unwrap_or(d.schema.structure);
             for row in 0..d.rows() {
                 match d.key(row) {
-                    None => push(path.clone(), format!("row {row}: null key")),
+                    None => push(
+                        path.clone(),
+                        ProblemKind::CorruptSegment,
+                        format!("row {row}: null key"),
+                    ),
                     Some(k) => {
-                        if let Some((_, hashes)) = &want
+                        if let Some((_, _, hashes)) = &want
                             && hashes.get(row).is_some_and(|h| *h != format::key_hash(k))
                         {
                             push(
                                 path.clone(),
+                                ProblemKind::CorruptSegment,
                                 format!("row {row}: key {k:?} does not match its index hash"),
                             );
                         }
                     }
                 }
                 if let Err(e) = d.record(&path, row, structure) {
-                    push(path.clone(), e.to_string());
+                    push(path.clone(), ProblemKind::CorruptSegment, e.to_string());
                 }
             }
         }
@@ -327,7 +389,7 @@ impl SegmentStore {
                     path: path.clone(),
                     source: e,
                 })?;
-                let len = write_segment(&inner.dir, id, &rb)?;
+                let (len, content) = write_segment(&inner.dir, id, &rb)?;
                 let hashes: Vec<u64> = rs.iter().map(|(k, _)| format::key_hash(k)).collect();
                 for (row, h) in hashes.iter().enumerate() {
                     // Keys are distinct here: every location was live.
@@ -340,7 +402,7 @@ impl SegmentStore {
                         |_| false,
                     );
                 }
-                groups.push(format::encode_group(id, len, &hashes));
+                groups.push(format::encode_group(id, len, content, &hashes));
                 new_segments.insert(id, Arc::new(Segment::open(&path, id)?));
             }
         }

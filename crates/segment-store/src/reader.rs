@@ -18,9 +18,13 @@ use arrow_schema::DataType;
 use memmap2::Mmap;
 use tensor_core::{DType, Shape};
 
+use crate::index::prefetch;
 use crate::record::{Blob, Part, Record, Structure, TensorBuf, aligned_copy};
 use crate::schema::{PartKind, RecordSchema};
 use crate::{Error, Result};
+
+/// Bytes of each tensor's head that a batched lookup prefetches.
+const PREFETCH_TENSOR_BYTES: usize = 4096;
 
 /// One immutable segment file, mapped into memory.
 pub struct Segment {
@@ -29,7 +33,6 @@ pub struct Segment {
     /// Path of the file.
     pub path: PathBuf,
     buffer: Buffer,
-    map: Option<Arc<Mmap>>,
     decoded: OnceLock<std::result::Result<Arc<Decoded>, String>>,
 }
 
@@ -41,7 +44,6 @@ impl Segment {
             .metadata()
             .map_err(|e| Error::io(path, "stat segment", e))?
             .len();
-        let mut map = None;
         let buffer = if len == 0 {
             Buffer::from_vec(Vec::<u8>::new())
         } else {
@@ -56,8 +58,11 @@ impl Segment {
             let ptr = NonNull::new(mmap.as_ptr().cast_mut())
                 .ok_or_else(|| Error::corrupt(path, "mmap returned a null pointer"))?;
             let n = mmap.len();
+            // Large page-cache folios may then be mapped whole: far fewer
+            // page faults for random reads in a fresh process (a hint).
+            #[cfg(target_os = "linux")]
+            let _ = mmap.advise(memmap2::Advice::HugePage);
             let mmap = Arc::new(mmap);
-            map = Some(mmap.clone());
             // SAFETY: `ptr` and `n` describe the live mapping, and the Arc
             // handed to the buffer owns the `Mmap`, so the memory stays
             // mapped (and unmodified, see above) while any slice exists.
@@ -67,23 +72,13 @@ impl Segment {
             id,
             path: path.to_path_buf(),
             buffer,
-            map,
             decoded: OnceLock::new(),
         })
     }
 
-    /// Maps the whole file's pages in one call on first use, so random
-    /// reads afterwards take no page faults (a hint: failure is harmless).
-    fn populate(&self) {
-        if let Some(m) = &self.map {
-            #[cfg(target_os = "linux")]
-            let done = m.advise(memmap2::Advice::PopulateRead).is_ok();
-            #[cfg(not(target_os = "linux"))]
-            let done = false;
-            if !done {
-                let _ = m.advise(memmap2::Advice::WillNeed);
-            }
-        }
+    /// [`crate::format::content_hash`] of the whole file (reads all of it).
+    pub fn content_hash(&self) -> u64 {
+        crate::format::content_hash(self.buffer.as_slice())
     }
 
     /// File length in bytes.
@@ -95,7 +90,6 @@ impl Segment {
     pub fn decoded(&self, hint: Option<Structure>) -> Result<&Arc<Decoded>> {
         self.decoded
             .get_or_init(|| {
-                self.populate();
                 let r = std::panic::catch_unwind(AssertUnwindSafe(|| decode(&self.buffer, hint)));
                 match r {
                     Ok(Ok(d)) => Ok(Arc::new(d)),
@@ -127,6 +121,8 @@ enum BlobColumn {
     Large(GenericBinaryArray<i64>),
 }
 
+// One value per column per segment: the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
 enum PartColumn {
     Tensor {
         dtype: DType,
@@ -137,8 +133,60 @@ enum PartColumn {
         values: Buffer,
         shape: ListArray,
         dims: ScalarBuffer<i64>,
+        /// Set when every row has the same shape and the lists hold no
+        /// nulls: rows are then located without reading their offsets.
+        uniform: Option<Uniform>,
     },
     Blob(BlobColumn, String),
+}
+
+/// The layout of a column whose rows all have one shape.
+struct Uniform {
+    shape: Shape,
+    numel: usize,
+    /// Offset of row 0's first element.
+    base: usize,
+}
+
+impl Uniform {
+    /// Detects a uniform column (O(rows), once per segment).
+    fn detect(
+        data: &ListArray,
+        shape: &ListArray,
+        dims: &[i64],
+        rank: Option<usize>,
+    ) -> Option<Uniform> {
+        if data.null_count() > 0 || shape.null_count() > 0 || data.is_empty() {
+            return None;
+        }
+        let so = shape.value_offsets();
+        let (s0, s1) = (so[0] as usize, so[1] as usize);
+        let first = dims.get(s0..s1)?;
+        if first.iter().any(|&d| d < 0) || rank.is_some_and(|r| r != first.len()) {
+            return None;
+        }
+        let k = first.len();
+        for w in so.windows(2) {
+            let (a, b) = (w[0] as usize, w[1] as usize);
+            if b - a != k || dims.get(a..b)? != first {
+                return None;
+            }
+        }
+        let shape_v = Shape::new(first.iter().map(|&d| d as usize));
+        let numel = shape_v.numel()?;
+        let o = data.value_offsets();
+        let base = o[0] as usize;
+        for (i, &off) in o.iter().enumerate() {
+            if (off as usize) != base.checked_add(i.checked_mul(numel)?)? {
+                return None;
+            }
+        }
+        Some(Uniform {
+            shape: shape_v,
+            numel,
+            base,
+        })
+    }
 }
 
 struct BatchColumns {
@@ -160,6 +208,58 @@ impl Decoded {
         Some((&self.batches[b], row - self.starts[b]))
     }
 
+    /// Hints the CPU to fetch what reading `row` touches first: its key
+    /// offsets and each tensor's offsets (or, for a uniform column, data).
+    pub fn prefetch_row(&self, row: usize) {
+        let Some((b, r)) = self.locate(row) else {
+            return;
+        };
+        match &b.keys {
+            KeyColumn::Utf8(a) => prefetch(&a.value_offsets()[r]),
+            KeyColumn::Large(a) => prefetch(&a.value_offsets()[r]),
+        }
+        for p in &b.parts {
+            if let PartColumn::Tensor {
+                data,
+                shape,
+                values,
+                dtype,
+                uniform,
+                ..
+            } = p
+            {
+                match uniform {
+                    Some(u) => {
+                        // The head of the tensor itself, so the caller's
+                        // first pass over a small tensor hits the cache.
+                        let at = (u.base + r * u.numel) * dtype.size();
+                        let len = (u.numel * dtype.size()).min(PREFETCH_TENSOR_BYTES);
+                        if let Some(head) = values.as_slice().get(at..at + len) {
+                            for line in head.chunks(64) {
+                                prefetch(&line[0]);
+                            }
+                        }
+                    }
+                    None => {
+                        prefetch(&data.value_offsets()[r]);
+                        prefetch(&shape.value_offsets()[r]);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hints the CPU to fetch the key bytes of `row` (after
+    /// [`Decoded::prefetch_row`] brought its offsets in).
+    pub fn prefetch_key(&self, row: usize) {
+        if let Some((b, r)) = self.locate(row)
+            && let KeyColumn::Utf8(a) = &b.keys
+            && let Some(byte) = a.value_data().get(a.value_offsets()[r] as usize)
+        {
+            prefetch(byte);
+        }
+    }
+
     /// The key of `row` (`None` beyond the end or when null).
     pub fn key(&self, row: usize) -> Option<&str> {
         let (b, r) = self.locate(row)?;
@@ -174,6 +274,12 @@ impl Decoded {
         let (b, r) = self
             .locate(row)
             .ok_or_else(|| Error::corrupt(path, format!("row {row} beyond {} rows", self.rows)))?;
+        if let (Structure::Tensor, [p]) = (self.schema.structure, b.parts.as_slice()) {
+            return match read_part(path, row, p, r)? {
+                Part::Tensor(t) => Ok(Record::Tensor(t)),
+                Part::Blob(_) => Err(Error::corrupt(path, "tensor record without a tensor")),
+            };
+        }
         let mut parts = Vec::with_capacity(b.parts.len());
         for p in &b.parts {
             parts.push(read_part(path, row, p, r)?);
@@ -237,7 +343,20 @@ fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> 
             values,
             shape,
             dims,
+            uniform,
         } => {
+            let size = dtype.size();
+            if let Some(u) = uniform
+                && *dtype != DType::Bool
+            {
+                let start = (u.base + r * u.numel) * size;
+                let bytes = values.slice_with_length(start, u.numel * size);
+                return Ok(Part::Tensor(TensorBuf::from_checked(
+                    *dtype,
+                    u.shape.clone(),
+                    bytes,
+                )));
+            }
             if data.is_null(r) || shape.is_null(r) {
                 return Err(Error::corrupt(
                     path,
@@ -246,31 +365,28 @@ fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> 
             }
             let so = shape.value_offsets();
             let (s0, s1) = (so[r] as usize, so[r + 1] as usize);
-            let mut dv = Vec::with_capacity(s1 - s0);
-            for &d in &dims[s0..s1] {
-                let d = usize::try_from(d).map_err(|_| {
-                    Error::corrupt(
-                        path,
-                        format!("row {row}: negative dimension {d} in column {column:?}"),
-                    )
-                })?;
-                dv.push(d);
+            let dim_slice = &dims[s0..s1];
+            if let Some(d) = dim_slice.iter().find(|&&d| d < 0) {
+                return Err(Error::corrupt(
+                    path,
+                    format!("row {row}: negative dimension {d} in column {column:?}"),
+                ));
             }
             if let Some(rank) = rank
-                && dv.len() != *rank
+                && dim_slice.len() != *rank
             {
                 return Err(Error::corrupt(
                     path,
                     format!(
                         "row {row}: rank {} in column {column:?}, schema says {rank}",
-                        dv.len()
+                        dim_slice.len()
                     ),
                 ));
             }
-            let shape = Shape::new(dv);
+            // Non-negative i64 fits usize on the 64-bit targets arrow supports.
+            let shape = Shape::new(dim_slice.iter().map(|&d| d as usize));
             let o = data.value_offsets();
             let (start, end) = (o[r] as usize, o[r + 1] as usize);
-            let size = dtype.size();
             let bytes = if *dtype == DType::Bool {
                 let bools = data.values().as_boolean();
                 let v: Vec<u8> = (start..end).map(|i| u8::from(bools.value(i))).collect();
@@ -424,6 +540,7 @@ fn columns_of(
                     .ok_or_else(|| format!("column {shape_name:?} is not list<int64>"))?
                     .values()
                     .clone();
+                let uniform = Uniform::detect(&data, &shape, &dims, rank);
                 parts.push(PartColumn::Tensor {
                     dtype,
                     rank,
@@ -432,6 +549,7 @@ fn columns_of(
                     values,
                     shape,
                     dims,
+                    uniform,
                 });
             }
         }

@@ -2,6 +2,7 @@
 //! rebuilding the index of a torchcachex cache (or a lost index).
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,7 +12,11 @@ use crate::reader::Segment;
 use crate::record::Structure;
 use crate::schema::{RecordSchema, parse_schema_json, to_schema_json};
 use crate::writer::{IndexLog, write_atomic};
-use crate::{Error, Problem, Result};
+use crate::{Error, Problem, ProblemKind, Result};
+
+/// How many inserts ahead the home slot is prefetched while the table is
+/// built, so that the cache misses overlap.
+const PREFETCH_AHEAD: usize = 16;
 
 /// What opening found.
 pub struct Recovered {
@@ -23,9 +28,10 @@ pub struct Recovered {
     pub problems: Vec<Problem>,
 }
 
-fn problem(path: &Path, detail: impl Into<String>) -> Problem {
+fn problem(path: &Path, kind: ProblemKind, detail: impl Into<String>) -> Problem {
     Problem {
         path: path.to_path_buf(),
+        kind,
         detail: detail.into(),
     }
 }
@@ -40,7 +46,11 @@ fn remove_tmp(dir: &Path, problems: &mut Vec<Problem>) -> Result<()> {
         if e.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
             let p = e.path();
             std::fs::remove_file(&p).map_err(|err| Error::io(&p, "remove temp file", err))?;
-            problems.push(problem(&p, "leftover temp file removed"));
+            problems.push(problem(
+                &p,
+                ProblemKind::TempFileRemoved,
+                "leftover temp file removed",
+            ));
         }
     }
     Ok(())
@@ -84,6 +94,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 schema_bad = true;
                 problems.push(problem(
                     &schema_path,
+                    ProblemKind::BadSchema,
                     format!("unreadable, re-derived from the segments: {detail}"),
                 ));
                 None
@@ -94,6 +105,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             schema_bad = true;
             problems.push(problem(
                 &schema_path,
+                ProblemKind::BadSchema,
                 format!("unreadable, re-derived from the segments: {e}"),
             ));
             None
@@ -108,6 +120,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if id > MAX_SEGMENT_ID {
             problems.push(problem(
                 &path,
+                ProblemKind::CorruptSegment,
                 format!("segment id {id} exceeds {MAX_SEGMENT_ID}; ignored"),
             ));
             continue;
@@ -116,91 +129,104 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             Ok(s) => {
                 segments.insert(id, Arc::new(s));
             }
-            Err(e) => problems.push(problem(&path, e.to_string())),
+            Err(e) => problems.push(problem(&path, ProblemKind::CorruptSegment, e.to_string())),
         }
     }
-
-    // The index log.
+    // The index log: one sequential read, hashes inserted as they stream
+    // by (no key strings parsed), the home slot prefetched a few ahead.
     let index_path = dir.join(INDEX_FILE);
-    let log_bytes = match std::fs::read(&index_path) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(&index_path, "read index", e)),
-    };
-    let parsed = match &log_bytes {
-        Some(b) => match format::parse_index(b) {
-            Ok(p) => {
-                if let Some(t) = &p.torn {
-                    problems.push(problem(&index_path, format!("torn tail dropped: {t}")));
-                }
-                Some(p)
-            }
-            Err(detail) => {
-                problems.push(problem(
-                    &index_path,
-                    format!("rebuilt from the segments: {detail}"),
-                ));
-                None
-            }
-        },
-        None => None,
-    };
-
-    let total: usize = parsed
-        .as_ref()
-        .map_or(0, |p| p.groups.iter().map(|g| g.count()).sum());
-    let mut index = KeyIndex::with_entries(total);
     let key_at = |segments: &BTreeMap<u32, Arc<Segment>>, loc: Loc| -> Option<String> {
         let d = segments.get(&loc.seg)?.decoded(hint).ok()?;
         d.key(loc.row as usize).map(str::to_owned)
     };
     let mut logged = std::collections::HashSet::new();
     let mut max_logged: Option<u32> = None;
-    if let (Some(p), Some(bytes)) = (&parsed, &log_bytes) {
-        for g in &p.groups {
-            max_logged = Some(g.segment_id);
-            logged.insert(g.segment_id);
-            let path = format::segment_path(dir, g.segment_id);
-            let Some(seg) = segments.get(&g.segment_id) else {
-                problems.push(problem(
-                    &path,
-                    "listed in the index but missing; its keys are lost",
-                ));
-                continue;
-            };
-            if seg.file_len() != g.segment_len {
-                problems.push(problem(
-                    &path,
-                    format!(
-                        "{} bytes, the index recorded {}; excluded",
-                        seg.file_len(),
-                        g.segment_len
-                    ),
-                ));
-                segments.remove(&g.segment_id);
-                continue;
-            }
-            if g.count() > MAX_ROW as usize + 1 {
-                problems.push(problem(
-                    &path,
-                    "more rows than an index location holds; excluded",
-                ));
-                continue;
-            }
-            let id = g.segment_id;
-            for (row, hash) in g.hashes(bytes).enumerate() {
-                let loc = Loc {
-                    seg: id,
-                    row: row as u32,
+    let mut index = KeyIndex::default();
+    let parsed = match File::open(&index_path) {
+        Ok(file) => {
+            let len = file
+                .metadata()
+                .map_err(|e| Error::io(&index_path, "stat index", e))?
+                .len();
+            // The entry count is at most len / 8: sized by real bytes on disk.
+            index = KeyIndex::with_entries(usize::try_from(len / 8).unwrap_or(0));
+            let visit = |g: &format::Group, body: &[u8]| {
+                max_logged = Some(g.segment_id);
+                logged.insert(g.segment_id);
+                let path = format::segment_path(dir, g.segment_id);
+                let Some(seg) = segments.get(&g.segment_id) else {
+                    problems.push(problem(
+                        &path,
+                        ProblemKind::MissingSegment,
+                        "listed in the index but missing; its keys are lost",
+                    ));
+                    return;
                 };
-                let mut new_key: Option<Option<String>> = None;
-                index.insert(hash, loc, |old| {
-                    let nk = new_key.get_or_insert_with(|| key_at(&segments, loc));
-                    nk.is_some() && *nk == key_at(&segments, old)
-                });
+                if seg.file_len() != g.segment_len {
+                    problems.push(problem(
+                        &path,
+                        ProblemKind::CorruptSegment,
+                        format!(
+                            "{} bytes, the index recorded {}; excluded",
+                            seg.file_len(),
+                            g.segment_len
+                        ),
+                    ));
+                    segments.remove(&g.segment_id);
+                    return;
+                }
+                if g.count > MAX_ROW as usize + 1 {
+                    problems.push(problem(
+                        &path,
+                        ProblemKind::CorruptSegment,
+                        "more rows than an index location holds; excluded",
+                    ));
+                    segments.remove(&g.segment_id);
+                    return;
+                }
+                let hashes: Vec<u64> = format::hashes_of(body).collect();
+                for (row, &hash) in hashes.iter().enumerate() {
+                    if let Some(&ahead) = hashes.get(row + PREFETCH_AHEAD) {
+                        index.prefetch(ahead);
+                    }
+                    let loc = Loc {
+                        seg: g.segment_id,
+                        row: row as u32,
+                    };
+                    let mut new_key: Option<Option<String>> = None;
+                    index.insert(hash, loc, |old| {
+                        let nk = new_key.get_or_insert_with(|| key_at(&segments, loc));
+                        nk.is_some() && *nk == key_at(&segments, old)
+                    });
+                }
+            };
+            match format::read_index(file, len, visit)
+                .map_err(|e| Error::io(&index_path, "read index", e))?
+            {
+                Ok(p) => {
+                    if let Some(t) = &p.torn {
+                        problems.push(problem(
+                            &index_path,
+                            ProblemKind::TornIndex,
+                            format!("torn tail dropped: {t}"),
+                        ));
+                    }
+                    Some(p)
+                }
+                Err(detail) => {
+                    problems.push(problem(
+                        &index_path,
+                        ProblemKind::CorruptIndex,
+                        format!("rebuilt from the segments: {detail}"),
+                    ));
+                    index = KeyIndex::default();
+                    None
+                }
             }
         }
-    }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(&index_path, "open index", e)),
+    };
 
     // Segments the log does not know: all of them without a log, else the
     // ones newer than its last group.
@@ -215,6 +241,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if max_logged.is_some_and(|m| id < m) {
             problems.push(problem(
                 &path,
+                ProblemKind::StaleSegment,
                 "older than the index and not in it (left by compaction?); ignored",
             ));
             segments.remove(&id);
@@ -226,7 +253,11 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         let decoded = match seg.decoded(hint) {
             Ok(d) => d.clone(),
             Err(e) => {
-                problems.push(problem(&path, format!("excluded: {e}")));
+                problems.push(problem(
+                    &path,
+                    ProblemKind::CorruptSegment,
+                    format!("excluded: {e}"),
+                ));
                 segments.remove(&id);
                 continue;
             }
@@ -234,6 +265,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if decoded.rows() > MAX_ROW as usize + 1 {
             problems.push(problem(
                 &path,
+                ProblemKind::CorruptSegment,
                 "more rows than an index location holds; excluded",
             ));
             segments.remove(&id);
@@ -242,7 +274,11 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         let mut hashes = Vec::with_capacity(decoded.rows());
         for row in 0..decoded.rows() {
             let Some(key) = decoded.key(row) else {
-                problems.push(problem(&path, format!("row {row} has a null key; skipped")));
+                problems.push(problem(
+                    &path,
+                    ProblemKind::CorruptSegment,
+                    format!("row {row} has a null key; skipped"),
+                ));
                 hashes.push(0);
                 continue;
             };
@@ -256,9 +292,18 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 key_at(&segments, old).as_deref() == Some(key)
             });
         }
-        new_groups.push(format::encode_group(id, seg.file_len(), &hashes));
+        new_groups.push(format::encode_group(
+            id,
+            seg.file_len(),
+            seg.content_hash(),
+            &hashes,
+        ));
         if parsed.is_some() {
-            problems.push(problem(&path, "newer than the index; indexed"));
+            problems.push(problem(
+                &path,
+                ProblemKind::SegmentIndexed,
+                "newer than the index; indexed",
+            ));
         }
     }
 
@@ -277,7 +322,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
     let log = if writer {
         Some(match &parsed {
             Some(p) => {
-                let mut log = IndexLog::open(&index_path, p.valid_len as u64)?;
+                let mut log = IndexLog::open(&index_path, p.valid_len)?;
                 for g in &new_groups {
                     log.append(g)?;
                 }

@@ -19,7 +19,7 @@ use crate::record::Record;
 use crate::recover::{hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
 use crate::writer::{IndexLog, build_batch, split_runs, write_atomic, write_segment};
-use crate::{Error, Problem, Result};
+use crate::{Error, Problem, ProblemKind, Result};
 
 /// How a store behaves. `Options::default()` suits a single process.
 #[derive(Debug, Clone)]
@@ -411,12 +411,13 @@ impl SegmentStore {
                 inner.pending_hits.fetch_add(n, Ordering::Relaxed);
             }
         }
-        let mut found: Vec<(u32, u32, usize, Arc<Decoded>, PathBuf)> = Vec::new();
+        let mut found: Vec<Hit> = Vec::new();
         let hint;
         {
             let st = inner.state.read();
             hint = hint_of(st.schema.as_ref());
             let mut n = 0;
+            let mut todo: Vec<(usize, u64)> = Vec::new();
             for (i, k) in keys.iter().enumerate() {
                 if out[i].is_some() {
                     continue;
@@ -432,30 +433,58 @@ impl SegmentStore {
                     n += 1;
                     continue;
                 }
-                if let Some((loc, seg, d)) = lookup(inner, &st, key) {
-                    found.push((loc.seg, loc.row, i, d, seg.path.clone()));
-                }
+                todo.push((i, format::key_hash(key)));
             }
             inner.pending_hits.fetch_add(n, Ordering::Relaxed);
+            // Random lookups are bound by cache misses: touch every key's
+            // table slot, then its segment row, before the dependent reads,
+            // so the misses of the whole batch overlap.
+            for &(_, h) in &todo {
+                st.index.prefetch(h);
+            }
+            for &(_, h) in &todo {
+                if let Some(loc) = st.index.candidates(h).next()
+                    && let Some(seg) = st.segments.get(&loc.seg)
+                    && let Ok(d) = seg.decoded(hint)
+                {
+                    d.prefetch_row(loc.row as usize);
+                }
+            }
+            for &(_, h) in &todo {
+                if let Some(loc) = st.index.candidates(h).next()
+                    && let Some(seg) = st.segments.get(&loc.seg)
+                    && let Ok(d) = seg.decoded(hint)
+                {
+                    d.prefetch_key(loc.row as usize);
+                }
+            }
+            for &(i, h) in &todo {
+                if let Some(hit) = lookup(inner, &st, keys[i].as_ref(), h) {
+                    found.push(Hit { slot: i, ..hit });
+                }
+            }
         }
-        found.sort_unstable_by_key(|f| (f.0, f.1));
+        found.sort_unstable_by_key(|f| f.loc);
         let structure = hint.unwrap_or(crate::Structure::Tensor);
         let mut hits = 0;
-        for (_, row, i, d, path) in &found {
-            match d.record(path, *row as usize, structure) {
+        for hit in &found {
+            match hit
+                .decoded
+                .record(&hit.segment.path, hit.loc.row as usize, structure)
+            {
                 Ok(r) => {
-                    out[*i] = Some(r);
+                    out[hit.slot] = Some(r);
                     hits += 1;
                 }
-                Err(e) => note_problem(inner, path, e.to_string()),
+                Err(e) => note_problem(inner, &hit.segment.path, e.to_string()),
             }
         }
         inner.segment_hits.fetch_add(hits, Ordering::Relaxed);
         if use_lru && !found.is_empty() {
             let mut lru = inner.lru.lock();
-            for (_, _, i, _, _) in &found {
-                if let Some(r) = &out[*i] {
-                    lru.put(keys[*i].as_ref(), r);
+            for hit in &found {
+                if let Some(r) = &out[hit.slot] {
+                    lru.put(keys[hit.slot].as_ref(), r);
                 }
             }
         }
@@ -478,7 +507,7 @@ impl SegmentStore {
                 .flat_map(|b| b.records.iter().map(|(k, _)| k)),
         );
         for k in pending_keys {
-            if !extra.contains(k.as_str()) && lookup(inner, &st, k).is_none() {
+            if !extra.contains(k.as_str()) && lookup(inner, &st, k, format::key_hash(k)).is_none() {
                 extra.insert(k.as_str());
             }
         }
@@ -565,22 +594,38 @@ pub(crate) fn note_problem(inner: &Inner, path: &Path, detail: String) {
     if !p.iter().any(|q| q.path == path && q.detail == detail) {
         p.push(Problem {
             path: path.to_path_buf(),
+            kind: ProblemKind::CorruptSegment,
             detail,
         });
     }
 }
 
-/// The indexed location of `key`, confirmed against the segment's key column.
-fn lookup(inner: &Inner, st: &State, key: &str) -> Option<(Loc, Arc<Segment>, Arc<Decoded>)> {
+/// A key found in a segment.
+struct Hit {
+    loc: Loc,
+    /// Position in the caller's batch.
+    slot: usize,
+    segment: Arc<Segment>,
+    decoded: Arc<Decoded>,
+}
+
+/// The indexed location of `key` (hash `hash`), confirmed against the
+/// segment's key column.
+fn lookup(inner: &Inner, st: &State, key: &str, hash: u64) -> Option<Hit> {
     let hint = hint_of(st.schema.as_ref());
-    for loc in st.index.candidates(format::key_hash(key)) {
+    for loc in st.index.candidates(hash) {
         let Some(seg) = st.segments.get(&loc.seg) else {
             continue;
         };
         match seg.decoded(hint) {
             Ok(d) => {
                 if d.key(loc.row as usize) == Some(key) {
-                    return Some((loc, seg.clone(), d.clone()));
+                    return Some(Hit {
+                        loc,
+                        slot: 0,
+                        segment: seg.clone(),
+                        decoded: d.clone(),
+                    });
                 }
             }
             Err(e) => note_problem(
@@ -626,9 +671,12 @@ fn persist_runs(inner: &Inner, ws: &mut WriteSide, batch: &Batch) -> Result<()> 
             source: e,
         })?;
         ws.next_id = id + 1;
-        let len = write_segment(&inner.dir, id, &rb)?;
+        let (len, content) = write_segment(&inner.dir, id, &rb)?;
         let hashes: Vec<u64> = records.iter().map(|(k, _)| format::key_hash(k)).collect();
-        if let Err(e) = ws.log.append(&format::encode_group(id, len, &hashes)) {
+        if let Err(e) = ws
+            .log
+            .append(&format::encode_group(id, len, content, &hashes))
+        {
             // Uncommitted: remove it so a later open does not index it.
             let _ = std::fs::remove_file(&path);
             return Err(e);
@@ -644,6 +692,9 @@ fn persist_runs(inner: &Inner, ws: &mut WriteSide, batch: &Batch) -> Result<()> 
         let hint = hint_of(schema.as_ref());
         segments.insert(id, seg);
         for (row, (key, _)) in records.iter().enumerate() {
+            if let Some(&ahead) = hashes.get(row + 16) {
+                index.prefetch(ahead);
+            }
             let loc = Loc {
                 seg: id,
                 row: row as u32,

@@ -221,8 +221,25 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
-/// Writes segment `id` durably and returns its length in bytes.
-pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<u64> {
+/// A writer that hashes what passes through it.
+struct Hashing<W> {
+    inner: W,
+    hasher: blake3::Hasher,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Writes segment `id` durably; returns its length and content hash.
+pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<(u64, u64)> {
     let path = format::segment_path(dir, id);
     let tmp = tmp_path(&path);
     let arrow_err = |e| Error::Arrow {
@@ -230,13 +247,18 @@ pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<u64> {
         source: e,
     };
     let file = File::create(&tmp).map_err(|e| Error::io(&tmp, "create segment", e))?;
-    let mut w = FileWriter::try_new(BufWriter::with_capacity(1 << 20, file), &batch.schema())
-        .map_err(arrow_err)?;
+    let sink = Hashing {
+        inner: BufWriter::with_capacity(64 << 10, file),
+        hasher: blake3::Hasher::new(),
+    };
+    let mut w = FileWriter::try_new(sink, &batch.schema()).map_err(arrow_err)?;
     w.write(batch).map_err(arrow_err)?;
     w.finish().map_err(arrow_err)?;
-    let file = w
-        .into_inner()
-        .map_err(arrow_err)?
+    let sink = w.into_inner().map_err(arrow_err)?;
+    let mut hash = [0u8; 8];
+    hash.copy_from_slice(&sink.hasher.finalize().as_bytes()[..8]);
+    let file = sink
+        .inner
         .into_inner()
         .map_err(|e| Error::io(&tmp, "write segment", e.into_error()))?;
     file.sync_all()
@@ -248,7 +270,7 @@ pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<u64> {
     drop(file);
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, "rename segment", e))?;
     sync_dir(&dir.join(format::SEGMENTS_DIR))?;
-    Ok(len)
+    Ok((len, u64::from_le_bytes(hash)))
 }
 
 /// The append-only index log, open for appending.

@@ -213,12 +213,11 @@ fn pyarrow_reads_segments_we_write() {
     let got: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(got["__types__"]["float16_data"], "list<item: halffloat>");
     assert_eq!(got["__types__"]["bfloat16_data"], "list<item: uint16>");
-    assert_eq!(
+    assert!(
         got["__meta__"]["tensor_keys"]
             .as_str()
             .unwrap()
-            .contains("bfloat16"),
-        true
+            .contains("bfloat16")
     );
     for (key, rec) in &items {
         let row = &got[key];
@@ -292,4 +291,40 @@ fn pyarrow_reads_a_single_tensor_cache_like_torchcachex() {
         js["fields"][1],
         serde_json::json!({"name": "data", "type": "list<int64>"})
     );
+}
+
+#[test]
+fn pyarrow_reads_tuple_and_blob_caches() {
+    let Some(py) = test_support::python() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let tuples = tmp.path().join("tuples");
+    let store = SegmentStore::open(&tuples, Options::default()).unwrap();
+    let rec = Record::Tuple(vec![
+        Part::from(Tensor::from_vec([3], vec![0.5f64, 1.5, 2.5]).unwrap()),
+        Part::from(Tensor::new(DType::Bool, [2], &[1, 0]).unwrap()),
+        Part::Blob(vec![7, 8].into()),
+    ]);
+    store.put_batch(&[("t", rec)]).unwrap();
+    store.flush().unwrap();
+    let out = test_support::run_python(&py, PYARROW_DUMP, &[&tuples]);
+    let got: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(got["t"]["item0_data"], serde_json::json!([0.5, 1.5, 2.5]));
+    assert_eq!(got["t"]["item1_data"], serde_json::json!([true, false]));
+    assert_eq!(got["t"]["item2_blob"], "0708");
+    assert_eq!(got["__types__"]["item1_data"], "list<item: bool>");
+
+    let blobs = tmp.path().join("blobs");
+    let store = SegmentStore::open(&blobs, Options::default()).unwrap();
+    store
+        .put_batch(&[("b", Record::blob(vec![1, 2, 255]))])
+        .unwrap();
+    store.flush().unwrap();
+    let out = test_support::run_python(&py, PYARROW_DUMP, &[&blobs]);
+    let got: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(got["b"]["blob"], "0102ff");
+    let js: Value =
+        serde_json::from_str(&std::fs::read_to_string(blobs.join("schema.json")).unwrap()).unwrap();
+    assert_eq!(js["output_structure"], "blob");
 }

@@ -1,0 +1,196 @@
+//! One writer, many readers: the lock, readers during writes, the
+//! background flush thread and its error surfacing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use segment_store::{Error, Options, Record, SegmentStore};
+use tensor_core::Tensor;
+
+fn rec(i: usize) -> Record {
+    Record::from(Tensor::from_vec([4], vec![i as u32, 1, 2, 3]).unwrap())
+}
+
+fn opts() -> Options {
+    Options {
+        flush_every: 8,
+        lru_bytes: 0,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn a_second_writer_is_refused_with_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = SegmentStore::open(dir.path(), opts()).unwrap();
+    let err = SegmentStore::open(dir.path(), opts()).unwrap_err();
+    assert!(matches!(err, Error::Locked { .. }), "{err}");
+    assert!(err.to_string().contains("segment-store.lock"));
+    // Readers need no lock.
+    let reader = SegmentStore::open(
+        dir.path(),
+        Options {
+            read_only: true,
+            ..opts()
+        },
+    )
+    .unwrap();
+    assert!(!reader.is_writer());
+    drop(first);
+    // The lock goes with the writer.
+    SegmentStore::open(dir.path(), opts()).unwrap();
+}
+
+#[test]
+fn readers_see_every_committed_record_while_a_writer_writes() {
+    for async_write in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            SegmentStore::open(
+                dir.path(),
+                Options {
+                    async_write,
+                    queue_depth: 1,
+                    ..opts()
+                },
+            )
+            .unwrap(),
+        );
+        let written = Arc::new(AtomicUsize::new(0));
+        const N: usize = 400;
+        let readers: Vec<_> = (0..3)
+            .map(|t| {
+                let store = store.clone();
+                let written = written.clone();
+                std::thread::spawn(move || {
+                    let mut checked = 0;
+                    loop {
+                        let done = written.load(Ordering::Acquire);
+                        if done > 0 {
+                            let keys: Vec<String> = (0..done)
+                                .rev()
+                                .step_by(3 + t)
+                                .map(|i| format!("k{i}"))
+                                .collect();
+                            let (got, missing) = store.get_batch(&keys).unwrap();
+                            assert!(missing.is_empty(), "missing {missing:?} of {done}");
+                            for (k, g) in keys.iter().zip(&got) {
+                                let i: usize = k[1..].parse().unwrap();
+                                assert_eq!(g.as_ref().unwrap(), &rec(i));
+                            }
+                            checked += keys.len();
+                        }
+                        if done == N {
+                            return checked;
+                        }
+                    }
+                })
+            })
+            .collect();
+        for start in (0..N).step_by(10) {
+            let items: Vec<(String, Record)> = (start..start + 10)
+                .map(|i| (format!("k{i}"), rec(i)))
+                .collect();
+            store.put_batch(&items).unwrap();
+            written.store(start + 10, Ordering::Release);
+        }
+        store.flush().unwrap();
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+        assert_eq!(store.len(), N);
+        // A separate read-only handle sees everything committed.
+        let reader = SegmentStore::open(
+            dir.path(),
+            Options {
+                read_only: true,
+                ..opts()
+            },
+        )
+        .unwrap();
+        assert_eq!(reader.len(), N);
+        assert!(reader.verify().is_empty());
+    }
+}
+
+#[test]
+fn a_reader_opened_earlier_keeps_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = SegmentStore::open(dir.path(), opts()).unwrap();
+    writer.put_batch(&[("a", rec(1))]).unwrap();
+    writer.flush().unwrap();
+    let reader = SegmentStore::open(
+        dir.path(),
+        Options {
+            read_only: true,
+            ..opts()
+        },
+    )
+    .unwrap();
+    writer.put_batch(&[("a", rec(2)), ("b", rec(3))]).unwrap();
+    writer.flush().unwrap();
+    let (got, missing) = reader.get_batch(&["a", "b"]).unwrap();
+    assert_eq!(got[0].as_ref().unwrap(), &rec(1));
+    assert_eq!(missing, vec![1]);
+}
+
+#[test]
+fn background_flush_errors_come_back_from_the_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SegmentStore::open(
+        dir.path(),
+        Options {
+            async_write: true,
+            queue_depth: 1,
+            flush_every: 4,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let items: Vec<(String, Record)> = (0..4).map(|i| (format!("k{i}"), rec(i))).collect();
+    store.put_batch(&items).unwrap();
+    store.flush().unwrap();
+    // Make the next segment impossible to create.
+    let segs = dir.path().join("segments");
+    std::fs::rename(&segs, dir.path().join("moved")).unwrap();
+    std::fs::write(&segs, b"not a directory").unwrap();
+    let items: Vec<(String, Record)> = (4..8).map(|i| (format!("k{i}"), rec(i))).collect();
+    store.put_batch(&items).unwrap();
+    let err = store.flush().unwrap_err();
+    match &err {
+        Error::Background { records, source } => {
+            assert_eq!(*records, 4);
+            assert!(matches!(**source, Error::Io { .. }), "{source}");
+        }
+        other => panic!("expected a background error, got {other}"),
+    }
+    assert!(std::error::Error::source(&err).is_some());
+    // Reported once; the store keeps working once the disk is back.
+    std::fs::remove_file(&segs).unwrap();
+    std::fs::rename(dir.path().join("moved"), &segs).unwrap();
+    store.flush().unwrap();
+    store.put_batch(&[("k9", rec(9))]).unwrap();
+    store.flush().unwrap();
+    let (_, missing) = store.get_batch(&["k0", "k9", "k5"]).unwrap();
+    // k5 was in the failed flush: lost, and the error said so.
+    assert_eq!(missing, vec![2]);
+}
+
+#[test]
+fn synchronous_flush_errors_are_returned_directly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SegmentStore::open(
+        dir.path(),
+        Options {
+            flush_every: 2,
+            ..opts()
+        },
+    )
+    .unwrap();
+    store.put_batch(&[("a", rec(0))]).unwrap();
+    let segs = dir.path().join("segments");
+    std::fs::remove_dir(&segs).unwrap();
+    std::fs::write(&segs, b"x").unwrap();
+    let err = store.put_batch(&[("b", rec(1))]).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+}
