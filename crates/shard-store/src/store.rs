@@ -166,7 +166,12 @@ impl<T: StoreItem> ShardStore<T> {
             });
         }
         for dir in [&paths.shards, &paths.locks, &paths.scratch] {
-            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, "create directory", e))?;
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                // A read-only root can still be read without a source.
+                if source.is_some() || !dir.is_dir() && dir != &paths.scratch {
+                    return Err(Error::io(dir, "create directory", e));
+                }
+            }
         }
         let meta = {
             let _lock = FileLock::exclusive(&paths.writer_lock)?;

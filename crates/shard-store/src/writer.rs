@@ -30,13 +30,21 @@ pub(crate) struct FileLock {
 
 impl FileLock {
     fn open(path: &Path) -> Result<File> {
-        OpenOptions::new()
+        match OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| Error::io(path, "open lock file", e))
+        {
+            Ok(f) => Ok(f),
+            // A read-only lock file (a copied or read-only root): flock
+            // works on a read-only descriptor too.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                File::open(path).map_err(|e| Error::io(path, "open lock file", e))
+            }
+            Err(e) => Err(Error::io(path, "open lock file", e)),
+        }
     }
 
     /// Blocks until the exclusive lock is held.
