@@ -381,6 +381,21 @@ impl<T: StoreItem> Inner<T> {
         if let Some(len) = self.final_length_refreshed()? {
             return Ok(len);
         }
+        // A short shard fixes the length even if a crash kept it out of the metadata.
+        let short = self
+            .shard_files()?
+            .into_iter()
+            .filter(|n| n.len() < self.shard_len)
+            .map(|n| n.end)
+            .max();
+        if let Some(len) = short {
+            if self.source.is_some() {
+                self.set_final_length(len)?;
+            } else {
+                self.state.lock().length = Some(len);
+            }
+            return Ok(len);
+        }
         if let Some(len) = self.opts.length {
             return Ok(len);
         }
