@@ -385,8 +385,6 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                 pushes = -1;
                 if marks.is_empty() && top_stack == 2 {
                     top_count = top_count.map(|c| c + 1);
-                } else if marks.is_empty() {
-                    top_count = None;
                 }
             }
             op::APPENDS => {
@@ -394,8 +392,6 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                 pushes = 0;
                 if marks.is_empty() && top_stack == 1 {
                     top_count = top_count.map(|c| c + n);
-                } else if marks.is_empty() {
-                    top_count = None;
                 }
             }
             // Pops to MARK, pushes one value.
