@@ -255,30 +255,13 @@ pub fn decode_shard<T: DeserializeOwned>(path: &Path, name: ShardName, pickle: &
     })
 }
 
-// Pickle opcodes (CPython `pickletools`), by argument layout.
-mod op {
-    pub const MARK: u8 = b'(';
-    pub const STOP: u8 = b'.';
-    pub const APPEND: u8 = b'a';
-    pub const APPENDS: u8 = b'e';
-    pub const EMPTY_LIST: u8 = b']';
-    pub const LIST: u8 = b'l';
-    pub const GLOBAL: u8 = b'c';
-    pub const STACK_GLOBAL: u8 = 0x93;
-    pub const SHORT_BINUNICODE: u8 = 0x8c;
-    pub const BINUNICODE: u8 = b'X';
-    pub const BINUNICODE8: u8 = 0x8d;
-    pub const UNICODE: u8 = b'V';
-    pub const BINGET: u8 = b'h';
-    pub const LONG_BINGET: u8 = b'j';
-    pub const GET: u8 = b'g';
-    pub const MEMOIZE: u8 = 0x94;
-    pub const BINPUT: u8 = b'q';
-    pub const LONG_BINPUT: u8 = b'r';
-    pub const PUT: u8 = b'p';
-    pub const PROTO: u8 = 0x80;
-    pub const FRAME: u8 = 0x95;
-}
+/// Deepest nesting accepted (the decoder recurses once per level).
+pub const MAX_PICKLE_DEPTH: u32 = 128;
+
+/// Largest decoded size accepted, in value nodes (payload bytes count one
+/// node per 16 bytes), as a multiple of the pickle's own length plus a
+/// constant: memo references may repeat a value, but not explode it.
+pub const MAX_EXPANSION: u64 = 64;
 
 /// Builtins that plain data pickles use and that decode without Python.
 const ALLOWED_GLOBALS: &[(&str, &str)] = &[
@@ -293,13 +276,68 @@ const ALLOWED_GLOBALS: &[(&str, &str)] = &[
     ("_codecs", "encode"),
 ];
 
-/// Walks every opcode of `data` without executing anything. Refuses
-/// pickled Python objects (see the module docs) with
-/// [`Error::UnsupportedPickle`] and truncated or malformed streams with
-/// [`Error::CorruptShard`]. Returns the number of items of the top-level
-/// list when the stream is a list built by `EMPTY_LIST`/`LIST` followed by
-/// `APPEND(S)` at depth 0 (how Python and serde-pickle write lists), or
-/// `None` for any other top-level shape.
+/// What the checker knows of one value on the pickle stack.
+#[derive(Debug, Clone)]
+struct Slot {
+    /// Nesting depth (0 for scalars).
+    depth: u32,
+    /// Decoded size in nodes (see [`MAX_EXPANSION`]).
+    size: u64,
+    /// Direct items, for lists.
+    items: u64,
+    /// Whether the value is a list.
+    list: bool,
+    /// The text of a short string (to name `STACK_GLOBAL` targets).
+    text: Option<String>,
+}
+
+impl Slot {
+    fn scalar(payload: usize) -> Slot {
+        Slot {
+            depth: 0,
+            size: 1 + payload as u64 / 16,
+            items: 0,
+            list: false,
+            text: None,
+        }
+    }
+
+    fn text(s: &[u8]) -> Slot {
+        let mut slot = Slot::scalar(s.len());
+        if s.len() <= 256 {
+            slot.text = Some(String::from_utf8_lossy(s).into_owned());
+        }
+        slot
+    }
+
+    fn container(list: bool, parts: &[Slot]) -> Slot {
+        let mut slot = Slot {
+            depth: 1,
+            size: 1,
+            items: 0,
+            list,
+            text: None,
+        };
+        for p in parts {
+            slot.absorb(p);
+        }
+        slot
+    }
+
+    fn absorb(&mut self, part: &Slot) {
+        self.depth = self.depth.max(part.depth.saturating_add(1));
+        self.size = self.size.saturating_add(part.size);
+        self.items += 1;
+    }
+}
+
+/// Walks every opcode of `data` without executing anything, simulating the
+/// pickle stack with each value's depth and decoded size. Refuses pickled
+/// Python objects (see the module docs) with [`Error::UnsupportedPickle`],
+/// and truncated, malformed, too deeply nested
+/// ([`MAX_PICKLE_DEPTH`]) or exploding ([`MAX_EXPANSION`]) streams with
+/// [`Error::CorruptShard`]. Returns the number of items when the pickled
+/// value is a list, `None` for any other value.
 pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
     let corrupt = |reason: String| Error::CorruptShard {
         path: path.to_path_buf(),
@@ -310,16 +348,11 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
         offset,
         what,
     };
+    let max_size = (data.len() as u64).saturating_mul(MAX_EXPANSION).saturating_add(1 << 16);
     let mut pos = 0usize;
-    // Depth in MARKs, items pushed at each mark depth (for top-level counting).
-    let mut marks: Vec<u64> = Vec::new();
-    let mut top_count: Option<u64> = None;
-    let mut top_stack: u64 = 0; // values on the stack outside any MARK
-    // The last two string values pushed, to name STACK_GLOBAL targets.
-    let mut recent: [Option<String>; 2] = [None, None];
-    let mut memo: Vec<Option<String>> = Vec::new();
-    let mut memo_map: std::collections::HashMap<u64, Option<String>> = Default::default();
-    let mut last_pushed_str: Option<String>;
+    let mut stack: Vec<Slot> = Vec::new();
+    let mut marks: Vec<usize> = Vec::new();
+    let mut memo: std::collections::HashMap<u64, Slot> = Default::default();
 
     let take = |pos: &mut usize, n: usize| -> Result<&[u8]> {
         let end = pos.checked_add(n).filter(|&e| e <= data.len()).ok_or_else(|| {
@@ -339,170 +372,176 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
         *pos += nl + 1;
         Ok(&rest[..nl])
     };
+    let len_arg = |pos: &mut usize, width: usize, at: usize| -> Result<usize> {
+        let n = le(take(pos, width)?);
+        usize::try_from(n).map_err(|_| corrupt(format!("length {n} overflows at byte {at}")))
+    };
 
     loop {
         let at = pos;
         let code = *data
             .get(pos)
-            .ok_or_else(|| corrupt(format!("truncated pickle: no STOP opcode ({} bytes)", data.len())))?;
+            .ok_or_else(|| corrupt(format!("truncated pickle: no STOP opcode in {} bytes", data.len())))?;
         pos += 1;
-        last_pushed_str = None;
-        // `pushes`: how many values the opcode leaves on the stack, net,
-        // for the top-level count; lists are tracked separately.
-        let mut pushes: i64 = 1;
-        match code {
-            op::STOP => {
-                return Ok(if top_stack == 1 && marks.is_empty() { top_count } else { None });
+        let underflow = || corrupt(format!("stack underflow at byte {at} (opcode {code:#04x})"));
+        // Pops everything above the last MARK.
+        let pop_mark = |stack: &mut Vec<Slot>, marks: &mut Vec<usize>| -> Result<Vec<Slot>> {
+            let m = marks.pop().ok_or_else(|| corrupt(format!("no MARK for opcode {code:#04x} at byte {at}")))?;
+            if m > stack.len() {
+                return Err(underflow());
             }
-            op::PROTO => {
+            Ok(stack.split_off(m))
+        };
+        let mut pushed: Option<Slot> = None;
+        match code {
+            b'.' => {
+                if stack.len() != 1 || !marks.is_empty() {
+                    return Err(corrupt(format!("STOP at byte {at} with {} values on the stack", stack.len())));
+                }
+                let top = &stack[0];
+                return Ok(top.list.then_some(top.items));
+            }
+            0x80 => {
                 let v = take(&mut pos, 1)?[0];
                 if v > 5 {
                     return Err(corrupt(format!("pickle protocol {v} is not known")));
                 }
-                pushes = 0;
             }
-            op::FRAME => {
+            0x95 => {
                 take(&mut pos, 8)?;
-                pushes = 0;
             }
-            op::MARK => {
-                marks.push(0);
-                pushes = 0;
-            }
-            op::EMPTY_LIST => {
-                if marks.is_empty() && top_stack == 0 {
-                    top_count = Some(0);
+            b'(' => marks.push(stack.len()),
+            b'0' => {
+                if marks.last() == Some(&stack.len()) {
+                    marks.pop();
+                } else {
+                    stack.pop().ok_or_else(underflow)?;
                 }
             }
-            op::LIST => {
-                let n = marks.pop().ok_or_else(|| corrupt(format!("LIST without MARK at byte {at}")))?;
-                if marks.is_empty() && top_stack == 0 {
-                    top_count = Some(n);
-                }
+            b'1' => {
+                pop_mark(&mut stack, &mut marks)?;
             }
-            op::APPEND => {
-                // pops one value into the list below it
-                pushes = -1;
-                if marks.is_empty() && top_stack == 2 {
-                    top_count = top_count.map(|c| c + 1);
-                }
-            }
-            op::APPENDS => {
-                let n = marks.pop().ok_or_else(|| corrupt(format!("APPENDS without MARK at byte {at}")))?;
-                pushes = 0;
-                if marks.is_empty() && top_stack == 1 {
-                    top_count = top_count.map(|c| c + n);
-                }
-            }
-            // Pops to MARK, pushes one value.
-            b'd' | b't' | 0x91 => {
-                marks.pop().ok_or_else(|| corrupt(format!("opcode {code:#04x} without MARK at byte {at}")))?;
-            }
-            // Pops to MARK, pushes nothing (updates the container below).
-            b'u' | 0x90 | b'1' => {
-                marks.pop().ok_or_else(|| corrupt(format!("opcode {code:#04x} without MARK at byte {at}")))?;
-                pushes = 0;
-            }
-            // No argument; stack effect approximated (only matters at top level).
-            b'N' | 0x88 | 0x89 | b'}' | b')' | 0x8f | b'2' => {}
-            b'0' => pushes = -1,
-            b's' => pushes = -2,
-            0x85 => pushes = 0,
-            0x86 => pushes = -1,
-            0x87 => pushes = -2,
-            // Fixed-size arguments.
+            b'2' => pushed = Some(stack.last().ok_or_else(underflow)?.clone()),
+            // Scalars without payload.
+            b'N' | 0x88 | 0x89 => pushed = Some(Slot::scalar(0)),
             b'K' => {
                 take(&mut pos, 1)?;
+                pushed = Some(Slot::scalar(0));
             }
             b'M' => {
                 take(&mut pos, 2)?;
+                pushed = Some(Slot::scalar(0));
             }
             b'J' => {
                 take(&mut pos, 4)?;
+                pushed = Some(Slot::scalar(0));
             }
             b'G' => {
                 take(&mut pos, 8)?;
+                pushed = Some(Slot::scalar(0));
             }
+            b'F' | b'I' | b'L' | b'S' => pushed = Some(Slot::scalar(line(&mut pos)?.len())),
+            b'V' => pushed = Some(Slot::text(line(&mut pos)?)),
             // Length-prefixed payloads.
             0x8a | b'U' | b'C' => {
-                let n = take(&mut pos, 1)?[0] as usize;
-                take(&mut pos, n)?;
-            }
-            op::SHORT_BINUNICODE => {
-                let n = take(&mut pos, 1)?[0] as usize;
-                last_pushed_str = Some(String::from_utf8_lossy(take(&mut pos, n)?).into_owned());
+                let n = len_arg(&mut pos, 1, at)?;
+                pushed = Some(Slot::scalar(take(&mut pos, n)?.len()));
             }
             0x8b | b'T' | b'B' => {
-                let n = le(take(&mut pos, 4)?) as usize;
-                take(&mut pos, n)?;
-            }
-            op::BINUNICODE => {
-                let n = le(take(&mut pos, 4)?) as usize;
-                last_pushed_str = Some(String::from_utf8_lossy(take(&mut pos, n)?).into_owned());
+                let n = len_arg(&mut pos, 4, at)?;
+                pushed = Some(Slot::scalar(take(&mut pos, n)?.len()));
             }
             0x8e | 0x96 => {
-                let n = usize::try_from(le(take(&mut pos, 8)?))
-                    .map_err(|_| corrupt(format!("length overflows at byte {at}")))?;
-                take(&mut pos, n)?;
+                let n = len_arg(&mut pos, 8, at)?;
+                pushed = Some(Slot::scalar(take(&mut pos, n)?.len()));
             }
-            op::BINUNICODE8 => {
-                let n = usize::try_from(le(take(&mut pos, 8)?))
-                    .map_err(|_| corrupt(format!("length overflows at byte {at}")))?;
-                last_pushed_str = Some(String::from_utf8_lossy(take(&mut pos, n)?).into_owned());
+            0x8c => {
+                let n = len_arg(&mut pos, 1, at)?;
+                pushed = Some(Slot::text(take(&mut pos, n)?));
             }
-            // Newline-terminated text arguments.
-            b'F' | b'I' | b'L' | b'S' => {
-                line(&mut pos)?;
+            b'X' => {
+                let n = len_arg(&mut pos, 4, at)?;
+                pushed = Some(Slot::text(take(&mut pos, n)?));
             }
-            op::UNICODE => {
-                last_pushed_str = Some(String::from_utf8_lossy(line(&mut pos)?).into_owned());
+            0x8d => {
+                let n = len_arg(&mut pos, 8, at)?;
+                pushed = Some(Slot::text(take(&mut pos, n)?));
+            }
+            // Containers.
+            b']' => pushed = Some(Slot::container(true, &[])),
+            b'}' | b')' | 0x8f => pushed = Some(Slot::container(false, &[])),
+            b'l' => pushed = Some(Slot::container(true, &pop_mark(&mut stack, &mut marks)?)),
+            b'd' | b't' | 0x91 => pushed = Some(Slot::container(false, &pop_mark(&mut stack, &mut marks)?)),
+            0x85..=0x87 => {
+                let n = (code - 0x84) as usize;
+                let from = stack.len().checked_sub(n).ok_or_else(underflow)?;
+                if marks.last().is_some_and(|&m| m > from) {
+                    return Err(underflow());
+                }
+                let parts = stack.split_off(from);
+                pushed = Some(Slot::container(false, &parts));
+            }
+            b'a' | b's' => {
+                let n = if code == b'a' { 1 } else { 2 };
+                let from = stack.len().checked_sub(n).ok_or_else(underflow)?;
+                let parts = stack.split_off(from);
+                let target = stack.last_mut().ok_or_else(underflow)?;
+                for p in &parts {
+                    target.absorb(p);
+                }
+                if code == b's' {
+                    target.items -= 1;
+                }
+                check_slot(target, max_size, &corrupt, at)?;
+            }
+            b'e' | b'u' | 0x90 => {
+                let parts = pop_mark(&mut stack, &mut marks)?;
+                let target = stack.last_mut().ok_or_else(underflow)?;
+                for p in &parts {
+                    target.absorb(p);
+                }
+                if code == b'u' {
+                    target.items -= parts.len() as u64 / 2;
+                }
+                check_slot(target, max_size, &corrupt, at)?;
             }
             // Memo.
-            op::MEMOIZE => {
-                memo.push(recent[1].clone());
-                pushes = 0;
+            0x94 => {
+                let top = stack.last().ok_or_else(underflow)?.clone();
+                memo.insert(memo.len() as u64, top);
             }
-            op::BINPUT => {
-                let k = take(&mut pos, 1)?[0] as u64;
-                memo_map.insert(k, recent[1].clone());
-                pushes = 0;
-            }
-            op::LONG_BINPUT => {
-                let k = le(take(&mut pos, 4)?);
-                memo_map.insert(k, recent[1].clone());
-                pushes = 0;
-            }
-            op::PUT => {
-                let k = parse_decimal(line(&mut pos)?);
-                if let Some(k) = k {
-                    memo_map.insert(k, recent[1].clone());
-                }
-                pushes = 0;
-            }
-            op::BINGET | op::LONG_BINGET | op::GET => {
+            b'q' | b'r' | b'p' => {
                 let k = match code {
-                    op::BINGET => Some(take(&mut pos, 1)?[0] as u64),
-                    op::LONG_BINGET => Some(le(take(&mut pos, 4)?)),
-                    _ => parse_decimal(line(&mut pos)?),
+                    b'q' => le(take(&mut pos, 1)?),
+                    b'r' => le(take(&mut pos, 4)?),
+                    _ => parse_decimal(line(&mut pos)?).ok_or_else(|| corrupt(format!("bad PUT at byte {at}")))?,
                 };
-                last_pushed_str = k.and_then(|k| {
-                    memo_map
-                        .get(&k)
-                        .cloned()
-                        .or_else(|| usize::try_from(k).ok().and_then(|i| memo.get(i).cloned()))
-                        .flatten()
-                });
+                let top = stack.last().ok_or_else(underflow)?.clone();
+                memo.insert(k, top);
+            }
+            b'h' | b'j' | b'g' => {
+                let k = match code {
+                    b'h' => le(take(&mut pos, 1)?),
+                    b'j' => le(take(&mut pos, 4)?),
+                    _ => parse_decimal(line(&mut pos)?).ok_or_else(|| corrupt(format!("bad GET at byte {at}")))?,
+                };
+                let v = memo
+                    .get(&k)
+                    .ok_or_else(|| corrupt(format!("memo {k} read before it was written at byte {at}")))?;
+                pushed = Some(v.clone());
             }
             // Globals: only the allow-listed builtins.
-            op::GLOBAL => {
+            b'c' => {
                 let module = String::from_utf8_lossy(line(&mut pos)?).into_owned();
                 let name = String::from_utf8_lossy(line(&mut pos)?).into_owned();
                 if !ALLOWED_GLOBALS.iter().any(|(m, n)| *m == module && *n == name) {
                     return Err(unsupported(at, format!("global {module}.{name} (a Python object)")));
                 }
+                pushed = Some(Slot::scalar(0));
             }
-            op::STACK_GLOBAL => {
-                let (module, name) = (recent[0].clone(), recent[1].clone());
+            0x93 => {
+                let name = stack.pop().ok_or_else(underflow)?.text;
+                let module = stack.pop().ok_or_else(underflow)?.text;
                 let allowed = matches!((&module, &name), (Some(m), Some(n))
                     if ALLOWED_GLOBALS.iter().any(|(am, an)| am == m && an == n));
                 if !allowed {
@@ -515,9 +554,15 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                         ),
                     ));
                 }
-                pushes = -1;
+                pushed = Some(Slot::scalar(0));
             }
-            b'R' => pushes = -1,
+            b'R' => {
+                let args = stack.pop().ok_or_else(underflow)?;
+                stack.pop().ok_or_else(underflow)?;
+                let mut v = Slot::container(false, &[args]);
+                v.items = 0;
+                pushed = Some(v);
+            }
             b'i' => {
                 let m = String::from_utf8_lossy(line(&mut pos)?).into_owned();
                 let n = String::from_utf8_lossy(line(&mut pos)?).into_owned();
@@ -531,16 +576,23 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
             0x97 | 0x98 => return Err(unsupported(at, "an out-of-band buffer".into())),
             other => return Err(corrupt(format!("unknown pickle opcode {other:#04x} at byte {at}"))),
         }
-        if pushes != 0 || last_pushed_str.is_some() {
-            recent[0] = recent[1].take();
-            recent[1] = last_pushed_str.take();
-        }
-        if let Some(depth) = marks.last_mut() {
-            *depth = (*depth as i64 + pushes).max(0) as u64;
-        } else {
-            top_stack = (top_stack as i64 + pushes).max(0) as u64;
+        if let Some(slot) = pushed {
+            check_slot(&slot, max_size, &corrupt, at)?;
+            stack.push(slot);
         }
     }
+}
+
+fn check_slot(slot: &Slot, max_size: u64, corrupt: &dyn Fn(String) -> Error, at: usize) -> Result<()> {
+    if slot.depth > MAX_PICKLE_DEPTH {
+        return Err(corrupt(format!("nesting deeper than {MAX_PICKLE_DEPTH} at byte {at}")));
+    }
+    if slot.size > max_size {
+        return Err(corrupt(format!(
+            "a value decodes to more than {max_size} nodes at byte {at} (memo references explode)"
+        )));
+    }
+    Ok(())
 }
 
 fn parse_decimal(b: &[u8]) -> Option<u64> {

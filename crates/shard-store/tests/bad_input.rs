@@ -170,3 +170,34 @@ fn invalid_options_and_missing_roots_are_refused() {
     let err = ShardStore::open_with_source(tmp.path().join("empty"), Options::default(), || 0..0u64).unwrap_err();
     assert!(matches!(err, Error::InvalidOption { option: "max_shard_length", .. }), "{err}");
 }
+
+#[test]
+fn deep_nesting_is_refused_before_decoding() {
+    // [[[[ ... ]]]] 5000 levels deep: would overflow a recursive decoder.
+    let mut p = vec![0x80, 4, b']'];
+    p.extend(std::iter::repeat_n(b']', 5000));
+    p.extend(std::iter::repeat_n(b'a', 5000));
+    p.push(b'.');
+    let err = read_one(&p, 1).unwrap_err();
+    assert!(matches!(err, Error::CorruptShard { .. }), "{err}");
+    assert!(err.to_string().contains("nesting"), "{err}");
+    // Tuples built inside out keep the stack shallow but nest just as deep.
+    let mut p = vec![0x80, 4, b']', b'N'];
+    p.extend(std::iter::repeat_n(0x85, 5000));
+    p.extend([b'a', b'.']);
+    let err = read_one(&p, 1).unwrap_err();
+    assert!(err.to_string().contains("nesting"), "{err}");
+}
+
+#[test]
+fn exploding_memo_references_are_refused() {
+    // m0 = []; m(k+1) = [m(k), m(k)]: 2^40 nodes from 300 bytes.
+    let mut p = vec![0x80, 4, b']', b']', 0x94];
+    for k in 0..40u8 {
+        p.extend([b']', b'(', b'h', k, b'h', k, b'e', 0x94]);
+    }
+    p.extend([b'a', b'.']);
+    let err = read_one(&p, 1).unwrap_err();
+    assert!(matches!(err, Error::CorruptShard { .. }), "{err}");
+    assert!(err.to_string().contains("nodes"), "{err}");
+}
