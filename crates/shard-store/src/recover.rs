@@ -37,6 +37,28 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
     }
 }
 
+/// Removes `scratch/` files of ours (`<name>.<pid>.<n>.tmp`) whose writer
+/// process is gone (Linux: no `/proc/<pid>`). Other files are left alone.
+pub(crate) fn remove_dead_temp_files(scratch: &Path) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(dir) = std::fs::read_dir(scratch) else {
+        return;
+    };
+    for entry in dir.filter_map(|e| e.ok()) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(stem) = name.strip_suffix(".tmp") else { continue };
+        let mut parts = stem.rsplit('.');
+        let (Some(_n), Some(pid)) = (parts.next(), parts.next()) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// One problem found by [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {

@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak, mpsc};
+use std::sync::{Arc, mpsc};
 
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -62,11 +62,13 @@ pub(crate) struct Inner<T> {
     cursors: Vec<Mutex<Option<Cursor<T>>>>,
     tick: AtomicU64,
     jobs: Option<Mutex<mpsc::Sender<Job>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
 }
 
 enum Job {
     Shard(u64),
     All,
+    Stop,
 }
 
 /// Random access to the items of a deterministic iterator, cached on disk
@@ -76,12 +78,36 @@ enum Job {
 /// many processes may open the same root.
 pub struct ShardStore<T> {
     inner: Arc<Inner<T>>,
+    workers: Arc<Workers>,
 }
 
 impl<T> Clone for ShardStore<T> {
     fn clone(&self) -> Self {
         ShardStore {
             inner: Arc::clone(&self.inner),
+            workers: Arc::clone(&self.workers),
+        }
+    }
+}
+
+/// The background threads; dropping the last handle stops and joins them,
+/// so no write of this store continues after it is gone.
+struct Workers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tx: Option<mpsc::Sender<Job>>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(tx) = &self.tx {
+            for _ in &self.handles {
+                let _ = tx.send(Job::Stop);
+            }
+        }
+        for h in self.handles.drain(..) {
+            let _ = h.join();
         }
     }
 }
@@ -215,24 +241,37 @@ impl<T: StoreItem> ShardStore<T> {
             }),
             cursors,
             tick: AtomicU64::new(1),
-            jobs: (workers > 0).then(|| Mutex::new(tx)),
+            jobs: (workers > 0).then(|| Mutex::new(tx.clone())),
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             opts,
         });
+        let mut pool = Workers {
+            stop: Arc::clone(&inner.stop),
+            tx: (workers > 0).then_some(tx),
+            handles: Vec::new(),
+        };
         if workers > 0 {
             let rx = Arc::new(Mutex::new(rx));
             for _ in 0..workers {
-                let weak = Arc::downgrade(&inner);
+                let inner2 = Arc::clone(&inner);
                 let rx = Arc::clone(&rx);
-                std::thread::Builder::new()
+                let h = std::thread::Builder::new()
                     .name("shard-store-preload".into())
-                    .spawn(move || worker_loop(weak, rx))
+                    .spawn(move || worker_loop(inner2, rx))
                     .map_err(|e| Error::io(&inner.root, "spawn worker", e))?;
+                pool.handles.push(h);
             }
             if inner.opts.preload_all_async && inner.source.is_some() {
                 inner.submit(Job::All);
             }
         }
-        Ok(ShardStore { inner })
+        if inner.source.is_some() {
+            crate::recover::remove_dead_temp_files(&inner.paths.scratch);
+        }
+        Ok(ShardStore {
+            inner,
+            workers: Arc::new(pool),
+        })
     }
 
     /// The root directory.
@@ -536,7 +575,7 @@ impl<T: StoreItem> Inner<T> {
     }
 }
 
-fn worker_loop<T: StoreItem>(weak: Weak<Inner<T>>, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
+fn worker_loop<T: StoreItem>(inner: Arc<Inner<T>>, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
     loop {
         let job = {
             let rx = rx.lock();
@@ -545,10 +584,11 @@ fn worker_loop<T: StoreItem>(weak: Weak<Inner<T>>, rx: Arc<Mutex<mpsc::Receiver<
                 Err(_) => return,
             }
         };
-        let Some(inner) = weak.upgrade() else {
+        if inner.stop.load(Ordering::SeqCst) {
             return;
-        };
+        }
         match job {
+            Job::Stop => return,
             Job::Shard(start) => {
                 // Errors surface again when the shard is asked for in the foreground.
                 let _ = inner.shard(start, start);
@@ -556,8 +596,11 @@ fn worker_loop<T: StoreItem>(weak: Weak<Inner<T>>, rx: Arc<Mutex<mpsc::Receiver<
             }
             Job::All => {
                 let mut start = 0;
-                while let Ok(Some(_)) = inner.shard(start, start) {
-                    start += inner.shard_len;
+                while !inner.stop.load(Ordering::SeqCst) {
+                    match inner.shard(start, start) {
+                        Ok(Some(_)) => start += inner.shard_len,
+                        _ => break,
+                    }
                 }
             }
         }
