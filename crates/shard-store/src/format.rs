@@ -185,7 +185,8 @@ impl ShardName {
         let rest = name.strip_suffix(&compression.suffix())?;
         let rest = rest.strip_suffix('.')?;
         let (start, end) = rest.split_once('.')?;
-        let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
+        let digits =
+            |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
         if !digits(start) || !digits(end) {
             return None;
         }
@@ -196,17 +197,23 @@ impl ShardName {
 }
 
 /// Encodes a shard: the pickled list, compressed when asked.
-pub fn encode_shard<T: Serialize>(path: &Path, items: &[T], compression: Compression) -> Result<Vec<u8>> {
-    let pickled = serde_pickle::to_vec(&items, serde_pickle::SerOptions::new()).map_err(|source| {
-        Error::Encode {
-            path: path.to_path_buf(),
-            source,
-        }
-    })?;
+pub fn encode_shard<T: Serialize>(
+    path: &Path,
+    items: &[T],
+    compression: Compression,
+) -> Result<Vec<u8>> {
+    let pickled =
+        serde_pickle::to_vec(&items, serde_pickle::SerOptions::new()).map_err(|source| {
+            Error::Encode {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     match compression {
         Compression::None => Ok(pickled),
-        Compression::Zstd => zstd::bulk::compress(&pickled, 3)
-            .map_err(|e| Error::io(path, "zstd compress", e)),
+        Compression::Zstd => {
+            zstd::bulk::compress(&pickled, 3).map_err(|e| Error::io(path, "zstd compress", e))
+        }
     }
 }
 
@@ -217,10 +224,11 @@ pub fn decompress(path: &Path, bytes: Vec<u8>, compression: Compression) -> Resu
         Compression::Zstd => {
             let mut out = Vec::new();
             // Streaming decode: the frame's declared size never drives an allocation.
-            let mut dec = zstd::stream::read::Decoder::new(&bytes[..]).map_err(|e| Error::CorruptShard {
-                path: path.to_path_buf(),
-                reason: format!("zstd: {e}"),
-            })?;
+            let mut dec =
+                zstd::stream::read::Decoder::new(&bytes[..]).map_err(|e| Error::CorruptShard {
+                    path: path.to_path_buf(),
+                    reason: format!("zstd: {e}"),
+                })?;
             std::io::copy(&mut dec, &mut out).map_err(|e| Error::CorruptShard {
                 path: path.to_path_buf(),
                 reason: format!("zstd: {e}"),
@@ -232,7 +240,11 @@ pub fn decompress(path: &Path, bytes: Vec<u8>, compression: Compression) -> Resu
 
 /// Decodes the (decompressed) pickle of shard `name`, checking that it is
 /// plain data and holds exactly `name.len()` items.
-pub fn decode_shard<T: DeserializeOwned>(path: &Path, name: ShardName, pickle: &[u8]) -> Result<Vec<T>> {
+pub fn decode_shard<T: DeserializeOwned>(
+    path: &Path,
+    name: ShardName,
+    pickle: &[u8],
+) -> Result<Vec<T>> {
     let count = check_pickle(path, pickle)?;
     if count != Some(name.len()) {
         return Err(Error::CorruptShard {
@@ -243,16 +255,18 @@ pub fn decode_shard<T: DeserializeOwned>(path: &Path, name: ShardName, pickle: &
             },
         });
     }
-    serde_pickle::from_slice(pickle, serde_pickle::DeOptions::new()).map_err(|source| match source {
-        serde_pickle::Error::Io(_) | serde_pickle::Error::Eval(..) => Error::CorruptShard {
-            path: path.to_path_buf(),
-            reason: source.to_string(),
+    serde_pickle::from_slice(pickle, serde_pickle::DeOptions::new()).map_err(
+        |source| match source {
+            serde_pickle::Error::Io(_) | serde_pickle::Error::Eval(..) => Error::CorruptShard {
+                path: path.to_path_buf(),
+                reason: source.to_string(),
+            },
+            serde_pickle::Error::Syntax(_) => Error::ItemType {
+                path: path.to_path_buf(),
+                source,
+            },
         },
-        serde_pickle::Error::Syntax(_) => Error::ItemType {
-            path: path.to_path_buf(),
-            source,
-        },
-    })
+    )
 }
 
 /// Deepest nesting accepted (the decoder recurses once per level).
@@ -348,16 +362,23 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
         offset,
         what,
     };
-    let max_size = (data.len() as u64).saturating_mul(MAX_EXPANSION).saturating_add(1 << 16);
+    let max_size = (data.len() as u64)
+        .saturating_mul(MAX_EXPANSION)
+        .saturating_add(1 << 16);
     let mut pos = 0usize;
     let mut stack: Vec<Slot> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
     let mut memo: std::collections::HashMap<u64, Slot> = Default::default();
 
     let take = |pos: &mut usize, n: usize| -> Result<&[u8]> {
-        let end = pos.checked_add(n).filter(|&e| e <= data.len()).ok_or_else(|| {
-            corrupt(format!("truncated pickle: {n} argument bytes wanted at byte {pos}"))
-        })?;
+        let end = pos
+            .checked_add(n)
+            .filter(|&e| e <= data.len())
+            .ok_or_else(|| {
+                corrupt(format!(
+                    "truncated pickle: {n} argument bytes wanted at byte {pos}"
+                ))
+            })?;
         let s = &data[*pos..end];
         *pos = end;
         Ok(s)
@@ -379,14 +400,19 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
 
     loop {
         let at = pos;
-        let code = *data
-            .get(pos)
-            .ok_or_else(|| corrupt(format!("truncated pickle: no STOP opcode in {} bytes", data.len())))?;
+        let code = *data.get(pos).ok_or_else(|| {
+            corrupt(format!(
+                "truncated pickle: no STOP opcode in {} bytes",
+                data.len()
+            ))
+        })?;
         pos += 1;
         let underflow = || corrupt(format!("stack underflow at byte {at} (opcode {code:#04x})"));
         // Pops everything above the last MARK.
         let pop_mark = |stack: &mut Vec<Slot>, marks: &mut Vec<usize>| -> Result<Vec<Slot>> {
-            let m = marks.pop().ok_or_else(|| corrupt(format!("no MARK for opcode {code:#04x} at byte {at}")))?;
+            let m = marks
+                .pop()
+                .ok_or_else(|| corrupt(format!("no MARK for opcode {code:#04x} at byte {at}")))?;
             if m > stack.len() {
                 return Err(underflow());
             }
@@ -396,7 +422,10 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
         match code {
             b'.' => {
                 if stack.len() != 1 || !marks.is_empty() {
-                    return Err(corrupt(format!("STOP at byte {at} with {} values on the stack", stack.len())));
+                    return Err(corrupt(format!(
+                        "STOP at byte {at} with {} values on the stack",
+                        stack.len()
+                    )));
                 }
                 let top = &stack[0];
                 return Ok(top.list.then_some(top.items));
@@ -471,7 +500,9 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
             b']' => pushed = Some(Slot::container(true, &[])),
             b'}' | b')' | 0x8f => pushed = Some(Slot::container(false, &[])),
             b'l' => pushed = Some(Slot::container(true, &pop_mark(&mut stack, &mut marks)?)),
-            b'd' | b't' | 0x91 => pushed = Some(Slot::container(false, &pop_mark(&mut stack, &mut marks)?)),
+            b'd' | b't' | 0x91 => {
+                pushed = Some(Slot::container(false, &pop_mark(&mut stack, &mut marks)?))
+            }
             0x85..=0x87 => {
                 let n = (code - 0x84) as usize;
                 let from = stack.len().checked_sub(n).ok_or_else(underflow)?;
@@ -514,7 +545,8 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                 let k = match code {
                     b'q' => le(take(&mut pos, 1)?),
                     b'r' => le(take(&mut pos, 4)?),
-                    _ => parse_decimal(line(&mut pos)?).ok_or_else(|| corrupt(format!("bad PUT at byte {at}")))?,
+                    _ => parse_decimal(line(&mut pos)?)
+                        .ok_or_else(|| corrupt(format!("bad PUT at byte {at}")))?,
                 };
                 let top = stack.last().ok_or_else(underflow)?.clone();
                 memo.insert(k, top);
@@ -523,19 +555,26 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                 let k = match code {
                     b'h' => le(take(&mut pos, 1)?),
                     b'j' => le(take(&mut pos, 4)?),
-                    _ => parse_decimal(line(&mut pos)?).ok_or_else(|| corrupt(format!("bad GET at byte {at}")))?,
+                    _ => parse_decimal(line(&mut pos)?)
+                        .ok_or_else(|| corrupt(format!("bad GET at byte {at}")))?,
                 };
-                let v = memo
-                    .get(&k)
-                    .ok_or_else(|| corrupt(format!("memo {k} read before it was written at byte {at}")))?;
+                let v = memo.get(&k).ok_or_else(|| {
+                    corrupt(format!("memo {k} read before it was written at byte {at}"))
+                })?;
                 pushed = Some(v.clone());
             }
             // Globals: only the allow-listed builtins.
             b'c' => {
                 let module = String::from_utf8_lossy(line(&mut pos)?).into_owned();
                 let name = String::from_utf8_lossy(line(&mut pos)?).into_owned();
-                if !ALLOWED_GLOBALS.iter().any(|(m, n)| *m == module && *n == name) {
-                    return Err(unsupported(at, format!("global {module}.{name} (a Python object)")));
+                if !ALLOWED_GLOBALS
+                    .iter()
+                    .any(|(m, n)| *m == module && *n == name)
+                {
+                    return Err(unsupported(
+                        at,
+                        format!("global {module}.{name} (a Python object)"),
+                    ));
                 }
                 pushed = Some(Slot::scalar(0));
             }
@@ -566,7 +605,10 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
             b'i' => {
                 let m = String::from_utf8_lossy(line(&mut pos)?).into_owned();
                 let n = String::from_utf8_lossy(line(&mut pos)?).into_owned();
-                return Err(unsupported(at, format!("instance of {m}.{n} (a Python object)")));
+                return Err(unsupported(
+                    at,
+                    format!("instance of {m}.{n} (a Python object)"),
+                ));
             }
             b'o' | 0x81 | 0x92 | b'b' => {
                 return Err(unsupported(at, "a Python class instance".into()));
@@ -574,7 +616,11 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
             b'P' | b'Q' => return Err(unsupported(at, "a persistent id".into())),
             0x82..=0x84 => return Err(unsupported(at, "an extension-registry code".into())),
             0x97 | 0x98 => return Err(unsupported(at, "an out-of-band buffer".into())),
-            other => return Err(corrupt(format!("unknown pickle opcode {other:#04x} at byte {at}"))),
+            other => {
+                return Err(corrupt(format!(
+                    "unknown pickle opcode {other:#04x} at byte {at}"
+                )));
+            }
         }
         if let Some(slot) = pushed {
             check_slot(&slot, max_size, &corrupt, at)?;
@@ -583,9 +629,16 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
     }
 }
 
-fn check_slot(slot: &Slot, max_size: u64, corrupt: &dyn Fn(String) -> Error, at: usize) -> Result<()> {
+fn check_slot(
+    slot: &Slot,
+    max_size: u64,
+    corrupt: &dyn Fn(String) -> Error,
+    at: usize,
+) -> Result<()> {
     if slot.depth > MAX_PICKLE_DEPTH {
-        return Err(corrupt(format!("nesting deeper than {MAX_PICKLE_DEPTH} at byte {at}")));
+        return Err(corrupt(format!(
+            "nesting deeper than {MAX_PICKLE_DEPTH} at byte {at}"
+        )));
     }
     if slot.size > max_size {
         return Err(corrupt(format!(

@@ -12,7 +12,7 @@
 //! and processes may share one root; file locks make sure each shard is
 //! generated once and atomic renames that nobody sees a partial shard.
 //!
-//! # On-disk layout (loadit 0.0.8, documented in [`format`])
+//! # On-disk layout (loadit 0.0.8, documented in [`mod@format`])
 //!
 //! ```text
 //! root/
@@ -56,7 +56,7 @@
 //! // Lazy sequence utilities over anything with len + get.
 //! let shuffled = chunk_shuffle(&cached, Some(10), None, 7)?;
 //! let twice = Repeat::new(shuffled, 2);
-//! assert_eq!(twice.len()?, 2000);
+//! assert_eq!(twice.length()?, 2000);
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]

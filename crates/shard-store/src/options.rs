@@ -33,7 +33,10 @@ impl FromStr for ShardLength {
         let lower = s.trim().to_ascii_lowercase();
         if let Some(mb) = lower.strip_suffix("mb") {
             let mb: u64 = mb.parse().map_err(|_| bad())?;
-            mb.checked_mul(1 << 20).filter(|&b| b > 0).map(ShardLength::Bytes).ok_or_else(bad)
+            mb.checked_mul(1 << 20)
+                .filter(|&b| b > 0)
+                .map(ShardLength::Bytes)
+                .ok_or_else(bad)
         } else {
             let n: u64 = lower.parse().map_err(|_| bad())?;
             (n > 0).then_some(ShardLength::Items(n)).ok_or_else(bad)
@@ -123,7 +126,10 @@ impl Options {
                 reason: "must be at least 1".into(),
             });
         }
-        if matches!(self.max_shard_length, ShardLength::Items(0) | ShardLength::Bytes(0)) {
+        if matches!(
+            self.max_shard_length,
+            ShardLength::Items(0) | ShardLength::Bytes(0)
+        ) {
             return Err(Error::InvalidOption {
                 option: "max_shard_length",
                 reason: "must be positive".into(),

@@ -80,7 +80,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
             start,
             end: start.saturating_add(self.shard_len),
         };
-        if self.paths.shards.join(full.file_name(self.compression)).exists() {
+        if self
+            .paths
+            .shards
+            .join(full.file_name(self.compression))
+            .exists()
+        {
             return Ok(Some(full));
         }
         Ok(self

@@ -21,10 +21,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
         let _lock = FileLock::exclusive(&self.paths.writer_lock)?;
         let dir = self.root.join(QUARANTINE_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
-        let stem = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("shard");
+        let stem = path.file_name().and_then(|n| n.to_str()).unwrap_or("shard");
         let dest = temp_path(&dir, stem);
         match std::fs::rename(path, &dest) {
             Ok(()) => {}
@@ -49,10 +46,16 @@ pub(crate) fn remove_dead_temp_files(scratch: &Path) {
     for entry in dir.filter_map(|e| e.ok()) {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some(stem) = name.strip_suffix(".tmp") else { continue };
+        let Some(stem) = name.strip_suffix(".tmp") else {
+            continue;
+        };
         let mut parts = stem.rsplit('.');
-        let (Some(_n), Some(pid)) = (parts.next(), parts.next()) else { continue };
-        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let (Some(_n), Some(pid)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
         if !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_file(entry.path());
         }
@@ -188,7 +191,10 @@ pub fn verify(root: &Path) -> Result<Vec<Problem>> {
         if metadata.length_final && name.end > metadata.length {
             problems.push(Problem {
                 path: path.clone(),
-                reason: format!("ends at {} beyond the final length {}", name.end, metadata.length),
+                reason: format!(
+                    "ends at {} beyond the final length {}",
+                    name.end, metadata.length
+                ),
             });
         }
         if name.len() < l && metadata.length_final && name.end != metadata.length {
@@ -199,9 +205,9 @@ pub fn verify(root: &Path) -> Result<Vec<Problem>> {
         }
         match read_shard::<PickleValue>(&path, name, compression) {
             Ok(_) => {}
-            Err(
-                Error::CorruptShard { reason, .. } | Error::BadMetadata { reason, .. },
-            ) => problems.push(Problem { path, reason }),
+            Err(Error::CorruptShard { reason, .. } | Error::BadMetadata { reason, .. }) => {
+                problems.push(Problem { path, reason })
+            }
             Err(e @ (Error::UnsupportedPickle { .. } | Error::ItemType { .. })) => {
                 problems.push(Problem {
                     path,

@@ -13,25 +13,20 @@ pub trait RandomAccess {
     type Item;
 
     /// The number of items ([`Error::Unbounded`] for endless sequences).
-    fn len(&self) -> Result<usize>;
+    fn length(&self) -> Result<usize>;
 
     /// The item at `index` ([`Error::IndexOutOfRange`] past the end).
-    fn get(&self, index: usize) -> Result<Self::Item>;
-
-    /// Whether the sequence is empty.
-    fn is_empty(&self) -> Result<bool> {
-        Ok(self.len()? == 0)
-    }
+    fn at(&self, index: usize) -> Result<Self::Item>;
 
     /// The item at `index`, negative indices counting from the end.
-    fn get_signed(&self, index: i64) -> Result<Self::Item> {
+    fn at_signed(&self, index: i64) -> Result<Self::Item> {
         if index >= 0 {
-            return self.get(index as usize);
+            return self.at(index as usize);
         }
-        let len = self.len()?;
+        let len = self.length()?;
         let back = usize::try_from(index.unsigned_abs()).unwrap_or(usize::MAX);
         match len.checked_sub(back) {
-            Some(i) => self.get(i),
+            Some(i) => self.at(i),
             None => Err(Error::IndexOutOfRange { index, len }),
         }
     }
@@ -46,10 +41,10 @@ fn out_of_range<T>(index: usize, len: usize) -> Result<T> {
 
 impl<T: Clone> RandomAccess for [T] {
     type Item = T;
-    fn len(&self) -> Result<usize> {
+    fn length(&self) -> Result<usize> {
         Ok(<[T]>::len(self))
     }
-    fn get(&self, index: usize) -> Result<T> {
+    fn at(&self, index: usize) -> Result<T> {
         match <[T]>::get(self, index) {
             Some(x) => Ok(x.clone()),
             None => out_of_range(index, <[T]>::len(self)),
@@ -59,51 +54,54 @@ impl<T: Clone> RandomAccess for [T] {
 
 impl<T: Clone> RandomAccess for Vec<T> {
     type Item = T;
-    fn len(&self) -> Result<usize> {
+    fn length(&self) -> Result<usize> {
         Ok(Vec::len(self))
     }
-    fn get(&self, index: usize) -> Result<T> {
-        self.as_slice().get(index).cloned().map_or_else(|| out_of_range(index, Vec::len(self)), Ok)
+    fn at(&self, index: usize) -> Result<T> {
+        self.as_slice()
+            .get(index)
+            .cloned()
+            .map_or_else(|| out_of_range(index, Vec::len(self)), Ok)
     }
 }
 
 impl<R: RandomAccess + ?Sized> RandomAccess for &R {
     type Item = R::Item;
-    fn len(&self) -> Result<usize> {
-        (**self).len()
+    fn length(&self) -> Result<usize> {
+        (**self).length()
     }
-    fn get(&self, index: usize) -> Result<R::Item> {
-        (**self).get(index)
+    fn at(&self, index: usize) -> Result<R::Item> {
+        (**self).at(index)
     }
 }
 
 impl<R: RandomAccess + ?Sized> RandomAccess for Arc<R> {
     type Item = R::Item;
-    fn len(&self) -> Result<usize> {
-        (**self).len()
+    fn length(&self) -> Result<usize> {
+        (**self).length()
     }
-    fn get(&self, index: usize) -> Result<R::Item> {
-        (**self).get(index)
+    fn at(&self, index: usize) -> Result<R::Item> {
+        (**self).at(index)
     }
 }
 
 impl<R: RandomAccess + ?Sized> RandomAccess for Box<R> {
     type Item = R::Item;
-    fn len(&self) -> Result<usize> {
-        (**self).len()
+    fn length(&self) -> Result<usize> {
+        (**self).length()
     }
-    fn get(&self, index: usize) -> Result<R::Item> {
-        (**self).get(index)
+    fn at(&self, index: usize) -> Result<R::Item> {
+        (**self).at(index)
     }
 }
 
 impl<T: StoreItem> RandomAccess for ShardStore<T> {
     type Item = Item<T>;
-    fn len(&self) -> Result<usize> {
+    fn length(&self) -> Result<usize> {
         let n = ShardStore::len(self)?;
         Ok(usize::try_from(n).unwrap_or(usize::MAX))
     }
-    fn get(&self, index: usize) -> Result<Item<T>> {
+    fn at(&self, index: usize) -> Result<Item<T>> {
         ShardStore::get(self, i64::try_from(index).unwrap_or(i64::MAX))
     }
 }
@@ -179,10 +177,17 @@ impl<S: RandomAccess> SequenceView<S> {
     }
 
     /// Item `i < len` of the view is item `f(i)` of `seq`.
-    pub fn from_fn(seq: S, len: usize, f: impl Fn(usize) -> usize + Send + Sync + 'static) -> SequenceView<S> {
+    pub fn from_fn(
+        seq: S,
+        len: usize,
+        f: impl Fn(usize) -> usize + Send + Sync + 'static,
+    ) -> SequenceView<S> {
         SequenceView {
             seq,
-            indices: Indices::Fn { f: Arc::new(f), len },
+            indices: Indices::Fn {
+                f: Arc::new(f),
+                len,
+            },
         }
     }
 
@@ -195,7 +200,7 @@ impl<S: RandomAccess> SequenceView<S> {
                 reason: "must be positive".into(),
             });
         }
-        let end = range.end.min(seq.len()?);
+        let end = range.end.min(seq.length()?);
         let len = end.saturating_sub(range.start).div_ceil(step);
         Ok(SequenceView {
             seq,
@@ -220,12 +225,12 @@ impl<S: RandomAccess> SequenceView<S> {
 
 impl<S: RandomAccess> RandomAccess for SequenceView<S> {
     type Item = S::Item;
-    fn len(&self) -> Result<usize> {
+    fn length(&self) -> Result<usize> {
         Ok(self.indices.len())
     }
-    fn get(&self, index: usize) -> Result<S::Item> {
+    fn at(&self, index: usize) -> Result<S::Item> {
         match self.indices.map(index) {
-            Some(j) => self.seq.get(j),
+            Some(j) => self.seq.at(j),
             None => out_of_range(index, self.indices.len()),
         }
     }
@@ -249,21 +254,21 @@ impl<S: RandomAccess> Concat<S> {
         if let Some(&l) = self.lens[k].get() {
             return Ok(l);
         }
-        let l = self.parts[k].len()?;
+        let l = self.parts[k].length()?;
         Ok(*self.lens[k].get_or_init(|| l))
     }
 }
 
 impl<S: RandomAccess> RandomAccess for Concat<S> {
     type Item = S::Item;
-    fn len(&self) -> Result<usize> {
+    fn length(&self) -> Result<usize> {
         let mut total = 0usize;
         for k in 0..self.parts.len() {
             total = total.saturating_add(self.part_len(k)?);
         }
         Ok(total)
     }
-    fn get(&self, index: usize) -> Result<S::Item> {
+    fn at(&self, index: usize) -> Result<S::Item> {
         let mut i = index;
         for (k, part) in self.parts.iter().enumerate() {
             match self.lens[k].get() {
@@ -271,14 +276,14 @@ impl<S: RandomAccess> RandomAccess for Concat<S> {
                     i -= l;
                     continue;
                 }
-                Some(_) => return part.get(i),
-                None => match part.get(i) {
+                Some(_) => return part.at(i),
+                None => match part.at(i) {
                     Err(Error::IndexOutOfRange { .. }) => i -= self.part_len(k)?,
                     other => return other,
                 },
             }
         }
-        let len = self.len()?;
+        let len = self.length()?;
         out_of_range(index, len)
     }
 }
@@ -295,7 +300,10 @@ pub struct Interleave<S> {
 impl<S: RandomAccess> Interleave<S> {
     /// Interleaves `parts` (their lengths are read now).
     pub fn new(parts: Vec<S>) -> Result<Interleave<S>> {
-        let lens = parts.iter().map(|p| p.len()).collect::<Result<Vec<_>>>()?;
+        let lens = parts
+            .iter()
+            .map(|p| p.length())
+            .collect::<Result<Vec<_>>>()?;
         let mut levels: Vec<usize> = lens.clone();
         levels.sort_unstable();
         levels.dedup();
@@ -320,10 +328,10 @@ impl<S: RandomAccess> Interleave<S> {
 
 impl<S: RandomAccess> RandomAccess for Interleave<S> {
     type Item = S::Item;
-    fn len(&self) -> Result<usize> {
+    fn length(&self) -> Result<usize> {
         Ok(self.len)
     }
-    fn get(&self, index: usize) -> Result<S::Item> {
+    fn at(&self, index: usize) -> Result<S::Item> {
         if index >= self.len {
             return out_of_range(index, self.len);
         }
@@ -331,7 +339,7 @@ impl<S: RandomAccess> RandomAccess for Interleave<S> {
         let (first, offset, active) = &self.phases[p];
         let rel = index - first;
         let part = active[rel % active.len()];
-        self.parts[part].get(offset + rel / active.len())
+        self.parts[part].at(offset + rel / active.len())
     }
 }
 
@@ -358,18 +366,18 @@ impl<S: RandomAccess> Repeat<S> {
 
 impl<S: RandomAccess> RandomAccess for Repeat<S> {
     type Item = S::Item;
-    fn len(&self) -> Result<usize> {
+    fn length(&self) -> Result<usize> {
         match self.times {
-            Some(t) => Ok(self.seq.len()?.saturating_mul(t)),
+            Some(t) => Ok(self.seq.length()?.saturating_mul(t)),
             None => Err(Error::Unbounded),
         }
     }
-    fn get(&self, index: usize) -> Result<S::Item> {
-        let n = self.seq.len()?;
+    fn at(&self, index: usize) -> Result<S::Item> {
+        let n = self.seq.length()?;
         if n == 0 || self.times.is_some_and(|t| index / n >= t) {
-            return out_of_range(index, self.len()?);
+            return out_of_range(index, self.length()?);
         }
-        self.seq.get(index % n)
+        self.seq.at(index % n)
     }
 }
 
@@ -384,10 +392,13 @@ pub fn chunk_shuffle<S: RandomAccess>(
 ) -> Result<SequenceView<S>> {
     let length = match length {
         Some(l) => l,
-        None => seq.len()?,
+        None => seq.length()?,
     };
     let chunk = chunk_size.unwrap_or(length).max(1);
-    Ok(SequenceView::new(seq, chunk_shuffle_indices(chunk, length, seed)))
+    Ok(SequenceView::new(
+        seq,
+        chunk_shuffle_indices(chunk, length, seed),
+    ))
 }
 
 /// The permutation used by [`chunk_shuffle`]: each chunk

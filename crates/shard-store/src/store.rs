@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    self, Compression, FORMAT_VERSION, LOCKS_DIR, METADATA_FILE, Metadata, SCRATCH_DIR,
-    SHARDS_DIR, SIZE_ESTIMATE_ITEMS, WRITER_LOCK_FILE,
+    self, Compression, FORMAT_VERSION, LOCKS_DIR, METADATA_FILE, Metadata, SCRATCH_DIR, SHARDS_DIR,
+    SIZE_ESTIMATE_ITEMS, WRITER_LOCK_FILE,
 };
 use crate::options::{Options, Preload, ShardLength};
 use crate::reader::read_metadata_file;
@@ -166,7 +166,11 @@ impl<T: StoreItem> ShardStore<T> {
     /// whenever items must be regenerated. It **must** yield the same items
     /// in the same order on every call: shards written by one call are mixed
     /// with shards written by another (and by other processes).
-    pub fn open_with_source<F, I>(root: impl AsRef<Path>, options: Options, source: F) -> Result<ShardStore<T>>
+    pub fn open_with_source<F, I>(
+        root: impl AsRef<Path>,
+        options: Options,
+        source: F,
+    ) -> Result<ShardStore<T>>
     where
         F: Fn() -> I + Send + Sync + 'static,
         I: IntoIterator<Item = T>,
@@ -482,7 +486,10 @@ impl<T: StoreItem> Inner<T> {
             Some(shard) => Some(shard),
             None => {
                 if self.source.is_none() {
-                    if self.final_length_refreshed()?.is_some_and(|len| start >= len) {
+                    if self
+                        .final_length_refreshed()?
+                        .is_some_and(|len| start >= len)
+                    {
                         return Ok(None);
                     }
                     return Err(Error::NotCached {
@@ -611,15 +618,15 @@ fn worker_loop<T: StoreItem>(inner: Arc<Inner<T>>, rx: Arc<Mutex<mpsc::Receiver<
 /// adopted (a byte target adopts the stored shard length). Caller holds the
 /// writer lock.
 fn adopt(path: &Path, scratch: &Path, mut stored: Metadata, opts: &Options) -> Result<Metadata> {
-    if let ShardLength::Items(n) = opts.max_shard_length {
-        if n != stored.max_shard_length {
-            return Err(Error::OptionMismatch {
-                path: path.to_path_buf(),
-                option: "max_shard_length",
-                requested: n.to_string(),
-                stored: stored.max_shard_length.to_string(),
-            });
-        }
+    if let ShardLength::Items(n) = opts.max_shard_length
+        && n != stored.max_shard_length
+    {
+        return Err(Error::OptionMismatch {
+            path: path.to_path_buf(),
+            option: "max_shard_length",
+            requested: n.to_string(),
+            stored: stored.max_shard_length.to_string(),
+        });
     }
     if opts.compression != stored.compression() {
         return Err(Error::OptionMismatch {
@@ -629,22 +636,30 @@ fn adopt(path: &Path, scratch: &Path, mut stored: Metadata, opts: &Options) -> R
             stored: format!("{:?}", stored.compression),
         });
     }
-    if let Some(info) = &opts.info {
-        if *info != stored.info {
-            stored.info = info.clone();
-            crate::writer::replace_file(scratch, path, &stored.to_json())?;
-        }
+    if let Some(info) = &opts.info
+        && *info != stored.info
+    {
+        stored.info = info.clone();
+        crate::writer::replace_file(scratch, path, &stored.to_json())?;
     }
     Ok(stored)
 }
 
 /// loadit's `max_shard_length="<N>mb"`: pickle the first items, divide.
-fn estimate_shard_len<T: StoreItem>(root: &Path, source: &Source<T>, target: u64, compression: Compression) -> Result<u64> {
+fn estimate_shard_len<T: StoreItem>(
+    root: &Path,
+    source: &Source<T>,
+    target: u64,
+    compression: Compression,
+) -> Result<u64> {
     let sample: Vec<T> = source().take(SIZE_ESTIMATE_ITEMS).collect();
     if sample.is_empty() {
         return Err(Error::InvalidOption {
             option: "max_shard_length",
-            reason: format!("{}: the source is empty, cannot estimate item size", root.display()),
+            reason: format!(
+                "{}: the source is empty, cannot estimate item size",
+                root.display()
+            ),
         });
     }
     let bytes = format::encode_shard(root, &sample, compression)?;
@@ -663,11 +678,11 @@ impl<T: StoreItem + Clone> Iterator for Iter<T> {
     type Item = Result<T>;
     fn next(&mut self) -> Option<Result<T>> {
         loop {
-            if let Some(shard) = &self.current {
-                if let Some(x) = shard.get(self.offset) {
-                    self.offset += 1;
-                    return Some(Ok(x.clone()));
-                }
+            if let Some(shard) = &self.current
+                && let Some(x) = shard.get(self.offset)
+            {
+                self.offset += 1;
+                return Some(Ok(x.clone()));
             }
             match self.shards.next()? {
                 Ok(shard) => {

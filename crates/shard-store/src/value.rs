@@ -165,7 +165,9 @@ pub fn pickle_to_json(v: &serde_pickle::Value) -> serde_json::Value {
         PickleValue::F64(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
         PickleValue::Bytes(b) => J::String(hex(b)),
         PickleValue::String(s) => J::String(s.clone()),
-        PickleValue::List(xs) | PickleValue::Tuple(xs) => J::Array(xs.iter().map(pickle_to_json).collect()),
+        PickleValue::List(xs) | PickleValue::Tuple(xs) => {
+            J::Array(xs.iter().map(pickle_to_json).collect())
+        }
         PickleValue::Set(xs) | PickleValue::FrozenSet(xs) => J::Array(
             xs.iter()
                 .map(|h| pickle_to_json(&h.clone().into_value()))

@@ -50,22 +50,21 @@ impl FileLock {
     /// Blocks until the exclusive lock is held.
     pub(crate) fn exclusive(path: &Path) -> Result<FileLock> {
         let file = FileLock::open(path)?;
-        file.lock_exclusive()
-            .map_err(|e| Error::io(path, "lock", e))?;
+        FileExt::lock_exclusive(&file).map_err(|e| Error::io(path, "lock", e))?;
         Ok(FileLock { file })
     }
 
     /// Blocks until a shared lock is held.
     pub(crate) fn shared(path: &Path) -> Result<FileLock> {
         let file = FileLock::open(path)?;
-        file.lock_shared().map_err(|e| Error::io(path, "lock", e))?;
+        FileExt::lock_shared(&file).map_err(|e| Error::io(path, "lock", e))?;
         Ok(FileLock { file })
     }
 
     /// The exclusive lock if it is free right now.
     pub(crate) fn try_exclusive(path: &Path) -> Result<Option<FileLock>> {
         let file = FileLock::open(path)?;
-        match file.try_lock_exclusive() {
+        match FileExt::try_lock_exclusive(&file) {
             Ok(()) => Ok(Some(FileLock { file })),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
             Err(e) if e.raw_os_error() == fs2::lock_contended_error().raw_os_error() => Ok(None),
@@ -84,7 +83,8 @@ impl Drop for FileLock {
 /// fsyncs a directory so that renames and creations in it are durable.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     let d = File::open(dir).map_err(|e| Error::io(dir, "open directory", e))?;
-    d.sync_all().map_err(|e| Error::io(dir, "fsync directory", e))
+    d.sync_all()
+        .map_err(|e| Error::io(dir, "fsync directory", e))
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -126,10 +126,10 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
         if let Some(shard) = self.load_from_disk_or_quarantine(start)? {
             return Ok(Some(shard));
         }
-        if let Some(len) = self.final_length_refreshed()? {
-            if start >= len {
-                return Ok(None);
-            }
+        if let Some(len) = self.final_length_refreshed()?
+            && start >= len
+        {
+            return Ok(None);
         }
         let items = self.produce(start)?;
         if items.is_empty() {
@@ -182,7 +182,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
             index: start as usize,
         })?;
         let restart = match guard.as_ref() {
-            Some(c) => c.pos > start || (c.done && start < c.pos),
+            Some(c) => c.pos > start,
             None => true,
         };
         if restart {
@@ -203,7 +203,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
     fn advance(&self, cursor: &mut Cursor<T>, target: u64) -> Result<()> {
         while !cursor.done && cursor.pos < target {
             let write_passed = self.opts.memory_limit.is_none()
-                && cursor.pos % self.shard_len == 0
+                && cursor.pos.is_multiple_of(self.shard_len)
                 && target - cursor.pos >= self.shard_len
                 && self.source.is_some()
                 && !self.shard_on_disk(cursor.pos);
@@ -289,12 +289,12 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
             return Err(e);
         }
         let _lock = FileLock::exclusive(&self.paths.writer_lock)?;
-        if let Some(existing) = self.find_shard_file(start)? {
-            if existing.end >= name.end {
-                // Someone (loadit, another process) wrote it already.
-                let _ = std::fs::remove_file(&tmp);
-                return Ok(());
-            }
+        if let Some(existing) = self.find_shard_file(start)?
+            && existing.end >= name.end
+        {
+            // Someone (loadit, another process) wrote it already.
+            let _ = std::fs::remove_file(&tmp);
+            return Ok(());
         }
         if let Some(limit) = self.opts.memory_limit {
             self.evict_for_unlocked(bytes.len() as u64, limit, start)?;
@@ -305,7 +305,8 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
         // Shorter shards with the same start are superseded.
         for other in self.shard_files()? {
             if other.start == start && other.end < name.end {
-                let _ = std::fs::remove_file(self.paths.shards.join(other.file_name(self.compression)));
+                let _ =
+                    std::fs::remove_file(self.paths.shards.join(other.file_name(self.compression)));
             }
         }
         if (items.len() as u64) < self.shard_len {

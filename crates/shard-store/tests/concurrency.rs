@@ -25,14 +25,21 @@ fn read_all(store: &ShardStore<(u64, Bytes)>, seed: u64) {
 
 /// Reads `count` items in a seed-dependent order and checks them.
 fn read_some(store: &ShardStore<(u64, Bytes)>, seed: u64, count: usize) {
-    for i in chunk_shuffle_indices(N as usize, N as usize, seed).into_iter().take(count) {
+    for i in chunk_shuffle_indices(N as usize, N as usize, seed)
+        .into_iter()
+        .take(count)
+    {
         let got = store.get(i as i64).unwrap();
         assert_eq!(*got, item(i as u64), "item {i}");
     }
 }
 
 fn assert_consistent(root: &Path) {
-    assert!(verify(root).unwrap().is_empty(), "{:?}", verify(root).unwrap());
+    assert!(
+        verify(root).unwrap().is_empty(),
+        "{:?}",
+        verify(root).unwrap()
+    );
     let s = inspect(root).unwrap();
     assert_eq!(s.length, Some(N));
     assert!(s.complete);
@@ -43,7 +50,14 @@ fn assert_consistent(root: &Path) {
 #[test]
 fn threads_sharing_one_handle() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = open(tmp.path(), Options { max_workers: 3, max_cache_size: 4, ..Options::default().shard_items(SHARD) });
+    let store = open(
+        tmp.path(),
+        Options {
+            max_workers: 3,
+            max_cache_size: 4,
+            ..Options::default().shard_items(SHARD)
+        },
+    );
     std::thread::scope(|s| {
         for t in 0..6 {
             let store = store.clone();
@@ -63,7 +77,13 @@ fn threads_with_their_own_handles() {
         for t in 0..6 {
             let root = Arc::clone(&root);
             s.spawn(move || {
-                let store = open(&root, Options { max_cache_size: 2, ..Options::default().shard_items(SHARD) });
+                let store = open(
+                    &root,
+                    Options {
+                        max_cache_size: 2,
+                        ..Options::default().shard_items(SHARD)
+                    },
+                );
                 read_all(&store, 100 + t);
             });
         }
@@ -76,7 +96,12 @@ fn threads_under_a_disk_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let store = open(
         tmp.path(),
-        Options { memory_limit: Some(4_000), max_cache_size: 2, max_workers: 2, ..Options::default().shard_items(SHARD) },
+        Options {
+            memory_limit: Some(4_000),
+            max_cache_size: 2,
+            max_workers: 2,
+            ..Options::default().shard_items(SHARD)
+        },
     );
     std::thread::scope(|s| {
         for t in 0..4 {
@@ -96,8 +121,17 @@ fn threads_under_a_disk_budget() {
 #[test]
 fn processes_fill_one_root() {
     if let Some(root) = std::env::var_os(CHILD_ENV) {
-        let seed: u64 = std::env::var("SHARD_STORE_TEST_SEED").unwrap().parse().unwrap();
-        let store = open(Path::new(&root), Options { max_cache_size: 3, ..Options::default().shard_items(SHARD) });
+        let seed: u64 = std::env::var("SHARD_STORE_TEST_SEED")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let store = open(
+            Path::new(&root),
+            Options {
+                max_cache_size: 3,
+                ..Options::default().shard_items(SHARD)
+            },
+        );
         read_all(&store, seed);
         return;
     }
@@ -106,7 +140,12 @@ fn processes_fill_one_root() {
     let children: Vec<_> = (0..3)
         .map(|k| {
             Command::new(&exe)
-                .args(["processes_fill_one_root", "--exact", "--nocapture", "--test-threads=1"])
+                .args([
+                    "processes_fill_one_root",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CHILD_ENV, tmp.path())
                 .env("SHARD_STORE_TEST_SEED", (300 + k).to_string())
                 .stdout(std::process::Stdio::null())
@@ -114,7 +153,13 @@ fn processes_fill_one_root() {
                 .unwrap()
         })
         .collect();
-    let store = open(tmp.path(), Options { max_cache_size: 3, ..Options::default().shard_items(SHARD) });
+    let store = open(
+        tmp.path(),
+        Options {
+            max_cache_size: 3,
+            ..Options::default().shard_items(SHARD)
+        },
+    );
     read_all(&store, 299);
     for mut c in children {
         let status = c.wait().unwrap();

@@ -23,7 +23,10 @@ fn loadit_fixture_reads_back_exactly_as_typed_records() {
     let exp = expected_loadit();
     let root = test_support::copy_fixture(exp["root"].as_str().unwrap(), tmp.path());
     let store: ShardStore<Record> = ShardStore::open(&root, Options::default()).unwrap();
-    assert_eq!(store.max_shard_length(), exp["max_shard_length"].as_u64().unwrap());
+    assert_eq!(
+        store.max_shard_length(),
+        exp["max_shard_length"].as_u64().unwrap()
+    );
     assert_eq!(store.len().unwrap(), exp["length"].as_u64().unwrap());
     let items = exp["items"].as_array().unwrap();
     assert_eq!(items.len() as u64, store.len().unwrap());
@@ -31,12 +34,20 @@ fn loadit_fixture_reads_back_exactly_as_typed_records() {
         let got = store.get(i as i64).unwrap();
         assert_eq!(got.id, want["id"].as_i64().unwrap(), "item {i}");
         assert_eq!(got.name, want["name"].as_str().unwrap(), "item {i}");
-        let vec: Vec<i64> = want["vec"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        let vec: Vec<i64> = want["vec"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect();
         assert_eq!(got.vec, vec, "item {i}");
         assert_eq!(hex(&got.raw), want["raw_hex"].as_str().unwrap(), "item {i}");
     }
     // Negative indices and sequential iteration agree with the fixture.
-    assert_eq!(store.get(-1).unwrap().id, items.last().unwrap()["id"].as_i64().unwrap());
+    assert_eq!(
+        store.get(-1).unwrap().id,
+        items.last().unwrap()["id"].as_i64().unwrap()
+    );
     let all: Vec<Record> = store.iter().collect::<Result<_, _>>().unwrap();
     assert_eq!(all.len(), items.len());
     assert!(store.all_cached_to_disk().unwrap());
@@ -185,9 +196,13 @@ fn we_continue_a_root_that_loadit_started() {
     assert_eq!(cached.max_shard_length(), 8);
     assert_eq!(*cached.get(3).unwrap(), record(3));
     assert_eq!(*cached.get(20).unwrap(), record(20));
-    assert!(matches!(cached.get(40), Err(shard_store::Error::NotCached { .. })));
+    assert!(matches!(
+        cached.get(40),
+        Err(shard_store::Error::NotCached { .. })
+    ));
     // With a source (the same items): everything, written in loadit's layout.
-    let store = ShardStore::open_with_source(&root, Options::default(), || (0..45).map(record)).unwrap();
+    let store =
+        ShardStore::open_with_source(&root, Options::default(), || (0..45).map(record)).unwrap();
     assert_eq!(store.len().unwrap(), 45);
     for i in 0..45 {
         assert_eq!(*store.get(i).unwrap(), record(i));

@@ -7,7 +7,10 @@ use proptest::prelude::*;
 use shard_store::{Bytes, Compression, Error, Options, ShardLength, ShardStore, inspect, verify};
 
 fn item(i: u64) -> (u64, Bytes) {
-    (i, Bytes((0..(i % 17)).map(|j| (i * 31 + j) as u8).collect()))
+    (
+        i,
+        Bytes((0..(i % 17)).map(|j| (i * 31 + j) as u8).collect()),
+    )
 }
 
 fn model(n: u64) -> Vec<(u64, Bytes)> {
@@ -79,12 +82,21 @@ proptest! {
 #[test]
 fn negative_indices_count_from_the_end() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = ShardStore::open_with_source(tmp.path(), Options::default().shard_items(7), || (0..50u64).map(item)).unwrap();
+    let store = ShardStore::open_with_source(tmp.path(), Options::default().shard_items(7), || {
+        (0..50u64).map(item)
+    })
+    .unwrap();
     assert_eq!(store.known_len(), None);
     assert_eq!(*store.get(-1).unwrap(), item(49));
     assert_eq!(store.known_len(), Some(50));
     assert_eq!(*store.get(-50).unwrap(), item(0));
-    assert!(matches!(store.get(-51), Err(Error::IndexOutOfRange { index: -51, len: 50 })));
+    assert!(matches!(
+        store.get(-51),
+        Err(Error::IndexOutOfRange {
+            index: -51,
+            len: 50
+        })
+    ));
     assert!(matches!(store.get(50), Err(Error::IndexOutOfRange { .. })));
 }
 
@@ -93,11 +105,12 @@ fn unknown_length_is_found_by_driving_the_source() {
     let tmp = tempfile::tempdir().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let c = Arc::clone(&calls);
-    let store = ShardStore::open_with_source(tmp.path(), Options::default().shard_items(10), move || {
-        c.fetch_add(1, Ordering::SeqCst);
-        (0..40u64).map(item)
-    })
-    .unwrap();
+    let store =
+        ShardStore::open_with_source(tmp.path(), Options::default().shard_items(10), move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            (0..40u64).map(item)
+        })
+        .unwrap();
     // A length that is a multiple of the shard length: no short last shard.
     assert_eq!(store.len().unwrap(), 40);
     let meta = inspect(tmp.path()).unwrap();
@@ -111,11 +124,19 @@ fn unknown_length_is_found_by_driving_the_source() {
     assert_eq!(calls.load(Ordering::SeqCst), before);
     // Past the end without knowing the length first.
     let tmp2 = tempfile::tempdir().unwrap();
-    let store2 = ShardStore::open_with_source(tmp2.path(), Options::default().shard_items(10), || (0..40u64).map(item)).unwrap();
+    let store2 =
+        ShardStore::open_with_source(tmp2.path(), Options::default().shard_items(10), || {
+            (0..40u64).map(item)
+        })
+        .unwrap();
     assert!(matches!(store2.get(45), Err(Error::IndexOutOfRange { .. })));
     assert_eq!(store2.known_len(), Some(40));
     let tmp3 = tempfile::tempdir().unwrap();
-    let empty = ShardStore::open_with_source(tmp3.path(), Options::default().shard_items(10), || (0..0u64).map(item)).unwrap();
+    let empty =
+        ShardStore::open_with_source(tmp3.path(), Options::default().shard_items(10), || {
+            (0..0u64).map(item)
+        })
+        .unwrap();
     assert_eq!(empty.len().unwrap(), 0);
     assert!(empty.is_empty().unwrap());
 }
@@ -125,7 +146,10 @@ fn manual_length_is_used_before_the_true_one_is_known() {
     let tmp = tempfile::tempdir().unwrap();
     let store = ShardStore::open_with_source(
         tmp.path(),
-        Options { length: Some(30), ..Options::default().shard_items(10) },
+        Options {
+            length: Some(30),
+            ..Options::default().shard_items(10)
+        },
         || (0..30u64).map(item),
     )
     .unwrap();
@@ -139,25 +163,39 @@ fn eviction_under_a_small_budget_keeps_answers_right() {
     let n = 400u64;
     // Find the size of one shard first.
     let probe_dir = tempfile::tempdir().unwrap();
-    let probe = ShardStore::open_with_source(probe_dir.path(), Options::default().shard_items(20), move || (0..n).map(item)).unwrap();
+    let probe = ShardStore::open_with_source(
+        probe_dir.path(),
+        Options::default().shard_items(20),
+        move || (0..n).map(item),
+    )
+    .unwrap();
     probe.len().unwrap();
     let full = inspect(probe_dir.path()).unwrap().bytes_on_disk;
     let budget = full / 4;
     let store = ShardStore::open_with_source(
         tmp.path(),
-        Options { memory_limit: Some(budget), max_cache_size: 1, ..Options::default().shard_items(20) },
+        Options {
+            memory_limit: Some(budget),
+            max_cache_size: 1,
+            ..Options::default().shard_items(20)
+        },
         move || (0..n).map(item),
     )
     .unwrap();
     let want = model(n);
     let mut x = 12345u64;
     for _ in 0..300 {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let i = (x >> 33) % n;
         assert_eq!(*store.get(i as i64).unwrap(), want[i as usize]);
         let on_disk = inspect(tmp.path()).unwrap().bytes_on_disk;
         // One shard may be over (the one in use is never evicted).
-        assert!(on_disk <= budget + full / 10, "{on_disk} bytes on disk, budget {budget}");
+        assert!(
+            on_disk <= budget + full / 10,
+            "{on_disk} bytes on disk, budget {budget}"
+        );
     }
     let seq: Vec<_> = store.iter().collect::<Result<_, _>>().unwrap();
     assert_eq!(seq, want);
@@ -167,9 +205,14 @@ fn eviction_under_a_small_budget_keeps_answers_right() {
 #[test]
 fn info_round_trips_and_survives_reopen() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = ShardStore::open_with_source(tmp.path(), Options::default().shard_items(5), || (0..12u64).map(item)).unwrap();
+    let store = ShardStore::open_with_source(tmp.path(), Options::default().shard_items(5), || {
+        (0..12u64).map(item)
+    })
+    .unwrap();
     assert_eq!(store.info().unwrap(), serde_json::Value::Null);
-    store.set_info(serde_json::json!({"epoch": 3, "name": "x"})).unwrap();
+    store
+        .set_info(serde_json::json!({"epoch": 3, "name": "x"}))
+        .unwrap();
     drop(store);
     let again: ShardStore<(u64, Bytes)> = ShardStore::open(tmp.path(), Options::default()).unwrap();
     assert_eq!(again.info().unwrap()["epoch"], 3);
@@ -181,12 +224,18 @@ fn byte_target_estimates_the_shard_length_and_is_adopted_on_reopen() {
     let src = || (0..5000u64).map(|i| (i, Bytes(vec![7u8; 1000])));
     let store = ShardStore::open_with_source(
         tmp.path(),
-        Options { max_shard_length: "1mb".parse().unwrap(), ..Options::default() },
+        Options {
+            max_shard_length: "1mb".parse().unwrap(),
+            ..Options::default()
+        },
         src,
     )
     .unwrap();
     let l = store.max_shard_length();
-    assert!((900..=1100).contains(&l), "estimated {l} items per MiB of ~1 KiB items");
+    assert!(
+        (900..=1100).contains(&l),
+        "estimated {l} items per MiB of ~1 KiB items"
+    );
     drop(store);
     // A byte target on an existing root adopts the stored length.
     let again = ShardStore::open_with_source(tmp.path(), Options::default(), src).unwrap();
@@ -197,24 +246,60 @@ fn byte_target_estimates_the_shard_length_and_is_adopted_on_reopen() {
 #[test]
 fn option_mismatch_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
-    ShardStore::open_with_source(tmp.path(), Options::default().shard_items(8), || (0..10u64).map(item)).unwrap();
-    let err = ShardStore::open_with_source(tmp.path(), Options::default().shard_items(9), || (0..10u64).map(item)).unwrap_err();
-    assert!(matches!(err, Error::OptionMismatch { option: "max_shard_length", .. }), "{err}");
+    ShardStore::open_with_source(tmp.path(), Options::default().shard_items(8), || {
+        (0..10u64).map(item)
+    })
+    .unwrap();
+    let err = ShardStore::open_with_source(tmp.path(), Options::default().shard_items(9), || {
+        (0..10u64).map(item)
+    })
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::OptionMismatch {
+                option: "max_shard_length",
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("metadata.json"), "{err}");
     let err = ShardStore::open_with_source(
         tmp.path(),
-        Options { compression: Compression::Zstd, ..Options::default().shard_items(8) },
+        Options {
+            compression: Compression::Zstd,
+            ..Options::default().shard_items(8)
+        },
         || (0..10u64).map(item),
     )
     .unwrap_err();
-    assert!(matches!(err, Error::OptionMismatch { option: "compression", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::OptionMismatch {
+                option: "compression",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
 fn shard_length_parses_counts_and_megabytes() {
-    assert_eq!("64mb".parse::<ShardLength>().unwrap(), ShardLength::Bytes(64 << 20));
-    assert_eq!("64MB".parse::<ShardLength>().unwrap(), ShardLength::Bytes(64 << 20));
-    assert_eq!("4096".parse::<ShardLength>().unwrap(), ShardLength::Items(4096));
+    assert_eq!(
+        "64mb".parse::<ShardLength>().unwrap(),
+        ShardLength::Bytes(64 << 20)
+    );
+    assert_eq!(
+        "64MB".parse::<ShardLength>().unwrap(),
+        ShardLength::Bytes(64 << 20)
+    );
+    assert_eq!(
+        "4096".parse::<ShardLength>().unwrap(),
+        ShardLength::Items(4096)
+    );
     assert!("0".parse::<ShardLength>().is_err());
     assert!("64gb".parse::<ShardLength>().is_err());
     assert!("-3".parse::<ShardLength>().is_err());
@@ -225,7 +310,11 @@ fn background_workers_preload_and_fill_everything() {
     let tmp = tempfile::tempdir().unwrap();
     let store = ShardStore::open_with_source(
         tmp.path(),
-        Options { max_workers: 3, preload_all_async: true, ..Options::default().shard_items(16) },
+        Options {
+            max_workers: 3,
+            preload_all_async: true,
+            ..Options::default().shard_items(16)
+        },
         || (0..500u64).map(item),
     )
     .unwrap();
@@ -237,7 +326,10 @@ fn background_workers_preload_and_fill_everything() {
     let tmp2 = tempfile::tempdir().unwrap();
     let store2 = ShardStore::open_with_source(
         tmp2.path(),
-        Options { max_workers: 4, ..Options::default().shard_items(16) },
+        Options {
+            max_workers: 4,
+            ..Options::default().shard_items(16)
+        },
         || (0..500u64).map(item),
     )
     .unwrap();
