@@ -83,6 +83,10 @@ pub use seq::{
 pub use store::{Item, Iter, ShardIter, ShardStore, StoreItem};
 pub use value::{Bytes, PickleValue, bytes, hex, pickle_to_json};
 
+/// The pickle codec used for shards (for callers that decode shard bytes
+/// themselves, e.g. benchmarks comparing against a bare decode).
+pub use serde_pickle;
+
 /// Reads the item at `index` of any root as a generic value, converted to
 /// JSON (for `cachex get`): bytes as hex strings, see [`pickle_to_json`].
 pub fn get_json(root: &std::path::Path, index: i64) -> Result<serde_json::Value> {

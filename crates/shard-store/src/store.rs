@@ -40,9 +40,30 @@ pub(crate) struct Paths {
     pub(crate) writer_lock: PathBuf,
 }
 
+/// Hashes shard starts (multiples of the shard length) with one multiply:
+/// the memory cache lookup is on every `get`.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct StartHasher(u64);
+
+impl std::hash::Hasher for StartHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type StartMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<StartHasher>>;
+
 pub(crate) struct State<T> {
     /// Decoded shards by start, with their last-use tick.
-    cache: HashMap<u64, (Arc<Vec<T>>, u64)>,
+    cache: StartMap<(Arc<Vec<T>>, u64)>,
     /// The final length once known.
     pub(crate) length: Option<u64>,
     /// Last use of each shard file by this process (disk LRU).
@@ -238,7 +259,7 @@ impl<T: StoreItem> ShardStore<T> {
             compression: meta.compression(),
             source,
             state: Mutex::new(State {
-                cache: HashMap::new(),
+                cache: StartMap::default(),
                 length: meta.length_final.then_some(meta.length),
                 disk_access: HashMap::new(),
                 pending: HashSet::new(),
