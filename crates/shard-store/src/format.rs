@@ -239,21 +239,28 @@ pub fn decompress(path: &Path, bytes: Vec<u8>, compression: Compression) -> Resu
 }
 
 /// Decodes the (decompressed) pickle of shard `name`, checking that it is
-/// plain data and holds exactly `name.len()` items.
+/// plain data and holds exactly `name.len()` items. Streams written by
+/// serde-pickle decode without an intermediate value tree (see `stream.rs`);
+/// any other stream decodes with serde-pickle.
 pub fn decode_shard<T: DeserializeOwned>(
     path: &Path,
     name: ShardName,
     pickle: &[u8],
 ) -> Result<Vec<T>> {
-    let count = check_pickle(path, pickle)?;
-    if count != Some(name.len()) {
+    let plan = plan_pickle(path, pickle)?;
+    if plan.count != Some(name.len()) {
         return Err(Error::CorruptShard {
             path: path.to_path_buf(),
-            reason: match count {
+            reason: match plan.count {
                 Some(c) => format!("holds {c} items, its name says {}", name.len()),
-                None => "the pickle is not a flat list of items".into(),
+                None => "the pickle is not a list".into(),
             },
         });
+    }
+    if plan.streamable
+        && let Ok(items) = crate::stream::decode_list(pickle, &plan.closers, name.len())
+    {
+        return Ok(items);
     }
     serde_pickle::from_slice(pickle, serde_pickle::DeOptions::new()).map_err(
         |source| match source {
@@ -291,7 +298,7 @@ const ALLOWED_GLOBALS: &[(&str, &str)] = &[
 ];
 
 /// What the checker knows of one value on the pickle stack.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Slot {
     /// Nesting depth (0 for scalars).
     depth: u32,
@@ -301,8 +308,8 @@ struct Slot {
     items: u64,
     /// Whether the value is a list.
     list: bool,
-    /// The text of a short string (to name `STACK_GLOBAL` targets).
-    text: Option<String>,
+    /// Where a string's text lies in the stream (to name `STACK_GLOBAL` targets).
+    text: Option<(usize, usize)>,
 }
 
 impl Slot {
@@ -316,11 +323,9 @@ impl Slot {
         }
     }
 
-    fn text(s: &[u8]) -> Slot {
-        let mut slot = Slot::scalar(s.len());
-        if s.len() <= 256 {
-            slot.text = Some(String::from_utf8_lossy(s).into_owned());
-        }
+    fn text(start: usize, len: usize) -> Slot {
+        let mut slot = Slot::scalar(len);
+        slot.text = Some((start, start + len));
         slot
     }
 
@@ -332,17 +337,29 @@ impl Slot {
             list,
             text: None,
         };
-        for p in parts {
-            slot.absorb(p);
-        }
+        slot.absorb_all(parts);
         slot
     }
 
-    fn absorb(&mut self, part: &Slot) {
-        self.depth = self.depth.max(part.depth.saturating_add(1));
-        self.size = self.size.saturating_add(part.size);
-        self.items += 1;
+    fn absorb_all(&mut self, parts: &[Slot]) {
+        for p in parts {
+            self.depth = self.depth.max(p.depth.saturating_add(1));
+            self.size = self.size.saturating_add(p.size);
+        }
+        self.items += parts.len() as u64;
     }
+}
+
+/// What [`plan_pickle`] learnt about a stream.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Items of the top-level list (`None`: the value is not a list).
+    pub(crate) count: Option<u64>,
+    /// Whether the stream only uses opcodes the streaming decoder handles
+    /// (no memo reads, no postfix tuples, no globals, no protocol-0 containers).
+    pub(crate) streamable: bool,
+    /// For the k-th MARK of the stream (in stream order), the opcode that closes it.
+    pub(crate) closers: Vec<u8>,
 }
 
 /// Walks every opcode of `data` without executing anything, simulating the
@@ -353,6 +370,11 @@ impl Slot {
 /// [`Error::CorruptShard`]. Returns the number of items when the pickled
 /// value is a list, `None` for any other value.
 pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
+    plan_pickle(path, data).map(|p| p.count)
+}
+
+/// [`check_pickle`], also returning what the streaming decoder needs.
+pub(crate) fn plan_pickle(path: &Path, data: &[u8]) -> Result<Plan> {
     let corrupt = |reason: String| Error::CorruptShard {
         path: path.to_path_buf(),
         reason,
@@ -367,10 +389,13 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
         .saturating_add(1 << 16);
     let mut pos = 0usize;
     let mut stack: Vec<Slot> = Vec::new();
-    let mut marks: Vec<usize> = Vec::new();
+    // (stack height at the MARK, ordinal of the MARK in the stream)
+    let mut marks: Vec<(usize, usize)> = Vec::new();
+    let mut closers: Vec<u8> = Vec::new();
+    let mut streamable = true;
     let mut memo: std::collections::HashMap<u64, Slot> = Default::default();
 
-    let take = |pos: &mut usize, n: usize| -> Result<&[u8]> {
+    let take = |pos: &mut usize, n: usize| -> Result<(usize, usize)> {
         let end = pos
             .checked_add(n)
             .filter(|&e| e <= data.len())
@@ -379,11 +404,16 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                     "truncated pickle: {n} argument bytes wanted at byte {pos}"
                 ))
             })?;
-        let s = &data[*pos..end];
+        let span = (*pos, end);
         *pos = end;
-        Ok(s)
+        Ok(span)
     };
-    let le = |b: &[u8]| -> u64 { b.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64) };
+    let le = |(a, b): (usize, usize)| -> u64 {
+        data[a..b]
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &x| (acc << 8) | x as u64)
+    };
     let line = |pos: &mut usize| -> Result<&[u8]> {
         let rest = &data[*pos..];
         let nl = rest
@@ -397,6 +427,10 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
         let n = le(take(pos, width)?);
         usize::try_from(n).map_err(|_| corrupt(format!("length {n} overflows at byte {at}")))
     };
+    let name_of = |t: Option<(usize, usize)>| -> Option<String> {
+        t.filter(|(a, b)| b - a <= 256)
+            .map(|(a, b)| String::from_utf8_lossy(&data[a..b]).into_owned())
+    };
 
     loop {
         let at = pos;
@@ -408,15 +442,16 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
         })?;
         pos += 1;
         let underflow = || corrupt(format!("stack underflow at byte {at} (opcode {code:#04x})"));
-        // Pops everything above the last MARK.
-        let pop_mark = |stack: &mut Vec<Slot>, marks: &mut Vec<usize>| -> Result<Vec<Slot>> {
-            let m = marks
+        // Closes the last MARK: returns the stack height it was set at.
+        let mut pop_mark = |stack: &Vec<Slot>, marks: &mut Vec<(usize, usize)>| -> Result<usize> {
+            let (m, ordinal) = marks
                 .pop()
                 .ok_or_else(|| corrupt(format!("no MARK for opcode {code:#04x} at byte {at}")))?;
             if m > stack.len() {
                 return Err(underflow());
             }
-            Ok(stack.split_off(m))
+            closers[ordinal] = code;
+            Ok(m)
         };
         let mut pushed: Option<Slot> = None;
         match code {
@@ -428,10 +463,14 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                     )));
                 }
                 let top = &stack[0];
-                return Ok(top.list.then_some(top.items));
+                return Ok(Plan {
+                    count: top.list.then_some(top.items),
+                    streamable,
+                    closers,
+                });
             }
             0x80 => {
-                let v = take(&mut pos, 1)?[0];
+                let v = data[take(&mut pos, 1)?.0];
                 if v > 5 {
                     return Err(corrupt(format!("pickle protocol {v} is not known")));
                 }
@@ -439,18 +478,27 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
             0x95 => {
                 take(&mut pos, 8)?;
             }
-            b'(' => marks.push(stack.len()),
+            b'(' => {
+                marks.push((stack.len(), closers.len()));
+                closers.push(0);
+            }
             b'0' => {
-                if marks.last() == Some(&stack.len()) {
+                streamable = false;
+                if marks.last().map(|m| m.0) == Some(stack.len()) {
                     marks.pop();
                 } else {
                     stack.pop().ok_or_else(underflow)?;
                 }
             }
             b'1' => {
-                pop_mark(&mut stack, &mut marks)?;
+                streamable = false;
+                let m = pop_mark(&stack, &mut marks)?;
+                stack.truncate(m);
             }
-            b'2' => pushed = Some(stack.last().ok_or_else(underflow)?.clone()),
+            b'2' => {
+                streamable = false;
+                pushed = Some(*stack.last().ok_or_else(underflow)?);
+            }
             // Scalars without payload.
             b'N' | 0x88 | 0x89 => pushed = Some(Slot::scalar(0)),
             b'K' => {
@@ -469,89 +517,118 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                 take(&mut pos, 8)?;
                 pushed = Some(Slot::scalar(0));
             }
-            b'F' | b'I' | b'L' | b'S' => pushed = Some(Slot::scalar(line(&mut pos)?.len())),
-            b'V' => pushed = Some(Slot::text(line(&mut pos)?)),
+            b'F' | b'I' | b'L' | b'S' => {
+                streamable = false;
+                pushed = Some(Slot::scalar(line(&mut pos)?.len()));
+            }
+            b'V' => {
+                streamable = false;
+                let start = pos;
+                let l = line(&mut pos)?.len();
+                pushed = Some(Slot::text(start, l));
+            }
             // Length-prefixed payloads.
             0x8a | b'U' | b'C' => {
+                streamable &= code != b'U';
                 let n = len_arg(&mut pos, 1, at)?;
-                pushed = Some(Slot::scalar(take(&mut pos, n)?.len()));
+                take(&mut pos, n)?;
+                pushed = Some(Slot::scalar(n));
             }
             0x8b | b'T' | b'B' => {
+                streamable &= code == b'B';
                 let n = len_arg(&mut pos, 4, at)?;
-                pushed = Some(Slot::scalar(take(&mut pos, n)?.len()));
+                take(&mut pos, n)?;
+                pushed = Some(Slot::scalar(n));
             }
             0x8e | 0x96 => {
+                streamable &= code == 0x8e;
                 let n = len_arg(&mut pos, 8, at)?;
-                pushed = Some(Slot::scalar(take(&mut pos, n)?.len()));
+                take(&mut pos, n)?;
+                pushed = Some(Slot::scalar(n));
             }
-            0x8c => {
-                let n = len_arg(&mut pos, 1, at)?;
-                pushed = Some(Slot::text(take(&mut pos, n)?));
-            }
-            b'X' => {
-                let n = len_arg(&mut pos, 4, at)?;
-                pushed = Some(Slot::text(take(&mut pos, n)?));
-            }
-            0x8d => {
-                let n = len_arg(&mut pos, 8, at)?;
-                pushed = Some(Slot::text(take(&mut pos, n)?));
+            0x8c | b'X' | 0x8d => {
+                let width = match code {
+                    0x8c => 1,
+                    b'X' => 4,
+                    _ => 8,
+                };
+                let n = len_arg(&mut pos, width, at)?;
+                let (start, _) = take(&mut pos, n)?;
+                pushed = Some(Slot::text(start, n));
             }
             // Containers.
             b']' => pushed = Some(Slot::container(true, &[])),
             b'}' | b')' | 0x8f => pushed = Some(Slot::container(false, &[])),
-            b'l' => pushed = Some(Slot::container(true, &pop_mark(&mut stack, &mut marks)?)),
-            b'd' | b't' | 0x91 => {
-                pushed = Some(Slot::container(false, &pop_mark(&mut stack, &mut marks)?))
+            b'l' | b'd' | b't' | 0x91 => {
+                streamable &= matches!(code, b't' | 0x91);
+                let m = pop_mark(&stack, &mut marks)?;
+                let slot = Slot::container(code == b'l', &stack[m..]);
+                stack.truncate(m);
+                pushed = Some(slot);
             }
             0x85..=0x87 => {
+                streamable = false;
                 let n = (code - 0x84) as usize;
                 let from = stack.len().checked_sub(n).ok_or_else(underflow)?;
-                if marks.last().is_some_and(|&m| m > from) {
+                if marks.last().is_some_and(|&(m, _)| m > from) {
                     return Err(underflow());
                 }
-                let parts = stack.split_off(from);
-                pushed = Some(Slot::container(false, &parts));
+                let slot = Slot::container(false, &stack[from..]);
+                stack.truncate(from);
+                pushed = Some(slot);
             }
             b'a' | b's' => {
+                streamable = false;
                 let n = if code == b'a' { 1 } else { 2 };
                 let from = stack.len().checked_sub(n).ok_or_else(underflow)?;
-                let parts = stack.split_off(from);
-                let target = stack.last_mut().ok_or_else(underflow)?;
-                for p in &parts {
-                    target.absorb(p);
+                if from == 0 || marks.last().is_some_and(|&(m, _)| m > from - 1) {
+                    return Err(underflow());
                 }
+                let (below, parts) = stack.split_at_mut(from);
+                let target = &mut below[from - 1];
+                target.absorb_all(parts);
                 if code == b's' {
                     target.items -= 1;
                 }
-                check_slot(target, max_size, &corrupt, at)?;
+                let t = *target;
+                stack.truncate(from);
+                check_slot(&t, max_size, &corrupt, at)?;
             }
             b'e' | b'u' | 0x90 => {
-                let parts = pop_mark(&mut stack, &mut marks)?;
-                let target = stack.last_mut().ok_or_else(underflow)?;
-                for p in &parts {
-                    target.absorb(p);
+                let m = pop_mark(&stack, &mut marks)?;
+                if m == 0 {
+                    return Err(underflow());
                 }
+                let (below, parts) = stack.split_at_mut(m);
+                let target = &mut below[m - 1];
+                target.absorb_all(parts);
                 if code == b'u' {
                     target.items -= parts.len() as u64 / 2;
                 }
-                check_slot(target, max_size, &corrupt, at)?;
+                let t = *target;
+                stack.truncate(m);
+                check_slot(&t, max_size, &corrupt, at)?;
             }
             // Memo.
             0x94 => {
-                let top = stack.last().ok_or_else(underflow)?.clone();
+                let top = *stack.last().ok_or_else(underflow)?;
                 memo.insert(memo.len() as u64, top);
             }
             b'q' | b'r' | b'p' => {
                 let k = match code {
                     b'q' => le(take(&mut pos, 1)?),
                     b'r' => le(take(&mut pos, 4)?),
-                    _ => parse_decimal(line(&mut pos)?)
-                        .ok_or_else(|| corrupt(format!("bad PUT at byte {at}")))?,
+                    _ => {
+                        streamable = false;
+                        parse_decimal(line(&mut pos)?)
+                            .ok_or_else(|| corrupt(format!("bad PUT at byte {at}")))?
+                    }
                 };
-                let top = stack.last().ok_or_else(underflow)?.clone();
+                let top = *stack.last().ok_or_else(underflow)?;
                 memo.insert(k, top);
             }
             b'h' | b'j' | b'g' => {
+                streamable = false;
                 let k = match code {
                     b'h' => le(take(&mut pos, 1)?),
                     b'j' => le(take(&mut pos, 4)?),
@@ -561,10 +638,11 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                 let v = memo.get(&k).ok_or_else(|| {
                     corrupt(format!("memo {k} read before it was written at byte {at}"))
                 })?;
-                pushed = Some(v.clone());
+                pushed = Some(*v);
             }
             // Globals: only the allow-listed builtins.
             b'c' => {
+                streamable = false;
                 let module = String::from_utf8_lossy(line(&mut pos)?).into_owned();
                 let name = String::from_utf8_lossy(line(&mut pos)?).into_owned();
                 if !ALLOWED_GLOBALS
@@ -579,8 +657,9 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                 pushed = Some(Slot::scalar(0));
             }
             0x93 => {
-                let name = stack.pop().ok_or_else(underflow)?.text;
-                let module = stack.pop().ok_or_else(underflow)?.text;
+                streamable = false;
+                let name = name_of(stack.pop().ok_or_else(underflow)?.text);
+                let module = name_of(stack.pop().ok_or_else(underflow)?.text);
                 let allowed = matches!((&module, &name), (Some(m), Some(n))
                     if ALLOWED_GLOBALS.iter().any(|(am, an)| am == m && an == n));
                 if !allowed {
@@ -596,6 +675,7 @@ pub fn check_pickle(path: &Path, data: &[u8]) -> Result<Option<u64>> {
                 pushed = Some(Slot::scalar(0));
             }
             b'R' => {
+                streamable = false;
                 let args = stack.pop().ok_or_else(underflow)?;
                 stack.pop().ok_or_else(underflow)?;
                 let mut v = Slot::container(false, &[args]);

@@ -69,6 +69,7 @@ mod reader;
 mod recover;
 mod seq;
 mod store;
+mod stream;
 mod value;
 mod writer;
 
