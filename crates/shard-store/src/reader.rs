@@ -88,6 +88,20 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
         {
             return Ok(Some(full));
         }
+        // With the length known, the only other candidate is the short last shard.
+        let known = self.state.lock().length;
+        if let Some(len) = known {
+            if start >= len || full.end <= len {
+                return Ok(None);
+            }
+            let last = ShardName { start, end: len };
+            let exists = self
+                .paths
+                .shards
+                .join(last.file_name(self.compression))
+                .exists();
+            return Ok(exists.then_some(last));
+        }
         Ok(self
             .shard_files()?
             .into_iter()

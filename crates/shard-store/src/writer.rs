@@ -302,11 +302,14 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
         std::fs::rename(&tmp, &dest).map_err(|e| Error::io(&dest, "rename shard into place", e))?;
         fsync_dir(&self.paths.shards)?;
         self.touch_disk(start);
-        // Shorter shards with the same start are superseded.
-        for other in self.shard_files()? {
-            if other.start == start && other.end < name.end {
-                let _ =
-                    std::fs::remove_file(self.paths.shards.join(other.file_name(self.compression)));
+        // Shorter shards with the same start are superseded (only the last
+        // shard of a deterministic source can have a shorter twin).
+        if (items.len() as u64) < self.shard_len || self.state.lock().length.is_none() {
+            for other in self.shard_files()? {
+                if other.start == start && other.end < name.end {
+                    let path = self.paths.shards.join(other.file_name(self.compression));
+                    let _ = std::fs::remove_file(path);
+                }
             }
         }
         if (items.len() as u64) < self.shard_len {
