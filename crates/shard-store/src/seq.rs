@@ -429,3 +429,33 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 }
+
+impl<T: StoreItem> ShardStore<T> {
+    /// A lazy view of the items at `indices` (loadit's `store[[i, j, k]]`).
+    pub fn view(&self, indices: impl Into<Arc<[usize]>>) -> SequenceView<ShardStore<T>> {
+        SequenceView::new(self.clone(), indices)
+    }
+
+    /// A lazy slice `store[start:stop:step]` as in Python: negative bounds
+    /// count from the end (which needs the length), `None` is the end.
+    pub fn slice(
+        &self,
+        start: i64,
+        stop: Option<i64>,
+        step: usize,
+    ) -> Result<SequenceView<ShardStore<T>>> {
+        let resolve = |i: i64| -> Result<usize> {
+            if i >= 0 {
+                return Ok(usize::try_from(i).unwrap_or(usize::MAX));
+            }
+            let len = RandomAccess::length(self)?;
+            Ok(len.saturating_sub(usize::try_from(i.unsigned_abs()).unwrap_or(usize::MAX)))
+        };
+        let a = resolve(start)?;
+        let b = match stop {
+            Some(s) => resolve(s)?,
+            None => RandomAccess::length(self)?,
+        };
+        SequenceView::slice(self.clone(), a..b, step)
+    }
+}

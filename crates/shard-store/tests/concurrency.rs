@@ -167,3 +167,104 @@ fn processes_fill_one_root() {
     }
     assert_consistent(tmp.path());
 }
+
+#[test]
+fn a_shard_is_generated_once_across_threads() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let tmp = tempfile::tempdir().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let (calls, barrier, root) = (Arc::clone(&calls), Arc::clone(&barrier), tmp.path());
+            s.spawn(move || {
+                let store = ShardStore::open_with_source(
+                    root,
+                    Options::default().shard_items(SHARD),
+                    move || {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        (0..N).map(item)
+                    },
+                )
+                .unwrap();
+                barrier.wait();
+                assert_eq!(*store.get(5).unwrap(), item(5));
+            });
+        }
+    });
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the source was started more than once"
+    );
+}
+
+const ONCE_ENV: &str = "SHARD_STORE_TEST_ONCE_ROOT";
+
+/// Opens `root` with a source that logs each start to `calls.log` beside
+/// it, waits for the `go` file, and reads item 5.
+fn once_role(root: &Path) {
+    let log = root.with_extension("calls.log");
+    let store =
+        ShardStore::open_with_source(root, Options::default().shard_items(SHARD), move || {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .unwrap();
+            f.write_all(b"start\n").unwrap();
+            (0..N).map(item)
+        })
+        .unwrap();
+    let go = root.with_extension("go");
+    while !go.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(*store.get(5).unwrap(), item(5));
+}
+
+/// Parent: three child processes (this test, with `ONCE_ENV` set) and the
+/// parent itself ask for the same missing shard at once; the source must
+/// be started once in all.
+#[test]
+fn a_shard_is_generated_once_across_processes() {
+    if let Some(root) = std::env::var_os(ONCE_ENV) {
+        once_role(Path::new(&root));
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    // Create the root first so that no process needs the source to open it.
+    drop(open(&root, Options::default().shard_items(SHARD)));
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "a_shard_is_generated_once_across_processes",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(ONCE_ENV, &root)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(root.with_extension("go"), b"").unwrap();
+    once_role(&root);
+    for mut c in children {
+        let status = c.wait().unwrap();
+        assert!(status.success(), "child failed: {status}");
+    }
+    let log = std::fs::read_to_string(root.with_extension("calls.log")).unwrap();
+    assert_eq!(
+        log.lines().count(),
+        1,
+        "the source was started {} times",
+        log.lines().count()
+    );
+}

@@ -133,3 +133,26 @@ fn utilities_compose_over_a_store() {
         vec![48, 49, 48, 49]
     );
 }
+
+#[test]
+fn store_views_and_slices_follow_python_indexing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store =
+        ShardStore::open_with_source(tmp.path(), Options::default().shard_items(6), || 0..20u64)
+            .unwrap();
+    let v = store.view(vec![19, 0, 7]);
+    assert_eq!(
+        collect(&v).iter().map(|x| **x).collect::<Vec<_>>(),
+        vec![19, 0, 7]
+    );
+    let s = store.slice(-5, None, 2).unwrap();
+    assert_eq!(
+        collect(&s).iter().map(|x| **x).collect::<Vec<_>>(),
+        vec![15, 17, 19]
+    );
+    let s = store.slice(2, Some(-15), 1).unwrap();
+    assert_eq!(
+        collect(&s).iter().map(|x| **x).collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+}
