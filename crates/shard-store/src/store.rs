@@ -178,7 +178,8 @@ impl<T: Clone> Item<T> {
 
 impl<T: StoreItem> ShardStore<T> {
     /// Opens a root without a source: only cached items can be read.
-    /// The root must already hold `metadata.json`.
+    /// The root must already hold `metadata.json`; its shard length and
+    /// compression are adopted whatever `options` say.
     pub fn open(root: impl AsRef<Path>, options: Options) -> Result<ShardStore<T>> {
         ShardStore::open_inner(root.as_ref(), options, None)
     }
@@ -227,6 +228,8 @@ impl<T: StoreItem> ShardStore<T> {
         let meta = {
             let _lock = FileLock::exclusive(&paths.writer_lock)?;
             match read_metadata_file(&paths.metadata)? {
+                // Without a source nothing is written: the stored layout is adopted.
+                Some(stored) if source.is_none() => stored,
                 Some(stored) => adopt(&paths.metadata, &paths.scratch, stored, &opts)?,
                 None => {
                     let shard_len = match opts.max_shard_length {

@@ -353,3 +353,23 @@ fn generic_values_round_trip_through_the_store() {
     let v = shard_store::get_json(tmp.path(), -1).unwrap();
     assert_eq!(v, serde_json::json!({"i": [8, 9]}));
 }
+
+#[test]
+fn a_zstd_root_reads_without_naming_its_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = ShardStore::open_with_source(
+        tmp.path(),
+        Options {
+            compression: Compression::Zstd,
+            ..Options::default().shard_items(4)
+        },
+        || (0..10u64).map(item),
+    )
+    .unwrap();
+    store.len().unwrap();
+    assert!(tmp.path().join("shards/0.4.shard.pickle.zstd").exists());
+    let reader: ShardStore<(u64, Bytes)> =
+        ShardStore::open(tmp.path(), Options::default()).unwrap();
+    assert_eq!(*reader.get(9).unwrap(), item(9));
+    assert_eq!(shard_store::get_json(tmp.path(), 9).unwrap()[0], 9);
+}
