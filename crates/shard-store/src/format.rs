@@ -60,6 +60,8 @@ pub const SHARD_SUFFIX: &str = "shard.pickle";
 pub const SIZE_ESTIMATE_ITEMS: usize = 128;
 /// Largest shard file read into memory (guards against absurd files).
 pub const MAX_SHARD_FILE_BYTES: u64 = 1 << 34;
+/// Largest decompressed shard accepted (guards against decompression bombs).
+pub const MAX_DECOMPRESSED_BYTES: u64 = 1 << 32;
 
 /// Shard compression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -229,10 +231,18 @@ pub fn decompress(path: &Path, bytes: Vec<u8>, compression: Compression) -> Resu
                     path: path.to_path_buf(),
                     reason: format!("zstd: {e}"),
                 })?;
-            std::io::copy(&mut dec, &mut out).map_err(|e| Error::CorruptShard {
+            // Read one byte past the cap to tell "at the cap" from "beyond it".
+            let mut capped = std::io::Read::take(&mut dec, MAX_DECOMPRESSED_BYTES + 1);
+            std::io::copy(&mut capped, &mut out).map_err(|e| Error::CorruptShard {
                 path: path.to_path_buf(),
                 reason: format!("zstd: {e}"),
             })?;
+            if out.len() as u64 > MAX_DECOMPRESSED_BYTES {
+                return Err(Error::CorruptShard {
+                    path: path.to_path_buf(),
+                    reason: format!("decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes"),
+                });
+            }
             Ok(out)
         }
     }

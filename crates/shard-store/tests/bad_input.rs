@@ -271,3 +271,31 @@ fn exploding_memo_references_are_refused() {
     assert!(matches!(err, Error::CorruptShard { .. }), "{err}");
     assert!(err.to_string().contains("nodes"), "{err}");
 }
+
+#[test]
+fn garbage_in_a_zstd_shard_is_a_corrupt_shard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = ShardStore::open_with_source(
+        tmp.path(),
+        Options {
+            compression: format::Compression::Zstd,
+            ..Options::default().shard_items(4)
+        },
+        || 0..10u64,
+    )
+    .unwrap();
+    store.len().unwrap();
+    drop(store);
+    let p = tmp.path().join("shards/4.8.shard.pickle.zstd");
+    let mut bytes = std::fs::read(&p).unwrap();
+    let cut = bytes.len() / 2;
+    bytes.truncate(cut);
+    std::fs::write(&p, &bytes).unwrap();
+    let reader: ShardStore<u64> = ShardStore::open(tmp.path(), Options::default()).unwrap();
+    assert_eq!(*reader.get(2).unwrap(), 2);
+    let err = reader.get(5).unwrap_err();
+    assert!(matches!(err, Error::CorruptShard { .. }), "{err}");
+    std::fs::write(&p, b"not zstd at all").unwrap();
+    let err = reader.get(5).unwrap_err();
+    assert!(matches!(err, Error::CorruptShard { .. }), "{err}");
+}
