@@ -33,6 +33,28 @@
 //! [`Error::UnsupportedPickle`]. Read items of unknown shape as
 //! [`PickleValue`] and print them with [`pickle_to_json`].
 //!
+//! # Behaviour worth knowing
+//!
+//! - **Determinism**: the source is called again whenever items must be
+//!   regenerated (eviction, corruption, another process's cursor); shards
+//!   from different calls are mixed, so it must yield the same items in
+//!   the same order every time. A replay that ends at another length is
+//!   reported as [`Error::NondeterministicSource`].
+//! - **Regeneration cost**: an iterator can only restart, so a shard behind
+//!   every cursor costs a replay from item 0. [`ShardStore::get_many`]
+//!   serves indices shard by shard in ascending order: one forward pass
+//!   regenerates all the shards it needs.
+//! - **Decoding**: shards written by this crate (serde-pickle's opcode
+//!   subset) are decoded by a streaming deserializer without building a
+//!   value tree; other pickles (e.g. CPython's, with memo references)
+//!   fall back to serde-pickle. Both run after a full opcode check that
+//!   bounds nesting depth and memo expansion.
+//! - **Crash safety**: shards and `metadata.json` are written to `scratch/`,
+//!   fsynced and renamed (then the directory is fsynced). A torn or
+//!   corrupt shard is detected on read (size, decode, item count),
+//!   quarantined and regenerated, or reported when there is no source.
+//!   [`verify`] lists every problem of a root; [`inspect`] summarizes it.
+//!
 //! # Example
 //!
 //! ```
