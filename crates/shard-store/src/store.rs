@@ -40,8 +40,7 @@ pub(crate) struct Paths {
     pub(crate) writer_lock: PathBuf,
 }
 
-/// Hashes shard starts (multiples of the shard length) with one multiply:
-/// the memory cache lookup is on every `get`.
+/// Hashes shard starts cheaply: the memory cache lookup is on every `get`.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct StartHasher(u64);
 
@@ -55,7 +54,12 @@ impl std::hash::Hasher for StartHasher {
         }
     }
     fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        // SplitMix64's finalizer: starts are multiples of the shard length
+        // (many trailing zeros), and the table indexes by the low bits.
+        let mut z = v;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        self.0 = z ^ (z >> 31);
     }
 }
 
@@ -369,16 +373,17 @@ impl<T: StoreItem> ShardStore<T> {
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// Sequential iteration over all items (owned clones), as fast as the
-    /// cache or the source allows.
+    /// Sequential iteration over all items, as fast as the cache or the
+    /// source allows. Shards already in the memory cache are cloned from;
+    /// shards read from disk are decoded for the iterator alone (moved out,
+    /// not cached), so a pass over a large store does not evict the hot set.
     pub fn iter(&self) -> Iter<T>
     where
         T: Clone,
     {
         Iter {
             shards: self.iter_shards(),
-            current: None,
-            offset: 0,
+            current: Current::None,
         }
     }
 
@@ -529,6 +534,29 @@ impl<T: StoreItem> Inner<T> {
             self.preload_after(start);
         }
         Ok(loaded)
+    }
+
+    /// Like [`Inner::shard`], but a shard read from disk is returned owned
+    /// and is not put in the memory cache.
+    pub(crate) fn shard_for_iteration(&self, start: u64) -> Result<Option<ShardRef<T>>> {
+        let t = self.next_tick();
+        {
+            let mut state = self.state.lock();
+            if let Some((shard, tick)) = state.cache.get_mut(&start) {
+                *tick = t;
+                return Ok(Some(ShardRef::Shared(Arc::clone(shard))));
+            }
+            if state.length.is_some_and(|len| start >= len) {
+                return Ok(None);
+            }
+        }
+        if let Some(shard) = self.load_from_disk_or_quarantine(start)? {
+            return Ok(Some(match Arc::try_unwrap(shard) {
+                Ok(items) => ShardRef::Owned(items),
+                Err(shared) => ShardRef::Shared(shared),
+            }));
+        }
+        Ok(self.shard(start, start)?.map(ShardRef::Shared))
     }
 
     fn insert_cache(&self, start: u64, shard: Arc<Vec<T>>) {
@@ -694,27 +722,53 @@ fn estimate_shard_len<T: StoreItem>(
 /// Iterator of [`ShardStore::iter`].
 pub struct Iter<T> {
     shards: ShardIter<T>,
-    current: Option<Arc<Vec<T>>>,
-    offset: usize,
+    current: Current<T>,
+}
+
+enum Current<T> {
+    None,
+    Shared(Arc<Vec<T>>, usize),
+    Owned(std::vec::IntoIter<T>),
 }
 
 impl<T: StoreItem + Clone> Iterator for Iter<T> {
     type Item = Result<T>;
     fn next(&mut self) -> Option<Result<T>> {
         loop {
-            if let Some(shard) = &self.current
-                && let Some(x) = shard.get(self.offset)
-            {
-                self.offset += 1;
-                return Some(Ok(x.clone()));
-            }
-            match self.shards.next()? {
-                Ok(shard) => {
-                    self.current = Some(shard);
-                    self.offset = 0;
+            match &mut self.current {
+                Current::Shared(shard, offset) => {
+                    if let Some(x) = shard.get(*offset) {
+                        *offset += 1;
+                        return Some(Ok(x.clone()));
+                    }
                 }
+                Current::Owned(items) => {
+                    if let Some(x) = items.next() {
+                        return Some(Ok(x));
+                    }
+                }
+                Current::None => {}
+            }
+            match self.shards.next_ref(true)? {
+                Ok(ShardRef::Shared(shard)) => self.current = Current::Shared(shard, 0),
+                Ok(ShardRef::Owned(items)) => self.current = Current::Owned(items.into_iter()),
                 Err(e) => return Some(Err(e)),
             }
+        }
+    }
+}
+
+/// A decoded shard: shared with the memory cache, or read privately.
+pub(crate) enum ShardRef<T> {
+    Shared(Arc<Vec<T>>),
+    Owned(Vec<T>),
+}
+
+impl<T> ShardRef<T> {
+    fn len(&self) -> usize {
+        match self {
+            ShardRef::Shared(s) => s.len(),
+            ShardRef::Owned(v) => v.len(),
         }
     }
 }
@@ -726,14 +780,22 @@ pub struct ShardIter<T> {
     done: bool,
 }
 
-impl<T: StoreItem> Iterator for ShardIter<T> {
-    type Item = Result<Arc<Vec<T>>>;
-    fn next(&mut self) -> Option<Result<Arc<Vec<T>>>> {
+impl<T: StoreItem> ShardIter<T> {
+    /// The next shard; with `private`, a shard that is not in the memory
+    /// cache is read from disk for the caller alone (not cached, not shared).
+    fn next_ref(&mut self, private: bool) -> Option<Result<ShardRef<T>>> {
         if self.done {
             return None;
         }
         let start = self.next_start;
-        match self.inner.shard(start, start) {
+        let got = if private {
+            self.inner.shard_for_iteration(start)
+        } else {
+            self.inner
+                .shard(start, start)
+                .map(|s| s.map(ShardRef::Shared))
+        };
+        match got {
             Ok(Some(shard)) => {
                 self.next_start = start + shard.len() as u64;
                 if (shard.len() as u64) < self.inner.shard_len {
@@ -750,5 +812,17 @@ impl<T: StoreItem> Iterator for ShardIter<T> {
                 Some(Err(e))
             }
         }
+    }
+}
+
+impl<T: StoreItem> Iterator for ShardIter<T> {
+    type Item = Result<Arc<Vec<T>>>;
+    fn next(&mut self) -> Option<Result<Arc<Vec<T>>>> {
+        self.next_ref(false).map(|r| {
+            r.map(|s| match s {
+                ShardRef::Shared(a) => a,
+                ShardRef::Owned(v) => Arc::new(v),
+            })
+        })
     }
 }
