@@ -117,14 +117,6 @@ pub enum Error {
     /// The length of an unbounded sequence (e.g. `Repeat::forever`) was asked for.
     #[error("the sequence is unbounded")]
     Unbounded,
-    /// A background worker panicked or stopped while an item was awaited.
-    #[error("{}: background worker failed: {reason}", root.display())]
-    Worker {
-        /// The store root.
-        root: PathBuf,
-        /// What happened.
-        reason: String,
-    },
 }
 
 /// The crate's result type.

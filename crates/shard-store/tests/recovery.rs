@@ -190,3 +190,15 @@ fn missing_shard_without_source_is_not_cached_error() {
     assert!(!store.all_cached_to_disk().unwrap());
     assert!(!inspect(dir).unwrap().complete);
 }
+
+#[test]
+fn a_source_that_changed_length_is_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    drop(filled(dir, 30, 10));
+    std::fs::remove_file(shard_path(dir, 20, 30)).unwrap();
+    // Regeneration replays a source that now ends early.
+    let store = reopen_with_source(dir, 25, 10);
+    let err = store.get(22).unwrap_err();
+    assert!(matches!(err, Error::NondeterministicSource { .. }), "{err}");
+}
