@@ -497,6 +497,12 @@ impl<T: StoreItem> Inner<T> {
     /// The decoded shard starting at `start` (`None` past the end), from
     /// memory, disk or the source; `wanted` is the index asked for (errors).
     pub(crate) fn shard(&self, start: u64, wanted: u64) -> Result<Option<Arc<Vec<T>>>> {
+        self.shard_with(start, wanted, true)
+    }
+
+    /// [`Inner::shard`]; `preload` schedules the shards after it (only
+    /// foreground accesses do, or preloads would chain through the store).
+    fn shard_with(&self, start: u64, wanted: u64, preload: bool) -> Result<Option<Arc<Vec<T>>>> {
         let t = self.next_tick();
         {
             let mut state = self.state.lock();
@@ -504,7 +510,9 @@ impl<T: StoreItem> Inner<T> {
                 *tick = t;
                 let shard = Arc::clone(shard);
                 drop(state);
-                self.preload_after(start);
+                if preload {
+                    self.preload_after(start);
+                }
                 return Ok(Some(shard));
             }
             if state.length.is_some_and(|len| start >= len) {
@@ -531,7 +539,9 @@ impl<T: StoreItem> Inner<T> {
         };
         if let Some(shard) = &loaded {
             self.insert_cache(start, Arc::clone(shard));
-            self.preload_after(start);
+            if preload {
+                self.preload_after(start);
+            }
         }
         Ok(loaded)
     }
@@ -650,13 +660,13 @@ fn worker_loop<T: StoreItem>(inner: Arc<Inner<T>>, rx: Arc<Mutex<mpsc::Receiver<
             Job::Stop => return,
             Job::Shard(start) => {
                 // Errors surface again when the shard is asked for in the foreground.
-                let _ = inner.shard(start, start);
+                let _ = inner.shard_with(start, start, false);
                 inner.state.lock().pending.remove(&start);
             }
             Job::All => {
                 let mut start = 0;
                 while !inner.stop.load(Ordering::SeqCst) {
-                    match inner.shard(start, start) {
+                    match inner.shard_with(start, start, false) {
                         Ok(Some(_)) => start += inner.shard_len,
                         _ => break,
                     }

@@ -373,3 +373,27 @@ fn a_zstd_root_reads_without_naming_its_options() {
     assert_eq!(*reader.get(9).unwrap(), item(9));
     assert_eq!(shard_store::get_json(tmp.path(), 9).unwrap()[0], 9);
 }
+
+#[test]
+fn preloading_does_not_chain_through_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = ShardStore::open_with_source(
+        tmp.path(),
+        Options {
+            max_workers: 2,
+            memory_limit: Some(1 << 30),
+            ..Options::default().shard_items(10)
+        },
+        || (0..1000u64).map(item),
+    )
+    .unwrap();
+    assert_eq!(*store.get(0).unwrap(), item(0));
+    // Give a runaway preloader time to show itself, then join the workers.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(store);
+    let shards = inspect(tmp.path()).unwrap().shards;
+    assert!(
+        shards <= 2,
+        "{shards} shards written after one access with one shard of preload"
+    );
+}
