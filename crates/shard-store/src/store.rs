@@ -1,0 +1,838 @@
+//! [`ShardStore`]: the public handle, its in-memory shard cache and workers.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::format::{
+    self, Compression, FORMAT_VERSION, LOCKS_DIR, METADATA_FILE, Metadata, SCRATCH_DIR, SHARDS_DIR,
+    SIZE_ESTIMATE_ITEMS, WRITER_LOCK_FILE,
+};
+use crate::options::{Options, Preload, ShardLength};
+use crate::reader::read_metadata_file;
+use crate::writer::FileLock;
+
+/// What a store item must be: picklable both ways and shareable across threads.
+pub trait StoreItem: Serialize + DeserializeOwned + Send + Sync + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> StoreItem for T {}
+
+pub(crate) type Source<T> = Box<dyn Fn() -> Box<dyn Iterator<Item = T> + Send> + Send + Sync>;
+
+/// A replayable position in the source.
+pub(crate) struct Cursor<T> {
+    pub(crate) iter: Box<dyn Iterator<Item = T> + Send>,
+    pub(crate) pos: u64,
+    pub(crate) done: bool,
+}
+
+pub(crate) struct Paths {
+    pub(crate) shards: PathBuf,
+    pub(crate) locks: PathBuf,
+    pub(crate) scratch: PathBuf,
+    pub(crate) metadata: PathBuf,
+    pub(crate) writer_lock: PathBuf,
+}
+
+/// Hashes shard starts cheaply: the memory cache lookup is on every `get`.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct StartHasher(u64);
+
+impl std::hash::Hasher for StartHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        // SplitMix64's finalizer: starts are multiples of the shard length
+        // (many trailing zeros), and the table indexes by the low bits.
+        let mut z = v;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        self.0 = z ^ (z >> 31);
+    }
+}
+
+type StartMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<StartHasher>>;
+
+pub(crate) struct State<T> {
+    /// Decoded shards by start, with their last-use tick.
+    cache: StartMap<(Arc<Vec<T>>, u64)>,
+    /// The final length once known.
+    pub(crate) length: Option<u64>,
+    /// Last use of each shard file by this process (disk LRU).
+    pub(crate) disk_access: HashMap<u64, u64>,
+    /// Shards queued for or being preloaded.
+    pending: HashSet<u64>,
+}
+
+pub(crate) struct Inner<T> {
+    pub(crate) root: PathBuf,
+    pub(crate) paths: Paths,
+    pub(crate) shard_len: u64,
+    pub(crate) compression: Compression,
+    pub(crate) opts: Options,
+    pub(crate) source: Option<Source<T>>,
+    pub(crate) state: Mutex<State<T>>,
+    cursors: Vec<Mutex<Option<Cursor<T>>>>,
+    tick: AtomicU64,
+    jobs: Option<Mutex<mpsc::Sender<Job>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+enum Job {
+    Shard(u64),
+    All,
+    Stop,
+}
+
+/// Random access to the items of a deterministic iterator, cached on disk
+/// in loadit's sharded layout (see the [crate docs](crate)).
+///
+/// A cheap handle: clones share one cache. Safe to use from many threads;
+/// many processes may open the same root.
+pub struct ShardStore<T> {
+    inner: Arc<Inner<T>>,
+    workers: Arc<Workers>,
+}
+
+impl<T> Clone for ShardStore<T> {
+    fn clone(&self) -> Self {
+        ShardStore {
+            inner: Arc::clone(&self.inner),
+            workers: Arc::clone(&self.workers),
+        }
+    }
+}
+
+/// The background threads; dropping the last handle stops and joins them,
+/// so no write of this store continues after it is gone.
+struct Workers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    tx: Option<mpsc::Sender<Job>>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(tx) = &self.tx {
+            for _ in &self.handles {
+                let _ = tx.send(Job::Stop);
+            }
+        }
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for ShardStore<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardStore")
+            .field("root", &self.inner.root)
+            .field("max_shard_length", &self.inner.shard_len)
+            .field("compression", &self.inner.compression)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One item, borrowed from its decoded shard (no copy).
+#[derive(Clone)]
+pub struct Item<T> {
+    shard: Arc<Vec<T>>,
+    index: usize,
+}
+
+impl<T> Deref for Item<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.shard[self.index]
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Item<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<T: PartialEq> PartialEq<T> for Item<T> {
+    fn eq(&self, other: &T) -> bool {
+        **self == *other
+    }
+}
+
+impl<T: Clone> Item<T> {
+    /// The item as an owned value (a clone).
+    pub fn to_owned_item(&self) -> T {
+        (**self).clone()
+    }
+}
+
+impl<T: StoreItem> ShardStore<T> {
+    /// Opens a root without a source: only cached items can be read.
+    /// The root must already hold `metadata.json`; its shard length and
+    /// compression are adopted whatever `options` say.
+    pub fn open(root: impl AsRef<Path>, options: Options) -> Result<ShardStore<T>> {
+        ShardStore::open_inner(root.as_ref(), options, None)
+    }
+
+    /// Opens (or creates) a root over `source`, a factory called again
+    /// whenever items must be regenerated. It **must** yield the same items
+    /// in the same order on every call: shards written by one call are mixed
+    /// with shards written by another (and by other processes).
+    pub fn open_with_source<F, I>(
+        root: impl AsRef<Path>,
+        options: Options,
+        source: F,
+    ) -> Result<ShardStore<T>>
+    where
+        F: Fn() -> I + Send + Sync + 'static,
+        I: IntoIterator<Item = T>,
+        I::IntoIter: Send + 'static,
+    {
+        let source: Source<T> = Box::new(move || Box::new(source().into_iter()));
+        ShardStore::open_inner(root.as_ref(), options, Some(source))
+    }
+
+    fn open_inner(root: &Path, opts: Options, source: Option<Source<T>>) -> Result<ShardStore<T>> {
+        opts.validate()?;
+        let paths = Paths {
+            shards: root.join(SHARDS_DIR),
+            locks: root.join(LOCKS_DIR),
+            scratch: root.join(SCRATCH_DIR),
+            metadata: root.join(METADATA_FILE),
+            writer_lock: root.join(LOCKS_DIR).join(WRITER_LOCK_FILE),
+        };
+        if source.is_none() && !paths.metadata.exists() {
+            return Err(Error::BadMetadata {
+                path: paths.metadata.clone(),
+                reason: "missing; a new store needs a source".into(),
+            });
+        }
+        for dir in [&paths.shards, &paths.locks, &paths.scratch] {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                // A read-only root can still be read without a source.
+                if source.is_some() || !dir.is_dir() && dir != &paths.scratch {
+                    return Err(Error::io(dir, "create directory", e));
+                }
+            }
+        }
+        let meta = {
+            let _lock = FileLock::exclusive(&paths.writer_lock)?;
+            match read_metadata_file(&paths.metadata)? {
+                // Without a source nothing is written: the stored layout is adopted.
+                Some(stored) if source.is_none() => stored,
+                Some(stored) => adopt(&paths.metadata, &paths.scratch, stored, &opts)?,
+                None => {
+                    let shard_len = match opts.max_shard_length {
+                        ShardLength::Items(n) => n,
+                        ShardLength::Bytes(b) => match &source {
+                            Some(src) => estimate_shard_len(root, src, b, opts.compression)?,
+                            None => unreachable!("checked above: no metadata needs a source"),
+                        },
+                    };
+                    let meta = Metadata {
+                        max_shard_length: shard_len,
+                        length: 0,
+                        length_final: false,
+                        compression: opts.compression.name().map(str::to_owned),
+                        version: FORMAT_VERSION,
+                        info: opts.info.clone().unwrap_or(serde_json::Value::Null),
+                    };
+                    crate::writer::replace_file(&paths.scratch, &paths.metadata, &meta.to_json())?;
+                    meta
+                }
+            }
+        };
+        let cursors = (0..opts.max_workers).map(|_| Mutex::new(None)).collect();
+        let workers = opts.max_workers.saturating_sub(1);
+        let (tx, rx) = mpsc::channel::<Job>();
+        let inner = Arc::new(Inner {
+            root: root.to_path_buf(),
+            paths,
+            shard_len: meta.max_shard_length,
+            compression: meta.compression(),
+            source,
+            state: Mutex::new(State {
+                cache: StartMap::default(),
+                length: meta.length_final.then_some(meta.length),
+                disk_access: HashMap::new(),
+                pending: HashSet::new(),
+            }),
+            cursors,
+            tick: AtomicU64::new(1),
+            jobs: (workers > 0).then(|| Mutex::new(tx.clone())),
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            opts,
+        });
+        let mut pool = Workers {
+            stop: Arc::clone(&inner.stop),
+            tx: (workers > 0).then_some(tx),
+            handles: Vec::new(),
+        };
+        if workers > 0 {
+            let rx = Arc::new(Mutex::new(rx));
+            for _ in 0..workers {
+                let inner2 = Arc::clone(&inner);
+                let rx = Arc::clone(&rx);
+                let h = std::thread::Builder::new()
+                    .name("shard-store-preload".into())
+                    .spawn(move || worker_loop(inner2, rx))
+                    .map_err(|e| Error::io(&inner.root, "spawn worker", e))?;
+                pool.handles.push(h);
+            }
+            if inner.opts.preload_all_async && inner.source.is_some() {
+                inner.submit(Job::All);
+            }
+        }
+        if inner.source.is_some() {
+            crate::recover::remove_dead_temp_files(&inner.paths.scratch);
+        }
+        Ok(ShardStore {
+            inner,
+            workers: Arc::new(pool),
+        })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// Items per full shard (as stored).
+    pub fn max_shard_length(&self) -> u64 {
+        self.inner.shard_len
+    }
+
+    /// The item at `index`; negative indices count from the end (which
+    /// needs the length). The item is read from memory, disk, or the source.
+    pub fn get(&self, index: i64) -> Result<Item<T>> {
+        let i = self.resolve(index)?;
+        self.inner.item(i, index)
+    }
+
+    /// The number of items. Drives the source to its end (writing the
+    /// shards it passes, without a disk budget) when it is not yet known.
+    pub fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+
+    /// Whether the store has no items (drives the source like [`len`](Self::len)).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// The length if it is already known (no work).
+    pub fn known_len(&self) -> Option<u64> {
+        self.inner.state.lock().length
+    }
+
+    /// Several items, in the order asked; the indices are served shard by
+    /// shard in ascending order, so that missing shards are generated by
+    /// one forward pass of the source.
+    pub fn get_many(&self, indices: &[i64]) -> Result<Vec<T>>
+    where
+        T: Clone,
+    {
+        let mut order: Vec<(u64, usize)> = Vec::with_capacity(indices.len());
+        for (k, &i) in indices.iter().enumerate() {
+            order.push((self.resolve(i)?, k));
+        }
+        order.sort_unstable();
+        let mut out: Vec<Option<T>> = vec![None; indices.len()];
+        let l = self.inner.shard_len;
+        let mut pos = 0;
+        while pos < order.len() {
+            let start = order[pos].0 - order[pos].0 % l;
+            let shard = self.inner.shard(start, order[pos].0)?;
+            while pos < order.len() && order[pos].0 < start + l {
+                let (i, k) = order[pos];
+                let item = shard
+                    .as_ref()
+                    .and_then(|s| s.get((i - start) as usize))
+                    .ok_or_else(|| Error::IndexOutOfRange {
+                        index: indices[k],
+                        len: self.known_len().unwrap_or(i) as usize,
+                    })?;
+                out[k] = Some(item.clone());
+                pos += 1;
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// Sequential iteration over all items, as fast as the cache or the
+    /// source allows. Shards already in the memory cache are cloned from;
+    /// shards read from disk are decoded for the iterator alone (moved out,
+    /// not cached), so a pass over a large store does not evict the hot set.
+    pub fn iter(&self) -> Iter<T>
+    where
+        T: Clone,
+    {
+        Iter {
+            shards: self.iter_shards(),
+            current: Current::None,
+        }
+    }
+
+    /// Sequential iteration over whole decoded shards (no per-item copy).
+    pub fn iter_shards(&self) -> ShardIter<T> {
+        ShardIter {
+            inner: Arc::clone(&self.inner),
+            next_start: 0,
+            done: false,
+        }
+    }
+
+    /// The `info` JSON stored in `metadata.json`.
+    pub fn info(&self) -> Result<serde_json::Value> {
+        Ok(self.inner.read_metadata()?.info)
+    }
+
+    /// Replaces the `info` JSON (atomically).
+    pub fn set_info(&self, info: serde_json::Value) -> Result<()> {
+        let _lock = FileLock::exclusive(&self.inner.paths.writer_lock)?;
+        let mut meta = self.inner.read_metadata_unlocked()?;
+        meta.info = info;
+        self.inner.write_metadata_unlocked(&meta)
+    }
+
+    /// Whether every item is in a shard file on disk.
+    pub fn all_cached_to_disk(&self) -> Result<bool> {
+        let Some(len) = self.inner.final_length_refreshed()? else {
+            return Ok(false);
+        };
+        Ok(crate::writer::covers(&self.inner.shard_files()?, len))
+    }
+
+    /// Blocks until [`all_cached_to_disk`](Self::all_cached_to_disk) holds.
+    /// Waits forever unless someone fills the store (e.g. `preload_all_async`).
+    pub fn wait_until_all_cached(&self) -> Result<()> {
+        while !self.all_cached_to_disk()? {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn resolve(&self, index: i64) -> Result<u64> {
+        if index >= 0 {
+            return Ok(index as u64);
+        }
+        let len = self.len()?;
+        let back = index.unsigned_abs();
+        len.checked_sub(back).ok_or(Error::IndexOutOfRange {
+            index,
+            len: len as usize,
+        })
+    }
+}
+
+impl<T: StoreItem> Inner<T> {
+    fn next_tick(&self) -> u64 {
+        self.tick.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn touch_disk(&self, start: u64) {
+        let t = self.next_tick();
+        self.state.lock().disk_access.insert(start, t);
+    }
+
+    fn len(&self) -> Result<u64> {
+        if let Some(len) = self.final_length_refreshed()? {
+            return Ok(len);
+        }
+        // A short shard fixes the length even if a crash kept it out of the metadata.
+        let short = self
+            .shard_files()?
+            .into_iter()
+            .filter(|n| n.len() < self.shard_len)
+            .map(|n| n.end)
+            .max();
+        if let Some(len) = short {
+            if self.source.is_some() {
+                self.set_final_length(len)?;
+            } else {
+                self.state.lock().length = Some(len);
+            }
+            return Ok(len);
+        }
+        if let Some(len) = self.opts.length {
+            return Ok(len);
+        }
+        if self.source.is_none() {
+            return Err(Error::LengthUnknown {
+                root: self.root.clone(),
+            });
+        }
+        self.drive_to_end()
+    }
+
+    fn item(&self, i: u64, asked: i64) -> Result<Item<T>> {
+        let start = i - i % self.shard_len;
+        let shard = self.shard(start, i)?;
+        match shard {
+            Some(shard) if ((i - start) as usize) < shard.len() => Ok(Item {
+                shard,
+                index: (i - start) as usize,
+            }),
+            _ => Err(Error::IndexOutOfRange {
+                index: asked,
+                len: self.state.lock().length.unwrap_or(i) as usize,
+            }),
+        }
+    }
+
+    /// The decoded shard starting at `start` (`None` past the end), from
+    /// memory, disk or the source; `wanted` is the index asked for (errors).
+    pub(crate) fn shard(&self, start: u64, wanted: u64) -> Result<Option<Arc<Vec<T>>>> {
+        self.shard_with(start, wanted, true)
+    }
+
+    /// [`Inner::shard`]; `preload` schedules the shards after it (only
+    /// foreground accesses do, or preloads would chain through the store).
+    fn shard_with(&self, start: u64, wanted: u64, preload: bool) -> Result<Option<Arc<Vec<T>>>> {
+        let t = self.next_tick();
+        {
+            let mut state = self.state.lock();
+            if let Some((shard, tick)) = state.cache.get_mut(&start) {
+                *tick = t;
+                let shard = Arc::clone(shard);
+                drop(state);
+                if preload {
+                    self.preload_after(start);
+                }
+                return Ok(Some(shard));
+            }
+            if state.length.is_some_and(|len| start >= len) {
+                return Ok(None);
+            }
+        }
+        let loaded = match self.load_from_disk_or_quarantine(start)? {
+            Some(shard) => Some(shard),
+            None => {
+                if self.source.is_none() {
+                    if self
+                        .final_length_refreshed()?
+                        .is_some_and(|len| start >= len)
+                    {
+                        return Ok(None);
+                    }
+                    return Err(Error::NotCached {
+                        root: self.root.clone(),
+                        index: wanted as usize,
+                    });
+                }
+                self.generate(start)?
+            }
+        };
+        if let Some(shard) = &loaded {
+            self.insert_cache(start, Arc::clone(shard));
+            if preload {
+                self.preload_after(start);
+            }
+        }
+        Ok(loaded)
+    }
+
+    /// Like [`Inner::shard`], but a shard read from disk is returned owned
+    /// and is not put in the memory cache.
+    pub(crate) fn shard_for_iteration(&self, start: u64) -> Result<Option<ShardRef<T>>> {
+        let t = self.next_tick();
+        {
+            let mut state = self.state.lock();
+            if let Some((shard, tick)) = state.cache.get_mut(&start) {
+                *tick = t;
+                return Ok(Some(ShardRef::Shared(Arc::clone(shard))));
+            }
+            if state.length.is_some_and(|len| start >= len) {
+                return Ok(None);
+            }
+        }
+        if let Some(shard) = self.load_from_disk_or_quarantine(start)? {
+            return Ok(Some(match Arc::try_unwrap(shard) {
+                Ok(items) => ShardRef::Owned(items),
+                Err(shared) => ShardRef::Shared(shared),
+            }));
+        }
+        Ok(self.shard(start, start)?.map(ShardRef::Shared))
+    }
+
+    fn insert_cache(&self, start: u64, shard: Arc<Vec<T>>) {
+        let t = self.next_tick();
+        let mut state = self.state.lock();
+        state.cache.insert(start, (shard, t));
+        while state.cache.len() > self.opts.max_cache_size {
+            let Some(oldest) = state
+                .cache
+                .iter()
+                .min_by_key(|(_, (_, tick))| *tick)
+                .map(|(k, _)| *k)
+            else {
+                break;
+            };
+            state.cache.remove(&oldest);
+        }
+    }
+
+    fn submit(&self, job: Job) {
+        if let Some(tx) = &self.jobs {
+            // A closed channel only means the workers are gone.
+            let _ = tx.lock().send(job);
+        }
+    }
+
+    fn preload_after(&self, start: u64) {
+        if self.jobs.is_none() || self.source.is_none() {
+            return;
+        }
+        let Preload::NextShards(n) = self.opts.preload_policy() else {
+            return;
+        };
+        let mut todo = Vec::new();
+        {
+            let mut state = self.state.lock();
+            for k in 1..=n as u64 {
+                let s = start.saturating_add(k.saturating_mul(self.shard_len));
+                if state.length.is_some_and(|len| s >= len) {
+                    break;
+                }
+                if !state.cache.contains_key(&s) && state.pending.insert(s) {
+                    todo.push(s);
+                }
+            }
+        }
+        for s in todo {
+            self.submit(Job::Shard(s));
+        }
+    }
+
+    /// Picks the free cursor nearest before `start`, or waits for one.
+    pub(crate) fn take_cursor(&self, start: u64) -> parking_lot::MutexGuard<'_, Option<Cursor<T>>> {
+        let mut best: Option<(i128, parking_lot::MutexGuard<'_, Option<Cursor<T>>>)> = None;
+        for c in &self.cursors {
+            if let Some(g) = c.try_lock() {
+                let score = match g.as_ref() {
+                    Some(cur) if cur.pos <= start && !cur.done => cur.pos as i128,
+                    Some(cur) if cur.done && cur.pos <= start => i128::MAX,
+                    None => -1,
+                    Some(_) => -2,
+                };
+                if best.as_ref().is_none_or(|(s, _)| score > *s) {
+                    best = Some((score, g));
+                }
+            }
+        }
+        match best {
+            Some((_, g)) => g,
+            None => {
+                let k = (start / self.shard_len) as usize % self.cursors.len();
+                self.cursors[k].lock()
+            }
+        }
+    }
+}
+
+fn worker_loop<T: StoreItem>(inner: Arc<Inner<T>>, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
+    loop {
+        let job = {
+            let rx = rx.lock();
+            match rx.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        };
+        if inner.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        match job {
+            Job::Stop => return,
+            Job::Shard(start) => {
+                // Errors surface again when the shard is asked for in the foreground.
+                let _ = inner.shard_with(start, start, false);
+                inner.state.lock().pending.remove(&start);
+            }
+            Job::All => {
+                let mut start = 0;
+                while !inner.stop.load(Ordering::SeqCst) {
+                    match inner.shard_with(start, start, false) {
+                        Ok(Some(_)) => start += inner.shard_len,
+                        _ => break,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Checks requested options against stored metadata, adopting what may be
+/// adopted (a byte target adopts the stored shard length). Caller holds the
+/// writer lock.
+fn adopt(path: &Path, scratch: &Path, mut stored: Metadata, opts: &Options) -> Result<Metadata> {
+    if let ShardLength::Items(n) = opts.max_shard_length
+        && n != stored.max_shard_length
+    {
+        return Err(Error::OptionMismatch {
+            path: path.to_path_buf(),
+            option: "max_shard_length",
+            requested: n.to_string(),
+            stored: stored.max_shard_length.to_string(),
+        });
+    }
+    if opts.compression != stored.compression() {
+        return Err(Error::OptionMismatch {
+            path: path.to_path_buf(),
+            option: "compression",
+            requested: format!("{:?}", opts.compression.name()),
+            stored: format!("{:?}", stored.compression),
+        });
+    }
+    if let Some(info) = &opts.info
+        && *info != stored.info
+    {
+        stored.info = info.clone();
+        crate::writer::replace_file(scratch, path, &stored.to_json())?;
+    }
+    Ok(stored)
+}
+
+/// loadit's `max_shard_length="<N>mb"`: pickle the first items, divide.
+fn estimate_shard_len<T: StoreItem>(
+    root: &Path,
+    source: &Source<T>,
+    target: u64,
+    compression: Compression,
+) -> Result<u64> {
+    let sample: Vec<T> = source().take(SIZE_ESTIMATE_ITEMS).collect();
+    if sample.is_empty() {
+        return Err(Error::InvalidOption {
+            option: "max_shard_length",
+            reason: format!(
+                "{}: the source is empty, cannot estimate item size",
+                root.display()
+            ),
+        });
+    }
+    let bytes = format::encode_shard(root, &sample, compression)?;
+    let per_item = (bytes.len() as f64 / sample.len() as f64).max(1.0);
+    Ok(((target as f64 / per_item) as u64).max(1))
+}
+
+/// Iterator of [`ShardStore::iter`].
+pub struct Iter<T> {
+    shards: ShardIter<T>,
+    current: Current<T>,
+}
+
+enum Current<T> {
+    None,
+    Shared(Arc<Vec<T>>, usize),
+    Owned(std::vec::IntoIter<T>),
+}
+
+impl<T: StoreItem + Clone> Iterator for Iter<T> {
+    type Item = Result<T>;
+    fn next(&mut self) -> Option<Result<T>> {
+        loop {
+            match &mut self.current {
+                Current::Shared(shard, offset) => {
+                    if let Some(x) = shard.get(*offset) {
+                        *offset += 1;
+                        return Some(Ok(x.clone()));
+                    }
+                }
+                Current::Owned(items) => {
+                    if let Some(x) = items.next() {
+                        return Some(Ok(x));
+                    }
+                }
+                Current::None => {}
+            }
+            match self.shards.next_ref(true)? {
+                Ok(ShardRef::Shared(shard)) => self.current = Current::Shared(shard, 0),
+                Ok(ShardRef::Owned(items)) => self.current = Current::Owned(items.into_iter()),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+/// A decoded shard: shared with the memory cache, or read privately.
+pub(crate) enum ShardRef<T> {
+    Shared(Arc<Vec<T>>),
+    Owned(Vec<T>),
+}
+
+impl<T> ShardRef<T> {
+    fn len(&self) -> usize {
+        match self {
+            ShardRef::Shared(s) => s.len(),
+            ShardRef::Owned(v) => v.len(),
+        }
+    }
+}
+
+/// Iterator of [`ShardStore::iter_shards`]: each decoded shard in order.
+pub struct ShardIter<T> {
+    inner: Arc<Inner<T>>,
+    next_start: u64,
+    done: bool,
+}
+
+impl<T: StoreItem> ShardIter<T> {
+    /// The next shard; with `private`, a shard that is not in the memory
+    /// cache is read from disk for the caller alone (not cached, not shared).
+    fn next_ref(&mut self, private: bool) -> Option<Result<ShardRef<T>>> {
+        if self.done {
+            return None;
+        }
+        let start = self.next_start;
+        let got = if private {
+            self.inner.shard_for_iteration(start)
+        } else {
+            self.inner
+                .shard(start, start)
+                .map(|s| s.map(ShardRef::Shared))
+        };
+        match got {
+            Ok(Some(shard)) => {
+                self.next_start = start + shard.len() as u64;
+                if (shard.len() as u64) < self.inner.shard_len {
+                    self.done = true;
+                }
+                Some(Ok(shard))
+            }
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl<T: StoreItem> Iterator for ShardIter<T> {
+    type Item = Result<Arc<Vec<T>>>;
+    fn next(&mut self) -> Option<Result<Arc<Vec<T>>>> {
+        self.next_ref(false).map(|r| {
+            r.map(|s| match s {
+                ShardRef::Shared(a) => a,
+                ShardRef::Owned(v) => Arc::new(v),
+            })
+        })
+    }
+}

@@ -1,0 +1,158 @@
+//! Sequence utilities against plain `Vec` models.
+
+use proptest::prelude::*;
+use shard_store::{
+    Concat, Error, Interleave, Options, RandomAccess, Repeat, SequenceView, ShardStore,
+    chunk_shuffle, chunk_shuffle_indices,
+};
+
+fn collect<S: RandomAccess>(s: &S) -> Vec<S::Item> {
+    (0..s.length().unwrap()).map(|i| s.at(i).unwrap()).collect()
+}
+
+/// loadit's interleave order, written the obvious way: round robin over
+/// the parts that still have items.
+fn interleave_model(parts: &[Vec<u32>]) -> Vec<u32> {
+    let mut out = Vec::new();
+    let longest = parts.iter().map(Vec::len).max().unwrap_or(0);
+    for k in 0..longest {
+        for p in parts {
+            if let Some(x) = p.get(k) {
+                out.push(*x);
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn views_match_index_lists(data in proptest::collection::vec(any::<u32>(), 1..50), picks in proptest::collection::vec(any::<prop::sample::Index>(), 0..40), picks2 in proptest::collection::vec(any::<prop::sample::Index>(), 1..20)) {
+        let idx: Vec<usize> = picks.iter().map(|p| p.index(data.len())).collect();
+        let view = SequenceView::new(data.clone(), idx.clone());
+        let want: Vec<u32> = idx.iter().map(|&i| data[i]).collect();
+        prop_assert_eq!(collect(&view), want.clone());
+        if !want.is_empty() {
+            let idx2: Vec<usize> = picks2.iter().map(|p| p.index(want.len())).collect();
+            let vv = view.view(idx2.clone());
+            prop_assert_eq!(collect(&vv), idx2.iter().map(|&i| want[i]).collect::<Vec<_>>());
+        }
+        let past = matches!(SequenceView::new(data.clone(), idx.clone()).at(idx.len()), Err(Error::IndexOutOfRange { .. }));
+        prop_assert!(past);
+    }
+
+    #[test]
+    fn slices_match_python_slicing(data in proptest::collection::vec(any::<u8>(), 0..40), a in 0usize..45, b in 0usize..45, step in 1usize..5) {
+        let v = SequenceView::slice(data.clone(), a..b, step).unwrap();
+        let want: Vec<u8> = data.iter().copied().enumerate().filter(|(i, _)| *i >= a && *i < b && (i - a) % step == 0).map(|(_, x)| x).collect();
+        prop_assert_eq!(collect(&v), want);
+    }
+
+    #[test]
+    fn concat_matches_vec_concat(parts in proptest::collection::vec(proptest::collection::vec(any::<u32>(), 0..10), 0..5)) {
+        let c = Concat::new(parts.clone());
+        let want: Vec<u32> = parts.concat();
+        prop_assert_eq!(c.length().unwrap(), want.len());
+        // Item access before any length is known.
+        let fresh = Concat::new(parts.clone());
+        for (i, w) in want.iter().enumerate() {
+            prop_assert_eq!(fresh.at(i).unwrap(), *w);
+        }
+        prop_assert!(fresh.at(want.len()).is_err());
+    }
+
+    #[test]
+    fn interleave_is_round_robin(parts in proptest::collection::vec(proptest::collection::vec(any::<u32>(), 0..10), 0..5)) {
+        let il = Interleave::new(parts.clone()).unwrap();
+        prop_assert_eq!(collect(&il), interleave_model(&parts));
+    }
+
+    #[test]
+    fn repeat_matches_cycle(data in proptest::collection::vec(any::<u16>(), 1..10), times in 0usize..4) {
+        let r = Repeat::new(data.clone(), times);
+        let want: Vec<u16> = data.iter().copied().cycle().take(data.len() * times).collect();
+        prop_assert_eq!(collect(&r), want);
+        let f = Repeat::forever(data.clone());
+        prop_assert_eq!(f.at(1000 * data.len() + 1).unwrap(), data[1 % data.len()]);
+        prop_assert!(matches!(f.length(), Err(Error::Unbounded)));
+    }
+
+    #[test]
+    fn chunk_shuffle_permutes_within_chunks(len in 0usize..200, chunk in 1usize..50, seed in any::<u64>()) {
+        let p = chunk_shuffle_indices(chunk, len, seed);
+        prop_assert_eq!(p.len(), len);
+        for (i, &j) in p.iter().enumerate() {
+            prop_assert_eq!(i / chunk, j / chunk, "index {} left its chunk", j);
+        }
+        let mut sorted = p.clone();
+        sorted.sort_unstable();
+        prop_assert_eq!(sorted, (0..len).collect::<Vec<_>>());
+        prop_assert_eq!(chunk_shuffle_indices(chunk, len, seed), p, "deterministic");
+    }
+}
+
+#[test]
+fn negative_indices_through_the_trait() {
+    let v = vec![1, 2, 3];
+    assert_eq!(v.at_signed(-1).unwrap(), 3);
+    assert_eq!(v.at_signed(-3).unwrap(), 1);
+    assert!(matches!(
+        v.at_signed(-4),
+        Err(Error::IndexOutOfRange { index: -4, len: 3 })
+    ));
+    let s: &[i32] = &v;
+    assert_eq!(RandomAccess::at(s, 1).unwrap(), 2);
+}
+
+#[test]
+fn utilities_compose_over_a_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store =
+        ShardStore::open_with_source(tmp.path(), Options::default().shard_items(8), || 0..50u64)
+            .unwrap();
+    let shuffled = chunk_shuffle(&store, Some(10), None, 3).unwrap();
+    let mut seen: Vec<u64> = (0..50).map(|i| *shuffled.at(i).unwrap()).collect();
+    for (i, x) in seen.iter().enumerate() {
+        assert_eq!(i / 10, *x as usize / 10);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..50).collect::<Vec<_>>());
+    let both = Concat::new(vec![
+        SequenceView::slice(&store, 0..5, 1).unwrap(),
+        SequenceView::slice(&store, 45..50, 1).unwrap(),
+    ]);
+    let got: Vec<u64> = (0..10).map(|i| *both.at(i).unwrap()).collect();
+    assert_eq!(got, vec![0, 1, 2, 3, 4, 45, 46, 47, 48, 49]);
+    let by_fn = SequenceView::from_fn(&store, 25, |i| 2 * i);
+    assert_eq!(*by_fn.at(24).unwrap(), 48);
+    let tail = Repeat::new(SequenceView::slice(&store, 48..50, 1).unwrap(), 2);
+    assert_eq!(
+        collect(&tail).iter().map(|x| **x).collect::<Vec<_>>(),
+        vec![48, 49, 48, 49]
+    );
+}
+
+#[test]
+fn store_views_and_slices_follow_python_indexing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store =
+        ShardStore::open_with_source(tmp.path(), Options::default().shard_items(6), || 0..20u64)
+            .unwrap();
+    let v = store.view(vec![19, 0, 7]);
+    assert_eq!(
+        collect(&v).iter().map(|x| **x).collect::<Vec<_>>(),
+        vec![19, 0, 7]
+    );
+    let s = store.slice(-5, None, 2).unwrap();
+    assert_eq!(
+        collect(&s).iter().map(|x| **x).collect::<Vec<_>>(),
+        vec![15, 17, 19]
+    );
+    let s = store.slice(2, Some(-15), 1).unwrap();
+    assert_eq!(
+        collect(&s).iter().map(|x| **x).collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+}
