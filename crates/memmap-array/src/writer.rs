@@ -180,7 +180,7 @@ pub struct RowWriter {
     schema: Schema,
     fingerprint: serde_json::Value,
     options: WriterOptions,
-    _lock: File,
+    _lock: DirLock,
     bins: Vec<BinFile>,
     manifest_path: PathBuf,
     manifest: File,
@@ -236,7 +236,7 @@ impl RowWriter {
     /// Opens the writer of `dir` whose lock the caller already holds.
     pub(crate) fn open_locked(
         dir: PathBuf,
-        lock: File,
+        lock: DirLock,
         schema: &Schema,
         fingerprint: impl Serialize,
         options: WriterOptions,
@@ -267,7 +267,7 @@ impl RowWriter {
         schema: &Schema,
         fingerprint: serde_json::Value,
         options: WriterOptions,
-        lock: File,
+        lock: DirLock,
         manifest_path: PathBuf,
     ) -> Result<RowWriter> {
         let mut bins = Vec::with_capacity(schema.arrays().len());
@@ -333,7 +333,7 @@ impl RowWriter {
         schema: &Schema,
         fingerprint: serde_json::Value,
         options: WriterOptions,
-        lock: File,
+        lock: DirLock,
         manifest_path: PathBuf,
     ) -> Result<RowWriter> {
         let mut interned: Vec<HashMap<String, u64>> = vec![HashMap::new(); schema.sidecars().len()];
@@ -673,8 +673,20 @@ impl RowWriter {
     }
 }
 
+/// The writer's exclusive lock on a cache directory. Dropping it unlocks
+/// explicitly: a process forked meanwhile (by another thread spawning a
+/// child) shares the descriptor until it execs, and a mere close would leave
+/// the lock held through that copy.
+pub(crate) struct DirLock(File);
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let _ = fs2::FileExt::unlock(&self.0);
+    }
+}
+
 /// Takes the exclusive writer lock of `dir` (which must exist).
-pub(crate) fn take_lock(dir: &Path) -> Result<File> {
+pub(crate) fn take_lock(dir: &Path) -> Result<DirLock> {
     let path = dir.join(LOCK_FILE);
     let file = OpenOptions::new()
         .read(true)
@@ -684,7 +696,7 @@ pub(crate) fn take_lock(dir: &Path) -> Result<File> {
         .open(&path)
         .map_err(Error::io(&path))?;
     match fs2::FileExt::try_lock_exclusive(&file) {
-        Ok(()) => Ok(file),
+        Ok(()) => Ok(DirLock(file)),
         Err(e) if e.kind() == fs2::lock_contended_error().kind() => Err(Error::Locked { path }),
         Err(source) => Err(Error::Io { path, source }),
     }

@@ -860,6 +860,10 @@ impl Drop for PageWriter {
         if !self.keep_temp {
             let _ = std::fs::remove_file(&self.tmp);
         }
+        // Unlock explicitly: a child forked meanwhile by another thread
+        // shares the descriptor until it execs, so a close alone could
+        // leave the lock held.
+        let _ = fs2::FileExt::unlock(&self._lock);
     }
 }
 

@@ -561,6 +561,17 @@ impl SegmentStore {
     }
 }
 
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Unlock explicitly: a child forked meanwhile by another thread
+        // shares the descriptor until it execs, so a close alone could
+        // leave the writer lock held.
+        if let Some(lock) = &self._lock {
+            let _ = fs2::FileExt::unlock(lock);
+        }
+    }
+}
+
 impl Drop for SegmentStore {
     fn drop(&mut self) {
         // Errors cannot be returned from drop; call `flush` to see them.
