@@ -186,6 +186,17 @@ fn inspect(path: &Path, as_json: bool) -> CmdResult {
                 print(&format!("kind: memmap-array\n{report}"));
             }
         }
+        CacheKind::ShardStore => {
+            let summary = shard_store::inspect(path).map_err(|e| e.to_string())?;
+            let mut json = serde_json::to_value(&summary).map_err(|e| e.to_string())?;
+            json["kind"] = json!(kind.name());
+            json["path"] = json!(path);
+            if as_json {
+                print(&json.to_string());
+            } else {
+                print(&crate::kinds::json_table(&json));
+            }
+        }
         CacheKind::PageAlloc => {
             let summary = page_alloc::inspect(path).map_err(|e| e.to_string())?;
             if as_json {
@@ -244,6 +255,10 @@ fn verify(path: &Path) -> CmdResult {
             }
         },
         CacheKind::MemmapArray => strings(memmap_array::verify(path)),
+        CacheKind::ShardStore => match shard_store::verify(path) {
+            Ok(problems) => strings(problems),
+            Err(e) => vec![e.to_string()],
+        },
         CacheKind::PageAlloc => strings(page_alloc::verify(path)),
         CacheKind::Beton => strings(page_alloc::beton::verify(path)),
     };
@@ -273,6 +288,12 @@ fn get(path: &Path, key: &str) -> CmdResult {
                 None => parse_index(path, key, cache.len() as usize)? as u64,
             };
             crate::kinds::memmap_row_json(&cache, row).map_err(|e| e.to_string())?
+        }
+        CacheKind::ShardStore => {
+            let index: i64 = key
+                .parse()
+                .map_err(|_| format!("{}: {key:?} is not an index", path.display()))?;
+            shard_store::get_json(path, index).map_err(|e| e.to_string())?
         }
         CacheKind::PageAlloc => {
             let reader = page_alloc::PageReader::open(path).map_err(|e| e.to_string())?;
@@ -319,7 +340,10 @@ fn stats(path: &Path) -> CmdResult {
                 s.index_bytes_per_entry
             ));
         }
-        CacheKind::MemmapArray | CacheKind::PageAlloc | CacheKind::Beton => {
+        CacheKind::MemmapArray
+        | CacheKind::ShardStore
+        | CacheKind::PageAlloc
+        | CacheKind::Beton => {
             return inspect(path, false);
         }
     }

@@ -12,6 +12,8 @@ pub enum CacheKind {
     Torchcachex,
     /// A memmap-array directory (finished or being written).
     MemmapArray,
+    /// A shard-store or loadit root (the same layout).
+    ShardStore,
     /// A page-alloc file.
     PageAlloc,
     /// An FFCV `.beton` file.
@@ -25,6 +27,7 @@ impl CacheKind {
             CacheKind::SegmentStore => "segment-store",
             CacheKind::Torchcachex => "torchcachex",
             CacheKind::MemmapArray => "memmap-array",
+            CacheKind::ShardStore => "shard-store (loadit layout)",
             CacheKind::PageAlloc => "page-alloc",
             CacheKind::Beton => "beton",
         }
@@ -44,6 +47,11 @@ pub fn detect(path: &Path) -> Option<CacheKind> {
             || path.join(memmap_array::MANIFEST_FILE).is_file()
         {
             return Some(CacheKind::MemmapArray);
+        }
+        if path.join(shard_store::format::METADATA_FILE).is_file()
+            && path.join(shard_store::format::SHARDS_DIR).is_dir()
+        {
+            return Some(CacheKind::ShardStore);
         }
     }
     if path.is_file() {

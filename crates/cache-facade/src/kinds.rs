@@ -170,3 +170,18 @@ pub fn memmap_row_json(cache: &memmap_array::ArrayCache, i: u64) -> memmap_array
         "meta": meta,
     }))
 }
+
+/// A flat JSON object as `key: value` lines (nested values inline).
+pub fn json_table(v: &Value) -> String {
+    match v.as_object() {
+        Some(map) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}: {s}"),
+                other => format!("{k}: {other}"),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        None => v.to_string(),
+    }
+}

@@ -293,3 +293,39 @@ fn memmap_array_caches_inspect_get_and_verify() {
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert!(stdout(&out).contains("x.bin"), "{}", stdout(&out));
 }
+
+#[test]
+fn loadit_roots_read_as_loadit_wrote_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let expected = test_support::expected();
+    let root = test_support::copy_fixture("loadit/records", tmp.path());
+    let table = ok(&["inspect", p(&root)]);
+    assert!(
+        table.contains("shard-store") && table.contains("length: 150"),
+        "{table}"
+    );
+    let json: Value = serde_json::from_str(&ok(&["inspect", p(&root), "--json"])).unwrap();
+    assert_eq!(json["shards"], 5);
+    assert!(ok(&["verify", p(&root)]).contains("sound"));
+    for i in [0usize, 31, 32, 149] {
+        let want = &expected["loadit"]["items"][i];
+        let got: Value =
+            serde_json::from_str(&ok(&["get", p(&root), &i.to_string(), "--json"])).unwrap();
+        assert_eq!(got["id"], want["id"]);
+        assert_eq!(got["vec"], want["vec"]);
+        assert_eq!(got["raw"]["$bytes_hex"], want["raw_hex"]);
+    }
+    let last: Value = serde_json::from_str(&ok(&["get", p(&root), "-1"])).unwrap();
+    assert_eq!(last["id"], 149);
+    // A truncated shard is named.
+    let shard = root.join("shards/32.64.shard.pickle");
+    let bytes = std::fs::read(&shard).unwrap();
+    std::fs::write(&shard, &bytes[..bytes.len() / 2]).unwrap();
+    let out = cachex(&["verify", p(&root)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("32.64.shard.pickle"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -111,7 +111,7 @@ pub use value::{Bytes, PickleValue, bytes, hex, pickle_to_json};
 pub use serde_pickle;
 
 /// Reads the item at `index` of any root as a generic value, converted to
-/// JSON (for `cachex get`): bytes as hex strings, see [`pickle_to_json`].
+/// JSON (for `cachex get`): bytes as `{"$bytes_hex": ".."}`, see [`pickle_to_json`].
 pub fn get_json(root: &std::path::Path, index: i64) -> Result<serde_json::Value> {
     let store: ShardStore<PickleValue> = ShardStore::open(root, Options::default())?;
     let item = store.get(index)?;

@@ -71,6 +71,12 @@ pub struct Problem {
     pub reason: String,
 }
 
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.reason)
+    }
+}
+
 /// A summary of a root, from [`inspect`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {

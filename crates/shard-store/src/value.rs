@@ -150,8 +150,8 @@ impl Serialize for PickleValue {
     }
 }
 
-/// Converts a pickle value to JSON for display: bytes become lowercase hex
-/// strings, tuples and sets become arrays, dict keys become strings (their
+/// Converts a pickle value to JSON for display: bytes become
+/// `{"$bytes_hex": ".."}` (lowercase hex, as `cachex get` prints bytes), tuples and sets become arrays, dict keys become strings (their
 /// JSON text unless already a string), big integers become decimal strings
 /// and non-finite floats become `null`.
 pub fn pickle_to_json(v: &serde_pickle::Value) -> serde_json::Value {
@@ -163,7 +163,11 @@ pub fn pickle_to_json(v: &serde_pickle::Value) -> serde_json::Value {
         PickleValue::I64(i) => J::from(*i),
         PickleValue::Int(big) => J::String(big.to_string()),
         PickleValue::F64(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
-        PickleValue::Bytes(b) => J::String(hex(b)),
+        PickleValue::Bytes(b) => {
+            let mut m = serde_json::Map::new();
+            m.insert("$bytes_hex".into(), J::String(hex(b)));
+            J::Object(m)
+        }
         PickleValue::String(s) => J::String(s.clone()),
         PickleValue::List(xs) | PickleValue::Tuple(xs) => {
             J::Array(xs.iter().map(pickle_to_json).collect())

@@ -80,9 +80,9 @@ fn plain_python_builtins_decode() {
         .collect();
     assert_eq!(json[0], serde_json::json!([1, 2]));
     assert_eq!(json[1], serde_json::json!([3]));
-    assert_eq!(json[2], serde_json::json!("6162"));
+    assert_eq!(json[2], serde_json::json!({"$bytes_hex": "6162"}));
     assert_eq!(json[3], serde_json::json!([1, 2, 3, 4]));
-    assert_eq!(json[4], serde_json::json!("7879"));
+    assert_eq!(json[4], serde_json::json!({"$bytes_hex": "7879"}));
     let v = read_one(&unhex(BUILTINS_PROTO2), 3).unwrap();
     let json: Vec<_> = v
         .iter()
@@ -92,8 +92,8 @@ fn plain_python_builtins_decode() {
         json,
         vec![
             serde_json::json!([1, 2]),
-            serde_json::json!("6162"),
-            serde_json::json!("7879")
+            serde_json::json!({"$bytes_hex": "6162"}),
+            serde_json::json!({"$bytes_hex": "7879"})
         ]
     );
     let v = read_one(&unhex(PROTO0), 3).unwrap();
