@@ -40,3 +40,19 @@ fn dataset_memmap() {
     );
     assert!(out.contains("after editing a source"), "{out}");
 }
+
+#[test]
+fn iterable_random_access() {
+    let out = run(env!("CARGO_BIN_EXE_iterable_random_access"));
+    assert!(out.contains("random reads checked"), "{out}");
+}
+
+#[test]
+fn python_roundtrip() {
+    let out = run(env!("CARGO_BIN_EXE_python_roundtrip"));
+    if std::env::var_os("CACHEX_PYTHON").is_some() {
+        assert!(out.contains("4 of 4 Python reads ran and matched"), "{out}");
+    } else {
+        assert!(out.contains("Python reads ran"), "{out}");
+    }
+}

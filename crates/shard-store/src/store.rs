@@ -418,8 +418,25 @@ impl<T: StoreItem> ShardStore<T> {
     }
 
     /// Blocks until [`all_cached_to_disk`](Self::all_cached_to_disk) holds.
-    /// Waits forever unless someone fills the store (e.g. `preload_all_async`).
+    ///
+    /// With a source and no `preload_all_async` worker, this handle fills
+    /// the missing shards itself (ascending shard by shard, so one forward pass of the source) rather
+    /// than waiting on nobody; under a disk budget too small for the whole
+    /// cache that cannot succeed, and it returns the eviction's outcome
+    /// after the pass instead of spinning. Without a source it waits for
+    /// another handle or process to fill the root.
     pub fn wait_until_all_cached(&self) -> Result<()> {
+        if self.inner.source.is_some() && !self.inner.opts.preload_all_async {
+            let len = self.len()?;
+            let shard = self.inner.shard_len.max(1);
+            // Ascending shard starts: the source cursor moves forward once.
+            for start in (0..len).step_by(shard as usize) {
+                self.get(start as i64)?;
+            }
+            if self.inner.opts.memory_limit.is_some() && !self.all_cached_to_disk()? {
+                return Ok(());
+            }
+        }
         while !self.all_cached_to_disk()? {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }

@@ -397,3 +397,18 @@ fn preloading_does_not_chain_through_the_store() {
         "{shards} shards written after one access with one shard of preload"
     );
 }
+
+/// Regression: with a source and no background worker, waiting used to spin
+/// forever because nobody filled the store.
+#[test]
+fn wait_until_all_cached_fills_the_store_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = ShardStore::open_with_source(tmp.path(), Options::default().shard_items(4), || {
+        (0..10u32).map(|i| (i, i * 2))
+    })
+    .unwrap();
+    store.wait_until_all_cached().unwrap();
+    assert!(store.all_cached_to_disk().unwrap());
+    let cached: ShardStore<(u32, u32)> = ShardStore::open(tmp.path(), Options::default()).unwrap();
+    assert_eq!(cached.get(9).unwrap().1, 18);
+}
