@@ -4,7 +4,8 @@
 //! | backend | fits | cannot |
 //! |---|---|---|
 //! | [`SegmentBackend`] (segment-store) | any keyed tensor record, written incrementally by many batches: feature caches, model outputs | fixed-shape numpy-style access; a key is never removed (last write wins) |
-//! | `MemmapBackend` (memmap-array) | fixed-shape rows keyed by source id, built once then read at memory speed: dataset caches | puts once it is finalized; values of another shape or dtype |
+//! | [`MemmapBackend`] (memmap-array) | fixed-shape rows keyed by source id, built once (with `memmap_array::RowWriter` or `open_or_build`) then read at memory speed: dataset caches | puts: the keyed view is read-only; values are copied out of the map into records |
+//! | shard-store, page-alloc | index-addressed data (an iterator's items, a loader's samples): use those crates directly | keyed access: they have no keys |
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -214,4 +215,131 @@ impl CacheBackend for SegmentBackend {
     fn path(&self) -> &Path {
         &self.dir
     }
+}
+
+/// A read-only keyed view of a finished memmap-array cache: the key is a
+/// row's source id, the value a dict record of the row's arrays (absent
+/// arrays left out). Build the cache at `config.cache_dir()` with
+/// `memmap_array::RowWriter` first; puts are refused.
+pub struct MemmapBackend {
+    cache: memmap_array::ArrayCache,
+    dir: PathBuf,
+    counters: Counters,
+}
+
+impl MemmapBackend {
+    /// Opens the finished cache at `config.cache_dir()`.
+    pub fn open(config: &CacheConfig) -> Result<MemmapBackend> {
+        if config.backend != BackendKind::MemmapArray {
+            return Err(FacadeError::Config(format!(
+                "MemmapBackend opened with a {} config",
+                config.backend.name()
+            )));
+        }
+        config.check_options(&[])?;
+        let dir = config.cache_dir()?;
+        match detect(&dir) {
+            Some(CacheKind::MemmapArray) => {}
+            Some(other) => {
+                return Err(FacadeError::KindMismatch {
+                    dir,
+                    found: other.name().to_owned(),
+                    expected: CacheKind::MemmapArray.name().to_owned(),
+                });
+            }
+            None => {
+                return Err(FacadeError::Config(format!(
+                    "{}: no memmap-array cache here; build it with memmap_array::RowWriter first",
+                    dir.display()
+                )));
+            }
+        }
+        let cache = memmap_array::ArrayCache::open(&dir)?;
+        Ok(MemmapBackend {
+            cache,
+            dir,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The cache underneath (zero-copy views: `row(i)`, `array(i, name)`).
+    pub fn cache(&self) -> &memmap_array::ArrayCache {
+        &self.cache
+    }
+
+    fn record(&self, row: u64) -> Result<Record> {
+        let r = self.cache.row(row)?;
+        let parts = self
+            .cache
+            .schema()
+            .arrays()
+            .iter()
+            .zip(r.arrays())
+            .filter_map(|(spec, view)| {
+                view.as_ref().map(|v| {
+                    (
+                        spec.name().to_owned(),
+                        segment_store::Part::from(segment_store::TensorBuf::copy_from(v)),
+                    )
+                })
+            });
+        Ok(Record::dict(parts))
+    }
+}
+
+impl CacheBackend for MemmapBackend {
+    type Value = Record;
+
+    fn get_batch(&self, keys: &[&str]) -> Result<Lookup<Record>> {
+        let mut values = Vec::with_capacity(keys.len());
+        let mut missing = Vec::new();
+        let mut bytes = 0;
+        for (i, key) in keys.iter().enumerate() {
+            match self.cache.find(key) {
+                Some(row) => {
+                    let rec = self.record(row)?;
+                    bytes += rec.byte_len();
+                    values.push(Some(rec));
+                }
+                None => {
+                    missing.push(i);
+                    values.push(None);
+                }
+            }
+        }
+        self.counters
+            .lookup(keys.len() - missing.len(), missing.len(), bytes);
+        Ok((values, missing))
+    }
+
+    fn put_batch(&self, _items: Vec<(String, Record)>) -> Result<()> {
+        Err(FacadeError::ReadOnly {
+            dir: self.dir.clone(),
+            why: "memmap-array caches are built with memmap_array::RowWriter",
+        })
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.cache.len() as usize
+    }
+
+    fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Opens the backend `config` names, behind the trait.
+pub fn open(config: &CacheConfig) -> Result<Box<dyn CacheBackend<Value = Record>>> {
+    Ok(match config.backend {
+        BackendKind::SegmentStore => Box::new(SegmentBackend::open(config)?),
+        BackendKind::MemmapArray => Box::new(MemmapBackend::open(config)?),
+    })
 }

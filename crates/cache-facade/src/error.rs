@@ -67,6 +67,17 @@ pub enum FacadeError {
         #[source]
         source: std::io::Error,
     },
+    /// The backend does not take writes.
+    #[error("{}: read-only: {why}", dir.display())]
+    ReadOnly {
+        /// The cache directory.
+        dir: PathBuf,
+        /// Why.
+        why: &'static str,
+    },
+    /// The memmap-array backend failed.
+    #[error(transparent)]
+    Memmap(#[from] memmap_array::Error),
     /// The segment-store backend failed.
     #[error(transparent)]
     Segment(#[from] segment_store::Error),
