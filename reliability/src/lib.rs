@@ -105,3 +105,49 @@ pub fn fault_sweep(
     }
     report
 }
+
+/// The crash loop: `cycles` (or `CACHEX_CRASH_CYCLES`) runs of the child
+/// `role` of test `test_name`, each in a fresh directory `<tmp>/cache`,
+/// killed with SIGKILL at a seeded moment between 5 and 155 ms (before,
+/// during and after commits); `check(dir, seed, outcome)` then inspects the
+/// directory. The cycle number is the child's seed.
+pub fn crash_loop(
+    test_name: &str,
+    role: &str,
+    cycles: usize,
+    mut check: impl FnMut(&Path, u64, &Outcome),
+) {
+    for cycle in 0..test_support::crash::cycles(cycles) as u64 {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join("cache");
+        let kill_ms = 5 + (cycle.wrapping_mul(2_654_435_761) % 150);
+        let out = test_support::crash::run_and_kill(
+            test_name,
+            role,
+            &dir,
+            cycle,
+            std::time::Duration::from_millis(kill_ms),
+        );
+        check(&dir, cycle, &out);
+    }
+}
+
+/// [`fault_sweep`] over the child `role` of `test_name` (at most 300 runs),
+/// asserting that the injected faults reached the store's operations, and
+/// printing the report under `store`'s name.
+pub fn sweep(
+    store: &str,
+    test_name: &str,
+    role: &str,
+    seed: u64,
+    fault: Fault,
+    check: impl FnMut(&Path, &Outcome),
+) -> SweepReport {
+    let report = fault_sweep(test_name, role, seed, fault, 300, check);
+    assert!(
+        report.runs_with_errors > 0,
+        "{store}: no injected {fault:?} surfaced as an error: {report:?}"
+    );
+    eprintln!("{store} {fault:?} sweep: {report:?}");
+    report
+}

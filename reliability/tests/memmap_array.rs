@@ -2,12 +2,11 @@
 //! writer committed survives, resume finishes the cache, nothing is torn.
 
 use std::path::Path;
-use std::time::Duration;
 
 use memmap_array::{ArrayCache, NewRow, RowWriter, Schema, WriterOptions};
-use reliability::{Fault, fault_sweep};
+use reliability::{Fault, crash_loop, sweep};
 use tensor_core::{DType, Tensor};
-use test_support::crash::{self, child_args, report_commit, report_error, run_and_kill};
+use test_support::crash::{child_args, report_commit, report_error};
 
 fn schema() -> Schema {
     Schema::builder()
@@ -24,7 +23,7 @@ fn row_values(i: usize) -> Vec<u16> {
 fn write_row(w: &mut RowWriter, i: usize) -> memmap_array::Result<()> {
     let t = Tensor::from_vec([64], row_values(i)).expect("tensor");
     let id = format!("s{i:05}");
-    let tag = if i % 2 == 0 { "even" } else { "odd" };
+    let tag = if i.is_multiple_of(2) { "even" } else { "odd" };
     w.write(&NewRow::new(&id).array("x", t.view()).sidecar("tag", tag))
 }
 
@@ -93,7 +92,7 @@ fn check(dir: &Path, committed: &[String], rows: usize) {
             "row {i}"
         );
         let tag = row.sidecar("tag").expect("sidecar");
-        assert_eq!(tag, Some(if i % 2 == 0 { "even" } else { "odd" }));
+        assert_eq!(tag, Some(if i.is_multiple_of(2) { "even" } else { "odd" }));
     }
     assert!(
         memmap_array::verify(dir).is_empty(),
@@ -104,50 +103,43 @@ fn check(dir: &Path, committed: &[String], rows: usize) {
 
 #[test]
 fn sigkill_loop() {
-    for cycle in 0..crash::cycles(50) as u64 {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        let kill_ms = 5 + (cycle.wrapping_mul(2654435761) % 200);
-        let out = run_and_kill(
-            "child_writer",
-            "long",
-            &dir,
-            cycle,
-            Duration::from_millis(kill_ms),
-        );
-        if !dir.exists() {
+    crash_loop("child_writer", "long", 50, |dir, _, out| {
+        if dir.exists() {
+            check(dir, &out.committed, 3000);
+        } else {
             assert!(out.committed.is_empty());
-            continue;
         }
-        check(&dir, &out.committed, 3000);
-    }
+    });
 }
 
 #[test]
 fn every_io_failure_point_eio() {
-    let report = fault_sweep("child_writer", "short", 1, Fault::Eio, 300, |dir, out| {
-        if dir.exists() {
-            check(dir, &out.committed, 6);
-        }
-    });
-    assert!(report.runs_with_errors > 0, "{report:?}");
-    eprintln!("memmap-array EIO sweep: {report:?}");
-}
-
-#[test]
-fn every_io_failure_point_disk_full() {
-    let report = fault_sweep(
+    sweep(
+        "memmap-array",
         "child_writer",
         "short",
-        2,
-        Fault::DiskFull,
-        300,
+        1,
+        Fault::Eio,
         |dir, out| {
             if dir.exists() {
                 check(dir, &out.committed, 6);
             }
         },
     );
-    assert!(report.runs_with_errors > 0, "{report:?}");
-    eprintln!("memmap-array ENOSPC sweep: {report:?}");
+}
+
+#[test]
+fn every_io_failure_point_disk_full() {
+    sweep(
+        "memmap-array",
+        "child_writer",
+        "short",
+        2,
+        Fault::DiskFull,
+        |dir, out| {
+            if dir.exists() {
+                check(dir, &out.committed, 6);
+            }
+        },
+    );
 }

@@ -2,11 +2,10 @@
 //! absent, the old committed version or the new one — never torn.
 
 use std::path::Path;
-use std::time::Duration;
 
 use page_alloc::{PageReader, PageWriter, Schema, Value, WriterOptions};
-use reliability::{Fault, fault_sweep};
-use test_support::crash::{self, child_args, report_commit, report_error, run_and_kill};
+use reliability::{Fault, crash_loop, sweep};
+use test_support::crash::{child_args, report_commit, report_error};
 
 fn sample_bytes(version: u64, i: usize) -> Vec<u8> {
     (0..(200 + (i * 37) % 3000))
@@ -94,40 +93,31 @@ fn check(dir: &Path, committed: &[String]) {
 
 #[test]
 fn sigkill_loop() {
-    for cycle in 0..crash::cycles(50) as u64 {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        let kill_ms = 5 + (cycle.wrapping_mul(2654435761) % 150);
-        let out = run_and_kill(
-            "child_writer",
-            "long",
-            &dir,
-            cycle,
-            Duration::from_millis(kill_ms),
-        );
-        check(&dir, &out.committed);
-    }
+    crash_loop("child_writer", "long", 50, |dir, _, out| {
+        check(dir, &out.committed)
+    });
 }
 
 #[test]
 fn every_io_failure_point_eio() {
-    let report = fault_sweep("child_writer", "short", 1, Fault::Eio, 300, |dir, out| {
-        check(dir, &out.committed)
-    });
-    assert!(report.runs_with_errors > 0, "{report:?}");
-    eprintln!("page-alloc EIO sweep: {report:?}");
+    sweep(
+        "page-alloc",
+        "child_writer",
+        "short",
+        1,
+        Fault::Eio,
+        |dir, out| check(dir, &out.committed),
+    );
 }
 
 #[test]
 fn every_io_failure_point_disk_full() {
-    let report = fault_sweep(
+    sweep(
+        "page-alloc",
         "child_writer",
         "short",
         2,
         Fault::DiskFull,
-        300,
         |dir, out| check(dir, &out.committed),
     );
-    assert!(report.runs_with_errors > 0, "{report:?}");
-    eprintln!("page-alloc ENOSPC sweep: {report:?}");
 }

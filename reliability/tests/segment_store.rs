@@ -1,12 +1,11 @@
 //! segment-store under SIGKILL and injected I/O failures.
 
 use std::path::Path;
-use std::time::Duration;
 
-use reliability::{Fault, fault_sweep};
+use reliability::{Fault, crash_loop, sweep};
 use segment_store::{Options, Record, SegmentStore};
 use tensor_core::Tensor;
-use test_support::crash::{self, child_args, report_commit, report_error, run_and_kill};
+use test_support::crash::{child_args, report_commit, report_error};
 
 const ROWS: usize = 8;
 
@@ -120,44 +119,31 @@ fn check_dir(dir: &Path, seed: u64, committed: &[String], max_batches: usize) {
 
 #[test]
 fn sigkill_loop() {
-    let cycles = crash::cycles(50);
-    for cycle in 0..cycles as u64 {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("cache");
-        // Seeded kill moments between 2 and 80 ms: before, during and after commits.
-        let kill_ms = 5 + (cycle.wrapping_mul(2654435761) % 150);
-        let out = run_and_kill(
-            "child_writer",
-            "long",
-            &dir,
-            cycle,
-            Duration::from_millis(kill_ms),
-        );
-        check_dir(&dir, cycle, &out.committed, 400);
-    }
+    crash_loop("child_writer", "long", 50, |dir, seed, out| {
+        check_dir(dir, seed, &out.committed, 400)
+    });
 }
 
 #[test]
 fn every_io_failure_point_eio() {
-    let report = fault_sweep("child_writer", "short", 7, Fault::Eio, 400, |dir, out| {
-        check_dir(dir, 7, &out.committed, 4);
-    });
-    assert!(report.runs_with_errors > 0, "{report:?}");
-    eprintln!("segment-store EIO sweep: {report:?}");
+    sweep(
+        "segment-store",
+        "child_writer",
+        "short",
+        7,
+        Fault::Eio,
+        |dir, out| check_dir(dir, 7, &out.committed, 4),
+    );
 }
 
 #[test]
 fn every_io_failure_point_disk_full() {
-    let report = fault_sweep(
+    sweep(
+        "segment-store",
         "child_writer",
         "short",
         8,
         Fault::DiskFull,
-        400,
-        |dir, out| {
-            check_dir(dir, 8, &out.committed, 4);
-        },
+        |dir, out| check_dir(dir, 8, &out.committed, 4),
     );
-    assert!(report.runs_with_errors > 0, "{report:?}");
-    eprintln!("segment-store ENOSPC sweep: {report:?}");
 }

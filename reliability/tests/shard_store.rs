@@ -3,11 +3,10 @@
 //! source completes the store.
 
 use std::path::Path;
-use std::time::Duration;
 
-use reliability::{Fault, fault_sweep};
+use reliability::{Fault, crash_loop, sweep};
 use shard_store::{Options, ShardStore};
-use test_support::crash::{self, child_args, report_commit, report_error, run_and_kill};
+use test_support::crash::{child_args, report_commit, report_error};
 
 const SHARD: u64 = 50;
 
@@ -80,40 +79,31 @@ fn check(dir: &Path, committed: &[String], n: u64) {
 
 #[test]
 fn sigkill_loop() {
-    for cycle in 0..crash::cycles(50) as u64 {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("root");
-        let kill_ms = 5 + (cycle.wrapping_mul(2654435761) % 150);
-        let out = run_and_kill(
-            "child_writer",
-            "long",
-            &dir,
-            cycle,
-            Duration::from_millis(kill_ms),
-        );
-        check(&dir, &out.committed, 3_000);
-    }
+    crash_loop("child_writer", "long", 50, |dir, _, out| {
+        check(dir, &out.committed, 3_000)
+    });
 }
 
 #[test]
 fn every_io_failure_point_eio() {
-    let report = fault_sweep("child_writer", "short", 1, Fault::Eio, 300, |dir, out| {
-        check(dir, &out.committed, 200)
-    });
-    assert!(report.runs_with_errors > 0, "{report:?}");
-    eprintln!("shard-store EIO sweep: {report:?}");
+    sweep(
+        "shard-store",
+        "child_writer",
+        "short",
+        1,
+        Fault::Eio,
+        |dir, out| check(dir, &out.committed, 200),
+    );
 }
 
 #[test]
 fn every_io_failure_point_disk_full() {
-    let report = fault_sweep(
+    sweep(
+        "shard-store",
         "child_writer",
         "short",
         2,
         Fault::DiskFull,
-        300,
         |dir, out| check(dir, &out.committed, 200),
     );
-    assert!(report.runs_with_errors > 0, "{report:?}");
-    eprintln!("shard-store ENOSPC sweep: {report:?}");
 }
