@@ -237,6 +237,14 @@ fn report_problems(kind: CacheKind, path: &Path, problems: &[String]) -> ExitCod
 }
 
 fn verify(path: &Path) -> CmdResult {
+    let (kind, problems) = verify_path(path)?;
+    Ok(report_problems(kind, path, &problems))
+}
+
+/// What `cachex verify` checks: the kind of cache at `path` and every
+/// problem found in it, each naming its file (empty when sound). `Err`
+/// when `path` is missing or no cache `cachex` knows.
+pub fn verify_path(path: &Path) -> Result<(CacheKind, Vec<String>), String> {
     let kind = kind_of(path)?;
     let problems: Vec<String> = match kind {
         CacheKind::SegmentStore | CacheKind::Torchcachex => match open_segments(path, true) {
@@ -262,7 +270,7 @@ fn verify(path: &Path) -> CmdResult {
         CacheKind::PageAlloc => strings(page_alloc::verify(path)),
         CacheKind::Beton => strings(page_alloc::beton::verify(path)),
     };
-    Ok(report_problems(kind, path, &problems))
+    Ok((kind, problems))
 }
 
 fn strings<T: std::fmt::Display>(items: Vec<T>) -> Vec<String> {

@@ -735,10 +735,50 @@ pub(crate) fn check_page_hashes(
     path: &Path,
     problems: &mut Problems,
 ) {
+    // Padding is not hashed, so it must be zero: then every byte of the
+    // file is either checked by a hash or known.
+    let zero_check = |problems: &mut Problems, start: u64, end: u64, what: &str| -> bool {
+        let region = usize::try_from(start)
+            .ok()
+            .zip(usize::try_from(end).ok())
+            .and_then(|(s, e)| bytes.get(s..e));
+        match region.and_then(|r| r.iter().position(|&b| b != 0)) {
+            Some(at) => problems.push(Error::corrupt(
+                path,
+                format!("byte {} of {what} padding is not zero", start + at as u64),
+            )),
+            None => true,
+        }
+    };
+    let header_len = header_len_for(layout.schema.len()) as u64;
+    if !zero_check(problems, header_len, layout.header.data_offset, "header") {
+        return;
+    }
+    let pages_end = layout
+        .header
+        .num_pages
+        .checked_mul(layout.header.page_size)
+        .and_then(|n| n.checked_add(layout.header.data_offset));
+    if let Some(end) = pages_end
+        && !zero_check(problems, end, layout.header.meta_offset, "table")
+    {
+        return;
+    }
     for k in 0..layout.header.num_runs {
         let Some(run) = layout.run(bytes, k) else {
             return;
         };
+        let slack = layout.page_offset(run.first_page).and_then(|s| {
+            let used_end = s.checked_add(run.len)?;
+            let run_end = s.checked_add(run.pages.checked_mul(layout.header.page_size)?)?;
+            // The last page may be cut short: the tables follow its data.
+            Some((used_end, run_end.min(layout.header.meta_offset)))
+        });
+        if let Some((used_end, run_end)) = slack
+            && !zero_check(problems, used_end, run_end, "page")
+        {
+            return;
+        }
         let range = layout
             .page_offset(run.first_page)
             .and_then(|s| Some((usize::try_from(s).ok()?, usize::try_from(run.len).ok()?)))

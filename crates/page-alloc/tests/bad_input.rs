@@ -56,20 +56,16 @@ fn bit_flips_in_pages_are_caught_by_verify() {
         assert!(open_and_read(&bad).is_ok());
         std::fs::write(&path, &bad).unwrap();
         let problems = verify(&path);
-        // Bytes past a run's used length are not data: a flip there is harmless.
-        if !problems.is_empty() {
-            caught += 1;
-            assert!(
-                problems[0].to_string().contains("flipped.pages"),
-                "{}",
-                problems[0]
-            );
-            assert!(
-                problems[0].to_string().contains("checksum"),
-                "{}",
-                problems[0]
-            );
-        }
+        // Data bytes are hashed; padding past a run's used length must be
+        // zero: every flip is caught.
+        assert!(!problems.is_empty(), "flip at {at} not caught");
+        caught += 1;
+        let first = problems[0].to_string();
+        assert!(first.contains("flipped.pages"), "{first}");
+        assert!(
+            first.contains("checksum") || first.contains("padding is not zero"),
+            "{first}"
+        );
     }
     assert!(caught > 100, "only {caught} flips caught");
 

@@ -202,6 +202,12 @@ pub fn read_index(
             "index version {version}, this build reads {INDEX_VERSION}"
         )));
     }
+    let flags = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
+    if flags != 0 {
+        return Ok(Err(format!(
+            "index flags {flags:#x}: this build knows none (a newer writer, or damage)"
+        )));
+    }
     let mut out = ParsedLog {
         valid_len: INDEX_HEADER_LEN as u64,
         ..ParsedLog::default()
