@@ -14,7 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::format::{self, LOCK_FILE, SCHEMA_FILE};
 use crate::index::{KeyIndex, Loc, MAX_SEGMENT_ID};
 use crate::lru::Lru;
-use crate::reader::{Decoded, Segment};
+use crate::reader::{Decoded, Row, Segment};
 use crate::record::Record;
 use crate::recover::{hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
@@ -411,23 +411,24 @@ impl SegmentStore {
                 inner.pending_hits.fetch_add(n, Ordering::Relaxed);
             }
         }
-        let mut found: Vec<Hit> = Vec::new();
-        let hint;
+        let mut found: Vec<usize> = Vec::new();
         {
             let st = inner.state.read();
-            hint = hint_of(st.schema.as_ref());
+            let hint = hint_of(st.schema.as_ref());
+            let structure = hint.unwrap_or(crate::Structure::Tensor);
             let mut n = 0;
-            let mut todo: Vec<(usize, u64)> = Vec::new();
+            let mut todo: Vec<(usize, u64)> = Vec::with_capacity(keys.len());
             for (i, k) in keys.iter().enumerate() {
                 if out[i].is_some() {
                     continue;
                 }
                 let key = k.as_ref();
-                if let Some(r) = st
-                    .inflight
-                    .iter()
-                    .rev()
-                    .find_map(|b| b.by_key.get(key).map(|&j| b.records[j].1.clone()))
+                if !st.inflight.is_empty()
+                    && let Some(r) = st
+                        .inflight
+                        .iter()
+                        .rev()
+                        .find_map(|b| b.by_key.get(key).map(|&j| b.records[j].1.clone()))
                 {
                     out[i] = Some(r);
                     n += 1;
@@ -435,56 +436,74 @@ impl SegmentStore {
                 }
                 todo.push((i, format::key_hash(key)));
             }
-            inner.pending_hits.fetch_add(n, Ordering::Relaxed);
+            if n > 0 {
+                inner.pending_hits.fetch_add(n, Ordering::Relaxed);
+            }
             // Random lookups are bound by cache misses: touch every key's
-            // table slot, then its segment row, before the dependent reads,
-            // so the misses of the whole batch overlap.
+            // table slot, then its segment row, then its key bytes, each
+            // pass before the reads that depend on it, so the misses of
+            // the whole batch overlap. Each key's first candidate is
+            // located once and kept for the passes after.
             for &(_, h) in &todo {
                 st.index.prefetch(h);
             }
+            let mut first: Vec<Option<(&Segment, &Decoded, Row<'_>)>> =
+                Vec::with_capacity(todo.len());
+            let mut last: Option<(u32, &Arc<Segment>)> = None;
             for &(_, h) in &todo {
-                if let Some(loc) = st.index.candidates(h).next()
-                    && let Some(seg) = st.segments.get(&loc.seg)
-                    && let Ok(d) = seg.decoded(hint)
-                {
-                    d.prefetch_row(loc.row as usize);
-                }
+                let located = st.index.candidates(h).next().and_then(|loc| {
+                    let seg = match last {
+                        Some((id, seg)) if id == loc.seg => seg,
+                        _ => {
+                            let seg = st.segments.get(&loc.seg)?;
+                            last = Some((loc.seg, seg));
+                            seg
+                        }
+                    };
+                    let d = seg.decoded(hint).ok()?;
+                    let row = d.row(loc.row as usize)?;
+                    d.prefetch_row(&row);
+                    Some((&**seg, &**d, row))
+                });
+                first.push(located);
             }
-            for &(_, h) in &todo {
-                if let Some(loc) = st.index.candidates(h).next()
-                    && let Some(seg) = st.segments.get(&loc.seg)
-                    && let Ok(d) = seg.decoded(hint)
-                {
-                    d.prefetch_key(loc.row as usize);
-                }
+            for (d, row) in first.iter().flatten().map(|(_, d, row)| (d, row)) {
+                d.prefetch_key(row);
             }
-            for &(i, h) in &todo {
-                if let Some(hit) = lookup(inner, &st, keys[i].as_ref(), h) {
-                    found.push(Hit { slot: i, ..hit });
-                }
-            }
-        }
-        found.sort_unstable_by_key(|f| f.loc);
-        let structure = hint.unwrap_or(crate::Structure::Tensor);
-        let mut hits = 0;
-        for hit in &found {
-            match hit
-                .decoded
-                .record(&hit.segment.path, hit.loc.row as usize, structure)
-            {
-                Ok(r) => {
-                    out[hit.slot] = Some(r);
+            let mut hits = 0;
+            for (&(i, h), located) in todo.iter().zip(&first) {
+                let key = keys[i].as_ref();
+                let noted = |path: &Path, e: Error| note_problem(inner, path, e.to_string());
+                let rec = match located {
+                    // The common case: the first candidate is the key.
+                    Some((seg, d, row)) if d.key_of(row) == Some(key) => d
+                        .record_of(&seg.path, row, structure)
+                        .map_err(|e| noted(&seg.path, e))
+                        .ok(),
+                    // A tag collision, a newer duplicate or a bad segment:
+                    // walk every candidate.
+                    _ => lookup(inner, &st, key, h).and_then(|hit| {
+                        hit.decoded
+                            .record(&hit.segment.path, hit.loc.row as usize, structure)
+                            .map_err(|e| noted(&hit.segment.path, e))
+                            .ok()
+                    }),
+                };
+                if let Some(r) = rec {
+                    out[i] = Some(r);
                     hits += 1;
+                    if use_lru {
+                        found.push(i);
+                    }
                 }
-                Err(e) => note_problem(inner, &hit.segment.path, e.to_string()),
             }
+            inner.segment_hits.fetch_add(hits, Ordering::Relaxed);
         }
-        inner.segment_hits.fetch_add(hits, Ordering::Relaxed);
         if use_lru && !found.is_empty() {
             let mut lru = inner.lru.lock();
-            for hit in &found {
-                if let Some(r) = &out[hit.slot] {
-                    lru.put(keys[hit.slot].as_ref(), r);
+            for &i in &found {
+                if let Some(r) = &out[i] {
+                    lru.put(keys[i].as_ref(), r);
                 }
             }
         }
@@ -614,8 +633,6 @@ pub(crate) fn note_problem(inner: &Inner, path: &Path, detail: String) {
 /// A key found in a segment.
 struct Hit {
     loc: Loc,
-    /// Position in the caller's batch.
-    slot: usize,
     segment: Arc<Segment>,
     decoded: Arc<Decoded>,
 }
@@ -633,7 +650,6 @@ fn lookup(inner: &Inner, st: &State, key: &str, hash: u64) -> Option<Hit> {
                 if d.key(loc.row as usize) == Some(key) {
                     return Some(Hit {
                         loc,
-                        slot: 0,
                         segment: seg.clone(),
                         decoded: d.clone(),
                     });
