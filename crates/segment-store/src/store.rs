@@ -21,6 +21,12 @@ use crate::schema::{RecordSchema, to_schema_json};
 use crate::writer::{IndexLog, build_batch, split_runs, write_atomic, write_segment};
 use crate::{Error, Problem, ProblemKind, Result};
 
+/// How many keys each stage of [`SegmentStore::get_batch`]'s lookup
+/// pipeline runs behind the stage before it: enough work in between for a
+/// cache miss (a few hundred ns) to complete, few enough that the
+/// outstanding misses fit the CPU's miss buffers.
+const AHEAD: usize = 16;
+
 /// How a store behaves. `Options::default()` suits a single process.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -417,71 +423,80 @@ impl SegmentStore {
             let hint = hint_of(st.schema.as_ref());
             let structure = hint.unwrap_or(crate::Structure::Tensor);
             let mut n = 0;
-            let mut todo: Vec<(usize, u64)> = Vec::with_capacity(keys.len());
+            let mut wanted: Vec<usize> = Vec::with_capacity(keys.len());
             for (i, k) in keys.iter().enumerate() {
                 if out[i].is_some() {
                     continue;
                 }
-                let key = k.as_ref();
-                if !st.inflight.is_empty()
-                    && let Some(r) = st
+                if !st.inflight.is_empty() {
+                    let key = k.as_ref();
+                    if let Some(r) = st
                         .inflight
                         .iter()
                         .rev()
                         .find_map(|b| b.by_key.get(key).map(|&j| b.records[j].1.clone()))
-                {
-                    out[i] = Some(r);
-                    n += 1;
-                    continue;
+                    {
+                        out[i] = Some(r);
+                        n += 1;
+                        continue;
+                    }
                 }
-                todo.push((i, format::key_hash(key)));
+                wanted.push(i);
             }
             if n > 0 {
                 inner.pending_hits.fetch_add(n, Ordering::Relaxed);
             }
-            // Random lookups are bound by cache misses: touch every key's
-            // table slot, then its segment row, then its key bytes, each
-            // pass before the reads that depend on it, so the misses of
-            // the whole batch overlap. Each key's first candidate is
-            // located once and kept for the passes after.
-            for &(_, h) in &todo {
-                st.index.prefetch(h);
-            }
+            // Random lookups are bound by cache misses, each key's on the
+            // one before: its table slot, then its segment row (key offset
+            // and tensor head), then its key bytes. A software pipeline
+            // keeps every stage `AHEAD` keys behind the one before, so
+            // each miss has the work on later keys (hashing, mostly) to
+            // hide behind and the misses of the batch overlap.
+            let mut hashes: Vec<u64> = Vec::with_capacity(wanted.len());
             let mut first: Vec<Option<(&Segment, &Decoded, Row<'_>)>> =
-                Vec::with_capacity(todo.len());
-            let mut last: Option<(u32, &Arc<Segment>)> = None;
-            for &(_, h) in &todo {
-                let located = st.index.candidates(h).next().and_then(|loc| {
-                    let seg = match last {
-                        Some((id, seg)) if id == loc.seg => seg,
-                        _ => {
-                            let seg = st.segments.get(&loc.seg)?;
-                            last = Some((loc.seg, seg));
-                            seg
-                        }
-                    };
-                    let d = seg.decoded(hint).ok()?;
-                    let row = d.row(loc.row as usize)?;
-                    d.prefetch_row(&row);
-                    Some((&**seg, &**d, row))
-                });
-                first.push(located);
-            }
-            for (d, row) in first.iter().flatten().map(|(_, d, row)| (d, row)) {
-                d.prefetch_key(row);
-            }
+                Vec::with_capacity(wanted.len());
             let mut hits = 0;
-            for (&(i, h), located) in todo.iter().zip(&first) {
+            let total = wanted.len();
+            for step in 0..total + 3 * AHEAD {
+                // Stage 1: hash, and ask for the table slot.
+                if let Some(&i) = wanted.get(step) {
+                    let h = format::key_hash(keys[i].as_ref());
+                    st.index.prefetch(h);
+                    hashes.push(h);
+                }
+                // Stage 2: read the slot, locate the first candidate's row
+                // and ask for its key offset and tensor head.
+                if let Some(&h) = step.checked_sub(AHEAD).and_then(|k| hashes.get(k)) {
+                    let located = st.index.candidates(h).next().and_then(|loc| {
+                        let seg = st.segments.get(&loc.seg)?;
+                        let d = seg.decoded(hint).ok()?;
+                        let row = d.row(loc.row as usize)?;
+                        d.prefetch_row(&row);
+                        Some((&**seg, &**d, row))
+                    });
+                    first.push(located);
+                }
+                // Stage 3: ask for the candidate's key bytes.
+                if let Some(Some((_, d, row))) =
+                    step.checked_sub(2 * AHEAD).and_then(|k| first.get(k))
+                {
+                    d.prefetch_key(row);
+                }
+                // Stage 4: confirm the key and hand out the record.
+                let Some(k) = step.checked_sub(3 * AHEAD).filter(|&k| k < total) else {
+                    continue;
+                };
+                let (i, h) = (wanted[k], hashes[k]);
                 let key = keys[i].as_ref();
                 let noted = |path: &Path, e: Error| note_problem(inner, path, e.to_string());
-                let rec = match located {
+                let rec = match &first[k] {
                     // The common case: the first candidate is the key.
                     Some((seg, d, row)) if d.key_of(row) == Some(key) => d
                         .record_of(&seg.path, row, structure)
                         .map_err(|e| noted(&seg.path, e))
                         .ok(),
-                    // A tag collision, a newer duplicate or a bad segment:
-                    // walk every candidate.
+                    // A tag collision or an unreadable segment: walk every
+                    // candidate.
                     _ => lookup(inner, &st, key, h).and_then(|hit| {
                         hit.decoded
                             .record(&hit.segment.path, hit.loc.row as usize, structure)
