@@ -325,33 +325,34 @@ impl Decoded {
                 Part::Blob(_) => Err(Error::corrupt(path, "tensor record without a tensor")),
             };
         }
-        let mut parts = Vec::with_capacity(b.parts.len());
-        for p in &b.parts {
-            parts.push(read_part(path, row, p, r)?);
-        }
         let structure = match (self.schema.structure, structure) {
             (Structure::Tuple, Structure::List) => Structure::List,
             (s, _) => s,
         };
+        let parts = || b.parts.iter().map(|p| read_part(path, row, p, r));
+        let last = || parts().collect::<Result<Vec<_>>>().map(|mut v| v.pop());
         Ok(match structure {
-            Structure::Tensor => match parts.pop() {
+            Structure::Tensor => match last()? {
                 Some(Part::Tensor(t)) => Record::Tensor(t),
                 _ => return Err(Error::corrupt(path, "tensor record without a tensor")),
             },
-            Structure::Blob => match parts.pop() {
+            Structure::Blob => match last()? {
                 Some(Part::Blob(b)) => Record::Blob(b),
                 _ => return Err(Error::corrupt(path, "blob record without a blob")),
             },
+            // Straight into the record's own vector: one allocation per
+            // record for the parts, none for an intermediate list.
             Structure::Dict => Record::Dict(
                 self.schema
                     .parts
                     .iter()
                     .map(|s| s.name.clone())
-                    .zip(parts)
-                    .collect(),
+                    .zip(parts())
+                    .map(|(name, part)| part.map(|p| (name, p)))
+                    .collect::<Result<_>>()?,
             ),
-            Structure::Tuple => Record::Tuple(parts),
-            Structure::List => Record::List(parts),
+            Structure::Tuple => Record::Tuple(parts().collect::<Result<_>>()?),
+            Structure::List => Record::List(parts().collect::<Result<_>>()?),
         })
     }
 }
