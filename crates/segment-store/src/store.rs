@@ -381,9 +381,10 @@ impl SegmentStore {
         self.take_bg_error()
     }
 
-    /// Looks `keys` up, in the caller's order: the LRU, records not yet
-    /// flushed, then the index (grouped by segment). Returns the records
-    /// and the positions of the keys not found.
+    /// Looks `keys` up: the LRU, records not yet flushed, then the index
+    /// and segments (every key confirmed against its segment's key
+    /// column). Returns the records in the caller's order and the
+    /// positions of the keys not found.
     pub fn get_batch<K: AsRef<str>>(
         &self,
         keys: &[K],
