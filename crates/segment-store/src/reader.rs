@@ -24,7 +24,7 @@ use crate::schema::{PartKind, RecordSchema};
 use crate::{Error, Result};
 
 /// Bytes of each tensor's head that a batched lookup prefetches.
-const PREFETCH_TENSOR_BYTES: usize = 4096;
+const PREFETCH_TENSOR_BYTES: usize = 128;
 
 /// One immutable segment file, mapped into memory.
 pub struct Segment {
@@ -166,20 +166,25 @@ impl Uniform {
             return None;
         }
         let k = first.len();
-        for w in so.windows(2) {
-            let (a, b) = (w[0] as usize, w[1] as usize);
-            if b - a != k || dims.get(a..b)? != first {
-                return None;
-            }
+        // Every row holds `k` dims (offsets step by `k`) ...
+        let k32 = i32::try_from(k).ok()?;
+        if !steps_by(so, k32) {
+            return None;
+        }
+        // ... and the same ones: the dims repeat with period `k`, compared
+        // in one pass rather than row by row.
+        let end = *so.last()? as usize;
+        let all = dims.get(s0..end)?;
+        if all.get(k..)? != all.get(..all.len().checked_sub(k)?)? {
+            return None;
         }
         let shape_v = Shape::new(first.iter().map(|&d| d as usize));
         let numel = shape_v.numel()?;
         let o = data.value_offsets();
         let base = o[0] as usize;
-        for (i, &off) in o.iter().enumerate() {
-            if (off as usize) != base.checked_add(i.checked_mul(numel)?)? {
-                return None;
-            }
+        // Row `i` starts at `base + i * numel`.
+        if !steps_by(o, i32::try_from(numel).ok()?) {
+            return None;
         }
         Some(Uniform {
             shape: shape_v,
@@ -187,6 +192,23 @@ impl Uniform {
             base,
         })
     }
+}
+
+/// A row of a [`Decoded`] segment, located in its record batch.
+pub struct Row<'a> {
+    batch: &'a BatchColumns,
+    /// Row within `batch`.
+    r: usize,
+    /// Row within the segment.
+    row: usize,
+}
+
+/// Whether consecutive `offsets` differ by exactly `step` (a branch-free
+/// pass the compiler vectorizes).
+fn steps_by(offsets: &[i32], step: i32) -> bool {
+    offsets
+        .windows(2)
+        .fold(true, |ok, w| ok & (w[1].wrapping_sub(w[0]) == step))
 }
 
 struct BatchColumns {
@@ -204,16 +226,25 @@ impl Decoded {
         if row >= self.rows {
             return None;
         }
+        // Segments written by this crate hold one record batch.
+        if let [b] = self.batches.as_slice() {
+            return Some((b, row));
+        }
         let b = self.starts.partition_point(|&s| s <= row) - 1;
         Some((&self.batches[b], row - self.starts[b]))
     }
 
+    /// Locates `row` once for the calls below (`None` beyond the end).
+    pub fn row(&self, row: usize) -> Option<Row<'_>> {
+        let (batch, r) = self.locate(row)?;
+        Some(Row { batch, r, row })
+    }
+
     /// Hints the CPU to fetch what reading `row` touches first: its key
-    /// offsets and each tensor's offsets (or, for a uniform column, data).
-    pub fn prefetch_row(&self, row: usize) {
-        let Some((b, r)) = self.locate(row) else {
-            return;
-        };
+    /// offsets and each tensor's offsets (or, for a uniform column, the
+    /// head of its data).
+    pub fn prefetch_row(&self, row: &Row<'_>) {
+        let (b, r) = (row.batch, row.r);
         match &b.keys {
             KeyColumn::Utf8(a) => prefetch(&a.value_offsets()[r]),
             KeyColumn::Large(a) => prefetch(&a.value_offsets()[r]),
@@ -230,8 +261,11 @@ impl Decoded {
             {
                 match uniform {
                     Some(u) => {
-                        // The head of the tensor itself, so the caller's
-                        // first pass over a small tensor hits the cache.
+                        // The head of the tensor itself: the hardware
+                        // prefetcher streams the rest once the caller's
+                        // pass over it starts, so one request per tensor
+                        // overlaps the batch's misses without filling the
+                        // miss queue with lines the caller reaches later.
                         let at = (u.base + r * u.numel) * dtype.size();
                         let len = (u.numel * dtype.size()).min(PREFETCH_TENSOR_BYTES);
                         if let Some(head) = values.as_slice().get(at..at + len) {
@@ -251,62 +285,74 @@ impl Decoded {
 
     /// Hints the CPU to fetch the key bytes of `row` (after
     /// [`Decoded::prefetch_row`] brought its offsets in).
-    pub fn prefetch_key(&self, row: usize) {
-        if let Some((b, r)) = self.locate(row)
-            && let KeyColumn::Utf8(a) = &b.keys
-            && let Some(byte) = a.value_data().get(a.value_offsets()[r] as usize)
+    pub fn prefetch_key(&self, row: &Row<'_>) {
+        if let KeyColumn::Utf8(a) = &row.batch.keys
+            && let Some(byte) = a.value_data().get(a.value_offsets()[row.r] as usize)
         {
             prefetch(byte);
         }
     }
 
-    /// The key of `row` (`None` beyond the end or when null).
-    pub fn key(&self, row: usize) -> Option<&str> {
-        let (b, r) = self.locate(row)?;
-        match &b.keys {
+    /// The key of a located row (`None` when null).
+    pub fn key_of<'a>(&'a self, row: &Row<'a>) -> Option<&'a str> {
+        let r = row.r;
+        match &row.batch.keys {
             KeyColumn::Utf8(a) => (!a.is_null(r)).then(|| a.value(r)),
             KeyColumn::Large(a) => (!a.is_null(r)).then(|| a.value(r)),
         }
     }
 
+    /// The key of `row` (`None` beyond the end or when null).
+    pub fn key(&self, row: usize) -> Option<&str> {
+        let at = self.row(row)?;
+        self.key_of(&at)
+    }
+
     /// The record of `row`, its tensors borrowing the mapped file.
     pub fn record(&self, path: &Path, row: usize, structure: Structure) -> Result<Record> {
-        let (b, r) = self
-            .locate(row)
+        let at = self
+            .row(row)
             .ok_or_else(|| Error::corrupt(path, format!("row {row} beyond {} rows", self.rows)))?;
+        self.record_of(path, &at, structure)
+    }
+
+    /// The record of a located row, its tensors borrowing the mapped file.
+    pub fn record_of(&self, path: &Path, at: &Row<'_>, structure: Structure) -> Result<Record> {
+        let (b, r, row) = (at.batch, at.r, at.row);
         if let (Structure::Tensor, [p]) = (self.schema.structure, b.parts.as_slice()) {
             return match read_part(path, row, p, r)? {
                 Part::Tensor(t) => Ok(Record::Tensor(t)),
                 Part::Blob(_) => Err(Error::corrupt(path, "tensor record without a tensor")),
             };
         }
-        let mut parts = Vec::with_capacity(b.parts.len());
-        for p in &b.parts {
-            parts.push(read_part(path, row, p, r)?);
-        }
         let structure = match (self.schema.structure, structure) {
             (Structure::Tuple, Structure::List) => Structure::List,
             (s, _) => s,
         };
+        let parts = || b.parts.iter().map(|p| read_part(path, row, p, r));
+        let last = || parts().collect::<Result<Vec<_>>>().map(|mut v| v.pop());
         Ok(match structure {
-            Structure::Tensor => match parts.pop() {
+            Structure::Tensor => match last()? {
                 Some(Part::Tensor(t)) => Record::Tensor(t),
                 _ => return Err(Error::corrupt(path, "tensor record without a tensor")),
             },
-            Structure::Blob => match parts.pop() {
+            Structure::Blob => match last()? {
                 Some(Part::Blob(b)) => Record::Blob(b),
                 _ => return Err(Error::corrupt(path, "blob record without a blob")),
             },
+            // Straight into the record's own vector: one allocation per
+            // record for the parts, none for an intermediate list.
             Structure::Dict => Record::Dict(
                 self.schema
                     .parts
                     .iter()
                     .map(|s| s.name.clone())
-                    .zip(parts)
-                    .collect(),
+                    .zip(parts())
+                    .map(|(name, part)| part.map(|p| (name, p)))
+                    .collect::<Result<_>>()?,
             ),
-            Structure::Tuple => Record::Tuple(parts),
-            Structure::List => Record::List(parts),
+            Structure::Tuple => Record::Tuple(parts().collect::<Result<_>>()?),
+            Structure::List => Record::List(parts().collect::<Result<_>>()?),
         })
     }
 }

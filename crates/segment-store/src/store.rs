@@ -14,12 +14,18 @@ use parking_lot::{Mutex, RwLock};
 use crate::format::{self, LOCK_FILE, SCHEMA_FILE};
 use crate::index::{KeyIndex, Loc, MAX_SEGMENT_ID};
 use crate::lru::Lru;
-use crate::reader::{Decoded, Segment};
+use crate::reader::{Decoded, Row, Segment};
 use crate::record::Record;
 use crate::recover::{hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
 use crate::writer::{IndexLog, build_batch, split_runs, write_atomic, write_segment};
 use crate::{Error, Problem, ProblemKind, Result};
+
+/// How many keys each stage of [`SegmentStore::get_batch`]'s lookup
+/// pipeline runs behind the stage before it: enough work in between for a
+/// cache miss (a few hundred ns) to complete, few enough that the
+/// outstanding misses fit the CPU's miss buffers.
+const AHEAD: usize = 16;
 
 /// How a store behaves. `Options::default()` suits a single process.
 #[derive(Debug, Clone)]
@@ -375,9 +381,10 @@ impl SegmentStore {
         self.take_bg_error()
     }
 
-    /// Looks `keys` up, in the caller's order: the LRU, records not yet
-    /// flushed, then the index (grouped by segment). Returns the records
-    /// and the positions of the keys not found.
+    /// Looks `keys` up: the LRU, records not yet flushed, then the index
+    /// and segments (every key confirmed against its segment's key
+    /// column). Returns the records in the caller's order and the
+    /// positions of the keys not found.
     pub fn get_batch<K: AsRef<str>>(
         &self,
         keys: &[K],
@@ -411,80 +418,108 @@ impl SegmentStore {
                 inner.pending_hits.fetch_add(n, Ordering::Relaxed);
             }
         }
-        let mut found: Vec<Hit> = Vec::new();
-        let hint;
+        let mut found: Vec<usize> = Vec::new();
         {
             let st = inner.state.read();
-            hint = hint_of(st.schema.as_ref());
+            let hint = hint_of(st.schema.as_ref());
+            let structure = hint.unwrap_or(crate::Structure::Tensor);
             let mut n = 0;
-            let mut todo: Vec<(usize, u64)> = Vec::new();
+            let mut wanted: Vec<usize> = Vec::with_capacity(keys.len());
             for (i, k) in keys.iter().enumerate() {
                 if out[i].is_some() {
                     continue;
                 }
-                let key = k.as_ref();
-                if let Some(r) = st
-                    .inflight
-                    .iter()
-                    .rev()
-                    .find_map(|b| b.by_key.get(key).map(|&j| b.records[j].1.clone()))
+                if !st.inflight.is_empty() {
+                    let key = k.as_ref();
+                    if let Some(r) = st
+                        .inflight
+                        .iter()
+                        .rev()
+                        .find_map(|b| b.by_key.get(key).map(|&j| b.records[j].1.clone()))
+                    {
+                        out[i] = Some(r);
+                        n += 1;
+                        continue;
+                    }
+                }
+                wanted.push(i);
+            }
+            if n > 0 {
+                inner.pending_hits.fetch_add(n, Ordering::Relaxed);
+            }
+            // Random lookups are bound by cache misses, each key's on the
+            // one before: its table slot, then its segment row (key offset
+            // and tensor head), then its key bytes. A software pipeline
+            // keeps every stage `AHEAD` keys behind the one before, so
+            // each miss has the work on later keys (hashing, mostly) to
+            // hide behind and the misses of the batch overlap.
+            let mut hashes: Vec<u64> = Vec::with_capacity(wanted.len());
+            let mut first: Vec<Option<(&Segment, &Decoded, Row<'_>)>> =
+                Vec::with_capacity(wanted.len());
+            let mut hits = 0;
+            let total = wanted.len();
+            for step in 0..total + 3 * AHEAD {
+                // Stage 1: hash, and ask for the table slot.
+                if let Some(&i) = wanted.get(step) {
+                    let h = format::key_hash(keys[i].as_ref());
+                    st.index.prefetch(h);
+                    hashes.push(h);
+                }
+                // Stage 2: read the slot, locate the first candidate's row
+                // and ask for its key offset and tensor head.
+                if let Some(&h) = step.checked_sub(AHEAD).and_then(|k| hashes.get(k)) {
+                    let located = st.index.candidates(h).next().and_then(|loc| {
+                        let seg = st.segments.get(&loc.seg)?;
+                        let d = seg.decoded(hint).ok()?;
+                        let row = d.row(loc.row as usize)?;
+                        d.prefetch_row(&row);
+                        Some((&**seg, &**d, row))
+                    });
+                    first.push(located);
+                }
+                // Stage 3: ask for the candidate's key bytes.
+                if let Some(Some((_, d, row))) =
+                    step.checked_sub(2 * AHEAD).and_then(|k| first.get(k))
                 {
-                    out[i] = Some(r);
-                    n += 1;
+                    d.prefetch_key(row);
+                }
+                // Stage 4: confirm the key and hand out the record.
+                let Some(k) = step.checked_sub(3 * AHEAD).filter(|&k| k < total) else {
                     continue;
-                }
-                todo.push((i, format::key_hash(key)));
-            }
-            inner.pending_hits.fetch_add(n, Ordering::Relaxed);
-            // Random lookups are bound by cache misses: touch every key's
-            // table slot, then its segment row, before the dependent reads,
-            // so the misses of the whole batch overlap.
-            for &(_, h) in &todo {
-                st.index.prefetch(h);
-            }
-            for &(_, h) in &todo {
-                if let Some(loc) = st.index.candidates(h).next()
-                    && let Some(seg) = st.segments.get(&loc.seg)
-                    && let Ok(d) = seg.decoded(hint)
-                {
-                    d.prefetch_row(loc.row as usize);
-                }
-            }
-            for &(_, h) in &todo {
-                if let Some(loc) = st.index.candidates(h).next()
-                    && let Some(seg) = st.segments.get(&loc.seg)
-                    && let Ok(d) = seg.decoded(hint)
-                {
-                    d.prefetch_key(loc.row as usize);
-                }
-            }
-            for &(i, h) in &todo {
-                if let Some(hit) = lookup(inner, &st, keys[i].as_ref(), h) {
-                    found.push(Hit { slot: i, ..hit });
-                }
-            }
-        }
-        found.sort_unstable_by_key(|f| f.loc);
-        let structure = hint.unwrap_or(crate::Structure::Tensor);
-        let mut hits = 0;
-        for hit in &found {
-            match hit
-                .decoded
-                .record(&hit.segment.path, hit.loc.row as usize, structure)
-            {
-                Ok(r) => {
-                    out[hit.slot] = Some(r);
+                };
+                let (i, h) = (wanted[k], hashes[k]);
+                let key = keys[i].as_ref();
+                let noted = |path: &Path, e: Error| note_problem(inner, path, e.to_string());
+                let rec = match &first[k] {
+                    // The common case: the first candidate is the key.
+                    Some((seg, d, row)) if d.key_of(row) == Some(key) => d
+                        .record_of(&seg.path, row, structure)
+                        .map_err(|e| noted(&seg.path, e))
+                        .ok(),
+                    // A tag collision or an unreadable segment: walk every
+                    // candidate.
+                    _ => lookup(inner, &st, key, h).and_then(|hit| {
+                        hit.decoded
+                            .record(&hit.segment.path, hit.loc.row as usize, structure)
+                            .map_err(|e| noted(&hit.segment.path, e))
+                            .ok()
+                    }),
+                };
+                if let Some(r) = rec {
+                    out[i] = Some(r);
                     hits += 1;
+                    if use_lru {
+                        found.push(i);
+                    }
                 }
-                Err(e) => note_problem(inner, &hit.segment.path, e.to_string()),
             }
+            inner.segment_hits.fetch_add(hits, Ordering::Relaxed);
         }
-        inner.segment_hits.fetch_add(hits, Ordering::Relaxed);
         if use_lru && !found.is_empty() {
             let mut lru = inner.lru.lock();
-            for hit in &found {
-                if let Some(r) = &out[hit.slot] {
-                    lru.put(keys[hit.slot].as_ref(), r);
+            for &i in &found {
+                if let Some(r) = &out[i] {
+                    lru.put(keys[i].as_ref(), r);
                 }
             }
         }
@@ -614,8 +649,6 @@ pub(crate) fn note_problem(inner: &Inner, path: &Path, detail: String) {
 /// A key found in a segment.
 struct Hit {
     loc: Loc,
-    /// Position in the caller's batch.
-    slot: usize,
     segment: Arc<Segment>,
     decoded: Arc<Decoded>,
 }
@@ -633,7 +666,6 @@ fn lookup(inner: &Inner, st: &State, key: &str, hash: u64) -> Option<Hit> {
                 if d.key(loc.row as usize) == Some(key) {
                     return Some(Hit {
                         loc,
-                        slot: 0,
                         segment: seg.clone(),
                         decoded: d.clone(),
                     });
