@@ -147,3 +147,85 @@ fn every_io_failure_point_disk_full() {
         |dir, out| check_dir(dir, 8, &out.committed, 4),
     );
 }
+
+/// Readers in another process than the writer: every read-only open while
+/// the child appends sees whole batches with exact values, never a torn one.
+#[test]
+fn readers_in_another_process_see_whole_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    let mut opens = 0;
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            test_support::crash::child("child_writer", "long", &dir, 3)
+                .kill_after(std::time::Duration::from_millis(600))
+                .run()
+        });
+        while !writer.is_finished() {
+            let opts = Options {
+                read_only: true,
+                lru_bytes: 0,
+                ..Options::default()
+            };
+            // Before the writer created the directory there is nothing to read.
+            let Ok(store) = SegmentStore::open(&dir, opts) else {
+                continue;
+            };
+            opens += 1;
+            let mut present_total = 0;
+            for b in 0..400 {
+                let keys: Vec<String> = (0..ROWS).map(|j| key(b, j)).collect();
+                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let (values, missing) = store.get_batch(&refs).expect("read-only get_batch");
+                let present = ROWS - missing.len();
+                assert!(present == 0 || present == ROWS, "reader saw batch {b} torn");
+                for (j, v) in values.iter().enumerate().filter(|(_, v)| v.is_some()) {
+                    let t = v
+                        .as_ref()
+                        .and_then(Record::as_tensor)
+                        .expect("tensor")
+                        .to_tensor();
+                    assert_eq!(t.as_slice::<f32>().unwrap(), &value(3, b, j)[..]);
+                }
+                present_total += present;
+            }
+            assert_eq!(store.len(), present_total);
+        }
+        writer.join().unwrap();
+    });
+    assert!(opens > 0, "no reader ran while the writer wrote");
+}
+
+/// Two writer processes racing for one directory: one gets the lock, the
+/// other a clean `Locked` error; the winner's commits are intact.
+#[test]
+fn two_writer_processes_race_for_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = std::thread::scope(|s| {
+        let run = || {
+            test_support::crash::child("child_writer", "long", &dir, 5)
+                .kill_after(std::time::Duration::from_millis(400))
+                .run()
+        };
+        let a = s.spawn(run);
+        let b = s.spawn(run);
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let locked = |o: &test_support::crash::Outcome| o.errors.iter().any(|e| e.contains("lock"));
+    assert!(
+        locked(&a) || locked(&b),
+        "neither writer was refused: {:?} / {:?}",
+        a.errors,
+        b.errors
+    );
+    let winner = if locked(&a) { &b } else { &a };
+    let loser = if locked(&a) { &a } else { &b };
+    assert!(
+        loser.committed.is_empty(),
+        "the refused writer committed {:?}",
+        loser.committed
+    );
+    check_dir(&dir, 5, &winner.committed, 400);
+}
