@@ -36,6 +36,27 @@ pub fn recover(path: impl AsRef<Path>) -> Result<bool> {
     if !tmp.exists() {
         return Ok(false);
     }
+    let _lock = lock_writer(path)?;
+    std::fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, "remove stale temporary file", e))?;
+    Ok(true)
+}
+
+/// The exclusive writer lock of `path` (on `<path>.lock`), released on drop.
+#[derive(Debug)]
+pub(crate) struct WriterLock(File);
+
+impl Drop for WriterLock {
+    fn drop(&mut self) {
+        // Unlock explicitly: a child forked meanwhile by another thread
+        // shares the descriptor until it execs, so a close alone could
+        // leave the lock held.
+        let _ = fs2::FileExt::unlock(&self.0);
+    }
+}
+
+/// Takes the writer lock of `path`, or [`Error::Locked`] when another
+/// writer holds it.
+pub(crate) fn lock_writer(path: &Path) -> Result<WriterLock> {
     let lock_file = lock_path(path);
     let lock = OpenOptions::new()
         .create(true)
@@ -50,8 +71,7 @@ pub fn recover(path: impl AsRef<Path>) -> Result<bool> {
             lock: lock_file,
         });
     }
-    std::fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, "remove stale temporary file", e))?;
-    Ok(true)
+    Ok(WriterLock(lock))
 }
 
 /// fsyncs the directory holding `path`, making a rename in it durable.

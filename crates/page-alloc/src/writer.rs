@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::format::{
     self, DATA_ALIGN, DEFAULT_ALIGNMENT, DEFAULT_PAGE_SIZE, FOOTER_LEN, Header, Run, round_up,
 };
-use crate::recover::{lock_path, temp_path};
+use crate::recover::temp_path;
 use crate::schema::{FieldType, Schema};
 use crate::source::{OneSample, SampleOut, SampleSource, Slot, Value};
 use crate::{Error, Result};
@@ -248,7 +248,7 @@ impl PageBuf {
 pub struct PageWriter {
     path: PathBuf,
     tmp: PathBuf,
-    _lock: File,
+    _lock: crate::recover::WriterLock,
     file: File,
     direct: Option<File>,
     direct_ok: AtomicBool,
@@ -287,20 +287,7 @@ impl PageWriter {
         schema.validate(&path)?;
         format::check_geometry(options.page_size, u64::from(options.alignment))
             .map_err(|r| Error::invalid(&path, "options", r))?;
-        let lock_file = lock_path(&path);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_file)
-            .map_err(|e| Error::io(&lock_file, "open lock file", e))?;
-        if fs2::FileExt::try_lock_exclusive(&lock).is_err() {
-            return Err(Error::Locked {
-                path,
-                lock: lock_file,
-            });
-        }
+        let lock = crate::recover::lock_writer(&path)?;
         let tmp = temp_path(&path);
         let file = OpenOptions::new()
             .create(true)
@@ -860,10 +847,6 @@ impl Drop for PageWriter {
         if !self.keep_temp {
             let _ = std::fs::remove_file(&self.tmp);
         }
-        // Unlock explicitly: a child forked meanwhile by another thread
-        // shares the descriptor until it execs, so a close alone could
-        // leave the lock held.
-        let _ = fs2::FileExt::unlock(&self._lock);
     }
 }
 

@@ -8,7 +8,7 @@ use super::{
     ALLOC_ROW_LEN, BETON_VERSION, BetonField, BetonType, BetonValue, DEFAULT_PAGE_SIZE,
     FIELD_DESC_LEN, HEADER_LEN, MIN_PAGE_SIZE, NAME_LEN, ND_MAX_DIMS, ND_TYPE_AT, row_layout,
 };
-use crate::recover::{lock_path, sync_parent_dir, temp_path};
+use crate::recover::{sync_parent_dir, temp_path};
 use crate::{Error, Result};
 
 /// Writes `samples` (one value per field, in field order) as an FFCV
@@ -83,20 +83,7 @@ pub fn write_with_page_size(
         .ok_or_else(|| invalid("samples", "metadata size overflows".into()))?;
     let data_start = (desc_end + meta_len as u64).next_multiple_of(page_size);
 
-    let lock_file = lock_path(path);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&lock_file)
-        .map_err(|e| Error::io(&lock_file, "open lock file", e))?;
-    if fs2::FileExt::try_lock_exclusive(&lock).is_err() {
-        return Err(Error::Locked {
-            path: path.to_path_buf(),
-            lock: lock_file,
-        });
-    }
+    let _lock = crate::recover::lock_writer(path)?;
     let tmp = temp_path(path);
     let result = write_locked(
         path,
