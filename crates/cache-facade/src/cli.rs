@@ -252,9 +252,10 @@ pub fn verify_path(path: &Path) -> Result<(CacheKind, Vec<String>), String> {
             Ok(store) => {
                 let mut all = store.problems();
                 all.extend(store.verify());
-                // A torchcachex directory has no index of ours by design.
+                // A torchcachex directory has no index of ours by design
+                // (detection found no index log), so its absence is no problem.
                 if kind == CacheKind::Torchcachex {
-                    all.retain(|p| !p.detail.starts_with("no index log"));
+                    all.retain(|p| p.kind != segment_store::ProblemKind::CorruptIndex);
                 }
                 let mut all: Vec<String> = all.iter().map(ToString::to_string).collect();
                 all.sort();
