@@ -67,7 +67,7 @@ pub fn record_json(record: &segment_store::Record) -> Value {
         Record::Dict(parts) => Value::Object(
             parts
                 .iter()
-                .map(|(name, p)| (name.clone(), part(p)))
+                .map(|(name, p)| (name.to_string(), part(p)))
                 .collect(),
         ),
         Record::Tuple(parts) | Record::List(parts) => parts.iter().map(part).collect(),

@@ -23,9 +23,6 @@ use crate::record::{Blob, Part, Record, Structure, TensorBuf, aligned_copy};
 use crate::schema::{PartKind, RecordSchema};
 use crate::{Error, Result};
 
-/// Bytes of each tensor's head that a batched lookup prefetches.
-const PREFETCH_TENSOR_BYTES: usize = 128;
-
 /// One immutable segment file, mapped into memory.
 pub struct Segment {
     /// Segment id (from the file name).
@@ -106,6 +103,8 @@ impl Segment {
 pub struct Decoded {
     /// The layout of this segment.
     pub schema: RecordSchema,
+    /// The schema's part names, shared by every dict record read here.
+    names: Vec<Arc<str>>,
     batches: Vec<BatchColumns>,
     starts: Vec<usize>,
     rows: usize,
@@ -240,9 +239,10 @@ impl Decoded {
         Some(Row { batch, r, row })
     }
 
-    /// Hints the CPU to fetch what reading `row` touches first: its key
-    /// offsets and each tensor's offsets (or, for a uniform column, the
-    /// head of its data).
+    /// Hints the CPU to fetch what locating `row`'s values touches first:
+    /// its key offsets and, unless the column is uniform, each tensor's
+    /// offsets. The tensor bytes themselves are fetched once the whole
+    /// batch is located (`get_batch`'s warm pass).
     pub fn prefetch_row(&self, row: &Row<'_>) {
         let (b, r) = (row.batch, row.r);
         match &b.keys {
@@ -253,32 +253,12 @@ impl Decoded {
             if let PartColumn::Tensor {
                 data,
                 shape,
-                values,
-                dtype,
-                uniform,
+                uniform: None,
                 ..
             } = p
             {
-                match uniform {
-                    Some(u) => {
-                        // The head of the tensor itself: the hardware
-                        // prefetcher streams the rest once the caller's
-                        // pass over it starts, so one request per tensor
-                        // overlaps the batch's misses without filling the
-                        // miss queue with lines the caller reaches later.
-                        let at = (u.base + r * u.numel) * dtype.size();
-                        let len = (u.numel * dtype.size()).min(PREFETCH_TENSOR_BYTES);
-                        if let Some(head) = values.as_slice().get(at..at + len) {
-                            for line in head.chunks(64) {
-                                prefetch(&line[0]);
-                            }
-                        }
-                    }
-                    None => {
-                        prefetch(&data.value_offsets()[r]);
-                        prefetch(&shape.value_offsets()[r]);
-                    }
-                }
+                prefetch(&data.value_offsets()[r]);
+                prefetch(&shape.value_offsets()[r]);
             }
         }
     }
@@ -343,10 +323,9 @@ impl Decoded {
             // Straight into the record's own vector: one allocation per
             // record for the parts, none for an intermediate list.
             Structure::Dict => Record::Dict(
-                self.schema
-                    .parts
+                self.names
                     .iter()
-                    .map(|s| s.name.clone())
+                    .cloned()
                     .zip(parts())
                     .map(|(name, part)| part.map(|p| (name, p)))
                     .collect::<Result<_>>()?,
@@ -512,6 +491,11 @@ fn decode(buffer: &Buffer, hint: Option<Structure>) -> std::result::Result<Decod
         batches.push(columns_of(&batch, &record_schema)?);
     }
     Ok(Decoded {
+        names: record_schema
+            .parts
+            .iter()
+            .map(|p| Arc::from(p.name.as_str()))
+            .collect(),
         schema: record_schema,
         batches,
         starts,

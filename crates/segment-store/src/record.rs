@@ -1,5 +1,7 @@
 //! The values a store holds: tensors, named tensors, tuples, opaque blobs.
 
+use std::sync::Arc;
+
 use arrow_buffer::{Buffer, MutableBuffer};
 use tensor_core::{DType, Shape, Tensor, TensorView};
 
@@ -260,8 +262,9 @@ impl Structure {
 pub enum Record {
     /// A single tensor.
     Tensor(TensorBuf),
-    /// Named tensors and blobs, in schema order.
-    Dict(Vec<(String, Part)>),
+    /// Named tensors and blobs, in schema order. The names are shared
+    /// (`Arc<str>`): records read from one segment point at one copy.
+    Dict(Vec<(Arc<str>, Part)>),
     /// A tuple of tensors and blobs.
     Tuple(Vec<Part>),
     /// A list of tensors and blobs.
@@ -272,7 +275,9 @@ pub enum Record {
 
 impl Record {
     /// A dict record from `(name, part)` pairs.
-    pub fn dict<N: Into<String>, P: Into<Part>>(parts: impl IntoIterator<Item = (N, P)>) -> Record {
+    pub fn dict<N: Into<Arc<str>>, P: Into<Part>>(
+        parts: impl IntoIterator<Item = (N, P)>,
+    ) -> Record {
         Record::Dict(
             parts
                 .into_iter()
@@ -308,7 +313,7 @@ impl Record {
     /// The part named `name` of a dict record.
     pub fn get(&self, name: &str) -> Option<&Part> {
         match self {
-            Record::Dict(parts) => parts.iter().find(|(n, _)| n == name).map(|(_, p)| p),
+            Record::Dict(parts) => parts.iter().find(|(n, _)| &**n == name).map(|(_, p)| p),
             _ => None,
         }
     }

@@ -107,7 +107,7 @@ impl RecordSchema {
                 name: String::new(),
                 kind: PartKind::Blob,
             }],
-            Record::Dict(p) => p.iter().map(|(n, p)| spec(n.clone(), p)).collect(),
+            Record::Dict(p) => p.iter().map(|(n, p)| spec(n.to_string(), p)).collect(),
             Record::Tuple(p) | Record::List(p) => p
                 .iter()
                 .enumerate()
@@ -182,14 +182,14 @@ impl RecordSchema {
             Record::Blob(_) => Ok(()),
             Record::Dict(parts) => {
                 for (name, _) in parts {
-                    if !self.parts.iter().any(|s| &s.name == name) {
+                    if !self.parts.iter().any(|s| *s.name == **name) {
                         return Err(mismatch(name, "not a field of the cache".into()));
                     }
                 }
                 for spec in &self.parts {
                     let found: Vec<&Part> = parts
                         .iter()
-                        .filter(|(n, _)| *n == spec.name)
+                        .filter(|(n, _)| **n == *spec.name)
                         .map(|(_, p)| p)
                         .collect();
                     match found.as_slice() {

@@ -29,7 +29,7 @@ fn part_of<'a>(record: &'a Record, spec_name: &str, idx: usize) -> Option<PartRe
         Record::Blob(b) => Some(PartRef::Blob(b.as_bytes())),
         Record::Dict(p) => p
             .iter()
-            .find(|(n, _)| n == spec_name)
+            .find(|(n, _)| &**n == spec_name)
             .map(|(_, p)| PartRef::of(p)),
         Record::Tuple(p) | Record::List(p) => p.get(idx).map(PartRef::of),
     }

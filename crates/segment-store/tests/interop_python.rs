@@ -53,7 +53,7 @@ fn check_record(what: &str, rec: &Record, want: &Value) {
             let obj = want.as_object().unwrap();
             assert_eq!(parts.len(), obj.len(), "{what}: dict size");
             for (name, part) in parts {
-                check_part(&format!("{what}.{name}"), part, &obj[name]);
+                check_part(&format!("{what}.{name}"), part, &obj[&**name]);
             }
         }
         Record::Tuple(items) | Record::List(items) => {
@@ -182,7 +182,7 @@ fn pyarrow_reads_segments_we_write() {
     let store = SegmentStore::open(&dir, Options::default()).unwrap();
     let mut items = Vec::new();
     for i in 0..3u8 {
-        let mut parts: Vec<(String, Part)> = Vec::new();
+        let mut parts: Vec<(std::sync::Arc<str>, Part)> = Vec::new();
         for d in DType::ALL {
             let n = 2 + usize::from(i);
             let bytes: Vec<u8> = match d {
@@ -202,7 +202,7 @@ fn pyarrow_reads_segments_we_write() {
                 _ => (0..n * d.size()).map(|j| (j % 7) as u8 + i).collect(),
             };
             let t = Tensor::new(d, [1, n], &bytes).unwrap();
-            parts.push((d.name().to_owned(), Part::from(t)));
+            parts.push((d.name().into(), Part::from(t)));
         }
         parts.push(("meta".into(), Part::Blob(vec![i, 0xff].into())));
         items.push((format!("k{i}"), Record::Dict(parts)));

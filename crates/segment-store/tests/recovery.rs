@@ -165,6 +165,29 @@ fn index_with_a_bad_header_is_rebuilt() {
     assert!(store.problems().is_empty());
 }
 
+/// A version-1 log (BLAKE3 key hashes) is rebuilt from the segments, and a
+/// writer rewrites it as version 2: its hashes would place no key.
+#[test]
+fn version_1_index_is_rebuilt_as_version_2() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path());
+    let path = dir.path().join(INDEX_FILE);
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let store = SegmentStore::open(dir.path(), opts()).unwrap();
+    let problems = store.problems();
+    assert_eq!(kinds(&store), vec![ProblemKind::CorruptIndex]);
+    assert!(problems[0].detail.contains("version 1"), "{problems:?}");
+    check_all(&store, 15);
+    drop(store);
+    assert_eq!(std::fs::read(&path).unwrap()[8..12], 2u32.to_le_bytes());
+    let store = SegmentStore::open(dir.path(), opts()).unwrap();
+    assert!(store.problems().is_empty());
+    check_all(&store, 15);
+}
+
 #[test]
 fn corrupt_segment_is_excluded_and_its_keys_read_as_missing() {
     let dir = tempfile::tempdir().unwrap();

@@ -88,7 +88,7 @@ fn make(layout: &Layout, seed: u8) -> Record {
                 .parts
                 .iter()
                 .enumerate()
-                .map(|(i, p)| (format!("f{i}"), part(p)))
+                .map(|(i, p)| (format!("f{i}").into(), part(p)))
                 .collect(),
         ),
         Structure::Tuple => Record::Tuple(layout.parts.iter().map(part).collect()),
