@@ -321,15 +321,14 @@ impl Decoded {
                 _ => return Err(Error::corrupt(path, "blob record without a blob")),
             },
             // Straight into the record's own vector: one allocation per
-            // record for the parts, none for an intermediate list.
-            Structure::Dict => Record::Dict(
-                self.names
-                    .iter()
-                    .cloned()
-                    .zip(parts())
-                    .map(|(name, part)| part.map(|p| (name, p)))
-                    .collect::<Result<_>>()?,
-            ),
+            // record, the names shared.
+            Structure::Dict => {
+                let mut v = Vec::with_capacity(b.parts.len());
+                for (name, p) in self.names.iter().zip(&b.parts) {
+                    v.push((name.clone(), read_part(path, row, p, r)?));
+                }
+                Record::Dict(v)
+            }
             Structure::Tuple => Record::Tuple(parts().collect::<Result<_>>()?),
             Structure::List => Record::List(parts().collect::<Result<_>>()?),
         })
