@@ -272,6 +272,13 @@ impl<W: Write> ChunkWriter<W> {
 
 impl<W: Write> Write for ChunkWriter<W> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.is_empty() && data.len() >= WRITE_CHUNK {
+            // The file ends on a chunk boundary: whole chunks go straight
+            // through, uncopied.
+            let n = data.len() / WRITE_CHUNK * WRITE_CHUNK;
+            self.inner.write_all(&data[..n])?;
+            return Ok(n);
+        }
         let n = data.len().min(WRITE_CHUNK - self.buf.len());
         self.buf.extend_from_slice(&data[..n]);
         if self.buf.len() == WRITE_CHUNK {
@@ -425,7 +432,15 @@ mod tests {
         let r = w.finish().unwrap();
         assert_eq!(r.bytes, pieces.concat());
         let (last, whole) = r.writes.split_last().unwrap();
-        assert!(whole.iter().all(|&n| n == WRITE_CHUNK), "{:?}", r.writes);
+        // Every write but the last is whole chunks, so each starts on a
+        // chunk boundary; the big piece went through uncopied (one write
+        // of several chunks).
+        assert!(
+            whole.iter().all(|&n| n > 0 && n % WRITE_CHUNK == 0),
+            "{:?}",
+            r.writes
+        );
+        assert!(whole.iter().any(|&n| n > WRITE_CHUNK), "{:?}", r.writes);
         assert!(*last <= WRITE_CHUNK);
     }
 }
