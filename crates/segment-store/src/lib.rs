@@ -12,7 +12,7 @@
 //!
 //! * **Writes** buffer in memory; every `flush_every` records become one
 //!   new segment (temp file → fsync → rename → dir fsync), and only then is
-//!   the segment's group of key hashes appended (and fsynced) to the index
+//!   the segment's group of key hashes (XXH3) appended (and fsynced) to the index
 //!   log. A flush never rewrites existing bytes, so it costs O(new records).
 //!   With [`Options::async_write`] flushes run on a background thread
 //!   behind a bounded queue; its errors come back from the next call.
@@ -21,7 +21,12 @@
 //!   sequential read of the log without parsing any key string. Each
 //!   segment is mapped once and decoded lazily by arrow-rs' `FileDecoder`
 //!   over the mapped `Buffer`; a record's tensors are views into the map
-//!   ([`TensorBuf::view`]) until the caller copies them.
+//!   ([`TensorBuf::view`]) until the caller copies them. Before it
+//!   returns, `get_batch` asks the CPU for the batch's tensor bytes (up to
+//!   512 KiB), so the caller's first pass over the views reads from cache.
+//!   Segments are written in whole 2 MiB chunks, so the page cache holds
+//!   them in huge folios and random reads through the map miss the TLB
+//!   less.
 //! * **Recovery** on open removes temp files, drops a torn index tail,
 //!   indexes segments newer than the index, rebuilds a missing index from
 //!   the segments' `key` columns (a torchcachex cache: later rows win),
