@@ -42,8 +42,8 @@
 //! key; each hit is confirmed against the segment's `key` column, so a
 //! collision costs a probe, never a wrong record. (Version 1 stored the
 //! first 8 bytes of BLAKE3; a version-1 log is rebuilt from the segments
-//! like a lost one, and a writer rewrites it as version 2.) Groups are in segment-id order, and
-//! later rows win when keys repeat. Segments with ids above the log's last
+//! like a lost one, and a writer rewrites it as version 2.) Groups are in
+//! segment-id order, and later rows win when keys repeat. Segments with ids above the log's last
 //! group are indexed on open; a directory without a log (a torchcachex
 //! cache) is indexed from the segments' `key` columns.
 

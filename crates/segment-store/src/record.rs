@@ -163,9 +163,14 @@ pub enum Part {
 impl Part {
     /// Bytes held (tensor data or blob length).
     pub fn byte_len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// The part's raw bytes (a tensor's elements, or the blob).
+    pub fn bytes(&self) -> &[u8] {
         match self {
-            Part::Tensor(t) => t.bytes().len(),
-            Part::Blob(b) => b.as_bytes().len(),
+            Part::Tensor(t) => t.bytes(),
+            Part::Blob(b) => b.as_bytes(),
         }
     }
 

@@ -450,8 +450,8 @@ impl SegmentStore {
                 inner.pending_hits.fetch_add(n, Ordering::Relaxed);
             }
             // Random lookups are bound by cache misses, each key's on the
-            // one before: its table slot, then its segment row (key offset
-            // and tensor head), then its key bytes. A software pipeline
+            // one before: its table slot, then its key offset, then its
+            // key bytes. A software pipeline
             // keeps every stage `AHEAD` keys behind the one before, so
             // each miss has the work on later keys (hashing, mostly) to
             // hide behind and the misses of the batch overlap.
@@ -468,7 +468,7 @@ impl SegmentStore {
                     hashes.push(h);
                 }
                 // Stage 2: read the slot, locate the first candidate's row
-                // and ask for its key offset and tensor head.
+                // and ask for its key offset.
                 if let Some(&h) = step.checked_sub(AHEAD).and_then(|k| hashes.get(k)) {
                     let located = st.index.candidates(h).next().and_then(|loc| {
                         let seg = st.segments.get(&loc.seg)?;
@@ -807,20 +807,13 @@ fn warm(out: &[Option<Record>]) {
         match rec {
             Record::Tensor(t) => each(t.bytes()),
             Record::Blob(b) => each(b.as_bytes()),
-            Record::Dict(parts) => parts.iter().for_each(|(_, p)| each(part_bytes(p))),
+            Record::Dict(parts) => parts.iter().for_each(|(_, p)| each(p.bytes())),
             Record::Tuple(parts) | Record::List(parts) => {
-                parts.iter().for_each(|p| each(part_bytes(p)))
+                parts.iter().for_each(|p| each(p.bytes()))
             }
         }
         if budget == 0 {
             return;
         }
-    }
-}
-
-fn part_bytes(p: &crate::Part) -> &[u8] {
-    match p {
-        crate::Part::Tensor(t) => t.bytes(),
-        crate::Part::Blob(b) => b.as_bytes(),
     }
 }

@@ -244,8 +244,8 @@ const WRITE_CHUNK: usize = 2 << 20;
 /// Passes a file's bytes on in whole [`WRITE_CHUNK`]s at chunk-aligned
 /// offsets (and the rest at the end). The page cache then holds the file
 /// in 2 MiB folios, which readers map with one page-table entry each
-/// (`MADV_HUGEPAGE`): a random read through the map costs no 4 KiB TLB
-/// miss. Arrow's writer hands over many small pieces (header, offsets,
+/// (`MADV_HUGEPAGE`): random reads through the map take fewer TLB misses
+/// and page faults. Arrow's writer hands over many small pieces (header, offsets,
 /// keys) and then the large value buffers at unaligned offsets, which
 /// would leave the file's first 2 MiB, where the offsets and keys every
 /// lookup reads live, in small folios.
@@ -265,7 +265,6 @@ impl<W: Write> ChunkWriter<W> {
     /// Writes what is buffered and returns the inner writer.
     fn finish(mut self) -> std::io::Result<W> {
         self.inner.write_all(&self.buf)?;
-        self.buf.clear();
         Ok(self.inner)
     }
 }
