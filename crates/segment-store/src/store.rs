@@ -451,10 +451,10 @@ impl SegmentStore {
             }
             // Random lookups are bound by cache misses, each key's on the
             // one before: its table slot, then its key offset, then its
-            // key bytes. A software pipeline
-            // keeps every stage `AHEAD` keys behind the one before, so
-            // each miss has the work on later keys (hashing, mostly) to
-            // hide behind and the misses of the batch overlap.
+            // key bytes. A software pipeline keeps every stage `AHEAD`
+            // keys behind the one before, so each miss has the work on
+            // later keys (hashing, mostly) to hide behind and the misses
+            // of the batch overlap.
             let mut hashes: Vec<u64> = Vec::with_capacity(wanted.len());
             let mut first: Vec<Option<(&Segment, &Decoded, Row<'_>)>> =
                 Vec::with_capacity(wanted.len());
