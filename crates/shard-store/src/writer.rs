@@ -156,6 +156,11 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
         if cursor.done {
             return Ok(Vec::new());
         }
+        self.take_shard(cursor)
+    }
+
+    /// The next `shard_len` items of `cursor` (fewer when the source ends).
+    fn take_shard(&self, cursor: &mut Cursor<T>) -> Result<Vec<T>> {
         let mut items = Vec::with_capacity(self.shard_len.min(1 << 16) as usize);
         while (items.len() as u64) < self.shard_len {
             match cursor.iter.next() {
@@ -210,19 +215,7 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
             if write_passed {
                 let start = cursor.pos;
                 if let Some(_lock) = FileLock::try_exclusive(&self.shard_lock_path(start))? {
-                    let mut items = Vec::with_capacity(self.shard_len.min(1 << 16) as usize);
-                    while (items.len() as u64) < self.shard_len {
-                        match cursor.iter.next() {
-                            Some(x) => {
-                                items.push(x);
-                                cursor.pos += 1;
-                            }
-                            None => {
-                                self.source_ended(cursor)?;
-                                break;
-                            }
-                        }
-                    }
+                    let items = self.take_shard(cursor)?;
                     if !items.is_empty() && !self.shard_on_disk(start) {
                         self.persist(start, &items)?;
                     }
