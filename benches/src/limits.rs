@@ -16,6 +16,9 @@ pub struct Limits {
     pub page_cache_read: f64,
     /// Writing a file sequentially and fsyncing it.
     pub durable_write: f64,
+    /// Size of the buffer `memcpy` was measured on, in bytes (for a
+    /// [`MemcpyProbe`] that re-measures it later in the run).
+    pub memcpy_bytes: usize,
 }
 
 impl Limits {
@@ -32,7 +35,8 @@ impl Limits {
     /// file in `dir` written with fsync, then read warm. Each is the median
     /// of three repetitions.
     pub fn measure(dir: &Path, memcpy_mb: usize, file_mb: usize) -> std::io::Result<Limits> {
-        let memcpy = median_of_3(|| Ok(measure_memcpy(memcpy_mb << 20)))?;
+        let memcpy_bytes = memcpy_mb << 20;
+        let memcpy = MemcpyProbe::new(memcpy_bytes).median_of_3();
         let path = dir.join("limits.bin");
         let durable_write = median_of_3(|| measure_durable_write(&path, file_mb << 20))?;
         let page_cache_read = median_of_3(|| measure_page_cache_read(&path))?;
@@ -41,6 +45,7 @@ impl Limits {
             memcpy,
             page_cache_read,
             durable_write,
+            memcpy_bytes,
         })
     }
 }
@@ -50,16 +55,39 @@ fn median_of_3(mut f: impl FnMut() -> std::io::Result<f64>) -> std::io::Result<f
     Ok(crate::median(&mut samples))
 }
 
-fn measure_memcpy(len: usize) -> f64 {
-    let src: Vec<u8> = (0..len).map(|i| i as u8).collect();
-    let mut dst = vec![0u8; len];
-    // Touch the destination first so page faults are not timed.
-    dst.copy_from_slice(&src);
-    let start = Instant::now();
-    dst.copy_from_slice(&src);
-    let secs = start.elapsed().as_secs_f64();
-    std::hint::black_box(&dst);
-    len as f64 / secs.max(1e-9)
+/// The memcpy limit, ready to be measured again: a workload whose figure
+/// swings with the machine's state measures it next to each of its passes.
+/// A copy of 256 MiB also leaves nothing of the previous pass in the CPU
+/// caches.
+pub struct MemcpyProbe {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+}
+
+impl MemcpyProbe {
+    /// Two buffers of `len` bytes, both written once (their page faults are
+    /// never timed).
+    pub fn new(len: usize) -> MemcpyProbe {
+        let src: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let mut dst = vec![0u8; len];
+        dst.copy_from_slice(&src);
+        MemcpyProbe { src, dst }
+    }
+
+    /// One timed copy of the whole buffer, in bytes per second.
+    pub fn once(&mut self) -> f64 {
+        let start = Instant::now();
+        self.dst.copy_from_slice(&self.src);
+        let secs = start.elapsed().as_secs_f64();
+        std::hint::black_box(&self.dst);
+        self.src.len() as f64 / secs.max(1e-9)
+    }
+
+    /// The median of three timed copies, in bytes per second: the limit.
+    pub fn median_of_3(&mut self) -> f64 {
+        let mut samples = [self.once(), self.once(), self.once()];
+        crate::median(&mut samples)
+    }
 }
 
 fn measure_durable_write(path: &Path, len: usize) -> std::io::Result<f64> {

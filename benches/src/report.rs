@@ -31,6 +31,9 @@ pub struct Line {
     fields: Map<String, Value>,
     bytes_per_s: f64,
     limit: Option<Limit>,
+    /// The limit's value when it was measured next to this phase rather
+    /// than at the start of the run.
+    ceiling: Option<f64>,
 }
 
 impl Line {
@@ -48,12 +51,22 @@ impl Line {
             fields,
             bytes_per_s: bytes as f64 / secs,
             limit: None,
+            ceiling: None,
         }
     }
 
     /// Compares the line's MB/s with `limit`.
     pub fn limit(mut self, limit: Limit) -> Line {
         self.limit = Some(limit);
+        self
+    }
+
+    /// Compares the line's MB/s with `limit` as measured next to this
+    /// phase (`bytes_per_s`) rather than at the start of the run; the
+    /// start-of-run figure is kept as `fraction_of_run_limit`.
+    pub fn limit_measured(mut self, limit: Limit, bytes_per_s: f64) -> Line {
+        self.limit = Some(limit);
+        self.ceiling = Some(bytes_per_s);
         self
     }
 
@@ -68,7 +81,17 @@ impl Line {
         self.fields
             .insert("peak_rss_bytes".into(), json!(peak_rss_bytes()));
         if let Some(limit) = self.limit {
-            let ceiling = limits.bytes_per_s(limit);
+            let run_ceiling = limits.bytes_per_s(limit);
+            let ceiling = match self.ceiling {
+                Some(c) => {
+                    self.fields.insert(
+                        "fraction_of_run_limit".into(),
+                        json!(self.bytes_per_s / run_ceiling.max(1.0)),
+                    );
+                    c
+                }
+                None => run_ceiling,
+            };
             self.fields.insert("limit".into(), json!(limit.name()));
             self.fields
                 .insert("limit_mb_per_s".into(), json!(ceiling / 1e6));

@@ -17,12 +17,16 @@ use rand::{Rng, SeedableRng};
 use segment_store::{Options, Part, Record, SegmentStore};
 use tensor_core::{Tensor, f16};
 
+use crate::limits::MemcpyProbe;
 use crate::{Ctx, Limit, Line, RunError, median, progress};
 
 const DIM: usize = 512;
 const LOGITS: usize = 10;
 const BATCH: usize = 256;
 const READ_BATCHES: usize = 200;
+/// Read passes per cache; the reported one is the median by fraction of
+/// the limit.
+const PASSES: usize = 5;
 
 fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> RunError {
     RunError::store("w1", e)
@@ -134,6 +138,69 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
         .with("bytes_on_disk_per_item", on_disk as f64 / n.max(1) as f64),
     );
 
+    // The read pass is repeated: one pass right after the write swings by
+    // ±30% with the machine's state (this VM's neighbours, the page cache
+    // settling after 400 MB of writes). Each pass is preceded by a fresh
+    // measurement of the memcpy limit, which also flushes the CPU caches,
+    // so no pass finds the previous one's metadata cached.
+    let mut probe = MemcpyProbe::new(ctx.limits.memcpy_bytes);
+    let mut rng = StdRng::seed_from_u64(ctx.seed ^ 0x5eed);
+    let mut passes = Vec::with_capacity(PASSES);
+    for _ in 0..PASSES {
+        let memcpy = probe.median_of_3();
+        let pass = read_pass(ctx, &dir, n, dict, &mut rng)?;
+        passes.push((pass, memcpy));
+    }
+    drop(probe);
+    let reads = READ_BATCHES * BATCH;
+    let bytes = (reads * item_bytes) as u64;
+    let fraction = |(p, memcpy): &(Pass, f64)| bytes as f64 / p.secs / memcpy;
+    let fractions: Vec<f64> = passes.iter().map(fraction).collect();
+    let mut by_fraction: Vec<usize> = (0..passes.len()).collect();
+    by_fraction.sort_by(|&a, &b| fractions[a].total_cmp(&fractions[b]));
+    let (pass, memcpy) = &passes[by_fraction[by_fraction.len() / 2]];
+    let mut sorted = pass.lat.clone();
+    let p50 = median(&mut sorted);
+    let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
+    ctx.emit(
+        Line::new(
+            "w1",
+            &format!("read_random{suffix}"),
+            reads,
+            bytes,
+            pass.secs,
+        )
+        .limit_measured(Limit::Memcpy, *memcpy)
+        .with("passes", PASSES)
+        .with("pass_fractions", fractions)
+        .with("open_ms", pass.open_ms)
+        .with("p50_ms", p50)
+        .with("first_batch_ms", pass.lat[0])
+        .with("p99_ms", p99)
+        .with("batch", BATCH),
+    );
+    Ok(())
+}
+
+/// One timed read pass.
+struct Pass {
+    /// Time inside the 200 timed batches.
+    secs: f64,
+    /// Per-batch latency, ms.
+    lat: Vec<f64>,
+    /// Reopening the store, ms (not part of `secs`).
+    open_ms: f64,
+}
+
+/// Reopens the store with the LRU disabled and reads 200 batches of
+/// random keys; values are checked after the timed region.
+fn read_pass(
+    ctx: &Ctx,
+    dir: &Path,
+    n: usize,
+    dict: bool,
+    rng: &mut StdRng,
+) -> Result<Pass, RunError> {
     let opts = Options {
         lru_bytes: 0,
         ..Options::default()
@@ -142,11 +209,10 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     // throughput; segments decode lazily, so the first timed batch pays
     // for decoding them (`first_batch_ms`).
     let t = Instant::now();
-    let store = SegmentStore::open(&dir, opts).map_err(err)?;
+    let store = SegmentStore::open(dir, opts).map_err(err)?;
     let open_ms = t.elapsed().as_secs_f64() * 1e3;
-    let mut rng = StdRng::seed_from_u64(ctx.seed ^ 0x5eed);
     let mut lat = Vec::with_capacity(READ_BATCHES);
-    let mut total = 0.0f64;
+    let mut secs = 0.0f64;
     let mut sink = 0.0f32;
     let mut to_check = Vec::new();
     for b in 0..READ_BATCHES {
@@ -165,7 +231,7 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
             }
         }
         let dt = t.elapsed().as_secs_f64();
-        total += dt;
+        secs += dt;
         lat.push(dt * 1e3);
         if !missing.is_empty() {
             return Err(RunError::WrongValue {
@@ -185,26 +251,7 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
             check(ctx.seed, *i, r.as_ref(), dict)?;
         }
     }
-    let reads = READ_BATCHES * BATCH;
-    let mut sorted = lat.clone();
-    let p50 = median(&mut sorted);
-    let p99 = sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)];
-    ctx.emit(
-        Line::new(
-            "w1",
-            &format!("read_random{suffix}"),
-            reads,
-            (reads * item_bytes) as u64,
-            total,
-        )
-        .limit(Limit::Memcpy)
-        .with("open_ms", open_ms)
-        .with("p50_ms", p50)
-        .with("first_batch_ms", lat[0])
-        .with("p99_ms", p99)
-        .with("batch", BATCH),
-    );
-    Ok(())
+    Ok(Pass { secs, lat, open_ms })
 }
 
 /// Reads every element (16 independent lanes, so the pass runs at memory
