@@ -212,6 +212,38 @@ pub(crate) fn prefetch<T: ?Sized>(item: &T) {
     let _ = item;
 }
 
+/// A cache hint for every 64-byte line that `bytes` spans, four lines per
+/// loop turn: under two instructions a line, where walking the slice in
+/// chunks took eight.
+#[inline]
+pub(crate) fn prefetch_lines(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: as in `prefetch`: only a hint, which never faults
+        // whatever the address (here always the start of a line of `bytes`).
+        let hint = |line: usize| unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                line as *const i8,
+            );
+        };
+        let end = bytes.as_ptr() as usize + bytes.len();
+        let mut line = bytes.as_ptr() as usize & !63;
+        while line + 192 < end {
+            hint(line);
+            hint(line + 64);
+            hint(line + 128);
+            hint(line + 192);
+            line += 256;
+        }
+        while line < end {
+            hint(line);
+            line += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// Iterator of [`KeyIndex::candidates`].
 pub struct Candidates<'a> {
     index: &'a KeyIndex,

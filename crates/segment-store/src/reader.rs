@@ -336,7 +336,33 @@ impl Decoded {
     }
 }
 
+/// The part of row `r` in column `p`. A tensor of a uniform column, the
+/// common case, is located inline: no call, and no result passed back
+/// through memory for each part.
+#[inline(always)]
 fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> {
+    if let PartColumn::Tensor {
+        dtype,
+        values,
+        uniform: Some(u),
+        ..
+    } = p
+        && *dtype != DType::Bool
+    {
+        let size = dtype.size();
+        let bytes = values.slice_with_length((u.base + r * u.numel) * size, u.numel * size);
+        return Ok(Part::Tensor(TensorBuf::from_checked(
+            *dtype,
+            u.shape.clone(),
+            bytes,
+        )));
+    }
+    read_part_general(path, row, p, r)
+}
+
+/// [`read_part`] for blobs, bool tensors and columns of mixed shapes.
+#[inline(never)]
+fn read_part_general(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> {
     match p {
         PartColumn::Blob(col, name) => {
             // Zero-copy: a slice of the column's value buffer.
@@ -368,20 +394,9 @@ fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> 
             values,
             shape,
             dims,
-            uniform,
+            ..
         } => {
             let size = dtype.size();
-            if let Some(u) = uniform
-                && *dtype != DType::Bool
-            {
-                let start = (u.base + r * u.numel) * size;
-                let bytes = values.slice_with_length(start, u.numel * size);
-                return Ok(Part::Tensor(TensorBuf::from_checked(
-                    *dtype,
-                    u.shape.clone(),
-                    bytes,
-                )));
-            }
             if data.is_null(r) || shape.is_null(r) {
                 return Err(Error::corrupt(
                     path,

@@ -393,7 +393,7 @@ impl SegmentStore {
     ) -> Result<(Vec<Option<Record>>, Vec<usize>)> {
         self.take_bg_error()?;
         let inner = &self.inner;
-        let mut out: Vec<Option<Record>> = vec![None; keys.len()];
+        let mut out: Vec<Option<Record>> = keys.iter().map(|_| None).collect();
         let use_lru = inner.opts.lru_bytes > 0;
         if use_lru {
             let mut lru = inner.lru.lock();
@@ -458,6 +458,7 @@ impl SegmentStore {
             let mut hashes: Vec<u64> = Vec::with_capacity(wanted.len());
             let mut first: Vec<Option<(&Segment, &Decoded, Row<'_>)>> =
                 Vec::with_capacity(wanted.len());
+            let mut segs = SegmentTable::new(&st.segments, hint, wanted.len());
             let mut hits = 0;
             let total = wanted.len();
             for step in 0..total + 3 * AHEAD {
@@ -471,11 +472,10 @@ impl SegmentStore {
                 // and ask for its key offset.
                 if let Some(&h) = step.checked_sub(AHEAD).and_then(|k| hashes.get(k)) {
                     let located = st.index.candidates(h).next().and_then(|loc| {
-                        let seg = st.segments.get(&loc.seg)?;
-                        let d = seg.decoded(hint).ok()?;
+                        let (seg, d) = segs.get(loc.seg)?;
                         let row = d.row(loc.row as usize)?;
                         d.prefetch_row(&row);
-                        Some((&**seg, &**d, row))
+                        Some((seg, d, row))
                     });
                     first.push(located);
                 }
@@ -790,6 +790,60 @@ fn background(inner: Arc<Inner>, rx: Receiver<Job>) {
 /// to bring into its caches before returning (about half an L2 cache).
 const WARM_BYTES: usize = 512 << 10;
 
+/// The segments one `get_batch` call reads, resolved and decoded once per
+/// segment rather than once per key: a table indexed by id when the ids
+/// span not much more than the keys asked for, the map otherwise.
+struct SegmentTable<'a> {
+    map: &'a BTreeMap<u32, Arc<Segment>>,
+    hint: Option<crate::Structure>,
+    /// Smallest segment id.
+    base: u32,
+    /// By `id - base`: `None` until resolved, then the segment and its
+    /// decoded columns (`None` when it is unreadable).
+    dense: Vec<Option<Option<(&'a Segment, &'a Decoded)>>>,
+}
+
+impl<'a> SegmentTable<'a> {
+    fn new(
+        map: &'a BTreeMap<u32, Arc<Segment>>,
+        hint: Option<crate::Structure>,
+        keys: usize,
+    ) -> SegmentTable<'a> {
+        let (base, span) = match (map.first_key_value(), map.last_key_value()) {
+            (Some((&lo, _)), Some((&hi, _))) => (lo, (hi - lo) as usize + 1),
+            _ => (0, 0),
+        };
+        let dense = if span <= keys.saturating_mul(4) {
+            vec![None; span]
+        } else {
+            Vec::new()
+        };
+        SegmentTable {
+            map,
+            hint,
+            base,
+            dense,
+        }
+    }
+
+    fn get(&mut self, id: u32) -> Option<(&'a Segment, &'a Decoded)> {
+        let (map, hint) = (self.map, self.hint);
+        let resolve = || {
+            let seg = map.get(&id)?;
+            let d = seg.decoded(hint).ok()?;
+            Some((&**seg, &**d))
+        };
+        match id
+            .checked_sub(self.base)
+            .and_then(|i| self.dense.get_mut(i as usize))
+        {
+            Some(Some(hit)) => *hit,
+            Some(slot) => *slot.insert(resolve()),
+            None => resolve(),
+        }
+    }
+}
+
 /// Asks the CPU to fetch the bytes of the batch's records, up to
 /// [`WARM_BYTES`], in one tight pass: the caller reads them next, and
 /// requests issued back to back overlap their misses far better than the
@@ -800,9 +854,7 @@ fn warm(out: &[Option<Record>]) {
         let mut each = |bytes: &[u8]| {
             let n = bytes.len().min(budget);
             budget -= n;
-            for line in bytes[..n].chunks(64) {
-                crate::index::prefetch(&line[0]);
-            }
+            crate::index::prefetch_lines(&bytes[..n]);
         };
         match rec {
             Record::Tensor(t) => each(t.bytes()),

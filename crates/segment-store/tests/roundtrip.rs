@@ -422,3 +422,56 @@ fn inspect_reports_entries_and_segments() {
     assert!(ins.to_string().contains("segment_000000.arrow"));
     assert!(ins.index_bytes_per_entry > 0.0);
 }
+
+#[test]
+fn lookups_agree_however_far_apart_the_segment_ids_are() {
+    // One record per segment, then compaction: the live segment ids start
+    // far from 0 and the ids a batch touches are sparse or dense relative
+    // to its size, which `get_batch` resolves in two different ways.
+    // No LRU: every read goes to the segments.
+    let opts = || Options {
+        lru_bytes: 0,
+        ..opts()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = SegmentStore::open(dir.path(), opts()).unwrap();
+    let mut want = Vec::new();
+    for i in 0..40u8 {
+        let r = Record::from(tensor(DType::U16, &[3], i));
+        store.put_batch(&[(format!("k{i}"), r.clone())]).unwrap();
+        store.flush().unwrap();
+        want.push((format!("k{i}"), r));
+    }
+    assert_eq!(store.stats().segments, 40);
+    let all = |s: &SegmentStore| {
+        let mut keys: Vec<&str> = want.iter().map(|(k, _)| k.as_str()).collect();
+        keys.push("absent");
+        let (got, missing) = s.get_batch(&keys).unwrap();
+        assert_eq!(missing, vec![40]);
+        for ((_, w), g) in want.iter().zip(&got) {
+            assert!(same(w, g.as_ref().unwrap()));
+        }
+        // One key at a time: ids span far more than the batch.
+        for (k, w) in &want {
+            let (got, missing) = s.get_batch(&[k]).unwrap();
+            assert!(missing.is_empty(), "{k}");
+            assert!(same(w, got[0].as_ref().unwrap()), "{k}");
+        }
+        let (got, missing) = s.get_batch(&["absent"]).unwrap();
+        assert!(got[0].is_none() && missing == vec![0]);
+    };
+    all(&store);
+    let before = SegmentStore::open(
+        dir.path(),
+        Options {
+            read_only: true,
+            ..opts()
+        },
+    )
+    .unwrap();
+    store.compact().unwrap();
+    all(&store);
+    all(&before);
+    drop(store);
+    all(&SegmentStore::open(dir.path(), opts()).unwrap());
+}
