@@ -4,9 +4,12 @@
 //! `--n N`: N/1000, N/100, N/10, N). At each S it times `put_batch` of
 //! 1,000 new samples + `flush()` and opening the store until the first
 //! `get_batch` has returned (medians of 9), and reports the index's
-//! resident bytes per entry. A final "scaling" line holds the ratios (of
-//! medians, and of the fastest repetitions: fsync latency on a shared disk
-//! is noisy).
+//! resident bytes per entry. Each timed flush is paired with one on a
+//! fresh store of S = 1k, so that the two see the same disk. A final
+//! "scaling" line holds the ratios: of medians (`flush_ratio`, S = 1M
+//! against S = 1k measured first), of the fastest repetitions
+//! (`flush_ratio_min`), and of S = 1M against its paired 1k flushes
+//! (`flush_ratio_paired`): fsync latency on a shared disk drifts.
 
 use std::time::Instant;
 
@@ -71,6 +74,21 @@ fn check(store: &SegmentStore, seed: u64, i: usize) -> Result<(), RunError> {
     }
 }
 
+/// `put_batch` of 1,000 new samples from `from` plus `flush()`, in ms.
+fn timed_flush(store: &SegmentStore, seed: u64, from: usize) -> Result<f64, RunError> {
+    let items = (from..from + NEW)
+        .map(|k| {
+            Tensor::from_vec([DIM], value(seed, k))
+                .map(|t| (format!("s{k}"), Record::from(t)))
+                .map_err(err)
+        })
+        .collect::<Result<Vec<_>, RunError>>()?;
+    let t = Instant::now();
+    store.put_batch(&items).map_err(err)?;
+    store.flush().map_err(err)?;
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
 fn quiesce() {
     // SAFETY: sync(2) takes no arguments and only flushes file-system
     // buffers; it cannot fail or touch this process's memory.
@@ -94,6 +112,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     let mut flush_ms_all = Vec::new();
     let mut flush_min_all = Vec::new();
     let mut open_ms_all = Vec::new();
+    let mut paired_all = Vec::new();
     for &s in &sizes {
         progress!("w2: filling to S = {s}");
         {
@@ -117,23 +136,25 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
             open_ms.push(t.elapsed().as_secs_f64() * 1e3);
             index_bpe = store.stats().index_bytes_per_entry;
         }
-        // Flush of 1,000 new samples.
+        // Flush of 1,000 new samples, each repetition paired with one on a
+        // fresh store of S = 1k: fsync latency on this shared disk drifts
+        // from minute to minute, and the pair sees the same disk.
         let store = SegmentStore::open(&dir, opts.clone()).map_err(err)?;
+        let base_dir = ctx.fresh_dir("w2_base").map_err(err)?;
+        let base = SegmentStore::open(&base_dir, opts.clone()).map_err(err)?;
+        put_range(&base, ctx.seed, 0..NEW)?;
+        base.flush().map_err(err)?;
+        let mut base_filled = NEW;
         let mut flush_ms = Vec::new();
+        let mut base_ms = Vec::new();
         for _ in 0..REPS {
-            let items = (filled..filled + NEW)
-                .map(|k| {
-                    Tensor::from_vec([DIM], value(ctx.seed, k))
-                        .map(|t| (format!("s{k}"), Record::from(t)))
-                        .map_err(err)
-                })
-                .collect::<Result<Vec<_>, RunError>>()?;
-            let t = Instant::now();
-            store.put_batch(&items).map_err(err)?;
-            store.flush().map_err(err)?;
-            flush_ms.push(t.elapsed().as_secs_f64() * 1e3);
+            flush_ms.push(timed_flush(&store, ctx.seed, filled)?);
             filled += NEW;
+            base_ms.push(timed_flush(&base, ctx.seed, base_filled)?);
+            base_filled += NEW;
         }
+        drop(base);
+        std::fs::remove_dir_all(&base_dir).map_err(err)?;
         check(&store, ctx.seed, 0)?;
         check(&store, ctx.seed, filled - 1)?;
         check(&store, ctx.seed, s / 2)?;
@@ -146,6 +167,8 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
         }
         drop(store);
         let f = median(&mut flush_ms);
+        let b = median(&mut base_ms);
+        paired_all.push(f / b.max(1e-9));
         // Sorted by `median`: the fastest repetition, least disturbed by
         // other I/O on a shared disk.
         let f_min = flush_ms[0];
@@ -158,6 +181,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
                 .with("s", s)
                 .with("flush_ms", f)
                 .with("flush_ms_min", f_min)
+                .with("flush_ms_at_1k_paired", b)
                 .with("open_ms", o)
                 .with("index_bytes_per_entry", index_bpe),
         );
@@ -174,6 +198,10 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
                 "flush_ratio_min",
                 flush_min_all.last().copied().unwrap_or(1.0)
                     / flush_min_all.first().copied().unwrap_or(1.0).max(1e-9),
+            )
+            .with(
+                "flush_ratio_paired",
+                paired_all.last().copied().unwrap_or(1.0),
             )
             .with("open_ratio", last_o / first_o.max(1e-9))
             .with("open_ms_at_max", last_o),
