@@ -469,16 +469,22 @@ fn decode(buffer: &Buffer, hint: Option<Structure>) -> std::result::Result<Decod
     let schema = Arc::new(schema);
     // Arrow's own validation is replaced by `validate_batch` below, which
     // checks the same invariants in vectorized passes: on a fresh reader
-    // the per-offset checks were half the cost of the first batch.
-    // SAFETY: nothing reads the arrays the decoder builds before
-    // `validate_batch` has checked every column of the batch: buffer sizes,
-    // null counts, in-bounds monotonic offsets, UTF-8 and column lengths,
-    // the checks `skip_validation` leaves out (for types it does not
-    // handle itself it runs Arrow's full validation). Building the arrays
-    // reads no offsets or values; its own bounds assertions panic, and
-    // `Segment::decoded` turns a panic into an error.
-    let mut decoder =
-        unsafe { FileDecoder::new(schema.clone(), footer.version()).with_skip_validation(true) };
+    // the per-offset checks were half the cost of the first batch. Not in a
+    // file with dictionaries (segments never hold any): reading a delta
+    // dictionary runs Arrow's `concat` over the arrays it decodes, before
+    // any check of ours could run.
+    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
+    if footer.dictionaries().is_none_or(|d| d.is_empty()) {
+        // SAFETY: with no dictionary blocks, decoding a record batch only
+        // builds arrays: it reads no offsets or values, and its own bounds
+        // and alignment assertions panic (`Segment::decoded` turns a panic
+        // into an error). Nothing reads the arrays before `validate_batch`
+        // has checked every column of the batch: buffer sizes, null counts,
+        // in-bounds monotonic offsets, UTF-8, column types and lengths, no
+        // nulls in a non-nullable field (Arrow's full validation for any
+        // type it does not check itself).
+        decoder = unsafe { decoder.with_skip_validation(true) };
+    }
     let block_data = |block: &arrow_ipc::Block| -> std::result::Result<Buffer, String> {
         let off = usize::try_from(block.offset()).ok();
         let meta = usize::try_from(block.metaDataLength())
@@ -531,7 +537,8 @@ fn decode(buffer: &Buffer, hint: Option<Structure>) -> std::result::Result<Decod
 }
 
 /// Everything Arrow's full validation checks on a decoded batch: each
-/// column's type and length against the schema, then [`validate_array`].
+/// column's type, length and nullability against the schema, then
+/// [`validate_array`].
 fn validate_batch(batch: &RecordBatch) -> std::result::Result<(), String> {
     let schema = batch.schema();
     for (field, col) in schema.fields().iter().zip(batch.columns()) {
@@ -541,6 +548,12 @@ fn validate_batch(batch: &RecordBatch) -> std::result::Result<(), String> {
                 field.name(),
                 col.data_type(),
                 field.data_type()
+            ));
+        }
+        if !field.is_nullable() && col.null_count() > 0 {
+            return Err(format!(
+                "column {:?} holds nulls but its field is not nullable",
+                field.name()
             ));
         }
         if col.len() != batch.num_rows() {
@@ -807,6 +820,97 @@ mod tests {
             None,
         );
         assert!(validate_array(&bin).unwrap_err().contains("decrease"));
+    }
+
+    #[test]
+    fn a_corrupt_delta_dictionary_is_refused_by_arrows_own_checks() {
+        // Reading a delta dictionary concatenates the decoded arrays inside
+        // Arrow; with a nested dictionary that reads string offsets, so the
+        // decoder must not skip its validation for such a file.
+        use arrow_array::types::Int32Type;
+        use arrow_array::{BinaryArray, DictionaryArray, Int32Array, StringArray, StructArray};
+        use arrow_ipc::writer::{DictionaryHandling, FileWriter, IpcWriteOptions};
+        use arrow_schema::{Fields, Schema};
+        let inner_t = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let st = DataType::Struct(Fields::from(vec![Field::new("x", inner_t, true)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Utf8, false),
+            Field::new("a_blob", DataType::Binary, false),
+            Field::new(
+                "d",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(st)),
+                true,
+            ),
+        ]));
+        let batch = |inner: &[&str], xkeys: Vec<i32>, okeys: Vec<i32>| {
+            let vals: ArrayRef = Arc::new(StringArray::from(inner.to_vec()));
+            let x = DictionaryArray::<Int32Type>::try_new(Int32Array::from(xkeys), vals).unwrap();
+            let fields = Fields::from(vec![Field::new("x", x.data_type().clone(), true)]);
+            let st = StructArray::new(fields, vec![Arc::new(x) as ArrayRef], None);
+            let n = okeys.len();
+            let d = DictionaryArray::<Int32Type>::try_new(Int32Array::from(okeys), Arc::new(st))
+                .unwrap();
+            let keys: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
+            let blobs: Vec<&[u8]> = (0..n).map(|_| &b"z"[..]).collect();
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from(keys)),
+                    Arc::new(BinaryArray::from_vec(blobs)),
+                    Arc::new(d),
+                ],
+            )
+            .unwrap()
+        };
+        let mut file = Vec::new();
+        let opts = IpcWriteOptions::default().with_dictionary_handling(DictionaryHandling::Delta);
+        let mut w = FileWriter::try_new_with_options(&mut file, &schema, opts).unwrap();
+        w.write(&batch(&["aaaaa", "bbbbbbb"], vec![0, 1], vec![0, 1]))
+            .unwrap();
+        w.write(&batch(&["aaaaa", "bbbbbbb", "ccc"], vec![0, 1, 2], vec![2]))
+            .unwrap();
+        w.finish().unwrap();
+        drop(w);
+        assert_eq!(
+            decode(&Buffer::from_vec(file.clone()), None)
+                .ok()
+                .map(|d| d.rows()),
+            Some(3)
+        );
+        // The inner strings' offsets [0, 5, 12]: the middle one now points
+        // far past the values.
+        let pattern: Vec<u8> = [0i32, 5, 12].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let hits: Vec<usize> = file
+            .windows(12)
+            .enumerate()
+            .filter(|(_, w)| *w == &pattern[..])
+            .map(|(i, _)| i)
+            .collect();
+        assert!(!hits.is_empty());
+        for h in hits {
+            file[h + 4..h + 8].copy_from_slice(&0x7fff_0000i32.to_le_bytes());
+        }
+        let e = decode(&Buffer::from_vec(file), None).err().unwrap();
+        assert!(e.contains("dictionary"), "{e}");
+    }
+
+    #[test]
+    fn nulls_in_a_non_nullable_column_are_refused() {
+        let schema = Arc::new(arrow_schema::Schema::new(vec![
+            Field::new("key", DataType::Utf8, false),
+            Field::new("blob", DataType::Binary, false),
+        ]));
+        let keys: ArrayRef = Arc::new(arrow_array::StringArray::from(vec![Some("a"), None]));
+        let blobs: ArrayRef = Arc::new(arrow_array::BinaryArray::from_vec(vec![b"x", b"y"]));
+        // SAFETY: the batch is only written, as a foreign writer might.
+        let batch = unsafe { RecordBatch::new_unchecked(schema.clone(), vec![keys, blobs], 2) };
+        let mut file = Vec::new();
+        let mut w = arrow_ipc::writer::FileWriter::try_new(&mut file, &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        let e = decode(&Buffer::from_vec(file), None).err().unwrap();
+        assert!(e.contains("not nullable"), "{e}");
     }
 
     #[test]
