@@ -474,7 +474,9 @@ fn decode(buffer: &Buffer, hint: Option<Structure>) -> std::result::Result<Decod
     // dictionary runs Arrow's `concat` over the arrays it decodes, before
     // any check of ours could run.
     let mut decoder = FileDecoder::new(schema.clone(), footer.version());
-    if footer.dictionaries().is_none_or(|d| d.is_empty()) {
+    let skip = footer.dictionaries().is_none_or(|d| d.is_empty())
+        && schema.fields().iter().all(|f| plain_type(f.data_type()));
+    if skip {
         // SAFETY: with no dictionary blocks, decoding a record batch only
         // builds arrays: it reads no offsets or values, and its own bounds
         // and alignment assertions panic (`Segment::decoded` turns a panic
@@ -512,6 +514,9 @@ fn decode(buffer: &Buffer, hint: Option<Structure>) -> std::result::Result<Decod
     let mut rows = 0usize;
     for (i, block) in footer.recordBatches().iter().flatten().enumerate() {
         let data = block_data(block)?;
+        if skip {
+            check_layout(&schema, block, &data).map_err(|e| format!("record batch {i}: {e}"))?;
+        }
         let batch = decoder
             .read_record_batch(block, &data)
             .map_err(|e| format!("record batch {i}: {e}"))?
@@ -534,6 +539,124 @@ fn decode(buffer: &Buffer, hint: Option<Structure>) -> std::result::Result<Decod
         starts,
         rows,
     })
+}
+
+/// Whether `t` is one of the types segments hold, whose IPC layout
+/// [`check_layout`] knows: strings, binaries, booleans, primitives and
+/// lists of them.
+fn plain_type(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary => true,
+        DataType::Boolean => true,
+        DataType::List(f) | DataType::LargeList(f) => plain_type(f.data_type()),
+        t => t.is_primitive(),
+    }
+}
+
+/// What Arrow's decoder only asserts (a panic, caught but noisy) when it
+/// skips validation: that every buffer of a record batch lies in the
+/// block's body and is long enough for its field node. Walks the fields in
+/// IPC order: each node's validity buffer, then offsets and values.
+fn check_layout(
+    schema: &arrow_schema::Schema,
+    block: &arrow_ipc::Block,
+    data: &Buffer,
+) -> std::result::Result<(), String> {
+    let bytes = data.as_slice();
+    let meta = usize::try_from(block.metaDataLength()).map_err(|e| e.to_string())?;
+    let header = bytes
+        .get(..meta)
+        .filter(|h| h.len() >= 8)
+        .ok_or("short message")?;
+    let message = if header[..4] == [0xff; 4] {
+        &header[8..]
+    } else {
+        &header[4..]
+    };
+    let message = arrow_ipc::root_as_message(message).map_err(|e| format!("message: {e}"))?;
+    // Anything else is Arrow's to report.
+    let Some(batch) = message.header_as_record_batch() else {
+        return Ok(());
+    };
+    if batch.compression().is_some() {
+        return Err("compressed record batches are not supported".into());
+    }
+    let body = (bytes.len() - meta) as i64;
+    let buffers: Vec<i64> = batch
+        .buffers()
+        .into_iter()
+        .flatten()
+        .map(|b| match b.offset().checked_add(b.length()) {
+            Some(end) if b.offset() >= 0 && b.length() >= 0 && end <= body => Ok(b.length()),
+            _ => Err(format!(
+                "buffer at {} of {} bytes is outside the {body}-byte body",
+                b.offset(),
+                b.length()
+            )),
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let nodes: Vec<(i64, i64)> = batch
+        .nodes()
+        .into_iter()
+        .flatten()
+        .map(|n| (n.length(), n.null_count()))
+        .collect();
+    let (mut node, mut buffer) = (0, 0);
+    for f in schema.fields() {
+        walk(f.data_type(), &nodes, &buffers, &mut node, &mut buffer)?;
+    }
+    Ok(())
+}
+
+/// [`check_layout`] for one field and its children.
+fn walk(
+    t: &DataType,
+    nodes: &[(i64, i64)],
+    buffers: &[i64],
+    node: &mut usize,
+    buffer: &mut usize,
+) -> std::result::Result<(), String> {
+    let &(len, nulls) = nodes.get(*node).ok_or("fewer field nodes than fields")?;
+    *node += 1;
+    if len < 0 || !(0..=len).contains(&nulls) {
+        return Err(format!("field node of length {len} with {nulls} nulls"));
+    }
+    let mut next = |need: i64, what: &str| -> std::result::Result<(), String> {
+        let have = *buffers
+            .get(*buffer)
+            .ok_or("fewer buffers than the fields need")?;
+        *buffer += 1;
+        if have < need {
+            return Err(format!("{what} buffer of {have} bytes, {need} needed"));
+        }
+        Ok(())
+    };
+    let bits = |n: i64| n / 8 + i64::from(n % 8 != 0);
+    let offsets = |width: i64| if len == 0 { 0 } else { (len + 1) * width };
+    next(if nulls > 0 { bits(len) } else { 0 }, "validity")?;
+    match t {
+        DataType::Utf8 | DataType::Binary => {
+            next(offsets(4), "offsets")?;
+            next(0, "values")
+        }
+        DataType::LargeUtf8 | DataType::LargeBinary => {
+            next(offsets(8), "offsets")?;
+            next(0, "values")
+        }
+        DataType::Boolean => next(bits(len), "values"),
+        DataType::List(f) => {
+            next(offsets(4), "offsets")?;
+            walk(f.data_type(), nodes, buffers, node, buffer)
+        }
+        DataType::LargeList(f) => {
+            next(offsets(8), "offsets")?;
+            walk(f.data_type(), nodes, buffers, node, buffer)
+        }
+        t => {
+            let width = t.primitive_width().ok_or("not a plain type")? as i64;
+            next(len.checked_mul(width).ok_or("length overflows")?, "values")
+        }
+    }
 }
 
 /// Everything Arrow's full validation checks on a decoded batch: each
