@@ -1017,41 +1017,34 @@ mod tests {
         assert!(e.contains("dictionary"), "{e}");
     }
 
-    #[test]
-    fn nulls_in_a_non_nullable_column_are_refused() {
+    /// Writes `keys` and `n` blobs as one batch, unchecked as a foreign
+    /// writer might, and returns the error decoding the file reports.
+    fn refused(keys: ArrayRef, n: usize) -> String {
         let schema = Arc::new(arrow_schema::Schema::new(vec![
             Field::new("key", DataType::Utf8, false),
             Field::new("blob", DataType::Binary, false),
         ]));
-        let keys: ArrayRef = Arc::new(arrow_array::StringArray::from(vec![Some("a"), None]));
-        let blobs: ArrayRef = Arc::new(arrow_array::BinaryArray::from_vec(vec![b"x", b"y"]));
-        // SAFETY: the batch is only written, as a foreign writer might.
-        let batch = unsafe { RecordBatch::new_unchecked(schema.clone(), vec![keys, blobs], 2) };
+        let blobs: ArrayRef = Arc::new(arrow_array::BinaryArray::from_vec(vec![b"x"; n]));
+        // SAFETY: the batch is only written, never read here.
+        let batch = unsafe { RecordBatch::new_unchecked(schema.clone(), vec![keys, blobs], n) };
         let mut file = Vec::new();
         let mut w = arrow_ipc::writer::FileWriter::try_new(&mut file, &schema).unwrap();
         w.write(&batch).unwrap();
         w.finish().unwrap();
         drop(w);
-        let e = decode(&Buffer::from_vec(file), None).err().unwrap();
+        decode(&Buffer::from_vec(file), None).err().unwrap()
+    }
+
+    #[test]
+    fn nulls_in_a_non_nullable_column_are_refused() {
+        let keys = Arc::new(arrow_array::StringArray::from(vec![Some("a"), None]));
+        let e = refused(keys, 2);
         assert!(e.contains("not nullable"), "{e}");
     }
 
     #[test]
     fn a_segment_with_bad_key_offsets_is_refused_not_read() {
-        let schema = Arc::new(arrow_schema::Schema::new(vec![
-            Field::new("key", DataType::Utf8, false),
-            Field::new("blob", DataType::Binary, false),
-        ]));
-        let keys = arrow_array::make_array(utf8(&[0, 4, 2, 6], b"k1__k2"));
-        let blobs: ArrayRef = Arc::new(arrow_array::BinaryArray::from_vec(vec![b"x", b"y", b"z"]));
-        // SAFETY: the batch is only written, as a foreign writer might.
-        let batch = unsafe { RecordBatch::new_unchecked(schema.clone(), vec![keys, blobs], 3) };
-        let mut file = Vec::new();
-        let mut w = arrow_ipc::writer::FileWriter::try_new(&mut file, &schema).unwrap();
-        w.write(&batch).unwrap();
-        w.finish().unwrap();
-        drop(w);
-        let e = decode(&Buffer::from_vec(file), None).err().unwrap();
+        let e = refused(arrow_array::make_array(utf8(&[0, 4, 2, 6], b"k1__k2")), 3);
         assert!(
             e.contains("column \"key\"") && e.contains("decrease"),
             "{e}"
