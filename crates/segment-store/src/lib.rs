@@ -20,7 +20,10 @@
 //!   index: a table of 12-byte slots (≤ 24 bytes per key), loaded by one
 //!   sequential read of the log without parsing any key string. Each
 //!   segment is mapped once and decoded lazily by arrow-rs' `FileDecoder`
-//!   over the mapped `Buffer`; a record's tensors are views into the map
+//!   over the mapped `Buffer`, validated before any row is read (buffer
+//!   layout, offsets, UTF-8, nulls: in vectorized passes of this crate for
+//!   the types segments hold, by Arrow for any other); a record's tensors
+//!   are views into the map
 //!   ([`TensorBuf::view`]) until the caller copies them. Before it
 //!   returns, `get_batch` asks the CPU for the batch's tensor bytes (up to
 //!   512 KiB), so the caller's first pass over the views reads from cache.
