@@ -31,6 +31,17 @@ fn value(seed: u64, i: usize) -> Vec<f32> {
     (0..DIM).map(|j| base + j as f32 * 0.5).collect()
 }
 
+/// Samples `s{k}` for `k` in `range`.
+fn items(seed: u64, range: std::ops::Range<usize>) -> Result<Vec<(String, Record)>, RunError> {
+    range
+        .map(|k| {
+            Tensor::from_vec([DIM], value(seed, k))
+                .map(|t| (format!("s{k}"), Record::from(t)))
+                .map_err(err)
+        })
+        .collect()
+}
+
 fn put_range(
     store: &SegmentStore,
     seed: u64,
@@ -39,14 +50,7 @@ fn put_range(
     let mut i = range.start;
     while i < range.end {
         let end = (i + 10_000).min(range.end);
-        let items = (i..end)
-            .map(|k| {
-                Tensor::from_vec([DIM], value(seed, k))
-                    .map(|t| (format!("s{k}"), Record::from(t)))
-                    .map_err(err)
-            })
-            .collect::<Result<Vec<_>, RunError>>()?;
-        store.put_batch(&items).map_err(err)?;
+        store.put_batch(&items(seed, i..end)?).map_err(err)?;
         i = end;
     }
     Ok(())
@@ -76,13 +80,7 @@ fn check(store: &SegmentStore, seed: u64, i: usize) -> Result<(), RunError> {
 
 /// `put_batch` of 1,000 new samples from `from` plus `flush()`, in ms.
 fn timed_flush(store: &SegmentStore, seed: u64, from: usize) -> Result<f64, RunError> {
-    let items = (from..from + NEW)
-        .map(|k| {
-            Tensor::from_vec([DIM], value(seed, k))
-                .map(|t| (format!("s{k}"), Record::from(t)))
-                .map_err(err)
-        })
-        .collect::<Result<Vec<_>, RunError>>()?;
+    let items = items(seed, from..from + NEW)?;
     let t = Instant::now();
     store.put_batch(&items).map_err(err)?;
     store.flush().map_err(err)?;

@@ -664,37 +664,30 @@ fn walk(
 /// [`validate_array`].
 fn validate_batch(batch: &RecordBatch) -> std::result::Result<(), String> {
     let schema = batch.schema();
-    for (field, col) in schema.fields().iter().zip(batch.columns()) {
-        if col.data_type() != field.data_type() {
-            return Err(format!(
-                "column {:?} is {}, the schema says {}",
-                field.name(),
-                col.data_type(),
-                field.data_type()
-            ));
-        }
-        if !field.is_nullable() && col.null_count() > 0 {
-            return Err(format!(
-                "column {:?} holds nulls but its field is not nullable",
-                field.name()
-            ));
-        }
-        if col.len() != batch.num_rows() {
-            return Err(format!(
-                "column {:?} has {} rows, the batch {}",
-                field.name(),
-                col.len(),
-                batch.num_rows()
-            ));
-        }
-        validate_array(&col.to_data()).map_err(|e| format!("column {:?}: {e}", field.name()))?;
-    }
     if batch.num_columns() != schema.fields().len() {
         return Err(format!(
             "{} columns, the schema has {} fields",
             batch.num_columns(),
             schema.fields().len()
         ));
+    }
+    for (field, col) in schema.fields().iter().zip(batch.columns()) {
+        let problem = if col.data_type() != field.data_type() {
+            format!(
+                "is {}, the schema says {}",
+                col.data_type(),
+                field.data_type()
+            )
+        } else if !field.is_nullable() && col.null_count() > 0 {
+            "holds nulls but its field is not nullable".to_owned()
+        } else if col.len() != batch.num_rows() {
+            format!("has {} rows, the batch {}", col.len(), batch.num_rows())
+        } else if let Err(e) = validate_array(&col.to_data()) {
+            return Err(format!("column {:?}: {e}", field.name()));
+        } else {
+            continue;
+        };
+        return Err(format!("column {:?} {problem}", field.name()));
     }
     Ok(())
 }
