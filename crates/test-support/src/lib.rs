@@ -1,7 +1,8 @@
 //! Helpers shared by the cachex test suites (a dev-dependency only).
 //!
-//! - [`fixtures_dir`]: `../shared/fixtures`, the caches written by the real
-//!   FFCV, torchcachex and loadit, with `expected.json`.
+//! - [`fixtures_dir`]: `crates/test-support/fixtures`, the caches written by
+//!   the real FFCV, torchcachex and loadit, with `expected.json` (see the
+//!   README there for what each holds).
 //! - [`python`]: the interpreter of the interop venv that `scripts/test`
 //!   builds (pyarrow, numpy, loadit). `scripts/test` exports its path as
 //!   `CACHEX_PYTHON`; a plain `cargo test` finds `target/py-venv` when it
@@ -21,12 +22,13 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// `../shared/fixtures` beside the workspace, or `CACHEX_FIXTURES` when set.
+/// The peer fixtures kept in this crate (`crates/test-support/fixtures`), or
+/// `CACHEX_FIXTURES` when set.
 pub fn fixtures_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("CACHEX_FIXTURES") {
         return PathBuf::from(dir);
     }
-    let dir = workspace_root().join("../shared/fixtures");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     assert!(
         dir.join("expected.json").is_file(),
         "fixtures not found at {} (set CACHEX_FIXTURES)",
