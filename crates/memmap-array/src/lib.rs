@@ -90,7 +90,6 @@
 mod build;
 mod error;
 mod format;
-mod fsio;
 pub mod fuzz_entry;
 mod index;
 mod inspect;
@@ -100,7 +99,6 @@ mod writer;
 
 pub use build::{CACHE_VERSION, Opened, Outcome, RebuildReason, open_or_build, open_or_build_with};
 pub use error::{Error, Result};
-pub use fingerprint::{Mode, SourceStamp, Stale, StaleReason, stamp_sources};
 pub use format::{
     ArraySpec, COMPLETE_FILE, FINGERPRINT_FILE, FORMAT_VERSION, INDEX_FILE, LOCK_FILE,
     MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, key_column,
