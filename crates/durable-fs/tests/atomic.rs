@@ -39,7 +39,7 @@ fn sigkill_during_replace_leaves_old_or_new() {
     }
     for cycle in 0..crash::cycles(20) {
         let dir = tempfile::tempdir().unwrap();
-        let kill_after = Duration::from_millis(2 + (cycle as u64 * 7) % 40);
+        let kill_after = Duration::from_millis(5 + (cycle as u64 * 37) % 150);
         let out = crash::run_and_kill(
             "sigkill_during_replace_leaves_old_or_new",
             "replace",

@@ -818,6 +818,9 @@ impl PageWriter {
         step_done!(FinalizeStep::WriteFooter);
         self.file.sync_all().map_err(io("fsync"))?;
         step_done!(FinalizeStep::SyncFooter);
+        // Not `durable_fs::commit_temp`: the format commits with a second
+        // fsync (of the footer, above), and the rename and the directory
+        // fsync are separate steps that the crash tests stop between.
         durable_fs::rename(&self.tmp, &path).map_err(Error::durable)?;
         self.keep_temp = true;
         step_done!(FinalizeStep::Rename);

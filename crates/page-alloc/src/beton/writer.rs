@@ -335,6 +335,8 @@ fn write_locked(
     file.write_all_at(&data_end.to_le_bytes(), 16)
         .map_err(io("write allocation table pointer"))?;
     file.sync_all().map_err(io("fsync"))?;
+    // Two fsyncs (data, then the pointer that commits it), so the
+    // rename-and-sync step is taken alone rather than `commit_temp`.
     durable_fs::rename(tmp, path)
         .and_then(|()| durable_fs::sync_parent_dir(path))
         .map_err(Error::durable)
