@@ -12,7 +12,7 @@ use crate::format::{
 use crate::index::{Index, NO_KEY};
 use crate::reader::{ArrayCache, DEFAULT_RAM_FRACTION, check_bin_size, physical_ram, read_shapes};
 use crate::recover::scan_manifest;
-use crate::{Error, Result, fsio};
+use crate::{Error, Result};
 
 /// One file of the cache directory and its size on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -464,14 +464,17 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
         }
     }
     let fp = dir.join(FINGERPRINT_FILE);
-    if let Err(e) = fsio::read_capped(&fp, MAX_SMALL_JSON).and_then(|bytes| {
-        serde_json::from_slice::<serde_json::Value>(&bytes)
-            .map(|_| ())
-            .map_err(|source| Error::Json {
-                file: fp.clone(),
-                source,
-            })
-    }) {
+    if let Err(e) = durable_fs::read_capped(&fp, MAX_SMALL_JSON)
+        .map_err(Error::durable)
+        .and_then(|bytes| {
+            serde_json::from_slice::<serde_json::Value>(&bytes)
+                .map(|_| ())
+                .map_err(|source| Error::Json {
+                    file: fp.clone(),
+                    source,
+                })
+        })
+    {
         problems.push(Problem::from_error(&e, &fp));
     }
     if sizes_ok {

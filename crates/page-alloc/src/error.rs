@@ -137,6 +137,19 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Maps an error of the durable file-system layer (the writer lock is
+    /// mapped where it is taken, which knows the file it guards).
+    pub(crate) fn durable(e: durable_fs::Error) -> Error {
+        match e {
+            durable_fs::Error::Io { op, path, source } => Error::Io { path, op, source },
+            other => Error::Io {
+                path: other.path().to_path_buf(),
+                op: "lock",
+                source: std::io::Error::other(other),
+            },
+        }
+    }
+
     pub(crate) fn io(path: &Path, op: &'static str, source: std::io::Error) -> Error {
         Error::Io {
             path: path.to_path_buf(),

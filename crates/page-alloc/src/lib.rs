@@ -57,6 +57,9 @@
 pub mod beton;
 mod error;
 pub mod format;
+// Exists for the targets in `fuzz/` (and tests over damaged inputs), not
+// for users: hidden from the docs, kept public so those targets compile.
+#[doc(hidden)]
 pub mod fuzz_entry;
 mod inspect;
 mod reader;

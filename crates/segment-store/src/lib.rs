@@ -104,6 +104,7 @@ mod record;
 mod recover;
 mod schema;
 mod store;
+mod validate;
 mod writer;
 
 pub use error::{Error, Result};

@@ -12,7 +12,7 @@ use crate::record::{Record, Structure};
 use crate::recover::{hint_of, list_segments};
 use crate::schema::parse_schema_json;
 use crate::store::{SegmentStore, note_problem};
-use crate::writer::{IndexLog, build_batch, split_runs, sync_dir, write_segment};
+use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
 use crate::{Error, Result};
 
 /// What kind of [`Problem`] was found.
@@ -422,7 +422,7 @@ impl SegmentStore {
                 return Err(Error::io(&path, "remove compacted segment", e));
             }
         }
-        sync_dir(&inner.dir.join(format::SEGMENTS_DIR))?;
+        durable_fs::sync_dir(&inner.dir.join(format::SEGMENTS_DIR)).map_err(Error::durable)?;
         Ok(CompactReport {
             segments_before: old.len(),
             segments_after,

@@ -6,12 +6,12 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::format::{self, INDEX_FILE, SCHEMA_FILE, SEGMENTS_DIR, TMP_SUFFIX};
+use crate::format::{self, INDEX_FILE, SCHEMA_FILE, SEGMENTS_DIR};
 use crate::index::{KeyIndex, Loc, MAX_ROW, MAX_SEGMENT_ID};
 use crate::reader::Segment;
 use crate::record::Structure;
 use crate::schema::{RecordSchema, parse_schema_json, to_schema_json};
-use crate::writer::{IndexLog, write_atomic};
+use crate::writer::IndexLog;
 use crate::{Error, Problem, ProblemKind, Result};
 
 /// How many inserts ahead the home slot is prefetched while the table is
@@ -38,20 +38,12 @@ fn problem(path: &Path, kind: ProblemKind, detail: impl Into<String>) -> Problem
 
 /// Removes leftover `*.tmp` files of `dir`.
 fn remove_tmp(dir: &Path, problems: &mut Vec<Problem>) -> Result<()> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for e in entries {
-        let e = e.map_err(|e| Error::io(dir, "list", e))?;
-        if e.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
-            let p = e.path();
-            std::fs::remove_file(&p).map_err(|err| Error::io(&p, "remove temp file", err))?;
-            problems.push(problem(
-                &p,
-                ProblemKind::TempFileRemoved,
-                "leftover temp file removed",
-            ));
-        }
+    for p in durable_fs::remove_temp_files(dir).map_err(Error::durable)? {
+        problems.push(problem(
+            &p,
+            ProblemKind::TempFileRemoved,
+            "leftover temp file removed",
+        ));
     }
     Ok(())
 }
@@ -312,7 +304,8 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
     {
         schema = Some(d.schema.clone());
         if writer {
-            write_atomic(&schema_path, to_schema_json(&d.schema).as_bytes())?;
+            durable_fs::write_atomic(&schema_path, to_schema_json(&d.schema).as_bytes())
+                .map_err(Error::durable)?;
         }
     } else if schema_bad && writer && schema.is_none() {
         // Nothing to derive it from: the first put writes a new one.

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
+use durable_fs::FileLock;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -13,52 +14,31 @@ use crate::format::{
 use crate::reader::{list_shards, read_metadata_file, read_shard};
 use crate::store::Inner;
 use crate::value::PickleValue;
-use crate::writer::{FileLock, fsync_dir, temp_path};
 
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
     /// Moves a corrupt shard file into `quarantine/` under the writer lock.
     pub(crate) fn quarantine(&self, path: &Path) -> Result<()> {
-        let _lock = FileLock::exclusive(&self.paths.writer_lock)?;
+        let _lock = FileLock::exclusive(&self.paths.writer_lock).map_err(Error::durable)?;
         let dir = self.root.join(QUARANTINE_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
         let stem = path.file_name().and_then(|n| n.to_str()).unwrap_or("shard");
-        let dest = temp_path(&dir, stem);
-        match std::fs::rename(path, &dest) {
+        let dest = durable_fs::unique_temp_path(&dir, stem);
+        match durable_fs::rename(path, &dest) {
             Ok(()) => {}
             // Someone else quarantined or replaced it already.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io(path, "quarantine", e)),
+            Err(durable_fs::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(Error::durable(e)),
         }
-        let _ = std::fs::remove_file(self.root.join(COMPLETED_FILE));
-        fsync_dir(&self.paths.shards)
-    }
-}
-
-/// Removes `scratch/` files of ours (`<name>.<pid>.<n>.tmp`) whose writer
-/// process is gone (Linux: no `/proc/<pid>`). Other files are left alone.
-pub(crate) fn remove_dead_temp_files(scratch: &Path) {
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
-    let Ok(dir) = std::fs::read_dir(scratch) else {
-        return;
-    };
-    for entry in dir.filter_map(|e| e.ok()) {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(stem) = name.strip_suffix(".tmp") else {
-            continue;
-        };
-        let mut parts = stem.rsplit('.');
-        let (Some(_n), Some(pid)) = (parts.next(), parts.next()) else {
-            continue;
-        };
-        let Ok(pid) = pid.parse::<u32>() else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_file(entry.path());
-        }
+        // The shard's removal from `shards/` is what must survive; the
+        // root loses its `completed` flag with it.
+        durable_fs::sync_dir(&self.paths.shards)
+            .and_then(|()| durable_fs::remove_and_sync(&self.root.join(COMPLETED_FILE)))
+            .map(drop)
+            .map_err(Error::durable)
     }
 }
 

@@ -164,6 +164,24 @@ fn bad_metadata_values_are_refused() {
 }
 
 #[test]
+fn an_oversized_metadata_file_is_refused_before_it_is_read_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("metadata.json");
+    // Sparse: one byte over the limit costs no disk.
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(format::MAX_METADATA_BYTES + 1)
+        .unwrap();
+    let err = ShardStore::<u64>::open(tmp.path(), Options::default()).unwrap_err();
+    assert!(matches!(err, Error::BadMetadata { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("metadata.json: bad metadata: larger than"),
+        "{err}"
+    );
+}
+
+#[test]
 fn junk_in_the_shard_directory_is_ignored_by_reads_and_reported_by_verify() {
     let tmp = tempfile::tempdir().unwrap();
     let items: Vec<u64> = (0..8).collect();
