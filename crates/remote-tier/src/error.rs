@@ -1,0 +1,154 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What a remote-tier call can fail with. Every variant names the store
+/// URL (credentials and query removed) or the local file, and the problem.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The URL is not one this crate opens, or its store could not be built.
+    #[error("{url}: cannot open this store: {reason}")]
+    BadUrl {
+        /// The URL, without credentials or query.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// An option key that the URL's store does not know.
+    #[error("{url}: `{key}` is not an option of this store")]
+    BadOption {
+        /// The URL, without credentials or query.
+        url: String,
+        /// The unknown key.
+        key: String,
+    },
+    /// An object name that is not a valid relative object path.
+    #[error("{url}: `{name}` is not a valid object name: {reason}")]
+    BadName {
+        /// The store URL.
+        url: String,
+        /// The name given.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The object does not exist in the store.
+    #[error("{url}: {name}: no such object")]
+    NotFound {
+        /// The store URL.
+        url: String,
+        /// The object name, relative to the URL.
+        name: String,
+    },
+    /// A request failed; `attempts` says how often it was tried (requests
+    /// that are safe to repeat are retried, others are tried once).
+    #[error("{url}: {name}: {op} failed after {attempts} attempt(s): {source}")]
+    Remote {
+        /// The store URL.
+        url: String,
+        /// The object name (or prefix) concerned.
+        name: String,
+        /// The request (`"get"`, `"put"`, `"list"`, ...).
+        op: &'static str,
+        /// How many times it was tried.
+        attempts: u32,
+        /// The store's error.
+        #[source]
+        source: object_store::Error,
+    },
+    /// A request did not answer in time, on every attempt.
+    #[error("{url}: {name}: {op} timed out ({timeout:?} per attempt) after {attempts} attempt(s)")]
+    TimedOut {
+        /// The store URL.
+        url: String,
+        /// The object name concerned.
+        name: String,
+        /// The request.
+        op: &'static str,
+        /// How many times it was tried.
+        attempts: u32,
+        /// The time allowed to each attempt.
+        timeout: Duration,
+    },
+    /// A commit record of this name exists already: another writer claimed it.
+    #[error("{url}: {name}: already committed by another writer")]
+    CommitTaken {
+        /// The store URL.
+        url: String,
+        /// The commit record's name.
+        name: String,
+    },
+    /// The store cannot do what was asked (say a conditional put on an S3
+    /// endpoint configured without it).
+    #[error("{url}: {name}: {op} is not supported by this store: {source}")]
+    Unsupported {
+        /// The store URL.
+        url: String,
+        /// The object name.
+        name: String,
+        /// The request.
+        op: &'static str,
+        /// The store's error.
+        #[source]
+        source: object_store::Error,
+    },
+    /// Fetched bytes are not what they must be (wrong size, wrong BLAKE3,
+    /// or an object that changed although files here are immutable).
+    /// Nothing of them was kept in the local tier.
+    #[error("{url}: {name}: {problem}")]
+    Corrupt {
+        /// The store URL.
+        url: String,
+        /// The object name.
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A byte range beyond the end of the object.
+    #[error("{url}: {name}: bytes {start}..{end} lie beyond the object's {size} bytes")]
+    OutOfRange {
+        /// The store URL.
+        url: String,
+        /// The object name.
+        name: String,
+        /// Start of the range asked for.
+        start: u64,
+        /// End (exclusive) of the range asked for.
+        end: u64,
+        /// The object's size.
+        size: u64,
+    },
+    /// A local file-system call failed.
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The local file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A durable local step (temp + rename, fsync, lock) failed.
+    #[error(transparent)]
+    Local(#[from] durable_fs::Error),
+    /// The crate's own I/O runtime could not be started or has stopped.
+    #[error("remote tier runtime: {0}")]
+    Runtime(String),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An [`Error::Io`] maker for `map_err`.
+    pub(crate) fn io(
+        op: &'static str,
+        path: &std::path::Path,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.to_path_buf();
+        move |source| Error::Io { op, path, source }
+    }
+}

@@ -1,0 +1,378 @@
+//! [`RemoteFile`]: one object open through the local tier.
+
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use durable_fs::FileLock;
+
+use crate::format::BlockMap;
+use crate::local::LocalDir;
+use crate::tier::{Expected, Inner};
+use crate::{Error, Result};
+
+/// An object of the store open through the local tier: a local file that
+/// holds the whole object, or a sparse one whose blocks are fetched on
+/// [`ensure`](RemoteFile::ensure). Map [`file`](RemoteFile::file) (not the
+/// path) to read zero-copy: the handle keeps the local copy from being
+/// evicted while it is open, in this process and in others.
+#[derive(Debug, Clone)]
+pub struct RemoteFile {
+    state: Arc<ObjectState>,
+}
+
+/// The state of one open object, shared by its handles and prefetches.
+#[derive(Debug)]
+pub(crate) struct ObjectState {
+    tier: Arc<Inner>,
+    pub(crate) name: String,
+    pub(crate) key: String,
+    pub(crate) path: PathBuf,
+    pub(crate) file: File,
+    size: u64,
+    /// `None` for a whole object; the blocks known present otherwise.
+    blocks: Option<Mutex<BlockMap>>,
+    /// The sparse file's inode: block maps on disk are only trusted (and
+    /// only written) while the path still names this file.
+    ino: u64,
+    _pin: FileLock,
+}
+
+impl RemoteFile {
+    pub(crate) fn open(tier: &Arc<Inner>, name: &str, expected: &Expected) -> Result<RemoteFile> {
+        tier.remote.path(name)?;
+        let key = LocalDir::key(name);
+        let pin = tier.dir.pin(&key)?;
+        let whole = tier.dir.whole(&key);
+        let mut opened = open_existing(&whole)?;
+        if opened.is_none() && tier.read_map(&key).is_none() {
+            // Not local: small objects are fetched whole right away.
+            let size = match expected.size {
+                Some(s) if s > tier.config.whole_file_max => None,
+                Some(s) => Some(s),
+                None => Some(tier.head(name)?.size).filter(|s| *s <= tier.config.whole_file_max),
+            };
+            if size.is_some() {
+                tier.fetch_whole(name, &key, expected)?;
+                opened = open_existing(&whole)?;
+            }
+        }
+        let state = match opened {
+            Some(file) => {
+                let size = file.metadata().map_err(Error::io("stat", &whole))?.len();
+                ObjectState {
+                    tier: Arc::clone(tier),
+                    name: name.to_string(),
+                    key,
+                    path: whole,
+                    file,
+                    size,
+                    blocks: None,
+                    ino: 0,
+                    _pin: pin,
+                }
+            }
+            None => {
+                let (file, map) = tier.sparse_file(name, &key)?;
+                let path = tier.dir.sparse(&key);
+                let ino = file.metadata().map_err(Error::io("stat", &path))?.ino();
+                ObjectState {
+                    tier: Arc::clone(tier),
+                    name: name.to_string(),
+                    key,
+                    path,
+                    file,
+                    size: map.size,
+                    blocks: Some(Mutex::new(map)),
+                    ino,
+                    _pin: pin,
+                }
+            }
+        };
+        let file = RemoteFile {
+            state: Arc::new(state),
+        };
+        if let Some(size) = expected.size
+            && size != file.len()
+        {
+            return Err(file.corrupt(format!("{} bytes, expected {size}", file.len())));
+        }
+        file.touch();
+        Ok(file)
+    }
+
+    /// The object's name in the store.
+    pub fn name(&self) -> &str {
+        &self.state.name
+    }
+
+    /// The object's size in bytes.
+    pub fn len(&self) -> u64 {
+        self.state.size
+    }
+
+    /// Whether the object is empty.
+    pub fn is_empty(&self) -> bool {
+        self.state.size == 0
+    }
+
+    /// The local file (whole, or sparse with the fetched blocks in place).
+    /// Map or read it after [`ensure`](RemoteFile::ensure) of the bytes
+    /// wanted; bytes of blocks not fetched read as zeros.
+    pub fn file(&self) -> &File {
+        &self.state.file
+    }
+
+    /// Where the local file lives now. Prefer [`file`](RemoteFile::file):
+    /// the path may be evicted and refetched once this handle is closed.
+    pub fn path(&self) -> &Path {
+        &self.state.path
+    }
+
+    /// Whether every byte is local.
+    pub fn is_complete(&self) -> bool {
+        match &self.state.blocks {
+            None => true,
+            Some(map) => {
+                let map = lock(map);
+                map.present() == map.blocks()
+            }
+        }
+    }
+
+    /// How many of the object's blocks are local, of how many (a whole
+    /// object counts as one block).
+    pub fn blocks_present(&self) -> (u64, u64) {
+        match &self.state.blocks {
+            None => (1, 1),
+            Some(map) => {
+                let map = lock(map);
+                (map.present(), map.blocks())
+            }
+        }
+    }
+
+    /// Makes the bytes `range` local: fetches the missing blocks that
+    /// cover it (in parallel, coalesced with any other fetch of the same
+    /// block on this machine), then starts fetching the next blocks in the
+    /// background.
+    pub fn ensure(&self, range: Range<u64>) -> Result<()> {
+        let s = &self.state;
+        if range.start > range.end || range.end > s.size {
+            return Err(Error::OutOfRange {
+                url: s.tier.remote.url.to_string(),
+                name: s.name.clone(),
+                start: range.start,
+                end: range.end,
+                size: s.size,
+            });
+        }
+        let Some(blocks) = &s.blocks else {
+            return Ok(());
+        };
+        if range.is_empty() {
+            return Ok(());
+        }
+        let bs = lock(blocks).block_size;
+        let first = range.start / bs;
+        let last = (range.end - 1) / bs;
+        let mut missing: Vec<u64> = (first..=last).filter(|&i| !s.has(i)).collect();
+        if !missing.is_empty() {
+            s.refresh();
+            missing.retain(|&i| !s.has(i));
+        }
+        self.fetch_blocks(&missing)?;
+        self.prefetch(last + 1);
+        self.touch();
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `offset`, fetching them first.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(buf.len() as u64).unwrap_or(u64::MAX);
+        self.ensure(offset..end)?;
+        self.state
+            .file
+            .read_exact_at(buf, offset)
+            .map_err(Error::io("read", &self.state.path))
+    }
+
+    /// Fetches `blocks`, up to the tier's parallelism at once.
+    fn fetch_blocks(&self, blocks: &[u64]) -> Result<()> {
+        let s = &self.state;
+        match blocks {
+            [] => Ok(()),
+            [one] => s.tier.fetch_block(s, *one),
+            many => {
+                let next = std::sync::atomic::AtomicUsize::new(0);
+                let workers = s.tier.config.parallelism.clamp(1, many.len());
+                let results: Vec<Result<()>> = std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..workers)
+                        .map(|_| {
+                            scope.spawn(|| loop {
+                                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let Some(&i) = many.get(at) else { return Ok(()) };
+                                s.tier.fetch_block(s, i)?;
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| {
+                            h.join()
+                                .unwrap_or_else(|_| Err(Error::Runtime("a block fetch panicked".into())))
+                        })
+                        .collect()
+                });
+                results.into_iter().collect()
+            }
+        }
+    }
+
+    /// Starts background fetches of the blocks after `from`, as far as the
+    /// prefetch window and the tier's free request slots allow.
+    fn prefetch(&self, from: u64) {
+        let s = &self.state;
+        let Some(blocks) = &s.blocks else { return };
+        let total = lock(blocks).blocks();
+        let until = from.saturating_add(s.tier.config.prefetch_blocks).min(total);
+        for i in from..until {
+            if s.has(i) {
+                continue;
+            }
+            let Ok(permit) = Arc::clone(&s.tier.prefetch).try_acquire_owned() else {
+                return;
+            };
+            let state = Arc::clone(&self.state);
+            // A failed prefetch is only a miss: the read that needs the
+            // block fetches it again and reports the error.
+            s.tier.spawn_blocking(move || {
+                let _ = state.tier.fetch_block(&state, i);
+                drop(permit);
+            });
+        }
+    }
+
+    /// Checks the complete local copy against `expected`; a copy that does
+    /// not match is removed from the local tier.
+    pub(crate) fn verify(&self, expected: &Expected) -> Result<()> {
+        let Some(want) = expected.blake3 else {
+            return Ok(());
+        };
+        let mut hasher = blake3::Hasher::new();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut offset = 0u64;
+        while offset < self.state.size {
+            let n = (self.state.size - offset).min(buf.len() as u64) as usize;
+            self.state
+                .file
+                .read_exact_at(&mut buf[..n], offset)
+                .map_err(Error::io("read", &self.state.path))?;
+            hasher.update(&buf[..n]);
+            offset += n as u64;
+        }
+        if hasher.finalize().as_bytes() == &want {
+            return Ok(());
+        }
+        let s = &self.state;
+        {
+            let _tier = s.tier.dir.lock_tier()?;
+            if s.blocks.is_some() {
+                durable_fs::remove_and_sync(&s.tier.dir.map(&s.key))?;
+            }
+            durable_fs::remove_and_sync(&s.path)?;
+        }
+        Err(self.corrupt("BLAKE3 mismatch; the local copy was removed".into()))
+    }
+
+    fn corrupt(&self, problem: String) -> Error {
+        Error::Corrupt {
+            url: self.state.tier.remote.url.to_string(),
+            name: self.state.name.clone(),
+            problem,
+        }
+    }
+
+    /// Marks the object used now, for least-recently-used eviction.
+    fn touch(&self) {
+        let _ = self.state.file.set_modified(SystemTime::now());
+    }
+}
+
+impl ObjectState {
+    /// Whether block `i` is known present (always, for a whole object).
+    pub(crate) fn has(&self, i: u64) -> bool {
+        self.blocks.as_ref().is_none_or(|m| lock(m).has(i))
+    }
+
+    /// The byte range of block `i` and the object's etag.
+    pub(crate) fn block(&self, i: u64) -> (Range<u64>, String) {
+        match &self.blocks {
+            Some(m) => {
+                let m = lock(m);
+                (m.block_range(i), m.etag.clone())
+            }
+            None => (0..0, String::new()),
+        }
+    }
+
+    /// Whether the sparse path still names this handle's file.
+    fn current(&self) -> bool {
+        std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino)
+    }
+
+    /// Learns the blocks other processes fetched since.
+    pub(crate) fn refresh(&self) {
+        let Some(m) = &self.blocks else { return };
+        if !self.current() {
+            return;
+        }
+        if let Some(disk) = self.tier.read_map(&self.key) {
+            let mut mine = lock(m);
+            if disk.size == mine.size && disk.block_size == mine.block_size && disk.etag == mine.etag {
+                mine.merge(&disk);
+            }
+        }
+    }
+
+    /// Records block `i` present, in memory and (while the path still
+    /// names this file) in the block map on disk. Call with the tier lock
+    /// held and the block's bytes fsynced.
+    pub(crate) fn mark(&self, i: u64) -> Result<()> {
+        let Some(m) = &self.blocks else { return Ok(()) };
+        let encoded = {
+            let mut mine = lock(m);
+            mine.set(i);
+            if let Some(disk) = self.tier.read_map(&self.key)
+                && disk.size == mine.size
+                && disk.block_size == mine.block_size
+                && disk.etag == mine.etag
+            {
+                mine.merge(&disk);
+            }
+            mine.encode()
+        };
+        if self.current() {
+            durable_fs::write_atomic(&self.tier.dir.map(&self.key), &encoded)?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens `path` read-only if it exists.
+fn open_existing(path: &Path) -> Result<Option<File>> {
+    match File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("open", path)(e)),
+    }
+}
+
+/// Locks a block map; a panic elsewhere cannot leave one half-updated
+/// (updates are single bit sets), so a poisoned lock is taken as is.
+fn lock(m: &Mutex<BlockMap>) -> MutexGuard<'_, BlockMap> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

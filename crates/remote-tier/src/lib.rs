@@ -1,0 +1,100 @@
+//! `remote-tier`: caches that live in object storage (S3, GCS, Azure, any
+//! S3-compatible server, HTTP, a local directory or memory), read through
+//! a bounded local disk tier that several processes on one machine share.
+//!
+//! Store files are immutable once written (segments, shards, finalized
+//! `.bin` arrays, page files), which makes a read-through tier simple and
+//! safe:
+//!
+//! - **Whole small files, blocks of large ones.** An object up to
+//!   [`TierConfig::whole_file_max`] is fetched whole on first open. A
+//!   larger one gets a sparse local file of its full size; each
+//!   [`RemoteFile::ensure`] fetches the fixed-size blocks (8 MiB by
+//!   default) that cover the bytes asked for, so readers keep mapping a
+//!   local file and stay zero-copy. The next blocks are prefetched in the
+//!   background with bounded parallelism.
+//! - **Verified.** Every response's length is checked; a whole fetch is
+//!   checked against the size and BLAKE3 the caller knows ([`Expected`])
+//!   before it is renamed into place; ranged reads carry the object's etag
+//!   (`If-Match`), so an object that changed is an error, never a mix.
+//! - **Crash-safe and shared.** Fetches land under a temporary name or in
+//!   a block that the block map marks only after the bytes are fsynced;
+//!   the map itself is replaced atomically. One `flock` per block makes a
+//!   block fetched once serve every thread and process; the others wait
+//!   and find it done.
+//! - **Bounded.** After every fetch, least-recently-used copies are
+//!   evicted until the tier fits [`TierConfig::budget_bytes`]. The tier
+//!   only ever holds fetched copies, so eviction never removes the only
+//!   copy of anything; an object open in any process is skipped.
+//! - **Uploads.** [`RemoteTier::put_file`] uploads immutable files
+//!   (multipart above [`TierConfig::part_size`]); [`RemoteTier::commit`]
+//!   writes a commit record with a conditional put, so two writers can
+//!   never both claim one name.
+//! - **Requests** run on a runtime the tier owns (callers stay
+//!   synchronous), each under a timeout, and those safe to repeat are
+//!   retried with backoff ([`RetryPolicy`]). Credentials and endpoints
+//!   come from the environment variables and options of `object_store`;
+//!   errors show URLs without credentials or query.
+//!
+//! # On disk (the local tier)
+//! ```text
+//! <cache_dir>/
+//!   tier.lock               flock held while block maps change or copies are evicted
+//!   objects/<key>.whole     a small object fetched whole and verified
+//!   objects/<key>.sparse    a large object: its full size, fetched blocks in place
+//!   objects/<key>.blocks    which blocks of <key>.sparse are there (see below)
+//!   locks/<key>.pin         shared flock of every open handle: not evicted while held
+//!   locks/<key>.<n>.fetch   flock of the one fetcher of block n (`all`: the whole object)
+//!   tmp/<key>.<pid>.<n>.tmp fetches in flight; a dead process's are removed on open
+//! ```
+//! `<key>` is the object name with `%` and `/` escaped (`a/b` →
+//! `a%2Fb`). A block map is `CXBLKMAP`, version, block size, object size,
+//! etag, one bit per block, and a BLAKE3 of all of it; one that does not
+//! check is discarded and the object's blocks fetched again.
+//!
+//! # Example
+//! ```
+//! use remote_tier::{Expected, RemoteTier, TierConfig};
+//!
+//! let local = tempfile::tempdir()?;
+//! let mut config = TierConfig::new(local.path(), 64 << 20);
+//! config.block_size = 1 << 20;
+//! config.whole_file_max = 1 << 20;
+//! let tier = RemoteTier::open("memory:///caches/demo", config)?;
+//!
+//! // Immutable files first, the commit record last.
+//! let segment: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+//! tier.put_bytes("segments/000001.arrow", segment.clone())?;
+//! tier.commit("commits/000001.json", r#"{"segment":1,"writer":"a"}"#)?;
+//! assert!(tier.commit("commits/000001.json", r#"{"segment":1,"writer":"b"}"#).is_err());
+//!
+//! // A large object is fetched by blocks, on demand.
+//! let file = tier.open_object("segments/000001.arrow")?;
+//! let mut buf = [0u8; 4];
+//! file.read_at(2_500_000, &mut buf)?;
+//! assert_eq!(buf, segment[2_500_000..2_500_004]);
+//!
+//! // Or all of it, verified.
+//! let hash = *blake3::hash(&segment).as_bytes();
+//! let expected = Expected { size: Some(segment.len() as u64), blake3: Some(hash) };
+//! let whole = tier.fetch("segments/000001.arrow", &expected)?;
+//! assert!(whole.is_complete());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod error;
+mod file;
+mod format;
+mod local;
+mod location;
+mod remote;
+mod tier;
+
+pub use error::{Error, Result};
+pub use file::RemoteFile;
+pub use local::EvictReport;
+pub use location::build_store;
+pub use remote::RetryPolicy;
+pub use tier::{DEFAULT_BLOCK_SIZE, Expected, ObjectInfo, RemoteTier, TierConfig};

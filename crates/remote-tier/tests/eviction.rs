@@ -1,0 +1,94 @@
+//! A local tier of 10% of the cache, read through S3: every byte right,
+//! the tier within its budget, open objects never evicted.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+
+use common::{s3_endpoint, s3_store, s3_tier, sample, small_config};
+
+#[test]
+fn a_budget_of_a_tenth_of_the_cache_serves_every_byte() {
+    let Some(endpoint) = s3_endpoint() else { return };
+    let (_, _, url) = s3_store(&endpoint, "cache");
+    let writer_dir = tempfile::tempdir().unwrap();
+    let writer = s3_tier(&endpoint, &url, small_config(writer_dir.path(), 1 << 30));
+    // 12 small objects fetched whole and 4 large ones fetched by blocks.
+    let mut objects = Vec::new();
+    for i in 0..12u64 {
+        objects.push((format!("shards/{i}.shard"), sample(40_000 + i as usize * 1000, i)));
+    }
+    for i in 0..4u64 {
+        objects.push((format!("segments/{i}.arrow"), sample(600_000 + i as usize * 7, 100 + i)));
+    }
+    for (name, bytes) in &objects {
+        writer.put_bytes(name, bytes.clone()).unwrap();
+    }
+    let total: u64 = objects.iter().map(|(_, b)| b.len() as u64).sum();
+    let budget = total / 10;
+
+    let dir = tempfile::tempdir().unwrap();
+    let tier = s3_tier(&endpoint, &url, small_config(dir.path(), budget));
+    let largest_whole = 64 << 10;
+    for pass in 0..2 {
+        for (k, (name, bytes)) in objects.iter().enumerate() {
+            let f = tier.open_object(name).unwrap();
+            // Read it in strides so large objects cross many blocks.
+            let stride = 50_000.min(bytes.len());
+            let mut at = (k * 997) % stride;
+            while at < bytes.len() {
+                let len = 3_000.min(bytes.len() - at);
+                let mut buf = vec![0u8; len];
+                f.read_at(at as u64, &mut buf).unwrap();
+                assert_eq!(buf, bytes[at..at + len], "pass {pass} {name} at {at}");
+                at += stride;
+            }
+            // While open, only this object may hold the tier over budget.
+            let held = tier.local_usage().unwrap();
+            assert!(
+                held <= budget + bytes.len() as u64 + largest_whole,
+                "{held} bytes held, budget {budget}"
+            );
+            drop(f);
+            let report = tier.evict().unwrap();
+            assert!(report.bytes_after <= budget, "{report:?}");
+            assert!(tier.local_usage().unwrap() <= budget);
+        }
+    }
+    // Whole reads of everything at the end: still every byte right.
+    for (name, bytes) in &objects {
+        let f = tier.open_object(name).unwrap();
+        let mut got = vec![0u8; bytes.len()];
+        f.read_at(0, &mut got).unwrap();
+        assert!(got == *bytes, "{name}");
+    }
+}
+
+#[test]
+fn an_open_object_is_not_evicted_under_its_reader() {
+    let Some(endpoint) = s3_endpoint() else { return };
+    let (_, _, url) = s3_store(&endpoint, "cache");
+    let dir = tempfile::tempdir().unwrap();
+    // A budget smaller than one object: everything is over budget.
+    let tier = s3_tier(&endpoint, &url, small_config(dir.path(), 1_000));
+    let a = sample(30_000, 1);
+    let b = sample(30_000, 2);
+    tier.put_bytes("a", a.clone()).unwrap();
+    tier.put_bytes("b", b.clone()).unwrap();
+    let fa = tier.open_object("a").unwrap();
+    let fb = tier.open_object("b").unwrap(); // its fetch evicts what it can
+    let report = tier.evict().unwrap();
+    assert_eq!(report.pinned, 2, "{report:?}");
+    let mut got = vec![0u8; a.len()];
+    fa.file().read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, a);
+    fb.file().read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, b);
+    drop((fa, fb));
+    let report = tier.evict().unwrap();
+    assert_eq!((report.evicted, report.bytes_after), (2, 0), "{report:?}");
+    // Evicted copies come back on the next read.
+    let f = tier.open_object("a").unwrap();
+    f.file().read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, a);
+}
