@@ -56,7 +56,7 @@ pub enum Error {
         attempts: u32,
         /// The store's error.
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     /// A request did not answer in time, on every attempt.
     #[error("{url}: {name}: {op} timed out ({timeout:?} per attempt) after {attempts} attempt(s)")]
@@ -92,7 +92,7 @@ pub enum Error {
         op: &'static str,
         /// The store's error.
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     /// Fetched bytes are not what they must be (wrong size, wrong BLAKE3,
     /// or an object that changed although files here are immutable).

@@ -192,7 +192,7 @@ impl RemoteFile {
 
     /// Reads `buf.len()` bytes at `offset`, fetching them first.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let end = offset.checked_add(buf.len() as u64).unwrap_or(u64::MAX);
+        let end = offset.saturating_add(buf.len() as u64);
         self.ensure(offset..end)?;
         self.state
             .file
@@ -212,18 +212,24 @@ impl RemoteFile {
                 let results: Vec<Result<()>> = std::thread::scope(|scope| {
                     let handles: Vec<_> = (0..workers)
                         .map(|_| {
-                            scope.spawn(|| loop {
-                                let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                let Some(&i) = many.get(at) else { return Ok(()) };
-                                s.tier.fetch_block(s, i)?;
+                            scope.spawn(|| {
+                                loop {
+                                    let at =
+                                        next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    let Some(&i) = many.get(at) else {
+                                        return Ok(());
+                                    };
+                                    s.tier.fetch_block(s, i)?;
+                                }
                             })
                         })
                         .collect();
                     handles
                         .into_iter()
                         .map(|h| {
-                            h.join()
-                                .unwrap_or_else(|_| Err(Error::Runtime("a block fetch panicked".into())))
+                            h.join().unwrap_or_else(|_| {
+                                Err(Error::Runtime("a block fetch panicked".into()))
+                            })
                         })
                         .collect()
                 });
@@ -238,7 +244,9 @@ impl RemoteFile {
         let s = &self.state;
         let Some(blocks) = &s.blocks else { return };
         let total = lock(blocks).blocks();
-        let until = from.saturating_add(s.tier.config.prefetch_blocks).min(total);
+        let until = from
+            .saturating_add(s.tier.config.prefetch_blocks)
+            .min(total);
         for i in from..until {
             if s.has(i) {
                 continue;
@@ -332,7 +340,10 @@ impl ObjectState {
         }
         if let Some(disk) = self.tier.read_map(&self.key) {
             let mut mine = lock(m);
-            if disk.size == mine.size && disk.block_size == mine.block_size && disk.etag == mine.etag {
+            if disk.size == mine.size
+                && disk.block_size == mine.block_size
+                && disk.etag == mine.etag
+            {
                 mine.merge(&disk);
             }
         }

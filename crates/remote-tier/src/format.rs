@@ -112,7 +112,8 @@ impl BlockMap {
         if body.len() < 32 || &body[..8] != MAGIC {
             return Err("not a block map (bad magic)".into());
         }
-        let u32_at = |at: usize| u32::from_le_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
+        let u32_at =
+            |at: usize| u32::from_le_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
         let u64_at = |at: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&body[at..at + 8]);

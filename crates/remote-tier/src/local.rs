@@ -137,7 +137,9 @@ impl LocalDir {
             slot.0 += meta.blocks() * 512;
             slot.2 |= sparse;
             if data {
-                slot.1 = slot.1.max(meta.modified().unwrap_or(SystemTime::UNIX_EPOCH));
+                slot.1 = slot
+                    .1
+                    .max(meta.modified().unwrap_or(SystemTime::UNIX_EPOCH));
             }
         }
         Ok(found)

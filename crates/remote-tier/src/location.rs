@@ -42,8 +42,7 @@ where
         url: shown.clone(),
         reason,
     };
-    let (scheme, path) =
-        ObjectStoreScheme::parse(&parsed).map_err(|e| bad_url(e.to_string()))?;
+    let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|e| bad_url(e.to_string()))?;
     let prefix = ObjectPath::parse(path).map_err(|e| bad_url(e.to_string()))?;
     let options: Vec<(String, String)> = options
         .into_iter()
@@ -76,8 +75,8 @@ where
             Arc::new(b.build().map_err(|e| bad_url(e.to_string()))?)
         }
         ObjectStoreScheme::GoogleCloudStorage => {
-            let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                .with_url(parsed.as_str());
+            let mut b =
+                object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(parsed.as_str());
             for (k, v) in options {
                 let key = k.parse().map_err(|_| unknown(&k))?;
                 b = b.with_config(key, v);
@@ -85,8 +84,8 @@ where
             Arc::new(b.build().map_err(|e| bad_url(e.to_string()))?)
         }
         ObjectStoreScheme::MicrosoftAzure => {
-            let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
-                .with_url(parsed.as_str());
+            let mut b =
+                object_store::azure::MicrosoftAzureBuilder::from_env().with_url(parsed.as_str());
             for (k, v) in options {
                 let key = k.parse().map_err(|_| unknown(&k))?;
                 b = b.with_config(key, v);
@@ -121,7 +120,10 @@ mod tests {
     #[test]
     fn unknown_options_and_schemes_are_named() {
         let err = build_store("memory:///", [("colour", "blue")]).unwrap_err();
-        assert!(err.to_string().contains("`colour` is not an option"), "{err}");
+        assert!(
+            err.to_string().contains("`colour` is not an option"),
+            "{err}"
+        );
         let err = build_store("s3://bucket/p", [("aws_colour", "blue")]).unwrap_err();
         assert!(err.to_string().contains("s3://bucket/p"), "{err}");
         let err = build_store("ftp://host/x", Vec::<(String, String)>::new()).unwrap_err();

@@ -85,7 +85,10 @@ impl Remote {
     /// The name of `path` relative to the prefix.
     pub(crate) fn name_of(&self, path: &ObjectPath) -> String {
         match path.prefix_match(&self.prefix) {
-            Some(parts) => parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"),
+            Some(parts) => parts
+                .map(|p| p.as_ref().to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
             None => path.to_string(),
         }
     }
@@ -102,7 +105,11 @@ impl Remote {
         F: FnMut() -> Fut,
         Fut: Future<Output = object_store::Result<T>>,
     {
-        let most = if repeatable { self.retry.attempts.max(1) } else { 1 };
+        let most = if repeatable {
+            self.retry.attempts.max(1)
+        } else {
+            1
+        };
         let mut n = 0;
         loop {
             n += 1;
@@ -121,7 +128,13 @@ impl Remote {
     }
 
     /// This crate's error for a failed request.
-    pub(crate) fn error(&self, name: &str, op: &'static str, failure: Failure, attempts: u32) -> Error {
+    pub(crate) fn error(
+        &self,
+        name: &str,
+        op: &'static str,
+        failure: Failure,
+        attempts: u32,
+    ) -> Error {
         let url = self.url.to_string();
         let name = name.to_string();
         match failure {
@@ -148,14 +161,14 @@ impl Remote {
                 url,
                 name,
                 op,
-                source,
+                source: Box::new(source),
             },
             Failure::Store(source) => Error::Remote {
                 url,
                 name,
                 op,
                 attempts,
-                source,
+                source: Box::new(source),
             },
         }
     }

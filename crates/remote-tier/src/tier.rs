@@ -129,7 +129,11 @@ impl RemoteTier {
 
     /// [`RemoteTier::open`] with store options (`object_store` keys, e.g.
     /// `aws_endpoint`, `aws_allow_http`) over the environment's.
-    pub fn open_with_options<I, K, V>(url: &str, options: I, config: TierConfig) -> Result<RemoteTier>
+    pub fn open_with_options<I, K, V>(
+        url: &str,
+        options: I,
+        config: TierConfig,
+    ) -> Result<RemoteTier>
     where
         I: IntoIterator<Item = (K, V)>,
         K: AsRef<str>,
@@ -244,11 +248,18 @@ impl RemoteTier {
             r.retrying(true, || {
                 let store = Arc::clone(&r.store);
                 let path = path.clone();
-                async move { store.get_opts(&path, GetOptions::default()).await?.bytes().await }
+                async move {
+                    store
+                        .get_opts(&path, GetOptions::default())
+                        .await?
+                        .bytes()
+                        .await
+                }
             })
             .await
         })?;
-        got.map(|(b, _)| b).map_err(|(f, n)| remote.error(name, "get", f, n))
+        got.map(|(b, _)| b)
+            .map_err(|(f, n)| remote.error(name, "get", f, n))
     }
 
     /// Uploads `bytes` as the immutable object `name` (retried: putting the
@@ -265,7 +276,8 @@ impl RemoteTier {
             })
             .await
         })?;
-        put.map(|_| ()).map_err(|(f, n)| remote.error(name, "put", f, n))
+        put.map(|_| ())
+            .map_err(|(f, n)| remote.error(name, "put", f, n))
     }
 
     /// Uploads the local file `path` as the immutable object `name`: one
@@ -283,7 +295,9 @@ impl RemoteTier {
                 .read_to_end(&mut bytes)
                 .map_err(Error::io("read", path))?;
             if bytes.len() as u64 != size {
-                return Err(Error::io("read", path)(std::io::ErrorKind::UnexpectedEof.into()));
+                return Err(Error::io("read", path)(
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                ));
             }
             self.put_bytes(name, bytes)?;
             return Ok(size);
@@ -298,7 +312,8 @@ impl RemoteTier {
                 Ok(()) => return Ok(size),
                 Err(MultipartError::Local(e)) => return Err(e),
                 Err(MultipartError::Remote(f)) => {
-                    let permanent = matches!(&f, Failure::Store(e) if !crate::remote::is_transient(e));
+                    let permanent =
+                        matches!(&f, Failure::Store(e) if !crate::remote::is_transient(e));
                     if permanent || attempt >= attempts {
                         return Err(remote.error(name, "multipart upload", f, attempt));
                     }
@@ -320,10 +335,11 @@ impl RemoteTier {
         let part = self.inner.config.part_size;
         let in_flight = self.inner.config.parallelism.max(1);
         let target = target.clone();
-        let file = file.try_clone().map_err(|e| MultipartError::Local(Error::io("open", path)(e)))?;
+        let file = file
+            .try_clone()
+            .map_err(|e| MultipartError::Local(Error::io("open", path)(e)))?;
         let path = path.to_path_buf();
-        let done = self
-            .inner
+        self.inner
             .block_on(async move {
                 let mut upload = match tokio::time::timeout(
                     timeout,
@@ -373,8 +389,7 @@ impl RemoteTier {
                     Err(_) => Err(MultipartError::Remote(Failure::Timeout)),
                 }
             })
-            .map_err(MultipartError::Local)?;
-        done
+            .map_err(MultipartError::Local)?
     }
 
     /// Writes the commit record `name` only if no object of that name
@@ -574,7 +589,11 @@ impl Inner {
     pub(crate) fn sparse_file(&self, name: &str, key: &str) -> Result<(File, BlockMap)> {
         let sparse = self.dir.sparse(key);
         let open = |map: BlockMap| -> Result<Option<(File, BlockMap)>> {
-            match std::fs::OpenOptions::new().read(true).write(true).open(&sparse) {
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&sparse)
+            {
                 Ok(f) => {
                     let len = f.metadata().map_err(Error::io("stat", &sparse))?.len();
                     Ok((len == map.size).then_some((f, map)))
@@ -596,19 +615,26 @@ impl Inner {
             return Ok(found);
         }
         let etag = info.e_tag.unwrap_or_default();
-        let etag = if etag.len() > format::MAX_ETAG { String::new() } else { etag };
+        let etag = if etag.len() > format::MAX_ETAG {
+            String::new()
+        } else {
+            etag
+        };
         let map = BlockMap::new(self.config.block_size, info.size, etag);
         // The map goes last: a map always describes the sparse file beside it.
         let _ = durable_fs::remove_and_sync(&self.dir.map(key))?;
         let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
         let file = durable_fs::create_temp(&tmp)?;
-        file.set_len(info.size).map_err(Error::io("size sparse file", &tmp))?;
+        file.set_len(info.size)
+            .map_err(Error::io("size sparse file", &tmp))?;
         durable_fs::commit_temp(file, &tmp, &sparse)?;
         durable_fs::write_atomic(&self.dir.map(key), &map.encode())?;
         durable_fs::sync_parent_dir(&sparse)?;
         match open(map)? {
             Some(found) => Ok(found),
-            None => Err(Error::io("open", &sparse)(std::io::ErrorKind::NotFound.into())),
+            None => Err(Error::io("open", &sparse)(
+                std::io::ErrorKind::NotFound.into(),
+            )),
         }
     }
 

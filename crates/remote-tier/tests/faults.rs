@@ -39,24 +39,38 @@ fn assert_reads(tier: &RemoteTier, name: &str, bytes: &[u8]) {
 
 #[test]
 fn transient_failures_are_retried() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (tier, faults, small, large) = setup(&endpoint, dir.path(), |_| {});
     faults.fail_gets.store(3, Ordering::SeqCst); // attempts: 4
     assert_reads(&tier, "small", &small);
     faults.fail_gets.store(3, Ordering::SeqCst);
     assert_reads(&tier, "large", &large);
-    assert_eq!(faults.fail_gets.load(Ordering::SeqCst), 0, "every injected failure was met");
+    assert_eq!(
+        faults.fail_gets.load(Ordering::SeqCst),
+        0,
+        "every injected failure was met"
+    );
 }
 
 #[test]
 fn persistent_failures_are_typed_errors_and_leave_nothing_behind() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (tier, faults, small, large) = setup(&endpoint, dir.path(), |_| {});
     faults.fail_gets.store(1_000, Ordering::SeqCst);
     match tier.open_object("small") {
-        Err(Error::Remote { op: "get", attempts: 4, name, url, .. }) => {
+        Err(Error::Remote {
+            op: "get",
+            attempts: 4,
+            name,
+            url,
+            ..
+        }) => {
             assert_eq!(name, "small");
             assert!(url.starts_with("s3://"), "{url}");
         }
@@ -65,7 +79,10 @@ fn persistent_failures_are_typed_errors_and_leave_nothing_behind() {
     let f = tier.open_object("large").unwrap(); // a HEAD only
     let err = f.ensure(100_000..100_010).unwrap_err();
     assert!(matches!(err, Error::Remote { attempts: 4, .. }), "{err}");
-    assert!(err.to_string().contains("large") && err.to_string().contains("injected fault"), "{err}");
+    assert!(
+        err.to_string().contains("large") && err.to_string().contains("injected fault"),
+        "{err}"
+    );
     assert!(!f.is_complete());
     drop(f);
     // No block is marked fetched, not even in a fresh handle.
@@ -77,7 +94,9 @@ fn persistent_failures_are_typed_errors_and_leave_nothing_behind() {
 
 #[test]
 fn hanging_requests_time_out_and_are_retried() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (tier, faults, small, large) = setup(&endpoint, dir.path(), |c| {
         c.retry.request_timeout = Duration::from_millis(300);
@@ -96,7 +115,9 @@ fn hanging_requests_time_out_and_are_retried() {
 
 #[test]
 fn short_or_wrong_bytes_are_refused_and_not_kept() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (tier, faults, small, large) = setup(&endpoint, dir.path(), |_| {});
     faults.truncate_gets.store(1, Ordering::SeqCst);
@@ -107,7 +128,11 @@ fn short_or_wrong_bytes_are_refused_and_not_kept() {
     let f = tier.open_object("large").unwrap();
     assert!(matches!(f.ensure(0..10), Err(Error::Corrupt { .. })));
     drop(f);
-    assert_eq!(tier.open_object("large").unwrap().blocks_present(), (0, 7), "no refused block kept");
+    assert_eq!(
+        tier.open_object("large").unwrap().blocks_present(),
+        (0, 7),
+        "no refused block kept"
+    );
 
     // A BLAKE3 that does not match: refused, the copy removed.
     let wrong = Expected {
@@ -116,12 +141,19 @@ fn short_or_wrong_bytes_are_refused_and_not_kept() {
     };
     let err = tier.fetch("large", &wrong).unwrap_err();
     assert!(err.to_string().contains("BLAKE3"), "{err}");
-    assert_eq!(tier.open_object("large").unwrap().blocks_present(), (0, 7), "the copy was removed");
+    assert_eq!(
+        tier.open_object("large").unwrap().blocks_present(),
+        (0, 7),
+        "the copy was removed"
+    );
     let wrong_size = Expected {
         size: Some(1),
         blake3: None,
     };
-    assert!(matches!(tier.fetch("small", &wrong_size), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        tier.fetch("small", &wrong_size),
+        Err(Error::Corrupt { .. })
+    ));
 
     assert_reads(&tier, "small", &small);
     assert_reads(&tier, "large", &large);
@@ -129,22 +161,32 @@ fn short_or_wrong_bytes_are_refused_and_not_kept() {
 
 #[test]
 fn a_commit_whose_answer_was_lost_is_still_the_writers() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (tier, faults, _, _) = setup(&endpoint, dir.path(), |_| {});
     faults.lose_put_answers.store(1, Ordering::SeqCst);
     tier.commit("COMMIT_1", "writer a").unwrap();
     assert_eq!(&tier.read_remote("COMMIT_1").unwrap()[..], b"writer a");
     // But a record of other bytes is another writer's.
-    assert!(matches!(tier.commit("COMMIT_1", "writer b"), Err(Error::CommitTaken { .. })));
+    assert!(matches!(
+        tier.commit("COMMIT_1", "writer b"),
+        Err(Error::CommitTaken { .. })
+    ));
 }
 
 #[test]
 fn a_missing_object_is_not_retried() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let (tier, faults, _, _) = setup(&endpoint, dir.path(), |_| {});
     let before = faults.gets.load(Ordering::SeqCst);
-    assert!(matches!(tier.read_remote("absent"), Err(Error::NotFound { .. })));
+    assert!(matches!(
+        tier.read_remote("absent"),
+        Err(Error::NotFound { .. })
+    ));
     assert_eq!(faults.gets.load(Ordering::SeqCst) - before, 1);
 }

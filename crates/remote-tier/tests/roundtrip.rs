@@ -10,14 +10,20 @@ use remote_tier::{Error, Expected, RemoteTier, TierConfig};
 
 #[test]
 fn whole_and_block_ranged_objects_round_trip_through_s3() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let (_, _, url) = s3_store(&endpoint, "caches/a");
     let writer_dir = tempfile::tempdir().unwrap();
     let writer = s3_tier(&endpoint, &url, small_config(writer_dir.path(), 1 << 30));
     let small = sample(10_000, 1);
     let large = sample(1_000_003, 2); // 16 blocks of 64 KiB, the last one short
-    writer.put_bytes("segments/small.arrow", small.clone()).unwrap();
-    writer.put_bytes("segments/large.arrow", large.clone()).unwrap();
+    writer
+        .put_bytes("segments/small.arrow", small.clone())
+        .unwrap();
+    writer
+        .put_bytes("segments/large.arrow", large.clone())
+        .unwrap();
 
     // A cold reader: its own, empty local tier.
     let reader_dir = tempfile::tempdir().unwrap();
@@ -32,8 +38,16 @@ fn whole_and_block_ranged_objects_round_trip_through_s3() {
 
     let f = reader.open_object("segments/large.arrow").unwrap();
     assert_eq!(f.len(), large.len() as u64);
-    assert!(!f.is_complete(), "a large object is fetched by blocks, on demand");
-    for (start, len) in [(0usize, 10usize), (65_530, 20), (999_990, 13), (300_000, 200_000)] {
+    assert!(
+        !f.is_complete(),
+        "a large object is fetched by blocks, on demand"
+    );
+    for (start, len) in [
+        (0usize, 10usize),
+        (65_530, 20),
+        (999_990, 13),
+        (300_000, 200_000),
+    ] {
         let mut buf = vec![0u8; len];
         f.read_at(start as u64, &mut buf).unwrap();
         assert_eq!(buf, large[start..start + len], "bytes {start}..+{len}");
@@ -51,7 +65,12 @@ fn whole_and_block_ranged_objects_round_trip_through_s3() {
     all.file().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, large);
 
-    let names: Vec<_> = reader.list("segments").unwrap().into_iter().map(|o| (o.name, o.size)).collect();
+    let names: Vec<_> = reader
+        .list("segments")
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.name, o.size))
+        .collect();
     assert_eq!(
         names,
         [
@@ -63,7 +82,9 @@ fn whole_and_block_ranged_objects_round_trip_through_s3() {
 
 #[test]
 fn large_files_upload_in_parts_and_read_back_by_blocks() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let (_, _, url) = s3_store(&endpoint, "pages");
     let dir = tempfile::tempdir().unwrap();
     let mut config = small_config(dir.path(), 1 << 30);
@@ -72,7 +93,10 @@ fn large_files_upload_in_parts_and_read_back_by_blocks() {
     let bytes = sample(12 << 20, 3); // three parts
     let local = dir.path().join("pages.beton");
     std::fs::write(&local, &bytes).unwrap();
-    assert_eq!(tier.put_file("pages.beton", &local).unwrap(), bytes.len() as u64);
+    assert_eq!(
+        tier.put_file("pages.beton", &local).unwrap(),
+        bytes.len() as u64
+    );
     assert_eq!(tier.head("pages.beton").unwrap().size, bytes.len() as u64);
 
     let cold = tempfile::tempdir().unwrap();
@@ -91,7 +115,9 @@ fn large_files_upload_in_parts_and_read_back_by_blocks() {
 
 #[test]
 fn missing_objects_and_bad_ranges_are_typed_errors() {
-    let Some(endpoint) = s3_endpoint() else { return };
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
     let (_, _, url) = s3_store(&endpoint, "p");
     let dir = tempfile::tempdir().unwrap();
     let tier = s3_tier(&endpoint, &url, small_config(dir.path(), 1 << 30));
@@ -105,7 +131,10 @@ fn missing_objects_and_bad_ranges_are_typed_errors() {
     tier.put_bytes("big", sample(200_000, 4)).unwrap();
     let f = tier.open_object("big").unwrap();
     let err = f.ensure(199_000..200_001).unwrap_err();
-    assert!(matches!(err, Error::OutOfRange { size: 200_000, .. }), "{err}");
+    assert!(
+        matches!(err, Error::OutOfRange { size: 200_000, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("big"), "{err}");
     let err = tier.open_object("../escape").unwrap_err();
     assert!(matches!(err, Error::BadName { .. }), "{err}");
@@ -122,10 +151,16 @@ fn memory_and_file_urls_take_the_same_path() {
         let dir = tempfile::tempdir().unwrap();
         let tier = RemoteTier::open(&url, small_config(dir.path(), 1 << 30)).unwrap();
         let bytes = sample(300_000, 5);
-        tier.put_bytes("shards/0.100.shard.pickle", bytes.clone()).unwrap();
+        tier.put_bytes("shards/0.100.shard.pickle", bytes.clone())
+            .unwrap();
         tier.commit("COMMIT", "one").unwrap();
-        assert!(matches!(tier.commit("COMMIT", "two"), Err(Error::CommitTaken { .. })), "{url}");
-        let f = tier.fetch("shards/0.100.shard.pickle", &Expected::default()).unwrap();
+        assert!(
+            matches!(tier.commit("COMMIT", "two"), Err(Error::CommitTaken { .. })),
+            "{url}"
+        );
+        let f = tier
+            .fetch("shards/0.100.shard.pickle", &Expected::default())
+            .unwrap();
         let mut got = vec![0u8; bytes.len()];
         f.file().read_exact_at(&mut got, 0).unwrap();
         assert_eq!(got, bytes, "{url}");

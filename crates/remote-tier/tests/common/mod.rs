@@ -63,8 +63,12 @@ pub fn new_bucket(endpoint: &str) -> String {
     )
     .expect("send create-bucket");
     let mut answer = String::new();
-    conn.read_to_string(&mut answer).expect("read create-bucket answer");
-    assert!(answer.starts_with("HTTP/1.1 200"), "create bucket {bucket}: {answer}");
+    conn.read_to_string(&mut answer)
+        .expect("read create-bucket answer");
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "create bucket {bucket}: {answer}"
+    );
     bucket
 }
 
@@ -217,7 +221,10 @@ impl ObjectStore for FaultyStore {
         self.inner.delete_stream(locations)
     }
 
-    fn list(&self, prefix: Option<&ObjectPath>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
         self.inner.list(prefix)
     }
 
