@@ -30,6 +30,10 @@
 //!   (multipart above [`TierConfig::part_size`]); [`RemoteTier::commit`]
 //!   writes a commit record with a conditional put, so two writers can
 //!   never both claim one name.
+//! - **Snapshots.** [`snapshot::push_dir`] publishes any store's cache
+//!   directory (files under their BLAKE3, then a manifest committed with a
+//!   conditional put); [`snapshot::pull_dir`] materialises the current one
+//!   locally, where the store opens it as it opens any cache.
 //! - **Requests** run on a runtime the tier owns (callers stay
 //!   synchronous), each under a timeout, and those safe to repeat are
 //!   retried with backoff ([`RetryPolicy`]). Credentials and endpoints
@@ -90,6 +94,7 @@ mod format;
 mod local;
 mod location;
 mod remote;
+pub mod snapshot;
 mod tier;
 
 pub use error::{Error, Result};

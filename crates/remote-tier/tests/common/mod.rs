@@ -117,6 +117,8 @@ pub struct Faults {
     pub hang_gets: AtomicU64,
     /// Cut the body of this many of the next GETs short by one byte.
     pub truncate_gets: AtomicU64,
+    /// Fail this many of the next conditional puts before they are sent.
+    pub fail_creates: AtomicU64,
     /// Perform this many of the next conditional puts, then answer with an
     /// error as if the answer were lost.
     pub lose_put_answers: AtomicU64,
@@ -161,6 +163,9 @@ impl ObjectStore for FaultyStore {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let conditional = matches!(opts.mode, object_store::PutMode::Create);
+        if conditional && take(&self.faults.fail_creates) {
+            return Err(injected("commit refused"));
+        }
         let result = self.inner.put_opts(location, payload, opts).await;
         if conditional && result.is_ok() && take(&self.faults.lose_put_answers) {
             return Err(injected("answer lost after the put"));

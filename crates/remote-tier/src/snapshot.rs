@@ -1,0 +1,349 @@
+//! Publishing a local cache directory as a snapshot, and pulling one.
+//!
+//! Works for any store's directory: every file is uploaded under the
+//! BLAKE3 of its bytes (so it is immutable by construction, deduplicated
+//! across snapshots, and verified on fetch), then a manifest listing each
+//! file's path, size and hash is committed with a conditional put under
+//! the next free sequence number. Readers take the highest manifest, so
+//! they see the last complete publish, never a half-published one; a
+//! publisher killed midway leaves only unreferenced objects, and its next
+//! run skips the ones already uploaded.
+//!
+//! ```text
+//! <url>/objects/<blake3 hex>         one file's bytes
+//! <url>/manifests/<seq, 20 digits>.json
+//!     {"version":1,"seq":N,"writer":"<host-pid-time>","files":[{"path","size","blake3"}]}
+//! ```
+
+use std::collections::HashSet;
+use std::os::unix::fs::FileExt;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::tier::{Expected, RemoteTier};
+use crate::{Error, Result};
+
+/// Where content-addressed files live under the URL.
+pub const OBJECTS: &str = "objects";
+/// Where manifests live under the URL.
+pub const MANIFESTS: &str = "manifests";
+/// The manifest format version.
+pub const MANIFEST_VERSION: u32 = 1;
+/// A manifest is never larger than this.
+const MAX_MANIFEST: usize = 64 << 20;
+/// How often a publisher retries when other writers take its sequence number.
+const MAX_COMMIT_RACES: u32 = 64;
+
+/// One file of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    /// Its path relative to the cache directory, `/`-separated.
+    pub path: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The BLAKE3 of its bytes, hex.
+    pub blake3: String,
+}
+
+/// A published snapshot: the commit record of one publish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Format version ([`MANIFEST_VERSION`]).
+    pub version: u32,
+    /// Its sequence number; the highest is the current snapshot.
+    pub seq: u64,
+    /// Who published it (host, process, time): makes every record unique.
+    pub writer: String,
+    /// The files, sorted by path.
+    pub files: Vec<ManifestEntry>,
+}
+
+/// What [`push_dir`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushReport {
+    /// The sequence number of the manifest committed.
+    pub seq: u64,
+    /// Files in the snapshot.
+    pub files: u64,
+    /// Files uploaded (the others were in the store already).
+    pub uploaded: u64,
+    /// Bytes uploaded.
+    pub bytes_uploaded: u64,
+}
+
+/// What [`pull_dir`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PullReport {
+    /// The sequence number of the snapshot pulled.
+    pub seq: u64,
+    /// Files in the snapshot.
+    pub files: u64,
+    /// Files written into the directory (the others were already right).
+    pub written: u64,
+}
+
+fn manifest_name(seq: u64) -> String {
+    format!("{MANIFESTS}/{seq:020}.json")
+}
+
+/// Files of `dir` that a snapshot holds: all but locks and temporary files.
+fn local_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(Error::io("list directory", &d))?;
+        for entry in entries {
+            let entry = entry.map_err(Error::io("list directory", &d))?;
+            let path = entry.path();
+            let kind = entry.file_type().map_err(Error::io("stat", &path))?;
+            if kind.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !kind.is_file() || name.ends_with(".lock") || name.ends_with(durable_fs::TMP_SUFFIX)
+            {
+                continue;
+            }
+            let rel = path.strip_prefix(dir).map_err(|_| {
+                Error::io("relative path", &path)(std::io::ErrorKind::InvalidInput.into())
+            })?;
+            let rel: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            out.push((rel.join("/"), path));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The BLAKE3 and size of the file at `path`.
+fn hash_file(path: &Path) -> Result<(blake3::Hash, u64)> {
+    let file = std::fs::File::open(path).map_err(Error::io("open", path))?;
+    let mut hasher = blake3::Hasher::new();
+    let size = std::io::copy(&mut &file, &mut hasher).map_err(Error::io("read", path))?;
+    Ok((hasher.finalize(), size))
+}
+
+/// The current (highest) manifest of the snapshot at `tier`'s URL, if any.
+pub fn latest_manifest(tier: &RemoteTier) -> Result<Option<Manifest>> {
+    let Some(seq) = latest_seq(tier)? else {
+        return Ok(None);
+    };
+    read_manifest(tier, seq).map(Some)
+}
+
+fn latest_seq(tier: &RemoteTier) -> Result<Option<u64>> {
+    Ok(tier
+        .list(MANIFESTS)?
+        .iter()
+        .filter_map(|o| {
+            o.name
+                .strip_prefix(&format!("{MANIFESTS}/"))?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()
+        })
+        .max())
+}
+
+/// Reads and checks manifest `seq`.
+pub fn read_manifest(tier: &RemoteTier, seq: u64) -> Result<Manifest> {
+    let name = manifest_name(seq);
+    let bytes = tier.read_remote(&name)?;
+    let corrupt = |problem: String| Error::Corrupt {
+        url: tier.url().to_string(),
+        name: name.clone(),
+        problem,
+    };
+    if bytes.len() > MAX_MANIFEST {
+        return Err(corrupt(format!(
+            "{} bytes, limit {MAX_MANIFEST}",
+            bytes.len()
+        )));
+    }
+    let m: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not a manifest: {e}")))?;
+    if m.version != MANIFEST_VERSION {
+        return Err(corrupt(format!(
+            "version {}, this build reads {MANIFEST_VERSION}",
+            m.version
+        )));
+    }
+    if m.seq != seq {
+        return Err(corrupt(format!(
+            "says seq {} under the name of {seq}",
+            m.seq
+        )));
+    }
+    for f in &m.files {
+        if blake3::Hash::from_hex(&f.blake3).is_err() {
+            return Err(corrupt(format!(
+                "{}: `{}` is not a BLAKE3 hash",
+                f.path, f.blake3
+            )));
+        }
+        let p = Path::new(&f.path);
+        if f.path.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(corrupt(format!(
+                "`{}` is not a relative path inside the cache",
+                f.path
+            )));
+        }
+    }
+    Ok(m)
+}
+
+/// Publishes the cache directory `dir` (no writer may be changing it) as
+/// the next snapshot at `tier`'s URL: files first (those already in the
+/// store are skipped, which makes a killed publish resumable), the
+/// manifest last with a conditional put; when another publisher took the
+/// sequence number meanwhile, the next one is tried.
+pub fn push_dir(tier: &RemoteTier, dir: &Path) -> Result<PushReport> {
+    let files = local_files(dir)?;
+    let present: HashSet<String> = tier.list(OBJECTS)?.into_iter().map(|o| o.name).collect();
+    let mut entries = Vec::with_capacity(files.len());
+    let mut report = PushReport {
+        seq: 0,
+        files: files.len() as u64,
+        uploaded: 0,
+        bytes_uploaded: 0,
+    };
+    let mut uploaded_now = HashSet::new();
+    for (rel, path) in files {
+        let (hash, size) = hash_file(&path)?;
+        let object = format!("{OBJECTS}/{}", hash.to_hex());
+        if !present.contains(&object) && uploaded_now.insert(object.clone()) {
+            let sent = tier.put_file(&object, &path)?;
+            if sent != size {
+                return Err(Error::io(
+                    "read (the file changed while it was published)",
+                    &path,
+                )(std::io::ErrorKind::InvalidData.into()));
+            }
+            report.uploaded += 1;
+            report.bytes_uploaded += size;
+        }
+        entries.push(ManifestEntry {
+            path: rel,
+            size,
+            blake3: hash.to_hex().to_string(),
+        });
+    }
+    let writer = format!(
+        "{}-{}-{}",
+        std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into()),
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    for _ in 0..MAX_COMMIT_RACES {
+        let seq = latest_seq(tier)?.map_or(1, |s| s + 1);
+        let manifest = Manifest {
+            version: MANIFEST_VERSION,
+            seq,
+            writer: writer.clone(),
+            files: entries.clone(),
+        };
+        let bytes = serde_json::to_vec(&manifest).map_err(|e| Error::Corrupt {
+            url: tier.url().to_string(),
+            name: manifest_name(seq),
+            problem: format!("cannot encode the manifest: {e}"),
+        })?;
+        match tier.commit(&manifest_name(seq), bytes) {
+            Ok(()) => {
+                report.seq = seq;
+                return Ok(report);
+            }
+            Err(Error::CommitTaken { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::CommitTaken {
+        url: tier.url().to_string(),
+        name: format!(
+            "{MANIFESTS}/ ({MAX_COMMIT_RACES} sequence numbers taken by other publishers meanwhile)"
+        ),
+    })
+}
+
+/// Materialises the current snapshot at `tier`'s URL into `dest`: each
+/// file fetched through the local tier (verified against its BLAKE3),
+/// copied into place (temporary file, fsync, rename). Files already right
+/// are kept, so a killed pull resumes; files `dest` has beyond the
+/// snapshot are left alone. Returns `None` when nothing was published.
+pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<Option<PullReport>> {
+    let Some(manifest) = latest_manifest(tier)? else {
+        return Ok(None);
+    };
+    let mut report = PullReport {
+        seq: manifest.seq,
+        files: manifest.files.len() as u64,
+        written: 0,
+    };
+    let mut dirs = HashSet::new();
+    for entry in &manifest.files {
+        let target = dest.join(&entry.path);
+        if target.is_file() && hash_file(&target)? == (parse_hash(&entry.blake3)?, entry.size) {
+            continue;
+        }
+        let expected = Expected {
+            size: Some(entry.size),
+            blake3: Some(*parse_hash(&entry.blake3)?.as_bytes()),
+        };
+        let object = tier.fetch(&format!("{OBJECTS}/{}", entry.blake3), &expected)?;
+        let parent = durable_fs::parent_dir(&target).to_path_buf();
+        std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = durable_fs::unique_temp_path(&parent, &name);
+        let out = durable_fs::create_temp(&tmp)?;
+        let copied = copy_out(object.file(), object.path(), &out, &tmp, entry.size);
+        if let Err(e) = copied.and_then(|()| Ok(durable_fs::commit_temp(out, &tmp, &target)?)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        dirs.insert(parent);
+        report.written += 1;
+    }
+    for d in dirs {
+        durable_fs::sync_dir(&d)?;
+    }
+    Ok(Some(report))
+}
+
+fn parse_hash(hex: &str) -> Result<blake3::Hash> {
+    blake3::Hash::from_hex(hex).map_err(|e| Error::Corrupt {
+        url: String::new(),
+        name: hex.to_string(),
+        problem: format!("not a BLAKE3 hash: {e}"),
+    })
+}
+
+/// Copies `size` bytes of `from` into `to`.
+fn copy_out(
+    from: &std::fs::File,
+    from_path: &Path,
+    to: &std::fs::File,
+    to_path: &Path,
+    size: u64,
+) -> Result<()> {
+    let mut buf = vec![0u8; 4 << 20];
+    let mut at = 0u64;
+    while at < size {
+        let n = (size - at).min(buf.len() as u64) as usize;
+        from.read_exact_at(&mut buf[..n], at)
+            .map_err(Error::io("read", from_path))?;
+        to.write_all_at(&buf[..n], at)
+            .map_err(Error::io("write", to_path))?;
+        at += n as u64;
+    }
+    Ok(())
+}
