@@ -20,6 +20,16 @@ pub(crate) fn redact(url: &Url) -> String {
     shown.to_string().trim_end_matches('/').to_string()
 }
 
+/// A URL that did not parse, as it may be shown: withheld when it may
+/// carry credentials (`user:secret@`) or a query (tokens).
+fn unparsed_shown(url: &str) -> String {
+    if url.contains('@') || url.contains('?') {
+        "(URL withheld: it may carry credentials)".to_string()
+    } else {
+        url.to_string()
+    }
+}
+
 /// Builds the object store that `url` names and the path prefix inside it.
 ///
 /// Credentials, regions and endpoints come from the environment variables
@@ -34,7 +44,7 @@ where
     V: Into<String>,
 {
     let parsed = Url::parse(url).map_err(|e| Error::BadUrl {
-        url: url.split('?').next().unwrap_or(url).to_string(),
+        url: unparsed_shown(url),
         reason: e.to_string(),
     })?;
     let shown = redact(&parsed);
@@ -126,6 +136,8 @@ mod tests {
         );
         let err = build_store("s3://bucket/p", [("aws_colour", "blue")]).unwrap_err();
         assert!(err.to_string().contains("s3://bucket/p"), "{err}");
+        let err = build_store("s3://key:secret@[bad", Vec::<(String, String)>::new()).unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
         let err = build_store("ftp://host/x", Vec::<(String, String)>::new()).unwrap_err();
         assert!(matches!(err, Error::BadUrl { .. }), "{err}");
     }
