@@ -99,6 +99,7 @@ mod recover;
 mod writer;
 
 pub use build::{CACHE_VERSION, Opened, Outcome, RebuildReason, open_or_build, open_or_build_with};
+pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
 pub use fingerprint::{Mode, SourceStamp, Stale, StaleReason, stamp_sources};
 pub use format::{
@@ -106,6 +107,6 @@ pub use format::{
     MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, key_column,
     sidecar_file,
 };
-pub use inspect::{ArrayReport, FileReport, Problem, Report, SidecarReport, inspect, verify};
+pub use inspect::{ArrayReport, FileReport, Report, SidecarReport, inspect, verify};
 pub use reader::{ArrayCache, DEFAULT_RAM_FRACTION, Row, physical_ram};
 pub use writer::{NewRow, RowWriter, WriterOptions};
