@@ -77,8 +77,9 @@ pub enum Command {
         /// Where the demo cache goes.
         #[arg(long, default_value = "cachex-demo")]
         dir: PathBuf,
-        /// Use a fresh temporary directory instead of --dir.
-        #[arg(long)]
+        /// Use a fresh temporary directory instead of --dir (the two
+        /// conflict).
+        #[arg(long, conflicts_with = "dir")]
         temp: bool,
         /// Samples in the synthetic dataset.
         #[arg(long, default_value_t = 2000)]

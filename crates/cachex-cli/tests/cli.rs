@@ -165,6 +165,8 @@ fn usage_errors_and_unknown_paths_exit_2() {
     }
     let out = cachex(&["demo", "--temp", "--cost-ms", "-1"]);
     assert_eq!(out.status.code(), Some(2), "--cost-ms out of range");
+    let out = cachex(&["demo", "--temp", "--dir", p(tmp.path())]);
+    assert_eq!(out.status.code(), Some(2), "--temp and --dir conflict");
 }
 
 #[test]

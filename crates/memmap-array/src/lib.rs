@@ -16,7 +16,9 @@
 //!   `fingerprint`), opens it when its fingerprint matches, resumes a
 //!   half-built one, and rebuilds a stale one, saying why ([`Outcome`]).
 //! - [`inspect`] describes a cache (sizes, schema, sidecar dedup, RAM a
-//!   load would take) and [`verify`] lists every problem in one.
+//!   load would take; [`Report::summary`] in the shared `cache-check`
+//!   shape) and [`verify`] lists every problem in one, as
+//!   [`cache_check::Problem`]s (file, kind, detail).
 //!
 //! # On-disk layout
 //!

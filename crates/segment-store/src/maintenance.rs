@@ -119,6 +119,14 @@ impl Inspection {
 /// torchcachex directory has none).
 pub fn verify(dir: impl AsRef<std::path::Path>) -> Vec<Problem> {
     let dir = dir.as_ref();
+    if !dir.is_dir() {
+        // A read-only open would see an empty cache.
+        return vec![Problem::new(
+            dir,
+            ProblemKind::Missing,
+            "no such cache directory",
+        )];
+    }
     let opts = crate::Options {
         read_only: true,
         lru_bytes: 0,

@@ -239,6 +239,20 @@ fn truncated_segment_is_excluded_at_open() {
     let (_, missing) = store.get_batch(&keys(15)).unwrap();
     assert_eq!(missing, vec![0, 1, 2, 3, 4]);
     assert!(!store.verify().is_empty());
+    // The directory-level check says the same, in the shared shape.
+    let all = segment_store::verify(dir.path());
+    assert!(
+        all.iter()
+            .any(|p| p.kind == ProblemKind::Truncated && p.path == path),
+        "{all:?}"
+    );
+    let gone = segment_store::verify(dir.path().join("no-such-cache"));
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(gone[0].kind, ProblemKind::Missing);
+    assert!(
+        !dir.path().join("no-such-cache").exists(),
+        "verify creates nothing"
+    );
 }
 
 #[test]
