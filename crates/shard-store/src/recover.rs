@@ -1,6 +1,6 @@
 //! Quarantine of corrupt shards, and `verify` / `inspect` of a root.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cache_check::{Problem, ProblemKind};
 use serde::Serialize;
@@ -66,6 +66,8 @@ pub(crate) fn remove_dead_temp_files(scratch: &Path) {
 /// A summary of a root, from [`inspect`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    /// The root directory.
+    pub root: PathBuf,
     /// The stored metadata.
     #[serde(skip)]
     pub metadata: Metadata,
@@ -91,8 +93,8 @@ pub struct Summary {
 
 impl Summary {
     /// The summary in the shared shape the `cachex` tool prints.
-    pub fn summary(&self, root: &Path) -> cache_check::Summary {
-        cache_check::Summary::new("shard-store", root)
+    pub fn summary(&self) -> cache_check::Summary {
+        cache_check::Summary::new("shard-store", &self.root)
             .fact("format_version", format::FORMAT_VERSION)
             .fact("max_shard_length", self.max_shard_length)
             .fact("length", self.length)
@@ -128,6 +130,7 @@ pub fn inspect(root: &Path) -> Result<Summary> {
     let length = metadata.length_final.then_some(metadata.length);
     let complete = length.is_some_and(|l| crate::writer::covers(&names, l));
     Ok(Summary {
+        root: root.to_path_buf(),
         max_shard_length: metadata.max_shard_length,
         length,
         compression: metadata.compression.clone(),

@@ -20,7 +20,7 @@ impl CacheAdapter for ShardStore {
 
     fn inspect(&self, path: &Path) -> Result<Summary> {
         let summary = shard_store::inspect(path).map_err(CliError::store)?;
-        Ok(summary.summary(path))
+        Ok(summary.summary())
     }
 
     fn verify(&self, path: &Path) -> Vec<Problem> {
