@@ -264,9 +264,11 @@ fn field_node_of_i64_max_rows_is_refused_by_the_layout_check() {
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     let problems = store.problems();
     assert!(
-        problems.iter().any(|p| p.kind == ProblemKind::CorruptSegment
-            && p.detail.contains("overflow")
-            && !p.detail.contains("panicked")),
+        problems
+            .iter()
+            .any(|p| p.kind == ProblemKind::CorruptSegment
+                && p.detail.contains("overflow")
+                && !p.detail.contains("panicked")),
         "{problems:?}"
     );
     assert!(store.is_empty());
