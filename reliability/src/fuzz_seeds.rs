@@ -205,6 +205,9 @@ fn write_pages(
 
 // ---------------------------------------------------------------- .beton
 
+/// The samples of one `.beton`: one value per field.
+type Samples<'a> = Vec<Vec<BetonValue<'a>>>;
+
 fn beton_seeds(fixtures: &Path, dir: &Path) -> Result<Vec<Seed>> {
     std::fs::create_dir_all(dir)?;
     let mut out = Vec::new();
@@ -232,7 +235,7 @@ fn beton_seeds(fixtures: &Path, dir: &Path) -> Result<Vec<Seed>> {
             bytes,
         )?))
     };
-    let cases: Vec<(&str, Vec<BetonField>, Vec<Vec<BetonValue<'_>>>)> = vec![
+    let cases: Vec<(&str, Vec<BetonField>, Samples<'_>)> = vec![
         (
             "int-float",
             vec![

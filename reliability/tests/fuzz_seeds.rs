@@ -159,7 +159,7 @@ fn segment_seeds_open_cleanly() {
             1 => {
                 // A segment alone is indexed from its key column and reads
                 // (its schema is derived: schema.json is missing).
-                assert!(store.len() > 0, "{}", s.name);
+                assert!(!store.is_empty(), "{}", s.name);
                 let keys: Vec<String> = (0..20).map(|i| format!("sample_{i}")).collect();
                 let (records, _) = store.get_batch(&keys).unwrap();
                 assert!(records.iter().any(Option::is_some), "{}", s.name);
