@@ -322,6 +322,8 @@ fn beton_seeds(fixtures: &Path, dir: &Path) -> Result<Vec<Seed>> {
 /// all in one page within its first [`BETON_SEED_PAGE`] bytes, or the input
 /// does not parse.
 pub fn shrink_beton(bytes: &[u8], keep: usize) -> Option<Vec<u8>> {
+    // Validated first: every allocation lies in the data region and every
+    // metadata pointer names one, so the offsets below cannot underflow.
     let file = beton::BetonFile::from_bytes(bytes.to_vec(), "<seed>").ok()?;
     let keep = keep.min(file.len());
     let rd = |at: usize| -> Option<u64> {
