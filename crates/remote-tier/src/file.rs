@@ -48,14 +48,19 @@ impl RemoteFile {
         let pin = tier.dir.pin(&key)?;
         let whole = tier.dir.whole(&key);
         let mut opened = open_existing(&whole)?;
+        let mut head = None;
         if opened.is_none() && tier.read_map(&key).is_none() {
             // Not local: small objects are fetched whole right away.
-            let size = match expected.size {
-                Some(s) if s > tier.config.whole_file_max => None,
-                Some(s) => Some(s),
-                None => Some(tier.head(name)?.size).filter(|s| *s <= tier.config.whole_file_max),
+            let small = match expected.size {
+                Some(s) => s <= tier.config.whole_file_max,
+                None => {
+                    let info = tier.head(name)?;
+                    let small = info.size <= tier.config.whole_file_max;
+                    head = Some(info);
+                    small
+                }
             };
-            if size.is_some() {
+            if small {
                 tier.fetch_whole(name, &key, expected)?;
                 opened = open_existing(&whole)?;
             }
@@ -76,7 +81,7 @@ impl RemoteFile {
                 }
             }
             None => {
-                let (file, map) = tier.sparse_file(name, &key)?;
+                let (file, map) = tier.sparse_file(name, &key, head)?;
                 let path = tier.dir.sparse(&key);
                 let ino = file.metadata().map_err(Error::io("stat", &path))?.ino();
                 ObjectState {

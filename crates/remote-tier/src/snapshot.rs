@@ -203,7 +203,18 @@ pub fn read_manifest(tier: &RemoteTier, seq: u64) -> Result<Manifest> {
 /// manifest last with a conditional put; when another publisher took the
 /// sequence number meanwhile, the next one is tried.
 pub fn push_dir(tier: &RemoteTier, dir: &Path) -> Result<PushReport> {
+    push_dir_with_progress(tier, dir, &mut |_, _| {})
+}
+
+/// [`push_dir`], calling `progress(files done, files in all)` after each
+/// file (for a progress bar).
+pub fn push_dir_with_progress(
+    tier: &RemoteTier,
+    dir: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<PushReport> {
     let files = local_files(dir)?;
+    let total = files.len() as u64;
     let present: HashSet<String> = tier.list(OBJECTS)?.into_iter().map(|o| o.name).collect();
     let mut entries = Vec::with_capacity(files.len());
     let mut report = PushReport {
@@ -232,6 +243,7 @@ pub fn push_dir(tier: &RemoteTier, dir: &Path) -> Result<PushReport> {
             size,
             blake3: hash.to_hex().to_string(),
         });
+        progress(entries.len() as u64, total);
     }
     let writer = format!(
         "{}-{}-{}",
@@ -278,6 +290,16 @@ pub fn push_dir(tier: &RemoteTier, dir: &Path) -> Result<PushReport> {
 /// are kept, so a killed pull resumes; files `dest` has beyond the
 /// snapshot are left alone. Returns `None` when nothing was published.
 pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<Option<PullReport>> {
+    pull_dir_with_progress(tier, dest, &mut |_, _| {})
+}
+
+/// [`pull_dir`], calling `progress(files done, files in all)` after each
+/// file (for a progress bar).
+pub fn pull_dir_with_progress(
+    tier: &RemoteTier,
+    dest: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Option<PullReport>> {
     let Some(manifest) = latest_manifest(tier)? else {
         return Ok(None);
     };
@@ -287,7 +309,8 @@ pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<Option<PullReport>> {
         written: 0,
     };
     let mut dirs = HashSet::new();
-    for entry in &manifest.files {
+    for (done, entry) in manifest.files.iter().enumerate() {
+        progress(done as u64, report.files);
         let target = dest.join(&entry.path);
         if target.is_file() && hash_file(&target)? == (parse_hash(&entry.blake3)?, entry.size) {
             continue;
@@ -316,6 +339,7 @@ pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<Option<PullReport>> {
     for d in dirs {
         durable_fs::sync_dir(&d)?;
     }
+    progress(report.files, report.files);
     Ok(Some(report))
 }
 

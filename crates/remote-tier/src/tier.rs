@@ -586,7 +586,12 @@ impl Inner {
 
     /// The sparse file and block map of a large object, created (under the
     /// tier lock) unless another process did so first.
-    pub(crate) fn sparse_file(&self, name: &str, key: &str) -> Result<(File, BlockMap)> {
+    pub(crate) fn sparse_file(
+        &self,
+        name: &str,
+        key: &str,
+        head: Option<ObjectInfo>,
+    ) -> Result<(File, BlockMap)> {
         let sparse = self.dir.sparse(key);
         let open = |map: BlockMap| -> Result<Option<(File, BlockMap)>> {
             match std::fs::OpenOptions::new()
@@ -607,7 +612,10 @@ impl Inner {
         {
             return Ok(found);
         }
-        let info = self.head(name)?;
+        let info = match head {
+            Some(info) => info,
+            None => self.head(name)?,
+        };
         let _tier = self.dir.lock_tier()?;
         if let Some(map) = self.read_map(key)
             && let Some(found) = open(map)?
