@@ -1,5 +1,5 @@
 //! The `cachex` command line: `inspect`, `verify`, `get`, `stats`,
-//! `compact` and `demo`. Each command finds the cache's adapter
+//! `compact`, `push`, `pull` and `demo`. Each command finds the cache's adapter
 //! ([`adapter_for`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
 //! sound, [`EXIT_PROBLEMS`] (1) problems found or the cache could not be
 //! read, [`EXIT_USAGE`] (2) usage errors and paths that are no cache we
@@ -72,6 +72,31 @@ pub enum Command {
         /// The cache directory.
         path: PathBuf,
     },
+    /// Publish a cache directory to object storage (`s3://bucket/prefix`,
+    /// `gs://…`, `az://…`, `file:///…`): files first, then a manifest
+    /// committed last, so readers never see a half-published cache.
+    /// Credentials and endpoints come from the environment (`AWS_*`, ...).
+    Push {
+        /// The cache directory.
+        local: PathBuf,
+        /// Where to publish it.
+        url: String,
+    },
+    /// Materialise the latest published snapshot at URL into a local
+    /// directory (files already right are kept: a killed pull resumes).
+    Pull {
+        /// Where the cache was published.
+        url: String,
+        /// The local directory to fill.
+        local: PathBuf,
+        /// A local tier directory to fetch through (kept, shared by
+        /// processes); by default a temporary one.
+        #[arg(long)]
+        tier_dir: Option<PathBuf>,
+        /// The local tier's budget, in MiB.
+        #[arg(long, default_value_t = 1024)]
+        tier_budget_mib: u64,
+    },
     /// Two epochs of a slow feature extractor through a cache.
     Demo {
         /// Where the demo cache goes.
@@ -136,6 +161,22 @@ pub fn run(command: Command) -> Result<u8> {
             Ok(EXIT_SOUND)
         }
         Command::Compact { path } => compact(&path),
+        Command::Push { local, url } => {
+            let (code, text) = crate::remote::push(&local, &url, progress())?;
+            print(&text)?;
+            Ok(code)
+        }
+        Command::Pull {
+            url,
+            local,
+            tier_dir,
+            tier_budget_mib,
+        } => {
+            let (code, text) =
+                crate::remote::pull(&url, &local, tier_dir, tier_budget_mib, progress())?;
+            print(&text)?;
+            Ok(code)
+        }
         Command::Demo {
             dir,
             temp,
@@ -143,6 +184,11 @@ pub fn run(command: Command) -> Result<u8> {
             cost_ms,
         } => demo(dir, temp, n, cost_ms),
     }
+}
+
+/// Progress bars only on a terminal.
+fn progress() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
 }
 
 fn print(text: &str) -> Result<()> {

@@ -1,6 +1,7 @@
 //! `cachex-cli`: the `cachex` command-line tool over every cachex store
 //! and the Python tools' caches they read — `inspect`, `verify`, `get`,
-//! `stats`, `compact` and `demo`. It is a crate of its own so that an
+//! `stats`, `compact` and `demo` — and moves caches to and from object
+//! storage: `push LOCAL URL`, `pull URL LOCAL` (see `remote-tier`). It is a crate of its own so that an
 //! application using `cache-facade` compiles no command-line parser or
 //! progress bar.
 //!
@@ -26,7 +27,8 @@
 //! [`EXIT_PROBLEMS`] 1 (problems found, or the cache or record could not
 //! be read), [`EXIT_USAGE`] 2 (usage error, or no cache `cachex` knows).
 //! The tool writes nothing of its own to disk (`compact` and `demo` write
-//! through the stores).
+//! through the stores, `pull` writes the files of the snapshot, and its
+//! local tier is temporary unless `--tier-dir` is given).
 //!
 //! # Example
 //! ```
@@ -56,6 +58,7 @@ mod cli;
 pub mod demo;
 mod error;
 pub mod json;
+mod remote;
 
 pub use adapter::{ADAPTERS, CacheAdapter, CacheKind, adapter_for, detect};
 pub use cache_check::{Problem, ProblemKind, Summary};

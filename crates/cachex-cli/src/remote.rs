@@ -1,0 +1,125 @@
+//! `cachex push LOCAL URL` and `cachex pull URL LOCAL`: a cache directory
+//! published to object storage as a snapshot, and materialised back
+//! (through `remote-tier`; credentials and endpoints from the usual
+//! environment variables of `object_store`: `AWS_*`, `GOOGLE_*`, `AZURE_*`).
+
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use remote_tier::snapshot::{pull_dir_with_progress, push_dir_with_progress};
+use remote_tier::{RemoteTier, TierConfig};
+
+use crate::error::{CliError, EXIT_SOUND, Result};
+
+/// A temporary local tier for a command run without `--tier-dir`.
+fn tier_dir(dir: Option<PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    match dir {
+        Some(d) => Ok((d, None)),
+        None => {
+            let tmp = tempfile::tempdir().map_err(|e| {
+                CliError::from(cache_facade::FacadeError::Io {
+                    path: std::env::temp_dir(),
+                    source: e,
+                })
+            })?;
+            Ok((tmp.path().to_path_buf(), Some(tmp)))
+        }
+    }
+}
+
+fn open(url: &str, dir: &Path, budget_mib: u64) -> Result<RemoteTier> {
+    let config = TierConfig::new(dir, budget_mib.saturating_mul(1 << 20));
+    RemoteTier::open(url, config).map_err(remote_error)
+}
+
+/// A URL the store cannot open is a usage error; the rest are problems.
+fn remote_error(e: remote_tier::Error) -> CliError {
+    match e {
+        remote_tier::Error::BadUrl { .. } | remote_tier::Error::BadOption { .. } => {
+            CliError::Usage(e.to_string())
+        }
+        e => CliError::store(e),
+    }
+}
+
+fn bar(what: &str, progress: bool) -> ProgressBar {
+    if !progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(0);
+    let style = ProgressStyle::with_template(&format!("{what} [{{bar:40}}] {{pos}}/{{len}} files"))
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    bar.set_style(style);
+    bar
+}
+
+/// Publishes the cache directory `local` at `url`.
+pub(crate) fn push(local: &Path, url: &str, progress: bool) -> Result<(u8, String)> {
+    if !local.exists() {
+        return Err(CliError::NoSuchPath(local.to_path_buf()));
+    }
+    if !local.is_dir() {
+        return Err(CliError::Usage(format!(
+            "{}: push publishes a cache directory",
+            local.display()
+        )));
+    }
+    let (dir, _tmp) = tier_dir(None)?;
+    let tier = open(url, &dir, 64)?;
+    let bar = bar("push", progress);
+    let report = push_dir_with_progress(&tier, local, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .map_err(remote_error)?;
+    bar.finish_and_clear();
+    Ok((
+        EXIT_SOUND,
+        format!(
+            "pushed {} to {} as snapshot {}: {} files, {} uploaded ({} bytes), the rest already there",
+            local.display(),
+            tier.url(),
+            report.seq,
+            report.files,
+            report.uploaded,
+            report.bytes_uploaded
+        ),
+    ))
+}
+
+/// Materialises the snapshot at `url` into `local`.
+pub(crate) fn pull(
+    url: &str,
+    local: &Path,
+    tier: Option<PathBuf>,
+    budget_mib: u64,
+    progress: bool,
+) -> Result<(u8, String)> {
+    let (dir, _tmp) = tier_dir(tier)?;
+    let tier = open(url, &dir, budget_mib)?;
+    let bar = bar("pull", progress);
+    let report = pull_dir_with_progress(&tier, local, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })
+    .map_err(remote_error)?;
+    bar.finish_and_clear();
+    let Some(report) = report else {
+        return Err(CliError::NotFound {
+            path: PathBuf::from(tier.url()),
+            what: "nothing published here (no manifests/)".into(),
+        });
+    };
+    Ok((
+        EXIT_SOUND,
+        format!(
+            "pulled snapshot {} of {} into {}: {} files, {} written, the rest already right",
+            report.seq,
+            tier.url(),
+            local.display(),
+            report.files,
+            report.written
+        ),
+    ))
+}

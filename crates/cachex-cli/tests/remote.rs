@@ -1,0 +1,119 @@
+//! `cachex push` and `cachex pull` against the S3 test server that
+//! `scripts/test` starts (CACHEX_S3_ENDPOINT), as real processes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use segment_store::{Options, Record, SegmentStore};
+use tensor_core::Tensor;
+
+/// The S3 test server, or `None` (said on stderr) outside CI.
+fn s3_endpoint() -> Option<String> {
+    if let Ok(e) = std::env::var("CACHEX_S3_ENDPOINT") {
+        return Some(e);
+    }
+    let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}");
+    }
+    eprintln!("skipping S3 test: {msg}");
+    None
+}
+
+/// A fresh bucket (the test server takes an unsigned `PUT /<bucket>`).
+fn new_bucket(endpoint: &str) -> String {
+    let bucket = format!("cachex-cli-{}", std::process::id());
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut conn = TcpStream::connect(host).expect("connect to the S3 test server");
+    write!(
+        conn,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "create bucket: {answer}"
+    );
+    bucket
+}
+
+fn cachex(endpoint: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cachex"))
+        .args(args)
+        .env("AWS_ENDPOINT", endpoint)
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "cachex-test")
+        .env("AWS_SECRET_ACCESS_KEY", "cachex-test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("spawn cachex")
+}
+
+fn ok(endpoint: &str, args: &[&str]) -> String {
+    let out = cachex(endpoint, args);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "cachex {args:?} failed: {}\n{text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn push_then_pull_through_s3_gives_a_sound_cache() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = format!("s3://{}/caches/features", new_bucket(&endpoint));
+    let local = tempfile::tempdir().unwrap();
+    let store = SegmentStore::open(local.path(), Options::default()).unwrap();
+    for batch in 0..4 {
+        let items: Vec<(String, Record)> = (0..20)
+            .map(|i| {
+                let n = batch * 20 + i;
+                let t = Tensor::from_vec([4], vec![n as f32; 4]).unwrap();
+                (format!("k{n}"), Record::from(t))
+            })
+            .collect();
+        store.put_batch(&items).unwrap();
+        store.flush().unwrap();
+    }
+    drop(store);
+
+    let text = ok(&endpoint, &["push", p(local.path()), &url]);
+    assert!(text.contains("as snapshot 1"), "{text}");
+    let dest = tempfile::tempdir().unwrap();
+    let pulled = dest.path().join("features");
+    let text = ok(&endpoint, &["pull", &url, p(&pulled)]);
+    assert!(text.contains("pulled snapshot 1"), "{text}");
+    let text = ok(&endpoint, &["verify", p(&pulled)]);
+    assert!(text.contains("sound"), "{text}");
+    let text = ok(&endpoint, &["get", p(&pulled), "k77", "--json"]);
+    assert!(text.contains("77"), "{text}");
+    // Pulling again finds everything right and writes nothing.
+    let text = ok(&endpoint, &["pull", &url, p(&pulled)]);
+    assert!(text.contains(", 0 written"), "{text}");
+
+    // Nothing published at another prefix: a problem (exit 1), named.
+    let out = cachex(&endpoint, &["pull", &format!("{url}-none"), p(&pulled)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published"));
+    // A URL no store opens: a usage error (exit 2).
+    let out = cachex(&endpoint, &["push", p(local.path()), "ftp://host/x"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
