@@ -112,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stamps = || stamp_sources(&raw, &names, Mode::Content);
 
     // 1. A build that dies part-way: committed rows stay on disk.
-    let first = open_or_build(&root, &config, stamps()?, &schema, |w: &mut RowWriter| {
+    let first = open_or_build(&root, "dataset", &config, stamps()?, &schema, |w: &mut RowWriter| {
         build(w, &raw, Some(120)).map_err(BoxError)
     });
     println!(
@@ -121,7 +121,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 2. The next run resumes from the committed rows.
-    let opened = open_or_build(&root, &config, stamps()?, &schema, |w: &mut RowWriter| {
+    let opened = open_or_build(&root, "dataset", &config, stamps()?, &schema, |w: &mut RowWriter| {
         build(w, &raw, None).map_err(BoxError)
     })
     .map_err(|e| e.0)?;
@@ -156,8 +156,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // 4. Same config, same sources: a hit.
-    let again = open_or_build(
-        &root,
+    let again = open_or_build(&root, "dataset",
         &config,
         stamps()?,
         &schema,
@@ -171,7 +170,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 5. A source changes: rebuilt, with the reason.
     std::fs::write(raw.join("sample_0007.txt"), "12345\n")?;
-    let rebuilt = open_or_build(&root, &config, stamps()?, &schema, |w: &mut RowWriter| {
+    let rebuilt = open_or_build(&root, "dataset", &config, stamps()?, &schema, |w: &mut RowWriter| {
         build(w, &raw, None).map_err(BoxError)
     })
     .map_err(|e| e.0)?;
