@@ -61,6 +61,23 @@ impl SharedBytes {
         }
     }
 
+    /// [`project`](SharedBytes::project) with a projection that may fail
+    /// (the owner is dropped with the error).
+    pub fn try_project<O, E, F>(owner: Arc<O>, project: F) -> std::result::Result<SharedBytes, E>
+    where
+        O: Send + Sync + 'static,
+        F: for<'a> FnOnce(&'a O) -> std::result::Result<&'a [u8], E>,
+    {
+        let bytes = project(&owner)?;
+        let (ptr, len) = (bytes.as_ptr(), bytes.len());
+        Ok(SharedBytes {
+            // A slice's pointer is never null.
+            ptr: NonNull::new(ptr.cast_mut()).unwrap_or(NonNull::dangling()),
+            len,
+            owner,
+        })
+    }
+
     /// Takes ownership of `owner` (a `Vec<u8>`, an Arrow buffer, a memory
     /// map) and shares its bytes.
     pub fn from_owner<O: AsRef<[u8]> + Send + Sync + 'static>(owner: O) -> SharedBytes {

@@ -27,7 +27,11 @@ fn shared_tensor_checks_length_and_views_in_place() {
     let short = SharedBytes::from(vec![0u8; 12]);
     assert!(matches!(
         SharedTensor::new(DType::F32, [2, 2], short),
-        Err(TensorError::ByteLength { expected: 16, actual: 12, .. })
+        Err(TensorError::ByteLength {
+            expected: 16,
+            actual: 12,
+            ..
+        })
     ));
 }
 
