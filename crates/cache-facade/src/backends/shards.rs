@@ -19,9 +19,10 @@ use crate::{
 /// index, pulled from the source once and cached in pickled shards that
 /// Python's loadit reads too. A tensor is pickled as the dict
 /// `{"data": bytes, "dtype": str, "shape": tuple}`; an item Python wrote
-/// converts as described in [`Value`]'s pickle mapping (`str` and
-/// `bytes` blobs, numbers 0-d tensors). Items are decoded from pickle, so
-/// values are copies, not views.
+/// converts too (`str` and `bytes` are blobs, `int`, `float` and `bool`
+/// 0-d tensors; `None` and sets are an error naming the item). A pickled dict keeps its members
+/// in name order. Items are decoded from pickle, so values are copies, not
+/// views.
 ///
 /// Options: `max_shard_length` (items per shard), `max_cache_size`
 /// (decoded shards kept in memory), `max_workers`, `memory_limit` (disk
