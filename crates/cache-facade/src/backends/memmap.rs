@@ -72,7 +72,16 @@ impl MemmapBackend {
         let dir = prepared.dir.clone();
         let (first_id, first) = first_value(&dir, &source)?;
         let schema = schema_of(&dir, &first)?;
-        let build = |w: &mut RowWriter| build_rows(&dir, w, &source, &first_id, &first);
+        let build = |w: &mut RowWriter| {
+            let built = build_rows(&dir, w, &source, &first_id, &first);
+            if built.is_err() {
+                // Commit the rows written so far, so a resumed build skips
+                // them; if this fails too they are rebuilt, and the
+                // source's error is the one worth reporting.
+                let _ = w.flush();
+            }
+            built
+        };
         let opened = memmap_array::open_or_build(
             &config.root,
             &config.name,
