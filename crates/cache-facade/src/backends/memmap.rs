@@ -70,10 +70,10 @@ impl MemmapBackend {
             return Ok(MemmapBackend::over(cache, prepared.dir));
         }
         let dir = prepared.dir.clone();
-        let (first_id, first) = first_value(&dir, &source)?;
+        let (first_id, first, rest) = first_value(&dir, &source)?;
         let schema = schema_of(&dir, &first)?;
         let build = |w: &mut RowWriter| {
-            let built = build_rows(&dir, w, &source, &first_id, &first);
+            let built = build_rows(&dir, w, &source, rest, &first_id, &first);
             if built.is_err() {
                 // Commit the rows written so far, so a resumed build skips
                 // them; if this fails too they are rebuilt, and the
@@ -155,17 +155,22 @@ fn check_kind(config: &CacheConfig) -> Result<()> {
     Ok(())
 }
 
-/// The first value of the source (its schema is the cache's).
-fn first_value(dir: &Path, source: &Source) -> Result<(String, Value)> {
+/// The values after the first of an items source (one pass of it).
+type Rest = Option<Box<dyn Iterator<Item = Value> + Send>>;
+
+/// The first value of the source (its schema is the cache's), and for an
+/// items source the rest of the same pass.
+fn first_value(dir: &Path, source: &Source) -> Result<(String, Value, Rest)> {
     let empty = || FacadeError::BadValue {
         dir: dir.to_path_buf(),
         why: "the source is empty: a memmap-array cache needs at least one row".into(),
     };
     match &source.kind {
-        SourceKind::Items(factory) => factory()
-            .next()
-            .map(|v| ("0".to_owned(), v))
-            .ok_or_else(empty),
+        SourceKind::Items(factory) => {
+            let mut pass = factory();
+            let first = pass.next().ok_or_else(empty)?;
+            Ok(("0".to_owned(), first, Some(pass)))
+        }
         SourceKind::Keyed { ids, produce } => {
             let id = ids.first().ok_or_else(empty)?;
             let value = produce(id).map_err(|source| FacadeError::Source {
@@ -173,7 +178,7 @@ fn first_value(dir: &Path, source: &Source) -> Result<(String, Value)> {
                 id: id.clone(),
                 source,
             })?;
-            Ok((id.clone(), value))
+            Ok((id.clone(), value, None))
         }
     }
 }
@@ -238,14 +243,19 @@ fn build_rows(
     dir: &Path,
     w: &mut RowWriter,
     source: &Source,
+    rest: Rest,
     first_id: &str,
     first: &Value,
 ) -> Result<()> {
     let done: HashSet<String> = w.resume_keys().iter().cloned().collect();
     match &source.kind {
         SourceKind::Items(factory) => {
-            for (i, value) in factory().enumerate() {
-                let id = i.to_string();
+            if !done.contains(first_id) {
+                write_row(dir, w, first_id, first)?;
+            }
+            let rest = rest.unwrap_or_else(|| Box::new(factory().skip(1)));
+            for (i, value) in rest.enumerate() {
+                let id = (i + 1).to_string();
                 if !done.contains(&id) {
                     write_row(dir, w, &id, &value)?;
                 }
