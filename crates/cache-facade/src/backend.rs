@@ -98,6 +98,14 @@ pub trait CacheBackend: Send + Sync {
         Err(self.unsupported(Operation::Put))
     }
 
+    /// Hints that the values at `indices` will be read soon, so the store
+    /// starts loading them (memmap-array and page-alloc; a no-op elsewhere
+    /// and for indices out of range). A loader calls it with the next
+    /// batch while it works on the current one.
+    fn prefetch(&self, indices: &[i64]) {
+        let _ = indices;
+    }
+
     /// Makes every put durable (a no-op for read-only backends).
     fn flush(&self) -> Result<()>;
 
@@ -156,6 +164,9 @@ impl<B: CacheBackend + ?Sized> CacheBackend for Box<B> {
     }
     fn put_batch(&self, items: Vec<(String, Value)>) -> Result<()> {
         (**self).put_batch(items)
+    }
+    fn prefetch(&self, indices: &[i64]) {
+        (**self).prefetch(indices)
     }
     fn flush(&self) -> Result<()> {
         (**self).flush()

@@ -7,57 +7,80 @@ use segment_store::{Part, Record, TensorBuf};
 use serde_pickle::{HashableValue, Value as Pickle};
 use tensor_core::{DType, Shape, SharedBytes, SharedTensor, Tensor, TensorError, Value};
 
-/// A record read from segment-store as a value whose tensors and blobs
-/// stay in the mapped segment: the record moves behind one `Arc` and every
-/// part is a projection of it (one allocation per record, no byte copied).
-pub(crate) fn value_from_record(record: Record) -> Result<Value, TensorError> {
-    match record {
-        Record::Tensor(t) => {
-            let (dtype, shape) = (t.dtype(), t.shape().clone());
-            let bytes = SharedBytes::project(Arc::new(t), TensorBuf::bytes);
-            Ok(Value::Tensor(SharedTensor::new(dtype, shape, bytes)?))
+/// The records of one segment-store `get_batch`, shared by the values made
+/// from them: one allocation per batch, none per value.
+pub(crate) type RecordBatch = Arc<Vec<Option<Record>>>;
+
+/// Record `i` of `batch` as a value whose tensors and blobs stay where the
+/// store put them (the mapped segment): every part is a projection of the
+/// shared batch, so no byte is copied and nothing is allocated but a
+/// dict's, tuple's or list's member list.
+pub(crate) fn value_from_batch(
+    batch: &RecordBatch,
+    i: usize,
+) -> Result<Option<Value>, TensorError> {
+    let Some(record) = batch.get(i).and_then(Option::as_ref) else {
+        return Ok(None);
+    };
+    let bytes =
+        |k: Option<usize>| SharedBytes::project(Arc::clone(batch), move |b| record_bytes(b, i, k));
+    let part = |k: usize, p: &Part| -> Result<Value, TensorError> {
+        Ok(match p {
+            Part::Tensor(t) => Value::Tensor(SharedTensor::new(
+                t.dtype(),
+                t.shape().clone(),
+                bytes(Some(k)),
+            )?),
+            Part::Blob(_) => Value::Blob(bytes(Some(k))),
+        })
+    };
+    Ok(Some(match record {
+        Record::Tensor(t) => Value::Tensor(SharedTensor::new(
+            t.dtype(),
+            t.shape().clone(),
+            bytes(None),
+        )?),
+        Record::Blob(_) => Value::Blob(bytes(None)),
+        Record::Dict(parts) => Value::Dict(
+            parts
+                .iter()
+                .enumerate()
+                .map(|(k, (name, p))| Ok((Arc::clone(name), part(k, p)?)))
+                .collect::<Result<_, TensorError>>()?,
+        ),
+        Record::Tuple(parts) => Value::Tuple(
+            parts
+                .iter()
+                .enumerate()
+                .map(|(k, p)| part(k, p))
+                .collect::<Result<_, _>>()?,
+        ),
+        Record::List(parts) => Value::List(
+            parts
+                .iter()
+                .enumerate()
+                .map(|(k, p)| part(k, p))
+                .collect::<Result<_, _>>()?,
+        ),
+    }))
+}
+
+/// The bytes of record `i` of a batch (`k`: of its part `k`); empty when
+/// there is no such record or part, which the caller's length check then
+/// refuses (it cannot happen: the caller found them).
+fn record_bytes(batch: &[Option<Record>], i: usize, k: Option<usize>) -> &[u8] {
+    let Some(record) = batch.get(i).and_then(Option::as_ref) else {
+        return &[];
+    };
+    match (record, k) {
+        (Record::Tensor(t), None) => t.bytes(),
+        (Record::Blob(b), None) => b.as_bytes(),
+        (Record::Dict(parts), Some(k)) => parts.get(k).map_or(&[], |(_, p)| p.bytes()),
+        (Record::Tuple(parts) | Record::List(parts), Some(k)) => {
+            parts.get(k).map_or(&[], Part::bytes)
         }
-        Record::Blob(b) => Ok(Value::Blob(SharedBytes::project(Arc::new(b), |b| {
-            b.as_bytes()
-        }))),
-        Record::Dict(parts) => {
-            let names: Vec<Arc<str>> = parts.iter().map(|(n, _)| Arc::clone(n)).collect();
-            let shared = Arc::new(parts);
-            let mut out = Vec::with_capacity(names.len());
-            for (k, name) in names.into_iter().enumerate() {
-                let part = value_of_part(&shared, k, |ps, k| ps.get(k).map(|(_, p)| p))?;
-                out.push((name, part));
-            }
-            Ok(Value::Dict(out))
-        }
-        Record::Tuple(parts) => Ok(Value::Tuple(values_of_parts(parts)?)),
-        Record::List(parts) => Ok(Value::List(values_of_parts(parts)?)),
+        _ => &[],
     }
-}
-
-fn values_of_parts(parts: Vec<Part>) -> Result<Vec<Value>, TensorError> {
-    let n = parts.len();
-    let shared = Arc::new(parts);
-    (0..n)
-        .map(|k| value_of_part(&shared, k, |ps: &Vec<Part>, k| ps.get(k)))
-        .collect()
-}
-
-/// Member `k` of a shared list of parts, projected (no copy).
-fn value_of_part<P: Send + Sync + 'static>(
-    shared: &Arc<P>,
-    k: usize,
-    part: fn(&P, usize) -> Option<&Part>,
-) -> Result<Value, TensorError> {
-    let bytes = SharedBytes::project(Arc::clone(shared), |ps| {
-        part(ps, k).map(Part::bytes).unwrap_or_default()
-    });
-    Ok(match part(shared, k) {
-        Some(Part::Tensor(t)) => {
-            Value::Tensor(SharedTensor::new(t.dtype(), t.shape().clone(), bytes)?)
-        }
-        _ => Value::Blob(bytes),
-    })
 }
 
 /// A value as a segment-store record (copies the bytes into the store's

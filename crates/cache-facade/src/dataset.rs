@@ -50,6 +50,11 @@ impl<B: CacheBackend> Dataset<B> {
         self.backend.get_indices(indices)
     }
 
+    /// Hints that `indices` come next (see [`CacheBackend::prefetch`]).
+    pub fn prefetch(&self, indices: &[i64]) {
+        self.backend.prefetch(indices)
+    }
+
     /// Number of values.
     pub fn len(&self) -> Result<u64> {
         self.backend.len()

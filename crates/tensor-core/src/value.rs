@@ -171,7 +171,15 @@ impl SharedTensor {
     /// A tensor over `bytes`, checked against `dtype` and `shape`.
     pub fn new(dtype: DType, shape: impl Into<Shape>, bytes: SharedBytes) -> Result<SharedTensor> {
         let shape = shape.into();
-        TensorView::new(dtype, shape.clone(), bytes.as_slice())?;
+        let expected = shape.byte_len(dtype)?;
+        if expected != bytes.len() {
+            return Err(TensorError::ByteLength {
+                dtype,
+                shape,
+                expected,
+                actual: bytes.len(),
+            });
+        }
         Ok(SharedTensor {
             dtype,
             shape,

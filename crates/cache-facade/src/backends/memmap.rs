@@ -326,6 +326,15 @@ impl CacheBackend for MemmapBackend {
         Ok(values)
     }
 
+    fn prefetch(&self, indices: &[i64]) {
+        let len = self.cache.len();
+        for &index in indices {
+            if let Ok(row) = resolve_index(&self.dir, index, len) {
+                self.cache.prefetch(row);
+            }
+        }
+    }
+
     fn flush(&self) -> Result<()> {
         Ok(())
     }

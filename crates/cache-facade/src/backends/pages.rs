@@ -274,6 +274,17 @@ impl CacheBackend for PageBackend {
         Ok(values)
     }
 
+    fn prefetch(&self, indices: &[i64]) {
+        let len = self.reader.len() as u64;
+        let rows: Vec<usize> = indices
+            .iter()
+            .filter_map(|&i| resolve_index(&self.dir, i, len).ok())
+            .map(|i| i as usize)
+            .collect();
+        // A hint: a failure to advise the kernel costs only speed.
+        let _ = self.reader.prefetch(&rows);
+    }
+
     fn flush(&self) -> Result<()> {
         Ok(())
     }

@@ -1,12 +1,13 @@
 //! segment-store behind the facade: keyed records, read and write.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use segment_store::{Options as SegmentOptions, SegmentStore};
 use tensor_core::Value;
 
 use super::Counters;
-use crate::convert::{record_from_value, value_from_record};
+use crate::convert::{record_from_value, value_from_batch};
 use crate::detect::CacheKind;
 use crate::prepare::{DirState, Spec, commit, prepare};
 use crate::{
@@ -15,7 +16,10 @@ use crate::{
 
 /// The segment-store backend: any [`Value`] a record can hold (a tensor,
 /// or a dict, tuple or list of tensors and blobs, or a blob) by string id;
-/// values read back are views into the mapped segments.
+/// values read back are views into the mapped segments. The values of one
+/// `get_batch` share one owner (the batch's records), so reading allocates
+/// nothing per value but a dict's, tuple's or list's member list; a kept
+/// value keeps its batch's records (not their bytes: those are the map).
 ///
 /// Options (all optional): `flush_every` (records per segment, 4096),
 /// `lru_bytes` (in-memory LRU budget, 64 MiB), `async_write` (bool),
@@ -95,17 +99,11 @@ impl CacheBackend for SegmentBackend {
 
     fn get_batch(&self, keys: &[&str]) -> Result<Lookup> {
         let (records, missing) = self.store.get_batch(keys)?;
-        let mut bytes = 0;
-        let mut values = Vec::with_capacity(records.len());
-        for record in records {
-            values.push(match record {
-                Some(r) => {
-                    bytes += r.byte_len();
-                    Some(value_from_record(r)?)
-                }
-                None => None,
-            });
-        }
+        let bytes = records.iter().flatten().map(|r| r.byte_len()).sum();
+        let batch = Arc::new(records);
+        let values = (0..batch.len())
+            .map(|i| value_from_batch(&batch, i))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         self.counters
             .lookup(keys.len() - missing.len(), missing.len(), bytes);
         Ok((values, missing))
