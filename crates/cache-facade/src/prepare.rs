@@ -78,9 +78,9 @@ impl DirLock {
             .open(&path)
             .map_err(|e| FacadeError::io(&path, e))?;
         let locked = if exclusive {
-            file.lock_exclusive()
+            FileExt::lock_exclusive(&file)
         } else {
-            file.lock_shared()
+            FileExt::lock_shared(&file)
         };
         locked.map_err(|e| FacadeError::io(&path, e))?;
         Ok(DirLock { _file: file })
@@ -212,7 +212,7 @@ pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(FacadeError::io(&lock, e)),
         };
-        if file.try_lock_exclusive().is_err() {
+        if FileExt::try_lock_exclusive(&file).is_err() {
             return Err(FacadeError::InUse {
                 dir: dir.to_path_buf(),
                 lock,
