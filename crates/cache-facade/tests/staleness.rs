@@ -283,3 +283,30 @@ fn an_interrupted_memmap_build_resumes_without_recomputing_committed_rows() {
         &[15.0, 0.0]
     );
 }
+
+#[test]
+fn an_unfinished_build_is_redone_without_asking_but_never_opened() {
+    let root = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("labels.txt"), "4").unwrap();
+    for kind in [BackendKind::PageAlloc, BackendKind::ShardStore] {
+        let cfg = config(kind, root.path(), data.path());
+        // A crash before the fingerprint committed the cache: content, no
+        // fingerprint.json.
+        let dir = cfg.cache_dir().unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("data.pages.tmp"), b"half a file").unwrap();
+        let err = open(&cfg).err().unwrap();
+        assert!(
+            matches!(err, FacadeError::NotBuilt { .. }),
+            "{kind:?}: {err}"
+        );
+        // Building it is not a rebuild of a stale cache: on_stale = error is fine.
+        let cache = open_with_source(&cfg, source(data.path())).unwrap();
+        assert_eq!(first_x(&*cache), 4.0, "{kind:?}");
+        assert!(
+            !dir.join("data.pages.tmp").exists(),
+            "{kind:?}: the leftover is cleared"
+        );
+    }
+}

@@ -74,6 +74,11 @@ impl ShardBackend {
         };
         let options = options(config)?;
         let prepared = prepare(config, &spec(true))?;
+        if matches!(prepared.state, DirState::Incomplete) {
+            // Shards without a fingerprint (a crash right after the root
+            // was created): nothing says which source wrote them.
+            crate::prepare::clear(&prepared.dir, &spec(true))?;
+        }
         let store = ShardStore::open_with_source(&prepared.dir, options, move || {
             factory().map(|v| PickleValue(pickle_from_value(&v)))
         })?;
