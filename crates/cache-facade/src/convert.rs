@@ -34,6 +34,13 @@ pub(crate) fn value_from_batch(
             Part::Blob(_) => Value::Blob(bytes(Some(k))),
         })
     };
+    let parts = |parts: &[Part]| -> Result<Vec<Value>, TensorError> {
+        let mut out = Vec::with_capacity(parts.len());
+        for (k, p) in parts.iter().enumerate() {
+            out.push(part(k, p)?);
+        }
+        Ok(out)
+    };
     Ok(Some(match record {
         Record::Tensor(t) => Value::Tensor(SharedTensor::new(
             t.dtype(),
@@ -41,27 +48,15 @@ pub(crate) fn value_from_batch(
             bytes(None),
         )?),
         Record::Blob(_) => Value::Blob(bytes(None)),
-        Record::Dict(parts) => Value::Dict(
-            parts
-                .iter()
-                .enumerate()
-                .map(|(k, (name, p))| Ok((Arc::clone(name), part(k, p)?)))
-                .collect::<Result<_, TensorError>>()?,
-        ),
-        Record::Tuple(parts) => Value::Tuple(
-            parts
-                .iter()
-                .enumerate()
-                .map(|(k, p)| part(k, p))
-                .collect::<Result<_, _>>()?,
-        ),
-        Record::List(parts) => Value::List(
-            parts
-                .iter()
-                .enumerate()
-                .map(|(k, p)| part(k, p))
-                .collect::<Result<_, _>>()?,
-        ),
+        Record::Dict(members) => {
+            let mut out = Vec::with_capacity(members.len());
+            for (k, (name, p)) in members.iter().enumerate() {
+                out.push((Arc::clone(name), part(k, p)?));
+            }
+            Value::Dict(out)
+        }
+        Record::Tuple(p) => Value::Tuple(parts(p)?),
+        Record::List(p) => Value::List(parts(p)?),
     }))
 }
 
