@@ -156,6 +156,21 @@ impl FacadeError {
             source,
         }
     }
+
+    /// Maps an error of the shared durability layer (its path and
+    /// operation kept in the message).
+    pub(crate) fn durable(e: durable_fs::Error) -> FacadeError {
+        match e {
+            durable_fs::Error::Io { op, path, source } => FacadeError::Io {
+                source: std::io::Error::new(source.kind(), format!("{op}: {source}")),
+                path,
+            },
+            other => FacadeError::Io {
+                path: other.path().to_path_buf(),
+                source: std::io::Error::other(other),
+            },
+        }
+    }
 }
 
 /// Result alias for this crate.

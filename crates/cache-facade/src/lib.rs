@@ -1,6 +1,8 @@
 //! `cache-facade`: one interface over the four cachex stores, the
 //! decorator that caches a function's outputs, and the indexed view a data
-//! loader samples — plus (for now) the `cachex` command-line tool.
+//! loader samples. The `cachex` command-line tool lives in its own crate,
+//! `cachex-cli`, so an application that uses [`CachedFn`] compiles no
+//! command-line parser.
 //!
 //! [`open`]`(config)` opens any store behind [`CacheBackend`];
 //! [`open_with_source`]`(config, source)` also builds it (memmap-array,
@@ -75,15 +77,11 @@
 mod backend;
 mod backends;
 mod cached_fn;
-pub mod cli;
 mod config;
 mod convert;
 mod dataset;
-pub mod demo;
 mod detect;
 mod error;
-pub mod json;
-mod kinds;
 mod prepare;
 mod source;
 

@@ -10,13 +10,12 @@
 //! an opener either opens the committed cache before the rebuild starts
 //! (its maps keep the old files alive) or waits and opens the new one.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use durable_fs::FileLock;
 use fingerprint::{
     COMPLETE_FILE, FINGERPRINT_FILE, Fingerprint, Stale, compute_fingerprint, stamp_sources,
 };
-use fs2::FileExt;
 
 use crate::detect::{CacheKind, detect};
 use crate::{CacheConfig, FacadeError, OnStale, Result};
@@ -62,28 +61,23 @@ pub(crate) struct Prepared {
     pub _lock: DirLock,
 }
 
-/// An `fs2` lock on a cache's lock file; released on drop.
+/// The lock on a cache's lock file (shared or exclusive, blocking);
+/// released on drop.
 pub(crate) struct DirLock {
-    _file: File,
+    _lock: FileLock,
 }
 
 impl DirLock {
     fn take(dir: &Path, exclusive: bool) -> Result<DirLock> {
         let path = lock_file(dir);
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| FacadeError::io(&path, e))?;
-        let locked = if exclusive {
-            FileExt::lock_exclusive(&file)
+        let lock = if exclusive {
+            FileLock::exclusive(&path)
         } else {
-            FileExt::lock_shared(&file)
+            FileLock::shared(&path)
         };
-        locked.map_err(|e| FacadeError::io(&path, e))?;
-        Ok(DirLock { _file: file })
+        Ok(DirLock {
+            _lock: lock.map_err(FacadeError::durable)?,
+        })
     }
 }
 
@@ -207,18 +201,18 @@ fn examine(dir: &Path, spec: &Spec, current: &Fingerprint) -> Result<DirState> {
 pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
     let mut held = Vec::new();
     for lock in (spec.store_locks)(dir) {
-        let file = match File::open(&lock) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(FacadeError::io(&lock, e)),
-        };
-        if FileExt::try_lock_exclusive(&file).is_err() {
-            return Err(FacadeError::InUse {
-                dir: dir.to_path_buf(),
-                lock,
-            });
+        if !lock.exists() {
+            continue;
         }
-        held.push(file);
+        match FileLock::try_exclusive(&lock).map_err(FacadeError::durable)? {
+            Some(held_lock) => held.push(held_lock),
+            None => {
+                return Err(FacadeError::InUse {
+                    dir: dir.to_path_buf(),
+                    lock,
+                });
+            }
+        }
     }
     for marker in [FINGERPRINT_FILE, COMPLETE_FILE] {
         let path = dir.join(marker);
@@ -228,7 +222,7 @@ pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
             Err(e) => return Err(FacadeError::io(&path, e)),
         }
     }
-    fingerprint::sync_dir(dir)?;
+    durable_fs::sync_dir(dir).map_err(FacadeError::durable)?;
     for entry in std::fs::read_dir(dir).map_err(|e| FacadeError::io(dir, e))? {
         let entry = entry.map_err(|e| FacadeError::io(dir, e))?;
         let path = entry.path();
@@ -243,7 +237,7 @@ pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
         };
         removed.map_err(|e| FacadeError::io(&path, e))?;
     }
-    fingerprint::sync_dir(dir)?;
+    durable_fs::sync_dir(dir).map_err(FacadeError::durable)?;
     drop(held);
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
+use durable_fs::FileLock;
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -17,7 +18,6 @@ use crate::format::{
 };
 use crate::options::{Options, Preload, ShardLength};
 use crate::reader::read_metadata_file;
-use crate::writer::FileLock;
 
 /// What a store item must be: picklable both ways and shareable across threads.
 pub trait StoreItem: Serialize + DeserializeOwned + Send + Sync + 'static {}
@@ -230,7 +230,7 @@ impl<T: StoreItem> ShardStore<T> {
             }
         }
         let meta = {
-            let _lock = FileLock::exclusive(&paths.writer_lock)?;
+            let _lock = FileLock::exclusive(&paths.writer_lock).map_err(Error::durable)?;
             match read_metadata_file(&paths.metadata)? {
                 // Without a source nothing is written: the stored layout is adopted.
                 Some(stored) if source.is_none() => stored,
@@ -298,7 +298,7 @@ impl<T: StoreItem> ShardStore<T> {
             }
         }
         if inner.source.is_some() {
-            crate::recover::remove_dead_temp_files(&inner.paths.scratch);
+            durable_fs::remove_dead_temp_files(&inner.paths.scratch);
         }
         Ok(ShardStore {
             inner,
@@ -403,7 +403,7 @@ impl<T: StoreItem> ShardStore<T> {
 
     /// Replaces the `info` JSON (atomically).
     pub fn set_info(&self, info: serde_json::Value) -> Result<()> {
-        let _lock = FileLock::exclusive(&self.inner.paths.writer_lock)?;
+        let _lock = FileLock::exclusive(&self.inner.paths.writer_lock).map_err(Error::durable)?;
         let mut meta = self.inner.read_metadata_unlocked()?;
         meta.info = info;
         self.inner.write_metadata_unlocked(&meta)
