@@ -102,6 +102,7 @@ mod maintenance;
 mod reader;
 mod record;
 mod recover;
+mod refresh;
 mod schema;
 mod store;
 mod validate;

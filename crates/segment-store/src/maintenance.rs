@@ -9,7 +9,7 @@ use crate::format::{self, INDEX_FILE, SCHEMA_FILE};
 use crate::index::{KeyIndex, Loc};
 use crate::reader::Segment;
 use crate::record::{Record, Structure};
-use crate::recover::{hint_of, list_segments};
+use crate::recover::{hint_of, list_segments, list_writer_logs};
 use crate::schema::parse_schema_json;
 use crate::store::{SegmentStore, note_problem};
 use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
@@ -325,11 +325,26 @@ impl SegmentStore {
     /// drops dead rows and small segments, and switches to them with one
     /// atomic rename of the index. Handles opened before keep reading
     /// their old (mapped) segments.
+    ///
+    /// A multi-writer cache is compacted by a single-writer handle: its
+    /// exclusive lock proves that no multi-writer is active (each holds
+    /// the same lock shared while open). The compacted segments get ids
+    /// above every old one and go to the shared log, which is the commit
+    /// point; the writers' logs are removed after it (a crash in between
+    /// leaves logs whose rows the newer compacted ones override), then
+    /// the old segments.
     pub fn compact(&self) -> Result<CompactReport> {
         self.flush()?;
         let write = self.require_writer("compact")?;
         let inner = self.inner();
         let mut ws = write.lock();
+        if ws.writer.is_some() {
+            return Err(Error::InvalidInput(format!(
+                "{}: a multi-writer handle cannot compact (other writers may be active); \
+                 close every writer and compact with a single-writer handle",
+                inner.dir.display()
+            )));
+        }
         let (schema, mut locs, old, total_rows) = {
             let st = inner.state.read();
             let Some(schema) = st.schema.clone() else {
@@ -380,10 +395,7 @@ impl SegmentStore {
         for chunk in records.chunks(every) {
             for run in split_runs(chunk, &schema) {
                 let rs = &chunk[run];
-                let id = ws.next_id;
-                ws.next_id = id
-                    .checked_add(1)
-                    .ok_or_else(|| Error::InvalidInput("segment ids exhausted".into()))?;
+                let id = ws.take_id(&inner.dir)?;
                 let path = format::segment_path(&inner.dir, id);
                 let rb = build_batch(&schema, rs).map_err(|e| Error::Arrow {
                     path: path.clone(),
@@ -406,8 +418,18 @@ impl SegmentStore {
                 new_segments.insert(id, Arc::new(Segment::open(&path, id)?));
             }
         }
-        let log = IndexLog::create(&inner.dir.join(INDEX_FILE), &groups)?;
+        let log = IndexLog::create(
+            &inner.dir.join(INDEX_FILE),
+            &format::encode_index_header(),
+            &groups,
+        )?;
         ws.log = log;
+        // Committed: the writers' logs now only list rows the new
+        // segments hold too.
+        for path in list_writer_logs(&inner.dir)?.values() {
+            durable_fs::remove_and_sync(path).map_err(Error::durable)?;
+        }
+        inner.cursors.lock().clear();
         let segments_after = new_segments.len();
         {
             let mut st = inner.state.write();
