@@ -171,11 +171,26 @@ impl SegmentStore {
                 return out;
             }
         };
-        let index_path = dir.join(INDEX_FILE);
+        // Every index log: the shared one and each writer's.
+        let mut logs: Vec<PathBuf> = vec![dir.join(INDEX_FILE)];
+        match list_writer_logs(dir) {
+            Ok(w) => logs.extend(w.into_values()),
+            Err(e) => push(dir.clone(), ProblemKind::CorruptIndex, e.to_string()),
+        }
         #[allow(clippy::type_complexity)]
         let mut expected: BTreeMap<u32, Option<(u64, u64, Vec<u64>)>> = BTreeMap::new();
-        match std::fs::read(&index_path) {
-            Ok(bytes) => match format::parse_index(&bytes, |g, body| {
+        let mut any_log = false;
+        for log in &logs {
+            let bytes = match std::fs::read(log) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    push(log.clone(), ProblemKind::CorruptIndex, e.to_string());
+                    continue;
+                }
+            };
+            any_log = true;
+            let parsed = format::parse_index(&bytes, |g, body| {
                 expected.insert(
                     g.segment_id,
                     Some((
@@ -184,33 +199,31 @@ impl SegmentStore {
                         format::hashes_of(body).collect(),
                     )),
                 );
-            }) {
+            });
+            match parsed {
                 Ok(p) => {
                     if let Some(t) = &p.torn {
-                        push(
-                            index_path.clone(),
-                            ProblemKind::TornIndex,
-                            format!("torn tail: {t}"),
-                        );
-                    }
-                    for id in on_disk.keys() {
-                        if !expected.contains_key(id) {
-                            push(
-                                format::segment_path(dir, *id),
-                                ProblemKind::SegmentIndexed,
-                                "not in the index".into(),
-                            );
-                        }
+                        push(log.clone(), ProblemKind::TornIndex, format!("torn tail: {t}"));
                     }
                 }
-                Err(e) => push(index_path.clone(), ProblemKind::CorruptIndex, e),
-            },
+                Err(e) => push(log.clone(), ProblemKind::CorruptIndex, e),
+            }
+        }
+        if any_log {
+            for id in on_disk.keys() {
+                if !expected.contains_key(id) {
+                    push(
+                        format::segment_path(dir, *id),
+                        ProblemKind::SegmentIndexed,
+                        "not in any index log".into(),
+                    );
+                }
+            }
+        } else {
             // No log: a torchcachex cache (or one opened read-only before
             // its first writer); every segment is checked on its own.
-            Err(_) => {
-                for id in on_disk.keys() {
-                    expected.insert(*id, None);
-                }
+            for id in on_disk.keys() {
+                expected.insert(*id, None);
             }
         }
         for (id, want) in expected {
