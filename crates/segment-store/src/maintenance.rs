@@ -203,7 +203,11 @@ impl SegmentStore {
             match parsed {
                 Ok(p) => {
                     if let Some(t) = &p.torn {
-                        push(log.clone(), ProblemKind::TornIndex, format!("torn tail: {t}"));
+                        push(
+                            log.clone(),
+                            ProblemKind::TornIndex,
+                            format!("torn tail: {t}"),
+                        );
                     }
                 }
                 Err(e) => push(log.clone(), ProblemKind::CorruptIndex, e),

@@ -236,7 +236,8 @@ fn read_log(
         logged.insert(g.segment_id);
         index_group(dir, segments, index, hint, g, body, false, &mut found);
     };
-    let parsed = format::read_index(file, len, visit).map_err(|e| Error::io(path, "read index", e))?;
+    let parsed =
+        format::read_index(file, len, visit).map_err(|e| Error::io(path, "read index", e))?;
     problems.extend(found);
     Ok(Some(parsed.map(|p| {
         let cursor = LogCursor {
@@ -414,19 +415,14 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
         .copied()
         .filter(|id| !logged.contains(id))
         .collect();
-    let own_floor = own
-        .as_ref()
-        .and_then(|(p, _)| p.last_id)
-        .max(base_max);
+    let own_floor = own.as_ref().and_then(|(p, _)| p.last_id).max(base_max);
     for id in orphan_ids {
         let path = format::segment_path(dir, id);
         let adopt = if !multi {
             !global_max.is_some_and(|m| id < m)
         } else {
             match role {
-                Role::Multi(w) => {
-                    format::writer_of(id) == w && !own_floor.is_some_and(|m| id < m)
-                }
+                Role::Multi(w) => format::writer_of(id) == w && !own_floor.is_some_and(|m| id < m),
                 Role::Single => !global_max.is_some_and(|m| id < m),
                 Role::Reader => false,
             }

@@ -92,8 +92,10 @@ impl SegmentStore {
                 format::read_index(file, len, visit)
                     .map_err(|e| Error::io(&path, "read index", e))?
             } else {
-                Ok(format::read_groups(file, c.offset, len, c.last_id, c.writer, visit)
-                    .map_err(|e| Error::io(&path, "read index", e))?)
+                Ok(
+                    format::read_groups(file, c.offset, len, c.last_id, c.writer, visit)
+                        .map_err(|e| Error::io(&path, "read index", e))?,
+                )
             };
             match read {
                 // A torn tail here is most likely a group being appended:
