@@ -17,7 +17,9 @@
 //!   half-built one, and rebuilds a stale one, saying why ([`Outcome`]);
 //!   its sources are stamped with `fingerprint::stamp_sources`.
 //! - [`inspect`] describes a cache (sizes, schema, sidecar dedup, RAM a
-//!   load would take) and [`verify`] lists every problem in one.
+//!   load would take; [`Report::summary`] in the shared `cache-check`
+//!   shape) and [`verify`] lists every problem in one, as
+//!   [`cache_check::Problem`]s (file, kind, detail).
 //!
 //! # On-disk layout
 //!
@@ -104,12 +106,13 @@ mod recover;
 mod writer;
 
 pub use build::{CACHE_VERSION, Opened, Outcome, RebuildReason, open_or_build, open_or_build_with};
+pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
 pub use format::{
     ArraySpec, COMPLETE_FILE, FINGERPRINT_FILE, FORMAT_VERSION, INDEX_FILE, LOCK_FILE,
     MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, key_column,
     sidecar_file,
 };
-pub use inspect::{ArrayReport, FileReport, Problem, Report, SidecarReport, inspect, verify};
+pub use inspect::{ArrayReport, FileReport, Report, SidecarReport, inspect, verify};
 pub use reader::{ArrayCache, DEFAULT_RAM_FRACTION, Row, physical_ram};
 pub use writer::{NewRow, RowWriter, WriterOptions};

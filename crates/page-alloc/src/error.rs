@@ -45,6 +45,14 @@ pub enum Error {
         /// What is wrong, with the offending offsets or values.
         reason: String,
     },
+    /// Bytes differ from the checksum recorded for them.
+    #[error("{}: corrupt: {what} checksum mismatch", path.display())]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// What the checksum covers (`header`, `run 3 (page 3, 8192 bytes): page`).
+        what: String,
+    },
     /// The file carries a format version this build does not read.
     #[error("{}: format version {found} is not supported (this build reads {supported})", path.display())]
     UnsupportedVersion {
@@ -165,6 +173,13 @@ impl Error {
         }
     }
 
+    pub(crate) fn checksum(path: &Path, what: impl Into<String>) -> Error {
+        Error::Checksum {
+            path: path.to_path_buf(),
+            what: what.into(),
+        }
+    }
+
     pub(crate) fn incomplete(path: &Path, reason: impl Into<String>) -> Error {
         Error::Incomplete {
             path: path.to_path_buf(),
@@ -194,6 +209,7 @@ impl Error {
         matches!(
             self,
             Error::Corrupt { .. }
+                | Error::Checksum { .. }
                 | Error::Incomplete { .. }
                 | Error::UnsupportedVersion { .. }
                 | Error::UnsupportedField { .. }

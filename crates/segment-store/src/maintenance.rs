@@ -2,10 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::format::{self, INDEX_FILE, SCHEMA_FILE};
+use cache_check::{Problem, ProblemKind, Summary};
+use serde_json::json;
+
+use crate::format::{self, INDEX_FILE, SCHEMA_FILE, WRITERS_DIR};
 use crate::index::{KeyIndex, Loc};
 use crate::reader::Segment;
 use crate::record::{Record, Structure};
@@ -14,46 +17,6 @@ use crate::schema::parse_schema_json;
 use crate::store::{SegmentStore, note_problem};
 use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
 use crate::{Error, Result};
-
-/// What kind of [`Problem`] was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ProblemKind {
-    /// A leftover `*.tmp` file of an interrupted write (removed on open).
-    TempFileRemoved,
-    /// The index log ended in a partial or damaged group (dropped on open).
-    TornIndex,
-    /// The index log is unreadable or absent (rebuilt from the segments).
-    CorruptIndex,
-    /// A segment newer than the index log (indexed on open).
-    SegmentIndexed,
-    /// A segment fails Arrow validation or disagrees with the index; its
-    /// keys read as missing.
-    CorruptSegment,
-    /// A segment the index lists is gone; its keys read as missing.
-    MissingSegment,
-    /// A segment older than the index and not in it (ignored).
-    StaleSegment,
-    /// `schema.json` is unreadable or disagrees with the segments.
-    BadSchema,
-}
-
-/// Something wrong with one file of a cache.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The file concerned.
-    pub path: PathBuf,
-    /// What kind of problem.
-    pub kind: ProblemKind,
-    /// What is wrong (and what was done about it).
-    pub detail: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.detail)
-    }
-}
 
 /// One segment in an [`Inspection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,10 +44,50 @@ pub struct Inspection {
     pub entries: usize,
     /// The segments in use.
     pub segments: Vec<SegmentInfo>,
-    /// Bytes of all segments plus the index log.
+    /// Bytes of all segments plus the index logs.
     pub disk_bytes: u64,
     /// Resident index bytes per key.
     pub index_bytes_per_entry: f64,
+    /// The writers of a multi-writer cache (empty for a single-writer one).
+    pub writers: Vec<WriterInfo>,
+}
+
+/// One multi-writer in an [`Inspection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterInfo {
+    /// Writer id (the residue class of its segment ids).
+    pub id: u32,
+    /// Bytes of its index log.
+    pub log_bytes: u64,
+    /// Segments its log lists (`None` when the log's header is bad).
+    pub segments: Option<usize>,
+    /// Whether a process holds its lock right now (an active writer).
+    pub active: bool,
+}
+
+/// The writers of the cache in `dir`: each log's groups, and whether its
+/// lock is held (probed, never kept).
+fn writer_infos(dir: &Path) -> Vec<WriterInfo> {
+    let Ok(logs) = list_writer_logs(dir) else {
+        return Vec::new();
+    };
+    logs.into_iter()
+        .map(|(id, path)| {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            let segments = format::parse_index(&bytes, |_, _| {})
+                .ok()
+                .map(|p| p.groups.len());
+            let lock = dir.join(WRITERS_DIR).join(format::writer_lock_name(id));
+            let active =
+                lock.exists() && matches!(durable_fs::FileLock::try_exclusive(&lock), Ok(None));
+            WriterInfo {
+                id,
+                log_bytes: bytes.len() as u64,
+                segments,
+                active,
+            }
+        })
+        .collect()
 }
 
 impl fmt::Display for Inspection {
@@ -110,10 +113,110 @@ impl fmt::Display for Inspection {
                 s.live_rows
             )?;
         }
+        if !self.writers.is_empty() {
+            writeln!(f, "writers: {}", self.writers.len())?;
+            for w in &self.writers {
+                let segs = w.segments.map_or("bad log".to_owned(), |n| n.to_string());
+                let state = if w.active { "active" } else { "idle" };
+                writeln!(
+                    f,
+                    "  {}  {} bytes  {} segments  {state}",
+                    format::writer_log_name(w.id),
+                    w.log_bytes,
+                    segs
+                )?;
+            }
+        }
         if let Some(js) = &self.schema_json {
             writeln!(f, "schema.json:\n{js}")?;
         }
         Ok(())
+    }
+}
+
+impl Inspection {
+    /// The inspection in the shared shape the `cachex` tool prints:
+    /// structure, entries, sizes, `schema.json`, and a table of segments.
+    pub fn summary(&self) -> Summary {
+        let schema = self
+            .schema_json
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let segments = self
+            .segments
+            .iter()
+            .map(|s| {
+                vec![
+                    json!(format::segment_name(s.id)),
+                    json!(s.bytes),
+                    json!(s.rows),
+                    json!(s.live_rows),
+                ]
+            })
+            .collect();
+        let summary = Summary::new("segment-store", &self.dir)
+            .fact("structure", self.structure.map(Structure::name))
+            .fact("entries", self.entries)
+            .fact("disk_bytes", self.disk_bytes)
+            .fact("index_bytes_per_entry", self.index_bytes_per_entry)
+            .fact("schema", schema)
+            .table("segments", ["file", "bytes", "rows", "live_rows"], segments);
+        if self.writers.is_empty() {
+            return summary;
+        }
+        summary.table(
+            "writers",
+            ["writer", "log", "log_bytes", "segments", "active"],
+            self.writers
+                .iter()
+                .map(|w| {
+                    vec![
+                        json!(w.id),
+                        json!(format::writer_log_name(w.id)),
+                        json!(w.log_bytes),
+                        json!(w.segments),
+                        json!(w.active),
+                    ]
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Opens the cache in `dir` read-only and lists everything wrong with it
+/// (empty when sound): what recovery found on open
+/// ([`SegmentStore::problems`]) and what [`SegmentStore::verify`] finds,
+/// sorted, without repeats. Never fails: a cache that does not open is a
+/// problem naming `dir`. No index log of ours is no problem (a
+/// torchcachex directory has none).
+pub fn verify(dir: impl AsRef<std::path::Path>) -> Vec<Problem> {
+    let dir = dir.as_ref();
+    if !dir.is_dir() {
+        // A read-only open would see an empty cache.
+        return vec![Problem::new(
+            dir,
+            ProblemKind::Missing,
+            "no such cache directory",
+        )];
+    }
+    let opts = crate::Options {
+        read_only: true,
+        lru_bytes: 0,
+        ..crate::Options::default()
+    };
+    match SegmentStore::open(dir, opts) {
+        Err(e) => vec![match &e {
+            Error::Io { path, .. } => Problem::from_error(path.clone(), ProblemKind::Io, &e),
+            _ => Problem::from_error(dir, ProblemKind::Structure, &e),
+        }],
+        Ok(store) => {
+            let mut all = store.problems();
+            all.extend(store.verify());
+            all.sort();
+            all.dedup();
+            all
+        }
     }
 }
 
@@ -147,27 +250,23 @@ impl SegmentStore {
             Ok(text) => match parse_schema_json(&text) {
                 Ok(s) if Some(&s) != st_schema.as_ref() => push(
                     schema_path,
-                    ProblemKind::BadSchema,
+                    ProblemKind::Structure,
                     "differs from the schema in use".into(),
                 ),
                 Ok(_) => {}
                 Err(e) => push(
                     schema_path,
-                    ProblemKind::BadSchema,
+                    ProblemKind::Structure,
                     format!("unparseable: {e}"),
                 ),
             },
             Err(_) if st_schema.is_none() => {}
-            Err(e) => push(
-                schema_path,
-                ProblemKind::BadSchema,
-                format!("unreadable: {e}"),
-            ),
+            Err(e) => push(schema_path, ProblemKind::Io, format!("unreadable: {e}")),
         }
         let on_disk = match list_segments(dir) {
             Ok(s) => s,
             Err(e) => {
-                push(dir.clone(), ProblemKind::CorruptSegment, e.to_string());
+                push(dir.clone(), ProblemKind::Io, e.to_string());
                 return out;
             }
         };
@@ -175,7 +274,7 @@ impl SegmentStore {
         let mut logs: Vec<PathBuf> = vec![dir.join(INDEX_FILE)];
         match list_writer_logs(dir) {
             Ok(w) => logs.extend(w.into_values()),
-            Err(e) => push(dir.clone(), ProblemKind::CorruptIndex, e.to_string()),
+            Err(e) => push(dir.clone(), ProblemKind::Io, e.to_string()),
         }
         #[allow(clippy::type_complexity)]
         let mut expected: BTreeMap<u32, Option<(u64, u64, Vec<u64>)>> = BTreeMap::new();
@@ -185,7 +284,7 @@ impl SegmentStore {
                 Ok(b) => b,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
-                    push(log.clone(), ProblemKind::CorruptIndex, e.to_string());
+                    push(log.clone(), ProblemKind::Io, e.to_string());
                     continue;
                 }
             };
@@ -205,12 +304,12 @@ impl SegmentStore {
                     if let Some(t) = &p.torn {
                         push(
                             log.clone(),
-                            ProblemKind::TornIndex,
+                            ProblemKind::Interrupted,
                             format!("torn tail: {t}"),
                         );
                     }
                 }
-                Err(e) => push(log.clone(), ProblemKind::CorruptIndex, e),
+                Err(e) => push(log.clone(), ProblemKind::Structure, e),
             }
         }
         if any_log {
@@ -218,7 +317,7 @@ impl SegmentStore {
                 if !expected.contains_key(id) {
                     push(
                         format::segment_path(dir, *id),
-                        ProblemKind::SegmentIndexed,
+                        ProblemKind::Unindexed,
                         "not in any index log".into(),
                     );
                 }
@@ -235,9 +334,14 @@ impl SegmentStore {
             let seg = match Segment::open(&path, id) {
                 Ok(s) => s,
                 Err(e) => {
+                    let kind = if path.exists() {
+                        ProblemKind::Structure
+                    } else {
+                        ProblemKind::Missing
+                    };
                     push(
                         path,
-                        ProblemKind::MissingSegment,
+                        kind,
                         format!("listed in the index but unreadable: {e}"),
                     );
                     continue;
@@ -245,15 +349,20 @@ impl SegmentStore {
             };
             if let Some((len, content, _)) = &want {
                 if seg.file_len() != *len {
+                    let kind = if seg.file_len() < *len {
+                        ProblemKind::Truncated
+                    } else {
+                        ProblemKind::Structure
+                    };
                     push(
                         path.clone(),
-                        ProblemKind::CorruptSegment,
+                        kind,
                         format!("{} bytes, the index recorded {len}", seg.file_len()),
                     );
                 } else if seg.content_hash() != *content {
                     push(
                         path.clone(),
-                        ProblemKind::CorruptSegment,
+                        ProblemKind::ChecksumMismatch,
                         "content differs from the checksum the index recorded".into(),
                     );
                 }
@@ -261,7 +370,7 @@ impl SegmentStore {
             let d = match seg.decoded(hint) {
                 Ok(d) => d,
                 Err(e) => {
-                    push(path, ProblemKind::CorruptSegment, e.to_string());
+                    push(path, ProblemKind::Structure, e.to_string());
                     continue;
                 }
             };
@@ -270,7 +379,7 @@ impl SegmentStore {
             {
                 push(
                     path.clone(),
-                    ProblemKind::CorruptSegment,
+                    ProblemKind::Structure,
                     format!("{} rows, the index recorded {}", d.rows(), hashes.len()),
                 );
             }
@@ -279,7 +388,7 @@ impl SegmentStore {
                 match d.key(row) {
                     None => push(
                         path.clone(),
-                        ProblemKind::CorruptSegment,
+                        ProblemKind::Structure,
                         format!("row {row}: null key"),
                     ),
                     Some(k) => {
@@ -288,14 +397,14 @@ impl SegmentStore {
                         {
                             push(
                                 path.clone(),
-                                ProblemKind::CorruptSegment,
+                                ProblemKind::Structure,
                                 format!("row {row}: key {k:?} does not match its index hash"),
                             );
                         }
                     }
                 }
                 if let Err(e) = d.record(&path, row, structure) {
-                    push(path.clone(), ProblemKind::CorruptSegment, e.to_string());
+                    push(path.clone(), ProblemKind::Structure, e.to_string());
                 }
             }
         }
@@ -322,8 +431,11 @@ impl SegmentStore {
                 live_rows: live.get(&s.id).copied().unwrap_or(0),
             })
             .collect();
-        let log_bytes = std::fs::metadata(inner.dir.join(INDEX_FILE)).map_or(0, |m| m.len());
+        let writers = writer_infos(&inner.dir);
+        let log_bytes = std::fs::metadata(inner.dir.join(INDEX_FILE)).map_or(0, |m| m.len())
+            + writers.iter().map(|w| w.log_bytes).sum::<u64>();
         Inspection {
+            writers,
             dir: inner.dir.clone(),
             structure: st.schema.as_ref().map(|s| s.structure),
             schema_json: st.schema.as_ref().map(crate::schema::to_schema_json),

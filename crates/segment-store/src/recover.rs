@@ -12,7 +12,8 @@ use crate::reader::Segment;
 use crate::record::Structure;
 use crate::schema::{RecordSchema, parse_schema_json, to_schema_json};
 use crate::writer::IndexLog;
-use crate::{Error, Problem, ProblemKind, Result};
+use crate::{Error, Result};
+use cache_check::{Problem, ProblemKind};
 
 /// How many inserts ahead the home slot is prefetched while the table is
 /// built, so that the cache misses overlap.
@@ -45,7 +46,7 @@ fn remove_tmp(dir: &Path, problems: &mut Vec<Problem>) -> Result<()> {
     for p in durable_fs::remove_temp_files(dir).map_err(Error::durable)? {
         problems.push(problem(
             &p,
-            ProblemKind::TempFileRemoved,
+            ProblemKind::Interrupted,
             "leftover temp file removed",
         ));
     }
@@ -156,7 +157,7 @@ pub fn index_group(
             Err(e) => {
                 problems.push(problem(
                     &path,
-                    ProblemKind::MissingSegment,
+                    ProblemKind::Missing,
                     format!("listed in an index log but unreadable; its keys are lost: {e}"),
                 ));
                 return;
@@ -166,15 +167,20 @@ pub fn index_group(
     let Some(seg) = segments.get(&g.segment_id) else {
         problems.push(problem(
             &path,
-            ProblemKind::MissingSegment,
+            ProblemKind::Missing,
             "listed in the index but missing; its keys are lost",
         ));
         return;
     };
     if seg.file_len() != g.segment_len {
+        let kind = if seg.file_len() < g.segment_len {
+            ProblemKind::Truncated
+        } else {
+            ProblemKind::Structure
+        };
         problems.push(problem(
             &path,
-            ProblemKind::CorruptSegment,
+            kind,
             format!(
                 "{} bytes, the index recorded {}; excluded",
                 seg.file_len(),
@@ -187,7 +193,7 @@ pub fn index_group(
     if g.count > MAX_ROW as usize + 1 {
         problems.push(problem(
             &path,
-            ProblemKind::CorruptSegment,
+            ProblemKind::Structure,
             "more rows than an index location holds; excluded",
         ));
         segments.remove(&g.segment_id);
@@ -284,7 +290,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
                 schema_bad = true;
                 problems.push(problem(
                     &schema_path,
-                    ProblemKind::BadSchema,
+                    ProblemKind::Structure,
                     format!("unreadable, re-derived from the segments: {detail}"),
                 ));
                 None
@@ -295,7 +301,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
             schema_bad = true;
             problems.push(problem(
                 &schema_path,
-                ProblemKind::BadSchema,
+                ProblemKind::Structure,
                 format!("unreadable, re-derived from the segments: {e}"),
             ));
             None
@@ -317,7 +323,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
             Ok(s) => {
                 segments.insert(id, Arc::new(s));
             }
-            Err(e) => problems.push(problem(&path, ProblemKind::CorruptSegment, e.to_string())),
+            Err(e) => problems.push(problem(&path, ProblemKind::Structure, e.to_string())),
         }
     }
     // The index logs: the shared one, then each writer's. Each is one
@@ -358,7 +364,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
                 if let Some(t) = &p.torn {
                     problems.push(problem(
                         &path,
-                        ProblemKind::TornIndex,
+                        ProblemKind::Interrupted,
                         format!("torn tail dropped: {t}"),
                     ));
                 }
@@ -374,7 +380,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
             }
             Some(Ok((p, _))) => problems.push(problem(
                 &path,
-                ProblemKind::CorruptIndex,
+                ProblemKind::Structure,
                 format!(
                     "header names writer {:?}, the file name {writer:?}; ignored",
                     p.writer
@@ -382,7 +388,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
             )),
             Some(Err(detail)) => problems.push(problem(
                 &path,
-                ProblemKind::CorruptIndex,
+                ProblemKind::Structure,
                 if writer.is_none() {
                     format!("rebuilt from the segments: {detail}")
                 } else {
@@ -434,7 +440,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
                 "in no index log (a write in flight, or a crashed writer's; its writer \
                  indexes it when it reopens); ignored"
             };
-            problems.push(problem(&path, ProblemKind::StaleSegment, detail));
+            problems.push(problem(&path, ProblemKind::Stale, detail));
             segments.remove(&id);
             continue;
         }
@@ -446,7 +452,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
             Err(e) => {
                 problems.push(problem(
                     &path,
-                    ProblemKind::CorruptSegment,
+                    ProblemKind::Structure,
                     format!("excluded: {e}"),
                 ));
                 segments.remove(&id);
@@ -456,7 +462,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
         if decoded.rows() > MAX_ROW as usize + 1 {
             problems.push(problem(
                 &path,
-                ProblemKind::CorruptSegment,
+                ProblemKind::Structure,
                 "more rows than an index location holds; excluded",
             ));
             segments.remove(&id);
@@ -467,7 +473,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
             let Some(key) = decoded.key(row) else {
                 problems.push(problem(
                     &path,
-                    ProblemKind::CorruptSegment,
+                    ProblemKind::Structure,
                     format!("row {row} has a null key; skipped"),
                 ));
                 hashes.push(0);
@@ -492,7 +498,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
         if any_log {
             problems.push(problem(
                 &path,
-                ProblemKind::SegmentIndexed,
+                ProblemKind::Unindexed,
                 "newer than the index; indexed",
             ));
         }
@@ -579,7 +585,7 @@ fn remove_own_tmp(dir: &Path, w: u32, problems: &mut Vec<Problem>) -> Result<()>
             match std::fs::remove_file(&path) {
                 Ok(()) => problems.push(problem(
                     &path,
-                    ProblemKind::TempFileRemoved,
+                    ProblemKind::Interrupted,
                     "leftover temp file removed",
                 )),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -105,9 +105,9 @@ impl SegmentStore {
                     c.last_id = p.last_id;
                     cursors.insert(path, c);
                 }
-                Err(detail) => problems.push(crate::Problem {
+                Err(detail) => problems.push(cache_check::Problem {
                     path,
-                    kind: crate::ProblemKind::CorruptIndex,
+                    kind: cache_check::ProblemKind::Structure,
                     detail: format!("ignored: {detail}"),
                 }),
             }

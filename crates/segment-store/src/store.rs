@@ -18,7 +18,8 @@ use crate::record::Record;
 use crate::recover::{LogCursor, Role, hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
 use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
-use crate::{Error, Problem, ProblemKind, Result};
+use crate::{Error, Result};
+use cache_check::{Problem, ProblemKind};
 
 /// How many keys each stage of [`SegmentStore::get_batch`]'s lookup
 /// pipeline runs behind the stage before it: enough work in between for a
@@ -688,7 +689,7 @@ pub(crate) fn note_problem(inner: &Inner, path: &Path, detail: String) {
     if !p.iter().any(|q| q.path == path && q.detail == detail) {
         p.push(Problem {
             path: path.to_path_buf(),
-            kind: ProblemKind::CorruptSegment,
+            kind: ProblemKind::Structure,
             detail,
         });
     }

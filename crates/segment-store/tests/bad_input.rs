@@ -151,11 +151,7 @@ fn foreign_segment_with_bad_shapes_reads_as_missing_per_row() {
     assert_eq!(t.view().as_slice::<f32>().unwrap(), &[1.0, 2.0]);
     let problems = store.problems();
     assert_eq!(problems.len(), 3, "{problems:?}");
-    assert!(
-        problems
-            .iter()
-            .all(|p| p.kind == ProblemKind::CorruptSegment)
-    );
+    assert!(problems.iter().all(|p| p.kind == ProblemKind::Structure));
     assert_eq!(store.verify().len(), 3);
 }
 
@@ -183,7 +179,7 @@ fn foreign_segment_with_the_wrong_columns_is_excluded() {
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     let p = store.problems();
     assert_eq!(p.len(), 2, "{p:?}");
-    assert!(p.iter().all(|p| p.kind == ProblemKind::CorruptSegment));
+    assert!(p.iter().all(|p| p.kind == ProblemKind::Structure));
     assert!(store.is_empty());
     assert!(store.schema().is_none());
 }
@@ -197,7 +193,7 @@ fn unknown_type_in_schema_json_is_a_bad_schema() {
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     let p = store.problems();
     assert_eq!(p.len(), 1);
-    assert_eq!(p[0].kind, ProblemKind::BadSchema);
+    assert_eq!(p[0].kind, ProblemKind::Structure);
     assert!(p[0].to_string().contains("schema.json"));
     answers_are_right_or_missing(&store, 4);
 }

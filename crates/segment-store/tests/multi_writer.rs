@@ -225,6 +225,15 @@ fn processes_write_disjoint_and_overlapping_keys_at_once() {
         let store = SegmentStore::open(&dir, reader()).unwrap();
         assert!(store.problems().is_empty(), "{:?}", store.problems());
         assert!(store.verify().is_empty(), "{:?}", store.verify());
+        assert!(segment_store::verify(&dir).is_empty());
+        let ins = store.inspect();
+        assert_eq!(ins.writers.len(), writers);
+        for (w, info) in ins.writers.iter().enumerate() {
+            assert_eq!(info.id, w as u32);
+            assert_eq!(info.segments, Some(batches[w]));
+            assert!(!info.active);
+        }
+        assert!(ins.to_string().contains("writer-0001.log"));
     }
 }
 
@@ -338,6 +347,11 @@ fn the_same_writer_twice_and_mixed_modes_are_refused() {
     assert!(err.to_string().contains("writer-0003.lock"), "{err}");
     // Other ids are welcome; a single writer is not while they write.
     let w4 = SegmentStore::open(&dir, writer(4)).unwrap();
+    let ins = w4.inspect();
+    assert_eq!(
+        ins.writers.iter().map(|w| w.active).collect::<Vec<_>>(),
+        [true, true]
+    );
     let err = SegmentStore::open(&dir, single()).unwrap_err();
     assert!(matches!(err, Error::Locked { .. }), "{err}");
     let err = SegmentStore::open(&dir, writer(format::MAX_WRITER_ID + 1)).unwrap_err();

@@ -65,7 +65,7 @@ fn demo_then_inspect_verify_get_stats_compact() {
     let rec: Value = serde_json::from_str(&ok(&["get", p(&dir), "img_0000007", "--json"])).unwrap();
     assert_eq!(rec["dtype"], "float32");
     assert_eq!(rec["shape"], serde_json::json!([256]));
-    let expected = cache_facade::demo::synthetic_feature(7, 256);
+    let expected = cachex_cli::demo::synthetic_feature(7, 256);
     let got: Vec<f32> = rec["data"]
         .as_array()
         .unwrap()
@@ -74,8 +74,8 @@ fn demo_then_inspect_verify_get_stats_compact() {
         .collect();
     assert_eq!(got, expected);
 
-    let missing = cachex(&["get", p(&dir), "nope"]);
-    assert_eq!(missing.status.code(), Some(1));
+    let missing = cachex(&["get", p(&dir), "nope", "--json"]);
+    assert_eq!(missing.status.code(), Some(1), "a key not in the cache");
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no record with key \"nope\""));
 
     assert!(ok(&["stats", p(&dir)]).contains("entries: 150"));
@@ -146,20 +146,27 @@ fn torchcachex_fixtures_read_as_python_wrote_them() {
     }
     // A compact refuses the Python tool's directory rather than rewriting it.
     let out = cachex(&["compact", p(&dir)]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("this is torchcachex"));
 }
 
 #[test]
-fn usage_errors_exit_2_and_unknown_paths_exit_1() {
+fn usage_errors_and_unknown_paths_exit_2() {
     assert_eq!(cachex(&["frobnicate"]).status.code(), Some(2));
     assert_eq!(cachex(&["get"]).status.code(), Some(2));
     let tmp = tempfile::tempdir().unwrap();
-    let out = cachex(&["inspect", p(&tmp.path().join("none"))]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
-    let out = cachex(&["verify", p(tmp.path())]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a cache"));
+    for cmd in ["inspect", "verify", "stats"] {
+        let out = cachex(&[cmd, p(&tmp.path().join("none"))]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no such file"));
+        let out = cachex(&[cmd, p(tmp.path())]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not a cache cachex knows"));
+    }
+    let out = cachex(&["demo", "--temp", "--cost-ms", "-1"]);
+    assert_eq!(out.status.code(), Some(2), "--cost-ms out of range");
+    let out = cachex(&["demo", "--temp", "--dir", p(tmp.path())]);
+    assert_eq!(out.status.code(), Some(2), "--temp and --dir conflict");
 }
 
 #[test]
@@ -315,8 +322,21 @@ fn loadit_roots_read_as_loadit_wrote_them() {
         assert_eq!(got["vec"], want["vec"]);
         assert_eq!(got["raw"]["$bytes_hex"], want["raw_hex"]);
     }
-    let last: Value = serde_json::from_str(&ok(&["get", p(&root), "-1"])).unwrap();
+    let last: Value = serde_json::from_str(&ok(&["get", p(&root), "-1", "--json"])).unwrap();
     assert_eq!(last["id"], 149);
+    // Without --json: a table, one field a line.
+    let table = ok(&["get", p(&root), "-1"]);
+    assert!(serde_json::from_str::<Value>(&table).is_err(), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["id", "149"]),
+        "{table}"
+    );
+    let out = cachex(&["get", p(&root), "first"]);
+    assert_eq!(out.status.code(), Some(2), "an index cache takes no key");
+    let out = cachex(&["get", p(&root), "150"]);
+    assert_eq!(out.status.code(), Some(1), "out of range");
     // A truncated shard is named.
     let shard = root.join("shards/32.64.shard.pickle");
     let bytes = std::fs::read(&shard).unwrap();

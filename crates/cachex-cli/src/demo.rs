@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tensor_core::Tensor;
 
-use crate::{BackendKind, CacheConfig, CachedFn, FacadeError, Result};
+use cache_facade::{
+    BackendKind, CacheConfig, CachedFn, FacadeError, Result, SegmentBackend, record_from_tensor,
+};
 
 /// Demo settings.
 #[derive(Debug, Clone)]
@@ -98,16 +100,16 @@ pub fn synthetic_feature(i: u64, dim: usize) -> Vec<f32> {
 
 /// Runs the demo.
 pub fn run(opts: &DemoOptions) -> Result<DemoSummary> {
-    std::fs::create_dir_all(&opts.dir).map_err(|e| FacadeError::io(&opts.dir, e))?;
+    std::fs::create_dir_all(&opts.dir).map_err(|e| io(&opts.dir, e))?;
     let name = format!("demo-features-d{}", opts.dim);
     let config =
         CacheConfig::new(BackendKind::SegmentStore, &opts.dir, name).option("flush_every", 1024u64);
     let cache_dir = config.cache_dir()?;
     // A demo starts cold, so both epochs show what they stand for.
     if cache_dir.exists() {
-        std::fs::remove_dir_all(&cache_dir).map_err(|e| FacadeError::io(&cache_dir, e))?;
+        std::fs::remove_dir_all(&cache_dir).map_err(|e| io(&cache_dir, e))?;
     }
-    let backend = crate::backends::SegmentBackend::open(&config)?;
+    let backend = SegmentBackend::open(&config)?;
     let dim = opts.dim;
     let cost = opts.cost_per_sample;
     let extractor = CachedFn::new(backend, move |ids: &[&u64]| {
@@ -115,10 +117,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary> {
         // decoder would have.
         std::thread::sleep(cost * ids.len() as u32);
         ids.iter()
-            .map(|&&i| {
-                Tensor::from_vec([dim], synthetic_feature(i, dim))
-                    .map(crate::backends::record_from_tensor)
-            })
+            .map(|&&i| Tensor::from_vec([dim], synthetic_feature(i, dim)).map(record_from_tensor))
             .collect::<std::result::Result<Vec<_>, _>>()
     });
 
@@ -187,15 +186,20 @@ fn check_features(chunk: &[u64], features: &[segment_store::Record], dim: usize)
     Ok(())
 }
 
+fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FacadeError {
+    FacadeError::Io {
+        path: path.into(),
+        source,
+    }
+}
+
 /// Total size of the files under `dir`.
 pub fn dir_size(dir: &Path) -> Result<u64> {
     let mut total = 0;
-    let entries = std::fs::read_dir(dir).map_err(|e| FacadeError::io(dir, e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| io(dir, e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| FacadeError::io(dir, e))?;
-        let meta = entry
-            .metadata()
-            .map_err(|e| FacadeError::io(entry.path(), e))?;
+        let entry = entry.map_err(|e| io(dir, e))?;
+        let meta = entry.metadata().map_err(|e| io(entry.path(), e))?;
         total += if meta.is_dir() {
             dir_size(&entry.path())?
         } else {
