@@ -6,7 +6,10 @@
 //!   segments/segment_000001.arrow   (ids grow; parsed numerically, may exceed 6 digits)
 //!   schema.json                     torchcachex's shape: fields, metadata, output_structure
 //!   segment-index.log               append-only index of this crate (below)
-//!   segment-store.lock              fs2 advisory lock of the writer
+//!   segment-store.lock              fs2 lock: the single writer's (exclusive),
+//!                                   or every multi-writer's (shared)
+//!   writers/writer-0003.log         multi-writer 3's own index log (version 3)
+//!   writers/writer-0003.lock        multi-writer 3's own lock
 //!   *.tmp                           in-flight writes; removed on open
 //! ```
 //!
@@ -46,6 +49,40 @@
 //! segment-id order, and later rows win when keys repeat. Segments with ids above the log's last
 //! group are indexed on open; a directory without a log (a torchcachex
 //! cache) is indexed from the segments' `key` columns.
+//!
+//! # Several writers (format version 3)
+//! In multi-writer mode (`Options::writer_id`) writer `w` (0 to
+//! [`MAX_WRITER_ID`]) writes only files no other writer can name, so
+//! writers never share a mutable file and need no lock between them
+//! (which `flock` on NFS or Lustre could not be trusted for):
+//! - its segments have ids `w`, `w + 4096`, `w + 2 * 4096`, ... (residue
+//!   `w` modulo [`WRITER_STRIDE`]), each above every id of the shared log
+//!   and of its own earlier segments; the names stay
+//!   `segment_{id:06}.arrow`, which torchcachex reads;
+//! - its index log is `writers/writer-{w:04}.log`: the version-2 layout
+//!   with header `magic | version u32 (= 3) | writer u32 (= w)`, every
+//!   group's segment in residue class `w`.
+//!
+//! A reader merges the shared log and every writer log. A key in several
+//! places resolves to its greatest (segment id, row): the same answer on
+//! every rank and every open whatever order the logs are read in, and the
+//! one torchcachex's rebuild gives (it sorts the ids numerically and lets
+//! later rows win). Writers that overlap in time are thereby ordered by
+//! their flush count, then their id. A segment in no log is adopted only
+//! by its owner: writer `w` on open indexes (and logs) its own segments
+//! newer than its log and the shared log, the single writer those newer
+//! than every log; readers ignore such a segment (a write in flight, or a
+//! crashed writer's that it adopts when it comes back), so that every
+//! reader gives the same answer. Each writer cleans only its own temp
+//! files. A multi-writer cache is compacted by a single writer, into the
+//! shared log (the commit point), after which the writer logs are removed.
+//! Locks (`flock`, advisory): each writer holds `writers/writer-{w:04}.lock`
+//! (the same rank started twice is refused) and `segment-store.lock`
+//! *shared* (many holders, none waits on another), which keeps out the
+//! single writer and compaction, who hold it exclusively. Where `flock`
+//! is unreliable these two checks weaken, never the writes themselves.
+//! A build before format version 3 ignores `writers/`: it reads only the
+//! shared log's keys.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -177,9 +177,11 @@ struct Background {
 /// A persistent key → [`Record`] map on immutable Arrow IPC segments.
 ///
 /// All methods take `&self`; share a store between threads with `Arc`.
-/// One process per directory writes (it holds an `fs2` lock); any number
-/// of read-only handles may open it and see what was committed when they
-/// opened.
+/// By default one process per directory writes (it holds an `fs2` lock);
+/// with [`Options::writer_id`] any number of processes write, each as its
+/// own writer. Any number of read-only handles may open it and see what
+/// was committed when they opened, and more after
+/// [`refresh`](SegmentStore::refresh).
 pub struct SegmentStore {
     inner: Arc<Inner>,
     bg: Option<Background>,
