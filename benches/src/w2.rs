@@ -194,7 +194,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
         );
     }
     if ctx.writers > 1 {
-        multi_writer(ctx, &dir, max, filled)?;
+        multi_writer(ctx, &dir, filled)?;
     }
     let first_f = flush_ms_all.first().copied().unwrap_or(1.0);
     let last_f = flush_ms_all.last().copied().unwrap_or(1.0);
@@ -370,12 +370,7 @@ fn open_ms(dir: &std::path::Path) -> Result<f64, RunError> {
 
 /// The `multi_writer` line; `single_dir` is W2's single-writer cache of
 /// `filled` samples.
-fn multi_writer(
-    ctx: &Ctx,
-    single_dir: &std::path::Path,
-    max: usize,
-    filled: usize,
-) -> Result<(), RunError> {
+fn multi_writer(ctx: &Ctx, single_dir: &std::path::Path, filled: usize) -> Result<(), RunError> {
     let k = ctx.writers;
     progress!("w2: {k} writer processes against one");
     let one_dir = ctx.fresh_dir("w2_one").map_err(err)?;
@@ -412,6 +407,8 @@ fn multi_writer(
 
     // Open at S = max spread over k writers' logs, against the
     // single-writer cache of W2 (`filled` ~ max samples).
+    // As many samples as the single-writer cache holds.
+    let max = filled;
     progress!("w2: filling {max} samples over {k} writers");
     let spread = ctx.fresh_dir("w2_spread").map_err(err)?;
     let writers: Vec<SegmentStore> = (0..k as u32)
