@@ -348,24 +348,28 @@ fn p99(samples: &[f64]) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Median ms to open `dir` read-only until the first `get_batch` returned.
-fn open_ms(dir: &std::path::Path) -> Result<f64, RunError> {
-    let mut ms = Vec::new();
+/// Median ms to open each of `dirs` read-only until the first `get_batch`
+/// returned, the directories taking turns in every repetition (so that
+/// both see the same page cache and the same disk).
+fn open_ms(dirs: &[&std::path::Path]) -> Result<Vec<f64>, RunError> {
+    let mut ms = vec![Vec::new(); dirs.len()];
     for _ in 0..REPS {
-        let t = Instant::now();
-        let store = SegmentStore::open(
-            dir,
-            Options {
-                read_only: true,
-                lru_bytes: 0,
-                ..Options::default()
-            },
-        )
-        .map_err(err)?;
-        let (_, _) = store.get_batch(&["s0"]).map_err(err)?;
-        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        for (dir, ms) in dirs.iter().zip(&mut ms) {
+            let t = Instant::now();
+            let store = SegmentStore::open(
+                dir,
+                Options {
+                    read_only: true,
+                    lru_bytes: 0,
+                    ..Options::default()
+                },
+            )
+            .map_err(err)?;
+            let (_, _) = store.get_batch(&["s0"]).map_err(err)?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
     }
-    Ok(median(&mut ms))
+    Ok(ms.iter_mut().map(|m| median(m)).collect())
 }
 
 /// The `multi_writer` line; `single_dir` is W2's single-writer cache of
@@ -437,8 +441,8 @@ fn multi_writer(ctx: &Ctx, single_dir: &std::path::Path, filled: usize) -> Resul
         w.flush().map_err(err)?;
     }
     quiesce();
-    let single_open = open_ms(single_dir)?;
-    let multi_open = open_ms(&spread)?;
+    let opens = open_ms(&[single_dir, &spread])?;
+    let (single_open, multi_open) = (opens[0], opens[1]);
 
     // Refresh of a reader after one writer's flush of 1,000 samples.
     let reader = SegmentStore::open(
