@@ -136,8 +136,7 @@ fn key_at(
 }
 
 /// Indexes one group of an index log: checks its segment against the
-/// group's stamp (a segment absent from `segments` is opened when
-/// `open_missing`) and inserts its keys; the later location of a key wins.
+/// group's stamp and inserts its keys; the later location of a key wins.
 pub fn index_group(
     dir: &Path,
     segments: &mut BTreeMap<u32, Arc<Segment>>,
@@ -145,25 +144,9 @@ pub fn index_group(
     hint: Option<Structure>,
     g: &format::Group,
     body: &[u8],
-    open_missing: bool,
     problems: &mut Vec<Problem>,
 ) {
     let path = format::segment_path(dir, g.segment_id);
-    if open_missing && !segments.contains_key(&g.segment_id) {
-        match Segment::open(&path, g.segment_id) {
-            Ok(s) => {
-                segments.insert(g.segment_id, Arc::new(s));
-            }
-            Err(e) => {
-                problems.push(problem(
-                    &path,
-                    ProblemKind::Missing,
-                    format!("listed in an index log but unreadable; its keys are lost: {e}"),
-                ));
-                return;
-            }
-        }
-    }
     let Some(seg) = segments.get(&g.segment_id) else {
         problems.push(problem(
             &path,
@@ -240,7 +223,7 @@ fn read_log(
     let mut found = Vec::new();
     let visit = |g: &format::Group, body: &[u8]| {
         logged.insert(g.segment_id);
-        index_group(dir, segments, index, hint, g, body, false, &mut found);
+        index_group(dir, segments, index, hint, g, body, &mut found);
     };
     let parsed =
         format::read_index(file, len, visit).map_err(|e| Error::io(path, "read index", e))?;
@@ -425,11 +408,11 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
     for id in orphan_ids {
         let path = format::segment_path(dir, id);
         let adopt = if !multi {
-            !global_max.is_some_and(|m| id < m)
+            global_max.is_none_or(|m| id >= m)
         } else {
             match role {
-                Role::Multi(w) => format::writer_of(id) == w && !own_floor.is_some_and(|m| id < m),
-                Role::Single => !global_max.is_some_and(|m| id < m),
+                Role::Multi(w) => format::writer_of(id) == w && own_floor.is_none_or(|m| id >= m),
+                Role::Single => global_max.is_none_or(|m| id >= m),
                 Role::Reader => false,
             }
         };

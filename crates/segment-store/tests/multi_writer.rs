@@ -37,7 +37,7 @@ fn batch(w: u32, b: usize) -> Vec<(String, Record)> {
     let mut out: Vec<(String, Record)> = (0..ROWS)
         .map(|j| (own_key(w, b, j), record(w, b, j)))
         .collect();
-    if b % 2 == 0 {
+    if b.is_multiple_of(2) {
         out.extend((0..ROWS).map(|j| (shared_key(b / 2, j), record(w, b / 2, j))));
     }
     out
