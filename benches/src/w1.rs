@@ -7,15 +7,20 @@
 //! the LRU disabled and reads 200 batches of 256 uniformly random keys;
 //! each timed batch is `get_batch` plus a pass over every returned element
 //! (what a consumer does with the zero-copy views). Every value is checked
-//! after the timed region.
+//! after the timed region. Each read pass runs twice, through the store's
+//! own API (`"api": "store"`) and through `cache_facade::open(config)`'s
+//! `CacheBackend::get_batch` (`"api": "facade"`), alternating, so the two
+//! lines share the machine's conditions; the cache sits in the facade's
+//! directory for its config (`<dir>/w1/<key>`).
 
 use std::path::Path;
 use std::time::Instant;
 
+use cache_facade::{BackendKind, CacheBackend, CacheConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use segment_store::{Options, Part, Record, SegmentStore};
-use tensor_core::{Tensor, f16};
+use tensor_core::{Tensor, Value, f16};
 
 use crate::limits::MemcpyProbe;
 use crate::{Ctx, Limit, Line, RunError, median, progress};
@@ -99,7 +104,11 @@ fn disk_bytes(dir: &Path) -> u64 {
 
 fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     let suffix = if dict { "_dict" } else { "" };
-    let dir = ctx.fresh_dir(&format!("w1{suffix}")).map_err(err)?;
+    let root = ctx.fresh_dir(&format!("w1{suffix}")).map_err(err)?;
+    // The facade's directory for this config; the LRU is off for reads.
+    let config = CacheConfig::new(BackendKind::SegmentStore, &root, "w1").option("lru_bytes", 0);
+    let dir = config.cache_dir().map_err(err)?;
+    std::fs::create_dir_all(&dir).map_err(err)?;
     let item_bytes = DIM * 4 + if dict { LOGITS * 2 } else { 0 };
     progress!("w1{suffix}: writing {n} samples");
     // Timed: open, every put_batch, and the final flush (durable); the
@@ -146,12 +155,34 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     let mut probe = MemcpyProbe::new(ctx.limits.memcpy_bytes);
     let mut rng = StdRng::seed_from_u64(ctx.seed ^ 0x5eed);
     let mut passes = Vec::with_capacity(PASSES);
-    for _ in 0..PASSES {
-        let memcpy = probe.median_of_3();
-        let pass = read_pass(ctx, &dir, n, dict, &mut rng)?;
-        passes.push((pass, memcpy));
+    let mut facade_passes = Vec::with_capacity(PASSES);
+    for p in 0..PASSES {
+        // The two APIs take turns going first, so neither always reads
+        // right after the other.
+        for facade in [p % 2 == 1, p % 2 == 0] {
+            let memcpy = probe.median_of_3();
+            if facade {
+                let pass = facade_read_pass(ctx, &config, n, dict, &mut rng)?;
+                facade_passes.push((pass, memcpy));
+            } else {
+                let pass = read_pass(ctx, &dir, n, dict, &mut rng)?;
+                passes.push((pass, memcpy));
+            }
+        }
     }
     drop(probe);
+    let store_secs = emit_read(ctx, "store", &passes, item_bytes, suffix);
+    let facade_secs = emit_read(ctx, "facade", &facade_passes, item_bytes, suffix);
+    progress!(
+        "w1{suffix}: facade reads cost {:+.1}% over the store's",
+        (facade_secs / store_secs - 1.0) * 100.0
+    );
+    Ok(())
+}
+
+/// Emits the median pass (by fraction of its memcpy limit) of one API as
+/// the `read_random` line; returns its seconds.
+fn emit_read(ctx: &Ctx, api: &str, passes: &[(Pass, f64)], item_bytes: usize, suffix: &str) -> f64 {
     let reads = READ_BATCHES * BATCH;
     let bytes = (reads * item_bytes) as u64;
     let fraction = |(p, memcpy): &(Pass, f64)| bytes as f64 / p.secs / memcpy;
@@ -177,9 +208,10 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
         .with("p50_ms", p50)
         .with("first_batch_ms", pass.lat[0])
         .with("p99_ms", p99)
-        .with("batch", BATCH),
+        .with("batch", BATCH)
+        .with("api", api),
     );
-    Ok(())
+    pass.secs
 }
 
 /// One timed read pass.
@@ -252,6 +284,88 @@ fn read_pass(
         }
     }
     Ok(Pass { secs, lat, open_ms })
+}
+
+/// [`read_pass`] through the facade: `open(config)` and
+/// `CacheBackend::get_batch`, values as [`Value`] views.
+fn facade_read_pass(
+    ctx: &Ctx,
+    config: &CacheConfig,
+    n: usize,
+    dict: bool,
+    rng: &mut StdRng,
+) -> Result<Pass, RunError> {
+    let t = Instant::now();
+    let cache = cache_facade::open(config).map_err(err)?;
+    let open_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut lat = Vec::with_capacity(READ_BATCHES);
+    let mut secs = 0.0f64;
+    let mut sink = 0.0f32;
+    let mut to_check = Vec::new();
+    for b in 0..READ_BATCHES {
+        let ids: Vec<usize> = (0..BATCH).map(|_| rng.random_range(0..n)).collect();
+        let keys: Vec<String> = ids.iter().map(|i| format!("sample_{i}")).collect();
+        let t = Instant::now();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let (values, missing) = cache.get_batch(&refs).map_err(err)?;
+        for v in values.iter().flatten() {
+            let f = if dict {
+                v.get("features").and_then(Value::as_tensor)
+            } else {
+                v.as_tensor()
+            };
+            if let Some(f) = f {
+                sink += touch(f.as_slice::<f32>().map_err(err)?);
+            }
+        }
+        let dt = t.elapsed().as_secs_f64();
+        secs += dt;
+        lat.push(dt * 1e3);
+        if !missing.is_empty() {
+            return Err(RunError::WrongValue {
+                workload: "w1",
+                detail: format!("facade: {} keys missing", missing.len()),
+            });
+        }
+        if b % 10 == 0 || n <= 10_000 {
+            to_check.push((ids, values));
+        }
+    }
+    std::hint::black_box(sink);
+    for (ids, values) in &to_check {
+        for (i, v) in ids.iter().zip(values) {
+            check_value(ctx.seed, *i, v.as_ref(), dict)?;
+        }
+    }
+    Ok(Pass { secs, lat, open_ms })
+}
+
+/// [`check`] for a value read through the facade.
+fn check_value(seed: u64, i: usize, v: Option<&Value>, dict: bool) -> Result<(), RunError> {
+    let wrong = |detail: String| RunError::WrongValue {
+        workload: "w1",
+        detail: format!("facade: {detail}"),
+    };
+    let v = v.ok_or_else(|| wrong(format!("sample_{i} missing")))?;
+    let f = if dict {
+        v.get("features").and_then(Value::as_tensor)
+    } else {
+        v.as_tensor()
+    }
+    .ok_or_else(|| wrong(format!("sample_{i}: no features tensor")))?;
+    if f.as_slice::<f32>().map_err(err)? != features(seed, i).as_slice() {
+        return Err(wrong(format!("sample_{i}: features differ")));
+    }
+    if dict {
+        let l = v
+            .get("logits")
+            .and_then(Value::as_tensor)
+            .ok_or_else(|| wrong(format!("sample_{i}: no logits")))?;
+        if l.as_slice::<f16>().map_err(err)? != logits(seed, i).as_slice() {
+            return Err(wrong(format!("sample_{i}: logits differ")));
+        }
+    }
+    Ok(())
 }
 
 /// Reads every element (16 independent lanes, so the pass runs at memory

@@ -14,10 +14,16 @@
 //!   the page faults that map the files); `read_random` is the median of
 //!   the next 3 passes over the same open cache (the steady state of an
 //!   epoch loop). Both are compared with the page-cache read limit.
+//!   Each steady-state pass is followed by the same pass through
+//!   `cache_facade::open(config)` (`CacheBackend::get_index` per row,
+//!   `prefetch` of the next), reported as `read_random` with
+//!   `"api": "facade"` beside the store's `"api": "store"`; the cache sits
+//!   in the facade's directory for its config (`<dir>/w4/<key>`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use cache_facade::{BackendKind, CacheBackend, CacheConfig, Value};
 use memmap_array::{ArrayCache, NewRow, RowWriter, Schema};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -91,7 +97,17 @@ fn dir_bytes(dir: &Path) -> Result<u64, RunError> {
 pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     let n = ctx.n_or(20_000);
     let seed = ctx.seed;
-    let dir = ctx.fresh_dir("w4").map_err(err)?;
+    let root = ctx.fresh_dir("w4").map_err(err)?;
+    // The facade's directory and fingerprint for this config, so the
+    // facade opens what the writer built.
+    let config = CacheConfig::new(BackendKind::MemmapArray, &root, "w4").option("w4", seed);
+    let dir = config.cache_dir().map_err(err)?;
+    let fingerprint = fingerprint::compute_fingerprint(
+        &config.identity().map_err(err)?,
+        Vec::new(),
+        memmap_array::CACHE_VERSION,
+    )
+    .map_err(err)?;
     let schema = schema()?;
     let row_bytes = schema.row_bytes();
     let total_bytes = row_bytes * n as u64;
@@ -104,8 +120,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     let mut sums = Vec::with_capacity(n);
     let mut timed = Duration::ZERO;
     let start = Instant::now();
-    let mut writer =
-        RowWriter::create_or_resume(&dir, &schema, serde_json::json!({"w4": seed})).map_err(err)?;
+    let mut writer = RowWriter::create_or_resume(&dir, &schema, &fingerprint).map_err(err)?;
     timed += start.elapsed();
     for i in 0..n {
         for (j, c) in data.bytes_mut().chunks_exact_mut(2).enumerate() {
@@ -155,7 +170,10 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     }
     let mut order: Vec<usize> = (0..n).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let facade = cache_facade::open(&config).map_err(err)?;
     let mut pass_secs = Vec::new();
+    let mut facade_secs = Vec::new();
+    let mut facade_plain = Vec::new();
     let mut plain_read = Vec::new();
     for pass in 0..4 {
         order.shuffle(&mut rng);
@@ -177,6 +195,18 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
             total_bytes as f64 / secs / 1e9
         );
         pass_secs.push(secs);
+        if pass > 0 {
+            // The same conditions as the store's pass: a plain read first.
+            facade_plain.push(plain_read_bytes_per_s(&dir)?);
+            let t = Instant::now();
+            for (k, &i) in order.iter().enumerate() {
+                if let Some(&next) = order.get(k + 1) {
+                    facade.prefetch(&[next as i64]);
+                }
+                verify_value(&facade.get_index(i as i64).map_err(err)?, i, seed, sums[i])?;
+            }
+            facade_secs.push(t.elapsed().as_secs_f64());
+        }
     }
     let first = pass_secs[0];
     ctx.emit(
@@ -197,8 +227,61 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
             .with(
                 "fraction_of_same_files_read",
                 total_bytes as f64 / secs / plain,
-            ),
+            )
+            .with("api", "store"),
     );
+    let fsecs = median(&mut facade_secs);
+    let fplain = median(&mut facade_plain);
+    ctx.emit(
+        Line::new(W, "read_random", n, total_bytes, fsecs)
+            .limit(Limit::PageCacheRead)
+            .with("gb_per_s", total_bytes as f64 / fsecs / 1e9)
+            .with("passes", 3)
+            .with("same_files_read_gb_per_s", fplain / 1e9)
+            .with(
+                "fraction_of_same_files_read",
+                total_bytes as f64 / fsecs / fplain,
+            )
+            .with("api", "facade"),
+    );
+    progress!(
+        "w4: facade reads cost {:+.1}% over the store's",
+        (fsecs / secs - 1.0) * 100.0
+    );
+    Ok(())
+}
+
+/// [`verify_row`] for a row read through the facade (a dict of views).
+fn verify_value(row: &Value, i: usize, seed: u64, expected: u64) -> Result<(), RunError> {
+    let wrong = |detail: String| RunError::WrongValue {
+        workload: W,
+        detail: format!("facade: {detail}"),
+    };
+    let array = |name: &str| {
+        row.get(name)
+            .and_then(Value::as_tensor)
+            .ok_or_else(|| wrong(format!("row {i}: array {name} missing")))
+    };
+    let (data, annotation, scaler) = (array("data")?, array("annotation")?, array("scaler")?);
+    let sum = row_checksum([data.bytes(), annotation.bytes(), scaler.bytes()]);
+    if sum != expected {
+        return Err(wrong(format!(
+            "row {i}: checksum {sum:#x}, expected {expected:#x}"
+        )));
+    }
+    let d = data.as_slice::<i16>().map_err(err)?;
+    let a = annotation.as_slice::<i8>().map_err(err)?;
+    let s = scaler.as_slice::<f32>().map_err(err)?;
+    let last = 3 * L - 1;
+    if d[0] != data_value(i, 0, seed)
+        || d[last] != data_value(i, last, seed)
+        || a[0] != annotation_value(i, 0, seed)
+        || a[last] != annotation_value(i, last, seed)
+        || s[0] != scaler_value(i, 0, seed)
+        || s[L - 1] != scaler_value(i, L - 1, seed)
+    {
+        return Err(wrong(format!("row {i}: first or last element differs")));
+    }
     Ok(())
 }
 

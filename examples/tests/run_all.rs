@@ -26,6 +26,13 @@ fn feature_cache() {
 }
 
 #[test]
+fn one_config() {
+    let out = run(env!("CARGO_BIN_EXE_one_config"));
+    assert!(out.contains("cannot put"), "{out}");
+    assert!(out.contains("rebuilt page-alloc cache"), "{out}");
+}
+
+#[test]
 fn paged_loader() {
     let out = run(env!("CARGO_BIN_EXE_paged_loader"));
     assert!(out.contains("every sample checked"), "{out}");
@@ -39,6 +46,10 @@ fn dataset_memmap() {
         "{out}"
     );
     assert!(out.contains("after editing a source"), "{out}");
+    assert!(
+        out.contains("facade: open(config) found the cache"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -4,7 +4,9 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
-use crate::{CacheBackend, FacadeError, Result};
+use tensor_core::Value;
+
+use crate::{CacheBackend, FacadeError, Operation, Result, Stats};
 
 /// Counters of a [`CachedFn`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -22,7 +24,10 @@ pub struct CallStats {
 }
 
 /// The decorator: wraps a batch function `compute(&[&input]) -> outputs`
-/// with a [`CacheBackend`].
+/// with any keyed [`CacheBackend`] (segment-store to cache as you go; a
+/// built memmap-array cache to serve what it holds — its misses are
+/// computed but cannot be stored, so [`CachedFn::call`] then fails with
+/// [`FacadeError::Unsupported`]).
 ///
 /// [`CachedFn::call`] looks every input's stable id up, calls `compute`
 /// once with the inputs that missed (each distinct id once), stores their
@@ -37,20 +42,25 @@ pub struct CachedFn<B, F> {
 }
 
 impl<B: CacheBackend, F> CachedFn<B, F> {
-    /// Wraps `compute` with `backend`.
-    pub fn new(backend: B, compute: F) -> Self {
-        CachedFn {
+    /// Wraps `compute` with `backend`, which must serve lookups by key
+    /// (else [`FacadeError::Unsupported`]: shard-store and page-alloc
+    /// address values by index — see [`crate::Dataset`]).
+    pub fn new(backend: B, compute: F) -> Result<Self> {
+        if !backend.supports(Operation::GetByKey) {
+            return Err(backend.unsupported(Operation::GetByKey));
+        }
+        Ok(CachedFn {
             backend,
             compute,
             stats: Mutex::new(CallStats::default()),
-        }
+        })
     }
 
     /// Outputs for `inputs`, whose stable ids are `ids` (same length, none
     /// empty): cached ones read, the rest computed in one call and cached.
-    pub fn call<I, E, K>(&self, inputs: &[I], ids: &[K]) -> Result<Vec<B::Value>>
+    pub fn call<I, E, K>(&self, inputs: &[I], ids: &[K]) -> Result<Vec<Value>>
     where
-        F: Fn(&[&I]) -> std::result::Result<Vec<B::Value>, E>,
+        F: Fn(&[&I]) -> std::result::Result<Vec<Value>, E>,
         E: Into<Box<dyn std::error::Error + Send + Sync>>,
         K: AsRef<str>,
     {
@@ -128,6 +138,11 @@ impl<B: CacheBackend, F> CachedFn<B, F> {
     /// The counters so far.
     pub fn stats(&self) -> CallStats {
         *self.stats.lock()
+    }
+
+    /// The backend's own counters (bytes read and written, flushes).
+    pub fn backend_stats(&self) -> Stats {
+        self.backend.stats()
     }
 
     /// The backend.

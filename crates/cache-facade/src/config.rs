@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use fingerprint::{CacheKey, Mode, compute_key};
+use fingerprint::{CacheKey, Mode, cache_identity, compute_key, named_cache_dir};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -15,8 +15,14 @@ use crate::{FacadeError, Result};
 pub enum BackendKind {
     /// `segment-store`: keyed tensor records on Arrow IPC segments.
     SegmentStore,
-    /// `memmap-array`: fixed-shape rows keyed by source id.
+    /// `memmap-array`: fixed-shape rows by source id or index, built from a
+    /// [`crate::Source`].
     MemmapArray,
+    /// `shard-store`: the items of a deterministic iterator, by index.
+    ShardStore,
+    /// `page-alloc`: samples by index in one page file, built once from a
+    /// [`crate::Source`].
+    PageAlloc,
 }
 
 impl BackendKind {
@@ -25,6 +31,8 @@ impl BackendKind {
         match self {
             BackendKind::SegmentStore => "segment-store",
             BackendKind::MemmapArray => "memmap-array",
+            BackendKind::ShardStore => "shard-store",
+            BackendKind::PageAlloc => "page-alloc",
         }
     }
 }
@@ -37,8 +45,9 @@ pub enum OnStale {
     /// Refuse with [`FacadeError::Stale`], which says why.
     #[default]
     Error,
-    /// Delete the stale cache and start an empty one (the reason is logged
-    /// to stderr).
+    /// Clear the stale cache (under the writer lock) and start again: empty
+    /// for segment-store, rebuilt from the [`crate::Source`] for the others
+    /// (the reason is logged to stderr).
     Rebuild,
 }
 
@@ -146,29 +155,29 @@ impl CacheConfig {
             .map_err(|e| FacadeError::Config(format!("{}: {e}", path.display())))
     }
 
+    /// What the cache is keyed and fingerprinted by:
+    /// [`fingerprint::cache_identity`]`(backend, name, options)` — the same
+    /// value memmap-array's `open_or_build` uses.
+    pub fn identity(&self) -> Result<Value> {
+        Ok(cache_identity(
+            self.backend.name(),
+            &self.name,
+            &self.options,
+        )?)
+    }
+
     /// The cache key: backend, name and options, canonically hashed.
     pub fn key(&self) -> Result<CacheKey> {
-        Ok(compute_key(&serde_json::json!({
-            "backend": self.backend,
-            "name": self.name,
-            "options": self.options,
-        }))?)
+        Ok(compute_key(&self.identity()?)?)
     }
 
     /// `root/<name>/<key>`, after checking that the name is one plain path
     /// component (so no config can point outside its root).
     pub fn cache_dir(&self) -> Result<PathBuf> {
-        let plain = !self.name.is_empty()
-            && self.name != "."
-            && self.name != ".."
-            && !self.name.contains(['/', '\\', '\0']);
-        if !plain {
-            return Err(FacadeError::Config(format!(
-                "cache name {:?} must be one plain path component",
-                self.name
-            )));
-        }
-        Ok(self.root.join(&self.name).join(self.key()?.as_str()))
+        named_cache_dir(&self.root, &self.name, &self.identity()?).map_err(|e| match e {
+            fingerprint::FingerprintError::InvalidName(_) => FacadeError::Config(e.to_string()),
+            other => other.into(),
+        })
     }
 
     /// Typed option lookup with a default; a present option of the wrong

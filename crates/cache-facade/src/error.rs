@@ -67,13 +67,67 @@ pub enum FacadeError {
         #[source]
         source: std::io::Error,
     },
-    /// The backend does not take writes.
-    #[error("{}: read-only: {why}", dir.display())]
-    ReadOnly {
+    /// The backend cannot serve this call (a put on a built page file, a
+    /// string key on a shard store); the message says what can.
+    #[error("{}: {backend} cannot {op}: {why}", dir.display())]
+    Unsupported {
         /// The cache directory.
         dir: PathBuf,
-        /// Why.
+        /// The backend's name.
+        backend: &'static str,
+        /// The operation asked for.
+        op: &'static str,
+        /// Why not, and what to do instead.
         why: &'static str,
+    },
+    /// An index beyond the values held.
+    #[error("{}: index {index} out of range for {len} values", dir.display())]
+    IndexOutOfRange {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The index asked for.
+        index: i64,
+        /// Values held.
+        len: u64,
+    },
+    /// A build-once cache (memmap-array, page-alloc) is not built, or must
+    /// be rebuilt, and no source to build it from was given.
+    #[error("{}: {backend} cache {what}; open it with open_with_source to build it", dir.display())]
+    NotBuilt {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The backend's name.
+        backend: &'static str,
+        /// "is not built" / "is stale (...)".
+        what: String,
+    },
+    /// A stale cache cannot be cleared: a writer of the store holds it.
+    #[error("{}: stale, but a writer holds {}; close it before rebuilding", dir.display(), lock.display())]
+    InUse {
+        /// The cache directory.
+        dir: PathBuf,
+        /// The store's lock file that is held.
+        lock: PathBuf,
+    },
+    /// A value does not fit the backend (a tensor where a page file needs
+    /// named fields, a dict of other fields than the first sample's).
+    #[error("{}: {why}", dir.display())]
+    BadValue {
+        /// The cache directory.
+        dir: PathBuf,
+        /// What is wrong with the value.
+        why: String,
+    },
+    /// The source failed to produce a value.
+    #[error("{}: the source failed on {id:?}: {source}", dir.display())]
+    Source {
+        /// The cache directory being built.
+        dir: PathBuf,
+        /// The id (or index) of the item.
+        id: String,
+        /// The source's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The memmap-array backend failed.
     #[error(transparent)]
@@ -81,6 +135,15 @@ pub enum FacadeError {
     /// The segment-store backend failed.
     #[error(transparent)]
     Segment(#[from] segment_store::Error),
+    /// The shard-store backend failed.
+    #[error(transparent)]
+    Shard(#[from] shard_store::Error),
+    /// The page-alloc backend failed.
+    #[error(transparent)]
+    Page(#[from] page_alloc::Error),
+    /// A value read from a store is not a valid tensor.
+    #[error(transparent)]
+    Tensor(#[from] tensor_core::TensorError),
     /// Keys, fingerprints and stamps.
     #[error(transparent)]
     Fingerprint(#[from] fingerprint::FingerprintError),
@@ -91,6 +154,21 @@ impl FacadeError {
         FacadeError::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    /// Maps an error of the shared durability layer (its path and
+    /// operation kept in the message).
+    pub(crate) fn durable(e: durable_fs::Error) -> FacadeError {
+        match e {
+            durable_fs::Error::Io { op, path, source } => FacadeError::Io {
+                source: std::io::Error::new(source.kind(), format!("{op}: {source}")),
+                path,
+            },
+            other => FacadeError::Io {
+                path: other.path().to_path_buf(),
+                source: std::io::Error::other(other),
+            },
         }
     }
 }

@@ -6,14 +6,13 @@ use std::sync::Arc;
 use cache_facade::{BackendKind, CacheBackend, CacheConfig, CachedFn, FacadeError, SegmentBackend};
 use parking_lot::Mutex;
 use proptest::prelude::*;
-use segment_store::Record;
-use tensor_core::Tensor;
+use tensor_core::{Tensor, Value};
 
-fn value_of(i: u64) -> Record {
-    Record::from(Tensor::from_vec([3], vec![i as f32, (i * 2) as f32, -(i as f32)]).unwrap())
+fn value_of(i: u64) -> Value {
+    Value::from(Tensor::from_vec([3], vec![i as f32, (i * 2) as f32, -(i as f32)]).unwrap())
 }
 
-fn as_vec(r: &Record) -> Vec<f32> {
+fn as_vec(r: &Value) -> Vec<f32> {
     r.as_tensor()
         .unwrap()
         .view()
@@ -28,7 +27,7 @@ fn config(root: &std::path::Path) -> CacheConfig {
 
 type Log = Arc<Mutex<Vec<Vec<u64>>>>;
 
-fn logging_compute(log: Log) -> impl Fn(&[&u64]) -> Result<Vec<Record>, std::convert::Infallible> {
+fn logging_compute(log: Log) -> impl Fn(&[&u64]) -> Result<Vec<Value>, std::convert::Infallible> {
     move |inputs: &[&u64]| {
         log.lock().push(inputs.iter().map(|&&i| i).collect());
         Ok(inputs.iter().map(|&&i| value_of(i)).collect())
@@ -42,7 +41,7 @@ proptest! {
     fn matches_the_model(batches in prop::collection::vec(prop::collection::vec(0u64..40, 0..20), 1..8)) {
         let root = tempfile::tempdir().unwrap();
         let log: Log = Arc::default();
-        let f = CachedFn::new(SegmentBackend::open(&config(root.path())).unwrap(), logging_compute(log.clone()));
+        let f = CachedFn::new(SegmentBackend::open(&config(root.path())).unwrap(), logging_compute(log.clone())).unwrap();
         let mut seen: HashSet<u64> = HashSet::new();
         for (b, batch) in batches.iter().enumerate() {
             let ids: Vec<String> = batch.iter().map(|i| format!("id{i}")).collect();
@@ -73,7 +72,7 @@ proptest! {
         prop_assert_eq!(stats.computed as usize, seen.len());
         let total: usize = batches.iter().map(Vec::len).sum();
         prop_assert_eq!((stats.hits + stats.computed + stats.deduplicated) as usize, total);
-        prop_assert_eq!(f.backend().len(), seen.len());
+        prop_assert_eq!(f.backend().len().unwrap() as usize, seen.len());
     }
 }
 
@@ -85,7 +84,8 @@ fn cached_values_survive_a_reopen() {
         let f = CachedFn::new(
             SegmentBackend::open(&config(root.path())).unwrap(),
             logging_compute(log.clone()),
-        );
+        )
+        .unwrap();
         let inputs: Vec<u64> = (0..30).collect();
         let ids: Vec<String> = inputs.iter().map(|i| format!("id{i}")).collect();
         f.call(&inputs, &ids).unwrap();
@@ -94,7 +94,8 @@ fn cached_values_survive_a_reopen() {
     let f = CachedFn::new(
         SegmentBackend::open(&config(root.path())).unwrap(),
         logging_compute(log.clone()),
-    );
+    )
+    .unwrap();
     let inputs: Vec<u64> = (0..30).rev().collect();
     let ids: Vec<String> = inputs.iter().map(|i| format!("id{i}")).collect();
     let out = f.call(&inputs, &ids).unwrap();
@@ -111,7 +112,8 @@ fn inputs_without_stable_ids_are_errors() {
     let f = CachedFn::new(
         SegmentBackend::open(&config(root.path())).unwrap(),
         logging_compute(log.clone()),
-    );
+    )
+    .unwrap();
     let err = f.call(&[1u64, 2], &["a"]).unwrap_err();
     assert!(
         matches!(err, FacadeError::MissingIds { inputs: 2, ids: 1 }),
@@ -127,16 +129,18 @@ fn compute_failures_are_returned_and_nothing_is_cached() {
     let root = tempfile::tempdir().unwrap();
     let failing = CachedFn::new(
         SegmentBackend::open(&config(root.path())).unwrap(),
-        |_: &[&u64]| Err::<Vec<Record>, _>("extractor crashed"),
-    );
+        |_: &[&u64]| Err::<Vec<Value>, _>("extractor crashed"),
+    )
+    .unwrap();
     let err = failing.call(&[1u64], &["a"]).unwrap_err();
     assert!(err.to_string().contains("extractor crashed"), "{err}");
-    assert_eq!(failing.backend().len(), 0);
+    assert_eq!(failing.backend().len().unwrap(), 0);
 
     let short = CachedFn::new(
         SegmentBackend::open(&config(&root.path().join("x")).create_root(true)).unwrap(),
         |_: &[&u64]| Ok::<_, std::convert::Infallible>(vec![value_of(0)]),
-    );
+    )
+    .unwrap();
     let err = short.call(&[1u64, 2], &["a", "b"]).unwrap_err();
     assert!(
         matches!(
@@ -148,17 +152,20 @@ fn compute_failures_are_returned_and_nothing_is_cached() {
         ),
         "{err}"
     );
-    assert_eq!(short.backend().len(), 0);
+    assert_eq!(short.backend().len().unwrap(), 0);
 }
 
 #[test]
 fn many_threads_share_one_cached_fn() {
     let root = tempfile::tempdir().unwrap();
     let log: Log = Arc::default();
-    let f = Arc::new(CachedFn::new(
-        SegmentBackend::open(&config(root.path())).unwrap(),
-        logging_compute(log.clone()),
-    ));
+    let f = Arc::new(
+        CachedFn::new(
+            SegmentBackend::open(&config(root.path())).unwrap(),
+            logging_compute(log.clone()),
+        )
+        .unwrap(),
+    );
     std::thread::scope(|s| {
         for t in 0..4u64 {
             let f = f.clone();
@@ -176,7 +183,7 @@ fn many_threads_share_one_cached_fn() {
     });
     // Every id computed at least once, and far fewer computations than calls.
     let computed: usize = log.lock().iter().map(Vec::len).sum();
-    assert!(computed >= f.backend().len());
-    assert!(f.backend().len() <= 50);
+    assert!(computed >= f.backend().len().unwrap() as usize);
+    assert!(f.backend().len().unwrap() as usize <= 50);
     f.flush().unwrap();
 }

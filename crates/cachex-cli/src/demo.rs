@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tensor_core::Tensor;
 
-use cache_facade::{
-    BackendKind, CacheConfig, CachedFn, FacadeError, Result, SegmentBackend, record_from_tensor,
-};
+use cache_facade::{BackendKind, CacheConfig, CachedFn, FacadeError, Result, SegmentBackend};
 
 /// Demo settings.
 #[derive(Debug, Clone)]
@@ -117,9 +115,11 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary> {
         // decoder would have.
         std::thread::sleep(cost * ids.len() as u32);
         ids.iter()
-            .map(|&&i| Tensor::from_vec([dim], synthetic_feature(i, dim)).map(record_from_tensor))
+            .map(|&&i| {
+                Tensor::from_vec([dim], synthetic_feature(i, dim)).map(tensor_core::Value::from)
+            })
             .collect::<std::result::Result<Vec<_>, _>>()
-    });
+    })?;
 
     let samples: Vec<u64> = (0..opts.n as u64).collect();
     let ids: Vec<String> = samples.iter().map(|i| format!("img_{i:07}")).collect();
@@ -171,7 +171,7 @@ fn progress_bar(opts: &DemoOptions, epoch: usize) -> ProgressBar {
 }
 
 /// Every feature read back must be the one the extractor computes.
-fn check_features(chunk: &[u64], features: &[segment_store::Record], dim: usize) -> Result<()> {
+fn check_features(chunk: &[u64], features: &[tensor_core::Value], dim: usize) -> Result<()> {
     for (&i, record) in chunk.iter().zip(features) {
         let expected = synthetic_feature(i, dim);
         let got = record

@@ -30,6 +30,11 @@ pub enum FingerprintError {
     /// A string is not a cache key (16 lowercase hex characters).
     #[error("{0:?} is not a cache key (16 lowercase hex characters)")]
     InvalidKey(String),
+    /// A cache name is not one plain path component.
+    #[error(
+        "cache name {0:?} must be one plain path component (not empty, '.', '..'; no '/', '\\', NUL)"
+    )]
+    InvalidName(String),
 }
 
 impl FingerprintError {

@@ -77,3 +77,30 @@ pub fn compute_key<T: Serialize + ?Sized>(config: &T) -> Result<CacheKey> {
 pub fn cache_key_dir(root: &Path, key: &CacheKey) -> PathBuf {
     root.join(key.as_str())
 }
+
+/// What a named cache is keyed by: `{"backend", "name", "options"}`. The
+/// facade (`cache-facade`) and the stores' own `open_or_build` both key
+/// and fingerprint a cache by this value, so a cache built one way is
+/// found the other.
+pub fn cache_identity<T: Serialize + ?Sized>(
+    backend: &str,
+    name: &str,
+    options: &T,
+) -> Result<serde_json::Value> {
+    let options =
+        serde_json::to_value(options).map_err(|e| FingerprintError::Encode(e.to_string()))?;
+    Ok(serde_json::json!({"backend": backend, "name": name, "options": options}))
+}
+
+/// The directory of a named cache: `root/<name>/<key of identity>`, where
+/// `identity` is [`cache_identity`]'s value for the same name. The name must
+/// be one plain path component (not empty, `.`, `..`, and without `/`,
+/// `\` or NUL), so no name points outside its root.
+pub fn named_cache_dir(root: &Path, name: &str, identity: &serde_json::Value) -> Result<PathBuf> {
+    let plain =
+        !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
+    if !plain {
+        return Err(FingerprintError::InvalidName(name.to_owned()));
+    }
+    Ok(root.join(name).join(compute_key(identity)?.as_str()))
+}

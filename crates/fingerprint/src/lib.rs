@@ -8,6 +8,9 @@
 //!
 //! - [`compute_key`]: 16 hex characters (BLAKE3 in `derive_key` mode) of the
 //!   config's canonical encoding; [`cache_key_dir`] puts it under a root.
+//!   Named caches (the facade's, memmap-array's `open_or_build`) live in
+//!   [`named_cache_dir`]` = root/<name>/<key>`, keyed by
+//!   [`cache_identity`]` = {"backend", "name", "options"}`.
 //! - [`stamp_sources`]: each source file's relative path, size, mtime and
 //!   optionally BLAKE3 of its content ([`Mode::Content`], mmap + rayon for
 //!   large files). Paths are relative to a root: moving the root keeps the
@@ -75,5 +78,8 @@ pub use fingerprint::{
     FINGERPRINT_FILE, FINGERPRINT_FORMAT_VERSION, FileChange, Fingerprint, Stale, StaleReason,
     check_dir, compute_fingerprint, validate,
 };
-pub use key::{CacheKey, KEY_FORMAT_VERSION, cache_key_dir, compute_key, config_hash};
+pub use key::{
+    CacheKey, KEY_FORMAT_VERSION, cache_identity, cache_key_dir, compute_key, config_hash,
+    named_cache_dir,
+};
 pub use source::{Mode, SourceStamp, stamp_sources};

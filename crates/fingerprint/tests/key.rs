@@ -176,3 +176,19 @@ proptest! {
         prop_assert_ne!(compute_key(&json!({"v": a})).unwrap(), compute_key(&json!({"v": b})).unwrap());
     }
 }
+
+#[test]
+fn named_cache_dir_is_root_name_key_of_the_identity() {
+    let identity =
+        fingerprint::cache_identity("memmap-array", "feats", &serde_json::json!({"dim": 2}))
+            .unwrap();
+    let dir = fingerprint::named_cache_dir(std::path::Path::new("/r"), "feats", &identity).unwrap();
+    let key = fingerprint::compute_key(&identity).unwrap();
+    assert_eq!(dir, std::path::Path::new("/r/feats").join(key.as_str()));
+    for bad in ["", ".", "..", "a/b", "a\\b", "a\0b"] {
+        assert!(matches!(
+            fingerprint::named_cache_dir(std::path::Path::new("/r"), bad, &identity),
+            Err(fingerprint::FingerprintError::InvalidName(_))
+        ));
+    }
+}

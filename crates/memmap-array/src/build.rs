@@ -17,6 +17,9 @@ use crate::{Error, Result};
 /// it makes every existing cache stale.
 pub const CACHE_VERSION: u32 = 1;
 
+/// The backend name in a cache's identity ([`fingerprint::cache_identity`]).
+pub const BACKEND_NAME: &str = "memmap-array";
+
 /// Why [`open_or_build`] threw an existing cache (or half-built cache) away.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -79,12 +82,15 @@ pub struct Opened {
     pub cache: ArrayCache,
     /// What was done to get it.
     pub outcome: Outcome,
-    /// Its directory, `root/<key>`.
+    /// Its directory, `root/<name>/<key>`.
     pub dir: PathBuf,
 }
 
-/// Opens the cache of `config` under `root` (in `root/<compute_key(config)>`),
-/// building it with `build` when it is missing, resuming it when a previous
+/// Opens the cache `name` of `config` under `root` — in
+/// `root/<name>/<key>`, the key and the fingerprint's config being
+/// [`fingerprint::cache_identity`]`("memmap-array", name, config)`, exactly
+/// as `cache-facade` keys a memmap-array cache with that name and options,
+/// so a cache built one way is found the other — building it with `build` when it is missing, resuming it when a previous
 /// build stopped half-way, and deleting and rebuilding it when its
 /// fingerprint (config, `sources`, [`CACHE_VERSION`]) no longer matches.
 /// [`Outcome`] says which happened and why.
@@ -109,15 +115,17 @@ pub struct Opened {
 ///     }
 ///     Ok(())
 /// };
-/// let first = open_or_build(root.path(), &config, Vec::new(), &schema, build)?;
+/// let first = open_or_build(root.path(), "feats", &config, Vec::new(), &schema, build)?;
 /// assert_eq!(first.outcome, Outcome::Built);
-/// let again = open_or_build(root.path(), &config, Vec::new(), &schema, build)?;
+/// assert!(first.dir.starts_with(root.path().join("feats")));
+/// let again = open_or_build(root.path(), "feats", &config, Vec::new(), &schema, build)?;
 /// assert_eq!(again.outcome, Outcome::Hit);
 /// assert_eq!(again.cache.len(), 3);
 /// # Ok::<(), memmap_array::Error>(())
 /// ```
 pub fn open_or_build<C, E, F>(
     root: &Path,
+    name: &str,
     config: &C,
     sources: Vec<SourceStamp>,
     schema: &Schema,
@@ -130,6 +138,7 @@ where
 {
     open_or_build_with(
         root,
+        name,
         config,
         sources,
         schema,
@@ -141,6 +150,7 @@ where
 /// [`open_or_build`] with explicit writer options.
 pub fn open_or_build_with<C, E, F>(
     root: &Path,
+    name: &str,
     config: &C,
     sources: Vec<SourceStamp>,
     schema: &Schema,
@@ -152,10 +162,10 @@ where
     E: From<Error>,
     F: FnOnce(&mut RowWriter) -> std::result::Result<(), E>,
 {
-    let key = fingerprint::compute_key(config).map_err(Error::from)?;
-    let dir = fingerprint::cache_key_dir(root, &key);
+    let identity = fingerprint::cache_identity(BACKEND_NAME, name, config).map_err(Error::from)?;
+    let dir = fingerprint::named_cache_dir(root, name, &identity).map_err(Error::from)?;
     let current =
-        fingerprint::compute_fingerprint(config, sources, CACHE_VERSION).map_err(Error::from)?;
+        fingerprint::compute_fingerprint(&identity, sources, CACHE_VERSION).map_err(Error::from)?;
 
     // Fast path, no lock: a complete cache that matches.
     let mut why = None;

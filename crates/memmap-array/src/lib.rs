@@ -24,7 +24,7 @@
 //! # On-disk layout
 //!
 //! ```text
-//! <cache_dir>/<key>/
+//! <cache_dir>/<key>/        (open_or_build: <root>/<name>/<key>)
 //!   <array>.bin        (N, *shape) row-major little-endian, one per array
 //!   index.parquet      row, source, has_<array>, key_<sidecar>, meta_json
 //!   <sidecar>.json     {"0": "<string>", ...}: each distinct value once
@@ -105,7 +105,9 @@ mod reader;
 mod recover;
 mod writer;
 
-pub use build::{CACHE_VERSION, Opened, Outcome, RebuildReason, open_or_build, open_or_build_with};
+pub use build::{
+    BACKEND_NAME, CACHE_VERSION, Opened, Outcome, RebuildReason, open_or_build, open_or_build_with,
+};
 pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
 pub use format::{

@@ -95,12 +95,28 @@ fn open_reader_keeps_its_bytes_while_a_stale_cache_is_rebuilt() {
         }
     };
     let stamps = || stamp_sources(root.path(), ["src.txt"], Mode::Content).unwrap();
-    let old = open_or_build(root.path(), &config, stamps(), &schema, build_with(1)).unwrap();
+    let old = open_or_build(
+        root.path(),
+        "cache",
+        &config,
+        stamps(),
+        &schema,
+        build_with(1),
+    )
+    .unwrap();
     let before = old.cache.array(0, "x").unwrap().unwrap();
     assert_eq!(before.bytes()[0], 1);
 
     std::fs::write(root.path().join("src.txt"), "v2").unwrap();
-    let new = open_or_build(root.path(), &config, stamps(), &schema, build_with(2)).unwrap();
+    let new = open_or_build(
+        root.path(),
+        "cache",
+        &config,
+        stamps(),
+        &schema,
+        build_with(2),
+    )
+    .unwrap();
     assert!(
         matches!(new.outcome, Outcome::Rebuilt { .. }),
         "{}",

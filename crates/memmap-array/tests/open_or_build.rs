@@ -60,6 +60,7 @@ fn builds_then_hits() {
     let mut written = Vec::new();
     let first = open_or_build(
         root.path(),
+        "cache",
         &config,
         vec![],
         &schema(2),
@@ -68,10 +69,14 @@ fn builds_then_hits() {
     .unwrap();
     assert_eq!(first.outcome, Outcome::Built);
     assert_eq!(written.len(), 5);
-    assert!(first.dir.starts_with(root.path()));
+    // root/<name>/<key of {backend, name, options}>: the facade's layout.
+    let identity = fingerprint::cache_identity("memmap-array", "cache", &config).unwrap();
+    let key = fingerprint::compute_key(&identity).unwrap();
+    assert_eq!(first.dir, root.path().join("cache").join(key.as_str()));
     let mut again = Vec::new();
     let second = open_or_build(
         root.path(),
+        "cache",
         &config,
         vec![],
         &schema(2),
@@ -96,6 +101,7 @@ fn changed_source_file_rebuilds_and_says_which() {
     let mut w = Vec::new();
     open_or_build(
         root.path(),
+        "cache",
         &config,
         sources(root.path()),
         &schema(2),
@@ -106,6 +112,7 @@ fn changed_source_file_rebuilds_and_says_which() {
     let mut w2 = Vec::new();
     let opened = open_or_build(
         root.path(),
+        "cache",
         &config,
         sources(root.path()),
         &schema(2),
@@ -140,6 +147,7 @@ fn interrupted_build_resumes() {
     let mut first = Vec::new();
     let e = open_or_build(
         root.path(),
+        "cache",
         &config,
         vec![],
         &schema(2),
@@ -150,6 +158,7 @@ fn interrupted_build_resumes() {
     let mut second = Vec::new();
     let opened = open_or_build(
         root.path(),
+        "cache",
         &config,
         vec![],
         &schema(2),
@@ -172,6 +181,7 @@ fn interrupted_build_with_changed_sources_starts_over() {
     let mut first = Vec::new();
     open_or_build(
         root.path(),
+        "cache",
         &config,
         sources(root.path()),
         &schema(2),
@@ -182,6 +192,7 @@ fn interrupted_build_with_changed_sources_starts_over() {
     let mut second = Vec::new();
     let opened = open_or_build(
         root.path(),
+        "cache",
         &config,
         sources(root.path()),
         &schema(2),
@@ -208,6 +219,7 @@ fn damaged_or_reshaped_cache_is_rebuilt() {
     let mut w = Vec::new();
     let opened = open_or_build(
         root.path(),
+        "cache",
         &config,
         vec![],
         &schema(2),
@@ -220,6 +232,7 @@ fn damaged_or_reshaped_cache_is_rebuilt() {
     let mut w = Vec::new();
     let opened = open_or_build(
         root.path(),
+        "cache",
         &config,
         vec![],
         &schema(2),
@@ -237,6 +250,7 @@ fn damaged_or_reshaped_cache_is_rebuilt() {
     let mut w = Vec::new();
     let opened = open_or_build_with(
         root.path(),
+        "cache",
         &config,
         vec![],
         &schema(3),
@@ -266,12 +280,13 @@ fn damaged_or_reshaped_cache_is_rebuilt() {
 fn concurrent_builder_is_refused() {
     let root = tempfile::tempdir().unwrap();
     let config = serde_json::json!({"dim": 2});
-    let key = fingerprint::compute_key(&config).unwrap();
-    let dir = fingerprint::cache_key_dir(root.path(), &key);
+    let identity = fingerprint::cache_identity("memmap-array", "cache", &config).unwrap();
+    let dir = fingerprint::named_cache_dir(root.path(), "cache", &identity).unwrap();
     let _holder = RowWriter::create_or_resume(&dir, &schema(2), ()).unwrap();
     let mut w = Vec::new();
     let e = open_or_build(
         root.path(),
+        "cache",
         &config,
         vec![],
         &schema(2),

@@ -124,24 +124,33 @@ fn walk(
         Ok(())
     };
     let bits = |n: i64| n / 8 + i64::from(n % 8 != 0);
-    let offsets = |width: i64| if len == 0 { 0 } else { (len + 1) * width };
+    // A node length read from the file may be near i64::MAX: the size of
+    // its `len + 1` offsets must not wrap (and pass the check) in release.
+    let offsets = |width: i64| -> std::result::Result<i64, String> {
+        if len == 0 {
+            return Ok(0);
+        }
+        len.checked_add(1)
+            .and_then(|n| n.checked_mul(width))
+            .ok_or_else(|| format!("offsets of a field node of length {len} overflow"))
+    };
     next(if nulls > 0 { bits(len) } else { 0 }, "validity")?;
     match t {
         DataType::Utf8 | DataType::Binary => {
-            next(offsets(4), "offsets")?;
+            next(offsets(4)?, "offsets")?;
             next(0, "values")
         }
         DataType::LargeUtf8 | DataType::LargeBinary => {
-            next(offsets(8), "offsets")?;
+            next(offsets(8)?, "offsets")?;
             next(0, "values")
         }
         DataType::Boolean => next(bits(len), "values"),
         DataType::List(f) => {
-            next(offsets(4), "offsets")?;
+            next(offsets(4)?, "offsets")?;
             walk(f.data_type(), nodes, buffers, node, buffer)
         }
         DataType::LargeList(f) => {
-            next(offsets(8), "offsets")?;
+            next(offsets(8)?, "offsets")?;
             walk(f.data_type(), nodes, buffers, node, buffer)
         }
         t => {

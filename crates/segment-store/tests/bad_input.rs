@@ -232,3 +232,38 @@ fn a_file_where_the_cache_directory_should_be_is_an_io_error() {
     assert!(matches!(err, Error::Io { .. }), "{err}");
     assert!(err.to_string().contains("cache"));
 }
+
+/// Found by the `segment_parsers` fuzzer: a field node claiming i64::MAX
+/// rows made the layout check compute the size of its offsets with an
+/// overflowing multiply (a wrap in release builds, passing the check and
+/// leaving Arrow to assert). The segment is now refused by the check.
+#[test]
+fn field_node_of_i64_max_rows_is_refused_by_the_layout_check() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 4);
+    std::fs::remove_file(dir.path().join(INDEX_FILE)).unwrap();
+    let path = segment_path(dir.path(), 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The record batch's field nodes: a u32 count (key, data list and
+    // values, shape list and values), then (length, null_count) pairs; the
+    // first is the `key` column of 4 rows.
+    let mut nodes = 5u32.to_le_bytes().to_vec();
+    nodes.extend(4i64.to_le_bytes());
+    nodes.extend(0i64.to_le_bytes());
+    let at = bytes
+        .windows(nodes.len())
+        .position(|w| w == nodes)
+        .expect("field nodes of the written segment");
+    bytes[at + 4..at + 12].copy_from_slice(&i64::MAX.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+
+    let store = SegmentStore::open(dir.path(), opts()).unwrap();
+    let problems = store.problems();
+    assert!(
+        problems.iter().any(|p| p.kind == ProblemKind::Structure
+            && p.detail.contains("overflow")
+            && !p.detail.contains("panicked")),
+        "{problems:?}"
+    );
+    assert!(store.is_empty());
+}

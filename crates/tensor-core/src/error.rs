@@ -55,6 +55,9 @@ pub enum TensorError {
     /// A dtype name or numpy dtype string was not recognised.
     #[error("unknown dtype {0:?}")]
     UnknownDType(String),
+    /// A value of another kind was asked for as a tensor.
+    #[error("a {0} value is not a tensor")]
+    NotATensor(&'static str),
     /// The dtype has no numpy equivalent (bfloat16).
     #[error("{0} has no numpy dtype string (numpy has no bfloat16)")]
     NoNumpyDType(DType),

@@ -8,6 +8,11 @@
 //! converts to a zero-copy `ndarray::ArrayViewD` and an `ArrayD` to a
 //! `Tensor`.
 //!
+//! [`Value`] is what every cachex backend returns — a tensor, named
+//! values, a tuple or list, or a blob — over [`SharedBytes`]: bytes that
+//! keep the memory they point into (a mapped file, a decoded record)
+//! alive, so a store hands out owned values without copying.
+//!
 //! The crate does no I/O and has no on-disk format of its own; the stores
 //! record a tensor as (dtype name, shape, raw bytes). Every constructor
 //! checks that the byte length is `product(shape) * dtype.size()` with
@@ -40,9 +45,11 @@ mod dtype;
 mod error;
 mod shape;
 mod tensor;
+mod value;
 
 pub use dtype::{DType, Element};
 pub use error::{Result, TensorError};
 pub use half::{bf16, f16};
 pub use shape::Shape;
 pub use tensor::{Tensor, TensorView};
+pub use value::{SharedBytes, SharedTensor, Value};

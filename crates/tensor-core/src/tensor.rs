@@ -28,6 +28,16 @@ impl<'a> TensorView<'a> {
         })
     }
 
+    /// A view whose length the caller has already checked.
+    pub(crate) fn from_checked(dtype: DType, shape: Shape, bytes: &'a [u8]) -> Self {
+        debug_assert_eq!(shape.byte_len(dtype).ok(), Some(bytes.len()));
+        TensorView {
+            dtype,
+            shape,
+            bytes,
+        }
+    }
+
     /// A view over a typed slice.
     pub fn from_slice<T: Element>(shape: impl Into<Shape>, data: &'a [T]) -> Result<Self> {
         TensorView::new(T::DTYPE, shape, as_bytes(data))

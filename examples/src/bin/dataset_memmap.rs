@@ -4,12 +4,19 @@
 //!
 //! Run: `cargo run -p examples --bin dataset_memmap -- [DIR]`
 //!
-//! Layout of the cache (`<DIR>/cache/<key>/`): one `.bin` per array
+//! The build goes through memmap-array's `open_or_build` (it writes
+//! nullable arrays, sidecars and per-row metadata, which the facade's
+//! source-built rows do not); the training loop then opens the very same
+//! cache through the facade, `cache_facade::open(config)`, and samples it
+//! as a `Dataset`.
+//!
+//! Layout of the cache (`<DIR>/cache/dataset/<key>/`): one `.bin` per array
 //! (numpy.memmap reads them as they are), `index.parquet`, deduplicated
 //! sidecar JSON, `shapes.json`, `fingerprint.json`, `_COMPLETE`.
 
 use std::path::Path;
 
+use cache_facade::{BackendKind, CacheConfig, Dataset, SourcesConfig, Value, open};
 use fingerprint::{Mode, stamp_sources};
 use memmap_array::{NewRow, Outcome, RowWriter, Schema, open_or_build};
 use tensor_core::{DType, Tensor};
@@ -113,18 +120,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let stamps = || stamp_sources(&raw, &names, Mode::Content);
 
     // 1. A build that dies part-way: committed rows stay on disk.
-    let first = open_or_build(&root, &config, stamps()?, &schema, |w: &mut RowWriter| {
-        build(w, &raw, Some(120)).map_err(BoxError)
-    });
+    let first = open_or_build(
+        &root,
+        "dataset",
+        &config,
+        stamps()?,
+        &schema,
+        |w: &mut RowWriter| build(w, &raw, Some(120)).map_err(BoxError),
+    );
     println!(
         "first build: {}",
         first.err().map(|e| e.0.to_string()).unwrap_or_default()
     );
 
     // 2. The next run resumes from the committed rows.
-    let opened = open_or_build(&root, &config, stamps()?, &schema, |w: &mut RowWriter| {
-        build(w, &raw, None).map_err(BoxError)
-    })
+    let opened = open_or_build(
+        &root,
+        "dataset",
+        &config,
+        stamps()?,
+        &schema,
+        |w: &mut RowWriter| build(w, &raw, None).map_err(BoxError),
+    )
     .map_err(|e| e.0)?;
     println!("second run: {}", opened.outcome);
     assert!(
@@ -159,6 +176,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 4. Same config, same sources: a hit.
     let again = open_or_build(
         &root,
+        "dataset",
         &config,
         stamps()?,
         &schema,
@@ -172,12 +190,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 5. A source changes: rebuilt, with the reason.
     std::fs::write(raw.join("sample_0007.txt"), "12345\n")?;
-    let rebuilt = open_or_build(&root, &config, stamps()?, &schema, |w: &mut RowWriter| {
-        build(w, &raw, None).map_err(BoxError)
-    })
+    let rebuilt = open_or_build(
+        &root,
+        "dataset",
+        &config,
+        stamps()?,
+        &schema,
+        |w: &mut RowWriter| build(w, &raw, None).map_err(BoxError),
+    )
     .map_err(|e| e.0)?;
     println!("after editing a source: {}", rebuilt.outcome);
     assert!(matches!(rebuilt.outcome, Outcome::Rebuilt { .. }));
+
+    // 6. The loader opens the same cache through the facade: same root,
+    //    name, options and sources name the same directory and fingerprint.
+    let facade_config = CacheConfig::new(BackendKind::MemmapArray, &root, "dataset")
+        .option("dataset", "dna-profiles")
+        .option("length", L)
+        .sources(SourcesConfig {
+            root: raw.clone(),
+            paths: names.iter().map(Into::into).collect(),
+            content: true,
+        });
+    assert_eq!(facade_config.cache_dir()?, rebuilt.dir);
+    let loader = Dataset::new(open(&facade_config)?)?;
+    let batch = loader.get_many(&[42, -160])?;
+    let data = batch[0]
+        .get("data")
+        .and_then(Value::as_tensor)
+        .ok_or("row 42 has data")?;
+    assert_eq!(data.bytes(), decode(&raw, 42)?.0.bytes());
+    assert!(
+        batch[1].get("scaler").is_none(),
+        "sample_0040 has no scaler"
+    );
+    println!(
+        "facade: open(config) found the cache, {} rows; row 42 read as a view",
+        loader.len()?
+    );
 
     println!("\nread it from Python:");
     println!(

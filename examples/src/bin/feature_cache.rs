@@ -1,5 +1,6 @@
 //! `feature_cache`: cache a model's per-sample outputs with `CachedFn`
-//! over a segment-store, the way a training loop would.
+//! over a segment-store opened with `open(config)`, the way a training
+//! loop would.
 //!
 //! Run: `cargo run -p examples --bin feature_cache -- [DIR]`
 //!
@@ -11,13 +12,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cache_facade::{BackendKind, CacheBackend, CacheConfig, CachedFn, SegmentBackend};
-use segment_store::{Part, Record};
+use cache_facade::{BackendKind, CacheBackend, CacheConfig, CachedFn, Value, open};
 use tensor_core::Tensor;
 
 /// A stand-in for a feature extractor: a 64-wide embedding and a 10-class
-/// logit vector per image id, as a dict record (torchcachex's "dict" shape).
-fn extract(ids: &[&u32], calls: &AtomicUsize) -> Result<Vec<Record>, tensor_core::TensorError> {
+/// logit vector per image id, as a dict value (torchcachex's "dict" shape).
+fn extract(ids: &[&u32], calls: &AtomicUsize) -> Result<Vec<Value>, tensor_core::TensorError> {
     calls.fetch_add(ids.len(), Ordering::Relaxed);
     ids.iter()
         .map(|&&id| {
@@ -27,9 +27,9 @@ fn extract(ids: &[&u32], calls: &AtomicUsize) -> Result<Vec<Record>, tensor_core
             let logits: Vec<f32> = (0..10)
                 .map(|c| if c == id as usize % 10 { 5.0 } else { -1.0 })
                 .collect();
-            Ok(Record::dict([
-                ("embedding", Part::from(Tensor::from_vec([64], emb)?)),
-                ("logits", Part::from(Tensor::from_vec([10], logits)?)),
+            Ok(Value::dict([
+                ("embedding", Tensor::from_vec([64], emb)?),
+                ("logits", Tensor::from_vec([10], logits)?),
             ]))
         })
         .collect()
@@ -41,6 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| tmp.path().to_path_buf());
+    // The same config could come from a JSON file (CacheConfig::from_file).
     let config = CacheConfig::new(BackendKind::SegmentStore, &root, "resnet-features")
         .option("flush_every", 256u64)
         .create_root(true);
@@ -50,9 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let images: Vec<u32> = (0..1000).collect();
     let ids: Vec<String> = images.iter().map(|i| format!("img-{i}")).collect();
     {
-        let cached = CachedFn::new(SegmentBackend::open(&config)?, |batch: &[&u32]| {
-            extract(batch, &calls)
-        });
+        let cached = CachedFn::new(open(&config)?, |batch: &[&u32]| extract(batch, &calls))?;
         for epoch in 1..=2 {
             let before = calls.load(Ordering::Relaxed);
             for (batch, batch_ids) in images.chunks(128).zip(ids.chunks(128)) {
@@ -69,19 +68,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // A new process (here: a new handle) finds everything on disk.
-    let reopened = SegmentBackend::open(&config)?;
+    let reopened = open(&config)?;
     let (values, missing) = reopened.get_batch(&["img-7", "img-999", "img-1000"])?;
     println!(
         "reopened: {} keys, missing among 3 asked: {missing:?}",
-        reopened.len()
+        reopened.len()?
     );
     let logits = values[0]
         .as_ref()
         .and_then(|r| r.get("logits"))
-        .and_then(Part::as_tensor)
+        .and_then(Value::as_tensor)
         .ok_or("img-7 has logits")?;
-    let view = logits.view();
-    let best = view
+    let best = logits
         .as_slice::<f32>()?
         .iter()
         .enumerate()

@@ -1,0 +1,145 @@
+//! segment-store behind the facade: keyed records, read and write.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use segment_store::{Options as SegmentOptions, SegmentStore};
+use tensor_core::Value;
+
+use super::Counters;
+use crate::convert::{record_from_value, value_from_batch};
+use crate::detect::CacheKind;
+use crate::prepare::{DirState, Spec, commit, prepare};
+use crate::{
+    BackendKind, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats,
+};
+
+/// The segment-store backend: any [`Value`] a record can hold (a tensor,
+/// or a dict, tuple or list of tensors and blobs, or a blob) by string id;
+/// values read back are views into the mapped segments. The values of one
+/// `get_batch` share one owner (the batch's records), so reading allocates
+/// nothing per value but a dict's, tuple's or list's member list; a kept
+/// value keeps its batch's records (not their bytes: those are the map).
+///
+/// Options (all optional): `flush_every` (records per segment, 4096),
+/// `lru_bytes` (in-memory LRU budget, 64 MiB), `async_write` (bool),
+/// `queue_depth` (2), `writer_rank` (0). The current rank comes from the
+/// `RANK` environment variable: on a shared file system every rank opens
+/// the same directory, only `writer_rank` persists, the others fill their
+/// in-memory LRU (see the segment-store docs).
+pub struct SegmentBackend {
+    store: SegmentStore,
+    dir: PathBuf,
+    counters: Counters,
+}
+
+impl SegmentBackend {
+    /// Option names this backend accepts.
+    pub const OPTIONS: &'static [&'static str] = &[
+        "flush_every",
+        "lru_bytes",
+        "async_write",
+        "queue_depth",
+        "writer_rank",
+    ];
+
+    /// Opens (creating if needed) the cache `config` names.
+    pub fn open(config: &CacheConfig) -> Result<SegmentBackend> {
+        if config.backend != BackendKind::SegmentStore {
+            return Err(FacadeError::Config(format!(
+                "SegmentBackend opened with a {} config",
+                config.backend.name()
+            )));
+        }
+        config.check_options(Self::OPTIONS)?;
+        let defaults = SegmentOptions::default();
+        let opts = SegmentOptions {
+            flush_every: config.opt("flush_every", defaults.flush_every)?,
+            lru_bytes: config.opt("lru_bytes", defaults.lru_bytes)?,
+            async_write: config.opt("async_write", defaults.async_write)?,
+            queue_depth: config.opt("queue_depth", defaults.queue_depth)?,
+            writer_rank: config.opt("writer_rank", defaults.writer_rank)?,
+            ..defaults
+        };
+        let prepared = prepare(config, &SPEC)?;
+        let store = SegmentStore::open(&prepared.dir, opts)?;
+        if !matches!(prepared.state, DirState::Fresh) && store.is_writer() {
+            commit(&prepared)?;
+        }
+        Ok(SegmentBackend {
+            store,
+            dir: prepared.dir,
+            counters: Counters::default(),
+        })
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &SegmentStore {
+        &self.store
+    }
+}
+
+const SPEC: Spec = Spec {
+    kind: Some(CacheKind::SegmentStore),
+    version: segment_store::format::INDEX_VERSION,
+    // An empty store is a cache: it is filled by puts.
+    can_build: true,
+    complete: crate::prepare::fingerprinted,
+    store_locks: |dir| vec![dir.join(segment_store::format::LOCK_FILE)],
+};
+
+impl CacheBackend for SegmentBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::SegmentStore
+    }
+
+    fn supports(&self, op: Operation) -> bool {
+        matches!(op, Operation::GetByKey | Operation::Put)
+    }
+
+    fn get_batch(&self, keys: &[&str]) -> Result<Lookup> {
+        let (records, missing) = self.store.get_batch(keys)?;
+        let bytes = records.iter().flatten().map(|r| r.byte_len()).sum();
+        let batch = Arc::new(records);
+        let values = (0..batch.len())
+            .map(|i| value_from_batch(&batch, i))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        self.counters
+            .lookup(keys.len() - missing.len(), missing.len(), bytes);
+        Ok((values, missing))
+    }
+
+    fn put_batch(&self, items: Vec<(String, Value)>) -> Result<()> {
+        let mut bytes = 0;
+        let mut records = Vec::with_capacity(items.len());
+        for (key, value) in items {
+            bytes += value.byte_len();
+            let record = record_from_value(&value).map_err(|why| FacadeError::BadValue {
+                dir: self.dir.clone(),
+                why: format!("{key:?}: {why}"),
+            })?;
+            records.push((key, record));
+        }
+        self.store.put_batch(&records)?;
+        self.counters.written(bytes);
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.store.flush()?;
+        self.counters.flushed();
+        Ok(())
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self.store.len() as u64)
+    }
+
+    fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+}
