@@ -345,10 +345,17 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
             None => {}
             Some(Ok((p, cursor))) if p.writer == writer => {
                 if let Some(t) = &p.torn {
+                    // Only a log's owner cuts its tail; to anyone else it
+                    // may be a group being appended right now.
+                    let owner = match writer {
+                        None => role == Role::Single,
+                        Some(w) => role == Role::Multi(w),
+                    };
+                    let what = if owner { "dropped" } else { "ignored" };
                     problems.push(problem(
                         &path,
                         ProblemKind::Interrupted,
-                        format!("torn tail dropped: {t}"),
+                        format!("torn tail {what}: {t}"),
                     ));
                 }
                 global_max = global_max.max(p.last_id);
