@@ -65,6 +65,8 @@ pub struct Ctx {
     pub dir: PathBuf,
     /// The machine's limits, measured in this run.
     pub limits: Limits,
+    /// `--writers`: writer processes of W2's multi-writer phase (1: none).
+    pub writers: usize,
 }
 
 impl Ctx {

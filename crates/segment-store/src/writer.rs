@@ -308,10 +308,15 @@ pub struct IndexLog {
 }
 
 impl IndexLog {
-    /// Creates a fresh log at `path` holding `groups` (already encoded),
-    /// atomically replacing any old one.
-    pub fn create(path: &Path, groups: &[Vec<u8>]) -> Result<IndexLog> {
-        let mut bytes = format::encode_index_header().to_vec();
+    /// Creates a fresh log at `path` with `header` (the shared log's or a
+    /// writer's) holding `groups` (already encoded), atomically replacing
+    /// any old one.
+    pub fn create(
+        path: &Path,
+        header: &[u8; INDEX_HEADER_LEN],
+        groups: &[Vec<u8>],
+    ) -> Result<IndexLog> {
+        let mut bytes = header.to_vec();
         for g in groups {
             bytes.extend_from_slice(g);
         }
