@@ -1,6 +1,6 @@
 //! W1 of `BENCHMARKS.md`: keyed tensor cache (segment-store).
 //!
-//! Writes N samples `sample_{i}` (f32[512]; then a second cache of dicts
+//! Writes N samples `sample_{i}` (f32\[512\]; then a second cache of dicts
 //! `{features: f32[512], logits: f16[10]}`) with `put_batch` in batches of
 //! 256 and the default flush policy, then `flush()` (timed: the store's
 //! calls, not the generation of values; three repetitions, each from a
