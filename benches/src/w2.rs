@@ -1,6 +1,6 @@
 //! W2 of `BENCHMARKS.md`: flush and open scaling (segment-store).
 //!
-//! Grows one cache of f32[128] samples through S = 1k, 10k, 100k, 1M (with
+//! Grows one cache of f32\[128\] samples through S = 1k, 10k, 100k, 1M (with
 //! `--n N`: N/1000, N/100, N/10, N). At each S it times `put_batch` of
 //! 1,000 new samples + `flush()` and opening the store until the first
 //! `get_batch` has returned (medians of 9), and reports the index's
