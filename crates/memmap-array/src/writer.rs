@@ -46,32 +46,9 @@ const BIN_BUFFER_MAX: usize = 8 << 20;
 /// many arrays does not allocate `BIN_BUFFER_MAX` for each.
 const BIN_BUFFER_TOTAL: usize = 64 << 20;
 
-/// Asks the kernel to start writing `len` bytes at `offset` of `file` back
-/// now (Linux `sync_file_range(SYNC_FILE_RANGE_WRITE)`; elsewhere a no-op),
-/// so the disk works while the next rows are produced and the group
-/// commit's fsync finds little left to do — page-alloc's early write-back.
-/// Only a hint: durability still comes from that fsync, so a failure here
-/// (e.g. ENOSYS) is ignored.
-fn start_writeback(file: &File, offset: u64, len: usize) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-            return;
-        };
-        // SAFETY: sync_file_range only reads its integer arguments and
-        // touches no memory of ours; the fd is open while `file` is borrowed.
-        unsafe {
-            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (file, offset, len);
-}
-
 /// A `.bin` file's appender: rows are gathered in a large buffer, and each
 /// full buffer is written with one `write` and handed to the disk at once
-/// ([`start_writeback`]) instead of waiting for the group commit.
+/// ([`durable_fs::start_writeback`]) instead of waiting for the group commit.
 struct BinOut {
     file: File,
     buf: Vec<u8>,
@@ -97,7 +74,7 @@ impl BinOut {
     /// Writes `bytes` at the end and starts their write-back.
     fn write_through(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.file.write_all(bytes)?;
-        start_writeback(&self.file, self.offset, bytes.len());
+        durable_fs::start_writeback(&self.file, self.offset, bytes.len());
         self.offset += bytes.len() as u64;
         Ok(())
     }

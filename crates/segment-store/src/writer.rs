@@ -225,7 +225,7 @@ const WRITE_CHUNK: usize = 2 << 20;
 /// lookup reads live, in small folios.
 ///
 /// Each chunk's write-back starts as soon as it is written
-/// ([`start_writeback`]), so the disk works while Arrow encodes the rest
+/// ([`durable_fs::start_writeback`]), so the disk works while Arrow encodes the rest
 /// and the commit's fsync finds little left (page-alloc's early write-back).
 struct ChunkWriter<W: Write + WriteBack> {
     file: W,
@@ -293,26 +293,8 @@ trait WriteBack {
 }
 
 impl WriteBack for File {
-    /// Asks the kernel to start the write-back now (Linux
-    /// `sync_file_range(SYNC_FILE_RANGE_WRITE)`; elsewhere a no-op).
-    /// Durability still comes from the commit's fsync, so a failure here
-    /// (e.g. ENOSYS) is ignored.
     fn start_writeback(&self, offset: u64, len: usize) {
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-                return;
-            };
-            // SAFETY: sync_file_range only reads its integer arguments and
-            // touches no memory of ours; the fd is open while `self` is
-            // borrowed.
-            unsafe {
-                libc::sync_file_range(self.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = (offset, len);
+        durable_fs::start_writeback(self, offset, len);
     }
 }
 
