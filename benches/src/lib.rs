@@ -15,6 +15,7 @@ pub mod w2;
 pub mod w3;
 pub mod w4;
 pub mod w5;
+pub mod write_runs;
 
 use std::path::PathBuf;
 
@@ -65,6 +66,8 @@ pub struct Ctx {
     pub dir: PathBuf,
     /// The machine's limits, measured in this run.
     pub limits: Limits,
+    /// `--writers`: writer processes of W2's multi-writer phase (1: none).
+    pub writers: usize,
 }
 
 impl Ctx {

@@ -19,6 +19,9 @@ pub struct Limits {
     /// Size of the buffer `memcpy` was measured on, in bytes (for a
     /// [`MemcpyProbe`] that re-measures it later in the run).
     pub memcpy_bytes: usize,
+    /// Size of the file `durable_write` was measured on, in bytes (write
+    /// phases re-measure it next to each repetition).
+    pub durable_write_bytes: usize,
 }
 
 impl Limits {
@@ -46,6 +49,7 @@ impl Limits {
             page_cache_read,
             durable_write,
             memcpy_bytes,
+            durable_write_bytes: file_mb << 20,
         })
     }
 }
@@ -90,7 +94,8 @@ impl MemcpyProbe {
     }
 }
 
-fn measure_durable_write(path: &Path, len: usize) -> std::io::Result<f64> {
+/// Writes `len` bytes to a new file at `path` and fsyncs it: bytes per second.
+pub(crate) fn measure_durable_write(path: &Path, len: usize) -> std::io::Result<f64> {
     let chunk: Vec<u8> = (0..(8usize << 20)).map(|i| (i * 7) as u8).collect();
     let start = Instant::now();
     let mut file = File::create(path)?;

@@ -1,9 +1,11 @@
 //! W1 of `BENCHMARKS.md`: keyed tensor cache (segment-store).
 //!
-//! Writes N samples `sample_{i}` (f32[512]; then a second cache of dicts
+//! Writes N samples `sample_{i}` (f32\[512\]; then a second cache of dicts
 //! `{features: f32[512], logits: f16[10]}`) with `put_batch` in batches of
 //! 256 and the default flush policy, then `flush()` (timed: the store's
-//! calls, not the generation of values). Reopens from disk with
+//! calls, not the generation of values; three repetitions, each from a
+//! settled disk next to a fresh durable-write limit, see
+//! [`crate::write_runs`]). Reopens from disk with
 //! the LRU disabled and reads 200 batches of 256 uniformly random keys;
 //! each timed batch is `get_batch` plus a pass over every returned element
 //! (what a consumer does with the zero-copy views). Every value is checked
@@ -23,6 +25,7 @@ use segment_store::{Options, Part, Record, SegmentStore};
 use tensor_core::{Tensor, Value, f16};
 
 use crate::limits::MemcpyProbe;
+use crate::write_runs::WriteRuns;
 use crate::{Ctx, Limit, Line, RunError, median, progress};
 
 const DIM: usize = 512;
@@ -104,17 +107,21 @@ fn disk_bytes(dir: &Path) -> u64 {
 
 fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     let suffix = if dict { "_dict" } else { "" };
-    let root = ctx.fresh_dir(&format!("w1{suffix}")).map_err(err)?;
-    // The facade's directory for this config; the LRU is off for reads.
+    let name = format!("w1{suffix}");
+    // The facade's directory for this config, under <dir>/<name> (emptied
+    // before each write repetition); the LRU is off for reads.
+    let root = ctx.dir.join(&name);
     let config = CacheConfig::new(BackendKind::SegmentStore, &root, "w1").option("lru_bytes", 0);
     let dir = config.cache_dir().map_err(err)?;
-    std::fs::create_dir_all(&dir).map_err(err)?;
     let item_bytes = DIM * 4 + if dict { LOGITS * 2 } else { 0 };
     progress!("w1{suffix}: writing {n} samples");
     // Timed: open, every put_batch, and the final flush (durable); the
-    // generation of each batch's values is not the store's cost.
-    let mut secs = 0.0;
-    {
+    // generation of each batch's values is not the store's cost. Each
+    // repetition writes a fresh store; the reads use the last one.
+    let runs = WriteRuns::measure(ctx, &name, |_| {
+        ctx.fresh_dir(&name).map_err(err)?;
+        std::fs::create_dir_all(&dir).map_err(err)?;
+        let mut secs = 0.0;
         let t = Instant::now();
         let store = SegmentStore::open(&dir, Options::default()).map_err(err)?;
         secs += t.elapsed().as_secs_f64();
@@ -133,18 +140,12 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
         store.flush().map_err(err)?;
         drop(store);
         secs += t.elapsed().as_secs_f64();
-    }
+        Ok(secs)
+    })?;
     let on_disk = disk_bytes(&dir);
     ctx.emit(
-        Line::new(
-            "w1",
-            &format!("write{suffix}"),
-            n,
-            (n * item_bytes) as u64,
-            secs,
-        )
-        .limit(Limit::DurableWrite)
-        .with("bytes_on_disk_per_item", on_disk as f64 / n.max(1) as f64),
+        runs.line("w1", &format!("write{suffix}"), n, (n * item_bytes) as u64)
+            .with("bytes_on_disk_per_item", on_disk as f64 / n.max(1) as f64),
     );
 
     // The read pass is repeated: one pass right after the write swings by

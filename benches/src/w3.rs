@@ -6,7 +6,8 @@
 //! last phase leaves a quarter of the shards on disk. Phases:
 //!
 //! - `first_pass`: a fresh store iterated end to end (the source is pulled,
-//!   pickled and written durably shard by shard).
+//!   pickled and written durably shard by shard); three repetitions from a
+//!   settled disk ([`crate::write_runs`]).
 //! - `decode_only`: decoding every shard file's bytes (already in memory)
 //!   with this crate's decoder, safety checks included: the floor of a cached
 //!   pass. `decode_only_serde_pickle`: the same with plain serde-pickle.
@@ -20,8 +21,14 @@
 //!   `memory_limit` = 25% of the full cache and 8 shards in memory, issued
 //!   as `get_many` batches of 10,000 (each batch is served in one forward
 //!   pass of the source for the shards that were evicted).
-//! - `read_random_budget_single`: a few hundred single `get`s under the
-//!   same budget (each miss replays the source: the cost loadit also pays).
+//! - `read_random_budget_single_replay`: a few hundred single `get`s under
+//!   the same budget with the plain source (each miss replays the source
+//!   from item 0: the cost loadit also pays).
+//! - `read_random_budget_single`: single `get`s under the same budget with
+//!   a seekable source (`open_with_seekable_source`): a miss replays its
+//!   own shard. Reports `miss_s` (all the time over the shards
+//!   regenerated) beside `shard_generate_write_s` (generating, pickling
+//!   and durably writing one shard by hand) and their ratio.
 //!
 //! Every value read is checked after the timed region; a wrong one fails the run.
 
@@ -30,6 +37,7 @@ use std::time::Instant;
 
 use shard_store::{Bytes, Options, ShardName, ShardStore, format, inspect};
 
+use crate::write_runs::WriteRuns;
 use crate::{Ctx, Limit, Line, RunError, progress};
 
 /// Records per shard.
@@ -89,35 +97,39 @@ const ITEM_BYTES: u64 = 8 + PAYLOAD as u64;
 pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     let n = ctx.n_or(1_000_000) as u64;
     let seed = ctx.seed;
-    let root = ctx.fresh_dir("w3").map_err(|e| RunError::store("w3", e))?;
+    let root = ctx.dir.join("w3");
     let opts = Options::default().shard_items(SHARD_ITEMS);
     let source = move || (0..n).map(move |i| record(i, seed));
 
-    // 1. First pass: pull, pickle, write durably.
+    // 1. First pass: pull, pickle, write durably (a fresh root each repetition).
     progress!("w3: first pass over {n} records");
-    let store = ShardStore::open_with_source(&root, opts.clone(), source).map_err(store_err)?;
-    let t = Instant::now();
-    let mut count = 0u64;
-    for shard in store.iter_shards() {
-        let shard = shard.map_err(store_err)?;
-        count += shard.len() as u64;
-    }
-    let secs = t.elapsed().as_secs_f64();
-    drop(store);
+    let runs = WriteRuns::measure(ctx, "w3 first_pass", |_| {
+        let root = ctx.fresh_dir("w3").map_err(|e| RunError::store("w3", e))?;
+        let store = ShardStore::open_with_source(&root, opts.clone(), source).map_err(store_err)?;
+        let t = Instant::now();
+        let mut count = 0u64;
+        for shard in store.iter_shards() {
+            let shard = shard.map_err(store_err)?;
+            count += shard.len() as u64;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        drop(store);
+        let summary = inspect(&root).map_err(store_err)?;
+        if count != n || summary.length != Some(n) || !summary.complete {
+            return Err(RunError::WrongValue {
+                workload: "w3",
+                detail: format!(
+                    "first pass saw {count} records, store says {:?}",
+                    summary.length
+                ),
+            });
+        }
+        Ok(secs)
+    })?;
     let summary = inspect(&root).map_err(store_err)?;
-    if count != n || summary.length != Some(n) || !summary.complete {
-        return Err(RunError::WrongValue {
-            workload: "w3",
-            detail: format!(
-                "first pass saw {count} records, store says {:?}",
-                summary.length
-            ),
-        });
-    }
     let disk = summary.bytes_on_disk;
     ctx.emit(
-        Line::new("w3", "first_pass", n as usize, n * ITEM_BYTES, secs)
-            .limit(Limit::DurableWrite)
+        runs.line("w3", "first_pass", n as usize, n * ITEM_BYTES)
             .with("bytes_on_disk_per_item", disk as f64 / n as f64)
             .with("shards", summary.shards),
     );
@@ -279,14 +291,92 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     ctx.emit(
         Line::new(
             "w3",
-            "read_random_budget_single",
+            "read_random_budget_single_replay",
             singles,
             singles as u64 * ITEM_BYTES,
             secs,
         )
         .with("memory_limit", budget),
     );
+    drop(bstore);
+
+    // 6. Single gets under the same budget with a seekable source: a miss
+    // regenerates its own shard only. Compared with generating, pickling
+    // and durably writing one shard by hand.
+    let shard_secs = shard_generate_write_secs(ctx, seed)?;
+    let pulled = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = std::sync::Arc::clone(&pulled);
+    let seekable = move |start: u64| {
+        let counter = std::sync::Arc::clone(&counter);
+        (start..n).map(move |i| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            record(i, seed)
+        })
+    };
+    let sopts = Options {
+        memory_limit: Some(budget),
+        max_cache_size: 8,
+        ..opts.clone()
+    };
+    let sstore =
+        ShardStore::open_with_seekable_source(&broot, sopts, seekable).map_err(store_err)?;
+    let singles = (reads / 50).clamp(1, 2000);
+    let t = Instant::now();
+    let mut got = Vec::with_capacity(singles);
+    for &i in &idx[..singles] {
+        got.push(sstore.get(i as i64).map_err(store_err)?.to_owned_item());
+    }
+    let secs = t.elapsed().as_secs_f64();
+    for (k, &i) in idx[..singles].iter().enumerate() {
+        check("w3", i, &got[k], seed)?;
+    }
+    let regenerated = pulled.load(std::sync::atomic::Ordering::Relaxed) as f64 / SHARD_ITEMS as f64;
+    // Every get is charged to the misses (hits and disk loads included).
+    let miss_secs = secs / regenerated.max(1.0);
+    ctx.emit(
+        Line::new(
+            "w3",
+            "read_random_budget_single",
+            singles,
+            singles as u64 * ITEM_BYTES,
+            secs,
+        )
+        .with("memory_limit", budget)
+        .with("shards_regenerated", regenerated)
+        .with("miss_s", miss_secs)
+        .with("shard_generate_write_s", shard_secs)
+        .with(
+            "miss_ratio_to_shard_write",
+            miss_secs / shard_secs.max(1e-9),
+        ),
+    );
     Ok(())
+}
+
+/// Seconds to generate one shard of records, pickle it and write it durably
+/// (write + fsync of a new file): what one regenerated shard must cost at
+/// least. Median of 3.
+fn shard_generate_write_secs(ctx: &Ctx, seed: u64) -> Result<f64, RunError> {
+    let dir = ctx
+        .fresh_dir("w3-shard-write")
+        .map_err(|e| RunError::store("w3", e))?;
+    let mut samples = Vec::new();
+    for k in 0..3u64 {
+        let path = dir.join(format!("{k}.shard.pickle"));
+        let t = Instant::now();
+        let first = k * SHARD_ITEMS;
+        let items: Vec<Record> = (first..first + SHARD_ITEMS)
+            .map(|i| record(i, seed))
+            .collect();
+        let bytes =
+            format::encode_shard(&path, &items, format::Compression::None).map_err(store_err)?;
+        let io = |e| RunError::store("w3", e);
+        let mut file = std::fs::File::create(&path).map_err(io)?;
+        std::io::Write::write_all(&mut file, &bytes).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    Ok(crate::median(&mut samples))
 }
 
 /// Every shard file of `root`, read into memory (page cache warm).

@@ -8,7 +8,8 @@
 //! Phases (each repeated, median reported):
 //! - `write`: 2 writer threads fill pages in place (`write_parallel`),
 //!   timed until `finalize` (fsync, rename, directory fsync) returns;
-//!   compared with the durable sequential write bandwidth. `write_direct`:
+//!   each repetition from a settled disk, compared with the durable
+//!   sequential write bandwidth measured right before it. `write_direct`:
 //!   the same with `O_DIRECT` page writes.
 //! - `read_random`: one thread reads every sample once in a random order
 //!   through zero-copy `sample(i).bytes()` slices and checks every byte;
@@ -27,6 +28,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+use crate::write_runs::WriteRuns;
 use crate::{Ctx, Limit, Line, RunError, median, progress};
 
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -135,9 +137,8 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     // first, then with O_DIRECT page writes (the file read back below is
     // the buffered one: both have the same bytes).
     for (phase, direct) in [("write_direct", true), ("write", false)] {
-        let mut write_secs = Vec::new();
         let mut summary = None;
-        for rep in 0..REPS {
+        let runs = WriteRuns::measure(ctx, &format!("w5 {phase}"), |_| {
             let _ = std::fs::remove_file(&path);
             let start = Instant::now();
             let mut writer = PageWriter::create(
@@ -148,13 +149,11 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
             .map_err(store)?;
             writer.write_parallel(&source, 2).map_err(store)?;
             summary = Some(writer.finalize().map_err(store)?);
-            write_secs.push(start.elapsed().as_secs_f64());
-            progress!("w5: {phase} rep {rep}: {:.2}s", write_secs[rep]);
-        }
+            Ok(start.elapsed().as_secs_f64())
+        })?;
         let summary = summary.ok_or_else(|| wrong("no write ran".into()))?;
         ctx.emit(
-            Line::new("w5", phase, n, total, median(&mut write_secs))
-                .limit(Limit::DurableWrite)
+            runs.line("w5", phase, n, total)
                 .with("threads", 2)
                 .with("direct_io", summary.direct_io)
                 .with(

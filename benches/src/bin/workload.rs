@@ -1,5 +1,5 @@
 //! The workload runner: `workload <w1|w2|w3|w4|w5|limits|all> [--n N]
-//! [--seed S] [--dir D]`. One JSON object per line on stdout.
+//! [--seed S] [--dir D] [--writers K]`. One JSON object per line on stdout.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,9 +38,22 @@ struct Args {
     /// Size of the buffer the memcpy limit is measured on, in MiB.
     #[arg(long, default_value_t = 256)]
     memcpy_mb: usize,
+    /// Writer processes of W2's `multi_writer` phase (1: no such phase).
+    #[arg(long, default_value_t = 1)]
+    writers: usize,
 }
 
 fn main() -> ExitCode {
+    // A writer child of W2's multi-writer phase.
+    if let Some(done) = benches::w2::child_from_env() {
+        return match done {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("w2 writer child failed: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -74,6 +87,7 @@ fn run(args: &Args) -> Result<(), RunError> {
         seed: args.seed,
         dir,
         limits,
+        writers: args.writers.max(1),
     };
     for (phase, bytes_per_s) in [
         ("memcpy", limits.memcpy),

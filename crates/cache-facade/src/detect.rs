@@ -43,7 +43,10 @@ impl CacheKind {
 /// The kind of cache at `path`, or `None` when it is none we know.
 pub fn detect(path: &Path) -> Option<CacheKind> {
     if path.is_dir() {
-        if path.join(segment_store::format::INDEX_FILE).is_file() {
+        // Ours: the shared index log, or (several writers) their logs.
+        if path.join(segment_store::format::INDEX_FILE).is_file()
+            || path.join(segment_store::format::WRITERS_DIR).is_dir()
+        {
             return Some(CacheKind::SegmentStore);
         }
         if path.join(segment_store::format::SEGMENTS_DIR).is_dir() {

@@ -91,6 +91,34 @@ fn segment_store_round_trips_every_value_shape_by_string_id() {
 }
 
 #[test]
+fn segment_store_multi_writer_ranks_write_their_own_logs() {
+    let root = tempfile::tempdir().unwrap();
+    let config = CacheConfig::new(BackendKind::SegmentStore, root.path(), "ranks")
+        .option("multi_writer", true);
+    let rank = segment_store::Options::default().current_rank;
+    let cache = cache_facade::SegmentBackend::open(&config).unwrap();
+    cache.put_batch(vec![("a".into(), row(1))]).unwrap();
+    cache.flush().unwrap();
+    let dir = cache.store().dir().to_path_buf();
+    let log = dir
+        .join(segment_store::format::WRITERS_DIR)
+        .join(segment_store::format::writer_log_name(rank));
+    assert!(log.is_file(), "{log:?}");
+    // The same rank started twice is refused, with the lock it wants.
+    let Err(err) = cache_facade::SegmentBackend::open(&config) else {
+        panic!("the same rank opened twice");
+    };
+    assert!(err.to_string().contains("lock"), "{err}");
+    drop(cache);
+    let cache = open(&config).unwrap();
+    assert_eq!(cache.get("a").unwrap(), Some(row(1)));
+    assert_eq!(
+        cache_facade::detect(&dir),
+        Some(cache_facade::CacheKind::SegmentStore)
+    );
+}
+
+#[test]
 fn segment_values_are_views_into_the_mapped_segment() {
     let root = tempfile::tempdir().unwrap();
     let config = CacheConfig::new(BackendKind::SegmentStore, root.path(), "v");

@@ -84,6 +84,59 @@ fn demo_then_inspect_verify_get_stats_compact() {
 }
 
 #[test]
+fn multi_writer_caches_inspect_verify_and_compact() {
+    use segment_store::{Options, Record, SegmentStore};
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("ranks");
+    for w in 0..3u32 {
+        let s = SegmentStore::open(
+            &dir,
+            Options {
+                writer_id: Some(w),
+                ..Options::default()
+            },
+        )
+        .unwrap();
+        let items: Vec<(String, Record)> = (0..5)
+            .map(|i| {
+                let t = tensor_core::Tensor::from_vec([2], vec![w as f32, i as f32]).unwrap();
+                (format!("r{w}_{i}"), Record::from(t))
+            })
+            .collect();
+        s.put_batch(&items).unwrap();
+        s.flush().unwrap();
+    }
+    let table = ok(&["inspect", p(&dir)]);
+    assert!(
+        table.contains("kind: segment-store") && table.contains("entries: 15"),
+        "{table}"
+    );
+    assert!(table.contains("writer-0002.log"), "{table}");
+    let json: Value = serde_json::from_str(&ok(&["inspect", p(&dir), "--json"])).unwrap();
+    assert_eq!(json["kind"], "segment-store");
+    assert!(json.to_string().contains("writer-0001.log"), "{json}");
+    assert!(ok(&["verify", p(&dir)]).contains("sound"));
+    // A writer log that lies about a segment is found.
+    let log = dir.join("writers").join("writer-0001.log");
+    let mut bytes = std::fs::read(&log).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&log, &bytes).unwrap();
+    let bad = cachex(&["verify", p(&dir)]);
+    assert_eq!(bad.status.code(), Some(1), "{}", stdout(&bad));
+    assert!(stdout(&bad).contains("writer-0001.log"), "{}", stdout(&bad));
+    std::fs::write(&log, {
+        bytes[last] ^= 0xff;
+        &bytes
+    })
+    .unwrap();
+    assert!(ok(&["compact", p(&dir)]).contains("15 live rows kept"));
+    assert!(ok(&["verify", p(&dir)]).contains("sound"));
+    let rec: Value = serde_json::from_str(&ok(&["get", p(&dir), "r2_4", "--json"])).unwrap();
+    assert_eq!(rec["data"], serde_json::json!([2.0, 4.0]));
+}
+
+#[test]
 fn verify_names_the_corrupt_file_and_exits_1() {
     let root = tempfile::tempdir().unwrap();
     let dir = demo_cache(root.path());

@@ -23,6 +23,8 @@
 //! - [`FileLock`]: the advisory `flock` (via `fs2`) of one writer —
 //!   exclusive or shared, blocking or refused at once with
 //!   [`Error::Locked`] — unlocked explicitly on drop;
+//! - [`start_writeback`]: early write-back of a written range (advice;
+//!   the commit's fsync stays the durability point);
 //! - [`read_capped`]: reads a metadata file that the format keeps small,
 //!   refusing a corrupt or hostile one before a huge allocation.
 //!
@@ -62,6 +64,7 @@ mod atomic;
 mod error;
 mod lock;
 mod temp;
+mod writeback;
 
 pub use atomic::{
     commit_temp, create_temp, parent_dir, read_capped, remove_and_sync, rename, rename_and_sync,
@@ -72,3 +75,4 @@ pub use lock::FileLock;
 pub use temp::{
     TMP_SUFFIX, remove_dead_temp_files, remove_temp_files, temp_path, unique_temp_path,
 };
+pub use writeback::start_writeback;

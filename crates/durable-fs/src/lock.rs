@@ -42,6 +42,20 @@ impl FileLock {
         }
     }
 
+    /// A shared lock of `path` if no one holds it exclusively right now,
+    /// else `None`: many holders of shared locks never wait on each other.
+    pub fn try_shared(path: &Path) -> Result<Option<FileLock>> {
+        let file = open(path)?;
+        match FileExt::try_lock_shared(&file) {
+            Ok(()) => Ok(Some(FileLock {
+                file,
+                path: path.to_path_buf(),
+            })),
+            Err(e) if contended(&e) => Ok(None),
+            Err(e) => Err(Error::io("lock", path)(e)),
+        }
+    }
+
     /// Blocks until the exclusive lock of `path` is held.
     pub fn exclusive(path: &Path) -> Result<FileLock> {
         let file = open(path)?;

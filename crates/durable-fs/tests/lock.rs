@@ -65,6 +65,13 @@ fn shared_locks_coexist_and_keep_writers_out() {
     drop(b);
     let x = FileLock::exclusive(&path).unwrap();
     assert_eq!(x.path(), path);
+    // try_shared is refused while the exclusive lock is held, at once.
+    assert!(FileLock::try_shared(&path).unwrap().is_none());
+    drop(x);
+    let c = FileLock::try_shared(&path).unwrap().unwrap();
+    let d = FileLock::try_shared(&path).unwrap().unwrap();
+    assert!(FileLock::try_exclusive(&path).unwrap().is_none());
+    drop((c, d));
 }
 
 #[test]

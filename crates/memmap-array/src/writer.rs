@@ -23,7 +23,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use durable_fs::FileLock;
@@ -46,26 +46,68 @@ const BIN_BUFFER_MAX: usize = 8 << 20;
 /// many arrays does not allocate `BIN_BUFFER_MAX` for each.
 const BIN_BUFFER_TOTAL: usize = 64 << 20;
 
-/// Bytes written between two hints to the kernel to start writing the
-/// `.bin` files back, so the disk works while rows are produced instead of
-/// all at the next group commit's fsync.
-const WRITEBACK_KICK: u64 = 32 << 20;
+/// A `.bin` file's appender: rows are gathered in a large buffer, and each
+/// full buffer is written with one `write` and handed to the disk at once
+/// ([`durable_fs::start_writeback`]) instead of waiting for the group commit.
+struct BinOut {
+    file: File,
+    buf: Vec<u8>,
+    /// File offset of `buf[0]` (the file's length as far as we wrote it).
+    offset: u64,
+}
 
-/// Starts asynchronous writeback of `file`'s dirty pages (Linux; elsewhere
-/// a no-op). Only a hint: durability still comes from the fsync of the
-/// group commit, so a failure here is ignored.
-fn start_writeback(file: &File) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: sync_file_range only reads its integer arguments; the fd
-        // is open for as long as `file` is borrowed.
-        unsafe {
-            libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
-        }
+impl BinOut {
+    /// An appender writing at `offset` of `file` with a `cap`-byte buffer.
+    fn new(mut file: File, offset: u64, cap: usize) -> std::io::Result<BinOut> {
+        file.seek(SeekFrom::Start(offset))?;
+        Ok(BinOut {
+            file,
+            buf: Vec::with_capacity(cap),
+            offset,
+        })
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = file;
+
+    fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Writes `bytes` at the end and starts their write-back.
+    fn write_through(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.file.write_all(bytes)?;
+        durable_fs::start_writeback(&self.file, self.offset, bytes.len());
+        self.offset += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn drain(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut self.buf);
+        let result = self.write_through(&buf);
+        self.buf = buf;
+        self.buf.clear();
+        result
+    }
+}
+
+impl Write for BinOut {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let cap = self.buf.capacity();
+        if self.buf.len() + bytes.len() > cap {
+            self.drain()?;
+        }
+        if bytes.len() >= cap {
+            self.write_through(bytes)?;
+        } else {
+            self.buf.extend_from_slice(bytes);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.drain()
+    }
 }
 
 fn bin_buffer(arrays: usize) -> usize {
@@ -168,7 +210,7 @@ struct RowLine<'a> {
 
 struct BinFile {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: BinOut,
 }
 
 /// Writes rows into a cache directory; see the module docs for durability.
@@ -191,7 +233,6 @@ pub struct RowWriter {
     interned: Vec<HashMap<String, u64>>,
     resume_keys: Vec<String>,
     broken: bool,
-    unkicked_bytes: u64,
 }
 
 impl std::fmt::Debug for RowWriter {
@@ -287,10 +328,9 @@ impl RowWriter {
                 .open(&path)
                 .map_err(Error::io(&path))?;
             file.sync_all().map_err(Error::io(&path))?;
-            bins.push(BinFile {
-                path,
-                out: BufWriter::with_capacity(bin_buffer(schema.arrays().len()), file),
-            });
+            let out = BinOut::new(file, 0, bin_buffer(schema.arrays().len()))
+                .map_err(Error::io(&path))?;
+            bins.push(BinFile { path, out });
         }
         let header = ManifestHeader {
             format: MANIFEST_FORMAT.to_owned(),
@@ -323,7 +363,6 @@ impl RowWriter {
             committed_rows: 0,
             resume_keys: Vec::new(),
             broken: false,
-            unkicked_bytes: 0,
         })
     }
 
@@ -395,8 +434,7 @@ impl RowWriter {
                 file.set_len(expected).map_err(Error::io(&path))?;
             }
             file.sync_all().map_err(Error::io(&path))?;
-            let mut out = BufWriter::with_capacity(bin_buffer(schema.arrays().len()), file);
-            out.seek(SeekFrom::Start(expected))
+            let out = BinOut::new(file, expected, bin_buffer(schema.arrays().len()))
                 .map_err(Error::io(&path))?;
             bins.push(BinFile { path, out });
         }
@@ -417,7 +455,6 @@ impl RowWriter {
             interned,
             resume_keys,
             broken: false,
-            unkicked_bytes: 0,
         })
     }
 
@@ -570,14 +607,6 @@ impl RowWriter {
         self.pending_rows += 1;
         if self.options.sync_every > 0 && self.pending_rows >= self.options.sync_every {
             self.flush()?;
-        } else {
-            self.unkicked_bytes += self.schema.row_bytes();
-            if self.unkicked_bytes >= WRITEBACK_KICK {
-                self.unkicked_bytes = 0;
-                for bin in &self.bins {
-                    start_writeback(bin.out.get_ref());
-                }
-            }
         }
         Ok(())
     }
@@ -599,13 +628,13 @@ impl RowWriter {
     }
 
     fn group_commit(&mut self) -> Result<()> {
-        self.unkicked_bytes = 0;
+        // Every buffer goes to the kernel (and starts its write-back) before
+        // the first fsync, so the files' tails are written back together.
         for bin in &mut self.bins {
             bin.out.flush().map_err(Error::io(&bin.path))?;
-            bin.out
-                .get_ref()
-                .sync_data()
-                .map_err(Error::io(&bin.path))?;
+        }
+        for bin in &self.bins {
+            bin.out.file().sync_data().map_err(Error::io(&bin.path))?;
         }
         self.manifest
             .write_all(&self.pending)

@@ -650,7 +650,7 @@ impl PageWriter {
         self.file
             .write_all_at(&bytes[..wlen], offset)
             .map_err(|e| Error::io(&self.tmp, "write page", e))?;
-        start_writeback(&self.file, offset, wlen);
+        durable_fs::start_writeback(&self.file, offset, wlen);
         Ok(hash)
     }
 
@@ -845,27 +845,6 @@ impl Drop for PageWriter {
         }
     }
 }
-
-/// Asks the kernel to start writing a page back now (Linux
-/// `sync_file_range(SYNC_FILE_RANGE_WRITE)`), so the disk works while the
-/// next pages are filled and the final fsync has little left to do.
-/// Advice only: durability still comes from `finalize`'s fsync.
-#[cfg(target_os = "linux")]
-fn start_writeback(file: &File, offset: u64, len: usize) {
-    use std::os::fd::AsRawFd;
-    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-        return;
-    };
-    // SAFETY: `file` is an open descriptor for the whole call and
-    // sync_file_range touches no memory of ours; any error (e.g. ENOSYS)
-    // only means the writeback starts later, at fsync.
-    let _ = unsafe {
-        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
-    };
-}
-
-#[cfg(not(target_os = "linux"))]
-fn start_writeback(_file: &File, _offset: u64, _len: usize) {}
 
 fn to_run(run: &PlannedRun, hash: [u8; 32]) -> Run {
     Run {

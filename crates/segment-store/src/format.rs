@@ -6,7 +6,10 @@
 //!   segments/segment_000001.arrow   (ids grow; parsed numerically, may exceed 6 digits)
 //!   schema.json                     torchcachex's shape: fields, metadata, output_structure
 //!   segment-index.log               append-only index of this crate (below)
-//!   segment-store.lock              fs2 advisory lock of the writer
+//!   segment-store.lock              fs2 lock: the single writer's (exclusive),
+//!                                   or every multi-writer's (shared)
+//!   writers/writer-0003.log         multi-writer 3's own index log (version 3)
+//!   writers/writer-0003.lock        multi-writer 3's own lock
 //!   *.tmp                           in-flight writes; removed on open
 //! ```
 //!
@@ -46,6 +49,40 @@
 //! segment-id order, and later rows win when keys repeat. Segments with ids above the log's last
 //! group are indexed on open; a directory without a log (a torchcachex
 //! cache) is indexed from the segments' `key` columns.
+//!
+//! # Several writers (format version 3)
+//! In multi-writer mode (`Options::writer_id`) writer `w` (0 to
+//! [`MAX_WRITER_ID`]) writes only files no other writer can name, so
+//! writers never share a mutable file and need no lock between them
+//! (which `flock` on NFS or Lustre could not be trusted for):
+//! - its segments have ids `w`, `w + 4096`, `w + 2 * 4096`, ... (residue
+//!   `w` modulo [`WRITER_STRIDE`]), each above every id of the shared log
+//!   and of its own earlier segments; the names stay
+//!   `segment_{id:06}.arrow`, which torchcachex reads;
+//! - its index log is `writers/writer-{w:04}.log`: the version-2 layout
+//!   with header `magic | version u32 (= 3) | writer u32 (= w)`, every
+//!   group's segment in residue class `w`.
+//!
+//! A reader merges the shared log and every writer log. A key in several
+//! places resolves to its greatest (segment id, row): the same answer on
+//! every rank and every open whatever order the logs are read in, and the
+//! one torchcachex's rebuild gives (it sorts the ids numerically and lets
+//! later rows win). Writers that overlap in time are thereby ordered by
+//! their flush count, then their id. A segment in no log is adopted only
+//! by its owner: writer `w` on open indexes (and logs) its own segments
+//! newer than its log and the shared log, the single writer those newer
+//! than every log; readers ignore such a segment (a write in flight, or a
+//! crashed writer's that it adopts when it comes back), so that every
+//! reader gives the same answer. Each writer cleans only its own temp
+//! files. A multi-writer cache is compacted by a single writer, into the
+//! shared log (the commit point), after which the writer logs are removed.
+//! Locks (`flock`, advisory): each writer holds `writers/writer-{w:04}.lock`
+//! (the same rank started twice is refused) and `segment-store.lock`
+//! *shared* (many holders, none waits on another), which keeps out the
+//! single writer and compaction, who hold it exclusively. Where `flock`
+//! is unreliable these two checks weaken, never the writes themselves.
+//! A build before format version 3 ignores `writers/`: it reads only the
+//! shared log's keys.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -56,8 +93,16 @@ pub const SEGMENTS_DIR: &str = "segments";
 pub const SCHEMA_FILE: &str = "schema.json";
 /// File name of the index log.
 pub const INDEX_FILE: &str = "segment-index.log";
-/// File name of the writer's lock.
+/// File name of the cache's lock: the single writer (and compaction) holds
+/// it exclusively, each multi-writer shared.
 pub const LOCK_FILE: &str = "segment-store.lock";
+/// Folder of the multi-writer index logs and locks.
+pub const WRITERS_DIR: &str = "writers";
+/// Segment ids of writer `w` are `w`, `w + WRITER_STRIDE`, `w + 2 *
+/// WRITER_STRIDE`, ...: the writers' residue classes modulo this stride.
+pub const WRITER_STRIDE: u32 = 4096;
+/// Largest multi-writer id.
+pub const MAX_WRITER_ID: u32 = WRITER_STRIDE - 1;
 /// Suffix of in-flight files.
 pub const TMP_SUFFIX: &str = durable_fs::TMP_SUFFIX;
 /// `cachex_format` metadata value of the segments this version writes.
@@ -65,8 +110,11 @@ pub const SEGMENT_FORMAT: &str = "1";
 
 /// Magic of the index log header.
 pub const INDEX_MAGIC: [u8; 8] = *b"CXSEGIDX";
-/// Version of the index log.
+/// Version of the shared index log (`segment-index.log`).
 pub const INDEX_VERSION: u32 = 2;
+/// Version of a writer's index log (`writers/writer-NNNN.log`): the
+/// version-2 layout, the header's last word holding the writer id.
+pub const WRITER_LOG_VERSION: u32 = 3;
 /// Bytes of the index log header.
 pub const INDEX_HEADER_LEN: usize = 16;
 /// Magic of a group header.
@@ -104,6 +152,52 @@ pub fn encode_index_header() -> [u8; INDEX_HEADER_LEN] {
     h[..8].copy_from_slice(&INDEX_MAGIC);
     h[8..12].copy_from_slice(&INDEX_VERSION.to_le_bytes());
     h
+}
+
+/// The header of writer `writer`'s index log.
+pub fn encode_writer_log_header(writer: u32) -> [u8; INDEX_HEADER_LEN] {
+    let mut h = [0u8; INDEX_HEADER_LEN];
+    h[..8].copy_from_slice(&INDEX_MAGIC);
+    h[8..12].copy_from_slice(&WRITER_LOG_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&writer.to_le_bytes());
+    h
+}
+
+/// The writer whose residue class segment `id` is in.
+pub fn writer_of(id: u32) -> u32 {
+    id % WRITER_STRIDE
+}
+
+/// The smallest segment id of `writer` above `above` (any id when `None`),
+/// or `None` when the writer's ids are exhausted.
+pub fn next_writer_segment(writer: u32, above: Option<u32>) -> Option<u32> {
+    let Some(above) = above else {
+        return Some(writer);
+    };
+    let lo = u64::from(above) + 1;
+    let k = u64::from(WRITER_STRIDE);
+    let id = lo.div_ceil(k) * k + u64::from(writer);
+    let id = if id - k >= lo { id - k } else { id };
+    u32::try_from(id).ok()
+}
+
+/// The file name of writer `writer`'s index log (under [`WRITERS_DIR`]).
+pub fn writer_log_name(writer: u32) -> String {
+    format!("writer-{writer:04}.log")
+}
+
+/// The file name of writer `writer`'s lock (under [`WRITERS_DIR`]).
+pub fn writer_lock_name(writer: u32) -> String {
+    format!("writer-{writer:04}.lock")
+}
+
+/// The writer of a writer log file name, or `None` for any other name.
+pub fn parse_writer_log_name(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("writer-")?.strip_suffix(".log")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&w| w <= MAX_WRITER_ID)
 }
 
 /// The first 8 bytes of BLAKE3 of `bytes`, little-endian (segment stamps).
@@ -175,6 +269,34 @@ pub struct ParsedLog {
     pub valid_len: u64,
     /// Why parsing stopped before the end of the file, if it did.
     pub torn: Option<String>,
+    /// The segment of the last valid group.
+    pub last_id: Option<u32>,
+    /// The writer whose log this is (`None`: the shared log).
+    pub writer: Option<u32>,
+}
+
+/// Checks an index log header: `Ok(None)` for the shared log (version 2),
+/// `Ok(Some(w))` for writer `w`'s log (version 3), `Err(why)` otherwise.
+pub fn parse_index_header(head: &[u8; INDEX_HEADER_LEN]) -> Result<Option<u32>, String> {
+    if head[..8] != INDEX_MAGIC {
+        return Err("bad magic (not a segment-store index log)".into());
+    }
+    let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+    let word = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
+    match version {
+        1 => Err("index version 1 (BLAKE3 key hashes); this build uses version 2 (XXH3)".into()),
+        INDEX_VERSION if word != 0 => Err(format!(
+            "index flags {word:#x}: this build knows none (a newer writer, or damage)"
+        )),
+        INDEX_VERSION => Ok(None),
+        WRITER_LOG_VERSION if word > MAX_WRITER_ID => Err(format!(
+            "writer log of writer {word}, above the largest id {MAX_WRITER_ID}"
+        )),
+        WRITER_LOG_VERSION => Ok(Some(word)),
+        v => Err(format!(
+            "index version {v}, this build reads {INDEX_VERSION} and {WRITER_LOG_VERSION}"
+        )),
+    }
 }
 
 /// Reads an index log of `file_len` bytes from `r` in one sequential pass,
@@ -183,11 +305,10 @@ pub struct ParsedLog {
 /// tail). Memory use is bounded by the largest group, which is bounded by
 /// `file_len`.
 pub fn read_index(
-    r: impl std::io::Read,
+    mut r: impl std::io::Read,
     file_len: u64,
-    mut visit: impl FnMut(&Group, &[u8]),
+    visit: impl FnMut(&Group, &[u8]),
 ) -> std::io::Result<Result<ParsedLog, String>> {
-    let mut r = std::io::BufReader::with_capacity(1 << 18, r);
     if file_len < INDEX_HEADER_LEN as u64 {
         return Ok(Err(format!(
             "{file_len} bytes, shorter than the {INDEX_HEADER_LEN}-byte header"
@@ -195,32 +316,37 @@ pub fn read_index(
     }
     let mut head = [0u8; INDEX_HEADER_LEN];
     r.read_exact(&mut head)?;
-    if head[..8] != INDEX_MAGIC {
-        return Ok(Err("bad magic (not a segment-store index log)".into()));
-    }
-    let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
-    if version == 1 {
-        return Ok(Err(
-            "index version 1 (BLAKE3 key hashes); this build uses version 2 (XXH3)".into(),
-        ));
-    }
-    if version != INDEX_VERSION {
-        return Ok(Err(format!(
-            "index version {version}, this build reads {INDEX_VERSION}"
-        )));
-    }
-    let flags = u32::from_le_bytes([head[12], head[13], head[14], head[15]]);
-    if flags != 0 {
-        return Ok(Err(format!(
-            "index flags {flags:#x}: this build knows none (a newer writer, or damage)"
-        )));
-    }
+    let writer = match parse_index_header(&head) {
+        Ok(w) => w,
+        Err(why) => return Ok(Err(why)),
+    };
+    let mut out = read_groups(r, INDEX_HEADER_LEN as u64, file_len, None, writer, visit)?;
+    out.writer = writer;
+    Ok(Ok(out))
+}
+
+/// Reads the groups of an index log from byte `start` (just past the header,
+/// or where an earlier read stopped: [`ParsedLog::valid_len`]) up to
+/// `file_len`, `r` positioned at `start`. `last_id` is the segment of the
+/// group before `start`; in writer `writer`'s log every segment id must be
+/// of that writer. A short or bad group ends the read (a torn tail, or a
+/// group still being appended).
+pub fn read_groups(
+    r: impl std::io::Read,
+    start: u64,
+    file_len: u64,
+    mut last_id: Option<u32>,
+    writer: Option<u32>,
+    mut visit: impl FnMut(&Group, &[u8]),
+) -> std::io::Result<ParsedLog> {
+    let mut r = std::io::BufReader::with_capacity(1 << 18, r);
     let mut out = ParsedLog {
-        valid_len: INDEX_HEADER_LEN as u64,
+        valid_len: start,
+        last_id,
+        writer,
         ..ParsedLog::default()
     };
-    let mut pos = INDEX_HEADER_LEN as u64;
-    let mut last_id: Option<u32> = None;
+    let mut pos = start;
     let mut body_buf = Vec::new();
     while pos < file_len {
         let rest = file_len - pos;
@@ -270,6 +396,14 @@ pub fn read_index(
             ));
             break;
         }
+        if let Some(w) = writer
+            && writer_of(segment_id) != w
+        {
+            out.torn = Some(format!(
+                "group at offset {pos} indexes segment {segment_id}, not one of writer {w}"
+            ));
+            break;
+        }
         last_id = Some(segment_id);
         let group = Group {
             segment_id,
@@ -281,8 +415,9 @@ pub fn read_index(
         out.groups.push(group);
         pos += GROUP_HEADER_LEN as u64 + body;
         out.valid_len = pos;
+        out.last_id = last_id;
     }
-    Ok(Ok(out))
+    Ok(out)
 }
 
 /// [`read_index`] over bytes in memory.
@@ -314,6 +449,38 @@ mod tests {
             key_hash("sample_0"),
             xxhash_rust::xxh3::xxh3_64(b"sample_0")
         );
+    }
+
+    #[test]
+    fn writer_ids_interleave() {
+        assert_eq!(next_writer_segment(3, None), Some(3));
+        assert_eq!(next_writer_segment(3, Some(2)), Some(3));
+        assert_eq!(next_writer_segment(3, Some(3)), Some(3 + WRITER_STRIDE));
+        assert_eq!(next_writer_segment(0, Some(0)), Some(WRITER_STRIDE));
+        assert_eq!(
+            next_writer_segment(5, Some(WRITER_STRIDE * 7 + 9)),
+            Some(WRITER_STRIDE * 8 + 5)
+        );
+        assert_eq!(next_writer_segment(5, Some(u32::MAX - 1)), None);
+        assert_eq!(writer_of(WRITER_STRIDE * 9 + 17), 17);
+        assert_eq!(parse_writer_log_name(&writer_log_name(17)), Some(17));
+        assert_eq!(parse_writer_log_name("writer-4096.log"), None);
+        assert_eq!(parse_writer_log_name("writer-0001.lock"), None);
+    }
+
+    #[test]
+    fn writer_log_checks_its_writer() {
+        let mut log = encode_writer_log_header(2).to_vec();
+        log.extend(encode_group(2, 100, 11, &[1]));
+        log.extend(encode_group(WRITER_STRIDE + 2, 100, 11, &[2]));
+        let full = log.len();
+        log.extend(encode_group(2 * WRITER_STRIDE + 3, 100, 11, &[3]));
+        let parsed = parse_index(&log, |_, _| {}).unwrap();
+        assert_eq!(parsed.writer, Some(2));
+        assert_eq!(parsed.groups.len(), 2);
+        assert_eq!(parsed.valid_len, full as u64);
+        assert_eq!(parsed.last_id, Some(WRITER_STRIDE + 2));
+        assert!(parsed.torn.unwrap().contains("not one of writer 2"));
     }
 
     #[test]

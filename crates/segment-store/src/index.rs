@@ -1,7 +1,9 @@
 //! The in-memory key index: an open-addressing table of 12-byte slots.
 //!
-//! A slot packs the top 48 bits of the key hash (the tag; 0 marks an empty
-//! slot), a 24-bit segment id and a 24-bit row. The home slot is derived
+//! A slot packs the top 40 bits of the key hash (the tag; 0 marks an empty
+//! slot), a 32-bit segment id and a 24-bit row: multi-writer segment ids
+//! interleave the writers (see [`crate::format::WRITER_STRIDE`]), so they
+//! need the whole `u32`. The home slot is derived
 //! from the tag, so the table can grow without the keys. A tag match is
 //! only a candidate: readers confirm it against the `key` column of the
 //! segment, so two keys with the same tag both stay findable.
@@ -10,8 +12,6 @@
 //! 15 and 22.5 bytes per entry; opened with a known count it is sized to a
 //! load of 0.65 (18.5 bytes per entry), which keeps probe runs short.
 
-/// Largest segment id a location can hold.
-pub const MAX_SEGMENT_ID: u32 = (1 << 24) - 1;
 /// Largest row a location can hold.
 pub const MAX_ROW: u32 = (1 << 24) - 1;
 
@@ -24,35 +24,35 @@ pub struct Loc {
     pub row: u32,
 }
 
-/// One packed slot: tag (48 bits), segment (24), row (24).
+/// One packed slot: tag (40 bits), segment (32), row (24).
 #[derive(Clone, Copy)]
 struct Slot([u32; 3]);
 
 impl Slot {
     fn pack(tag: u64, loc: Loc) -> Slot {
-        let p = (u128::from(tag) << 48) | (u128::from(loc.seg) << 24) | u128::from(loc.row);
+        let p = (u128::from(tag) << 56) | (u128::from(loc.seg) << 24) | u128::from(loc.row);
         Slot([(p >> 64) as u32, (p >> 32) as u32, p as u32])
     }
     fn packed(self) -> u128 {
         (u128::from(self.0[0]) << 64) | (u128::from(self.0[1]) << 32) | u128::from(self.0[2])
     }
     fn tag(self) -> u64 {
-        (self.packed() >> 48) as u64
+        (self.packed() >> 56) as u64
     }
     fn loc(self) -> Loc {
         let p = self.packed();
         Loc {
-            seg: ((p >> 24) & 0xFF_FFFF) as u32,
+            seg: ((p >> 24) & 0xFFFF_FFFF) as u32,
             row: (p & 0xFF_FFFF) as u32,
         }
     }
     fn is_empty(self) -> bool {
-        self.0[0] == 0 && self.0[1] >> 16 == 0
+        self.0[0] == 0 && self.0[1] >> 24 == 0
     }
 }
 
 fn tag_of(hash: u64) -> u64 {
-    let t = hash >> 16;
+    let t = hash >> 24;
     if t == 0 { 1 } else { t }
 }
 
@@ -91,7 +91,7 @@ impl KeyIndex {
     }
 
     fn home(&self, tag: u64) -> usize {
-        (((tag >> 16) * self.slots.len() as u64) >> 32) as usize
+        (((tag >> 8) * self.slots.len() as u64) >> 32) as usize
     }
 
     /// Locations whose tag matches `hash`, oldest insertion first.
@@ -119,8 +119,9 @@ impl KeyIndex {
     }
 
     /// Inserts `loc` for `hash`, replacing the location of the same key
-    /// (`same_key(old)` says whether a tag-matching entry is that key).
-    /// Returns whether the key is new.
+    /// (`same_key(old)` says whether a tag-matching entry is that key) when
+    /// `loc` is the later one: the greater (segment id, row) wins, whatever
+    /// order the index logs are read in. Returns whether the key is new.
     pub fn insert(&mut self, hash: u64, loc: Loc, mut same_key: impl FnMut(Loc) -> bool) -> bool {
         if (self.len + 1) * 5 > self.slots.len() * 4 {
             self.grow();
@@ -136,7 +137,9 @@ impl KeyIndex {
                 return true;
             }
             if s.tag() == tag && same_key(s.loc()) {
-                self.slots[pos] = Slot::pack(tag, loc).0;
+                if loc > s.loc() {
+                    self.slots[pos] = Slot::pack(tag, loc).0;
+                }
                 return false;
             }
             pos += 1;
@@ -146,8 +149,20 @@ impl KeyIndex {
         }
     }
 
+    /// Makes room for `more` entries beyond the current ones at load 0.65
+    /// (one rehash now instead of several while they are inserted).
+    pub fn reserve(&mut self, more: usize) {
+        let cap = self.len.saturating_add(more).saturating_mul(20) / 13 + 16;
+        if cap > self.slots.len() && (self.len + more) * 5 > self.slots.len() * 4 {
+            self.grow_to(cap);
+        }
+    }
+
     fn grow(&mut self) {
-        let cap = (self.slots.len() * 3 / 2).max(16);
+        self.grow_to((self.slots.len() * 3 / 2).max(16));
+    }
+
+    fn grow_to(&mut self, cap: usize) {
         let old = std::mem::replace(&mut self.slots, alloc_slots(cap));
         for s in old.into_iter().map(Slot).filter(|s| !s.is_empty()) {
             let mut pos = self.home(s.tag());
@@ -303,6 +318,17 @@ mod tests {
         // A different key with the same tag is kept beside the first.
         assert!(ix.insert(h, Loc { seg: 3, row: 5 }, |_| false));
         assert_eq!(ix.candidates(h).count(), 2);
+        // An earlier location of a key never replaces a later one.
+        assert!(!ix.insert(h, Loc { seg: 1, row: 9 }, |l| l.seg == 2));
+        assert!(ix.candidates(h).any(|l| l == Loc { seg: 2, row: 0 }));
+        // Segment ids use all 32 bits.
+        let big = Loc {
+            seg: u32::MAX,
+            row: MAX_ROW,
+        };
+        let hb = 0xABCD_EF01_2345_6789;
+        assert!(ix.insert(hb, big, |_| false));
+        assert_eq!(ix.candidates(hb).collect::<Vec<_>>(), vec![big]);
         assert!(ix.resident_bytes() / ix.len() <= 24);
     }
 }

@@ -35,8 +35,16 @@
 //!   the segments' `key` columns (a torchcachex cache: later rows win),
 //!   re-derives a bad `schema.json`, and excludes a corrupt segment (its
 //!   keys read as missing; see [`SegmentStore::problems`]).
-//! * **One writer**: the writer rank takes an `fs2` lock; a second writer
-//!   gets [`Error::Locked`]. Other ranks only fill their LRU.
+//! * **One writer** by default: the writer rank takes an `fs2` lock; a
+//!   second writer gets [`Error::Locked`]. Other ranks only fill their LRU.
+//! * **Or every rank writes** ([`Options::writer_id`]): each writer gets
+//!   its own segment ids (a residue class modulo
+//!   [`format::WRITER_STRIDE`]) and its own index log under `writers/`, so
+//!   writers share no mutable file and no lock (fit for NFS and Lustre);
+//!   opening merges every log, a key written twice resolves to its
+//!   greatest segment id (the same everywhere, and torchcachex's answer),
+//!   and [`refresh`](SegmentStore::refresh) reads only the groups other
+//!   writers appended since. See [`mod@format`] for the rules.
 //!
 //! # API at a glance
 //! [`SegmentStore::open`]`(dir, `[`Options`]`)`, then
@@ -60,7 +68,9 @@
 //!   segments/segment_000001.arrow
 //!   schema.json                     {"fields", "metadata", "output_structure"}
 //!   segment-index.log               header, then per segment: group header + u64 key hashes
-//!   segment-store.lock              writer's advisory lock
+//!   segment-store.lock              the writer's advisory lock (shared by multi-writers)
+//!   writers/writer-0001.log         multi-writer 1's index log (same layout, version 3)
+//!   writers/writer-0001.lock        multi-writer 1's lock
 //! ```
 //! The byte-level format is documented in [`mod@format`].
 //!
@@ -91,6 +101,19 @@
 //! ]);
 //! dicts.put_batch(&[("a", rec)])?;
 //! assert_eq!(dicts.len(), 1);
+//!
+//! // Every rank a writer: two writers (say, two ranks) and a reader.
+//! let shared = tempfile::tempdir()?;
+//! let rank = |w| Options { writer_id: Some(w), ..Options::default() };
+//! let (r0, r1) = (SegmentStore::open(shared.path(), rank(0))?, SegmentStore::open(shared.path(), rank(1))?);
+//! let reader = SegmentStore::open(shared.path(), Options { read_only: true, ..Options::default() })?;
+//! let t = |v: f32| Tensor::from_vec([1], vec![v]);
+//! r0.put_batch(&[("a", Record::from(t(0.0)?))])?;
+//! r1.put_batch(&[("b", Record::from(t(1.0)?))])?;
+//! r0.flush()?;
+//! r1.flush()?;
+//! reader.refresh()?;
+//! assert_eq!(reader.len(), 2);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]
@@ -104,6 +127,7 @@ mod maintenance;
 mod reader;
 mod record;
 mod recover;
+mod refresh;
 mod schema;
 mod store;
 mod validate;
@@ -111,7 +135,7 @@ mod writer;
 
 pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
-pub use maintenance::{CompactReport, Inspection, SegmentInfo, verify};
+pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
 pub use record::{Blob, Part, Record, Structure, TensorBuf};
 pub use schema::{PartKind, PartSpec, RecordSchema};
 pub use store::{Options, SegmentStore, Stats};

@@ -2,17 +2,17 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cache_check::{Problem, ProblemKind, Summary};
 use serde_json::json;
 
-use crate::format::{self, INDEX_FILE, SCHEMA_FILE};
+use crate::format::{self, INDEX_FILE, SCHEMA_FILE, WRITERS_DIR};
 use crate::index::{KeyIndex, Loc};
 use crate::reader::Segment;
 use crate::record::{Record, Structure};
-use crate::recover::{hint_of, list_segments};
+use crate::recover::{hint_of, list_segments, list_writer_logs};
 use crate::schema::parse_schema_json;
 use crate::store::{SegmentStore, note_problem};
 use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
@@ -44,10 +44,50 @@ pub struct Inspection {
     pub entries: usize,
     /// The segments in use.
     pub segments: Vec<SegmentInfo>,
-    /// Bytes of all segments plus the index log.
+    /// Bytes of all segments plus the index logs.
     pub disk_bytes: u64,
     /// Resident index bytes per key.
     pub index_bytes_per_entry: f64,
+    /// The writers of a multi-writer cache (empty for a single-writer one).
+    pub writers: Vec<WriterInfo>,
+}
+
+/// One multi-writer in an [`Inspection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterInfo {
+    /// Writer id (the residue class of its segment ids).
+    pub id: u32,
+    /// Bytes of its index log.
+    pub log_bytes: u64,
+    /// Segments its log lists (`None` when the log's header is bad).
+    pub segments: Option<usize>,
+    /// Whether a process holds its lock right now (an active writer).
+    pub active: bool,
+}
+
+/// The writers of the cache in `dir`: each log's groups, and whether its
+/// lock is held (probed, never kept).
+fn writer_infos(dir: &Path) -> Vec<WriterInfo> {
+    let Ok(logs) = list_writer_logs(dir) else {
+        return Vec::new();
+    };
+    logs.into_iter()
+        .map(|(id, path)| {
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            let segments = format::parse_index(&bytes, |_, _| {})
+                .ok()
+                .map(|p| p.groups.len());
+            let lock = dir.join(WRITERS_DIR).join(format::writer_lock_name(id));
+            let active =
+                lock.exists() && matches!(durable_fs::FileLock::try_exclusive(&lock), Ok(None));
+            WriterInfo {
+                id,
+                log_bytes: bytes.len() as u64,
+                segments,
+                active,
+            }
+        })
+        .collect()
 }
 
 impl fmt::Display for Inspection {
@@ -72,6 +112,20 @@ impl fmt::Display for Inspection {
                 rows,
                 s.live_rows
             )?;
+        }
+        if !self.writers.is_empty() {
+            writeln!(f, "writers: {}", self.writers.len())?;
+            for w in &self.writers {
+                let segs = w.segments.map_or("bad log".to_owned(), |n| n.to_string());
+                let state = if w.active { "active" } else { "idle" };
+                writeln!(
+                    f,
+                    "  {}  {} bytes  {} segments  {state}",
+                    format::writer_log_name(w.id),
+                    w.log_bytes,
+                    segs
+                )?;
+            }
         }
         if let Some(js) = &self.schema_json {
             writeln!(f, "schema.json:\n{js}")?;
@@ -101,13 +155,32 @@ impl Inspection {
                 ]
             })
             .collect();
-        Summary::new("segment-store", &self.dir)
+        let summary = Summary::new("segment-store", &self.dir)
             .fact("structure", self.structure.map(Structure::name))
             .fact("entries", self.entries)
             .fact("disk_bytes", self.disk_bytes)
             .fact("index_bytes_per_entry", self.index_bytes_per_entry)
             .fact("schema", schema)
-            .table("segments", ["file", "bytes", "rows", "live_rows"], segments)
+            .table("segments", ["file", "bytes", "rows", "live_rows"], segments);
+        if self.writers.is_empty() {
+            return summary;
+        }
+        summary.table(
+            "writers",
+            ["writer", "log", "log_bytes", "segments", "active"],
+            self.writers
+                .iter()
+                .map(|w| {
+                    vec![
+                        json!(w.id),
+                        json!(format::writer_log_name(w.id)),
+                        json!(w.log_bytes),
+                        json!(w.segments),
+                        json!(w.active),
+                    ]
+                })
+                .collect(),
+        )
     }
 }
 
@@ -197,11 +270,26 @@ impl SegmentStore {
                 return out;
             }
         };
-        let index_path = dir.join(INDEX_FILE);
+        // Every index log: the shared one and each writer's.
+        let mut logs: Vec<PathBuf> = vec![dir.join(INDEX_FILE)];
+        match list_writer_logs(dir) {
+            Ok(w) => logs.extend(w.into_values()),
+            Err(e) => push(dir.clone(), ProblemKind::Io, e.to_string()),
+        }
         #[allow(clippy::type_complexity)]
         let mut expected: BTreeMap<u32, Option<(u64, u64, Vec<u64>)>> = BTreeMap::new();
-        match std::fs::read(&index_path) {
-            Ok(bytes) => match format::parse_index(&bytes, |g, body| {
+        let mut any_log = false;
+        for log in &logs {
+            let bytes = match std::fs::read(log) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    push(log.clone(), ProblemKind::Io, e.to_string());
+                    continue;
+                }
+            };
+            any_log = true;
+            let parsed = format::parse_index(&bytes, |g, body| {
                 expected.insert(
                     g.segment_id,
                     Some((
@@ -210,33 +298,35 @@ impl SegmentStore {
                         format::hashes_of(body).collect(),
                     )),
                 );
-            }) {
+            });
+            match parsed {
                 Ok(p) => {
                     if let Some(t) = &p.torn {
                         push(
-                            index_path.clone(),
+                            log.clone(),
                             ProblemKind::Interrupted,
                             format!("torn tail: {t}"),
                         );
                     }
-                    for id in on_disk.keys() {
-                        if !expected.contains_key(id) {
-                            push(
-                                format::segment_path(dir, *id),
-                                ProblemKind::Unindexed,
-                                "not in the index".into(),
-                            );
-                        }
-                    }
                 }
-                Err(e) => push(index_path.clone(), ProblemKind::Structure, e),
-            },
+                Err(e) => push(log.clone(), ProblemKind::Structure, e),
+            }
+        }
+        if any_log {
+            for id in on_disk.keys() {
+                if !expected.contains_key(id) {
+                    push(
+                        format::segment_path(dir, *id),
+                        ProblemKind::Unindexed,
+                        "not in any index log".into(),
+                    );
+                }
+            }
+        } else {
             // No log: a torchcachex cache (or one opened read-only before
             // its first writer); every segment is checked on its own.
-            Err(_) => {
-                for id in on_disk.keys() {
-                    expected.insert(*id, None);
-                }
+            for id in on_disk.keys() {
+                expected.insert(*id, None);
             }
         }
         for (id, want) in expected {
@@ -341,8 +431,11 @@ impl SegmentStore {
                 live_rows: live.get(&s.id).copied().unwrap_or(0),
             })
             .collect();
-        let log_bytes = std::fs::metadata(inner.dir.join(INDEX_FILE)).map_or(0, |m| m.len());
+        let writers = writer_infos(&inner.dir);
+        let log_bytes = std::fs::metadata(inner.dir.join(INDEX_FILE)).map_or(0, |m| m.len())
+            + writers.iter().map(|w| w.log_bytes).sum::<u64>();
         Inspection {
+            writers,
             dir: inner.dir.clone(),
             structure: st.schema.as_ref().map(|s| s.structure),
             schema_json: st.schema.as_ref().map(crate::schema::to_schema_json),
@@ -361,11 +454,26 @@ impl SegmentStore {
     /// drops dead rows and small segments, and switches to them with one
     /// atomic rename of the index. Handles opened before keep reading
     /// their old (mapped) segments.
+    ///
+    /// A multi-writer cache is compacted by a single-writer handle: its
+    /// exclusive lock proves that no multi-writer is active (each holds
+    /// the same lock shared while open). The compacted segments get ids
+    /// above every old one and go to the shared log, which is the commit
+    /// point; the writers' logs are removed after it (a crash in between
+    /// leaves logs whose rows the newer compacted ones override), then
+    /// the old segments.
     pub fn compact(&self) -> Result<CompactReport> {
         self.flush()?;
         let write = self.require_writer("compact")?;
         let inner = self.inner();
         let mut ws = write.lock();
+        if ws.writer.is_some() {
+            return Err(Error::InvalidInput(format!(
+                "{}: a multi-writer handle cannot compact (other writers may be active); \
+                 close every writer and compact with a single-writer handle",
+                inner.dir.display()
+            )));
+        }
         let (schema, mut locs, old, total_rows) = {
             let st = inner.state.read();
             let Some(schema) = st.schema.clone() else {
@@ -416,10 +524,7 @@ impl SegmentStore {
         for chunk in records.chunks(every) {
             for run in split_runs(chunk, &schema) {
                 let rs = &chunk[run];
-                let id = ws.next_id;
-                ws.next_id = id
-                    .checked_add(1)
-                    .ok_or_else(|| Error::InvalidInput("segment ids exhausted".into()))?;
+                let id = ws.take_id(&inner.dir)?;
                 let path = format::segment_path(&inner.dir, id);
                 let rb = build_batch(&schema, rs).map_err(|e| Error::Arrow {
                     path: path.clone(),
@@ -442,8 +547,18 @@ impl SegmentStore {
                 new_segments.insert(id, Arc::new(Segment::open(&path, id)?));
             }
         }
-        let log = IndexLog::create(&inner.dir.join(INDEX_FILE), &groups)?;
+        let log = IndexLog::create(
+            &inner.dir.join(INDEX_FILE),
+            &format::encode_index_header(),
+            &groups,
+        )?;
         ws.log = log;
+        // Committed: the writers' logs now only list rows the new
+        // segments hold too.
+        for path in list_writer_logs(&inner.dir)?.values() {
+            durable_fs::remove_and_sync(path).map_err(Error::durable)?;
+        }
+        inner.cursors.lock().clear();
         let segments_after = new_segments.len();
         {
             let mut st = inner.state.write();

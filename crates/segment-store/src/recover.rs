@@ -6,8 +6,8 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::format::{self, INDEX_FILE, SCHEMA_FILE, SEGMENTS_DIR};
-use crate::index::{KeyIndex, Loc, MAX_ROW, MAX_SEGMENT_ID};
+use crate::format::{self, INDEX_FILE, SCHEMA_FILE, SEGMENTS_DIR, WRITERS_DIR};
+use crate::index::{KeyIndex, Loc, MAX_ROW};
 use crate::reader::Segment;
 use crate::record::Structure;
 use crate::schema::{RecordSchema, parse_schema_json, to_schema_json};
@@ -27,6 +27,10 @@ pub struct Recovered {
     pub log: Option<IndexLog>,
     pub next_id: u32,
     pub problems: Vec<Problem>,
+    /// Where each index log other than the handle's own was read up to.
+    pub cursors: BTreeMap<PathBuf, LogCursor>,
+    /// Whether the cache has (or this handle adds) writer logs.
+    pub multi: bool,
 }
 
 fn problem(path: &Path, kind: ProblemKind, detail: impl Into<String>) -> Problem {
@@ -67,14 +71,196 @@ pub fn list_segments(dir: &Path) -> Result<BTreeMap<u32, PathBuf>> {
     Ok(out)
 }
 
+/// Who opens a cache, which decides what recovery may repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Reads only; repairs nothing on disk.
+    Reader,
+    /// The single writer: owns every file (holds the exclusive lock).
+    Single,
+    /// Multi-writer `w`: owns its log and the segments of its residue class.
+    Multi(u32),
+}
+
+/// Where a handle stopped reading one index log, so that a refresh reads
+/// only what was appended since.
+#[derive(Debug, Clone)]
+pub struct LogCursor {
+    /// Bytes read (header and whole groups).
+    pub offset: u64,
+    /// The segment of the last group read.
+    pub last_id: Option<u32>,
+    /// The writer of the log (`None`: the shared log).
+    pub writer: Option<u32>,
+    /// Device and inode of the file when it was read: compaction replaces
+    /// the shared log, which a refresh notices by its new inode.
+    pub file_id: (u64, u64),
+}
+
+/// The device and inode of an open file.
+pub fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
+/// The multi-writer index logs present in `dir`, by writer.
+pub fn list_writer_logs(dir: &Path) -> Result<BTreeMap<u32, PathBuf>> {
+    let wdir = dir.join(WRITERS_DIR);
+    let mut out = BTreeMap::new();
+    let entries = match std::fs::read_dir(&wdir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io(&wdir, "list writer logs", e)),
+    };
+    for e in entries {
+        let e = e.map_err(|e| Error::io(&wdir, "list writer logs", e))?;
+        if let Some(w) = e
+            .file_name()
+            .to_str()
+            .and_then(format::parse_writer_log_name)
+        {
+            out.insert(w, e.path());
+        }
+    }
+    Ok(out)
+}
+
+/// The key of row `loc` (for telling two keys with one tag apart).
+fn key_at(
+    segments: &BTreeMap<u32, Arc<Segment>>,
+    hint: Option<Structure>,
+    loc: Loc,
+) -> Option<String> {
+    let d = segments.get(&loc.seg)?.decoded(hint).ok()?;
+    d.key(loc.row as usize).map(str::to_owned)
+}
+
+/// Indexes one group of an index log: checks its segment against the
+/// group's stamp and inserts its keys; the later location of a key wins.
+pub fn index_group(
+    dir: &Path,
+    segments: &mut BTreeMap<u32, Arc<Segment>>,
+    index: &mut KeyIndex,
+    hint: Option<Structure>,
+    g: &format::Group,
+    body: &[u8],
+    problems: &mut Vec<Problem>,
+) {
+    let path = format::segment_path(dir, g.segment_id);
+    let Some(seg) = segments.get(&g.segment_id) else {
+        problems.push(problem(
+            &path,
+            ProblemKind::Missing,
+            "listed in the index but missing; its keys are lost",
+        ));
+        return;
+    };
+    if seg.file_len() != g.segment_len {
+        let kind = if seg.file_len() < g.segment_len {
+            ProblemKind::Truncated
+        } else {
+            ProblemKind::Structure
+        };
+        problems.push(problem(
+            &path,
+            kind,
+            format!(
+                "{} bytes, the index recorded {}; excluded",
+                seg.file_len(),
+                g.segment_len
+            ),
+        ));
+        segments.remove(&g.segment_id);
+        return;
+    }
+    if g.count > MAX_ROW as usize + 1 {
+        problems.push(problem(
+            &path,
+            ProblemKind::Structure,
+            "more rows than an index location holds; excluded",
+        ));
+        segments.remove(&g.segment_id);
+        return;
+    }
+    let hashes: Vec<u64> = format::hashes_of(body).collect();
+    for (row, &hash) in hashes.iter().enumerate() {
+        if let Some(&ahead) = hashes.get(row + PREFETCH_AHEAD) {
+            index.prefetch(ahead);
+        }
+        let loc = Loc {
+            seg: g.segment_id,
+            row: row as u32,
+        };
+        let mut new_key: Option<Option<String>> = None;
+        index.insert(hash, loc, |old| {
+            let nk = new_key.get_or_insert_with(|| key_at(segments, hint, loc));
+            nk.is_some() && *nk == key_at(segments, hint, old)
+        });
+    }
+}
+
+/// Reads one whole index log into `index`; `Ok(None)` when it is absent,
+/// `Ok(Some(Err(why)))` when its header is bad.
+#[allow(clippy::too_many_arguments)]
+fn read_log(
+    dir: &Path,
+    path: &Path,
+    segments: &mut BTreeMap<u32, Arc<Segment>>,
+    index: &mut KeyIndex,
+    hint: Option<Structure>,
+    logged: &mut std::collections::HashSet<u32>,
+    problems: &mut Vec<Problem>,
+) -> Result<Option<std::result::Result<(format::ParsedLog, LogCursor), String>>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, "open index", e)),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::io(path, "stat index", e))?;
+    let len = meta.len();
+    let mut found = Vec::new();
+    let visit = |g: &format::Group, body: &[u8]| {
+        logged.insert(g.segment_id);
+        index_group(dir, segments, index, hint, g, body, &mut found);
+    };
+    let parsed =
+        format::read_index(file, len, visit).map_err(|e| Error::io(path, "read index", e))?;
+    problems.extend(found);
+    Ok(Some(parsed.map(|p| {
+        let cursor = LogCursor {
+            offset: p.valid_len,
+            last_id: p.last_id,
+            writer: p.writer,
+            file_id: file_id(&meta),
+        };
+        (p, cursor)
+    })))
+}
+
 /// Opens (and, for a writer, repairs) the cache at `dir`.
-pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
+pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
     let mut problems = Vec::new();
-    if writer {
-        let seg_dir = dir.join(SEGMENTS_DIR);
-        std::fs::create_dir_all(&seg_dir).map_err(|e| Error::io(&seg_dir, "create", e))?;
-        remove_tmp(dir, &mut problems)?;
-        remove_tmp(&seg_dir, &mut problems)?;
+    let seg_dir = dir.join(SEGMENTS_DIR);
+    match role {
+        Role::Reader => {}
+        Role::Single => {
+            std::fs::create_dir_all(&seg_dir).map_err(|e| Error::io(&seg_dir, "create", e))?;
+            remove_tmp(dir, &mut problems)?;
+            remove_tmp(&seg_dir, &mut problems)?;
+            remove_tmp(&dir.join(WRITERS_DIR), &mut problems)?;
+        }
+        Role::Multi(w) => {
+            let wdir = dir.join(WRITERS_DIR);
+            std::fs::create_dir_all(&seg_dir).map_err(|e| Error::io(&seg_dir, "create", e))?;
+            std::fs::create_dir_all(&wdir).map_err(|e| Error::io(&wdir, "create", e))?;
+            // Only this writer's own temp files: another writer's may be
+            // in flight right now.
+            remove_own_tmp(&seg_dir, w, &mut problems)?;
+            remove_own_tmp(&wdir, w, &mut problems)?;
+            durable_fs::remove_dead_temp_files(dir);
+        }
     }
 
     // schema.json: its structure says tuple or list; a bad one is re-derived.
@@ -108,15 +294,13 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
 
     let mut segments = BTreeMap::new();
     let mut max_seen: Option<u32> = None;
+    let mut max_own_seen: Option<u32> = None;
     for (id, path) in list_segments(dir)? {
         max_seen = Some(id);
-        if id > MAX_SEGMENT_ID {
-            problems.push(problem(
-                &path,
-                ProblemKind::Structure,
-                format!("segment id {id} exceeds {MAX_SEGMENT_ID}; ignored"),
-            ));
-            continue;
+        if let Role::Multi(w) = role
+            && format::writer_of(id) == w
+        {
+            max_own_seen = Some(id);
         }
         match Segment::open(&path, id) {
             Ok(s) => {
@@ -125,123 +309,128 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             Err(e) => problems.push(problem(&path, ProblemKind::Structure, e.to_string())),
         }
     }
-    // The index log: one sequential read, hashes inserted as they stream
-    // by (no key strings parsed), the home slot prefetched a few ahead.
+    // The index logs: the shared one, then each writer's. Each is one
+    // sequential read, hashes inserted as they stream by (no key strings
+    // parsed); the order does not matter, the later location wins.
     let index_path = dir.join(INDEX_FILE);
-    let key_at = |segments: &BTreeMap<u32, Arc<Segment>>, loc: Loc| -> Option<String> {
-        let d = segments.get(&loc.seg)?.decoded(hint).ok()?;
-        d.key(loc.row as usize).map(str::to_owned)
-    };
+    let writer_logs = list_writer_logs(dir)?;
+    let multi = matches!(role, Role::Multi(_)) || !writer_logs.is_empty();
     let mut logged = std::collections::HashSet::new();
-    let mut max_logged: Option<u32> = None;
-    let mut index = KeyIndex::default();
-    let parsed = match File::open(&index_path) {
-        Ok(file) => {
-            let len = file
-                .metadata()
-                .map_err(|e| Error::io(&index_path, "stat index", e))?
-                .len();
-            // The entry count is at most len / 8: sized by real bytes on disk.
-            index = KeyIndex::with_entries(usize::try_from(len / 8).unwrap_or(0));
-            let visit = |g: &format::Group, body: &[u8]| {
-                max_logged = Some(g.segment_id);
-                logged.insert(g.segment_id);
-                let path = format::segment_path(dir, g.segment_id);
-                let Some(seg) = segments.get(&g.segment_id) else {
-                    problems.push(problem(
-                        &path,
-                        ProblemKind::Missing,
-                        "listed in the index but missing; its keys are lost",
-                    ));
-                    return;
-                };
-                if seg.file_len() != g.segment_len {
-                    let kind = if seg.file_len() < g.segment_len {
-                        ProblemKind::Truncated
-                    } else {
-                        ProblemKind::Structure
+    // The entry count is at most the logs' bytes / 8: the table is sized
+    // once, by real bytes on disk.
+    let log_bytes: u64 = std::iter::once(&index_path)
+        .chain(writer_logs.values())
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    let mut index = KeyIndex::with_entries(usize::try_from(log_bytes / 8).unwrap_or(0));
+    let mut cursors: BTreeMap<PathBuf, LogCursor> = BTreeMap::new();
+    let mut base_max: Option<u32> = None;
+    let mut global_max: Option<u32> = None;
+    let mut own: Option<(format::ParsedLog, LogCursor)> = None;
+    let mut base_parsed = None;
+    let logs = std::iter::once((None, index_path.clone()))
+        .chain(writer_logs.iter().map(|(w, p)| (Some(*w), p.clone())));
+    for (writer, path) in logs {
+        let read = read_log(
+            dir,
+            &path,
+            &mut segments,
+            &mut index,
+            hint,
+            &mut logged,
+            &mut problems,
+        )?;
+        match read {
+            None => {}
+            Some(Ok((p, cursor))) if p.writer == writer => {
+                if let Some(t) = &p.torn {
+                    // Only a log's owner cuts its tail; to anyone else it
+                    // may be a group being appended right now.
+                    let owner = match writer {
+                        None => role == Role::Single,
+                        Some(w) => role == Role::Multi(w),
                     };
+                    let what = if owner { "dropped" } else { "ignored" };
                     problems.push(problem(
                         &path,
-                        kind,
-                        format!(
-                            "{} bytes, the index recorded {}; excluded",
-                            seg.file_len(),
-                            g.segment_len
-                        ),
+                        ProblemKind::Interrupted,
+                        format!("torn tail {what}: {t}"),
                     ));
-                    segments.remove(&g.segment_id);
-                    return;
                 }
-                if g.count > MAX_ROW as usize + 1 {
-                    problems.push(problem(
-                        &path,
-                        ProblemKind::Structure,
-                        "more rows than an index location holds; excluded",
-                    ));
-                    segments.remove(&g.segment_id);
-                    return;
+                global_max = global_max.max(p.last_id);
+                if writer.is_none() {
+                    base_max = p.last_id;
+                    base_parsed = Some(p.clone());
                 }
-                let hashes: Vec<u64> = format::hashes_of(body).collect();
-                for (row, &hash) in hashes.iter().enumerate() {
-                    if let Some(&ahead) = hashes.get(row + PREFETCH_AHEAD) {
-                        index.prefetch(ahead);
-                    }
-                    let loc = Loc {
-                        seg: g.segment_id,
-                        row: row as u32,
-                    };
-                    let mut new_key: Option<Option<String>> = None;
-                    index.insert(hash, loc, |old| {
-                        let nk = new_key.get_or_insert_with(|| key_at(&segments, loc));
-                        nk.is_some() && *nk == key_at(&segments, old)
-                    });
-                }
-            };
-            match format::read_index(file, len, visit)
-                .map_err(|e| Error::io(&index_path, "read index", e))?
-            {
-                Ok(p) => {
-                    if let Some(t) = &p.torn {
-                        problems.push(problem(
-                            &index_path,
-                            ProblemKind::Interrupted,
-                            format!("torn tail dropped: {t}"),
-                        ));
-                    }
-                    Some(p)
-                }
-                Err(detail) => {
-                    problems.push(problem(
-                        &index_path,
-                        ProblemKind::Structure,
-                        format!("rebuilt from the segments: {detail}"),
-                    ));
-                    index = KeyIndex::default();
-                    None
+                cursors.insert(path.clone(), cursor.clone());
+                if writer.is_some() && role == Role::Multi(writer.unwrap_or(u32::MAX)) {
+                    own = Some((p, cursor));
                 }
             }
+            Some(Ok((p, _))) => problems.push(problem(
+                &path,
+                ProblemKind::Structure,
+                format!(
+                    "header names writer {:?}, the file name {writer:?}; ignored",
+                    p.writer
+                ),
+            )),
+            Some(Err(detail)) => problems.push(problem(
+                &path,
+                ProblemKind::Structure,
+                if writer.is_none() {
+                    format!("rebuilt from the segments: {detail}")
+                } else {
+                    format!("ignored (its writer rebuilds it when it reopens): {detail}")
+                },
+            )),
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Error::io(&index_path, "open index", e)),
-    };
+    }
+    let any_log = !cursors.is_empty();
+    if let Role::Multi(w) = role
+        && !any_log
+        && segments.keys().any(|&id| format::writer_of(id) != w)
+    {
+        return Err(Error::InvalidInput(format!(
+            "{}: segments without any index log (a torchcachex cache?): open it once \
+             with a single writer to index it before writing with several",
+            dir.display()
+        )));
+    }
 
-    // Segments the log does not know: all of them without a log, else the
-    // ones newer than its last group.
+    // Segments no log knows. A single-writer cache indexes the ones newer
+    // than its log (all of them without a log) as it always did. In a
+    // multi-writer cache only a segment's owner adopts it, so that every
+    // reader gives the same answer whether or not a crashed writer comes
+    // back: writer `w` adopts its own segments newer than its log and the
+    // shared log; the single writer those newer than every log.
     let mut new_groups = Vec::new();
     let orphan_ids: Vec<u32> = segments
         .keys()
         .copied()
         .filter(|id| !logged.contains(id))
         .collect();
+    let own_floor = own.as_ref().and_then(|(p, _)| p.last_id).max(base_max);
     for id in orphan_ids {
         let path = format::segment_path(dir, id);
-        if max_logged.is_some_and(|m| id < m) {
-            problems.push(problem(
-                &path,
-                ProblemKind::Stale,
-                "older than the index and not in it (left by compaction?); ignored",
-            ));
+        let adopt = if !multi {
+            global_max.is_none_or(|m| id >= m)
+        } else {
+            match role {
+                Role::Multi(w) => format::writer_of(id) == w && own_floor.is_none_or(|m| id >= m),
+                Role::Single => global_max.is_none_or(|m| id >= m),
+                Role::Reader => false,
+            }
+        };
+        if !adopt {
+            let detail = if global_max.is_some_and(|m| id < m) {
+                "older than the index and not in it (left by compaction?); ignored"
+            } else {
+                "in no index log (a write in flight, or a crashed writer's; its writer \
+                 indexes it when it reopens); ignored"
+            };
+            problems.push(problem(&path, ProblemKind::Stale, detail));
             segments.remove(&id);
             continue;
         }
@@ -287,7 +476,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 row: row as u32,
             };
             index.insert(hash, loc, |old| {
-                key_at(&segments, old).as_deref() == Some(key)
+                key_at(&segments, hint, old).as_deref() == Some(key)
             });
         }
         new_groups.push(format::encode_group(
@@ -296,7 +485,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             seg.content_hash(),
             &hashes,
         ));
-        if parsed.is_some() {
+        if any_log {
             problems.push(problem(
                 &path,
                 ProblemKind::Unindexed,
@@ -309,30 +498,49 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         && let Some(d) = segments.values().find_map(|s| s.decoded(hint).ok())
     {
         schema = Some(d.schema.clone());
-        if writer {
+        if role == Role::Single {
             durable_fs::write_atomic(&schema_path, to_schema_json(&d.schema).as_bytes())
                 .map_err(Error::durable)?;
         }
-    } else if schema_bad && writer && schema.is_none() {
+    } else if schema_bad && role == Role::Single && schema.is_none() {
         // Nothing to derive it from: the first put writes a new one.
         let _ = std::fs::remove_file(&schema_path);
     }
 
-    let log = if writer {
-        Some(match &parsed {
-            Some(p) => {
-                let mut log = IndexLog::open(&index_path, p.valid_len)?;
-                for g in &new_groups {
-                    log.append(g)?;
-                }
-                log
+    let (log, next_id) = match role {
+        Role::Reader => (None, 0),
+        Role::Single => {
+            let mut log = match &base_parsed {
+                Some(p) => IndexLog::open(&index_path, p.valid_len)?,
+                None => IndexLog::create(&index_path, &format::encode_index_header(), &[])?,
+            };
+            for g in &new_groups {
+                log.append(g)?;
             }
-            None => IndexLog::create(&index_path, &new_groups)?,
-        })
-    } else {
-        None
+            let next = max_seen.max(global_max).map_or(0, |m| m.saturating_add(1));
+            cursors.remove(&index_path);
+            (Some(log), next)
+        }
+        Role::Multi(w) => {
+            let path = dir.join(WRITERS_DIR).join(format::writer_log_name(w));
+            let mut log = match &own {
+                Some((p, _)) => IndexLog::open(&path, p.valid_len)?,
+                None => IndexLog::create(&path, &format::encode_writer_log_header(w), &[])?,
+            };
+            for g in &new_groups {
+                log.append(g)?;
+            }
+            cursors.remove(&path);
+            let above = max_own_seen.max(own_floor);
+            let next = format::next_writer_segment(w, above).ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "{}: segment ids of writer {w} exhausted; run compact()",
+                    dir.display()
+                ))
+            })?;
+            (Some(log), next)
+        }
     };
-    let next_id = max_seen.max(max_logged).map_or(0, |m| m.saturating_add(1));
     Ok(Recovered {
         schema,
         index,
@@ -340,7 +548,42 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         log,
         next_id,
         problems,
+        cursors,
+        multi,
     })
+}
+
+/// Removes writer `w`'s leftover temp files in `dir`: its segments'
+/// (`segment_<id>.arrow.tmp` with `id` of its residue class) and its log's.
+fn remove_own_tmp(dir: &Path, w: u32, problems: &mut Vec<Problem>) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(dir, "list", e)),
+    };
+    let own_log = format!("{}{}", format::writer_log_name(w), format::TMP_SUFFIX);
+    for e in entries {
+        let e = e.map_err(|e| Error::io(dir, "list", e))?;
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let own_segment = name
+            .strip_suffix(format::TMP_SUFFIX)
+            .and_then(format::parse_segment_name)
+            .is_some_and(|id| format::writer_of(id) == w);
+        if own_segment || name == own_log {
+            let path = e.path();
+            match std::fs::remove_file(&path) {
+                Ok(()) => problems.push(problem(
+                    &path,
+                    ProblemKind::Interrupted,
+                    "leftover temp file removed",
+                )),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&path, "remove temp file", e)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A structure hint for decoding, from a schema.

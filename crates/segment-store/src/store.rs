@@ -11,11 +11,11 @@ use durable_fs::FileLock;
 use parking_lot::{Mutex, RwLock};
 
 use crate::format::{self, LOCK_FILE, SCHEMA_FILE};
-use crate::index::{KeyIndex, Loc, MAX_SEGMENT_ID};
+use crate::index::{KeyIndex, Loc};
 use crate::lru::Lru;
 use crate::reader::{Decoded, Row, Segment};
 use crate::record::Record;
-use crate::recover::{hint_of, recover};
+use crate::recover::{LogCursor, Role, hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
 use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
 use crate::{Error, Result};
@@ -47,6 +47,12 @@ pub struct Options {
     pub current_rank: u32,
     /// Open without the writer lock; puts are refused (default false).
     pub read_only: bool,
+    /// Multi-writer mode: this handle persists as writer `id` (0 to
+    /// [`format::MAX_WRITER_ID`], typically the rank) beside any number
+    /// of other writers, each into its own segment ids and index log, with
+    /// no lock between them. `None` (the default) is the single-writer
+    /// mode, where only `writer_rank` persists. Ignored when `read_only`.
+    pub writer_id: Option<u32>,
 }
 
 impl Default for Options {
@@ -62,6 +68,7 @@ impl Default for Options {
                 .and_then(|r| r.trim().parse().ok())
                 .unwrap_or(0),
             read_only: false,
+            writer_id: None,
         }
     }
 }
@@ -115,6 +122,26 @@ pub(crate) struct State {
 pub(crate) struct WriteSide {
     pub(crate) log: IndexLog,
     pub(crate) next_id: u32,
+    /// The multi-writer id, whose residue class the ids stay in.
+    pub(crate) writer: Option<u32>,
+}
+
+impl WriteSide {
+    /// Takes the next segment id.
+    pub(crate) fn take_id(&mut self, dir: &Path) -> Result<u32> {
+        let id = self.next_id;
+        let next = match self.writer {
+            Some(w) => format::next_writer_segment(w, Some(id)),
+            None => id.checked_add(1),
+        };
+        self.next_id = next.ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "{}: segment ids exhausted; run compact()",
+                dir.display()
+            ))
+        })?;
+        Ok(id)
+    }
 }
 
 pub(crate) struct Inner {
@@ -126,11 +153,15 @@ pub(crate) struct Inner {
     lru: Mutex<Lru>,
     bg_error: Mutex<Option<Error>>,
     pub(crate) problems: Mutex<Vec<Problem>>,
+    /// Where this handle stopped reading each other index log.
+    pub(crate) cursors: Mutex<BTreeMap<PathBuf, LogCursor>>,
+    /// Whether the cache has writer logs (or this handle writes one).
+    pub(crate) multi: std::sync::atomic::AtomicBool,
     lru_hits: AtomicU64,
     pending_hits: AtomicU64,
     segment_hits: AtomicU64,
     misses: AtomicU64,
-    _lock: Option<FileLock>,
+    _locks: Vec<FileLock>,
 }
 
 enum Job {
@@ -146,9 +177,11 @@ struct Background {
 /// A persistent key → [`Record`] map on immutable Arrow IPC segments.
 ///
 /// All methods take `&self`; share a store between threads with `Arc`.
-/// One process per directory writes (it holds an `fs2` lock); any number
-/// of read-only handles may open it and see what was committed when they
-/// opened.
+/// By default one process per directory writes (it holds an `fs2` lock);
+/// with [`Options::writer_id`] any number of processes write, each as its
+/// own writer. Any number of read-only handles may open it and see what
+/// was committed when they opened, and more after
+/// [`refresh`](SegmentStore::refresh).
 pub struct SegmentStore {
     inner: Arc<Inner>,
     bg: Option<Background>,
@@ -174,18 +207,48 @@ impl SegmentStore {
         if opts.flush_every == 0 {
             return Err(Error::InvalidInput("flush_every must be at least 1".into()));
         }
-        let writer = !opts.read_only && opts.current_rank == opts.writer_rank;
-        let lock = if writer {
-            std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
-            Some(FileLock::writer(&dir.join(LOCK_FILE)).map_err(Error::durable)?)
-        } else {
-            None
+        let role = match opts.writer_id {
+            _ if opts.read_only => Role::Reader,
+            Some(w) if w > format::MAX_WRITER_ID => {
+                return Err(Error::InvalidInput(format!(
+                    "writer_id {w} exceeds {}",
+                    format::MAX_WRITER_ID
+                )));
+            }
+            Some(w) => Role::Multi(w),
+            None if opts.current_rank == opts.writer_rank => Role::Single,
+            None => Role::Reader,
         };
-        let rec = recover(&dir, writer)?;
+        let mut locks = Vec::new();
+        match role {
+            Role::Reader => {}
+            Role::Single => {
+                std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
+                locks.push(FileLock::writer(&dir.join(LOCK_FILE)).map_err(Error::durable)?);
+            }
+            Role::Multi(w) => {
+                // Its own id's lock refuses the same writer started twice;
+                // the shared cache lock keeps out a single writer and
+                // compaction, never another multi-writer.
+                let wdir = dir.join(format::WRITERS_DIR);
+                std::fs::create_dir_all(&wdir).map_err(|e| Error::io(&wdir, "create", e))?;
+                locks.push(
+                    FileLock::writer(&wdir.join(format::writer_lock_name(w)))
+                        .map_err(Error::durable)?,
+                );
+                let shared = dir.join(LOCK_FILE);
+                match FileLock::try_shared(&shared).map_err(Error::durable)? {
+                    Some(l) => locks.push(l),
+                    None => return Err(Error::Locked { path: shared }),
+                }
+            }
+        }
+        let rec = recover(&dir, role)?;
         let write = rec.log.map(|log| {
             Mutex::new(WriteSide {
                 log,
                 next_id: rec.next_id,
+                writer: opts.writer_id.filter(|_| role != Role::Reader),
             })
         });
         let inner = Arc::new(Inner {
@@ -201,11 +264,13 @@ impl SegmentStore {
             lru: Mutex::new(Lru::new(opts.lru_bytes)),
             bg_error: Mutex::new(None),
             problems: Mutex::new(rec.problems),
+            cursors: Mutex::new(rec.cursors),
+            multi: std::sync::atomic::AtomicBool::new(rec.multi),
             lru_hits: AtomicU64::new(0),
             pending_hits: AtomicU64::new(0),
             segment_hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-            _lock: lock,
+            _locks: locks,
             opts,
         });
         let bg = if inner.opts.async_write && inner.write.is_some() {
@@ -285,12 +350,9 @@ impl SegmentStore {
         if fresh {
             let mut st = inner.state.write();
             if st.schema.is_none() {
-                if inner.write.is_some() {
-                    durable_fs::write_atomic(
-                        &inner.dir.join(SCHEMA_FILE),
-                        to_schema_json(&schema).as_bytes(),
-                    )
-                    .map_err(Error::durable)?;
+                if let Some(write) = &inner.write {
+                    let multi = write.lock().writer.is_some();
+                    write_schema(&inner.dir, &schema, multi)?;
                 }
                 st.schema = Some(schema);
             } else if let Some(s) = &st.schema {
@@ -692,17 +754,12 @@ fn persist_runs(inner: &Inner, ws: &mut WriteSide, batch: &Batch) -> Result<()> 
     for run in split_runs(&batch.records, &schema) {
         let records = &batch.records[run];
         let id = ws.next_id;
-        if id > MAX_SEGMENT_ID {
-            return Err(Error::InvalidInput(format!(
-                "segment id {id} exceeds {MAX_SEGMENT_ID}; run compact()"
-            )));
-        }
         let path = format::segment_path(&inner.dir, id);
         let rb = build_batch(&schema, records).map_err(|e| Error::Arrow {
             path: path.clone(),
             source: e,
         })?;
-        ws.next_id = id + 1;
+        ws.take_id(&inner.dir)?;
         let (len, content) = write_segment(&inner.dir, id, &rb)?;
         let hashes: Vec<u64> = records.iter().map(|(k, _)| format::key_hash(k)).collect();
         if let Err(e) = ws
@@ -745,6 +802,40 @@ fn persist_runs(inner: &Inner, ws: &mut WriteSide, batch: &Batch) -> Result<()> 
         }
     }
     Ok(())
+}
+
+/// Writes `schema.json` for the first record. A multi-writer may race
+/// others doing the same: it builds the file under a name of its own, and
+/// when another writer's schema is already there it checks against it
+/// instead.
+fn write_schema(dir: &Path, schema: &RecordSchema, multi: bool) -> Result<()> {
+    let path = dir.join(SCHEMA_FILE);
+    let json = to_schema_json(schema);
+    if !multi {
+        return durable_fs::write_atomic(&path, json.as_bytes()).map_err(Error::durable);
+    }
+    if let Ok(text) = std::fs::read_to_string(&path)
+        && let Ok(theirs) = crate::schema::parse_schema_json(&text)
+    {
+        if &theirs != schema {
+            return Err(Error::SchemaMismatch {
+                key: String::new(),
+                field: "schema.json".into(),
+                detail: format!(
+                    "{}: another writer fixed a different schema: {text}",
+                    path.display()
+                ),
+            });
+        }
+        return Ok(());
+    }
+    let tmp = durable_fs::unique_temp_path(dir, SCHEMA_FILE);
+    durable_fs::write_synced(&tmp, json.as_bytes())
+        .and_then(|()| durable_fs::rename_and_sync(&tmp, &path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::durable(e)
+        })
 }
 
 fn background(inner: Arc<Inner>, rx: Receiver<Job>) {

@@ -223,40 +223,59 @@ const WRITE_CHUNK: usize = 2 << 20;
 /// keys) and then the large value buffers at unaligned offsets, which
 /// would leave the file's first 2 MiB, where the offsets and keys every
 /// lookup reads live, in small folios.
-struct ChunkWriter<W: Write> {
-    inner: W,
+///
+/// Each chunk's write-back starts as soon as it is written
+/// ([`durable_fs::start_writeback`]), so the disk works while Arrow encodes the rest
+/// and the commit's fsync finds little left (page-alloc's early write-back).
+struct ChunkWriter<W: Write + WriteBack> {
+    file: W,
     buf: Vec<u8>,
+    /// Bytes written to `file` so far (the offset of `buf[0]`).
+    written: u64,
 }
 
-impl<W: Write> ChunkWriter<W> {
-    fn new(inner: W) -> ChunkWriter<W> {
+impl<W: Write + WriteBack> ChunkWriter<W> {
+    fn new(file: W) -> ChunkWriter<W> {
         ChunkWriter {
-            inner,
+            file,
             buf: Vec::with_capacity(WRITE_CHUNK),
+            written: 0,
         }
     }
 
-    /// Writes what is buffered and returns the inner writer.
+    /// Writes `data` at the end of the file and starts its write-back.
+    fn write_through(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.file.write_all(data)?;
+        self.file.start_writeback(self.written, data.len());
+        self.written += data.len() as u64;
+        Ok(())
+    }
+
+    /// Writes what is buffered and returns the file.
     fn finish(mut self) -> std::io::Result<W> {
-        self.inner.write_all(&self.buf)?;
-        Ok(self.inner)
+        let buf = std::mem::take(&mut self.buf);
+        self.write_through(&buf)?;
+        Ok(self.file)
     }
 }
 
-impl<W: Write> Write for ChunkWriter<W> {
+impl<W: Write + WriteBack> Write for ChunkWriter<W> {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         if self.buf.is_empty() && data.len() >= WRITE_CHUNK {
             // The file ends on a chunk boundary: whole chunks go straight
             // through, uncopied.
             let n = data.len() / WRITE_CHUNK * WRITE_CHUNK;
-            self.inner.write_all(&data[..n])?;
+            self.write_through(&data[..n])?;
             return Ok(n);
         }
         let n = data.len().min(WRITE_CHUNK - self.buf.len());
         self.buf.extend_from_slice(&data[..n]);
         if self.buf.len() == WRITE_CHUNK {
-            self.inner.write_all(&self.buf)?;
+            let buf = std::mem::take(&mut self.buf);
+            let result = self.write_through(&buf);
+            self.buf = buf;
             self.buf.clear();
+            result?;
         }
         Ok(n)
     }
@@ -264,6 +283,18 @@ impl<W: Write> Write for ChunkWriter<W> {
         // Only `finish` writes a partial chunk: a flush mid-file would
         // misalign every later chunk.
         Ok(())
+    }
+}
+
+/// A sink whose written bytes can be handed to the disk early.
+trait WriteBack {
+    /// Starts writing `len` bytes at `offset` back; a hint only.
+    fn start_writeback(&self, offset: u64, len: usize);
+}
+
+impl WriteBack for File {
+    fn start_writeback(&self, offset: u64, len: usize) {
+        durable_fs::start_writeback(self, offset, len);
     }
 }
 
@@ -308,10 +339,15 @@ pub struct IndexLog {
 }
 
 impl IndexLog {
-    /// Creates a fresh log at `path` holding `groups` (already encoded),
-    /// atomically replacing any old one.
-    pub fn create(path: &Path, groups: &[Vec<u8>]) -> Result<IndexLog> {
-        let mut bytes = format::encode_index_header().to_vec();
+    /// Creates a fresh log at `path` with `header` (the shared log's or a
+    /// writer's) holding `groups` (already encoded), atomically replacing
+    /// any old one.
+    pub fn create(
+        path: &Path,
+        header: &[u8; INDEX_HEADER_LEN],
+        groups: &[Vec<u8>],
+    ) -> Result<IndexLog> {
+        let mut bytes = header.to_vec();
         for g in groups {
             bytes.extend_from_slice(g);
         }
@@ -387,6 +423,10 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    impl super::WriteBack for Recorder {
+        fn start_writeback(&self, _offset: u64, _len: usize) {}
     }
 
     #[test]

@@ -328,3 +328,93 @@ fn pyarrow_reads_tuple_and_blob_caches() {
         serde_json::from_str(&std::fs::read_to_string(blobs.join("schema.json")).unwrap()).unwrap();
     assert_eq!(js["output_structure"], "blob");
 }
+
+/// torchcachex's rebuild of `index.pkl` from the segments: ids parsed from
+/// the names and sorted numerically, later rows winning.
+const TORCHCACHEX_REBUILD: &str = r#"
+import sys, json, os, re
+import pyarrow as pa
+seg_dir = os.path.join(sys.argv[1], "segments")
+ids = sorted(int(m.group(1)) for m in
+             (re.fullmatch(r"segment_(\d+)\.arrow", n) for n in os.listdir(seg_dir)) if m)
+index = {}
+for sid in ids:
+    t = pa.ipc.open_file(os.path.join(seg_dir, "segment_%06d.arrow" % sid)).read_all()
+    for row, key in enumerate(t.column("key").to_pylist()):
+        index[key] = (sid, row)
+out = {}
+for key, (sid, row) in index.items():
+    t = pa.ipc.open_file(os.path.join(seg_dir, "segment_%06d.arrow" % sid)).read_all()
+    out[key] = t.column("data")[row].as_py()
+print(json.dumps(out))
+"#;
+
+#[test]
+fn torchcachex_rebuild_reads_a_multi_writer_cache() {
+    let Some(py) = test_support::python() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("multi");
+    let writers: Vec<SegmentStore> = (0..4)
+        .map(|w| {
+            let opts = Options {
+                writer_id: Some(w),
+                flush_every: 5,
+                ..Options::default()
+            };
+            SegmentStore::open(&dir, opts).unwrap()
+        })
+        .collect();
+    // Disjoint keys, and keys every writer writes, in interleaved flushes.
+    for round in 0..3 {
+        for (w, s) in writers.iter().enumerate() {
+            let mut items = Vec::new();
+            for i in 0..4 {
+                let v = vec![w as f32, round as f32, i as f32];
+                items.push((format!("w{w}_r{round}_{i}"), v.clone()));
+                items.push((format!("shared_{i}"), v));
+            }
+            let items: Vec<(String, Record)> = items
+                .into_iter()
+                .map(|(k, v)| (k, Record::from(Tensor::from_vec([3], v).unwrap())))
+                .collect();
+            s.put_batch(&items).unwrap();
+            s.flush().unwrap();
+        }
+    }
+    drop(writers);
+    let out = test_support::run_python(&py, TORCHCACHEX_REBUILD, &[&dir]);
+    let got: serde_json::Map<String, Value> = serde_json::from_str(out.trim()).unwrap();
+    let reader = SegmentStore::open(
+        &dir,
+        Options {
+            read_only: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(got.len(), 4 * 3 * 4 + 4);
+    assert_eq!(reader.len(), got.len());
+    let keys: Vec<&String> = got.keys().collect();
+    let (recs, missing) = reader.get_batch(&keys).unwrap();
+    assert!(missing.is_empty());
+    for (k, r) in keys.iter().zip(&recs) {
+        let ours: Vec<f64> = r
+            .as_ref()
+            .unwrap()
+            .as_tensor()
+            .unwrap()
+            .view()
+            .to_f64_vec()
+            .unwrap();
+        let theirs: Vec<f64> = got[*k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        // Duplicate keys resolve the same way on both sides.
+        assert_eq!(ours, theirs, "{k}");
+    }
+}

@@ -5,7 +5,7 @@
 //! written by one is read by the other.
 //!
 //! Give [`ShardStore`] a source (a factory returning a fresh iterator that
-//! yields the same items every time) and read `store.get(i)` in any order:
+//! yields the same items every time, or one that starts at a given item) and read `store.get(i)` in any order:
 //! the items are pulled from the source once, written in shards of
 //! `max_shard_length` items, kept decoded in a bounded in-memory cache, and
 //! regenerated from the source if a disk budget evicted them. Many threads
@@ -42,8 +42,10 @@
 //!   from different calls are mixed, so it must yield the same items in
 //!   the same order every time. A replay that ends at another length is
 //!   reported as [`Error::NondeterministicSource`].
-//! - **Regeneration cost**: an iterator can only restart, so a shard behind
-//!   every cursor costs a replay from item 0. [`ShardStore::get_many`]
+//! - **Regeneration cost**: a plain iterator can only restart, so a shard
+//!   behind every cursor costs a replay from item 0. A source opened with
+//!   [`ShardStore::open_with_seekable_source`] (`|start| iterator from
+//!   start`) replays only the shard it regenerates. [`ShardStore::get_many`]
 //!   serves indices shard by shard in ascending order: one forward pass
 //!   regenerates all the shards it needs.
 //! - **Decoding**: shards written by this crate (serde-pickle's opcode

@@ -23,7 +23,23 @@ use crate::reader::read_metadata_file;
 pub trait StoreItem: Serialize + DeserializeOwned + Send + Sync + 'static {}
 impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> StoreItem for T {}
 
-pub(crate) type Source<T> = Box<dyn Fn() -> Box<dyn Iterator<Item = T> + Send> + Send + Sync>;
+type StartAt<T> = Box<dyn Fn(u64) -> Box<dyn Iterator<Item = T> + Send> + Send + Sync>;
+
+/// The source of items: a factory of iterators, either restartable only
+/// from item 0 or seekable to any item.
+pub(crate) struct Source<T> {
+    start_at: StartAt<T>,
+    /// Whether `start_at` honours its argument (else it always starts at 0).
+    pub(crate) seekable: bool,
+}
+
+impl<T> Source<T> {
+    /// A fresh iterator whose first item is item `start` (a plain source
+    /// is only ever asked for `start == 0`).
+    pub(crate) fn iter_from(&self, start: u64) -> Box<dyn Iterator<Item = T> + Send> {
+        (self.start_at)(start)
+    }
+}
 
 /// A replayable position in the source.
 pub(crate) struct Cursor<T> {
@@ -202,7 +218,52 @@ impl<T: StoreItem> ShardStore<T> {
         I: IntoIterator<Item = T>,
         I::IntoIter: Send + 'static,
     {
-        let source: Source<T> = Box::new(move || Box::new(source().into_iter()));
+        let source = Source {
+            start_at: Box::new(move |_| Box::new(source().into_iter())),
+            seekable: false,
+        };
+        ShardStore::open_inner(root.as_ref(), options, Some(source))
+    }
+
+    /// Opens (or creates) a root over a seekable source: `source(start)`
+    /// returns an iterator over the items from index `start` on, so that
+    /// regenerating an evicted shard replays only that shard instead of
+    /// every item before it.
+    ///
+    /// `source(start)` **must** yield exactly what `source(0)` yields after
+    /// skipping `start` items, on every call. The store only seeks to
+    /// positions known to lie within the source (a shard boundary at or
+    /// below the final length, or below the end of a shard already on
+    /// disk), so `source` never has to detect a seek past its end; if it is
+    /// asked for one anyway, yielding nothing is right.
+    ///
+    /// ```
+    /// use shard_store::{Options, ShardStore};
+    ///
+    /// # fn main() -> Result<(), shard_store::Error> {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = ShardStore::open_with_seekable_source(
+    ///     dir.path(),
+    ///     Options::default().shard_items(100),
+    ///     |start| (start..1000u64).map(|i| i * i),
+    /// )?;
+    /// assert_eq!(*store.get(950)?, 950 * 950); // replays items 900.. only
+    /// # Ok(()) }
+    /// ```
+    pub fn open_with_seekable_source<F, I>(
+        root: impl AsRef<Path>,
+        options: Options,
+        source: F,
+    ) -> Result<ShardStore<T>>
+    where
+        F: Fn(u64) -> I + Send + Sync + 'static,
+        I: IntoIterator<Item = T>,
+        I::IntoIter: Send + 'static,
+    {
+        let source = Source {
+            start_at: Box::new(move |start| Box::new(source(start).into_iter())),
+            seekable: true,
+        };
         ShardStore::open_inner(root.as_ref(), options, Some(source))
     }
 
@@ -731,7 +792,7 @@ fn estimate_shard_len<T: StoreItem>(
     target: u64,
     compression: Compression,
 ) -> Result<u64> {
-    let sample: Vec<T> = source().take(SIZE_ESTIMATE_ITEMS).collect();
+    let sample: Vec<T> = source.iter_from(0).take(SIZE_ESTIMATE_ITEMS).collect();
     if sample.is_empty() {
         return Err(Error::InvalidOption {
             option: "max_shard_length",

@@ -99,14 +99,21 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
             root: self.root.clone(),
             index: start as usize,
         })?;
+        // A seekable source restarts at the shard wanted unless the cursor
+        // is already there; a plain one only when the cursor is past it.
+        let resume = if source.seekable {
+            self.resume_point(start)?
+        } else {
+            0
+        };
         let restart = match guard.as_ref() {
-            Some(c) => c.pos > start,
+            Some(c) => c.pos > start || c.pos < resume,
             None => true,
         };
         if restart {
             **guard = Some(Cursor {
-                iter: source(),
-                pos: 0,
+                iter: source.iter_from(resume),
+                pos: resume,
                 done: false,
             });
         }
@@ -114,6 +121,19 @@ impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
             Some(c) => Ok(c),
             None => unreachable!("cursor was just set"),
         }
+    }
+
+    /// Where a seekable source resumes to reach `target`: the shard
+    /// boundary at or below it, held below what is known to exist (the
+    /// final length, else the furthest shard on disk), because a seek past
+    /// the end could not tell where the end is.
+    fn resume_point(&self, target: u64) -> Result<u64> {
+        let known = match self.state.lock().length {
+            Some(len) => len,
+            None => self.shard_files()?.iter().map(|n| n.end).max().unwrap_or(0),
+        };
+        let at = target.min(known);
+        Ok(at - at % self.shard_len)
     }
 
     /// Moves `cursor` to `target` (or the end). Full shards passed on the

@@ -23,10 +23,14 @@ use crate::{
 ///
 /// Options (all optional): `flush_every` (records per segment, 4096),
 /// `lru_bytes` (in-memory LRU budget, 64 MiB), `async_write` (bool),
-/// `queue_depth` (2), `writer_rank` (0). The current rank comes from the
-/// `RANK` environment variable: on a shared file system every rank opens
-/// the same directory, only `writer_rank` persists, the others fill their
-/// in-memory LRU (see the segment-store docs).
+/// `queue_depth` (2), `writer_rank` (0), `multi_writer` (false). The
+/// current rank comes from the `RANK` environment variable: on a shared
+/// file system every rank opens the same directory, only `writer_rank`
+/// persists, the others fill their in-memory LRU (see the segment-store
+/// docs). With `multi_writer: true` every rank persists, as segment-store
+/// writer `RANK`, into its own segments and index log; a rank sees what
+/// the others flushed when it reopens or calls
+/// [`SegmentStore::refresh`] on [`SegmentBackend::store`].
 pub struct SegmentBackend {
     store: SegmentStore,
     dir: PathBuf,
@@ -41,6 +45,7 @@ impl SegmentBackend {
         "async_write",
         "queue_depth",
         "writer_rank",
+        "multi_writer",
     ];
 
     /// Opens (creating if needed) the cache `config` names.
@@ -59,6 +64,9 @@ impl SegmentBackend {
             async_write: config.opt("async_write", defaults.async_write)?,
             queue_depth: config.opt("queue_depth", defaults.queue_depth)?,
             writer_rank: config.opt("writer_rank", defaults.writer_rank)?,
+            writer_id: config
+                .opt("multi_writer", false)?
+                .then_some(defaults.current_rank),
             ..defaults
         };
         let prepared = prepare(config, &SPEC)?;
