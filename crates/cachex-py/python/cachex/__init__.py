@@ -1,0 +1,46 @@
+"""cachex: ML sample caches on local disk, with a Rust engine underneath.
+
+Stores
+------
+SegmentStore
+    A persistent key -> tensor-record map on immutable Arrow IPC segments
+    (torchcachex's layout): ``put_batch``, ``get_batch``, ``flush``.
+
+Arrays read back are read-only numpy views of memory-mapped files; each
+view's ``.base`` keeps the mapping alive, so it stays valid after the store
+is closed or deleted. Copy one (``np.array(view)``) to get a writable array
+that does not keep the file mapped.
+
+Every error a store raises is a :class:`cachex.CacheError` (see
+:mod:`cachex.errors`), with the store's message naming the file and the
+problem.
+"""
+
+from __future__ import annotations
+
+from cachex._cachex import MappedValue, SegmentStore, __version__, bfloat16_is_native
+from cachex.errors import (
+    CacheError,
+    CacheIOError,
+    CorruptError,
+    InvalidInputError,
+    LockedError,
+    ReadOnlyError,
+    SchemaMismatchError,
+    StaleError,
+)
+
+__all__ = [
+    "CacheError",
+    "CacheIOError",
+    "CorruptError",
+    "InvalidInputError",
+    "LockedError",
+    "MappedValue",
+    "ReadOnlyError",
+    "SchemaMismatchError",
+    "SegmentStore",
+    "StaleError",
+    "__version__",
+    "bfloat16_is_native",
+]

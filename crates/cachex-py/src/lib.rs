@@ -1,0 +1,35 @@
+//! The native module of the `cachex` Python package (`cachex._cachex`).
+//!
+//! A thin binding: each class converts Python values to the stores' types,
+//! releases the GIL (`Python::detach`) around file I/O and decoding, calls
+//! the store, and converts back. Arrays read from mapped files come back as
+//! read-only numpy views whose `.base` owns the mapping, so they stay valid
+//! after the store handle is closed or deleted. Errors are raised as the
+//! `cachex.errors` hierarchy with the store's message.
+//!
+//! The Python package (`python/cachex/`) re-exports these classes with type
+//! stubs (`_cachex.pyi`) and documentation; build it with
+//! `pip install ./crates/cachex-py` (maturin).
+
+mod array;
+mod errors;
+mod segment;
+
+use pyo3::prelude::*;
+
+/// `cachex._cachex`: the Rust engine of the `cachex` package.
+#[pymodule]
+fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<segment::PySegmentStore>()?;
+    m.add_class::<array::Keeper>()?;
+    m.add_function(wrap_pyfunction!(bfloat16_is_native, m)?)?;
+    Ok(())
+}
+
+/// Whether bfloat16 tensors come back as `ml_dtypes.bfloat16` (true) or as
+/// raw `uint16` (false, when `ml_dtypes` is not installed).
+#[pyfunction]
+fn bfloat16_is_native(py: Python<'_>) -> PyResult<bool> {
+    array::bf16_native(py)
+}
