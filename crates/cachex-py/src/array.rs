@@ -202,3 +202,10 @@ pub fn with_tensor<R>(
     let view = TensorView::new(dtype, shape, bytes).map_err(|e| errors::invalid(e.to_string()))?;
     Ok(f(view))
 }
+
+/// An owned copy of any array-like (see [`contiguous`]), so the store can
+/// use it with the GIL released while the caller keeps the original.
+pub fn tensor_from_py(obj: &Bound<'_, PyAny>) -> PyResult<tensor_core::Tensor> {
+    let a = contiguous(obj)?;
+    with_tensor(&a, |v| v.to_tensor())
+}

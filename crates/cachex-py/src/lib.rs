@@ -13,6 +13,9 @@
 
 mod array;
 mod errors;
+mod fingerprint;
+mod json;
+mod memmap;
 mod segment;
 
 use pyo3::prelude::*;
@@ -23,6 +26,17 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<segment::PySegmentStore>()?;
     m.add_class::<array::Keeper>()?;
+    m.add_class::<memmap::PyMemmapWriter>()?;
+    m.add_class::<memmap::PyMemmapArray>()?;
+    m.add_function(wrap_pyfunction!(memmap::_reopen_memmap_array, m)?)?;
+    m.add_function(wrap_pyfunction!(memmap::memmap_open_or_build, m)?)?;
+    m.add_function(wrap_pyfunction!(memmap::memmap_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(memmap::memmap_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint::compute_key, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint::compute_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint::stale_reason, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint::validate, m)?)?;
+    m.add_function(wrap_pyfunction!(fingerprint::check_dir, m)?)?;
     m.add_function(wrap_pyfunction!(bfloat16_is_native, m)?)?;
     Ok(())
 }

@@ -18,7 +18,22 @@ problem.
 
 from __future__ import annotations
 
-from cachex._cachex import MappedValue, SegmentStore, __version__, bfloat16_is_native
+from cachex._cachex import (
+    MappedValue,
+    MemmapArray,
+    MemmapWriter,
+    SegmentStore,
+    __version__,
+    bfloat16_is_native,
+    check_dir,
+    compute_fingerprint,
+    compute_key,
+    memmap_inspect,
+    memmap_open_or_build,
+    memmap_verify,
+    stale_reason,
+    validate,
+)
 from cachex.errors import (
     CacheError,
     CacheIOError,
@@ -37,10 +52,20 @@ __all__ = [
     "InvalidInputError",
     "LockedError",
     "MappedValue",
+    "MemmapArray",
+    "MemmapWriter",
     "ReadOnlyError",
     "SchemaMismatchError",
     "SegmentStore",
     "StaleError",
     "__version__",
     "bfloat16_is_native",
+    "check_dir",
+    "compute_fingerprint",
+    "compute_key",
+    "memmap_inspect",
+    "memmap_open_or_build",
+    "memmap_verify",
+    "stale_reason",
+    "validate",
 ]
