@@ -16,6 +16,7 @@ mod errors;
 mod fingerprint;
 mod json;
 mod memmap;
+mod page;
 mod segment;
 
 use pyo3::prelude::*;
@@ -32,6 +33,12 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memmap::memmap_open_or_build, m)?)?;
     m.add_function(wrap_pyfunction!(memmap::memmap_inspect, m)?)?;
     m.add_function(wrap_pyfunction!(memmap::memmap_verify, m)?)?;
+    m.add_class::<page::PyPageWriter>()?;
+    m.add_class::<page::PyPageReader>()?;
+    m.add_class::<page::PyBetonReader>()?;
+    m.add_function(wrap_pyfunction!(page::write_beton, m)?)?;
+    m.add_function(wrap_pyfunction!(page::page_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(page::beton_verify, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::compute_key, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::compute_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::stale_reason, m)?)?;

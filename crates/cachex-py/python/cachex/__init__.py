@@ -19,11 +19,15 @@ problem.
 from __future__ import annotations
 
 from cachex._cachex import (
+    BetonReader,
     MappedValue,
     MemmapArray,
     MemmapWriter,
+    PageReader,
+    PageWriter,
     SegmentStore,
     __version__,
+    beton_verify,
     bfloat16_is_native,
     check_dir,
     compute_fingerprint,
@@ -31,8 +35,10 @@ from cachex._cachex import (
     memmap_inspect,
     memmap_open_or_build,
     memmap_verify,
+    page_verify,
     stale_reason,
     validate,
+    write_beton,
 )
 from cachex.errors import (
     CacheError,
@@ -46,6 +52,7 @@ from cachex.errors import (
 )
 
 __all__ = [
+    "BetonReader",
     "CacheError",
     "CacheIOError",
     "CorruptError",
@@ -54,11 +61,14 @@ __all__ = [
     "MappedValue",
     "MemmapArray",
     "MemmapWriter",
+    "PageReader",
+    "PageWriter",
     "ReadOnlyError",
     "SchemaMismatchError",
     "SegmentStore",
     "StaleError",
     "__version__",
+    "beton_verify",
     "bfloat16_is_native",
     "check_dir",
     "compute_fingerprint",
@@ -66,6 +76,8 @@ __all__ = [
     "memmap_inspect",
     "memmap_open_or_build",
     "memmap_verify",
+    "page_verify",
     "stale_reason",
     "validate",
+    "write_beton",
 ]
