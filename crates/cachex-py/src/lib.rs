@@ -13,6 +13,7 @@
 
 mod array;
 mod errors;
+mod facade;
 mod fingerprint;
 mod json;
 mod memmap;
@@ -33,6 +34,9 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memmap::memmap_open_or_build, m)?)?;
     m.add_function(wrap_pyfunction!(memmap::memmap_inspect, m)?)?;
     m.add_function(wrap_pyfunction!(memmap::memmap_verify, m)?)?;
+    m.add_class::<facade::PyCache>()?;
+    m.add_class::<facade::PyCachedFn>()?;
+    m.add_function(wrap_pyfunction!(facade::open, m)?)?;
     m.add_class::<page::PyPageWriter>()?;
     m.add_class::<page::PyPageReader>()?;
     m.add_class::<page::PyBetonReader>()?;

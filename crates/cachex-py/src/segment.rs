@@ -326,7 +326,7 @@ fn part_of(obj: &Bound<'_, PyAny>) -> PyResult<Part> {
 
 /// A record from a Python value: `bytes` → blob, dict → named parts,
 /// tuple/list → parts, anything array-like → one tensor.
-fn record_from_py(value: &Bound<'_, PyAny>) -> PyResult<Record> {
+pub(crate) fn record_from_py(value: &Bound<'_, PyAny>) -> PyResult<Record> {
     if let Some(b) = blob_of(value) {
         return Ok(Record::Blob(b));
     }
@@ -379,7 +379,7 @@ fn part_to_py<'py>(
 
 /// A record as numpy views (whose base keeps the record alive), `bytes`,
 /// dicts, tuples and lists.
-fn record_to_py(py: Python<'_>, record: Record) -> PyResult<Bound<'_, PyAny>> {
+pub(crate) fn record_to_py(py: Python<'_>, record: Record) -> PyResult<Bound<'_, PyAny>> {
     if let Record::Blob(b) = &record {
         return Ok(PyBytes::new(py, b.as_bytes()).into_any());
     }

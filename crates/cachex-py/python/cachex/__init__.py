@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from cachex._cachex import (
     BetonReader,
+    Cache,
     MappedValue,
     MemmapArray,
     MemmapWriter,
@@ -35,6 +36,7 @@ from cachex._cachex import (
     memmap_inspect,
     memmap_open_or_build,
     memmap_verify,
+    open,
     page_verify,
     stale_reason,
     validate,
@@ -50,11 +52,14 @@ from cachex.errors import (
     SchemaMismatchError,
     StaleError,
 )
+from cachex.facade import CachedFn, cached
 
 __all__ = [
     "BetonReader",
+    "Cache",
     "CacheError",
     "CacheIOError",
+    "CachedFn",
     "CorruptError",
     "InvalidInputError",
     "LockedError",
@@ -70,12 +75,14 @@ __all__ = [
     "__version__",
     "beton_verify",
     "bfloat16_is_native",
+    "cached",
     "check_dir",
     "compute_fingerprint",
     "compute_key",
     "memmap_inspect",
     "memmap_open_or_build",
     "memmap_verify",
+    "open",
     "page_verify",
     "stale_reason",
     "validate",
