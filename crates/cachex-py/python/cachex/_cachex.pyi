@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeAlias
 
@@ -90,7 +91,7 @@ class SegmentStore:
         read_only: bool | None = None,
     ) -> None: ...
     @property
-    def path(self) -> str:
+    def path(self) -> Path:
         """The cache directory."""
     @property
     def options(self) -> dict[str, Any]:
@@ -180,3 +181,357 @@ class SegmentStore:
         tb: TracebackType | None,
     ) -> bool: ...
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
+
+DTypeLike: TypeAlias = str | type | np.dtype[Any]
+ArraySpecs: TypeAlias = Mapping[str, tuple[DTypeLike, Sequence[int]]]
+"""``{name: (dtype, shape)}``: each array's element type and per-row shape."""
+
+class MemmapWriter:
+    """The streaming, resumable writer of a memmap-array cache.
+
+    One ``<name>.bin`` per array (row-major, little-endian: readable with
+    ``numpy.memmap``), committed in groups to ``manifest.jsonl``; on reopen
+    an unfinished cache resumes after its last committed row.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The cache directory (created if missing).
+    arrays : dict
+        ``{name: (dtype, shape)}``.
+    nullable : sequence of str, optional
+        Arrays a row may lack (written as ``None``).
+    sidecars : sequence of str, optional
+        Names of per-row strings stored deduplicated.
+    fingerprint : JSON-able, optional
+        What the cache is built from; a resume with another one is refused.
+    sync_every : int, optional
+        Rows per group commit (1024); 0 commits only on flush/finalize.
+
+    Raises
+    ------
+    LockedError
+        Another writer is building this cache.
+    SchemaMismatchError
+        A half-built cache there was started with another schema.
+    StaleError
+        A half-built cache there was started with another fingerprint.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        arrays: ArraySpecs,
+        *,
+        nullable: Sequence[str] = ...,
+        sidecars: Sequence[str] = ...,
+        fingerprint: Any = None,
+        sync_every: int = 1024,
+    ) -> None: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def resume_keys(self) -> list[str]:
+        """Sources committed by an earlier writer: skip them when resuming."""
+    @property
+    def rows(self) -> int:
+        """Rows written (committed or not)."""
+    @property
+    def committed_rows(self) -> int:
+        """Rows durably committed."""
+    @property
+    def schema(self) -> dict[str, Any]:
+        """``{"arrays": {name: {"dtype", "shape", "nullable"}}, "sidecars": [...]}``."""
+    def write(
+        self,
+        source: str,
+        arrays: Mapping[str, ArrayLike | None],
+        sidecars: Mapping[str, str] | None = None,
+        meta: Any = None,
+    ) -> None:
+        """Append one row.
+
+        Parameters
+        ----------
+        source : str
+            The row's source id (what ``resume_keys`` returns).
+        arrays : dict
+            One array-like per schema array (``None`` for a nullable one).
+        sidecars : dict, optional
+            Sidecar strings of the row.
+        meta : str or JSON-able, optional
+            Row metadata, stored as JSON.
+
+        Raises
+        ------
+        InvalidInputError
+            A wrong shape or dtype, or a missing array; nothing is written.
+        """
+    def flush(self) -> None:
+        """Commit every row written so far."""
+    def finalize(self) -> int:
+        """Write the index, sidecars and ``shapes.json``; mark complete; return the rows."""
+
+class MemmapArray:
+    """A finished memmap-array cache, open for reading.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The cache directory.
+    load_in_memory : bool, optional
+        Copy every array into RAM at open.
+    ram_fraction : float, optional
+        The share of physical RAM a load may take (refused above it with
+        :class:`InvalidInputError`).
+
+    Raises
+    ------
+    CorruptError
+        A file is damaged (a ``.bin`` of the wrong size, a bad index).
+    CacheError
+        The cache is incomplete (no ``_COMPLETE``).
+
+    Notes
+    -----
+    Pickles as its path and load options; the copy reopens the directory.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        load_in_memory: bool = False,
+        ram_fraction: float = ...,
+    ) -> None: ...
+    @property
+    def path(self) -> Path: ...
+    def __len__(self) -> int: ...
+    @property
+    def schema(self) -> dict[str, Any]: ...
+    @property
+    def fingerprint(self) -> Any:
+        """``fingerprint.json``, parsed."""
+    def get_row(self, i: int) -> dict[str, np.ndarray | None]:
+        """Row ``i`` (negative from the end): read-only views of every array."""
+    def get(self, i: int, name: str) -> np.ndarray | None:
+        """Array ``name`` of row ``i``."""
+    def source(self, i: int) -> str: ...
+    def meta(self, i: int) -> Any: ...
+    def sidecar(self, name: str, i: int) -> str | None: ...
+    def sidecar_values(self, name: str) -> list[str]: ...
+    def find(self, source: str) -> int | None:
+        """The row of a source id, or ``None``."""
+    def prefetch(self, i: int) -> None: ...
+    def index(self) -> list[dict[str, Any]]:
+        """Every row's ``{"row", "source", "meta", "sidecars"}``.
+
+        For a pyarrow table, read ``index.parquet`` with ``pyarrow.parquet``.
+        """
+
+def memmap_open_or_build(
+    root: str | os.PathLike[str],
+    config: Any,
+    build: Callable[[MemmapWriter], None],
+    arrays: ArraySpecs,
+    *,
+    nullable: Sequence[str] = ...,
+    sidecars: Sequence[str] = ...,
+    sources: Sequence[str | os.PathLike[str]] = ...,
+    content_hash: bool = False,
+    sync_every: int = 1024,
+) -> tuple[MemmapArray, str]:
+    """Open the cache of ``config`` under ``root``, building it when needed.
+
+    The cache lives in ``root/<compute_key(config)>``. It is opened when
+    complete and its fingerprint (config, ``sources`` stamps, format
+    version) matches; resumed when half-built; deleted and rebuilt when
+    stale. ``build(writer)`` writes every row whose source is not in
+    ``writer.resume_keys``; the cache is finalized when it returns.
+
+    Returns
+    -------
+    cache : MemmapArray
+    outcome : str
+        ``"cache hit"``, ``"cache built"``, ``"cache resumed after N
+        committed rows"`` or ``"cache rebuilt (<why>)"``.
+    """
+
+def memmap_inspect(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Sizes on disk, schema, sidecar dedup ratios and the RAM a load would take."""
+
+def memmap_verify(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every problem of the cache (``{"path", "detail"}``); empty when sound."""
+
+FieldSpec: TypeAlias = str | tuple[DTypeLike, Sequence[int]]
+"""``"int"``, ``"float"``, ``"bytes"`` (``"json"`` for .beton) or ``(dtype, shape)``."""
+
+class PageWriter:
+    """The writer of a page file: samples of fixed fields packed into pages.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (written as ``<path>.tmp``, renamed on finalize).
+    fields : dict
+        ``{name: "int" | "float" | "bytes" | (dtype, shape)}``.
+    page_size : int, optional
+        A power of two from 4 KiB (8 MiB).
+    alignment : int, optional
+        Allocation alignment (512).
+    direct_io : bool, optional
+        Write pages with ``O_DIRECT`` where possible.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fields: Mapping[str, FieldSpec],
+        *,
+        page_size: int | None = None,
+        alignment: int | None = None,
+        direct_io: bool = False,
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    def append(self, sample: Mapping[str, Any] | Sequence[Any]) -> int:
+        """Append one sample (by field name, or in field order); return its index."""
+    def write_many(
+        self, samples: Iterable[Mapping[str, Any] | Sequence[Any]], threads: int = 2
+    ) -> None:
+        """Append many samples, filling pages from ``threads`` threads."""
+    def finalize(self) -> dict[str, Any]:
+        """Write the tables and footer, fsync, rename; return a summary."""
+
+class PageReader:
+    """A validated, memory-mapped page file.
+
+    Notes
+    -----
+    Pickles as its path; the copy reopens the file.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, populate: bool = False, verify_pages: bool = False
+    ) -> None: ...
+    @property
+    def path(self) -> Path: ...
+    def __len__(self) -> int: ...
+    @property
+    def fields(self) -> dict[str, FieldSpec]: ...
+    @property
+    def max_sizes(self) -> dict[str, int]:
+        """The largest value of each field in bytes (the width ``fill_batch`` needs)."""
+    def sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i``: ints/floats by value, bytes and arrays as read-only views."""
+    def fill_batch(
+        self, indices: Sequence[int], out: Mapping[str, np.ndarray]
+    ) -> dict[str, list[int]]:
+        """Copy samples into preallocated buffers with the GIL released.
+
+        Parameters
+        ----------
+        indices : sequence of int
+        out : dict
+            Field name -> writable C-contiguous array with at least
+            ``len(indices)`` rows: int64 (ints), float64 (floats), the
+            field's dtype and ``(n, *shape)`` (arrays), uint8 ``(n, width)``
+            (bytes, zero padded).
+
+        Returns
+        -------
+        dict
+            The byte length of each bytes field's values.
+        """
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """``madvise(WILLNEED)`` the pages of these samples."""
+    def quasi_random_order(self, seed: int, window_pages: int = 8) -> list[int]:
+        """FFCV's QUASI_RANDOM epoch order."""
+
+class BetonReader:
+    """A validated FFCV ``.beton`` file, memory-mapped."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    @property
+    def path(self) -> Path: ...
+    def __len__(self) -> int: ...
+    @property
+    def fields(self) -> dict[str, FieldSpec]: ...
+    def sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i``; JSON fields as text, RGB images as ``{mode, width, height, data}``."""
+
+def write_beton(
+    path: str | os.PathLike[str],
+    fields: Mapping[str, FieldSpec],
+    samples: Iterable[Mapping[str, Any] | Sequence[Any]],
+    *,
+    page_size: int = ...,
+) -> None:
+    """Write an FFCV ``.beton`` (byte-identical to FFCV's one-worker writer)."""
+
+def page_verify(path: str | os.PathLike[str]) -> list[str]:
+    """Every problem of a page file; empty when sound."""
+
+def beton_verify(path: str | os.PathLike[str]) -> list[str]:
+    """Every problem of a ``.beton``; empty when sound."""
+
+def compute_key(config: Any) -> str:
+    """The 16-hex-character key of a JSON-able config (dict order ignored)."""
+
+def compute_fingerprint(
+    config: Any,
+    sources: Sequence[str | os.PathLike[str]] = ...,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    content_hash: bool = False,
+    cache_version: int = 0,
+) -> dict[str, Any]:
+    """The fingerprint (``fingerprint.json`` content) of a config and its source files."""
+
+def stale_reason(stored: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """Why ``stored`` is stale for ``current`` (config field, file, version), or ``None``."""
+
+def validate(stored: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Raise :class:`StaleError` with the reason when the fingerprints differ."""
+
+def check_dir(path: str | os.PathLike[str], current: Mapping[str, Any]) -> None:
+    """Raise :class:`StaleError` when ``path/fingerprint.json`` is missing or differs."""
+
+class Cache:
+    """A cache opened from a config by :func:`open`."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    def get_batch(self, keys: Sequence[str]) -> tuple[list[Value | None], list[int]]: ...
+    def put_batch(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
+    def flush(self) -> None: ...
+    def __len__(self) -> int: ...
+    def stats(self) -> dict[str, float]: ...
+
+def open(config: Mapping[str, Any] | str | os.PathLike[str]) -> Cache:
+    """Open (or create) the cache a config names.
+
+    Parameters
+    ----------
+    config : dict or path
+        ``{"backend": "segment-store" | "memmap-array", "root", "name",
+        "options", "sources": {"root", "paths", "content"}, "create_root",
+        "on_stale": "error" | "rebuild"}``, or a JSON file holding one.
+        The directory is ``root/name/<key of backend, name, options>``.
+
+    Raises
+    ------
+    StaleError
+        The sources changed since the cache was built (``on_stale="error"``).
+    InvalidInputError
+        A bad config (unknown backend or option).
+    """
+
+class _CachedFn:
+    def __init__(self, cache: Cache, func: Callable[[list[Any]], Iterable[Any]]) -> None: ...
+    def __call__(self, inputs: list[Any], ids: list[str]) -> list[Any]: ...
+    def stats(self) -> dict[str, int]: ...
+    def flush(self) -> None: ...
+
+def _reopen_memmap_array(path: str, load_in_memory: bool, ram_fraction: float) -> MemmapArray: ...
