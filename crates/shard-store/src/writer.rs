@@ -15,12 +15,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fs2::FileExt;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::format::{self, COMPLETED_FILE, Metadata, ShardName};
-use crate::store::{Cursor, Inner};
+use crate::store::{Cursor, Inner, StoreItem};
 
 /// An advisory `flock` held until dropped.
 #[derive(Debug)]
@@ -117,7 +115,7 @@ pub(crate) fn replace_file(scratch: &Path, dest: &Path, bytes: &[u8]) -> Result<
     Ok(())
 }
 
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
+impl<T: StoreItem> Inner<T> {
     /// Generates the shard at `start` once across threads and processes.
     /// `Ok(None)` when `start` is past the end of the source.
     pub(crate) fn generate(&self, start: u64) -> Result<Option<Arc<Vec<T>>>> {
