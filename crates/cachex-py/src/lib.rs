@@ -19,6 +19,7 @@ mod json;
 mod memmap;
 mod page;
 mod segment;
+mod shard;
 
 use pyo3::prelude::*;
 
@@ -37,6 +38,8 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<facade::PyCache>()?;
     m.add_class::<facade::PyCachedFn>()?;
     m.add_function(wrap_pyfunction!(facade::open, m)?)?;
+    m.add_class::<shard::PyShardStore>()?;
+    m.add_function(wrap_pyfunction!(shard::_reopen_shard_store, m)?)?;
     m.add_class::<page::PyPageWriter>()?;
     m.add_class::<page::PyPageReader>()?;
     m.add_class::<page::PyBetonReader>()?;
