@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::RwLock;
 use pyo3::prelude::*;
@@ -18,10 +19,19 @@ pub struct PySegmentStore {
     path: PathBuf,
     opts: Options,
     store: RwLock<Option<SegmentStore>>,
+    /// The process that opened `store`. A forked child (a DataLoader
+    /// worker) must neither flush the parent's pending records nor wait on
+    /// the parent's background writer thread, which does not exist in the
+    /// child: there the inherited store is leaked untouched and the
+    /// directory reopened read-only on first use.
+    pid: AtomicU32,
 }
 
 impl PySegmentStore {
     fn with<R>(&self, f: impl FnOnce(&SegmentStore) -> PyResult<R>) -> PyResult<R> {
+        if self.pid.load(Ordering::Acquire) != std::process::id() {
+            self.reopen_after_fork()?;
+        }
         let guard = self.store.read();
         match guard.as_ref() {
             Some(s) => f(s),
@@ -29,6 +39,38 @@ impl PySegmentStore {
                 errors::Kind::Other,
                 format!("{}: store is closed", self.path.display()),
             )),
+        }
+    }
+}
+
+impl PySegmentStore {
+    fn reopen_after_fork(&self) -> PyResult<()> {
+        let mut guard = self.store.write();
+        let me = std::process::id();
+        if self.pid.load(Ordering::Acquire) == me {
+            return Ok(()); // another thread of this child got here first
+        }
+        if let Some(inherited) = guard.take() {
+            // Dropping it would flush the parent's records from here.
+            std::mem::forget(inherited);
+        }
+        let opts = Options {
+            read_only: true,
+            async_write: false,
+            ..self.opts.clone()
+        };
+        *guard = Some(SegmentStore::open(&self.path, opts).map_err(errors::segment)?);
+        self.pid.store(me, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl Drop for PySegmentStore {
+    fn drop(&mut self) {
+        if *self.pid.get_mut() != std::process::id()
+            && let Some(inherited) = self.store.get_mut().take()
+        {
+            std::mem::forget(inherited);
         }
     }
 }
@@ -67,6 +109,7 @@ impl PySegmentStore {
             path,
             opts,
             store: RwLock::new(Some(store)),
+            pid: AtomicU32::new(std::process::id()),
         })
     }
 
@@ -222,6 +265,10 @@ impl PySegmentStore {
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let store = self.store.write().take();
+        if self.pid.load(Ordering::Acquire) != std::process::id() {
+            std::mem::forget(store);
+            return Ok(());
+        }
         match store {
             Some(s) => py.detach(|| {
                 let flushed = if s.is_writer() { s.flush() } else { Ok(()) };

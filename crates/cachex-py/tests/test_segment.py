@@ -396,3 +396,37 @@ def test_torchcachex_fixtures_read_as_written(fixture_copy, expected, module):
     for got, w in zip(values, want.values(), strict=True):
         assert_matches_expected(got, w)
     assert len(store) == len(want)
+
+
+def _child_of_an_async_writer(store, queue) -> None:
+    values, missing = store.get_batch(["flushed0", "flushed9", "pending0"])
+    try:
+        store.put_batch({"from_child": np.zeros(8, np.float32)})
+        refused = False
+    except cachex.ReadOnlyError:
+        refused = True
+    del store  # must not flush the parent's pending records from here
+    gc.collect()
+    queue.put((missing, [float(v[0]) for v in values if v is not None], refused))
+
+
+def test_a_forked_child_of_an_async_writer_reads_and_leaves_the_parents_records_alone(tmp_path):
+    store = cachex.SegmentStore(tmp_path, async_write=True, flush_every=1000)
+    store.put_batch({f"flushed{i}": np.full(8, i, np.float32) for i in range(10)})
+    store.flush()
+    store.put_batch({f"pending{i}": np.full(8, 100 + i, np.float32) for i in range(5)})
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_of_an_async_writer, args=(store, queue))
+    child.start()
+    missing, firsts, refused = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    # The child reopened the directory read-only: flushed records only.
+    assert missing == [2] and firsts == [0.0, 9.0] and refused
+    store.flush()
+    assert store.stats()["segments"] == 2
+    store.close()
+    reopened = cachex.SegmentStore(tmp_path, read_only=True)
+    assert len(reopened) == 15 and reopened.verify() == []
+    assert "from_child" not in reopened

@@ -535,3 +535,82 @@ class _CachedFn:
     def flush(self) -> None: ...
 
 def _reopen_memmap_array(path: str, load_in_memory: bool, ram_fraction: float) -> MemmapArray: ...
+
+class ShardStore:
+    """Random access to the items of a deterministic iterable (loadit's layout).
+
+    Items are pulled from ``source()`` once, pickled with Python's
+    ``pickle`` into ``shards/<start>.<end>.shard.pickle[.zstd]`` files,
+    kept decoded in a bounded in-memory cache, and regenerated from the
+    source when the disk budget evicted them. Threads and processes may
+    share one root: file locks make each shard generated once.
+
+    **Opening a cache unpickles its shards**: only open roots you trust,
+    as with ``pickle.load``.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The cache directory.
+    source : callable, optional
+        A factory returning a fresh iterable of the same items in the same
+        order on every call. Without it only cached items can be read.
+    max_shard_length : int or str, optional
+        Items per shard, or a size target like ``"64mb"`` (the default).
+    max_cache_size : int, optional
+        Decoded shards kept in memory (128).
+    max_workers : int, optional
+        Iterator replays and background workers (1: no background work).
+    memory_limit : int, optional
+        Disk budget in bytes for the shard files (unlimited).
+    compression : {None, "zstd"}, optional
+    preload : int, optional
+        Shards to load ahead of an access.
+    preload_all_async : bool, optional
+        Fill the whole cache in the background (needs ``max_workers > 1``).
+    length : int, optional
+        A known length, used before the true one is discovered.
+    info : JSON-able, optional
+        Stored in ``metadata.json`` when the root is new.
+
+    Notes
+    -----
+    An exception raised by the source propagates from the call that drove
+    it. A handle pickles as its root, source and options (the source must
+    be picklable); the copy reopens the root.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        source: Callable[[], Iterable[Any]] | None = None,
+        *,
+        max_shard_length: int | str | None = None,
+        max_cache_size: int = 128,
+        max_workers: int = 1,
+        memory_limit: int | None = None,
+        compression: str | None = None,
+        preload: int | None = None,
+        preload_all_async: bool = False,
+        length: int | None = None,
+        info: Any = None,
+    ) -> None: ...
+    @property
+    def root(self) -> Path: ...
+    @property
+    def max_shard_length(self) -> int: ...
+    def __len__(self) -> int:
+        """The number of items (drives the source to its end when unknown)."""
+    def __getitem__(self, index: int | slice) -> Any:
+        """Item ``index`` (negative from the end), or a list for a slice."""
+    def get_many(self, indices: Sequence[int]) -> list[Any]:
+        """Items at ``indices``, visiting each shard once in ascending order."""
+    @property
+    def info(self) -> Any: ...
+    def set_info(self, info: Any) -> None: ...
+    def all_cached_to_disk(self) -> bool: ...
+    def wait_until_all_cached(self) -> None: ...
+
+def _reopen_shard_store(
+    root: str, source: Callable[[], Iterable[Any]] | None, kwargs: dict[str, Any]
+) -> ShardStore: ...
