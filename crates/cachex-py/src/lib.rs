@@ -3,13 +3,45 @@
 //! A thin binding: each class converts Python values to the stores' types,
 //! releases the GIL (`Python::detach`) around file I/O and decoding, calls
 //! the store, and converts back. Arrays read from mapped files come back as
-//! read-only numpy views whose `.base` owns the mapping, so they stay valid
-//! after the store handle is closed or deleted. Errors are raised as the
-//! `cachex.errors` hierarchy with the store's message.
+//! read-only numpy views whose `.base` (a `MappedValue`) owns the mapping,
+//! so they stay valid after the store handle is closed or deleted. Errors
+//! are raised as the `cachex.errors` hierarchy with the store's message.
+//! The binding writes no format of its own: each store's on-disk layout is
+//! documented in its crate.
 //!
-//! The Python package (`python/cachex/`) re-exports these classes with type
-//! stubs (`_cachex.pyi`) and documentation; build it with
-//! `pip install ./crates/cachex-py` (maturin).
+//! ```text
+//! crates/cachex-py/
+//!   Cargo.toml, pyproject.toml   cdylib `_cachex` (abi3-py310), built by maturin
+//!   src/lib.rs                   the module: classes and functions below
+//!   src/array.rs                 numpy dtypes, zero-copy views, array-likes in
+//!   src/errors.rs                store errors -> cachex.errors classes
+//!   src/json.rs                  JSON-able Python values (configs, metadata)
+//!   src/segment.rs shard.rs memmap.rs page.rs fingerprint.rs facade.rs
+//!                                one store (or crate) each
+//!   python/cachex/               the package: __init__, errors, facade, workload,
+//!                                _cachex.pyi stubs, py.typed
+//!   tests/                       pytest, grouped by store
+//! ```
+//!
+//! Install with `pip install ./crates/cachex-py`; then, in Python (this
+//! session is the README's, run as written by `tests/test_readme.py`):
+//!
+//! ```text
+//! import numpy as np
+//! import cachex
+//!
+//! with cachex.SegmentStore("feature-cache") as store:
+//!     store.put_batch({f"sample_{i}": np.full((2, 3), i, np.float32) for i in range(4)})
+//!     store.flush()
+//!
+//! store = cachex.SegmentStore("feature-cache", read_only=True)
+//! values, missing = store.get_batch(["sample_2", "sample_9"])
+//! assert missing == [1] and values[0].shape == (2, 3) and values[0][0, 0] == 2.0
+//! ```
+//!
+//! A Rust doc-test cannot run this (an extension module has no interpreter
+//! to link), so the crate's tests are the pytest suite that `scripts/test`
+//! runs after building the module with `maturin develop`.
 
 mod array;
 mod errors;
