@@ -460,6 +460,13 @@ impl PyMemmapArray {
         Ok(out)
     }
 
+    /// `index.parquet` as a `pyarrow.Table` (needs pyarrow installed).
+    fn index_table<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let path = self.cache.dir().join(memmap_array::INDEX_FILE);
+        py.import("pyarrow.parquet")?
+            .call_method1("read_table", (path,))
+    }
+
     /// Pickles as the path and load options; the copy reopens the cache.
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -119,7 +120,14 @@ impl Iterator for SourceIter {
 /// in loadit's layout.
 #[pyclass(module = "cachex._cachex", name = "ShardStore", frozen)]
 pub struct PyShardStore {
-    store: ShardStore<PyItem>,
+    /// `None` only in a forked child, until the first call reopens it.
+    store: parking_lot::RwLock<Option<ShardStore<PyItem>>>,
+    root: PathBuf,
+    /// The process that opened `store`. A forked child (a DataLoader
+    /// worker) has none of the parent's worker threads: there the
+    /// inherited store is leaked untouched (dropping it would wait for
+    /// them) and the root reopened with the same source and options.
+    pid: AtomicU32,
     source: Option<Py<PyAny>>,
     failed: ErrorSlot,
     /// The constructor's keyword arguments, for pickling.
@@ -132,12 +140,39 @@ impl PyShardStore {
         py: Python<'_>,
         f: impl FnOnce(&ShardStore<PyItem>) -> shard_store::Result<R> + Send,
     ) -> PyResult<R> {
-        let store = &self.store;
+        if self.pid.load(Ordering::Acquire) != std::process::id() {
+            self.reopen_after_fork(py)?;
+        }
+        let guard = self.store.read();
+        let store = guard.as_ref().ok_or_else(|| {
+            errors::raise(
+                Kind::Other,
+                format!("{}: store is closed", self.root.display()),
+            )
+        })?;
         let result = py.detach(|| f(store));
         if let Some(e) = self.failed.lock().take() {
             return Err(e);
         }
         result.map_err(error)
+    }
+
+    fn reopen_after_fork(&self, py: Python<'_>) -> PyResult<()> {
+        let fresh = py.get_type::<PyShardStore>().call(
+            (
+                self.root.clone(),
+                self.source.as_ref().map(|s| s.clone_ref(py)),
+            ),
+            Some(self.kwargs.bind(py).cast::<pyo3::types::PyDict>()?),
+        )?;
+        let fresh = fresh.cast_into::<PyShardStore>()?;
+        let opened = fresh.get().store.write().take();
+        let mut guard = self.store.write();
+        if let Some(inherited) = std::mem::replace(&mut *guard, opened) {
+            std::mem::forget(inherited);
+        }
+        self.pid.store(std::process::id(), Ordering::Release);
+        Ok(())
     }
 
     fn object(py: Python<'_>, item: &PyItem) -> Py<PyAny> {
@@ -230,7 +265,9 @@ impl PyShardStore {
             return Err(e);
         }
         Ok(PyShardStore {
-            store: store.map_err(error)?,
+            store: parking_lot::RwLock::new(Some(store.map_err(error)?)),
+            root,
+            pid: AtomicU32::new(std::process::id()),
             source,
             failed,
             kwargs: kwargs.into_any().unbind(),
@@ -240,13 +277,13 @@ impl PyShardStore {
     /// The store root.
     #[getter]
     fn root(&self) -> PathBuf {
-        self.store.root().to_path_buf()
+        self.root.clone()
     }
 
     /// Items per full shard.
     #[getter]
-    fn max_shard_length(&self) -> u64 {
-        self.store.max_shard_length()
+    fn max_shard_length(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, |s| Ok(s.max_shard_length()))
     }
 
     /// The number of items (drives the source to its end when unknown).
@@ -310,7 +347,7 @@ impl PyShardStore {
             .import("cachex._cachex")?
             .getattr("_reopen_shard_store")?;
         let args = (
-            this.store.root().to_path_buf(),
+            this.root.clone(),
             this.source.as_ref().map(|s| s.clone_ref(py)),
             this.kwargs.clone_ref(py),
         )
@@ -319,7 +356,17 @@ impl PyShardStore {
     }
 
     fn __repr__(&self) -> String {
-        format!("ShardStore({:?})", self.store.root().display().to_string())
+        format!("ShardStore({:?})", self.root.display().to_string())
+    }
+}
+
+impl Drop for PyShardStore {
+    fn drop(&mut self) {
+        if *self.pid.get_mut() != std::process::id()
+            && let Some(inherited) = self.store.get_mut().take()
+        {
+            std::mem::forget(inherited);
+        }
     }
 }
 

@@ -72,6 +72,8 @@ def test_rows_round_trip_with_index_sidecars_and_meta(tmp_path):
         "meta": {"i": 3},
         "sidecars": {"speaker": "spk0"},
     }
+    table = cache.index_table()
+    assert table.num_rows == 10 and table.column("source").to_pylist()[3] == "src3"
     assert cache.fingerprint == {"run": 1}
     assert cache.schema["arrays"]["data"] == {"dtype": "int16", "shape": (3, 8), "nullable": False}
     with pytest.raises(IndexError):

@@ -130,3 +130,21 @@ def test_loadit_fixture_reads_as_written(fixture_copy, expected):
         raw = item.pop("raw_hex")
         assert got["raw"].hex() == raw
         assert {k: got[k] for k in item} == item
+
+
+def _child_reads(store, queue) -> None:
+    queue.put([store[i]["id"] for i in (0, 250, 499)])
+    del store  # must not wait for the parent's worker threads
+
+
+def test_a_forked_child_of_a_store_with_workers_reads_through_its_own_handle(tmp_path):
+    store = cachex.ShardStore(tmp_path, records, max_shard_length=50, max_workers=3)
+    assert store[10]["id"] == 10  # workers are running and preloading
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_reads, args=(store, queue))
+    child.start()
+    assert queue.get(timeout=60) == [0, 250, 499]
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert store[499]["id"] == 499

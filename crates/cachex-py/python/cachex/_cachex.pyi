@@ -326,8 +326,10 @@ class MemmapArray:
     def index(self) -> list[dict[str, Any]]:
         """Every row's ``{"row", "source", "meta", "sidecars"}``.
 
-        For a pyarrow table, read ``index.parquet`` with ``pyarrow.parquet``.
+        See :meth:`index_table` for the same as a ``pyarrow.Table``.
         """
+    def index_table(self) -> Any:
+        """``index.parquet`` as a ``pyarrow.Table`` (requires pyarrow)."""
 
 def memmap_open_or_build(
     root: str | os.PathLike[str],
