@@ -10,7 +10,7 @@ use pyo3::types::{PyDict, PyList};
 use segment_store::Record;
 
 use crate::errors::{self, Kind};
-use crate::segment::{record_from_py, record_to_py};
+use crate::segment::{record_from_py, records_to_py};
 use crate::{json, memmap};
 
 /// A facade error as its `cachex.errors` exception; a failure of the
@@ -111,14 +111,7 @@ impl PyCache {
                 b.get_batch(&refs)
             })
             .map_err(error)?;
-        let out = PyList::empty(py);
-        for v in values {
-            match v {
-                Some(r) => out.append(record_to_py(py, r)?)?,
-                None => out.append(py.None())?,
-            }
-        }
-        Ok((out, missing))
+        Ok((records_to_py(py, values)?, missing))
     }
 
     fn put_batch(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -207,11 +200,7 @@ impl PyCachedFn {
     ) -> PyResult<Bound<'py, PyList>> {
         let inner = &self.inner;
         let outputs = py.detach(|| inner.call(&inputs, &ids)).map_err(error)?;
-        let out = PyList::empty(py);
-        for r in outputs {
-            out.append(record_to_py(py, r)?)?;
-        }
-        Ok(out)
+        records_to_py(py, outputs.into_iter().map(Some).collect())
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -167,14 +167,7 @@ impl PySegmentStore {
     ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let (records, missing) =
             self.with(|s| py.detach(|| s.get_batch(&keys)).map_err(errors::segment))?;
-        let out = PyList::empty(py);
-        for r in records {
-            match r {
-                Some(r) => out.append(record_to_py(py, r)?)?,
-                None => out.append(py.None())?,
-            }
-        }
-        Ok((out, missing))
+        Ok((records_to_py(py, records)?, missing))
     }
 
     fn get<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
@@ -407,7 +400,8 @@ fn tensor_to_py<'py>(
     t: &TensorBuf,
     owner: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: `t`'s bytes belong to the record `owner` holds (an
+    // SAFETY: `t`'s bytes belong to a record `owner` holds (one record or
+    // the batch it came in; each part an
     // `Arc`-counted arrow buffer: heap or mapped segment), never
     // mutated, and freed only when the last reference goes.
     unsafe { array::view(py, t.dtype(), t.shape().dims(), t.bytes(), owner) }
@@ -424,36 +418,63 @@ fn part_to_py<'py>(
     }
 }
 
+/// The records of one batch (`None` for a missing key) as a list of
+/// values. One `MappedValue` holds the whole batch and is the base of every
+/// array in it (one Python object per batch, not per record): an array
+/// keeps its batch's records alive.
+pub(crate) fn records_to_py(
+    py: Python<'_>,
+    records: Vec<Option<Record>>,
+) -> PyResult<Bound<'_, PyList>> {
+    let records = Arc::new(records);
+    let owner = Keeper::wrap(py, records.clone())?;
+    let out = PyList::empty(py);
+    for r in records.iter() {
+        match r {
+            Some(r) => out.append(record_view(py, r, &owner)?)?,
+            None => out.append(py.None())?,
+        }
+    }
+    Ok(out)
+}
+
 /// A record as numpy views (whose base keeps the record alive), `bytes`,
 /// dicts, tuples and lists.
 pub(crate) fn record_to_py(py: Python<'_>, record: Record) -> PyResult<Bound<'_, PyAny>> {
-    if let Record::Blob(b) = &record {
-        return Ok(PyBytes::new(py, b.as_bytes()).into_any());
-    }
     let owner = Keeper::wrap(py, record.clone())?;
-    Ok(match &record {
-        Record::Tensor(t) => tensor_to_py(py, t, &owner)?,
+    record_view(py, &record, &owner)
+}
+
+/// A record as Python values whose arrays view the record's buffers;
+/// `owner` must keep those buffers alive (it holds the record or a clone).
+fn record_view<'py>(
+    py: Python<'py>,
+    record: &Record,
+    owner: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match record {
+        Record::Tensor(t) => tensor_to_py(py, t, owner)?,
         Record::Dict(parts) => {
             let d = PyDict::new(py);
             for (name, p) in parts {
-                d.set_item(&**name, part_to_py(py, p, &owner)?)?;
+                d.set_item(&**name, part_to_py(py, p, owner)?)?;
             }
             d.into_any()
         }
         Record::Tuple(parts) => {
             let items = parts
                 .iter()
-                .map(|p| part_to_py(py, p, &owner))
+                .map(|p| part_to_py(py, p, owner))
                 .collect::<PyResult<Vec<_>>>()?;
             PyTuple::new(py, items)?.into_any()
         }
         Record::List(parts) => {
             let items = parts
                 .iter()
-                .map(|p| part_to_py(py, p, &owner))
+                .map(|p| part_to_py(py, p, owner))
                 .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)?.into_any()
         }
-        Record::Blob(_) => unreachable!("handled above"),
+        Record::Blob(b) => PyBytes::new(py, b.as_bytes()).into_any(),
     })
 }
