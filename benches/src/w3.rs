@@ -28,7 +28,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use shard_store::{Bytes, Options, ShardName, ShardStore, format, inspect, serde_pickle};
+use shard_store::{Bytes, Options, ShardName, ShardStore, format, inspect};
 
 use crate::{Ctx, Limit, Line, RunError, progress};
 

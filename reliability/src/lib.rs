@@ -15,8 +15,14 @@
 //!   an error (never panic), and the directory must hold the previous or
 //!   the new committed state, never a mix.
 //!
+//! - **Fuzz seeds**: [`fuzz_seeds`] builds small valid files of every
+//!   format for the cargo-fuzz targets in `fuzz/` (the `fuzz-seeds`
+//!   binary writes them to `fuzz/corpus/`).
+//!
 //! The store-specific writers and checks live in `tests/`.
 #![deny(missing_docs)]
+
+pub mod fuzz_seeds;
 
 use std::path::{Path, PathBuf};
 

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use cache_facade::cli::verify_path;
+use cachex_cli::verify_path;
 
 fn copy_dir(src: &Path, dst: &Path) {
     if src.is_dir() {
@@ -64,7 +64,7 @@ fn verify_damaged(
     cache: &Path,
     file: &Path,
     damage: impl Fn(&Path),
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<cachex_cli::Problem>, cachex_cli::CliError> {
     let tmp = tempfile::tempdir().unwrap();
     let copy = tmp.path().join(cache.file_name().unwrap());
     copy_dir(cache, &copy);
@@ -81,7 +81,7 @@ fn verify_damaged(
 fn assert_truncations_flagged(cache: &Path) -> usize {
     assert_eq!(
         verify_path(cache).unwrap().1,
-        Vec::<String>::new(),
+        Vec::new(),
         "the pristine cache is sound"
     );
     let mut cases = 0;

@@ -1,10 +1,16 @@
 //! Which kind of cache a path holds, from the files each store writes.
+//! `open` refuses a directory of another kind with it, and the `cachex`
+//! tool picks its adapter with it.
 
+use std::io::Read;
 use std::path::Path;
+
+use page_alloc::beton::{self, HEADER_LEN};
 
 /// The kinds of cache `cachex` understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum CacheKind {
     /// A segment-store directory (segments plus our index log).
     SegmentStore,
@@ -27,7 +33,7 @@ impl CacheKind {
             CacheKind::SegmentStore => "segment-store",
             CacheKind::Torchcachex => "torchcachex",
             CacheKind::MemmapArray => "memmap-array",
-            CacheKind::ShardStore => "shard-store (loadit layout)",
+            CacheKind::ShardStore => "shard-store",
             CacheKind::PageAlloc => "page-alloc",
             CacheKind::Beton => "beton",
         }
@@ -55,16 +61,25 @@ pub fn detect(path: &Path) -> Option<CacheKind> {
         }
     }
     if path.is_file() {
-        let mut head = [0u8; 8];
-        let n = std::fs::File::open(path)
-            .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
-            .unwrap_or(0);
-        if n == 8 && head == page_alloc::format::MAGIC {
+        let mut head = Vec::with_capacity(HEADER_LEN);
+        let len = std::fs::File::open(path).and_then(|f| {
+            let len = f.metadata()?.len();
+            f.take(HEADER_LEN as u64).read_to_end(&mut head)?;
+            Ok(len)
+        });
+        let Ok(len) = len else {
+            return None;
+        };
+        if head.get(..8) == Some(&page_alloc::format::MAGIC[..]) {
             return Some(CacheKind::PageAlloc);
         }
-        // FFCV has no magic: the extension, or header version 2.
-        let is_beton_ext = path.extension().is_some_and(|e| e == "beton");
-        if is_beton_ext || (n >= 2 && head[..2] == [2, 0]) {
+        // FFCV has no magic. A file named `.beton` is taken at its word
+        // when it starts with version 2 (so a damaged one is verified, not
+        // ignored); any other file needs a plausible whole header: version,
+        // counts, and pointers within the file.
+        let named = path.extension().is_some_and(|e| e == "beton");
+        let version_2 = head.get(..2) == Some(&beton::BETON_VERSION.to_le_bytes()[..]);
+        if (named && version_2) || beton::is_beton_header(&head, len) {
             return Some(CacheKind::Beton);
         }
     }

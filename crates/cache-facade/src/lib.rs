@@ -1,5 +1,6 @@
-//! `cache-facade`: the layer applications use over the cachex stores, and
-//! the `cachex` command-line tool.
+//! `cache-facade`: the layer applications use over the cachex stores.
+//! The `cachex` command-line tool lives in its own crate, `cachex-cli`, so
+//! an application that uses [`CachedFn`] compiles no command-line parser.
 //!
 //! - [`CacheBackend`]: keyed batch caching (`get_batch`, `put_batch`,
 //!   `flush`, `len`, `stats`, `path`), implemented by [`SegmentBackend`]
@@ -15,13 +16,12 @@
 //!   version go into `fingerprint.json`, and a stale cache is refused with
 //!   the reason (or rebuilt, with [`OnStale::Rebuild`]). [`open`] picks
 //!   the backend from the config.
+//! - [`detect`]: which [`CacheKind`] a path holds (every store's layout,
+//!   and torchcachex, loadit and FFCV `.beton` files); `open` refuses a
+//!   directory of another kind, and the `cachex` tool picks its adapter.
 //! - [`CachedFn`]: the decorator. Given inputs and their stable ids, it
 //!   returns cached outputs for hits and calls the wrapped batch function
 //!   once for the misses (duplicates computed once), in the caller's order.
-//! - The `cachex` binary ([`cli`]): `inspect`, `verify`, `get`, `stats`,
-//!   `compact` and `demo` over every kind of cache [`detect`] recognises:
-//!   segment-store, torchcachex, memmap-array, shard-store / loadit,
-//!   page-alloc files and FFCV `.beton` files.
 //!
 //! # On disk
 //! ```text
@@ -61,13 +61,9 @@
 mod backend;
 mod backends;
 mod cached_fn;
-pub mod cli;
 mod config;
-pub mod demo;
 mod detect;
 mod error;
-pub mod json;
-mod kinds;
 
 pub use backend::{CacheBackend, Lookup, Stats};
 pub use backends::{FACADE_CACHE_VERSION, MemmapBackend, SegmentBackend, open, record_from_tensor};

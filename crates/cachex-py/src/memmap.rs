@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap_array::{ArrayCache, NewRow, Opened, RowWriter, Schema, SourceStamp, WriterOptions};
+use fingerprint::SourceStamp;
+use memmap_array::{ArrayCache, NewRow, Opened, RowWriter, Schema, WriterOptions};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -538,12 +539,12 @@ pub fn memmap_open_or_build<'py>(
     let schema = schema_arg(arrays, &nullable, &sidecars)?;
     let config = json::from_py(config)?;
     let mode = if content_hash {
-        memmap_array::Mode::Content
+        fingerprint::Mode::Content
     } else {
-        memmap_array::Mode::Metadata
+        fingerprint::Mode::Metadata
     };
     let stamps: Vec<SourceStamp> = py
-        .detach(|| memmap_array::stamp_sources(&root, &sources, mode))
+        .detach(|| fingerprint::stamp_sources(&root, &sources, mode))
         .map_err(|e| errors::invalid(e.to_string()))?;
     let build = build.unbind();
     let root_for_writer = root.clone();
@@ -641,8 +642,9 @@ pub fn memmap_verify<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py,
     let out = PyList::empty(py);
     for p in &problems {
         let d = PyDict::new(py);
-        d.set_item("path", &p.file)?;
-        d.set_item("detail", &p.reason)?;
+        d.set_item("path", &p.path)?;
+        d.set_item("kind", format!("{:?}", p.kind))?;
+        d.set_item("detail", &p.detail)?;
         out.append(d)?;
     }
     Ok(out)

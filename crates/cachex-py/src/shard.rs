@@ -12,8 +12,8 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyIterator, PyList, PySlice, PyTuple};
+use serde_pickle::ErrorCode;
 use shard_store::format::ShardName;
-use shard_store::serde_pickle::{self, ErrorCode};
 use shard_store::{Compression, Options, Preload, ShardLength, ShardStore, StoreItem};
 
 use crate::errors::{self, Kind};

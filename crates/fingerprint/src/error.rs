@@ -39,6 +39,19 @@ impl FingerprintError {
             source,
         }
     }
+
+    /// Maps an error of the durable file-system layer (only I/O errors
+    /// arise from the steps this crate takes).
+    pub(crate) fn durable(e: durable_fs::Error) -> FingerprintError {
+        let path = e.path().to_path_buf();
+        match e {
+            durable_fs::Error::Io { source, .. } => FingerprintError::Io { path, source },
+            other => FingerprintError::Io {
+                path,
+                source: std::io::Error::other(other),
+            },
+        }
+    }
 }
 
 /// Result alias for this crate.

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::durable::write_atomic;
 use crate::key::{KEY_FORMAT_VERSION, config_hash};
 use crate::{Result, SourceStamp};
 
@@ -78,7 +77,7 @@ impl Fingerprint {
         let mut json = serde_json::to_vec_pretty(self)
             .map_err(|e| crate::FingerprintError::Encode(e.to_string()))?;
         json.push(b'\n');
-        write_atomic(path, &json)
+        durable_fs::write_atomic(path, &json).map_err(crate::FingerprintError::durable)
     }
 
     /// Why a cache built with `self` is stale for `current`, if it is.

@@ -16,7 +16,8 @@
 //!   [`StaleReason`] at once (config fields, files changed/added/removed,
 //!   versions); a corrupt `fingerprint.json` is [`Stale::Unreadable`].
 //! - [`is_complete`] / [`mark_complete`]: the `_COMPLETE` sentinel, written
-//!   by rename and a directory fsync; [`write_atomic`] for small files.
+//!   by rename and a directory fsync (through `durable-fs`, like
+//!   `fingerprint.json`).
 //!
 //! # On disk
 //! ```text
@@ -61,16 +62,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod canonical;
-mod durable;
+mod complete;
 mod error;
 mod fingerprint;
 mod key;
 mod source;
 
 pub use canonical::encode as canonical_encoding;
-pub use durable::{
-    COMPLETE_FILE, clear_complete, is_complete, mark_complete, sync_dir, write_atomic,
-};
+pub use complete::{COMPLETE_FILE, clear_complete, is_complete, mark_complete};
 pub use error::{FingerprintError, Result};
 pub use fingerprint::{
     FINGERPRINT_FILE, FINGERPRINT_FORMAT_VERSION, FileChange, Fingerprint, Stale, StaleReason,

@@ -250,5 +250,5 @@ fn clear_dir(dir: &Path) -> Result<()> {
         };
         result.map_err(Error::io(&path))?;
     }
-    crate::fsio::sync_dir(dir)
+    durable_fs::sync_dir(dir).map_err(Error::durable)
 }

@@ -174,6 +174,22 @@ impl Error {
             reason: reason.into(),
         }
     }
+
+    /// Maps an error of the durable file-system layer.
+    pub(crate) fn durable(e: durable_fs::Error) -> Error {
+        match e {
+            durable_fs::Error::Locked { lock_path } => Error::Locked { path: lock_path },
+            durable_fs::Error::TooLarge { path, cap } => Error::corrupt(
+                path,
+                format!("larger than the {cap}-byte limit for this file"),
+            ),
+            durable_fs::Error::Io { path, source, .. } => Error::Io { path, source },
+            other => Error::Io {
+                path: other.path().to_path_buf(),
+                source: std::io::Error::other(other),
+            },
+        }
+    }
 }
 
 impl Error {

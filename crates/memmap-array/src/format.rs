@@ -65,7 +65,7 @@ pub const COMPLETE_FILE: &str = "_COMPLETE";
 /// The writer's advisory lock file.
 pub const LOCK_FILE: &str = ".writer.lock";
 /// Suffix of temporary files, renamed into place once durable.
-pub const TMP_SUFFIX: &str = ".tmp";
+pub const TMP_SUFFIX: &str = durable_fs::TMP_SUFFIX;
 /// Parquet key-value metadata key holding the format version.
 pub const INDEX_VERSION_KEY: &str = "memmap_array.version";
 /// Index column: row number.

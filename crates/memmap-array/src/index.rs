@@ -20,7 +20,6 @@ use crate::format::{
     self, COL_META, COL_ROW, COL_SOURCE, FORMAT_VERSION, INDEX_FILE, INDEX_VERSION_KEY,
     ManifestRow, Schema,
 };
-use crate::fsio;
 use crate::{Error, Result};
 
 /// Rows per Arrow batch while streaming, and per Parquet row group (bounds
@@ -78,7 +77,8 @@ pub(crate) struct IndexWriter {
 impl IndexWriter {
     pub(crate) fn create(dir: &Path, schema: &Schema) -> Result<IndexWriter> {
         let arrow = arrow_schema(schema);
-        let (file, tmp) = fsio::create_tmp(dir, INDEX_FILE)?;
+        let tmp = durable_fs::temp_path(&dir.join(INDEX_FILE));
+        let file = durable_fs::create_temp(&tmp).map_err(Error::durable)?;
         let props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
@@ -92,7 +92,8 @@ impl IndexWriter {
         let mut sidecars = Vec::with_capacity(schema.sidecars().len());
         for name in schema.sidecars() {
             let file_name = format::sidecar_file(name);
-            let (file, tmp) = fsio::create_tmp(dir, &file_name)?;
+            let tmp = durable_fs::temp_path(&dir.join(&file_name));
+            let file = durable_fs::create_temp(&tmp).map_err(Error::durable)?;
             let mut out = BufWriter::with_capacity(1 << 20, file);
             out.write_all(b"{").map_err(Error::io(&tmp))?;
             sidecars.push(SidecarStream {
@@ -198,14 +199,16 @@ impl IndexWriter {
             file: self.tmp.clone(),
             source,
         })?;
-        fsio::commit_tmp(file, &self.tmp, &self.dir, INDEX_FILE)?;
+        durable_fs::commit_temp(file, &self.tmp, &self.dir.join(INDEX_FILE))
+            .map_err(Error::durable)?;
         for mut side in self.sidecars {
             side.out.write_all(b"\n}\n").map_err(Error::io(&side.tmp))?;
             let file = side
                 .out
                 .into_inner()
                 .map_err(|e| Error::io(&side.tmp)(e.into_error()))?;
-            fsio::commit_tmp(file, &side.tmp, &self.dir, &side.name)?;
+            durable_fs::commit_temp(file, &side.tmp, &self.dir.join(&side.name))
+                .map_err(Error::durable)?;
         }
         Ok(())
     }

@@ -12,7 +12,9 @@ use crate::format::{
 use crate::index::{Index, NO_KEY};
 use crate::reader::{ArrayCache, DEFAULT_RAM_FRACTION, check_bin_size, physical_ram, read_shapes};
 use crate::recover::scan_manifest;
-use crate::{Error, Result, fsio};
+use crate::{Error, Result};
+use cache_check::{Problem, ProblemKind, Summary};
+use serde_json::json;
 
 /// One file of the cache directory and its size on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +248,80 @@ fn human(bytes: u64) -> String {
     }
 }
 
+impl Report {
+    /// The report in the shared shape the `cachex` tool prints: rows,
+    /// completeness, sizes, RAM, and tables of arrays, sidecars and files.
+    pub fn summary(&self) -> Summary {
+        let arrays = self
+            .arrays
+            .iter()
+            .map(|a| {
+                vec![
+                    json!(a.name),
+                    json!(a.dtype.name()),
+                    json!(a.shape),
+                    json!(a.nullable),
+                    json!(a.row_bytes),
+                    json!(a.absent_rows),
+                    json!(a.file_bytes),
+                ]
+            })
+            .collect();
+        let sidecars = self
+            .sidecars
+            .iter()
+            .map(|s| {
+                vec![
+                    json!(s.name),
+                    json!(s.rows_with_value),
+                    json!(s.unique_values),
+                    json!(s.unique_bytes),
+                    json!(s.logical_bytes),
+                    json!(s.dedup_ratio()),
+                ]
+            })
+            .collect();
+        let files = self
+            .files
+            .iter()
+            .map(|f| vec![json!(f.name), json!(f.bytes)])
+            .collect();
+        Summary::new("memmap-array", &self.dir)
+            .fact("format_version", format::FORMAT_VERSION)
+            .fact("complete", self.complete)
+            .fact("rows", self.rows)
+            .fact("disk_bytes", self.disk_bytes())
+            .fact("projected_ram_bytes", self.projected_ram_bytes)
+            .fact("fits_in_memory", self.fits_in_memory())
+            .table(
+                "arrays",
+                [
+                    "name",
+                    "dtype",
+                    "shape",
+                    "nullable",
+                    "row_bytes",
+                    "absent_rows",
+                    "file_bytes",
+                ],
+                arrays,
+            )
+            .table(
+                "sidecars",
+                [
+                    "name",
+                    "rows_with_value",
+                    "unique_values",
+                    "unique_bytes",
+                    "logical_bytes",
+                    "dedup_ratio",
+                ],
+                sidecars,
+            )
+            .table("files", ["name", "bytes"], files)
+    }
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -327,36 +403,27 @@ impl fmt::Display for Report {
     }
 }
 
-/// One problem [`verify`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The file concerned.
-    pub file: PathBuf,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.file.display(), self.reason)
-    }
-}
-
-impl Problem {
-    fn new(file: impl Into<PathBuf>, reason: impl Into<String>) -> Problem {
-        Problem {
-            file: file.into(),
-            reason: reason.into(),
+/// The shared kind of problem an error of this crate is, for [`verify`].
+fn kind_of(e: &Error) -> ProblemKind {
+    match e {
+        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            ProblemKind::Missing
         }
+        Error::Io { .. } | Error::Locked { .. } => ProblemKind::Io,
+        Error::Incomplete { .. } => ProblemKind::Missing,
+        Error::BinSize {
+            actual, expected, ..
+        } if actual < expected => ProblemKind::Truncated,
+        Error::UnsupportedVersion { .. } => ProblemKind::ForeignVersion,
+        Error::FingerprintMismatch { .. } | Error::Fingerprint { .. } => ProblemKind::Stale,
+        _ => ProblemKind::Structure,
     }
+}
 
-    fn from_error(e: &Error, fallback: &Path) -> Problem {
-        let file = e.path().unwrap_or(fallback).to_path_buf();
-        let text = e.to_string();
-        let prefix = format!("{}: ", file.display());
-        let reason = text.strip_prefix(&prefix).unwrap_or(&text).to_owned();
-        Problem { file, reason }
-    }
+/// `e` as a problem of the file it names (else `fallback`).
+fn problem_of(e: &Error, fallback: &Path) -> Problem {
+    let file = e.path().unwrap_or(fallback).to_path_buf();
+    Problem::from_error(file, kind_of(e), e)
 }
 
 /// Checks the cache in `dir` and returns every problem found (empty when
@@ -369,12 +436,13 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
     let mut problems = Vec::new();
     let entries = match list_files(dir) {
         Ok(files) => files,
-        Err(e) => return vec![Problem::from_error(&e, dir)],
+        Err(e) => return vec![problem_of(&e, dir)],
     };
     for f in &entries {
         if f.name.ends_with(TMP_SUFFIX) {
             problems.push(Problem::new(
                 dir.join(&f.name),
+                ProblemKind::Interrupted,
                 "leftover temporary file of an interrupted write",
             ));
         }
@@ -382,6 +450,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
     if !dir.join(COMPLETE_FILE).is_file() {
         problems.push(Problem::new(
             dir.join(COMPLETE_FILE),
+            ProblemKind::Missing,
             "missing: the cache was never finalized",
         ));
         let manifest = dir.join(MANIFEST_FILE);
@@ -391,6 +460,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
                     if scan.torn_len > 0 {
                         problems.push(Problem::new(
                             &manifest,
+                            ProblemKind::Interrupted,
                             format!(
                                 "{} bytes of a torn last line (dropped on resume)",
                                 scan.torn_len
@@ -405,11 +475,11 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
                             {
                                 continue;
                             }
-                            problems.push(Problem::from_error(&e, dir));
+                            problems.push(problem_of(&e, dir));
                         }
                     }
                 }
-                Err(e) => problems.push(Problem::from_error(&e, &manifest)),
+                Err(e) => problems.push(problem_of(&e, &manifest)),
             }
         }
         return problems;
@@ -419,7 +489,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
     let shapes = match read_shapes(dir) {
         Ok(s) => s,
         Err(e) => {
-            problems.push(Problem::from_error(&e, &dir.join(format::SHAPES_FILE)));
+            problems.push(problem_of(&e, &dir.join(format::SHAPES_FILE)));
             return problems;
         }
     };
@@ -427,14 +497,14 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
     for a in shapes.schema.arrays() {
         if let Err(e) = check_bin_size(dir, a, shapes.rows) {
             sizes_ok = false;
-            problems.push(Problem::from_error(&e, dir));
+            problems.push(problem_of(&e, dir));
         }
     }
     let index_path = dir.join(format::INDEX_FILE);
     let index = match crate::index::read_index(&index_path, &shapes.schema, shapes.rows) {
         Ok(index) => Some(index),
         Err(e) => {
-            problems.push(Problem::from_error(&e, &index_path));
+            problems.push(problem_of(&e, &index_path));
             None
         }
     };
@@ -444,7 +514,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
             .map_err(Error::io(&path))
             .and_then(|bytes| format::parse_sidecar(&bytes, &path));
         match (values, &index) {
-            (Err(e), _) => problems.push(Problem::from_error(&e, &path)),
+            (Err(e), _) => problems.push(problem_of(&e, &path)),
             (Ok(values), Some(index)) => {
                 let missing = index.keys[s]
                     .iter()
@@ -453,6 +523,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
                 if missing > 0 {
                     problems.push(Problem::new(
                         &path,
+                        ProblemKind::Structure,
                         format!(
                             "{missing} rows refer to keys beyond its {} entries",
                             values.len()
@@ -464,15 +535,18 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
         }
     }
     let fp = dir.join(FINGERPRINT_FILE);
-    if let Err(e) = fsio::read_capped(&fp, MAX_SMALL_JSON).and_then(|bytes| {
-        serde_json::from_slice::<serde_json::Value>(&bytes)
-            .map(|_| ())
-            .map_err(|source| Error::Json {
-                file: fp.clone(),
-                source,
-            })
-    }) {
-        problems.push(Problem::from_error(&e, &fp));
+    if let Err(e) = durable_fs::read_capped(&fp, MAX_SMALL_JSON)
+        .map_err(Error::durable)
+        .and_then(|bytes| {
+            serde_json::from_slice::<serde_json::Value>(&bytes)
+                .map(|_| ())
+                .map_err(|source| Error::Json {
+                    file: fp.clone(),
+                    source,
+                })
+        })
+    {
+        problems.push(problem_of(&e, &fp));
     }
     if sizes_ok {
         for a in shapes
@@ -493,7 +567,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
 fn check_bools(path: &Path) -> Option<Problem> {
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) => return Some(Problem::new(path, e.to_string())),
+        Err(e) => return Some(Problem::new(path, ProblemKind::Io, e.to_string())),
     };
     let mut buf = vec![0u8; 1 << 20];
     let mut offset = 0u64;
@@ -501,11 +575,12 @@ fn check_bools(path: &Path) -> Option<Problem> {
         let n = match file.read(&mut buf) {
             Ok(0) => return None,
             Ok(n) => n,
-            Err(e) => return Some(Problem::new(path, e.to_string())),
+            Err(e) => return Some(Problem::new(path, ProblemKind::Io, e.to_string())),
         };
         if let Some(i) = buf[..n].iter().position(|&b| b > 1) {
             return Some(Problem::new(
                 path,
+                ProblemKind::Structure,
                 format!("bool byte {:#04x} at offset {}", buf[i], offset + i as u64),
             ));
         }

@@ -14,9 +14,12 @@
 //!   [`ArrayCache::load_in_memory`] with a RAM guard).
 //! - [`open_or_build`] keys a cache directory by its config (crate
 //!   `fingerprint`), opens it when its fingerprint matches, resumes a
-//!   half-built one, and rebuilds a stale one, saying why ([`Outcome`]).
+//!   half-built one, and rebuilds a stale one, saying why ([`Outcome`]);
+//!   its sources are stamped with `fingerprint::stamp_sources`.
 //! - [`inspect`] describes a cache (sizes, schema, sidecar dedup, RAM a
-//!   load would take) and [`verify`] lists every problem in one.
+//!   load would take; [`Report::summary`] in the shared `cache-check`
+//!   shape) and [`verify`] lists every problem in one, as
+//!   [`cache_check::Problem`]s (file, kind, detail).
 //!
 //! # On-disk layout
 //!
@@ -46,7 +49,9 @@
 //! commits bytes that are not durable. A crash loses at most the rows
 //! since the last group commit; resuming truncates every `.bin` to the
 //! committed rows and drops a torn manifest line, and
-//! [`RowWriter::resume_keys`] lists the sources to skip.
+//! [`RowWriter::resume_keys`] lists the sources to skip. The file-system
+//! steps (temporary file, fsync, rename, directory fsync, writer lock) are
+//! the shared ones of the `durable-fs` crate.
 //!
 //! # Example
 //!
@@ -90,7 +95,9 @@
 mod build;
 mod error;
 mod format;
-mod fsio;
+// Exists for the targets in `fuzz/` (and tests over damaged inputs), not
+// for users: hidden from the docs, kept public so those targets compile.
+#[doc(hidden)]
 pub mod fuzz_entry;
 mod index;
 mod inspect;
@@ -99,13 +106,13 @@ mod recover;
 mod writer;
 
 pub use build::{CACHE_VERSION, Opened, Outcome, RebuildReason, open_or_build, open_or_build_with};
+pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
-pub use fingerprint::{Mode, SourceStamp, Stale, StaleReason, stamp_sources};
 pub use format::{
     ArraySpec, COMPLETE_FILE, FINGERPRINT_FILE, FORMAT_VERSION, INDEX_FILE, LOCK_FILE,
     MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, key_column,
     sidecar_file,
 };
-pub use inspect::{ArrayReport, FileReport, Problem, Report, SidecarReport, inspect, verify};
+pub use inspect::{ArrayReport, FileReport, Report, SidecarReport, inspect, verify};
 pub use reader::{ArrayCache, DEFAULT_RAM_FRACTION, Row, physical_ram};
 pub use writer::{NewRow, RowWriter, WriterOptions};

@@ -10,7 +10,6 @@ use crate::format::{
     self, ArraySpec, COMPLETE_FILE, FINGERPRINT_FILE, INDEX_FILE, MAX_SMALL_JSON, SHAPES_FILE,
     Schema, Shapes,
 };
-use crate::fsio;
 use crate::index::{Index, NO_KEY, read_index};
 use crate::{Error, Result};
 
@@ -124,11 +123,13 @@ impl ArrayCache {
         let arrays = check_bin_sizes(&dir, &shapes)?;
         let index = read_index(&dir.join(INDEX_FILE), &shapes.schema, shapes.rows)?;
         let fp_path = dir.join(FINGERPRINT_FILE);
-        let fingerprint = serde_json::from_slice(&fsio::read_capped(&fp_path, MAX_SMALL_JSON)?)
-            .map_err(|source| Error::Json {
-                file: fp_path,
-                source,
-            })?;
+        let fingerprint = serde_json::from_slice(
+            &durable_fs::read_capped(&fp_path, MAX_SMALL_JSON).map_err(Error::durable)?,
+        )
+        .map_err(|source| Error::Json {
+            file: fp_path,
+            source,
+        })?;
         Ok(ArrayCache {
             sidecars: shapes
                 .schema
@@ -412,7 +413,7 @@ impl ArrayCache {
 /// Reads and validates `dir/shapes.json`.
 pub(crate) fn read_shapes(dir: &Path) -> Result<Shapes> {
     let path = dir.join(SHAPES_FILE);
-    let bytes = fsio::read_capped(&path, MAX_SMALL_JSON)?;
+    let bytes = durable_fs::read_capped(&path, MAX_SMALL_JSON).map_err(Error::durable)?;
     Shapes::parse(&bytes, &path)
 }
 

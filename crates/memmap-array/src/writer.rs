@@ -26,6 +26,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use durable_fs::FileLock;
 use serde::Serialize;
 use tensor_core::TensorView;
 
@@ -33,7 +34,6 @@ use crate::format::{
     self, COMPLETE_FILE, FINGERPRINT_FILE, FORMAT_VERSION, LOCK_FILE, MANIFEST_FILE,
     MANIFEST_FORMAT, ManifestHeader, Schema, Shapes,
 };
-use crate::fsio;
 use crate::index::IndexWriter;
 use crate::recover::scan_manifest;
 use crate::{Error, Result};
@@ -180,7 +180,7 @@ pub struct RowWriter {
     schema: Schema,
     fingerprint: serde_json::Value,
     options: WriterOptions,
-    _lock: DirLock,
+    _lock: FileLock,
     bins: Vec<BinFile>,
     manifest_path: PathBuf,
     manifest: File,
@@ -236,7 +236,7 @@ impl RowWriter {
     /// Opens the writer of `dir` whose lock the caller already holds.
     pub(crate) fn open_locked(
         dir: PathBuf,
-        lock: DirLock,
+        lock: FileLock,
         schema: &Schema,
         fingerprint: impl Serialize,
         options: WriterOptions,
@@ -248,7 +248,7 @@ impl RowWriter {
         if dir.join(COMPLETE_FILE).exists() {
             return Err(Error::AlreadyComplete { dir });
         }
-        fsio::remove_tmp_files(&dir)?;
+        durable_fs::remove_temp_files(&dir).map_err(Error::durable)?;
         let manifest_path = dir.join(MANIFEST_FILE);
         let mut writer = if manifest_path.exists() {
             Self::resume(dir, schema, fingerprint, options, lock, manifest_path)?
@@ -267,7 +267,7 @@ impl RowWriter {
         schema: &Schema,
         fingerprint: serde_json::Value,
         options: WriterOptions,
-        lock: DirLock,
+        lock: FileLock,
         manifest_path: PathBuf,
     ) -> Result<RowWriter> {
         let mut bins = Vec::with_capacity(schema.arrays().len());
@@ -305,8 +305,7 @@ impl RowWriter {
         line.push(b'\n');
         // The header is renamed into place whole, so a manifest is never
         // seen without one.
-        fsio::write_atomic(&dir, MANIFEST_FILE, &line)?;
-        fsio::sync_dir(&dir)?;
+        durable_fs::write_atomic(&manifest_path, &line).map_err(Error::durable)?;
         let manifest = open_append(&manifest_path)?;
         Ok(RowWriter {
             interned: vec![HashMap::new(); schema.sidecars().len()],
@@ -333,7 +332,7 @@ impl RowWriter {
         schema: &Schema,
         fingerprint: serde_json::Value,
         options: WriterOptions,
-        lock: DirLock,
+        lock: FileLock,
         manifest_path: PathBuf,
     ) -> Result<RowWriter> {
         let mut interned: Vec<HashMap<String, u64>> = vec![HashMap::new(); schema.sidecars().len()];
@@ -401,7 +400,7 @@ impl RowWriter {
                 .map_err(Error::io(&path))?;
             bins.push(BinFile { path, out });
         }
-        fsio::sync_dir(&dir)?;
+        durable_fs::sync_dir(&dir).map_err(Error::durable)?;
         Ok(RowWriter {
             dir,
             schema: schema.clone(),
@@ -656,50 +655,34 @@ impl RowWriter {
             rows: self.committed_rows,
             schema: self.schema.clone(),
         };
-        fsio::write_atomic(&dir, format::SHAPES_FILE, &shapes.to_json())?;
+        let shapes_path = dir.join(format::SHAPES_FILE);
+        let shapes_tmp = durable_fs::temp_path(&shapes_path);
+        durable_fs::write_synced(&shapes_tmp, &shapes.to_json())
+            .and_then(|()| durable_fs::rename(&shapes_tmp, &shapes_path))
+            .map_err(Error::durable)?;
         let mut fp =
             serde_json::to_vec_pretty(&self.fingerprint).map_err(|source| Error::Json {
                 file: dir.join(FINGERPRINT_FILE),
                 source,
             })?;
         fp.push(b'\n');
-        fsio::write_atomic(&dir, FINGERPRINT_FILE, &fp)?;
-        fsio::sync_dir(&dir)?;
-        fsio::write_atomic(&dir, COMPLETE_FILE, b"")?;
-        fsio::sync_dir(&dir)?;
-        std::fs::remove_file(&self.manifest_path).map_err(Error::io(&self.manifest_path))?;
-        fsio::sync_dir(&dir)?;
+        let fp_path = dir.join(FINGERPRINT_FILE);
+        let fp_tmp = durable_fs::temp_path(&fp_path);
+        durable_fs::write_synced(&fp_tmp, &fp)
+            .and_then(|()| durable_fs::rename(&fp_tmp, &fp_path))
+            // One directory fsync makes the index, sidecars, shapes and
+            // fingerprint renames durable before `_COMPLETE` vouches for them.
+            .and_then(|()| durable_fs::sync_dir(&dir))
+            .and_then(|()| durable_fs::write_atomic(&dir.join(COMPLETE_FILE), b""))
+            .and_then(|()| durable_fs::remove_and_sync(&self.manifest_path))
+            .map_err(Error::durable)?;
         Ok(self.committed_rows)
     }
 }
 
-/// The writer's exclusive lock on a cache directory. Dropping it unlocks
-/// explicitly: a process forked meanwhile (by another thread spawning a
-/// child) shares the descriptor until it execs, and a mere close would leave
-/// the lock held through that copy.
-pub(crate) struct DirLock(File);
-
-impl Drop for DirLock {
-    fn drop(&mut self) {
-        let _ = fs2::FileExt::unlock(&self.0);
-    }
-}
-
 /// Takes the exclusive writer lock of `dir` (which must exist).
-pub(crate) fn take_lock(dir: &Path) -> Result<DirLock> {
-    let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(Error::io(&path))?;
-    match fs2::FileExt::try_lock_exclusive(&file) {
-        Ok(()) => Ok(DirLock(file)),
-        Err(e) if e.kind() == fs2::lock_contended_error().kind() => Err(Error::Locked { path }),
-        Err(source) => Err(Error::Io { path, source }),
-    }
+pub(crate) fn take_lock(dir: &Path) -> Result<FileLock> {
+    FileLock::writer(&dir.join(LOCK_FILE)).map_err(Error::durable)
 }
 
 fn open_append(path: &Path) -> Result<File> {

@@ -77,7 +77,8 @@ fn second_writer_in_another_thread_is_refused() {
 
 #[test]
 fn open_reader_keeps_its_bytes_while_a_stale_cache_is_rebuilt() {
-    use memmap_array::{Mode, NewRow, Outcome, Schema, open_or_build, stamp_sources};
+    use fingerprint::{Mode, stamp_sources};
+    use memmap_array::{NewRow, Outcome, Schema, open_or_build};
     use tensor_core::{DType, Tensor};
 
     let root = tempfile::tempdir().unwrap();

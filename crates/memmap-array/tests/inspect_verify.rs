@@ -92,7 +92,7 @@ fn verify_lists_every_problem() {
     let problems = verify(dir.path());
     let files: Vec<String> = problems
         .iter()
-        .map(|p| p.file.file_name().unwrap().to_string_lossy().into_owned())
+        .map(|p| p.path.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     assert_eq!(
         files,
@@ -105,12 +105,12 @@ fn verify_lists_every_problem() {
         "{problems:?}"
     );
     assert!(
-        problems[1].reason.contains("50 bytes on disk"),
+        problems[1].detail.contains("50 bytes on disk"),
         "{}",
         problems[1]
     );
     assert!(
-        problems[2].reason.contains("refer to keys"),
+        problems[2].detail.contains("refer to keys"),
         "{}",
         problems[2]
     );
@@ -128,13 +128,13 @@ fn verify_reports_an_unfinished_cache_and_its_torn_tail() {
     std::fs::write(&manifest, text).unwrap();
     let problems = verify(dir.path());
     assert_eq!(problems.len(), 2, "{problems:?}");
-    assert!(problems[0].reason.contains("never finalized"));
-    assert!(problems[1].reason.contains("torn"), "{}", problems[1]);
+    assert!(problems[0].detail.contains("never finalized"));
+    assert!(problems[1].detail.contains("torn"), "{}", problems[1]);
     // A committed row whose bytes are gone is a problem too.
     std::fs::write(dir.path().join("data.bin"), b"").unwrap();
     let problems = verify(dir.path());
     assert_eq!(problems.len(), 3, "{problems:?}");
-    assert!(problems[2].file.ends_with("data.bin"), "{}", problems[2]);
+    assert!(problems[2].path.ends_with("data.bin"), "{}", problems[2]);
 }
 
 #[test]
@@ -153,7 +153,7 @@ fn verify_checks_bool_bytes() {
     let problems = verify(dir.path());
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert!(
-        problems[0].reason.contains("0x07 at offset 1"),
+        problems[0].detail.contains("0x07 at offset 1"),
         "{}",
         problems[0]
     );

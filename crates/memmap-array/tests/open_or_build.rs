@@ -2,9 +2,10 @@
 
 use std::path::Path;
 
+use fingerprint::{Mode, StaleReason, stamp_sources};
 use memmap_array::{
-    Error, Mode, NewRow, Outcome, RebuildReason, RowWriter, Schema, StaleReason, WriterOptions,
-    open_or_build, open_or_build_with, stamp_sources,
+    Error, NewRow, Outcome, RebuildReason, RowWriter, Schema, WriterOptions, open_or_build,
+    open_or_build_with,
 };
 use tensor_core::{DType, Tensor};
 
@@ -48,7 +49,7 @@ fn builder(
     }
 }
 
-fn sources(root: &Path) -> Vec<memmap_array::SourceStamp> {
+fn sources(root: &Path) -> Vec<fingerprint::SourceStamp> {
     stamp_sources(root, ["input.txt"], Mode::Content).unwrap()
 }
 

@@ -45,6 +45,14 @@ pub enum Error {
         /// What is wrong, with the offending offsets or values.
         reason: String,
     },
+    /// Bytes differ from the checksum recorded for them.
+    #[error("{}: corrupt: {what} checksum mismatch", path.display())]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// What the checksum covers (`header`, `run 3 (page 3, 8192 bytes): page`).
+        what: String,
+    },
     /// The file carries a format version this build does not read.
     #[error("{}: format version {found} is not supported (this build reads {supported})", path.display())]
     UnsupportedVersion {
@@ -137,6 +145,19 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Maps an error of the durable file-system layer (the writer lock is
+    /// mapped where it is taken, which knows the file it guards).
+    pub(crate) fn durable(e: durable_fs::Error) -> Error {
+        match e {
+            durable_fs::Error::Io { op, path, source } => Error::Io { path, op, source },
+            other => Error::Io {
+                path: other.path().to_path_buf(),
+                op: "lock",
+                source: std::io::Error::other(other),
+            },
+        }
+    }
+
     pub(crate) fn io(path: &Path, op: &'static str, source: std::io::Error) -> Error {
         Error::Io {
             path: path.to_path_buf(),
@@ -149,6 +170,13 @@ impl Error {
         Error::Corrupt {
             path: path.to_path_buf(),
             reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn checksum(path: &Path, what: impl Into<String>) -> Error {
+        Error::Checksum {
+            path: path.to_path_buf(),
+            what: what.into(),
         }
     }
 
@@ -181,6 +209,7 @@ impl Error {
         matches!(
             self,
             Error::Corrupt { .. }
+                | Error::Checksum { .. }
                 | Error::Incomplete { .. }
                 | Error::UnsupportedVersion { .. }
                 | Error::UnsupportedField { .. }

@@ -426,7 +426,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
     }
     let check = blake3::hash(&footer[0..48]);
     if footer[48..56] != check.as_bytes()[..8] {
-        return Err(Error::corrupt(path, "footer checksum mismatch"));
+        return Err(Error::checksum(path, "footer"));
     }
     if rd_u32(footer, 40) != VERSION || rd_u32(footer, 44) != 0 {
         return Err(Error::corrupt(path, "footer version field mismatch"));
@@ -458,7 +458,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
         .filter(|_| header_len + FOOTER_LEN <= bytes.len())
         .ok_or_else(|| Error::corrupt(path, format!("header ({header_len} B) beyond the file")))?;
     if blake3::hash(header_bytes).as_bytes() != &footer[0..32] {
-        return Err(Error::corrupt(path, "header checksum mismatch"));
+        return Err(Error::checksum(path, "header"));
     }
     let header = Header {
         page_size: rd_u64(bytes, 16),
@@ -545,7 +545,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
     // Both offsets now fit in the file, hence in usize.
     let tables = &bytes[header.meta_offset as usize..footer_offset as usize];
     if blake3::hash(tables).as_bytes() != &header.tables_hash {
-        return Err(Error::corrupt(path, "metadata/run table checksum mismatch"));
+        return Err(Error::checksum(path, "metadata/run table"));
     }
     let max_sizes = vec![0; schema.len()];
     Ok(Layout {
@@ -787,12 +787,9 @@ pub(crate) fn check_page_hashes(
             continue; // reported by check_runs
         };
         if blake3::hash(data).as_bytes() != &run.hash
-            && !problems.push(Error::corrupt(
+            && !problems.push(Error::checksum(
                 path,
-                format!(
-                    "run {k} (page {}, {} bytes): page checksum mismatch",
-                    run.first_page, run.len
-                ),
+                format!("run {k} (page {}, {} bytes): page", run.first_page, run.len),
             ))
         {
             return;

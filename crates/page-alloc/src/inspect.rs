@@ -3,6 +3,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use cache_check::{Problem, ProblemKind};
+use serde_json::json;
+
 use crate::format::{self, Problems, rd_u64};
 use crate::reader::{Backing, PageReader};
 use crate::{Error, Result};
@@ -14,8 +17,14 @@ pub const MAX_PROBLEMS: usize = 1000;
 /// tables, every allocation, and every page's checksum — and lists every
 /// problem found (up to [`MAX_PROBLEMS`]), each naming the file and what
 /// is wrong. An empty list means the file is sound.
-pub fn verify(path: impl AsRef<Path>) -> Vec<Error> {
-    let path = path.as_ref();
+pub fn verify(path: impl AsRef<Path>) -> Vec<Problem> {
+    verify_errors(path.as_ref())
+        .iter()
+        .map(problem_of)
+        .collect()
+}
+
+fn verify_errors(path: &Path) -> Vec<Error> {
     let data = match Backing::map(path, false) {
         Ok(d) => d,
         Err(e) => return vec![e],
@@ -31,6 +40,30 @@ pub fn verify(path: impl AsRef<Path>) -> Vec<Error> {
         format::check_page_hashes(&layout, bytes, path, &mut problems);
     }
     problems.list
+}
+
+/// An error of this crate as a problem in the shared shape: its file, its
+/// kind, and its message without the file's name.
+pub(crate) fn problem_of(e: &Error) -> Problem {
+    let (path, kind) = match e {
+        Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            (path, ProblemKind::Missing)
+        }
+        Error::Io { path, .. } | Error::Locked { path, .. } => (path, ProblemKind::Io),
+        Error::Incomplete { path, .. } => (path, ProblemKind::Truncated),
+        Error::Checksum { path, .. } => (path, ProblemKind::ChecksumMismatch),
+        Error::UnsupportedVersion { path, .. } => (path, ProblemKind::ForeignVersion),
+        Error::Corrupt { path, .. }
+        | Error::UnsupportedField { path, .. }
+        | Error::Invalid { path, .. }
+        | Error::BadSample { path, .. }
+        | Error::Source { path, .. }
+        | Error::OutOfRange { path, .. }
+        | Error::Field { path, .. }
+        | Error::Tensor { path, .. }
+        | Error::PoolTooSmall { path, .. } => (path, ProblemKind::Structure),
+    };
+    Problem::from_error(path.clone(), kind, e)
 }
 
 /// Per-field numbers of a [`Summary`].
@@ -111,6 +144,40 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Summary> {
         table_bytes: h.footer_offset - h.meta_offset,
         fields,
     })
+}
+
+impl Summary {
+    /// The summary in the shared shape the `cachex` tool prints: counts,
+    /// page geometry, sizes and a table of fields.
+    pub fn summary(&self) -> cache_check::Summary {
+        let fields = self
+            .fields
+            .iter()
+            .map(|f| {
+                vec![
+                    json!(f.name),
+                    json!(f.kind),
+                    json!(f.total_bytes),
+                    json!(f.max_bytes),
+                ]
+            })
+            .collect();
+        cache_check::Summary::new("page-alloc", &self.path)
+            .fact("format_version", format::VERSION)
+            .fact("file_len", self.file_len)
+            .fact("num_samples", self.num_samples)
+            .fact("page_size", self.page_size)
+            .fact("alignment", self.alignment)
+            .fact("num_runs", self.num_runs)
+            .fact("num_pages", self.num_pages)
+            .fact("data_bytes", self.data_bytes)
+            .fact("table_bytes", self.table_bytes)
+            .table(
+                "fields",
+                ["name", "kind", "total_bytes", "max_bytes"],
+                fields,
+            )
+    }
 }
 
 impl fmt::Display for Summary {

@@ -57,6 +57,9 @@
 pub mod beton;
 mod error;
 pub mod format;
+// Exists for the targets in `fuzz/` (and tests over damaged inputs), not
+// for users: hidden from the docs, kept public so those targets compile.
+#[doc(hidden)]
 pub mod fuzz_entry;
 mod inspect;
 mod reader;
@@ -65,6 +68,7 @@ mod schema;
 mod source;
 mod writer;
 
+pub use cache_check::{Problem, ProblemKind};
 pub use error::{BoxError, Error, Result};
 pub use inspect::{FieldSummary, MAX_PROBLEMS, Summary, inspect, verify};
 pub use reader::{BufferPool, FieldValue, PageReader, ReadOptions, Sample};

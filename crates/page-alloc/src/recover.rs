@@ -6,25 +6,22 @@
 //! that leftover when no writer holds `<name>.lock`;
 //! [`crate::PageWriter::create`] does the same before it starts.
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+
+use durable_fs::FileLock;
 
 use crate::{Error, Result};
 
 /// `<name>.tmp` next to `path`: where a writer builds the file.
 pub fn temp_path(path: &Path) -> PathBuf {
-    with_suffix(path, ".tmp")
+    durable_fs::temp_path(path)
 }
 
 /// `<name>.lock` next to `path`: the writers' advisory lock.
 pub fn lock_path(path: &Path) -> PathBuf {
-    with_suffix(path, ".lock")
-}
-
-fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(suffix);
-    path.with_file_name(name)
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
 }
 
 /// Removes the temporary file a crashed writer of `path` left behind.
@@ -41,46 +38,14 @@ pub fn recover(path: impl AsRef<Path>) -> Result<bool> {
     Ok(true)
 }
 
-/// The exclusive writer lock of `path` (on `<path>.lock`), released on drop.
-#[derive(Debug)]
-pub(crate) struct WriterLock(File);
-
-impl Drop for WriterLock {
-    fn drop(&mut self) {
-        // Unlock explicitly: a child forked meanwhile by another thread
-        // shares the descriptor until it execs, so a close alone could
-        // leave the lock held.
-        let _ = fs2::FileExt::unlock(&self.0);
-    }
-}
-
-/// Takes the writer lock of `path`, or [`Error::Locked`] when another
-/// writer holds it.
-pub(crate) fn lock_writer(path: &Path) -> Result<WriterLock> {
-    let lock_file = lock_path(path);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&lock_file)
-        .map_err(|e| Error::io(&lock_file, "open lock file", e))?;
-    if fs2::FileExt::try_lock_exclusive(&lock).is_err() {
-        return Err(Error::Locked {
+/// Takes the writer lock of `path` (on `<path>.lock`, released on drop),
+/// or [`Error::Locked`] when another writer holds it.
+pub(crate) fn lock_writer(path: &Path) -> Result<FileLock> {
+    FileLock::writer(&lock_path(path)).map_err(|e| match e {
+        durable_fs::Error::Locked { lock_path } => Error::Locked {
             path: path.to_path_buf(),
-            lock: lock_file,
-        });
-    }
-    Ok(WriterLock(lock))
-}
-
-/// fsyncs the directory holding `path`, making a rename in it durable.
-pub(crate) fn sync_parent_dir(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, "fsync directory", e))
+            lock: lock_path,
+        },
+        other => Error::durable(other),
+    })
 }

@@ -22,7 +22,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::format::{
     self, DATA_ALIGN, DEFAULT_ALIGNMENT, DEFAULT_PAGE_SIZE, FOOTER_LEN, Header, Run, round_up,
 };
-use crate::recover::temp_path;
 use crate::schema::{FieldType, Schema};
 use crate::source::{OneSample, SampleOut, SampleSource, Slot, Value};
 use crate::{Error, Result};
@@ -248,7 +247,7 @@ impl PageBuf {
 pub struct PageWriter {
     path: PathBuf,
     tmp: PathBuf,
-    _lock: crate::recover::WriterLock,
+    _lock: durable_fs::FileLock,
     file: File,
     direct: Option<File>,
     direct_ok: AtomicBool,
@@ -288,14 +287,8 @@ impl PageWriter {
         format::check_geometry(options.page_size, u64::from(options.alignment))
             .map_err(|r| Error::invalid(&path, "options", r))?;
         let lock = crate::recover::lock_writer(&path)?;
-        let tmp = temp_path(&path);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&tmp)
-            .map_err(|e| Error::io(&tmp, "create temporary file", e))?;
+        let tmp = crate::temp_path(&path);
+        let file = durable_fs::create_temp(&tmp).map_err(Error::durable)?;
         let direct = if options.direct_io {
             // Falls back to buffered writes when the file system refuses.
             OpenOptions::new()
@@ -825,10 +818,13 @@ impl PageWriter {
         step_done!(FinalizeStep::WriteFooter);
         self.file.sync_all().map_err(io("fsync"))?;
         step_done!(FinalizeStep::SyncFooter);
-        std::fs::rename(&self.tmp, &path).map_err(|e| Error::io(&path, "rename into place", e))?;
+        // Not `durable_fs::commit_temp`: the format commits with a second
+        // fsync (of the footer, above), and the rename and the directory
+        // fsync are separate steps that the crash tests stop between.
+        durable_fs::rename(&self.tmp, &path).map_err(Error::durable)?;
         self.keep_temp = true;
         step_done!(FinalizeStep::Rename);
-        crate::recover::sync_parent_dir(&path)?;
+        durable_fs::sync_parent_dir(&path).map_err(Error::durable)?;
         step_done!(FinalizeStep::SyncDir);
         Ok(Some(WriteSummary {
             path,

@@ -78,6 +78,12 @@ fn bit_flips_in_pages_are_caught_by_verify() {
     std::fs::write(&path, &bad).unwrap();
     let problems = verify(&path);
     assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(
+        problems
+            .iter()
+            .all(|p| p.kind == page_alloc::ProblemKind::ChecksumMismatch && p.path == path),
+        "{problems:?}"
+    );
 }
 
 #[test]

@@ -29,6 +29,22 @@ fn ffcv_fixtures_read_back_as_expected() {
             .join("ffcv")
             .join(name.as_str().unwrap());
         let file = beton::read(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let len = bytes.len() as u64;
+        assert!(beton::is_beton_header(&bytes, len), "{path:?}");
+        assert!(!beton::is_beton_header(
+            &bytes[..beton::HEADER_LEN - 1],
+            len
+        ));
+        assert!(
+            !beton::is_beton_header(&bytes, len - 1),
+            "a table of partial rows"
+        );
+        assert!(beton::verify(&path).is_empty());
+        assert_eq!(file.file_len(), len);
+        let summary = file.summary();
+        assert_eq!(summary.get("num_samples"), Some(&serde_json::json!(40)));
+        assert_eq!(summary.tables[0].rows.len(), 5);
         assert_eq!(file.page_size(), ffcv["page_size"].as_u64().unwrap());
         assert_eq!(file.len() as u64, ffcv["num_samples"].as_u64().unwrap());
         let types: Vec<(String, BetonType)> = file

@@ -108,4 +108,17 @@ impl Error {
             detail: detail.into(),
         }
     }
+
+    /// Maps an error of the durable file-system layer.
+    pub(crate) fn durable(e: durable_fs::Error) -> Error {
+        match e {
+            durable_fs::Error::Io { op, path, source } => Error::Io { path, op, source },
+            durable_fs::Error::Locked { lock_path } => Error::Locked { path: lock_path },
+            other => Error::Io {
+                path: other.path().to_path_buf(),
+                op: "read",
+                source: std::io::Error::other(other),
+            },
+        }
+    }
 }

@@ -59,7 +59,7 @@ pub const INDEX_FILE: &str = "segment-index.log";
 /// File name of the writer's lock.
 pub const LOCK_FILE: &str = "segment-store.lock";
 /// Suffix of in-flight files.
-pub const TMP_SUFFIX: &str = ".tmp";
+pub const TMP_SUFFIX: &str = durable_fs::TMP_SUFFIX;
 /// `cachex_format` metadata value of the segments this version writes.
 pub const SEGMENT_FORMAT: &str = "1";
 

@@ -47,7 +47,9 @@
 //! [`compact`](SegmentStore::compact), [`verify`](SegmentStore::verify)
 //! (every segment and index entry, including each segment's content hash),
 //! [`inspect`](SegmentStore::inspect), and
-//! [`problems`](SegmentStore::problems) (what recovery found on open).
+//! [`problems`](SegmentStore::problems) (what recovery found on open);
+//! [`verify`]`(dir)` opens read-only and returns both lists. Problems are
+//! [`cache_check::Problem`]s, the shape every cachex store reports in.
 //! `async_write` is off by default (torchcachex's default is on): a
 //! synchronous flush returns its own errors.
 //!
@@ -104,10 +106,12 @@ mod record;
 mod recover;
 mod schema;
 mod store;
+mod validate;
 mod writer;
 
+pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
-pub use maintenance::{CompactReport, Inspection, Problem, ProblemKind, SegmentInfo};
+pub use maintenance::{CompactReport, Inspection, SegmentInfo, verify};
 pub use record::{Blob, Part, Record, Structure, TensorBuf};
 pub use schema::{PartKind, PartSpec, RecordSchema};
 pub use store::{Options, SegmentStore, Stats};

@@ -5,6 +5,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use cache_check::{Problem, ProblemKind, Summary};
+use serde_json::json;
+
 use crate::format::{self, INDEX_FILE, SCHEMA_FILE};
 use crate::index::{KeyIndex, Loc};
 use crate::reader::Segment;
@@ -12,48 +15,8 @@ use crate::record::{Record, Structure};
 use crate::recover::{hint_of, list_segments};
 use crate::schema::parse_schema_json;
 use crate::store::{SegmentStore, note_problem};
-use crate::writer::{IndexLog, build_batch, split_runs, sync_dir, write_segment};
+use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
 use crate::{Error, Result};
-
-/// What kind of [`Problem`] was found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ProblemKind {
-    /// A leftover `*.tmp` file of an interrupted write (removed on open).
-    TempFileRemoved,
-    /// The index log ended in a partial or damaged group (dropped on open).
-    TornIndex,
-    /// The index log is unreadable or absent (rebuilt from the segments).
-    CorruptIndex,
-    /// A segment newer than the index log (indexed on open).
-    SegmentIndexed,
-    /// A segment fails Arrow validation or disagrees with the index; its
-    /// keys read as missing.
-    CorruptSegment,
-    /// A segment the index lists is gone; its keys read as missing.
-    MissingSegment,
-    /// A segment older than the index and not in it (ignored).
-    StaleSegment,
-    /// `schema.json` is unreadable or disagrees with the segments.
-    BadSchema,
-}
-
-/// Something wrong with one file of a cache.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The file concerned.
-    pub path: PathBuf,
-    /// What kind of problem.
-    pub kind: ProblemKind,
-    /// What is wrong (and what was done about it).
-    pub detail: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.detail)
-    }
-}
 
 /// One segment in an [`Inspection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +80,73 @@ impl fmt::Display for Inspection {
     }
 }
 
+impl Inspection {
+    /// The inspection in the shared shape the `cachex` tool prints:
+    /// structure, entries, sizes, `schema.json`, and a table of segments.
+    pub fn summary(&self) -> Summary {
+        let schema = self
+            .schema_json
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or(serde_json::Value::Null);
+        let segments = self
+            .segments
+            .iter()
+            .map(|s| {
+                vec![
+                    json!(format::segment_name(s.id)),
+                    json!(s.bytes),
+                    json!(s.rows),
+                    json!(s.live_rows),
+                ]
+            })
+            .collect();
+        Summary::new("segment-store", &self.dir)
+            .fact("structure", self.structure.map(Structure::name))
+            .fact("entries", self.entries)
+            .fact("disk_bytes", self.disk_bytes)
+            .fact("index_bytes_per_entry", self.index_bytes_per_entry)
+            .fact("schema", schema)
+            .table("segments", ["file", "bytes", "rows", "live_rows"], segments)
+    }
+}
+
+/// Opens the cache in `dir` read-only and lists everything wrong with it
+/// (empty when sound): what recovery found on open
+/// ([`SegmentStore::problems`]) and what [`SegmentStore::verify`] finds,
+/// sorted, without repeats. Never fails: a cache that does not open is a
+/// problem naming `dir`. No index log of ours is no problem (a
+/// torchcachex directory has none).
+pub fn verify(dir: impl AsRef<std::path::Path>) -> Vec<Problem> {
+    let dir = dir.as_ref();
+    if !dir.is_dir() {
+        // A read-only open would see an empty cache.
+        return vec![Problem::new(
+            dir,
+            ProblemKind::Missing,
+            "no such cache directory",
+        )];
+    }
+    let opts = crate::Options {
+        read_only: true,
+        lru_bytes: 0,
+        ..crate::Options::default()
+    };
+    match SegmentStore::open(dir, opts) {
+        Err(e) => vec![match &e {
+            Error::Io { path, .. } => Problem::from_error(path.clone(), ProblemKind::Io, &e),
+            _ => Problem::from_error(dir, ProblemKind::Structure, &e),
+        }],
+        Ok(store) => {
+            let mut all = store.problems();
+            all.extend(store.verify());
+            all.sort();
+            all.dedup();
+            all
+        }
+    }
+}
+
 /// What [`SegmentStore::compact`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompactReport {
@@ -147,27 +177,23 @@ impl SegmentStore {
             Ok(text) => match parse_schema_json(&text) {
                 Ok(s) if Some(&s) != st_schema.as_ref() => push(
                     schema_path,
-                    ProblemKind::BadSchema,
+                    ProblemKind::Structure,
                     "differs from the schema in use".into(),
                 ),
                 Ok(_) => {}
                 Err(e) => push(
                     schema_path,
-                    ProblemKind::BadSchema,
+                    ProblemKind::Structure,
                     format!("unparseable: {e}"),
                 ),
             },
             Err(_) if st_schema.is_none() => {}
-            Err(e) => push(
-                schema_path,
-                ProblemKind::BadSchema,
-                format!("unreadable: {e}"),
-            ),
+            Err(e) => push(schema_path, ProblemKind::Io, format!("unreadable: {e}")),
         }
         let on_disk = match list_segments(dir) {
             Ok(s) => s,
             Err(e) => {
-                push(dir.clone(), ProblemKind::CorruptSegment, e.to_string());
+                push(dir.clone(), ProblemKind::Io, e.to_string());
                 return out;
             }
         };
@@ -189,7 +215,7 @@ impl SegmentStore {
                     if let Some(t) = &p.torn {
                         push(
                             index_path.clone(),
-                            ProblemKind::TornIndex,
+                            ProblemKind::Interrupted,
                             format!("torn tail: {t}"),
                         );
                     }
@@ -197,13 +223,13 @@ impl SegmentStore {
                         if !expected.contains_key(id) {
                             push(
                                 format::segment_path(dir, *id),
-                                ProblemKind::SegmentIndexed,
+                                ProblemKind::Unindexed,
                                 "not in the index".into(),
                             );
                         }
                     }
                 }
-                Err(e) => push(index_path.clone(), ProblemKind::CorruptIndex, e),
+                Err(e) => push(index_path.clone(), ProblemKind::Structure, e),
             },
             // No log: a torchcachex cache (or one opened read-only before
             // its first writer); every segment is checked on its own.
@@ -218,9 +244,14 @@ impl SegmentStore {
             let seg = match Segment::open(&path, id) {
                 Ok(s) => s,
                 Err(e) => {
+                    let kind = if path.exists() {
+                        ProblemKind::Structure
+                    } else {
+                        ProblemKind::Missing
+                    };
                     push(
                         path,
-                        ProblemKind::MissingSegment,
+                        kind,
                         format!("listed in the index but unreadable: {e}"),
                     );
                     continue;
@@ -228,15 +259,20 @@ impl SegmentStore {
             };
             if let Some((len, content, _)) = &want {
                 if seg.file_len() != *len {
+                    let kind = if seg.file_len() < *len {
+                        ProblemKind::Truncated
+                    } else {
+                        ProblemKind::Structure
+                    };
                     push(
                         path.clone(),
-                        ProblemKind::CorruptSegment,
+                        kind,
                         format!("{} bytes, the index recorded {len}", seg.file_len()),
                     );
                 } else if seg.content_hash() != *content {
                     push(
                         path.clone(),
-                        ProblemKind::CorruptSegment,
+                        ProblemKind::ChecksumMismatch,
                         "content differs from the checksum the index recorded".into(),
                     );
                 }
@@ -244,7 +280,7 @@ impl SegmentStore {
             let d = match seg.decoded(hint) {
                 Ok(d) => d,
                 Err(e) => {
-                    push(path, ProblemKind::CorruptSegment, e.to_string());
+                    push(path, ProblemKind::Structure, e.to_string());
                     continue;
                 }
             };
@@ -253,7 +289,7 @@ impl SegmentStore {
             {
                 push(
                     path.clone(),
-                    ProblemKind::CorruptSegment,
+                    ProblemKind::Structure,
                     format!("{} rows, the index recorded {}", d.rows(), hashes.len()),
                 );
             }
@@ -262,7 +298,7 @@ impl SegmentStore {
                 match d.key(row) {
                     None => push(
                         path.clone(),
-                        ProblemKind::CorruptSegment,
+                        ProblemKind::Structure,
                         format!("row {row}: null key"),
                     ),
                     Some(k) => {
@@ -271,14 +307,14 @@ impl SegmentStore {
                         {
                             push(
                                 path.clone(),
-                                ProblemKind::CorruptSegment,
+                                ProblemKind::Structure,
                                 format!("row {row}: key {k:?} does not match its index hash"),
                             );
                         }
                     }
                 }
                 if let Err(e) = d.record(&path, row, structure) {
-                    push(path.clone(), ProblemKind::CorruptSegment, e.to_string());
+                    push(path.clone(), ProblemKind::Structure, e.to_string());
                 }
             }
         }
@@ -422,7 +458,7 @@ impl SegmentStore {
                 return Err(Error::io(&path, "remove compacted segment", e));
             }
         }
-        sync_dir(&inner.dir.join(format::SEGMENTS_DIR))?;
+        durable_fs::sync_dir(&inner.dir.join(format::SEGMENTS_DIR)).map_err(Error::durable)?;
         Ok(CompactReport {
             segments_before: old.len(),
             segments_after,

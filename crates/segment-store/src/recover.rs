@@ -6,13 +6,14 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::format::{self, INDEX_FILE, SCHEMA_FILE, SEGMENTS_DIR, TMP_SUFFIX};
+use crate::format::{self, INDEX_FILE, SCHEMA_FILE, SEGMENTS_DIR};
 use crate::index::{KeyIndex, Loc, MAX_ROW, MAX_SEGMENT_ID};
 use crate::reader::Segment;
 use crate::record::Structure;
 use crate::schema::{RecordSchema, parse_schema_json, to_schema_json};
-use crate::writer::{IndexLog, write_atomic};
-use crate::{Error, Problem, ProblemKind, Result};
+use crate::writer::IndexLog;
+use crate::{Error, Result};
+use cache_check::{Problem, ProblemKind};
 
 /// How many inserts ahead the home slot is prefetched while the table is
 /// built, so that the cache misses overlap.
@@ -38,20 +39,12 @@ fn problem(path: &Path, kind: ProblemKind, detail: impl Into<String>) -> Problem
 
 /// Removes leftover `*.tmp` files of `dir`.
 fn remove_tmp(dir: &Path, problems: &mut Vec<Problem>) -> Result<()> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for e in entries {
-        let e = e.map_err(|e| Error::io(dir, "list", e))?;
-        if e.file_name().to_string_lossy().ends_with(TMP_SUFFIX) {
-            let p = e.path();
-            std::fs::remove_file(&p).map_err(|err| Error::io(&p, "remove temp file", err))?;
-            problems.push(problem(
-                &p,
-                ProblemKind::TempFileRemoved,
-                "leftover temp file removed",
-            ));
-        }
+    for p in durable_fs::remove_temp_files(dir).map_err(Error::durable)? {
+        problems.push(problem(
+            &p,
+            ProblemKind::Interrupted,
+            "leftover temp file removed",
+        ));
     }
     Ok(())
 }
@@ -94,7 +87,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 schema_bad = true;
                 problems.push(problem(
                     &schema_path,
-                    ProblemKind::BadSchema,
+                    ProblemKind::Structure,
                     format!("unreadable, re-derived from the segments: {detail}"),
                 ));
                 None
@@ -105,7 +98,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             schema_bad = true;
             problems.push(problem(
                 &schema_path,
-                ProblemKind::BadSchema,
+                ProblemKind::Structure,
                 format!("unreadable, re-derived from the segments: {e}"),
             ));
             None
@@ -120,7 +113,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if id > MAX_SEGMENT_ID {
             problems.push(problem(
                 &path,
-                ProblemKind::CorruptSegment,
+                ProblemKind::Structure,
                 format!("segment id {id} exceeds {MAX_SEGMENT_ID}; ignored"),
             ));
             continue;
@@ -129,7 +122,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             Ok(s) => {
                 segments.insert(id, Arc::new(s));
             }
-            Err(e) => problems.push(problem(&path, ProblemKind::CorruptSegment, e.to_string())),
+            Err(e) => problems.push(problem(&path, ProblemKind::Structure, e.to_string())),
         }
     }
     // The index log: one sequential read, hashes inserted as they stream
@@ -157,15 +150,20 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 let Some(seg) = segments.get(&g.segment_id) else {
                     problems.push(problem(
                         &path,
-                        ProblemKind::MissingSegment,
+                        ProblemKind::Missing,
                         "listed in the index but missing; its keys are lost",
                     ));
                     return;
                 };
                 if seg.file_len() != g.segment_len {
+                    let kind = if seg.file_len() < g.segment_len {
+                        ProblemKind::Truncated
+                    } else {
+                        ProblemKind::Structure
+                    };
                     problems.push(problem(
                         &path,
-                        ProblemKind::CorruptSegment,
+                        kind,
                         format!(
                             "{} bytes, the index recorded {}; excluded",
                             seg.file_len(),
@@ -178,7 +176,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 if g.count > MAX_ROW as usize + 1 {
                     problems.push(problem(
                         &path,
-                        ProblemKind::CorruptSegment,
+                        ProblemKind::Structure,
                         "more rows than an index location holds; excluded",
                     ));
                     segments.remove(&g.segment_id);
@@ -207,7 +205,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                     if let Some(t) = &p.torn {
                         problems.push(problem(
                             &index_path,
-                            ProblemKind::TornIndex,
+                            ProblemKind::Interrupted,
                             format!("torn tail dropped: {t}"),
                         ));
                     }
@@ -216,7 +214,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
                 Err(detail) => {
                     problems.push(problem(
                         &index_path,
-                        ProblemKind::CorruptIndex,
+                        ProblemKind::Structure,
                         format!("rebuilt from the segments: {detail}"),
                     ));
                     index = KeyIndex::default();
@@ -241,7 +239,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if max_logged.is_some_and(|m| id < m) {
             problems.push(problem(
                 &path,
-                ProblemKind::StaleSegment,
+                ProblemKind::Stale,
                 "older than the index and not in it (left by compaction?); ignored",
             ));
             segments.remove(&id);
@@ -255,7 +253,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             Err(e) => {
                 problems.push(problem(
                     &path,
-                    ProblemKind::CorruptSegment,
+                    ProblemKind::Structure,
                     format!("excluded: {e}"),
                 ));
                 segments.remove(&id);
@@ -265,7 +263,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if decoded.rows() > MAX_ROW as usize + 1 {
             problems.push(problem(
                 &path,
-                ProblemKind::CorruptSegment,
+                ProblemKind::Structure,
                 "more rows than an index location holds; excluded",
             ));
             segments.remove(&id);
@@ -276,7 +274,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
             let Some(key) = decoded.key(row) else {
                 problems.push(problem(
                     &path,
-                    ProblemKind::CorruptSegment,
+                    ProblemKind::Structure,
                     format!("row {row} has a null key; skipped"),
                 ));
                 hashes.push(0);
@@ -301,7 +299,7 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
         if parsed.is_some() {
             problems.push(problem(
                 &path,
-                ProblemKind::SegmentIndexed,
+                ProblemKind::Unindexed,
                 "newer than the index; indexed",
             ));
         }
@@ -312,7 +310,8 @@ pub fn recover(dir: &Path, writer: bool) -> Result<Recovered> {
     {
         schema = Some(d.schema.clone());
         if writer {
-            write_atomic(&schema_path, to_schema_json(&d.schema).as_bytes())?;
+            durable_fs::write_atomic(&schema_path, to_schema_json(&d.schema).as_bytes())
+                .map_err(Error::durable)?;
         }
     } else if schema_bad && writer && schema.is_none() {
         // Nothing to derive it from: the first put writes a new one.

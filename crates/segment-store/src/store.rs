@@ -1,14 +1,13 @@
 //! [`SegmentStore`]: the keyed cache that ties the pieces together.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
-use fs2::FileExt;
+use durable_fs::FileLock;
 use parking_lot::{Mutex, RwLock};
 
 use crate::format::{self, LOCK_FILE, SCHEMA_FILE};
@@ -18,8 +17,9 @@ use crate::reader::{Decoded, Row, Segment};
 use crate::record::Record;
 use crate::recover::{hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
-use crate::writer::{IndexLog, build_batch, split_runs, write_atomic, write_segment};
-use crate::{Error, Problem, ProblemKind, Result};
+use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
+use crate::{Error, Result};
+use cache_check::{Problem, ProblemKind};
 
 /// How many keys each stage of [`SegmentStore::get_batch`]'s lookup
 /// pipeline runs behind the stage before it: enough work in between for a
@@ -130,7 +130,7 @@ pub(crate) struct Inner {
     pending_hits: AtomicU64,
     segment_hits: AtomicU64,
     misses: AtomicU64,
-    _lock: Option<File>,
+    _lock: Option<FileLock>,
 }
 
 enum Job {
@@ -177,11 +177,7 @@ impl SegmentStore {
         let writer = !opts.read_only && opts.current_rank == opts.writer_rank;
         let lock = if writer {
             std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
-            let path = dir.join(LOCK_FILE);
-            let f = File::create(&path).map_err(|e| Error::io(&path, "create lock", e))?;
-            f.try_lock_exclusive()
-                .map_err(|_| Error::Locked { path: path.clone() })?;
-            Some(f)
+            Some(FileLock::writer(&dir.join(LOCK_FILE)).map_err(Error::durable)?)
         } else {
             None
         };
@@ -290,10 +286,11 @@ impl SegmentStore {
             let mut st = inner.state.write();
             if st.schema.is_none() {
                 if inner.write.is_some() {
-                    write_atomic(
+                    durable_fs::write_atomic(
                         &inner.dir.join(SCHEMA_FILE),
                         to_schema_json(&schema).as_bytes(),
-                    )?;
+                    )
+                    .map_err(Error::durable)?;
                 }
                 st.schema = Some(schema);
             } else if let Some(s) = &st.schema {
@@ -599,17 +596,6 @@ impl SegmentStore {
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // Unlock explicitly: a child forked meanwhile by another thread
-        // shares the descriptor until it execs, so a close alone could
-        // leave the writer lock held.
-        if let Some(lock) = &self._lock {
-            let _ = fs2::FileExt::unlock(lock);
-        }
-    }
-}
-
 impl Drop for SegmentStore {
     fn drop(&mut self) {
         // Errors cannot be returned from drop; call `flush` to see them.
@@ -643,7 +629,7 @@ pub(crate) fn note_problem(inner: &Inner, path: &Path, detail: String) {
     if !p.iter().any(|q| q.path == path && q.detail == detail) {
         p.push(Problem {
             path: path.to_path_buf(),
-            kind: ProblemKind::CorruptSegment,
+            kind: ProblemKind::Structure,
             detail,
         });
     }

@@ -16,7 +16,7 @@ use arrow_ipc::writer::FileWriter;
 use arrow_schema::{ArrowError, DataType, Field};
 use tensor_core::DType;
 
-use crate::format::{self, INDEX_HEADER_LEN, TMP_SUFFIX};
+use crate::format::{self, INDEX_HEADER_LEN};
 use crate::index::MAX_ROW;
 use crate::record::{Part, Record};
 use crate::schema::{PartKind, RecordSchema, arrow_type};
@@ -195,32 +195,6 @@ fn tensor_columns(
     Ok((Arc::new(data), Arc::new(shape)))
 }
 
-/// `path` with `.tmp` appended.
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(TMP_SUFFIX);
-    PathBuf::from(s)
-}
-
-/// Fsyncs a directory so a rename in it is durable.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, "fsync directory", e))
-}
-
-/// Writes `bytes` to `path` durably: temp file, fsync, rename, dir fsync.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = tmp_path(path);
-    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
-    f.write_all(bytes)
-        .map_err(|e| Error::io(&tmp, "write", e))?;
-    f.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, "rename", e))?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
-}
-
 /// A writer that hashes what passes through it.
 struct Hashing<W> {
     inner: W,
@@ -296,12 +270,12 @@ impl<W: Write> Write for ChunkWriter<W> {
 /// Writes segment `id` durably; returns its length and content hash.
 pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<(u64, u64)> {
     let path = format::segment_path(dir, id);
-    let tmp = tmp_path(&path);
+    let tmp = durable_fs::temp_path(&path);
     let arrow_err = |e| Error::Arrow {
         path: path.clone(),
         source: e,
     };
-    let file = File::create(&tmp).map_err(|e| Error::io(&tmp, "create segment", e))?;
+    let file = durable_fs::create_temp(&tmp).map_err(Error::durable)?;
     let sink = Hashing {
         inner: ChunkWriter::new(file),
         hasher: blake3::Hasher::new(),
@@ -316,15 +290,13 @@ pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<(u64, u
         .inner
         .finish()
         .map_err(|e| Error::io(&tmp, "write segment", e))?;
-    file.sync_all()
-        .map_err(|e| Error::io(&tmp, "fsync segment", e))?;
     let len = file
         .metadata()
         .map_err(|e| Error::io(&tmp, "stat segment", e))?
         .len();
-    drop(file);
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, "rename segment", e))?;
-    sync_dir(&dir.join(format::SEGMENTS_DIR))?;
+    durable_fs::commit_temp(file, &tmp, &path)
+        .and_then(|()| durable_fs::sync_dir(&dir.join(format::SEGMENTS_DIR)))
+        .map_err(Error::durable)?;
     Ok((len, u64::from_le_bytes(hash)))
 }
 
@@ -343,7 +315,7 @@ impl IndexLog {
         for g in groups {
             bytes.extend_from_slice(g);
         }
-        write_atomic(path, &bytes)?;
+        durable_fs::write_atomic(path, &bytes).map_err(Error::durable)?;
         IndexLog::open(path, bytes.len() as u64)
     }
 

@@ -151,11 +151,7 @@ fn foreign_segment_with_bad_shapes_reads_as_missing_per_row() {
     assert_eq!(t.view().as_slice::<f32>().unwrap(), &[1.0, 2.0]);
     let problems = store.problems();
     assert_eq!(problems.len(), 3, "{problems:?}");
-    assert!(
-        problems
-            .iter()
-            .all(|p| p.kind == ProblemKind::CorruptSegment)
-    );
+    assert!(problems.iter().all(|p| p.kind == ProblemKind::Structure));
     assert_eq!(store.verify().len(), 3);
 }
 
@@ -183,7 +179,7 @@ fn foreign_segment_with_the_wrong_columns_is_excluded() {
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     let p = store.problems();
     assert_eq!(p.len(), 2, "{p:?}");
-    assert!(p.iter().all(|p| p.kind == ProblemKind::CorruptSegment));
+    assert!(p.iter().all(|p| p.kind == ProblemKind::Structure));
     assert!(store.is_empty());
     assert!(store.schema().is_none());
 }
@@ -197,7 +193,7 @@ fn unknown_type_in_schema_json_is_a_bad_schema() {
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     let p = store.problems();
     assert_eq!(p.len(), 1);
-    assert_eq!(p[0].kind, ProblemKind::BadSchema);
+    assert_eq!(p[0].kind, ProblemKind::Structure);
     assert!(p[0].to_string().contains("schema.json"));
     answers_are_right_or_missing(&store, 4);
 }
@@ -235,4 +231,39 @@ fn a_file_where_the_cache_directory_should_be_is_an_io_error() {
     let err = SegmentStore::open(&file, opts()).unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
     assert!(err.to_string().contains("cache"));
+}
+
+/// Found by the `segment_parsers` fuzzer: a field node claiming i64::MAX
+/// rows made the layout check compute the size of its offsets with an
+/// overflowing multiply (a wrap in release builds, passing the check and
+/// leaving Arrow to assert). The segment is now refused by the check.
+#[test]
+fn field_node_of_i64_max_rows_is_refused_by_the_layout_check() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 4);
+    std::fs::remove_file(dir.path().join(INDEX_FILE)).unwrap();
+    let path = segment_path(dir.path(), 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    // The record batch's field nodes: a u32 count (key, data list and
+    // values, shape list and values), then (length, null_count) pairs; the
+    // first is the `key` column of 4 rows.
+    let mut nodes = 5u32.to_le_bytes().to_vec();
+    nodes.extend(4i64.to_le_bytes());
+    nodes.extend(0i64.to_le_bytes());
+    let at = bytes
+        .windows(nodes.len())
+        .position(|w| w == nodes)
+        .expect("field nodes of the written segment");
+    bytes[at + 4..at + 12].copy_from_slice(&i64::MAX.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+
+    let store = SegmentStore::open(dir.path(), opts()).unwrap();
+    let problems = store.problems();
+    assert!(
+        problems.iter().any(|p| p.kind == ProblemKind::Structure
+            && p.detail.contains("overflow")
+            && !p.detail.contains("panicked")),
+        "{problems:?}"
+    );
+    assert!(store.is_empty());
 }

@@ -65,7 +65,7 @@ fn leftover_temp_files_are_removed() {
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     assert!(!tmp_seg.exists());
     assert!(!dir.path().join("schema.json.tmp").exists());
-    assert_eq!(kinds(&store), vec![ProblemKind::TempFileRemoved; 2]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Interrupted; 2]);
     check_all(&store, 15);
     // The next segment reuses no name of a removed temp file's data.
     store.put_batch(&[("k15", rec(15))]).unwrap();
@@ -88,7 +88,7 @@ fn torn_index_tail_is_dropped_and_its_segment_reindexed() {
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     assert_eq!(
         kinds(&store),
-        vec![ProblemKind::TornIndex, ProblemKind::SegmentIndexed]
+        vec![ProblemKind::Interrupted, ProblemKind::Unindexed]
     );
     check_all(&store, 15);
     assert_eq!(index_len(dir.path()), full);
@@ -110,7 +110,7 @@ fn garbage_after_the_last_group_is_dropped() {
     f.write_all(&[0xAB; 50]).unwrap();
     drop(f);
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    assert_eq!(kinds(&store), vec![ProblemKind::TornIndex]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Interrupted]);
     check_all(&store, 15);
     assert_eq!(index_len(dir.path()), full);
 }
@@ -128,7 +128,7 @@ fn segment_newer_than_the_index_is_indexed() {
     f.set_len(16 + 2 * (40 + 5 * 8)).unwrap();
     drop(f);
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    assert_eq!(kinds(&store), vec![ProblemKind::SegmentIndexed]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Unindexed]);
     check_all(&store, 15);
     assert!(store.verify().is_empty(), "{:?}", store.verify());
 }
@@ -158,7 +158,7 @@ fn index_with_a_bad_header_is_rebuilt() {
     build(dir.path());
     std::fs::write(dir.path().join(INDEX_FILE), b"not an index at all").unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    assert_eq!(kinds(&store), vec![ProblemKind::CorruptIndex]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Structure]);
     check_all(&store, 15);
     drop(store);
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
@@ -178,7 +178,7 @@ fn version_1_index_is_rebuilt_as_version_2() {
     std::fs::write(&path, &bytes).unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     let problems = store.problems();
-    assert_eq!(kinds(&store), vec![ProblemKind::CorruptIndex]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Structure]);
     assert!(problems[0].detail.contains("version 1"), "{problems:?}");
     check_all(&store, 15);
     drop(store);
@@ -210,12 +210,12 @@ fn corrupt_segment_is_excluded_and_its_keys_read_as_missing() {
     assert!(
         problems
             .iter()
-            .any(|p| p.kind == ProblemKind::CorruptSegment && p.path == path)
+            .any(|p| p.kind == ProblemKind::Structure && p.path == path)
     );
     let v = store.verify();
     assert!(
         v.iter()
-            .any(|p| p.kind == ProblemKind::CorruptSegment && p.path == path),
+            .any(|p| p.kind == ProblemKind::ChecksumMismatch && p.path == path),
         "{v:?}"
     );
     // The error names the file.
@@ -235,10 +235,24 @@ fn truncated_segment_is_excluded_at_open() {
         .set_len(len / 2)
         .unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    assert_eq!(kinds(&store), vec![ProblemKind::CorruptSegment]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Truncated]);
     let (_, missing) = store.get_batch(&keys(15)).unwrap();
     assert_eq!(missing, vec![0, 1, 2, 3, 4]);
     assert!(!store.verify().is_empty());
+    // The directory-level check says the same, in the shared shape.
+    let all = segment_store::verify(dir.path());
+    assert!(
+        all.iter()
+            .any(|p| p.kind == ProblemKind::Truncated && p.path == path),
+        "{all:?}"
+    );
+    let gone = segment_store::verify(dir.path().join("no-such-cache"));
+    assert_eq!(gone.len(), 1, "{gone:?}");
+    assert_eq!(gone[0].kind, ProblemKind::Missing);
+    assert!(
+        !dir.path().join("no-such-cache").exists(),
+        "verify creates nothing"
+    );
 }
 
 #[test]
@@ -252,7 +266,7 @@ fn corrupt_segment_without_an_index_is_excluded_on_rebuild() {
     )
     .unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    assert_eq!(kinds(&store), vec![ProblemKind::CorruptSegment]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Structure]);
     assert_eq!(store.len(), 10);
     let (_, missing) = store.get_batch(&keys(15)).unwrap();
     assert_eq!(missing, vec![10, 11, 12, 13, 14]);
@@ -264,7 +278,7 @@ fn missing_segment_listed_in_the_index_is_reported() {
     build(dir.path());
     std::fs::remove_file(segment_path(dir.path(), 1)).unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    assert_eq!(kinds(&store), vec![ProblemKind::MissingSegment]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Missing]);
     let (_, missing) = store.get_batch(&keys(15)).unwrap();
     assert_eq!(missing, vec![5, 6, 7, 8, 9]);
     // New writes never reuse the lost id.
@@ -281,7 +295,7 @@ fn corrupt_schema_json_is_rederived_from_the_segments() {
     let original = std::fs::read_to_string(dir.path().join(SCHEMA_FILE)).unwrap();
     std::fs::write(dir.path().join(SCHEMA_FILE), b"{\"fields\": [tru").unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    assert_eq!(kinds(&store), vec![ProblemKind::BadSchema]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Structure]);
     check_all(&store, 15);
     let rewritten = std::fs::read_to_string(dir.path().join(SCHEMA_FILE)).unwrap();
     assert_eq!(rewritten, original);
@@ -304,6 +318,6 @@ fn stale_segment_older_than_the_index_is_ignored() {
     assert!(!seg0.exists());
     std::fs::write(&seg0, b"left over").unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    assert_eq!(kinds(&store), vec![ProblemKind::StaleSegment]);
+    assert_eq!(kinds(&store), vec![ProblemKind::Stale]);
     check_all(&store, 15);
 }

@@ -130,4 +130,22 @@ impl Error {
             source,
         }
     }
+
+    /// Maps an error of the durable file-system layer. The store only
+    /// waits for its locks, so "held by another process" means a lock
+    /// could not be taken at all.
+    pub(crate) fn durable(e: durable_fs::Error) -> Error {
+        match e {
+            durable_fs::Error::Io { op, path, source } => Error::Io { path, op, source },
+            durable_fs::Error::TooLarge { path, cap } => Error::BadMetadata {
+                path,
+                reason: format!("larger than the {cap}-byte limit for this file"),
+            },
+            other => Error::Io {
+                path: other.path().to_path_buf(),
+                op: "lock",
+                source: std::io::Error::other(other),
+            },
+        }
+    }
 }

@@ -61,6 +61,9 @@ pub const SHARD_SUFFIX: &str = "shard.pickle";
 pub const SIZE_ESTIMATE_ITEMS: usize = 128;
 /// Largest shard file read into memory (guards against absurd files).
 pub const MAX_SHARD_FILE_BYTES: u64 = 1 << 34;
+/// Largest `metadata.json` read (its `info` is the user's, but small):
+/// a larger one is refused as corrupt before it is read whole.
+pub const MAX_METADATA_BYTES: u64 = 64 << 20;
 /// Largest decompressed shard accepted (guards against decompression bombs).
 pub const MAX_DECOMPRESSED_BYTES: u64 = 1 << 32;
 

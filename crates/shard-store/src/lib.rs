@@ -31,7 +31,9 @@
 //! [`bytes`] for Python `bytes`). Shards are decoded without executing
 //! anything: pickled Python objects are refused with
 //! [`Error::UnsupportedPickle`]. Read items of unknown shape as
-//! [`PickleValue`] and print them with [`pickle_to_json`].
+//! [`PickleValue`] (a `serde_pickle::Value`; `cachex get` prints them as
+//! JSON). [`verify`] and [`inspect`] answer in the shared
+//! [`cache_check`] shape every cachex store uses.
 //!
 //! # Behaviour worth knowing
 //!
@@ -95,25 +97,14 @@ mod stream;
 mod value;
 mod writer;
 
+pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
 pub use format::{Compression, Metadata, ShardName};
 pub use options::{Options, Preload, ShardLength};
-pub use recover::{Problem, Summary, inspect, verify};
+pub use recover::{Summary, inspect, verify};
 pub use seq::{
     Concat, Indices, Interleave, RandomAccess, Repeat, SequenceView, chunk_shuffle,
     chunk_shuffle_indices,
 };
 pub use store::{Item, Iter, ShardIter, ShardStore, StoreItem};
-pub use value::{Bytes, PickleValue, bytes, hex, pickle_to_json};
-
-/// The pickle codec used for shards (for callers that decode shard bytes
-/// themselves, e.g. benchmarks comparing against a bare decode).
-pub use serde_pickle;
-
-/// Reads the item at `index` of any root as a generic value, converted to
-/// JSON (for `cachex get`): bytes as `{"$bytes_hex": ".."}`, see [`pickle_to_json`].
-pub fn get_json(root: &std::path::Path, index: i64) -> Result<serde_json::Value> {
-    let store: ShardStore<PickleValue> = ShardStore::open(root, Options::default())?;
-    let item = store.get(index)?;
-    Ok(pickle_to_json(&item.0))
-}
+pub use value::{Bytes, PickleValue, bytes};

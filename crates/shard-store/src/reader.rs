@@ -4,10 +4,13 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
+use durable_fs::FileLock;
+
 use crate::error::{Error, Result};
-use crate::format::{self, Compression, MAX_SHARD_FILE_BYTES, Metadata, ShardName};
+use crate::format::{
+    self, Compression, MAX_METADATA_BYTES, MAX_SHARD_FILE_BYTES, Metadata, ShardName,
+};
 use crate::store::{Inner, StoreItem};
-use crate::writer::FileLock;
 
 /// Reads and decodes one shard file (`name` parsed from its file name).
 pub(crate) fn read_shard<T: StoreItem>(
@@ -40,10 +43,14 @@ pub(crate) fn read_shard<T: StoreItem>(
 
 /// Reads `metadata.json` of a root (no lock).
 pub(crate) fn read_metadata_file(path: &Path) -> Result<Option<Metadata>> {
-    match std::fs::read(path) {
+    match durable_fs::read_capped(path, MAX_METADATA_BYTES) {
         Ok(text) => Metadata::parse(path, &text).map(Some),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, "read metadata", e)),
+        Err(durable_fs::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(Error::durable(e)),
     }
 }
 
@@ -142,7 +149,7 @@ impl<T: StoreItem> Inner<T> {
 
     /// Reads the metadata under a shared lock of the root.
     pub(crate) fn read_metadata(&self) -> Result<Metadata> {
-        let _lock = FileLock::shared(&self.paths.writer_lock)?;
+        let _lock = FileLock::shared(&self.paths.writer_lock).map_err(Error::durable)?;
         self.read_metadata_unlocked()
     }
 

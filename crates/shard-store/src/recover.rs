@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use cache_check::{Problem, ProblemKind};
+use durable_fs::FileLock;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -12,73 +14,39 @@ use crate::format::{
 use crate::reader::{list_shards, read_metadata_file, read_shard};
 use crate::store::{Inner, StoreItem};
 use crate::value::PickleValue;
-use crate::writer::{FileLock, fsync_dir, temp_path};
 
 impl<T: StoreItem> Inner<T> {
     /// Moves a corrupt shard file into `quarantine/` under the writer lock.
     pub(crate) fn quarantine(&self, path: &Path) -> Result<()> {
-        let _lock = FileLock::exclusive(&self.paths.writer_lock)?;
+        let _lock = FileLock::exclusive(&self.paths.writer_lock).map_err(Error::durable)?;
         let dir = self.root.join(QUARANTINE_DIR);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
         let stem = path.file_name().and_then(|n| n.to_str()).unwrap_or("shard");
-        let dest = temp_path(&dir, stem);
-        match std::fs::rename(path, &dest) {
+        let dest = durable_fs::unique_temp_path(&dir, stem);
+        match durable_fs::rename(path, &dest) {
             Ok(()) => {}
             // Someone else quarantined or replaced it already.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io(path, "quarantine", e)),
+            Err(durable_fs::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(Error::durable(e)),
         }
-        let _ = std::fs::remove_file(self.root.join(COMPLETED_FILE));
-        fsync_dir(&self.paths.shards)
-    }
-}
-
-/// Removes `scratch/` files of ours (`<name>.<pid>.<n>.tmp`) whose writer
-/// process is gone (Linux: no `/proc/<pid>`). Other files are left alone.
-pub(crate) fn remove_dead_temp_files(scratch: &Path) {
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
-    let Ok(dir) = std::fs::read_dir(scratch) else {
-        return;
-    };
-    for entry in dir.filter_map(|e| e.ok()) {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some(stem) = name.strip_suffix(".tmp") else {
-            continue;
-        };
-        let mut parts = stem.rsplit('.');
-        let (Some(_n), Some(pid)) = (parts.next(), parts.next()) else {
-            continue;
-        };
-        let Ok(pid) = pid.parse::<u32>() else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-}
-
-/// One problem found by [`verify`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The file concerned.
-    pub path: PathBuf,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path.display(), self.reason)
+        // The shard's removal from `shards/` is what must survive; the
+        // root loses its `completed` flag with it.
+        durable_fs::sync_dir(&self.paths.shards)
+            .and_then(|()| durable_fs::remove_and_sync(&self.root.join(COMPLETED_FILE)))
+            .map(drop)
+            .map_err(Error::durable)
     }
 }
 
 /// A summary of a root, from [`inspect`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
+    /// The root directory.
+    pub root: PathBuf,
     /// The stored metadata.
     #[serde(skip)]
     pub metadata: Metadata,
@@ -102,6 +70,24 @@ pub struct Summary {
     pub quarantined: usize,
 }
 
+impl Summary {
+    /// The summary in the shared shape the `cachex` tool prints.
+    pub fn summary(&self) -> cache_check::Summary {
+        cache_check::Summary::new("shard-store", &self.root)
+            .fact("format_version", format::FORMAT_VERSION)
+            .fact("max_shard_length", self.max_shard_length)
+            .fact("length", self.length)
+            .fact("compression", self.compression.clone())
+            .fact("shards", self.shards)
+            .fact("items_cached", self.items_cached)
+            .fact("bytes_on_disk", self.bytes_on_disk)
+            .fact("complete", self.complete)
+            .fact("scratch_files", self.scratch_files)
+            .fact("quarantined", self.quarantined)
+            .fact("info", self.metadata.info.clone())
+    }
+}
+
 fn count_files(dir: &Path) -> usize {
     std::fs::read_dir(dir).map_or(0, |d| d.filter_map(|e| e.ok()).count())
 }
@@ -123,6 +109,7 @@ pub fn inspect(root: &Path) -> Result<Summary> {
     let length = metadata.length_final.then_some(metadata.length);
     let complete = length.is_some_and(|l| crate::writer::covers(&names, l));
     Ok(Summary {
+        root: root.to_path_buf(),
         max_shard_length: metadata.max_shard_length,
         length,
         compression: metadata.compression.clone(),
@@ -138,108 +125,118 @@ pub fn inspect(root: &Path) -> Result<Summary> {
 
 /// Checks a root and returns every problem found (empty: healthy).
 /// Decodes every shard as generic pickle values; never modifies anything.
-pub fn verify(root: &Path) -> Result<Vec<Problem>> {
+/// Never fails: a root that cannot be listed is a problem naming the
+/// directory that stopped the check.
+pub fn verify(root: &Path) -> Vec<Problem> {
     let mut problems = Vec::new();
     let meta_path = root.join(METADATA_FILE);
     let metadata = match read_metadata_file(&meta_path) {
         Ok(Some(m)) => m,
         Ok(None) => {
-            problems.push(Problem {
-                path: meta_path,
-                reason: "missing".into(),
-            });
-            return Ok(problems);
+            problems.push(Problem::new(meta_path, ProblemKind::Missing, "missing"));
+            return problems;
         }
-        Err(Error::BadMetadata { path, reason }) => {
-            problems.push(Problem { path, reason });
-            return Ok(problems);
+        Err(e) => {
+            problems.push(problem_of(&e, &meta_path));
+            return problems;
         }
-        Err(e) => return Err(e),
     };
     let compression = metadata.compression();
     let dir = root.join(SHARDS_DIR);
-    let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, "list shards", e))?;
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            problems.push(problem_of(&Error::io(&dir, "list shards", e), &dir));
+            return problems;
+        }
+    };
     let mut names: Vec<ShardName> = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(&dir, "list shards", e))?;
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                problems.push(problem_of(&Error::io(&dir, "list shards", e), &dir));
+                continue;
+            }
+        };
         let path = entry.path();
+        let structure = |detail: String| Problem::new(&path, ProblemKind::Structure, detail);
         let Some(file) = entry.file_name().to_str().map(str::to_owned) else {
-            problems.push(Problem {
-                path,
-                reason: "file name is not UTF-8".into(),
-            });
+            problems.push(structure("file name is not UTF-8".into()));
             continue;
         };
         let Some(name) = ShardName::parse(&file, compression) else {
-            problems.push(Problem {
-                path,
-                reason: format!(
-                    "not a shard name <start>.<end>.{} for this root",
-                    compression.suffix()
-                ),
-            });
+            problems.push(structure(format!(
+                "not a shard name <start>.<end>.{} for this root",
+                compression.suffix()
+            )));
             continue;
         };
         let l = metadata.max_shard_length;
         if name.start % l != 0 {
-            problems.push(Problem {
-                path: path.clone(),
-                reason: format!("start {} is not a multiple of {l}", name.start),
-            });
+            problems.push(structure(format!(
+                "start {} is not a multiple of {l}",
+                name.start
+            )));
         }
         if name.len() > l {
-            problems.push(Problem {
-                path: path.clone(),
-                reason: format!("{} items, more than max_shard_length {l}", name.len()),
-            });
+            problems.push(structure(format!(
+                "{} items, more than max_shard_length {l}",
+                name.len()
+            )));
         }
         if metadata.length_final && name.end > metadata.length {
-            problems.push(Problem {
-                path: path.clone(),
-                reason: format!(
-                    "ends at {} beyond the final length {}",
-                    name.end, metadata.length
-                ),
-            });
+            problems.push(structure(format!(
+                "ends at {} beyond the final length {}",
+                name.end, metadata.length
+            )));
         }
         if name.len() < l && metadata.length_final && name.end != metadata.length {
-            problems.push(Problem {
-                path: path.clone(),
-                reason: format!("short shard but the final length is {}", metadata.length),
-            });
+            problems.push(structure(format!(
+                "short shard but the final length is {}",
+                metadata.length
+            )));
         }
-        match read_shard::<PickleValue>(&path, name, compression) {
-            Ok(_) => {}
-            Err(Error::CorruptShard { reason, .. } | Error::BadMetadata { reason, .. }) => {
-                problems.push(Problem { path, reason })
-            }
-            Err(e @ (Error::UnsupportedPickle { .. } | Error::ItemType { .. })) => {
-                problems.push(Problem {
-                    path,
-                    reason: e.to_string(),
-                })
-            }
-            Err(e) => return Err(e),
+        if let Err(e) = read_shard::<PickleValue>(&path, name, compression) {
+            problems.push(problem_of(&e, &path));
         }
         names.push(name);
     }
     if root.join(COMPLETED_FILE).exists()
         && !(metadata.length_final && crate::writer::covers(&names, metadata.length))
     {
-        problems.push(Problem {
-            path: root.join(COMPLETED_FILE),
-            reason: "flag set but shards are missing".into(),
-        });
+        problems.push(Problem::new(
+            root.join(COMPLETED_FILE),
+            ProblemKind::Missing,
+            "flag set but shards are missing",
+        ));
     }
     let scratch = root.join(SCRATCH_DIR);
     if let Ok(d) = std::fs::read_dir(&scratch) {
         for e in d.filter_map(|e| e.ok()) {
-            problems.push(Problem {
-                path: e.path(),
-                reason: "leftover of an interrupted write (ignored by readers)".into(),
-            });
+            problems.push(Problem::new(
+                e.path(),
+                ProblemKind::Interrupted,
+                "leftover of an interrupted write (ignored by readers)",
+            ));
         }
     }
     let _ = format::FORMAT_VERSION;
-    Ok(problems)
+    problems
+}
+
+/// `e` as a problem of the file it names (else `fallback`), its kind
+/// shared by every cachex store.
+fn problem_of(e: &Error, fallback: &Path) -> Problem {
+    let (path, kind) = match e {
+        Error::Io { path, source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            (path.as_path(), ProblemKind::Missing)
+        }
+        Error::Io { path, .. } => (path.as_path(), ProblemKind::Io),
+        Error::BadMetadata { path, .. } | Error::CorruptShard { path, .. } => {
+            (path.as_path(), ProblemKind::Structure)
+        }
+        _ => (fallback, ProblemKind::Structure),
+    };
+    Problem::from_error(path, kind, e)
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
+use durable_fs::FileLock;
 use parking_lot::Mutex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -17,7 +18,6 @@ use crate::format::{
 };
 use crate::options::{Options, Preload, ShardLength};
 use crate::reader::read_metadata_file;
-use crate::writer::FileLock;
 
 /// What a store item must be: shareable across threads, and encodable as
 /// the pickle of a shard (a list of items) and back — the store's codec.
@@ -256,7 +256,7 @@ impl<T: StoreItem> ShardStore<T> {
             }
         }
         let meta = {
-            let _lock = FileLock::exclusive(&paths.writer_lock)?;
+            let _lock = FileLock::exclusive(&paths.writer_lock).map_err(Error::durable)?;
             match read_metadata_file(&paths.metadata)? {
                 // Without a source nothing is written: the stored layout is adopted.
                 Some(stored) if source.is_none() => stored,
@@ -324,7 +324,7 @@ impl<T: StoreItem> ShardStore<T> {
             }
         }
         if inner.source.is_some() {
-            crate::recover::remove_dead_temp_files(&inner.paths.scratch);
+            durable_fs::remove_dead_temp_files(&inner.paths.scratch);
         }
         Ok(ShardStore {
             inner,
@@ -429,7 +429,7 @@ impl<T: StoreItem> ShardStore<T> {
 
     /// Replaces the `info` JSON (atomically).
     pub fn set_info(&self, info: serde_json::Value) -> Result<()> {
-        let _lock = FileLock::exclusive(&self.inner.paths.writer_lock)?;
+        let _lock = FileLock::exclusive(&self.inner.paths.writer_lock).map_err(Error::durable)?;
         let mut meta = self.inner.read_metadata_unlocked()?;
         meta.info = info;
         self.inner.write_metadata_unlocked(&meta)

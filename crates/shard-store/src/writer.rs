@@ -8,118 +8,31 @@
 //! too), after which the directory is fsynced. A reader therefore only ever
 //! sees complete shard files.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use fs2::FileExt;
+use durable_fs::FileLock;
 
 use crate::error::{Error, Result};
 use crate::format::{self, COMPLETED_FILE, Metadata, ShardName};
 use crate::store::{Cursor, Inner, StoreItem};
 
-/// An advisory `flock` held until dropped.
-#[derive(Debug)]
-pub(crate) struct FileLock {
-    file: File,
-}
-
-impl FileLock {
-    fn open(path: &Path) -> Result<File> {
-        match OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(path)
-        {
-            Ok(f) => Ok(f),
-            // A read-only lock file (a copied or read-only root): flock
-            // works on a read-only descriptor too.
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                File::open(path).map_err(|e| Error::io(path, "open lock file", e))
-            }
-            Err(e) => Err(Error::io(path, "open lock file", e)),
-        }
-    }
-
-    /// Blocks until the exclusive lock is held.
-    pub(crate) fn exclusive(path: &Path) -> Result<FileLock> {
-        let file = FileLock::open(path)?;
-        FileExt::lock_exclusive(&file).map_err(|e| Error::io(path, "lock", e))?;
-        Ok(FileLock { file })
-    }
-
-    /// Blocks until a shared lock is held.
-    pub(crate) fn shared(path: &Path) -> Result<FileLock> {
-        let file = FileLock::open(path)?;
-        FileExt::lock_shared(&file).map_err(|e| Error::io(path, "lock", e))?;
-        Ok(FileLock { file })
-    }
-
-    /// The exclusive lock if it is free right now.
-    pub(crate) fn try_exclusive(path: &Path) -> Result<Option<FileLock>> {
-        let file = FileLock::open(path)?;
-        match FileExt::try_lock_exclusive(&file) {
-            Ok(()) => Ok(Some(FileLock { file })),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) if e.raw_os_error() == fs2::lock_contended_error().raw_os_error() => Ok(None),
-            Err(e) => Err(Error::io(path, "lock", e)),
-        }
-    }
-}
-
-impl Drop for FileLock {
-    fn drop(&mut self) {
-        // Closing the descriptor releases the lock too; unlocking first is explicit.
-        let _ = FileExt::unlock(&self.file);
-    }
-}
-
-/// fsyncs a directory so that renames and creations in it are durable.
-pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
-    let d = File::open(dir).map_err(|e| Error::io(dir, "open directory", e))?;
-    d.sync_all()
-        .map_err(|e| Error::io(dir, "fsync directory", e))
-}
-
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// A unique temporary name in `scratch` (pid + counter: never shared).
-pub(crate) fn temp_path(scratch: &Path, stem: &str) -> PathBuf {
-    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    scratch.join(format!("{stem}.{}.{n}.tmp", std::process::id()))
-}
-
-/// Writes `bytes` to a new file at `tmp` and fsyncs it.
-pub(crate) fn write_synced(tmp: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = OpenOptions::new()
-        .create_new(true)
-        .write(true)
-        .open(tmp)
-        .map_err(|e| Error::io(tmp, "create temp file", e))?;
-    f.write_all(bytes).map_err(|e| Error::io(tmp, "write", e))?;
-    f.sync_all().map_err(|e| Error::io(tmp, "fsync", e))
-}
-
-/// Atomically replaces `dest` by `bytes` (temp in `scratch`, fsync, rename, fsync dir).
+/// Atomically replaces `dest` by `bytes`: a unique temporary file in
+/// `scratch` (loadit's layout keeps temporaries out of the root), fsync,
+/// rename, fsync of `dest`'s directory.
 pub(crate) fn replace_file(scratch: &Path, dest: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = temp_path(scratch, "metadata");
-    write_synced(&tmp, bytes)?;
-    std::fs::rename(&tmp, dest).map_err(|e| Error::io(dest, "rename into place", e))?;
-    if let Some(dir) = dest.parent() {
-        fsync_dir(dir)?;
-    }
-    Ok(())
+    let tmp = durable_fs::unique_temp_path(scratch, "metadata");
+    durable_fs::write_synced(&tmp, bytes)
+        .and_then(|()| durable_fs::rename_and_sync(&tmp, dest))
+        .map_err(Error::durable)
 }
 
 impl<T: StoreItem> Inner<T> {
     /// Generates the shard at `start` once across threads and processes.
     /// `Ok(None)` when `start` is past the end of the source.
     pub(crate) fn generate(&self, start: u64) -> Result<Option<Arc<Vec<T>>>> {
-        let _lock = FileLock::exclusive(&self.shard_lock_path(start))?;
+        let _lock = FileLock::exclusive(&self.shard_lock_path(start)).map_err(Error::durable)?;
         // Someone else may have written it while we waited.
         if let Some(shard) = self.load_from_disk_or_quarantine(start)? {
             return Ok(Some(shard));
@@ -212,7 +125,9 @@ impl<T: StoreItem> Inner<T> {
                 && !self.shard_on_disk(cursor.pos);
             if write_passed {
                 let start = cursor.pos;
-                if let Some(_lock) = FileLock::try_exclusive(&self.shard_lock_path(start))? {
+                if let Some(_lock) =
+                    FileLock::try_exclusive(&self.shard_lock_path(start)).map_err(Error::durable)?
+                {
                     let items = self.take_shard(cursor)?;
                     if !items.is_empty() && !self.shard_on_disk(start) {
                         self.persist(start, &items)?;
@@ -254,7 +169,7 @@ impl<T: StoreItem> Inner<T> {
     /// Stores `len` as the final length in memory and in `metadata.json`.
     pub(crate) fn set_final_length(&self, len: u64) -> Result<()> {
         self.state.lock().length = Some(len);
-        let _lock = FileLock::exclusive(&self.paths.writer_lock)?;
+        let _lock = FileLock::exclusive(&self.paths.writer_lock).map_err(Error::durable)?;
         let mut meta = self.read_metadata_unlocked()?;
         if !meta.length_final {
             meta.length = len;
@@ -274,12 +189,9 @@ impl<T: StoreItem> Inner<T> {
         let file_name = name.file_name(self.compression);
         let dest = self.paths.shards.join(&file_name);
         let bytes = format::encode_shard(&dest, items, self.compression)?;
-        let tmp = temp_path(&self.paths.scratch, &file_name);
-        if let Err(e) = write_synced(&tmp, &bytes) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        let _lock = FileLock::exclusive(&self.paths.writer_lock)?;
+        let tmp = durable_fs::unique_temp_path(&self.paths.scratch, &file_name);
+        durable_fs::write_synced(&tmp, &bytes).map_err(Error::durable)?;
+        let _lock = FileLock::exclusive(&self.paths.writer_lock).map_err(Error::durable)?;
         if let Some(existing) = self.find_shard_file(start)?
             && existing.end >= name.end
         {
@@ -290,8 +202,7 @@ impl<T: StoreItem> Inner<T> {
         if let Some(limit) = self.opts.memory_limit {
             self.evict_for_unlocked(bytes.len() as u64, limit, start)?;
         }
-        std::fs::rename(&tmp, &dest).map_err(|e| Error::io(&dest, "rename shard into place", e))?;
-        fsync_dir(&self.paths.shards)?;
+        durable_fs::rename_and_sync(&tmp, &dest).map_err(Error::durable)?;
         self.touch_disk(start);
         // Shorter shards with the same start are superseded (only the last
         // shard of a deterministic source can have a shorter twin).
@@ -356,8 +267,7 @@ impl<T: StoreItem> Inner<T> {
             evicted = true;
         }
         if evicted {
-            let completed = self.root.join(COMPLETED_FILE);
-            let _ = std::fs::remove_file(completed);
+            durable_fs::remove_and_sync(&self.root.join(COMPLETED_FILE)).map_err(Error::durable)?;
         }
         Ok(())
     }
@@ -371,11 +281,13 @@ impl<T: StoreItem> Inner<T> {
         let flag = self.root.join(COMPLETED_FILE);
         if covers(&self.shard_files()?, meta.length) {
             if !flag.exists() {
+                // loadit's flag is an empty file: creating it and
+                // fsyncing the root is its whole commit.
                 File::create(&flag).map_err(|e| Error::io(&flag, "create", e))?;
-                fsync_dir(&self.root)?;
+                durable_fs::sync_dir(&self.root).map_err(Error::durable)?;
             }
-        } else if flag.exists() {
-            let _ = std::fs::remove_file(&flag);
+        } else {
+            durable_fs::remove_and_sync(&flag).map_err(Error::durable)?;
         }
         Ok(())
     }

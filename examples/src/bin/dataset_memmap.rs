@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use memmap_array::{Mode, NewRow, Outcome, RowWriter, Schema, open_or_build, stamp_sources};
+use fingerprint::{Mode, stamp_sources};
+use memmap_array::{NewRow, Outcome, RowWriter, Schema, open_or_build};
 use tensor_core::{DType, Tensor};
 
 const SAMPLES: usize = 200;

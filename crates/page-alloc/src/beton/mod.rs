@@ -45,7 +45,7 @@ mod writer;
 
 use tensor_core::{DType, Shape, TensorView};
 
-pub use reader::{BetonFile, read, verify};
+pub use reader::{BetonFile, is_beton_header, read, verify};
 pub use writer::{python_json, write, write_with_page_size};
 
 /// The `.beton` format version read and written.
@@ -116,6 +116,21 @@ impl BetonType {
         match self {
             BetonType::NDArray { dtype, shape } => shape.byte_len(*dtype).ok().map(|n| n as u64),
             _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for BetonType {
+    /// FFCV's field name in snake case; arrays with their dtype and shape
+    /// (`ndarray float32 [3, 2]`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BetonType::Float => f.write_str("float"),
+            BetonType::Int => f.write_str("int"),
+            BetonType::RgbImage => f.write_str("rgb_image"),
+            BetonType::Bytes => f.write_str("bytes"),
+            BetonType::NDArray { dtype, shape } => write!(f, "ndarray {dtype} {shape}"),
+            BetonType::Json => f.write_str("json"),
         }
     }
 }

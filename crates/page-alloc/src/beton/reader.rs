@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use cache_check::{Problem, Summary};
+use serde_json::json;
 use tensor_core::{DType, Shape, TensorView};
 
 use super::{
@@ -42,11 +44,47 @@ pub fn read(path: impl AsRef<Path>) -> Result<BetonFile> {
 /// Checks the `.beton` at `path` and lists what is wrong with it (empty
 /// when it is sound). Validation stops at the first problem, so the list
 /// has at most one entry.
-pub fn verify(path: impl AsRef<Path>) -> Vec<Error> {
+pub fn verify(path: impl AsRef<Path>) -> Vec<Problem> {
     match read(path) {
         Ok(_) => Vec::new(),
-        Err(e) => vec![e],
+        Err(e) => vec![crate::inspect::problem_of(&e)],
     }
+}
+
+/// Whether the first [`HEADER_LEN`] bytes of a file of `file_len` bytes
+/// are a plausible `.beton` header: version 2, at least one field, a page
+/// size that is a power of two >= 4096, field descriptors and one metadata
+/// row per sample inside the file, and an allocation table pointer that is
+/// 0 (a writer that never finished) or inside the file, after the
+/// descriptors, leaving whole 24-byte rows. FFCV files carry no magic
+/// number, so this is how a file without the `.beton` extension is
+/// recognised; [`read`] checks everything else.
+pub fn is_beton_header(header: &[u8], file_len: u64) -> bool {
+    let Some(b) = header.get(..HEADER_LEN) else {
+        return false;
+    };
+    let version = u16::from_le_bytes([b[0], b[1]]);
+    let num_fields = u64::from(u16::from_le_bytes([b[2], b[3]]));
+    let page_size = u64::from(crate::format::rd_u32(b, 4));
+    let num_samples = rd_u64(b, 8);
+    let alloc_table_ptr = rd_u64(b, 16);
+    // Every metadata row is at least 8 bytes (the smallest field type).
+    let meta_end = (FIELD_DESC_LEN as u64)
+        .checked_mul(num_fields)
+        .and_then(|d| d.checked_add(HEADER_LEN as u64))
+        .and_then(|d| num_samples.checked_mul(8)?.checked_add(d));
+    let Some(meta_end) = meta_end else {
+        return false;
+    };
+    version == BETON_VERSION
+        && num_fields > 0
+        && page_size.is_power_of_two()
+        && page_size >= 4096
+        && meta_end <= file_len
+        && (alloc_table_ptr == 0
+            || (meta_end <= alloc_table_ptr
+                && alloc_table_ptr <= file_len
+                && (file_len - alloc_table_ptr).is_multiple_of(ALLOC_ROW_LEN as u64)))
 }
 
 impl BetonFile {
@@ -245,6 +283,28 @@ impl BetonFile {
             n_var: var_fields.len(),
             var_index,
         })
+    }
+
+    /// The file in the shared shape the `cachex` tool prints: samples,
+    /// page size, size on disk and a table of fields.
+    pub fn summary(&self) -> Summary {
+        let fields = self
+            .fields
+            .iter()
+            .map(|f| vec![json!(f.name), json!(f.ty.to_string())])
+            .collect();
+        Summary::new("beton", &self.path)
+            .fact("format_version", BETON_VERSION)
+            .fact("num_samples", self.num_samples)
+            .fact("page_size", self.page_size)
+            .fact("file_len", self.file_len())
+            .fact("alloc_table_ptr", self.alloc_table_ptr)
+            .table("fields", ["name", "type"], fields)
+    }
+
+    /// The file's length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.data.bytes().len() as u64
     }
 
     /// The file's path.

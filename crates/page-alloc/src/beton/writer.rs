@@ -1,6 +1,6 @@
 //! Writing a `.beton` as FFCV's `DatasetWriter` does with one worker.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -8,7 +8,6 @@ use super::{
     ALLOC_ROW_LEN, BETON_VERSION, BetonField, BetonType, BetonValue, DEFAULT_PAGE_SIZE,
     FIELD_DESC_LEN, HEADER_LEN, MIN_PAGE_SIZE, NAME_LEN, ND_MAX_DIMS, ND_TYPE_AT, row_layout,
 };
-use crate::recover::{sync_parent_dir, temp_path};
 use crate::{Error, Result};
 
 /// Writes `samples` (one value per field, in field order) as an FFCV
@@ -84,7 +83,7 @@ pub fn write_with_page_size(
     let data_start = (desc_end + meta_len as u64).next_multiple_of(page_size);
 
     let _lock = crate::recover::lock_writer(path)?;
-    let tmp = temp_path(path);
+    let tmp = crate::temp_path(path);
     let result = write_locked(
         path,
         &tmp,
@@ -174,13 +173,7 @@ fn write_locked(
     row_size: usize,
     data_start: u64,
 ) -> Result<()> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .read(true)
-        .write(true)
-        .open(tmp)
-        .map_err(|e| Error::io(tmp, "create temporary file", e))?;
+    let file = durable_fs::create_temp(tmp).map_err(Error::durable)?;
     let mut meta = vec![0u8; row_size * samples.len()];
     let mut packer = PagePacker {
         file: &file,
@@ -342,8 +335,11 @@ fn write_locked(
     file.write_all_at(&data_end.to_le_bytes(), 16)
         .map_err(io("write allocation table pointer"))?;
     file.sync_all().map_err(io("fsync"))?;
-    std::fs::rename(tmp, path).map_err(|e| Error::io(path, "rename into place", e))?;
-    sync_parent_dir(path)
+    // Two fsyncs (data, then the pointer that commits it), so the
+    // rename-and-sync step is taken alone rather than `commit_temp`.
+    durable_fs::rename(tmp, path)
+        .and_then(|()| durable_fs::sync_parent_dir(path))
+        .map_err(Error::durable)
 }
 
 /// JSON text as Python's `json.dumps(value)` writes it (separators

@@ -1,0 +1,250 @@
+//! The `cachex` command line: `inspect`, `verify`, `get`, `stats`,
+//! `compact` and `demo`. Each command finds the cache's adapter
+//! ([`adapter_for`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
+//! sound, [`EXIT_PROBLEMS`] (1) problems found or the cache could not be
+//! read, [`EXIT_USAGE`] (2) usage errors and paths that are no cache we
+//! know.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use cache_check::{Problem, Summary};
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use crate::adapter::{CacheKind, adapter_for};
+use crate::error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};
+use crate::json::value_table;
+
+/// Inspect, verify and read cachex caches (and the Python tools' caches).
+#[derive(Debug, Parser)]
+#[command(name = "cachex", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Detect the kind of cache and print what it holds.
+    Inspect {
+        /// The cache directory or file.
+        path: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read and check everything; exit 1 when a problem is found.
+    Verify {
+        /// The cache directory or file.
+        path: PathBuf,
+        /// Print JSON (`{"kind", "path", "problems": [{path, kind, detail}]}`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print one record, by key or index.
+    Get {
+        /// The cache directory or file.
+        path: PathBuf,
+        /// A key (keyed caches) or an index (row / item / sample caches;
+        /// negative counts from the end).
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print counters and ratios: bytes per item, dead or absent data,
+    /// fill and dedup ratios.
+    Stats {
+        /// The cache directory or file.
+        path: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rewrite a segment-store cache without dead rows.
+    Compact {
+        /// The cache directory.
+        path: PathBuf,
+    },
+    /// Two epochs of a slow feature extractor through a cache.
+    Demo {
+        /// Where the demo cache goes.
+        #[arg(long, default_value = "cachex-demo")]
+        dir: PathBuf,
+        /// Use a fresh temporary directory instead of --dir (the two
+        /// conflict).
+        #[arg(long, conflicts_with = "dir")]
+        temp: bool,
+        /// Samples in the synthetic dataset.
+        #[arg(long, default_value_t = 2000)]
+        n: usize,
+        /// Simulated extractor cost per sample, in milliseconds.
+        #[arg(long, default_value_t = 2.0)]
+        cost_ms: f64,
+    },
+}
+
+/// Parses the arguments and runs the command.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                EXIT_USAGE
+            } else {
+                EXIT_SOUND
+            });
+        }
+    };
+    match run(cli.command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("cachex: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Runs one command; `Ok` carries the exit code.
+pub fn run(command: Command) -> Result<u8> {
+    match command {
+        Command::Inspect { path, json } => {
+            let summary = adapter_for(&path)?.inspect(&path)?;
+            print_summary(&summary, json)?;
+            Ok(EXIT_SOUND)
+        }
+        Command::Verify { path, json } => verify(&path, json),
+        Command::Get { path, key, json } => {
+            let value = adapter_for(&path)?.get(&path, &key)?;
+            print(&if json {
+                value.to_string()
+            } else {
+                value_table(&value)
+            })?;
+            Ok(EXIT_SOUND)
+        }
+        Command::Stats { path, json } => {
+            let summary = adapter_for(&path)?.stats(&path)?;
+            print_summary(&summary, json)?;
+            Ok(EXIT_SOUND)
+        }
+        Command::Compact { path } => compact(&path),
+        Command::Demo {
+            dir,
+            temp,
+            n,
+            cost_ms,
+        } => demo(dir, temp, n, cost_ms),
+    }
+}
+
+fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}").map_err(CliError::Output)
+}
+
+fn print_summary(summary: &Summary, json: bool) -> Result<()> {
+    print(&if json {
+        summary.to_json().to_string()
+    } else {
+        summary.to_string()
+    })
+}
+
+/// What `cachex verify` checks: the kind of cache at `path` and every
+/// problem found in it, each naming its file (empty when sound). `Err`
+/// when `path` is missing or no cache `cachex` knows.
+pub fn verify_path(path: &Path) -> Result<(CacheKind, Vec<Problem>)> {
+    let adapter = adapter_for(path)?;
+    Ok((adapter.kind(), adapter.verify(path)))
+}
+
+fn verify(path: &Path, json: bool) -> Result<u8> {
+    let (kind, problems) = verify_path(path)?;
+    if json {
+        print(&json!({"kind": kind.name(), "path": path, "problems": problems}).to_string())?;
+    } else {
+        for p in &problems {
+            print(&format!("problem ({}): {p}", p.kind))?;
+        }
+        if problems.is_empty() {
+            print(&format!("{} ({}): sound", path.display(), kind.name()))?;
+        } else {
+            print(&format!(
+                "{} ({}): {} problem(s)",
+                path.display(),
+                kind.name(),
+                problems.len()
+            ))?;
+        }
+    }
+    Ok(if problems.is_empty() {
+        EXIT_SOUND
+    } else {
+        EXIT_PROBLEMS
+    })
+}
+
+fn compact(path: &Path) -> Result<u8> {
+    let kind = adapter_for(path)?.kind();
+    if kind != CacheKind::SegmentStore {
+        return Err(CliError::WrongKind {
+            path: path.to_path_buf(),
+            command: "compact",
+            works_on: "segment-store",
+            found: kind.name(),
+        });
+    }
+    let store = crate::adapters::segments::open(path, false)?;
+    let report = store.compact().map_err(CliError::store)?;
+    print(&format!(
+        "compacted {}: {} -> {} segments, {} live rows kept, {} dead rows dropped",
+        path.display(),
+        report.segments_before,
+        report.segments_after,
+        report.live_rows,
+        report.dropped_rows
+    ))?;
+    Ok(EXIT_SOUND)
+}
+
+fn demo(dir: PathBuf, temp: bool, n: usize, cost_ms: f64) -> Result<u8> {
+    if !(0.0..=10_000.0).contains(&cost_ms) {
+        return Err(CliError::Usage(format!(
+            "--cost-ms {cost_ms} is out of range 0..=10000"
+        )));
+    }
+    let tmp;
+    let dir = if temp {
+        tmp = tempfile::tempdir().map_err(|e| {
+            CliError::from(cache_facade::FacadeError::Io {
+                path: std::env::temp_dir(),
+                source: e,
+            })
+        })?;
+        tmp.path().to_path_buf()
+    } else {
+        dir
+    };
+    let opts = crate::demo::DemoOptions {
+        dir,
+        n,
+        batch: 64,
+        cost_per_sample: Duration::from_secs_f64(cost_ms / 1000.0),
+        dim: 256,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    eprintln!(
+        "cachex demo: {n} samples, a feature extractor costing {cost_ms} ms per sample, two epochs through a segment-store cache"
+    );
+    let summary = crate::demo::run(&opts)?;
+    print(&summary.to_string())?;
+    Ok(EXIT_SOUND)
+}

@@ -1,0 +1,177 @@
+//! Values as JSON for `cachex get --json`: tensors as
+//! `{"dtype", "shape", "data"}` (data flattened, bools as 0/1, 64-bit
+//! integers exact), bytes as `{"$bytes_hex": ".."}` (made in one place,
+//! [`bytes_json`]); and the same values as a table for `cachex get`.
+
+use serde_json::{Map, Value, json};
+use tensor_core::{DType, TensorView};
+
+/// A tensor as `{"dtype": "float32", "shape": [..], "data": [..]}`.
+pub fn tensor_json(view: &TensorView<'_>) -> Value {
+    let b = view.bytes();
+    fn ints<const N: usize, T: Into<Value>>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<Value> {
+        b.chunks_exact(N)
+            .map(|c| {
+                let mut a = [0u8; N];
+                a.copy_from_slice(c);
+                f(a).into()
+            })
+            .collect()
+    }
+    let data: Vec<Value> = match view.dtype() {
+        DType::Bool | DType::U8 => b.iter().map(|&v| json!(v)).collect(),
+        DType::I8 => b.iter().map(|&v| json!(v as i8)).collect(),
+        DType::U16 => ints(b, u16::from_le_bytes),
+        DType::I16 => ints(b, i16::from_le_bytes),
+        DType::U32 => ints(b, u32::from_le_bytes),
+        DType::I32 => ints(b, i32::from_le_bytes),
+        DType::U64 => ints(b, u64::from_le_bytes),
+        DType::I64 => ints(b, i64::from_le_bytes),
+        _ => view
+            .to_f64_vec()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| json!(v))
+            .collect(),
+    };
+    json!({
+        "dtype": view.dtype().name(),
+        "shape": view.shape().dims(),
+        "data": data,
+    })
+}
+
+/// The key of the object bytes print as.
+pub const BYTES_HEX: &str = "$bytes_hex";
+
+/// Bytes as `{"$bytes_hex": ".."}` (lowercase hex).
+pub fn bytes_json(bytes: &[u8]) -> Value {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        hex.push(DIGITS[usize::from(b >> 4)] as char);
+        hex.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    let mut m = Map::new();
+    m.insert(BYTES_HEX.into(), Value::String(hex));
+    Value::Object(m)
+}
+
+/// A pickle value (a shard-store or loadit item) as JSON: bytes as
+/// [`bytes_json`], tuples and sets as arrays, dict keys as strings (their
+/// JSON text unless already a string), big integers as decimal strings,
+/// non-finite floats as `null`.
+pub fn pickle_to_json(v: &serde_pickle::Value) -> Value {
+    use serde_pickle::Value as P;
+    match v {
+        P::None => Value::Null,
+        P::Bool(b) => Value::Bool(*b),
+        P::I64(i) => Value::from(*i),
+        P::Int(big) => Value::String(big.to_string()),
+        P::F64(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+        P::Bytes(b) => bytes_json(b),
+        P::String(s) => Value::String(s.clone()),
+        P::List(xs) | P::Tuple(xs) => Value::Array(xs.iter().map(pickle_to_json).collect()),
+        P::Set(xs) | P::FrozenSet(xs) => Value::Array(
+            xs.iter()
+                .map(|h| pickle_to_json(&h.clone().into_value()))
+                .collect(),
+        ),
+        P::Dict(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let key = match pickle_to_json(&k.clone().into_value()) {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    (key, pickle_to_json(v))
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// A segment-store record as JSON.
+pub fn record_json(record: &segment_store::Record) -> Value {
+    use segment_store::{Part, Record};
+    fn part(p: &Part) -> Value {
+        match (p.as_tensor(), p.as_blob()) {
+            (Some(t), _) => tensor_json(&t.view()),
+            (None, Some(b)) => bytes_json(b),
+            (None, None) => Value::Null,
+        }
+    }
+    match record {
+        Record::Tensor(t) => tensor_json(&t.view()),
+        Record::Blob(b) => bytes_json(b.as_bytes()),
+        Record::Dict(parts) => Value::Object(
+            parts
+                .iter()
+                .map(|(name, p)| (name.to_string(), part(p)))
+                .collect(),
+        ),
+        Record::Tuple(parts) | Record::List(parts) => parts.iter().map(part).collect(),
+    }
+}
+
+/// Longest cell `cachex get` prints before cutting it short.
+const MAX_CELL: usize = 96;
+
+/// A value as `cachex get` prints it without `--json`: one `field: value`
+/// line per field of an object (nested objects indented), tensors as
+/// `dtype [shape] [first values ...]`, bytes as `N bytes: hex...`, and
+/// long values cut at about 96 characters.
+pub fn value_table(v: &Value) -> String {
+    let mut out = String::new();
+    match v {
+        Value::Object(m) if !is_leaf(v) => lines(m, 0, &mut out),
+        other => out.push_str(&cell(other)),
+    }
+    out
+}
+
+fn lines(m: &Map<String, Value>, depth: usize, out: &mut String) {
+    let width = m.keys().map(String::len).max().unwrap_or(0);
+    for (k, v) in m {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        let pad = "  ".repeat(depth);
+        match v {
+            Value::Object(inner) if !is_leaf(v) => {
+                out.push_str(&format!("{pad}{k}:"));
+                lines(inner, depth + 1, out);
+            }
+            other => out.push_str(&format!("{pad}{k:<width$}  {}", cell(other))),
+        }
+    }
+}
+
+/// Tensors and bytes print as one cell, not as nested fields.
+fn is_leaf(v: &Value) -> bool {
+    v.get(BYTES_HEX).is_some() || (v.get("dtype").is_some() && v.get("data").is_some())
+}
+
+fn cell(v: &Value) -> String {
+    let text = if let Some(Value::String(hex)) = v.get(BYTES_HEX) {
+        format!("{} bytes: {hex}", hex.len() / 2)
+    } else if let (Some(dtype), Some(Value::Array(data))) = (v.get("dtype"), v.get("data")) {
+        let dtype = dtype.as_str().unwrap_or("?");
+        let shape = v.get("shape").map_or(String::new(), Value::to_string);
+        let head: Vec<String> = data.iter().take(8).map(Value::to_string).collect();
+        let more = if data.len() > 8 { ", ..." } else { "" };
+        format!("{dtype} {shape} [{}{more}]", head.join(", "))
+    } else {
+        match v {
+            Value::String(s) => s.clone(),
+            Value::Null => "null".into(),
+            other => other.to_string(),
+        }
+    };
+    if text.chars().count() > MAX_CELL {
+        let cut: String = text.chars().take(MAX_CELL).collect();
+        format!("{cut}...")
+    } else {
+        text
+    }
+}

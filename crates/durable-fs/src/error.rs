@@ -1,0 +1,57 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// What a durable file-system step can fail with. Each store maps it into
+/// its own error enum, keeping the path and the operation.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system call failed on `path` while doing `op`.
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        /// What was being done (`"create temporary file"`, `"fsync directory"`, ...).
+        op: &'static str,
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process (or another open of the lock file) holds the lock.
+    #[error("{}: held by another process (another writer is running)", lock_path.display())]
+    Locked {
+        /// The lock file.
+        lock_path: PathBuf,
+    },
+    /// A file the format keeps small is larger than its limit.
+    #[error("{}: larger than the {cap}-byte limit for this file", path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit, in bytes.
+        cap: u64,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// An [`Error::Io`] maker for `map_err`.
+    pub(crate) fn io(
+        op: &'static str,
+        path: &std::path::Path,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.to_path_buf();
+        move |source| Error::Io { op, path, source }
+    }
+
+    /// The file or directory the error is about.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            Error::Io { path, .. } | Error::TooLarge { path, .. } => path,
+            Error::Locked { lock_path } => lock_path,
+        }
+    }
+}
