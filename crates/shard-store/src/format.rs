@@ -37,6 +37,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::store::StoreItem;
 
 /// The loadit metadata version this crate reads and writes.
 pub const FORMAT_VERSION: u64 = 4;
@@ -201,19 +202,14 @@ impl ShardName {
     }
 }
 
-/// Encodes a shard: the pickled list, compressed when asked.
-pub fn encode_shard<T: Serialize>(
+/// Encodes a shard: the pickled list (by the item type's codec,
+/// [`StoreItem`]), compressed when asked.
+pub fn encode_shard<T: StoreItem>(
     path: &Path,
     items: &[T],
     compression: Compression,
 ) -> Result<Vec<u8>> {
-    let pickled =
-        serde_pickle::to_vec(&items, serde_pickle::SerOptions::new()).map_err(|source| {
-            Error::Encode {
-                path: path.to_path_buf(),
-                source,
-            }
-        })?;
+    let pickled = T::encode_shard_items(path, items)?;
     match compression {
         Compression::None => Ok(pickled),
         Compression::Zstd => {
@@ -251,11 +247,26 @@ pub fn decompress(path: &Path, bytes: Vec<u8>, compression: Compression) -> Resu
     }
 }
 
-/// Decodes the (decompressed) pickle of shard `name`, checking that it is
-/// plain data and holds exactly `name.len()` items. Streams written by
-/// serde-pickle decode without an intermediate value tree (see `stream.rs`);
-/// any other stream decodes with serde-pickle.
-pub fn decode_shard<T: DeserializeOwned>(
+/// Decodes the (decompressed) pickle of shard `name` by the item type's
+/// codec ([`StoreItem`]), which checks that it holds exactly `name.len()`
+/// items.
+pub fn decode_shard<T: StoreItem>(path: &Path, name: ShardName, pickle: &[u8]) -> Result<Vec<T>> {
+    T::decode_shard_items(path, name, pickle)
+}
+
+/// The serde codec's encoding: `items` pickled as a list by serde-pickle.
+pub fn encode_pickle<T: Serialize>(path: &Path, items: &[T]) -> Result<Vec<u8>> {
+    serde_pickle::to_vec(&items, serde_pickle::SerOptions::new()).map_err(|source| Error::Encode {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The serde codec's decoding: checks that the pickle is plain data and
+/// holds exactly `name.len()` items. Streams written by serde-pickle decode
+/// without an intermediate value tree (see `stream.rs`); any other stream
+/// decodes with serde-pickle.
+pub fn decode_pickle<T: DeserializeOwned>(
     path: &Path,
     name: ShardName,
     pickle: &[u8],

@@ -5,17 +5,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use durable_fs::FileLock;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::format::{
     self, Compression, MAX_METADATA_BYTES, MAX_SHARD_FILE_BYTES, Metadata, ShardName,
 };
-use crate::store::Inner;
+use crate::store::{Inner, StoreItem};
 
 /// Reads and decodes one shard file (`name` parsed from its file name).
-pub(crate) fn read_shard<T: DeserializeOwned>(
+pub(crate) fn read_shard<T: StoreItem>(
     path: &Path,
     name: ShardName,
     compression: Compression,
@@ -73,7 +71,7 @@ pub(crate) fn list_shards(dir: &Path, compression: Compression) -> Result<Vec<Sh
     Ok(out)
 }
 
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
+impl<T: StoreItem> Inner<T> {
     /// Every shard file in `shards/`.
     pub(crate) fn shard_files(&self) -> Result<Vec<ShardName>> {
         list_shards(&self.paths.shards, self.compression)

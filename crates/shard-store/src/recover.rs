@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use cache_check::{Problem, ProblemKind};
 use durable_fs::FileLock;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::format::{
@@ -13,10 +12,10 @@ use crate::format::{
     ShardName,
 };
 use crate::reader::{list_shards, read_metadata_file, read_shard};
-use crate::store::Inner;
+use crate::store::{Inner, StoreItem};
 use crate::value::PickleValue;
 
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
+impl<T: StoreItem> Inner<T> {
     /// Moves a corrupt shard file into `quarantine/` under the writer lock.
     pub(crate) fn quarantine(&self, path: &Path) -> Result<()> {
         let _lock = FileLock::exclusive(&self.paths.writer_lock).map_err(Error::durable)?;

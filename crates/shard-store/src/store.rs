@@ -19,9 +19,35 @@ use crate::format::{
 use crate::options::{Options, Preload, ShardLength};
 use crate::reader::read_metadata_file;
 
-/// What a store item must be: picklable both ways and shareable across threads.
-pub trait StoreItem: Serialize + DeserializeOwned + Send + Sync + 'static {}
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> StoreItem for T {}
+/// What a store item must be: shareable across threads, and encodable as
+/// the pickle of a shard (a list of items) and back — the store's codec.
+///
+/// Every `Serialize + DeserializeOwned` type is a store item through
+/// serde-pickle (plain data only; shards holding Python objects are
+/// refused). A type that pickles some other way — e.g. a language
+/// binding's handle to a foreign object, pickled by the foreign runtime —
+/// implements the two methods itself; the store still does the files,
+/// compression, locks, eviction and bookkeeping.
+pub trait StoreItem: Send + Sync + Sized + 'static {
+    /// The uncompressed bytes of a shard file holding `items`: a pickled
+    /// list. `path` names the shard for errors.
+    fn encode_shard_items(path: &Path, items: &[Self]) -> Result<Vec<u8>>;
+
+    /// The items of shard `name` from its uncompressed bytes; exactly
+    /// `name.len()` of them, else [`Error::CorruptShard`].
+    fn decode_shard_items(path: &Path, name: format::ShardName, pickle: &[u8])
+    -> Result<Vec<Self>>;
+}
+
+impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> StoreItem for T {
+    fn encode_shard_items(path: &Path, items: &[T]) -> Result<Vec<u8>> {
+        format::encode_pickle(path, items)
+    }
+
+    fn decode_shard_items(path: &Path, name: format::ShardName, pickle: &[u8]) -> Result<Vec<T>> {
+        format::decode_pickle(path, name, pickle)
+    }
+}
 
 type StartAt<T> = Box<dyn Fn(u64) -> Box<dyn Iterator<Item = T> + Send> + Send + Sync>;
 

@@ -13,12 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use durable_fs::FileLock;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::format::{self, COMPLETED_FILE, Metadata, ShardName};
-use crate::store::{Cursor, Inner};
+use crate::store::{Cursor, Inner, StoreItem};
 
 /// Atomically replaces `dest` by `bytes`: a unique temporary file in
 /// `scratch` (loadit's layout keeps temporaries out of the root), fsync,
@@ -30,7 +28,7 @@ pub(crate) fn replace_file(scratch: &Path, dest: &Path, bytes: &[u8]) -> Result<
         .map_err(Error::durable)
 }
 
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> Inner<T> {
+impl<T: StoreItem> Inner<T> {
     /// Generates the shard at `start` once across threads and processes.
     /// `Ok(None)` when `start` is past the end of the source.
     pub(crate) fn generate(&self, start: u64) -> Result<Option<Arc<Vec<T>>>> {

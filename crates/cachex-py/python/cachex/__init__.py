@@ -1,0 +1,92 @@
+"""cachex: ML sample caches on local disk, with a Rust engine underneath.
+
+Stores
+------
+SegmentStore
+    A persistent key -> tensor-record map on immutable Arrow IPC segments
+    (torchcachex's layout): ``put_batch``, ``get_batch``, ``flush``.
+
+Arrays read back are read-only numpy views of memory-mapped files; each
+view's ``.base`` keeps the mapping alive, so it stays valid after the store
+is closed or deleted. Copy one (``np.array(view)``) to get a writable array
+that does not keep the file mapped.
+
+Every error a store raises is a :class:`cachex.CacheError` (see
+:mod:`cachex.errors`), with the store's message naming the file and the
+problem.
+"""
+
+from __future__ import annotations
+
+from cachex._cachex import (
+    BetonReader,
+    Cache,
+    MappedValue,
+    MemmapArray,
+    MemmapWriter,
+    PageReader,
+    PageWriter,
+    SegmentStore,
+    ShardStore,
+    __version__,
+    beton_verify,
+    bfloat16_is_native,
+    check_dir,
+    compute_fingerprint,
+    compute_key,
+    memmap_inspect,
+    memmap_open_or_build,
+    memmap_verify,
+    open,
+    page_verify,
+    stale_reason,
+    validate,
+    write_beton,
+)
+from cachex.errors import (
+    CacheError,
+    CacheIOError,
+    CorruptError,
+    InvalidInputError,
+    LockedError,
+    ReadOnlyError,
+    SchemaMismatchError,
+    StaleError,
+)
+from cachex.facade import CachedFn, cached
+
+__all__ = [
+    "BetonReader",
+    "Cache",
+    "CacheError",
+    "CacheIOError",
+    "CachedFn",
+    "CorruptError",
+    "InvalidInputError",
+    "LockedError",
+    "MappedValue",
+    "MemmapArray",
+    "MemmapWriter",
+    "PageReader",
+    "PageWriter",
+    "ReadOnlyError",
+    "SchemaMismatchError",
+    "SegmentStore",
+    "ShardStore",
+    "StaleError",
+    "__version__",
+    "beton_verify",
+    "bfloat16_is_native",
+    "cached",
+    "check_dir",
+    "compute_fingerprint",
+    "compute_key",
+    "memmap_inspect",
+    "memmap_open_or_build",
+    "memmap_verify",
+    "open",
+    "page_verify",
+    "stale_reason",
+    "validate",
+    "write_beton",
+]

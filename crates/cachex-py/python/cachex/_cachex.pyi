@@ -1,0 +1,628 @@
+"""Type stubs of the native module ``cachex._cachex`` (Rust, via pyo3)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+ArrayLike: TypeAlias = npt.ArrayLike
+Part: TypeAlias = np.ndarray | bytes
+Value: TypeAlias = np.ndarray | bytes | dict[str, Part] | tuple[Part, ...] | list[Part]
+"""A record: one tensor, named parts, a tuple or list of parts, or one blob."""
+
+def bfloat16_is_native() -> bool:
+    """Whether bfloat16 tensors come back as ``ml_dtypes.bfloat16``.
+
+    Returns
+    -------
+    bool
+        True when ``ml_dtypes`` is importable; otherwise bfloat16 tensors
+        come back as raw ``uint16`` arrays (same bits) and the store's
+        schema (``inspect()["schema_json"]``) names their dtype.
+    """
+
+class MappedValue:
+    """The ``.base`` of arrays read from a store: it owns the value they view.
+
+    Holding any of those arrays keeps it, and so the mapped file region,
+    alive. It has no Python-visible API.
+    """
+
+class SegmentStore:
+    """A persistent key -> tensor-record cache (torchcachex's on-disk layout).
+
+    Values are a single array, a dict of named arrays/bytes, a tuple or list
+    of arrays/bytes, or one ``bytes`` blob. The first value fixes the
+    cache's schema (structure, names, dtypes, ranks); later values must
+    match it. Every numpy dtype a cache stores round-trips exactly: bool,
+    (u)int8/16/32/64, float16/32/64, and bfloat16 (``ml_dtypes``).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The cache directory (created if missing).
+    flush_every : int, optional
+        Pending records that trigger a flush into a new segment (4096).
+    lru_bytes : int, optional
+        Byte budget of the in-memory LRU of records; 0 disables it (64 MiB).
+    async_write : bool, optional
+        Write segments on a background thread (False). Its errors are
+        raised by the next call or by :meth:`flush`.
+    queue_depth : int, optional
+        Flushes that may wait for the background thread (2).
+    writer_rank : int, optional
+        The distributed rank that persists (0).
+    current_rank : int, optional
+        This process's rank (default: the ``RANK`` environment variable, else 0).
+    read_only : bool, optional
+        Open without the writer lock; puts are refused (False).
+
+    Raises
+    ------
+    LockedError
+        Another writer holds the cache's lock.
+    CacheIOError
+        The directory cannot be created or read.
+
+    Notes
+    -----
+    A handle pickles as its path and options; the unpickled copy reopens
+    the directory **read-only** (the writer lock stays with the process
+    that took it), which is what a DataLoader worker needs.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        flush_every: int | None = None,
+        lru_bytes: int | None = None,
+        async_write: bool | None = None,
+        queue_depth: int | None = None,
+        writer_rank: int | None = None,
+        current_rank: int | None = None,
+        read_only: bool | None = None,
+        writer_id: int | None = None,
+    ) -> None: ...
+    @property
+    def path(self) -> Path:
+        """The cache directory."""
+    @property
+    def options(self) -> dict[str, Any]:
+        """The options the store was opened with (keyword arguments of the constructor)."""
+    @property
+    def is_writer(self) -> bool:
+        """Whether this handle persists puts (writer rank and not read-only)."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+    def put_batch(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        """Add (or replace) values by key.
+
+        Parameters
+        ----------
+        items : mapping or iterable of (key, value) pairs
+            Keys are ``str``. A value is ``bytes``/``bytearray`` (a blob), a
+            ``dict`` of str -> array/bytes, a ``tuple`` or ``list`` of
+            arrays/bytes, or any array-like (numpy array, buffer-protocol
+            object, object with ``__array__`` such as a CPU torch tensor).
+            Arrays are copied; the caller may reuse them after the call.
+
+        Raises
+        ------
+        SchemaMismatchError
+            A value does not match the cache's schema. Nothing of the batch
+            is written.
+        InvalidInputError
+            A key is not ``str`` or a value has a dtype a cache cannot store.
+        ReadOnlyError
+            The store was opened read-only.
+        """
+    def get_batch(self, keys: Sequence[str]) -> tuple[list[Value | None], list[int]]:
+        """Look up values by key.
+
+        Parameters
+        ----------
+        keys : sequence of str
+
+        Returns
+        -------
+        values : list
+            One entry per key, in order: the value (arrays are read-only
+            zero-copy views of the mapped segment) or ``None`` when missing.
+        missing : list of int
+            The positions in ``keys`` that were not found.
+        """
+    def get(self, key: str) -> Value | None:
+        """The value of one key, or ``None``."""
+    def __contains__(self, key: str) -> bool: ...
+    def flush(self) -> None:
+        """Write every pending value into a new durable segment."""
+    def __len__(self) -> int:
+        """Distinct keys, persisted and pending."""
+    def stats(self) -> dict[str, int | float]:
+        """Counters: entries, segments, pending, LRU use and hits, index size."""
+    def compact(self) -> dict[str, int]:
+        """Rewrite the segments without dead rows.
+
+        Returns
+        -------
+        dict
+            ``segments_before``, ``segments_after``, ``live_rows``, ``dropped_rows``.
+        """
+    def verify(self) -> list[dict[str, str]]:
+        """Check every segment and index entry on disk now.
+
+        Returns
+        -------
+        list of dict
+            One ``{"path", "kind", "detail"}`` per problem; empty when sound.
+        """
+    def problems(self) -> list[dict[str, str]]:
+        """What recovery found (and repaired or excluded) when the store was opened."""
+    def inspect(self) -> dict[str, Any]:
+        """Structure, schema JSON, entries, segments and sizes on disk."""
+    def close(self) -> None:
+        """Flush (writer) and release the files and the writer lock.
+
+        Arrays already returned stay valid.
+        """
+    def __enter__(self) -> SegmentStore: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
+
+DTypeLike: TypeAlias = str | type | np.dtype[Any]
+ArraySpecs: TypeAlias = Mapping[str, tuple[DTypeLike, Sequence[int]]]
+"""``{name: (dtype, shape)}``: each array's element type and per-row shape."""
+
+class MemmapWriter:
+    """The streaming, resumable writer of a memmap-array cache.
+
+    One ``<name>.bin`` per array (row-major, little-endian: readable with
+    ``numpy.memmap``), committed in groups to ``manifest.jsonl``; on reopen
+    an unfinished cache resumes after its last committed row.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The cache directory (created if missing).
+    arrays : dict
+        ``{name: (dtype, shape)}``.
+    nullable : sequence of str, optional
+        Arrays a row may lack (written as ``None``).
+    sidecars : sequence of str, optional
+        Names of per-row strings stored deduplicated.
+    fingerprint : JSON-able, optional
+        What the cache is built from; a resume with another one is refused.
+    sync_every : int, optional
+        Rows per group commit (1024); 0 commits only on flush/finalize.
+
+    Raises
+    ------
+    LockedError
+        Another writer is building this cache.
+    SchemaMismatchError
+        A half-built cache there was started with another schema.
+    StaleError
+        A half-built cache there was started with another fingerprint.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        arrays: ArraySpecs,
+        *,
+        nullable: Sequence[str] = ...,
+        sidecars: Sequence[str] = ...,
+        fingerprint: Any = None,
+        sync_every: int = 1024,
+    ) -> None: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def resume_keys(self) -> list[str]:
+        """Sources committed by an earlier writer: skip them when resuming."""
+    @property
+    def rows(self) -> int:
+        """Rows written (committed or not)."""
+    @property
+    def committed_rows(self) -> int:
+        """Rows durably committed."""
+    @property
+    def schema(self) -> dict[str, Any]:
+        """``{"arrays": {name: {"dtype", "shape", "nullable"}}, "sidecars": [...]}``."""
+    def write(
+        self,
+        source: str,
+        arrays: Mapping[str, ArrayLike | None],
+        sidecars: Mapping[str, str] | None = None,
+        meta: Any = None,
+    ) -> None:
+        """Append one row.
+
+        Parameters
+        ----------
+        source : str
+            The row's source id (what ``resume_keys`` returns).
+        arrays : dict
+            One array-like per schema array (``None`` for a nullable one).
+        sidecars : dict, optional
+            Sidecar strings of the row.
+        meta : str or JSON-able, optional
+            Row metadata, stored as JSON.
+
+        Raises
+        ------
+        InvalidInputError
+            A wrong shape or dtype, or a missing array; nothing is written.
+        """
+    def flush(self) -> None:
+        """Commit every row written so far."""
+    def finalize(self) -> int:
+        """Write the index, sidecars and ``shapes.json``; mark complete; return the rows."""
+
+class MemmapArray:
+    """A finished memmap-array cache, open for reading.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The cache directory.
+    load_in_memory : bool, optional
+        Copy every array into RAM at open.
+    ram_fraction : float, optional
+        The share of physical RAM a load may take (refused above it with
+        :class:`InvalidInputError`).
+
+    Raises
+    ------
+    CorruptError
+        A file is damaged (a ``.bin`` of the wrong size, a bad index).
+    CacheError
+        The cache is incomplete (no ``_COMPLETE``).
+
+    Notes
+    -----
+    Pickles as its path and load options; the copy reopens the directory.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        load_in_memory: bool = False,
+        ram_fraction: float = ...,
+    ) -> None: ...
+    @property
+    def path(self) -> Path: ...
+    def __len__(self) -> int: ...
+    @property
+    def schema(self) -> dict[str, Any]: ...
+    @property
+    def fingerprint(self) -> Any:
+        """``fingerprint.json``, parsed."""
+    def get_row(self, i: int) -> dict[str, np.ndarray | None]:
+        """Row ``i`` (negative from the end): read-only views of every array."""
+    def get(self, i: int, name: str) -> np.ndarray | None:
+        """Array ``name`` of row ``i``."""
+    def source(self, i: int) -> str: ...
+    def meta(self, i: int) -> Any: ...
+    def sidecar(self, name: str, i: int) -> str | None: ...
+    def sidecar_values(self, name: str) -> list[str]: ...
+    def find(self, source: str) -> int | None:
+        """The row of a source id, or ``None``."""
+    def prefetch(self, i: int) -> None: ...
+    def index(self) -> list[dict[str, Any]]:
+        """Every row's ``{"row", "source", "meta", "sidecars"}``.
+
+        See :meth:`index_table` for the same as a ``pyarrow.Table``.
+        """
+    def index_table(self) -> Any:
+        """``index.parquet`` as a ``pyarrow.Table`` (requires pyarrow)."""
+
+def memmap_open_or_build(
+    root: str | os.PathLike[str],
+    name: str,
+    config: Any,
+    build: Callable[[MemmapWriter], None],
+    arrays: ArraySpecs,
+    *,
+    nullable: Sequence[str] = ...,
+    sidecars: Sequence[str] = ...,
+    sources: Sequence[str | os.PathLike[str]] = ...,
+    content_hash: bool = False,
+    sync_every: int = 1024,
+) -> tuple[MemmapArray, str]:
+    """Open the cache ``name`` of ``config`` under ``root``, building it when needed.
+
+    The cache lives in ``root/<name>/<key of backend, name, config>``, the
+    directory :func:`open` uses for a memmap-array config with the same
+    name and options, so a cache built either way is found the other. It is opened when
+    complete and its fingerprint (config, ``sources`` stamps, format
+    version) matches; resumed when half-built; deleted and rebuilt when
+    stale. ``build(writer)`` writes every row whose source is not in
+    ``writer.resume_keys``; the cache is finalized when it returns.
+
+    Returns
+    -------
+    cache : MemmapArray
+    outcome : str
+        ``"cache hit"``, ``"cache built"``, ``"cache resumed after N
+        committed rows"`` or ``"cache rebuilt (<why>)"``.
+    """
+
+def memmap_inspect(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Sizes on disk, schema, sidecar dedup ratios and the RAM a load would take."""
+
+def memmap_verify(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every problem of the cache (``{"path", "detail"}``); empty when sound."""
+
+FieldSpec: TypeAlias = str | tuple[DTypeLike, Sequence[int]]
+"""``"int"``, ``"float"``, ``"bytes"`` (``"json"`` for .beton) or ``(dtype, shape)``."""
+
+class PageWriter:
+    """The writer of a page file: samples of fixed fields packed into pages.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (written as ``<path>.tmp``, renamed on finalize).
+    fields : dict
+        ``{name: "int" | "float" | "bytes" | (dtype, shape)}``.
+    page_size : int, optional
+        A power of two from 4 KiB (8 MiB).
+    alignment : int, optional
+        Allocation alignment (512).
+    direct_io : bool, optional
+        Write pages with ``O_DIRECT`` where possible.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fields: Mapping[str, FieldSpec],
+        *,
+        page_size: int | None = None,
+        alignment: int | None = None,
+        direct_io: bool = False,
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    def append(self, sample: Mapping[str, Any] | Sequence[Any]) -> int:
+        """Append one sample (by field name, or in field order); return its index."""
+    def write_many(
+        self, samples: Iterable[Mapping[str, Any] | Sequence[Any]], threads: int = 2
+    ) -> None:
+        """Append many samples, filling pages from ``threads`` threads."""
+    def finalize(self) -> dict[str, Any]:
+        """Write the tables and footer, fsync, rename; return a summary."""
+
+class PageReader:
+    """A validated, memory-mapped page file.
+
+    Notes
+    -----
+    Pickles as its path; the copy reopens the file.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, populate: bool = False, verify_pages: bool = False
+    ) -> None: ...
+    @property
+    def path(self) -> Path: ...
+    def __len__(self) -> int: ...
+    @property
+    def fields(self) -> dict[str, FieldSpec]: ...
+    @property
+    def max_sizes(self) -> dict[str, int]:
+        """The largest value of each field in bytes (the width ``fill_batch`` needs)."""
+    def sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i``: ints/floats by value, bytes and arrays as read-only views."""
+    def fill_batch(
+        self, indices: Sequence[int], out: Mapping[str, np.ndarray]
+    ) -> dict[str, list[int]]:
+        """Copy samples into preallocated buffers with the GIL released.
+
+        Parameters
+        ----------
+        indices : sequence of int
+        out : dict
+            Field name -> writable C-contiguous array with at least
+            ``len(indices)`` rows: int64 (ints), float64 (floats), the
+            field's dtype and ``(n, *shape)`` (arrays), uint8 ``(n, width)``
+            (bytes, zero padded).
+
+        Returns
+        -------
+        dict
+            The byte length of each bytes field's values.
+        """
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """``madvise(WILLNEED)`` the pages of these samples."""
+    def quasi_random_order(self, seed: int, window_pages: int = 8) -> list[int]:
+        """FFCV's QUASI_RANDOM epoch order."""
+
+class BetonReader:
+    """A validated FFCV ``.beton`` file, memory-mapped."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    @property
+    def path(self) -> Path: ...
+    def __len__(self) -> int: ...
+    @property
+    def fields(self) -> dict[str, FieldSpec]: ...
+    def sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i``; JSON fields as text, RGB images as ``{mode, width, height, data}``."""
+
+def write_beton(
+    path: str | os.PathLike[str],
+    fields: Mapping[str, FieldSpec],
+    samples: Iterable[Mapping[str, Any] | Sequence[Any]],
+    *,
+    page_size: int = ...,
+) -> None:
+    """Write an FFCV ``.beton`` (byte-identical to FFCV's one-worker writer)."""
+
+def page_verify(path: str | os.PathLike[str]) -> list[str]:
+    """Every problem of a page file; empty when sound."""
+
+def beton_verify(path: str | os.PathLike[str]) -> list[str]:
+    """Every problem of a ``.beton``; empty when sound."""
+
+def compute_key(config: Any) -> str:
+    """The 16-hex-character key of a JSON-able config (dict order ignored)."""
+
+def compute_fingerprint(
+    config: Any,
+    sources: Sequence[str | os.PathLike[str]] = ...,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    content_hash: bool = False,
+    cache_version: int = 0,
+) -> dict[str, Any]:
+    """The fingerprint (``fingerprint.json`` content) of a config and its source files."""
+
+def stale_reason(stored: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """Why ``stored`` is stale for ``current`` (config field, file, version), or ``None``."""
+
+def validate(stored: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Raise :class:`StaleError` with the reason when the fingerprints differ."""
+
+def check_dir(path: str | os.PathLike[str], current: Mapping[str, Any]) -> None:
+    """Raise :class:`StaleError` when ``path/fingerprint.json`` is missing or differs."""
+
+class Cache:
+    """A cache opened from a config by :func:`open`."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def backend(self) -> str:
+        """The backend's name (``"segment-store"``, ``"memmap-array"``, ...)."""
+    def get_batch(self, keys: Sequence[str]) -> tuple[list[Value | None], list[int]]: ...
+    def get_indices(self, indices: Sequence[int]) -> list[Value]:
+        """Values by index (negative from the end): memmap-array, shard-store, page-alloc."""
+    def put_batch(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
+    def flush(self) -> None: ...
+    def __len__(self) -> int: ...
+    def stats(self) -> dict[str, float]: ...
+
+def open(config: Mapping[str, Any] | str | os.PathLike[str]) -> Cache:
+    """Open (or create) the cache a config names.
+
+    Parameters
+    ----------
+    config : dict or path
+        ``{"backend": "segment-store" | "memmap-array" | "shard-store" |
+        "page-alloc", "root", "name",
+        "options", "sources": {"root", "paths", "content"}, "create_root",
+        "on_stale": "error" | "rebuild"}``, or a JSON file holding one.
+        The directory is ``root/name/<key of backend, name, options>``.
+
+    Raises
+    ------
+    StaleError
+        The sources changed since the cache was built (``on_stale="error"``).
+    InvalidInputError
+        A bad config (unknown backend or option).
+    """
+
+class _CachedFn:
+    def __init__(self, cache: Cache, func: Callable[[list[Any]], Iterable[Any]]) -> None: ...
+    def __call__(self, inputs: list[Any], ids: list[str]) -> list[Any]: ...
+    def stats(self) -> dict[str, int]: ...
+    def flush(self) -> None: ...
+
+def _reopen_memmap_array(path: str, load_in_memory: bool, ram_fraction: float) -> MemmapArray: ...
+
+class ShardStore:
+    """Random access to the items of a deterministic iterable (loadit's layout).
+
+    Items are pulled from ``source()`` once, pickled with Python's
+    ``pickle`` into ``shards/<start>.<end>.shard.pickle[.zstd]`` files,
+    kept decoded in a bounded in-memory cache, and regenerated from the
+    source when the disk budget evicted them. Threads and processes may
+    share one root: file locks make each shard generated once.
+
+    **Opening a cache unpickles its shards**: only open roots you trust,
+    as with ``pickle.load``.
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The cache directory.
+    source : callable, optional
+        A factory returning a fresh iterable of the same items in the same
+        order on every call. Without it only cached items can be read.
+    max_shard_length : int or str, optional
+        Items per shard, or a size target like ``"64mb"`` (the default).
+    max_cache_size : int, optional
+        Decoded shards kept in memory (128).
+    max_workers : int, optional
+        Iterator replays and background workers (1: no background work).
+    memory_limit : int, optional
+        Disk budget in bytes for the shard files (unlimited).
+    compression : {None, "zstd"}, optional
+    preload : int, optional
+        Shards to load ahead of an access.
+    preload_all_async : bool, optional
+        Fill the whole cache in the background (needs ``max_workers > 1``).
+    length : int, optional
+        A known length, used before the true one is discovered.
+    info : JSON-able, optional
+        Stored in ``metadata.json`` when the root is new.
+
+    Notes
+    -----
+    An exception raised by the source propagates from the call that drove
+    it. A handle pickles as its root, source and options (the source must
+    be picklable); the copy reopens the root.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        source: Callable[[], Iterable[Any]] | None = None,
+        *,
+        max_shard_length: int | str | None = None,
+        max_cache_size: int = 128,
+        max_workers: int = 1,
+        memory_limit: int | None = None,
+        compression: str | None = None,
+        preload: int | None = None,
+        preload_all_async: bool = False,
+        length: int | None = None,
+        info: Any = None,
+    ) -> None: ...
+    @property
+    def root(self) -> Path: ...
+    @property
+    def max_shard_length(self) -> int: ...
+    def __len__(self) -> int:
+        """The number of items (drives the source to its end when unknown)."""
+    def __getitem__(self, index: int | slice) -> Any:
+        """Item ``index`` (negative from the end), or a list for a slice."""
+    def get_many(self, indices: Sequence[int]) -> list[Any]:
+        """Items at ``indices``, visiting each shard once in ascending order."""
+    @property
+    def info(self) -> Any: ...
+    def set_info(self, info: Any) -> None: ...
+    def all_cached_to_disk(self) -> bool: ...
+    def wait_until_all_cached(self) -> None: ...
+
+def _reopen_shard_store(
+    root: str, source: Callable[[], Iterable[Any]] | None, kwargs: dict[str, Any]
+) -> ShardStore: ...

@@ -1,0 +1,383 @@
+//! `cachex.ShardStore`: random access over a Python iterator factory in
+//! loadit's layout. Items are pickled with Python's own `pickle` (any
+//! picklable object, as loadit does); the Rust engine does the shard
+//! files, compression, locks, the in-memory shard cache, eviction under
+//! the disk budget and regeneration.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyIterator, PyList, PySlice, PyTuple};
+use serde_pickle::ErrorCode;
+use shard_store::format::ShardName;
+use shard_store::{Compression, Options, Preload, ShardLength, ShardStore, StoreItem};
+
+use crate::errors::{self, Kind};
+use crate::json;
+
+/// A shard-store error as its `cachex.errors` exception.
+pub fn error(e: shard_store::Error) -> PyErr {
+    use shard_store::Error as E;
+    let kind = match &e {
+        E::Io { .. } => Kind::Io,
+        E::BadMetadata { .. }
+        | E::CorruptShard { .. }
+        | E::UnsupportedPickle { .. }
+        | E::ItemType { .. } => Kind::Corrupt,
+        E::OptionMismatch { .. } => Kind::SchemaMismatch,
+        E::InvalidOption { .. } | E::Encode { .. } => Kind::InvalidInput,
+        E::IndexOutOfRange { index, len } => {
+            return pyo3::exceptions::PyIndexError::new_err(format!(
+                "index {index} out of range for length {len}"
+            ));
+        }
+        _ => Kind::Other,
+    };
+    errors::raise(kind, e.to_string())
+}
+
+/// One Python object held by the store (shared, so cloning needs no GIL).
+#[derive(Clone)]
+pub struct PyItem(Arc<Py<PyAny>>);
+
+static DUMPS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+/// Python's pickle as the store's codec: a shard is `pickle.dumps(list)`,
+/// exactly what loadit writes and reads.
+impl StoreItem for PyItem {
+    fn encode_shard_items(path: &Path, items: &[PyItem]) -> shard_store::Result<Vec<u8>> {
+        Python::attach(|py| -> PyResult<Vec<u8>> {
+            let list = PyList::new(py, items.iter().map(|i| i.0.bind(py)))?;
+            let dumps = DUMPS.import(py, "pickle", "dumps")?;
+            Ok(dumps
+                .call1((list,))?
+                .cast_into::<PyBytes>()?
+                .as_bytes()
+                .to_vec())
+        })
+        .map_err(|e| shard_store::Error::Encode {
+            path: path.to_path_buf(),
+            source: serde_pickle::Error::Syntax(ErrorCode::Structure(e.to_string())),
+        })
+    }
+
+    fn decode_shard_items(
+        path: &Path,
+        name: ShardName,
+        pickle: &[u8],
+    ) -> shard_store::Result<Vec<PyItem>> {
+        let corrupt = |reason: String| shard_store::Error::CorruptShard {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let items = Python::attach(|py| -> PyResult<Vec<PyItem>> {
+            let loads = LOADS.import(py, "pickle", "loads")?;
+            let list = loads.call1((PyBytes::new(py, pickle),))?;
+            let list = list.cast_into::<PyList>()?;
+            Ok(list.iter().map(|o| PyItem(Arc::new(o.unbind()))).collect())
+        })
+        .map_err(|e| corrupt(format!("unpickling failed: {e}")))?;
+        if items.len() as u64 != name.len() {
+            return Err(corrupt(format!(
+                "holds {} items, its name says {}",
+                items.len(),
+                name.len()
+            )));
+        }
+        Ok(items)
+    }
+}
+
+/// The first exception a source iterator raised, re-raised by the call
+/// that drove it (the store sees the iterator end).
+type ErrorSlot = Arc<Mutex<Option<PyErr>>>;
+
+/// A Python iterator as the store's item iterator.
+struct SourceIter {
+    iter: Py<PyIterator>,
+    failed: ErrorSlot,
+}
+
+impl Iterator for SourceIter {
+    type Item = PyItem;
+    fn next(&mut self) -> Option<PyItem> {
+        Python::attach(|py| match self.iter.bind(py).clone().next()? {
+            Ok(o) => Some(PyItem(Arc::new(o.unbind()))),
+            Err(e) => {
+                self.failed.lock().get_or_insert(e);
+                None
+            }
+        })
+    }
+}
+
+/// Random access to the items of a deterministic iterable, cached on disk
+/// in loadit's layout.
+#[pyclass(module = "cachex._cachex", name = "ShardStore", frozen)]
+pub struct PyShardStore {
+    /// `None` only in a forked child, until the first call reopens it.
+    store: parking_lot::RwLock<Option<ShardStore<PyItem>>>,
+    root: PathBuf,
+    /// The process that opened `store`. A forked child (a DataLoader
+    /// worker) has none of the parent's worker threads: there the
+    /// inherited store is leaked untouched (dropping it would wait for
+    /// them) and the root reopened with the same source and options.
+    pid: AtomicU32,
+    source: Option<Py<PyAny>>,
+    failed: ErrorSlot,
+    /// The constructor's keyword arguments, for pickling.
+    kwargs: Py<PyAny>,
+}
+
+impl PyShardStore {
+    fn run<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&ShardStore<PyItem>) -> shard_store::Result<R> + Send,
+    ) -> PyResult<R> {
+        if self.pid.load(Ordering::Acquire) != std::process::id() {
+            self.reopen_after_fork(py)?;
+        }
+        let guard = self.store.read();
+        let store = guard.as_ref().ok_or_else(|| {
+            errors::raise(
+                Kind::Other,
+                format!("{}: store is closed", self.root.display()),
+            )
+        })?;
+        let result = py.detach(|| f(store));
+        if let Some(e) = self.failed.lock().take() {
+            return Err(e);
+        }
+        result.map_err(error)
+    }
+
+    fn reopen_after_fork(&self, py: Python<'_>) -> PyResult<()> {
+        let fresh = py.get_type::<PyShardStore>().call(
+            (
+                self.root.clone(),
+                self.source.as_ref().map(|s| s.clone_ref(py)),
+            ),
+            Some(self.kwargs.bind(py).cast::<pyo3::types::PyDict>()?),
+        )?;
+        let fresh = fresh.cast_into::<PyShardStore>()?;
+        let opened = fresh.get().store.write().take();
+        let mut guard = self.store.write();
+        if let Some(inherited) = std::mem::replace(&mut *guard, opened) {
+            std::mem::forget(inherited);
+        }
+        self.pid.store(std::process::id(), Ordering::Release);
+        Ok(())
+    }
+
+    fn object(py: Python<'_>, item: &PyItem) -> Py<PyAny> {
+        item.0.clone_ref(py)
+    }
+}
+
+#[pymethods]
+impl PyShardStore {
+    #[new]
+    #[pyo3(signature = (root, source=None, *, max_shard_length=None, max_cache_size=128, max_workers=1, memory_limit=None, compression=None, preload=None, preload_all_async=false, length=None, info=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        root: PathBuf,
+        source: Option<Py<PyAny>>,
+        max_shard_length: Option<&Bound<'_, PyAny>>,
+        max_cache_size: usize,
+        max_workers: usize,
+        memory_limit: Option<u64>,
+        compression: Option<String>,
+        preload: Option<usize>,
+        preload_all_async: bool,
+        length: Option<u64>,
+        info: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let kwargs = pyo3::types::PyDict::new(py);
+        kwargs.set_item("max_shard_length", max_shard_length)?;
+        kwargs.set_item("max_cache_size", max_cache_size)?;
+        kwargs.set_item("max_workers", max_workers)?;
+        kwargs.set_item("memory_limit", memory_limit)?;
+        kwargs.set_item("compression", &compression)?;
+        kwargs.set_item("preload", preload)?;
+        kwargs.set_item("preload_all_async", preload_all_async)?;
+        kwargs.set_item("length", length)?;
+        kwargs.set_item("info", info)?;
+        let max_shard_length = match max_shard_length {
+            None => ShardLength::default(),
+            Some(v) => match v.extract::<u64>() {
+                Ok(n) => ShardLength::Items(n),
+                Err(_) => v.extract::<String>()?.parse().map_err(error)?,
+            },
+        };
+        let compression = Compression::from_name(compression.as_deref()).ok_or_else(|| {
+            errors::invalid(format!(
+                "compression {compression:?}: give None or \"zstd\""
+            ))
+        })?;
+        let opts = Options {
+            max_shard_length,
+            max_cache_size,
+            max_workers,
+            memory_limit,
+            compression,
+            preload: preload.map(Preload::NextShards),
+            preload_all_async,
+            length,
+            info: info.map(json::from_py).transpose()?,
+        };
+        let failed: ErrorSlot = Arc::default();
+        let store = match &source {
+            None => py.detach(|| ShardStore::open(&root, opts)),
+            Some(factory) => {
+                let factory = factory.clone_ref(py);
+                let slot = failed.clone();
+                let make = move || -> Box<dyn Iterator<Item = PyItem> + Send> {
+                    Python::attach(|py| {
+                        let iter = factory
+                            .bind(py)
+                            .call0()
+                            .and_then(|it| it.try_iter())
+                            .map(Bound::unbind);
+                        match iter {
+                            Ok(iter) => Box::new(SourceIter {
+                                iter,
+                                failed: slot.clone(),
+                            })
+                                as Box<dyn Iterator<Item = PyItem> + Send>,
+                            Err(e) => {
+                                slot.lock().get_or_insert(e);
+                                Box::new(std::iter::empty())
+                            }
+                        }
+                    })
+                };
+                py.detach(|| ShardStore::open_with_source(&root, opts, make))
+            }
+        };
+        if let Some(e) = failed.lock().take() {
+            return Err(e);
+        }
+        Ok(PyShardStore {
+            store: parking_lot::RwLock::new(Some(store.map_err(error)?)),
+            root,
+            pid: AtomicU32::new(std::process::id()),
+            source,
+            failed,
+            kwargs: kwargs.into_any().unbind(),
+        })
+    }
+
+    /// The store root.
+    #[getter]
+    fn root(&self) -> PathBuf {
+        self.root.clone()
+    }
+
+    /// Items per full shard.
+    #[getter]
+    fn max_shard_length(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, |s| Ok(s.max_shard_length()))
+    }
+
+    /// The number of items (drives the source to its end when unknown).
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.run(py, |s| s.len())? as usize)
+    }
+
+    /// Item `i` (negative from the end), or a list for a slice.
+    fn __getitem__(&self, py: Python<'_>, index: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        if let Ok(slice) = index.cast::<PySlice>() {
+            let len = self.run(py, |s| s.len())?;
+            let ind = slice.indices(len as isize)?;
+            let idx: Vec<i64> = (0..ind.slicelength)
+                .map(|k| (ind.start + k as isize * ind.step) as i64)
+                .collect();
+            return Ok(self.get_many(py, idx)?.into_any().unbind());
+        }
+        let i: i64 = index.extract()?;
+        let item = self.run(py, |s| s.get(i))?;
+        Ok(Self::object(py, &item))
+    }
+
+    /// Items at `indices` (negative from the end), in order; shards are
+    /// visited once each, in ascending order.
+    fn get_many<'py>(&self, py: Python<'py>, indices: Vec<i64>) -> PyResult<Bound<'py, PyList>> {
+        let items = self.run(py, |s| s.get_many(&indices))?;
+        PyList::new(py, items.iter().map(|i| i.0.bind(py)))
+    }
+
+    /// `metadata.json`'s `info`.
+    #[getter]
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let v = self.run(py, |s| s.info())?;
+        json::to_py(py, &v)
+    }
+
+    /// Replaces `info` in `metadata.json`.
+    fn set_info(&self, py: Python<'_>, info: &Bound<'_, PyAny>) -> PyResult<()> {
+        let v = json::from_py(info)?;
+        self.run(py, move |s| s.set_info(v))
+    }
+
+    /// Whether every shard is on disk.
+    fn all_cached_to_disk(&self, py: Python<'_>) -> PyResult<bool> {
+        self.run(py, |s| s.all_cached_to_disk())
+    }
+
+    /// Blocks until the background preload has cached everything.
+    fn wait_until_all_cached(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |s| s.wait_until_all_cached())
+    }
+
+    /// Pickles as root, source and options; the copy reopens the root
+    /// (the source must itself be picklable, or be None).
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>, Bound<'py, PyAny>)> {
+        let py = slf.py();
+        let this = slf.get();
+        let reopen = py
+            .import("cachex._cachex")?
+            .getattr("_reopen_shard_store")?;
+        let args = (
+            this.root.clone(),
+            this.source.as_ref().map(|s| s.clone_ref(py)),
+            this.kwargs.clone_ref(py),
+        )
+            .into_pyobject(py)?;
+        Ok((reopen, args, py.None().into_bound(py)))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("ShardStore({:?})", self.root.display().to_string())
+    }
+}
+
+impl Drop for PyShardStore {
+    fn drop(&mut self) {
+        if *self.pid.get_mut() != std::process::id()
+            && let Some(inherited) = self.store.get_mut().take()
+        {
+            std::mem::forget(inherited);
+        }
+    }
+}
+
+/// Unpickles a `ShardStore` (see `ShardStore.__reduce__`).
+#[pyfunction]
+pub fn _reopen_shard_store<'py>(
+    py: Python<'py>,
+    root: PathBuf,
+    source: Option<Py<PyAny>>,
+    kwargs: &Bound<'py, pyo3::types::PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let cls = py.get_type::<PyShardStore>();
+    cls.call((root, source), Some(kwargs))
+}

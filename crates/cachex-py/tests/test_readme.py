@@ -1,0 +1,21 @@
+"""The README's Python session runs as written."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+
+def readme_python_blocks() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+
+
+def test_readme_session_runs(tmp_path, monkeypatch):
+    blocks = readme_python_blocks()
+    assert blocks, "README.md has no ```python block"
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {"__name__": "__readme__"})
+    assert (tmp_path / "feature-cache" / "segments").is_dir()
