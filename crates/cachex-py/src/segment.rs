@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use cache_check::Problem;
 use parking_lot::RwLock;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyMapping, PyString, PyTuple};
-use segment_store::{Blob, Options, Part, Problem, Record, SegmentStore, TensorBuf};
+use segment_store::{Blob, Options, Part, Record, SegmentStore, TensorBuf};
 
 use crate::array::{self, Keeper};
 use crate::errors;

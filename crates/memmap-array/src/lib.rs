@@ -108,7 +108,6 @@ mod writer;
 pub use build::{
     BACKEND_NAME, CACHE_VERSION, Opened, Outcome, RebuildReason, open_or_build, open_or_build_with,
 };
-pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
 pub use format::{
     ArraySpec, COMPLETE_FILE, FINGERPRINT_FILE, FORMAT_VERSION, INDEX_FILE, LOCK_FILE,

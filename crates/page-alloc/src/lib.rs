@@ -68,7 +68,6 @@ mod schema;
 mod source;
 mod writer;
 
-pub use cache_check::{Problem, ProblemKind};
 pub use error::{BoxError, Error, Result};
 pub use inspect::{FieldSummary, MAX_PROBLEMS, Summary, inspect, verify};
 pub use reader::{BufferPool, FieldValue, PageReader, ReadOptions, Sample};

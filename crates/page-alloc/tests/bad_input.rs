@@ -81,7 +81,7 @@ fn bit_flips_in_pages_are_caught_by_verify() {
     assert!(
         problems
             .iter()
-            .all(|p| p.kind == page_alloc::ProblemKind::ChecksumMismatch && p.path == path),
+            .all(|p| p.kind == cache_check::ProblemKind::ChecksumMismatch && p.path == path),
         "{problems:?}"
     );
 }

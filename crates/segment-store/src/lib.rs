@@ -133,7 +133,6 @@ mod store;
 mod validate;
 mod writer;
 
-pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
 pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
 pub use record::{Blob, Part, Record, Structure, TensorBuf};

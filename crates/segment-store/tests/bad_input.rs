@@ -7,9 +7,10 @@ use std::sync::Arc;
 use arrow_array::builder::{Float32Builder, Int64Builder, ListBuilder};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow_ipc::writer::FileWriter;
+use cache_check::ProblemKind;
 use proptest::prelude::*;
 use segment_store::format::{INDEX_FILE, SCHEMA_FILE, segment_path};
-use segment_store::{Error, Options, Part, ProblemKind, Record, SegmentStore};
+use segment_store::{Error, Options, Part, Record, SegmentStore};
 use tensor_core::Tensor;
 
 fn opts() -> Options {

@@ -4,8 +4,9 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use cache_check::ProblemKind;
 use segment_store::format::{INDEX_FILE, SCHEMA_FILE, segment_path};
-use segment_store::{Options, ProblemKind, Record, SegmentStore};
+use segment_store::{Options, Record, SegmentStore};
 use tensor_core::Tensor;
 
 fn opts() -> Options {

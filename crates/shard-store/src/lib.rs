@@ -99,7 +99,6 @@ mod stream;
 mod value;
 mod writer;
 
-pub use cache_check::{Problem, ProblemKind};
 pub use error::{Error, Result};
 pub use format::{Compression, Metadata, ShardName};
 pub use options::{Options, Preload, ShardLength};
