@@ -244,6 +244,38 @@ fn read_pass(
     let t = Instant::now();
     let store = SegmentStore::open(dir, opts).map_err(err)?;
     let open_ms = t.elapsed().as_secs_f64() * 1e3;
+    timed_batches(
+        n,
+        rng,
+        open_ms,
+        "",
+        |keys| store.get_batch(keys).map_err(err),
+        |r: &Record| {
+            let f = if dict {
+                r.get("features").and_then(Part::as_tensor)
+            } else {
+                r.as_tensor()
+            };
+            f.map(|f| f.view().as_slice::<f32>().map(touch).map_err(err))
+                .transpose()
+        },
+        |i, r| check(ctx.seed, i, r, dict),
+    )
+}
+
+/// The timed loop of both read passes: [`READ_BATCHES`] batches of
+/// [`BATCH`] random keys, each timed as `lookup` plus `touch` of every
+/// returned value (the sum of its features); every value of a sample of
+/// batches (all of them at small sizes) is checked after the timed region.
+fn timed_batches<V>(
+    n: usize,
+    rng: &mut StdRng,
+    open_ms: f64,
+    api: &str,
+    mut lookup: impl FnMut(&[String]) -> Result<(Vec<Option<V>>, Vec<usize>), RunError>,
+    touch: impl Fn(&V) -> Result<Option<f32>, RunError>,
+    check: impl Fn(usize, Option<&V>) -> Result<(), RunError>,
+) -> Result<Pass, RunError> {
     let mut lat = Vec::with_capacity(READ_BATCHES);
     let mut secs = 0.0f64;
     let mut sink = 0.0f32;
@@ -252,16 +284,9 @@ fn read_pass(
         let ids: Vec<usize> = (0..BATCH).map(|_| rng.random_range(0..n)).collect();
         let keys: Vec<String> = ids.iter().map(|i| format!("sample_{i}")).collect();
         let t = Instant::now();
-        let (records, missing) = store.get_batch(&keys).map_err(err)?;
-        for r in records.iter().flatten() {
-            let f = if dict {
-                r.get("features").and_then(Part::as_tensor)
-            } else {
-                r.as_tensor()
-            };
-            if let Some(f) = f {
-                sink += touch(f.view().as_slice::<f32>().map_err(err)?);
-            }
+        let (values, missing) = lookup(&keys)?;
+        for v in values.iter().flatten() {
+            sink += touch(v)?.unwrap_or(0.0);
         }
         let dt = t.elapsed().as_secs_f64();
         secs += dt;
@@ -269,19 +294,17 @@ fn read_pass(
         if !missing.is_empty() {
             return Err(RunError::WrongValue {
                 workload: "w1",
-                detail: format!("{} keys missing", missing.len()),
+                detail: format!("{api}{} keys missing", missing.len()),
             });
         }
-        // Check every value of a sample of batches outside the timed region
-        // (all of them at small sizes).
         if b % 10 == 0 || n <= 10_000 {
-            to_check.push((ids, records));
+            to_check.push((ids, values));
         }
     }
     std::hint::black_box(sink);
-    for (ids, records) in &to_check {
-        for (i, r) in ids.iter().zip(records) {
-            check(ctx.seed, *i, r.as_ref(), dict)?;
+    for (ids, values) in &to_check {
+        for (i, v) in ids.iter().zip(values) {
+            check(*i, v.as_ref())?;
         }
     }
     Ok(Pass { secs, lat, open_ms })
@@ -299,46 +322,26 @@ fn facade_read_pass(
     let t = Instant::now();
     let cache = cache_facade::open(config).map_err(err)?;
     let open_ms = t.elapsed().as_secs_f64() * 1e3;
-    let mut lat = Vec::with_capacity(READ_BATCHES);
-    let mut secs = 0.0f64;
-    let mut sink = 0.0f32;
-    let mut to_check = Vec::new();
-    for b in 0..READ_BATCHES {
-        let ids: Vec<usize> = (0..BATCH).map(|_| rng.random_range(0..n)).collect();
-        let keys: Vec<String> = ids.iter().map(|i| format!("sample_{i}")).collect();
-        let t = Instant::now();
-        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let (values, missing) = cache.get_batch(&refs).map_err(err)?;
-        for v in values.iter().flatten() {
+    timed_batches(
+        n,
+        rng,
+        open_ms,
+        "facade: ",
+        |keys| {
+            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+            cache.get_batch(&refs).map_err(err)
+        },
+        |v: &Value| {
             let f = if dict {
                 v.get("features").and_then(Value::as_tensor)
             } else {
                 v.as_tensor()
             };
-            if let Some(f) = f {
-                sink += touch(f.as_slice::<f32>().map_err(err)?);
-            }
-        }
-        let dt = t.elapsed().as_secs_f64();
-        secs += dt;
-        lat.push(dt * 1e3);
-        if !missing.is_empty() {
-            return Err(RunError::WrongValue {
-                workload: "w1",
-                detail: format!("facade: {} keys missing", missing.len()),
-            });
-        }
-        if b % 10 == 0 || n <= 10_000 {
-            to_check.push((ids, values));
-        }
-    }
-    std::hint::black_box(sink);
-    for (ids, values) in &to_check {
-        for (i, v) in ids.iter().zip(values) {
-            check_value(ctx.seed, *i, v.as_ref(), dict)?;
-        }
-    }
-    Ok(Pass { secs, lat, open_ms })
+            f.map(|f| f.as_slice::<f32>().map(touch).map_err(err))
+                .transpose()
+        },
+        |i, v| check_value(ctx.seed, i, v, dict),
+    )
 }
 
 /// [`check`] for a value read through the facade.
