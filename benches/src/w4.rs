@@ -28,7 +28,7 @@ use cache_facade::{BackendKind, CacheBackend, CacheConfig, Value};
 use memmap_array::{ArrayCache, NewRow, RowWriter, Schema};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
-use tensor_core::{DType, Tensor};
+use tensor_core::{DType, Tensor, TensorView};
 
 use crate::write_runs::WriteRuns;
 use crate::{Ctx, Limit, Line, RunError, median, progress};
@@ -272,26 +272,13 @@ fn verify_value(row: &Value, i: usize, seed: u64, expected: u64) -> Result<(), R
             .ok_or_else(|| wrong(format!("row {i}: array {name} missing")))
     };
     let (data, annotation, scaler) = (array("data")?, array("annotation")?, array("scaler")?);
-    let sum = row_checksum([data.bytes(), annotation.bytes(), scaler.bytes()]);
-    if sum != expected {
-        return Err(wrong(format!(
-            "row {i}: checksum {sum:#x}, expected {expected:#x}"
-        )));
-    }
-    let d = data.as_slice::<i16>().map_err(err)?;
-    let a = annotation.as_slice::<i8>().map_err(err)?;
-    let s = scaler.as_slice::<f32>().map_err(err)?;
-    let last = 3 * L - 1;
-    if d[0] != data_value(i, 0, seed)
-        || d[last] != data_value(i, last, seed)
-        || a[0] != annotation_value(i, 0, seed)
-        || a[last] != annotation_value(i, last, seed)
-        || s[0] != scaler_value(i, 0, seed)
-        || s[L - 1] != scaler_value(i, L - 1, seed)
-    {
-        return Err(wrong(format!("row {i}: first or last element differs")));
-    }
-    Ok(())
+    check_arrays(
+        [data.view(), annotation.view(), scaler.view()],
+        i,
+        seed,
+        expected,
+        wrong,
+    )
 }
 
 /// Bandwidth of reading every `.bin` of the cache with read() into a 1 MiB
@@ -326,7 +313,18 @@ fn verify_row(cache: &ArrayCache, i: usize, seed: u64, expected: u64) -> Result<
             .map_err(err)?
             .ok_or_else(|| wrong(format!("row {i}: array {k} missing")))
     };
-    let (data, annotation, scaler) = (view(0)?, view(1)?, view(2)?);
+    check_arrays([view(0)?, view(1)?, view(2)?], i, seed, expected, wrong)
+}
+
+/// The checks of one row, whichever API read it: the checksum of every
+/// byte, and the first and last element of each array.
+fn check_arrays(
+    [data, annotation, scaler]: [TensorView<'_>; 3],
+    i: usize,
+    seed: u64,
+    expected: u64,
+    wrong: impl Fn(String) -> RunError,
+) -> Result<(), RunError> {
     let sum = row_checksum([data.bytes(), annotation.bytes(), scaler.bytes()]);
     if sum != expected {
         return Err(wrong(format!(
