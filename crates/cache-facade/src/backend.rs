@@ -1,6 +1,7 @@
 //! The `CacheBackend` trait: one interface over the four stores.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use tensor_core::Value;
 
@@ -149,7 +150,12 @@ pub trait CacheBackend: Send + Sync {
     }
 }
 
-impl<B: CacheBackend + ?Sized> CacheBackend for Box<B> {
+/// Forwards every method through a pointer to a backend, so a boxed
+/// backend (what [`crate::open`] returns) and a shared one (`Arc`, e.g.
+/// one backend behind several handles) are backends too.
+macro_rules! forward_backend {
+    ($($ptr:ident),*) => {$(
+impl<B: CacheBackend + ?Sized> CacheBackend for $ptr<B> {
     fn kind(&self) -> BackendKind {
         (**self).kind()
     }
@@ -181,3 +187,7 @@ impl<B: CacheBackend + ?Sized> CacheBackend for Box<B> {
         (**self).path()
     }
 }
+    )*};
+}
+
+forward_backend!(Box, Arc);

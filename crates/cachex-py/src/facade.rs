@@ -1,10 +1,10 @@
 //! `cachex.open(config)` (a `Cache` over any backend of `cache-facade`)
 //! and the native side of `cachex.CachedFn`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use cache_facade::{BackendKind, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Stats};
+use cache_facade::{CacheBackend, CacheConfig, FacadeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use tensor_core::{SharedBytes, SharedTensor, Value};
@@ -130,41 +130,7 @@ fn values_to_py(py: Python<'_>, values: Vec<Option<Value>>) -> PyResult<Bound<'_
 }
 
 /// One backend shared by a `Cache` handle and the `CachedFn`s over it.
-#[derive(Clone)]
-struct Shared(Arc<dyn CacheBackend>);
-
-impl CacheBackend for Shared {
-    fn kind(&self) -> BackendKind {
-        self.0.kind()
-    }
-    fn supports(&self, op: Operation) -> bool {
-        self.0.supports(op)
-    }
-    fn get_batch(&self, keys: &[&str]) -> cache_facade::Result<Lookup> {
-        self.0.get_batch(keys)
-    }
-    fn get_indices(&self, indices: &[i64]) -> cache_facade::Result<Vec<Value>> {
-        self.0.get_indices(indices)
-    }
-    fn put_batch(&self, items: Vec<(String, Value)>) -> cache_facade::Result<()> {
-        self.0.put_batch(items)
-    }
-    fn prefetch(&self, indices: &[i64]) {
-        self.0.prefetch(indices)
-    }
-    fn flush(&self) -> cache_facade::Result<()> {
-        self.0.flush()
-    }
-    fn len(&self) -> cache_facade::Result<u64> {
-        self.0.len()
-    }
-    fn stats(&self) -> Stats {
-        self.0.stats()
-    }
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
+type Shared = Arc<dyn CacheBackend>;
 
 fn config_arg(obj: &Bound<'_, PyAny>) -> PyResult<CacheConfig> {
     if let Ok(path) = obj.extract::<PathBuf>()
@@ -276,7 +242,7 @@ pub fn open(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<PyCache> {
     let config = config_arg(config)?;
     let backend = py.detach(|| cache_facade::open(&config)).map_err(error)?;
     Ok(PyCache {
-        backend: Shared(Arc::from(backend)),
+        backend: Arc::from(backend),
         config,
     })
 }
