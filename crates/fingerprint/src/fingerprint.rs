@@ -53,17 +53,34 @@ pub fn compute_fingerprint<T: Serialize + ?Sized>(
     })
 }
 
+/// The largest `fingerprint.json` read: far above any real one (a config plus
+/// one line per source file), small enough that a corrupt or hostile file
+/// cannot exhaust memory.
+pub const FINGERPRINT_FILE_CAP: u64 = 64 << 20;
+
 impl Fingerprint {
     /// Reads `path`. A missing file is [`Stale::Missing`]; an unreadable or
     /// corrupt one is [`Stale::Unreadable`]: either way the cache is stale.
     pub fn read(path: &Path) -> Result<Fingerprint, Stale> {
-        let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Stale::Missing {
+        let bytes = durable_fs::read_capped(path, FINGERPRINT_FILE_CAP).map_err(|e| match e {
+            durable_fs::Error::Io { source, .. }
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Stale::Missing {
+                    path: path.to_path_buf(),
+                }
+            }
+            durable_fs::Error::Io { op, source, .. } => Stale::Unreadable {
                 path: path.to_path_buf(),
+                reason: format!("{op}: {source}"),
             },
-            _ => Stale::Unreadable {
+            durable_fs::Error::TooLarge { cap, .. } => Stale::Unreadable {
                 path: path.to_path_buf(),
-                reason: e.to_string(),
+                reason: format!("larger than the {cap}-byte limit for this file"),
+            },
+            other => Stale::Unreadable {
+                path: path.to_path_buf(),
+                reason: other.to_string(),
             },
         })?;
         serde_json::from_slice(&bytes).map_err(|e| Stale::Unreadable {

@@ -75,8 +75,8 @@ pub use canonical::encode as canonical_encoding;
 pub use complete::{COMPLETE_FILE, clear_complete, is_complete, mark_complete};
 pub use error::{FingerprintError, Result};
 pub use fingerprint::{
-    FINGERPRINT_FILE, FINGERPRINT_FORMAT_VERSION, FileChange, Fingerprint, Stale, StaleReason,
-    check_dir, compute_fingerprint, validate,
+    FINGERPRINT_FILE, FINGERPRINT_FILE_CAP, FINGERPRINT_FORMAT_VERSION, FileChange, Fingerprint,
+    Stale, StaleReason, check_dir, compute_fingerprint, validate,
 };
 pub use key::{
     CacheKey, KEY_FORMAT_VERSION, cache_identity, cache_key_dir, compute_key, config_hash,

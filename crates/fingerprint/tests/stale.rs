@@ -204,6 +204,18 @@ fn missing_and_corrupt_fingerprints_are_stale_not_panics() {
         std::fs::write(&path, &good[..cut]).unwrap();
         assert!(check_dir(dir.path(), &fp).is_err(), "cut at {cut}");
     }
+    // A file over the cap is refused before it is read into memory (sparse:
+    // it takes no disk).
+    let huge = std::fs::File::create(&path).unwrap();
+    huge.set_len(fingerprint::FINGERPRINT_FILE_CAP + 1).unwrap();
+    drop(huge);
+    match check_dir(dir.path(), &fp) {
+        Err(Stale::Unreadable { path: p, reason }) => {
+            assert_eq!(p, path);
+            assert!(reason.contains("limit"), "{reason}");
+        }
+        other => panic!("oversized fingerprint.json: {other:?}"),
+    }
     let text = Stale::Unreadable {
         path: Path::new("d/fingerprint.json").into(),
         reason: "EOF".into(),
