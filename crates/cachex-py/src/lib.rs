@@ -47,6 +47,7 @@ mod array;
 mod errors;
 mod facade;
 mod fingerprint;
+mod fork;
 mod json;
 mod memmap;
 mod page;
@@ -74,6 +75,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shard::_reopen_shard_store, m)?)?;
     m.add_class::<page::PyPageWriter>()?;
     m.add_class::<page::PyPageReader>()?;
+    m.add_function(wrap_pyfunction!(page::_reopen_page_reader, m)?)?;
     m.add_class::<page::PyBetonReader>()?;
     m.add_function(wrap_pyfunction!(page::write_beton, m)?)?;
     m.add_function(wrap_pyfunction!(page::page_verify, m)?)?;
@@ -84,6 +86,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint::validate, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::check_dir, m)?)?;
     m.add_function(wrap_pyfunction!(bfloat16_is_native, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::_after_fork_in_child, m)?)?;
     Ok(())
 }
 
