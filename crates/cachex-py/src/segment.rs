@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use cache_check::Problem;
 use parking_lot::RwLock;
@@ -12,6 +11,7 @@ use segment_store::{Blob, Options, Part, Record, SegmentStore, TensorBuf};
 
 use crate::array::{self, Keeper};
 use crate::errors;
+use crate::fork::ForkMark;
 
 /// A segment store handle; `close()` (or leaving a `with` block) flushes
 /// and releases the writer lock.
@@ -20,17 +20,17 @@ pub struct PySegmentStore {
     path: PathBuf,
     opts: Options,
     store: RwLock<Option<SegmentStore>>,
-    /// The process that opened `store`. A forked child (a DataLoader
-    /// worker) must neither flush the parent's pending records nor wait on
+    /// Set in a forked child (a DataLoader worker) by the fork hook. The
+    /// child must neither flush the parent's pending records nor wait on
     /// the parent's background writer thread, which does not exist in the
     /// child: there the inherited store is leaked untouched and the
     /// directory reopened read-only on first use.
-    pid: AtomicU32,
+    fork: ForkMark,
 }
 
 impl PySegmentStore {
     fn with<R>(&self, f: impl FnOnce(&SegmentStore) -> PyResult<R>) -> PyResult<R> {
-        if self.pid.load(Ordering::Acquire) != std::process::id() {
+        if self.fork.forked() {
             self.reopen_after_fork()?;
         }
         let guard = self.store.read();
@@ -47,8 +47,7 @@ impl PySegmentStore {
 impl PySegmentStore {
     fn reopen_after_fork(&self) -> PyResult<()> {
         let mut guard = self.store.write();
-        let me = std::process::id();
-        if self.pid.load(Ordering::Acquire) == me {
+        if !self.fork.forked() {
             return Ok(()); // another thread of this child got here first
         }
         if let Some(inherited) = guard.take() {
@@ -61,14 +60,14 @@ impl PySegmentStore {
             ..self.opts.clone()
         };
         *guard = Some(SegmentStore::open(&self.path, opts).map_err(errors::segment)?);
-        self.pid.store(me, Ordering::Release);
+        self.fork.reopened();
         Ok(())
     }
 }
 
 impl Drop for PySegmentStore {
     fn drop(&mut self) {
-        if *self.pid.get_mut() != std::process::id()
+        if self.fork.forked()
             && let Some(inherited) = self.store.get_mut().take()
         {
             std::mem::forget(inherited);
@@ -112,7 +111,7 @@ impl PySegmentStore {
             path,
             opts,
             store: RwLock::new(Some(store)),
-            pid: AtomicU32::new(std::process::id()),
+            fork: ForkMark::new(py),
         })
     }
 
@@ -262,7 +261,7 @@ impl PySegmentStore {
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let store = self.store.write().take();
-        if self.pid.load(Ordering::Acquire) != std::process::id() {
+        if self.fork.forked() {
             std::mem::forget(store);
             return Ok(());
         }
