@@ -103,7 +103,9 @@ def worker_share(rank: int = 0, world_size: int = 1) -> tuple[int, int]:
     one share.
     """
     if not 0 <= rank < world_size:
-        raise InvalidInputError(f"rank {rank} of world_size {world_size}: give 0 <= rank < world_size")
+        raise InvalidInputError(
+            f"rank {rank} of world_size {world_size}: give 0 <= rank < world_size"
+        )
     info = _worker_info()
     if info is None:
         return rank, world_size
@@ -217,12 +219,22 @@ def collate(
         return values
     if isinstance(first, dict):
         return {
-            k: collate([s[k] for s in samples], out=None if out is None else out[k], output=output, pin_memory=pin_memory)
+            k: collate(
+                [s[k] for s in samples],
+                out=None if out is None else out[k],
+                output=output,
+                pin_memory=pin_memory,
+            )
             for k in first
         }
     if isinstance(first, (tuple, list)):
         parts = [
-            collate([s[j] for s in samples], out=None if out is None else out[j], output=output, pin_memory=pin_memory)
+            collate(
+                [s[j] for s in samples],
+                out=None if out is None else out[j],
+                output=output,
+                pin_memory=pin_memory,
+            )
             for j in range(len(first))
         ]
         return type(first)(parts) if type(first) in (tuple, list) else parts

@@ -1,0 +1,164 @@
+"""Fork safety: the os.register_at_fork hook marks every live handle, readers
+reopen their files in the child (never using the parent's descriptors or
+mappings), and writers opened before a fork refuse to write in the child
+with a typed error naming the file, leaving the parent's cache intact."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import shutil
+
+import numpy as np
+
+import cachex
+
+FORK = mp.get_context("fork")
+
+
+def run_in_fork(target, *args):
+    """Runs `target(*args)` in a forked child; returns what it returned."""
+    queue = FORK.Queue()
+
+    def main():
+        try:
+            queue.put(("ok", target(*args)))
+        except BaseException as e:  # report anything to the parent's assert
+            queue.put(("error", f"{type(e).__name__}: {e}"))
+
+    child = FORK.Process(target=main)
+    child.start()
+    status, value = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert status == "ok", value
+    return value
+
+
+def refused(call) -> tuple[str, str]:
+    """The class name and message of the exception `call()` raises."""
+    try:
+        call()
+    except cachex.CacheError as e:
+        return type(e).__name__, str(e)
+    return "nothing", ""
+
+
+def write_pages(path, values) -> None:
+    w = cachex.PageWriter(path, {"v": "int"})
+    w.write_many([{"v": v} for v in values])
+    w.finalize()
+
+
+def write_memmap(path, values) -> None:
+    w = cachex.MemmapWriter(path, {"v": ("int64", (2,))})
+    for k, v in enumerate(values):
+        w.write(f"s{k}", {"v": np.array([v, v])})
+    w.finalize()
+
+
+def test_readers_reopen_their_files_in_a_forked_child(tmp_path):
+    pages = tmp_path / "a.pages"
+    write_pages(pages, [1, 2, 3])
+    reader = cachex.PageReader(pages)
+    memmap = tmp_path / "m"
+    write_memmap(memmap, [1, 2, 3])
+    array = cachex.MemmapArray(memmap)
+    assert reader.sample(0)["v"] == 1 and array.get(0, "v")[0] == 1  # mapped before the fork
+
+    # Replace both on disk: the parent's handles keep the files they mapped.
+    write_pages(tmp_path / "b.pages", [10, 20])
+    os.replace(tmp_path / "b.pages", pages)
+    write_memmap(tmp_path / "m2", [10, 20])
+    shutil.move(memmap, tmp_path / "m-old")
+    shutil.move(tmp_path / "m2", memmap)
+    assert len(reader) == 3 and reader.sample(0)["v"] == 1
+    assert len(array) == 3 and array.get(0, "v")[0] == 1
+
+    def child():
+        seen = (len(reader), reader.sample(0)["v"], len(array), int(array.get(0, "v")[0]))
+        # A grandchild reopens again (the hook marks the child's handles too).
+        pid = os.fork()
+        if pid == 0:
+            ok = reader.sample(1)["v"] == 20 and int(array.get(1, "v")[0]) == 20
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        return seen, os.waitstatus_to_exitcode(status)
+
+    assert run_in_fork(child) == ((2, 10, 2, 10), 0)
+    # The parent's handles are untouched by the child's reopen.
+    assert len(reader) == 3 and reader.sample(2)["v"] == 3
+    assert len(array) == 3 and array.get(2, "v")[1] == 3
+
+
+def test_a_memmap_writer_refuses_in_a_forked_child_and_the_parent_finishes(tmp_path):
+    w = cachex.MemmapWriter(tmp_path, {"v": ("int64", (2,))})
+    w.write("a", {"v": np.array([1, 1])})
+
+    def child():
+        calls = [
+            lambda: w.write("child", {"v": np.array([9, 9])}),
+            w.flush,
+            w.finalize,
+            lambda: w.resume_keys,
+        ]
+        results = [refused(c) for c in calls]
+        del calls
+        gc.collect()  # dropping the inherited writer must not commit or unlock
+        return results
+
+    for name, message in run_in_fork(child):
+        assert name == "ForkedWriterError" and str(tmp_path) in message
+    w.write("b", {"v": np.array([2, 2])})
+    assert w.finalize() == 2
+    cache = cachex.MemmapArray(tmp_path)
+    assert [cache.source(i) for i in range(len(cache))] == ["a", "b"]
+    assert cachex.memmap_verify(tmp_path) == []
+
+
+def test_a_page_writer_refuses_in_a_forked_child_and_the_parent_finishes(tmp_path):
+    path = tmp_path / "p.pages"
+    w = cachex.PageWriter(path, {"v": "int"})
+    w.append({"v": 1})
+
+    def child():
+        results = [
+            refused(lambda: w.append({"v": 9})),
+            refused(lambda: w.write_many([{"v": 9}])),
+            refused(w.finalize),
+        ]
+        return results
+
+    for name, message in run_in_fork(child):
+        assert name == "ForkedWriterError" and str(path) in message
+    w.append({"v": 2})
+    assert w.finalize()["num_samples"] == 2
+    reader = cachex.PageReader(path)
+    assert [reader.sample(i)["v"] for i in range(len(reader))] == [1, 2]
+    assert cachex.page_verify(path) == []
+
+
+def test_a_segment_writer_is_read_only_in_a_forked_child(tmp_path):
+    store = cachex.SegmentStore(tmp_path, flush_every=2)
+    store.put_batch({"a": np.ones(2), "b": np.zeros(2)})
+    store.flush()
+    store.put_batch({"pending": np.full(2, 5.0)})  # buffered in the parent only
+
+    def child():
+        got = store.get("a").tolist()
+        return got, refused(lambda: store.put_batch({"child": np.ones(2)})), refused(store.flush)
+
+    got, put, flush = run_in_fork(child)
+    assert got == [1.0, 1.0]
+    for name, message in (put, flush):
+        assert name in ("ReadOnlyError", "ForkedWriterError") and str(tmp_path) in message
+    store.close()
+    reopened = cachex.SegmentStore(tmp_path, read_only=True)
+    assert len(reopened) == 3 and "child" not in reopened
+    assert reopened.get("pending").tolist() == [5.0, 5.0]
+
+
+def test_forked_writer_error_is_a_read_only_error():
+    assert issubclass(cachex.ForkedWriterError, cachex.ReadOnlyError)
+    assert issubclass(cachex.ForkedWriterError, cachex.CacheError)
