@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cache_check::Problem;
 use parking_lot::RwLock;
@@ -26,6 +27,9 @@ pub struct PySegmentStore {
     /// child: there the inherited store is leaked untouched and the
     /// directory reopened read-only on first use.
     fork: ForkMark,
+    /// Set when this handle was the writer in the parent and reopened
+    /// read-only in a forked child: writes raise `ForkedWriterError`.
+    forked_writer: AtomicBool,
 }
 
 impl PySegmentStore {
@@ -45,12 +49,25 @@ impl PySegmentStore {
 }
 
 impl PySegmentStore {
+    /// As `with`, for the calls that write: refused in a forked child of
+    /// the writer.
+    fn with_writer<R>(&self, f: impl FnOnce(&SegmentStore) -> PyResult<R>) -> PyResult<R> {
+        self.with(|s| {
+            if self.forked_writer.load(Ordering::Acquire) {
+                return Err(errors::forked_writer(&self.path));
+            }
+            f(s)
+        })
+    }
+
     fn reopen_after_fork(&self) -> PyResult<()> {
         let mut guard = self.store.write();
         if !self.fork.forked() {
             return Ok(()); // another thread of this child got here first
         }
         if let Some(inherited) = guard.take() {
+            self.forked_writer
+                .store(inherited.is_writer(), Ordering::Release);
             // Dropping it would flush the parent's records from here.
             std::mem::forget(inherited);
         }
@@ -112,6 +129,7 @@ impl PySegmentStore {
             opts,
             store: RwLock::new(Some(store)),
             fork: ForkMark::new(py),
+            forked_writer: AtomicBool::new(false),
         })
     }
 
@@ -160,7 +178,7 @@ impl PySegmentStore {
             })?;
             batch.push((key, record));
         }
-        self.with(|s| py.detach(|| s.put_batch(&batch)).map_err(errors::segment))
+        self.with_writer(|s| py.detach(|| s.put_batch(&batch)).map_err(errors::segment))
     }
 
     fn get_batch<'py>(
@@ -193,7 +211,7 @@ impl PySegmentStore {
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        self.with(|s| py.detach(|| s.flush()).map_err(errors::segment))
+        self.with_writer(|s| py.detach(|| s.flush()).map_err(errors::segment))
     }
 
     fn __len__(&self) -> PyResult<usize> {
@@ -218,7 +236,7 @@ impl PySegmentStore {
     }
 
     fn compact<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let r = self.with(|s| py.detach(|| s.compact()).map_err(errors::segment))?;
+        let r = self.with_writer(|s| py.detach(|| s.compact()).map_err(errors::segment))?;
         let d = PyDict::new(py);
         d.set_item("segments_before", r.segments_before)?;
         d.set_item("segments_after", r.segments_after)?;
