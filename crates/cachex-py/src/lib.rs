@@ -15,10 +15,11 @@
 //!   src/lib.rs                   the module: classes and functions below
 //!   src/array.rs                 numpy dtypes, zero-copy views, array-likes in
 //!   src/errors.rs                store errors -> cachex.errors classes
+//!   src/fork.rs                  the fork hook: marks every live handle in a forked child
 //!   src/json.rs                  JSON-able Python values (configs, metadata)
 //!   src/segment.rs shard.rs memmap.rs page.rs fingerprint.rs facade.rs
 //!                                one store (or crate) each
-//!   python/cachex/               the package: __init__, errors, facade, workload,
+//!   python/cachex/               the package: __init__, errors, facade, workload, data,
 //!                                _cachex.pyi stubs, py.typed
 //!   tests/                       pytest, grouped by store
 //! ```
