@@ -45,6 +45,15 @@ def refused(call) -> tuple[str, str]:
     return "nothing", ""
 
 
+def snapshot(root) -> dict:
+    """Every file under `root` with its size and modification time."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
 def write_pages(path, values) -> None:
     w = cachex.PageWriter(path, {"v": "int"})
     w.write_many([{"v": v} for v in values])
@@ -93,10 +102,12 @@ def test_readers_reopen_their_files_in_a_forked_child(tmp_path):
 
 
 def test_a_memmap_writer_refuses_in_a_forked_child_and_the_parent_finishes(tmp_path):
-    w = cachex.MemmapWriter(tmp_path, {"v": ("int64", (2,))})
-    w.write("a", {"v": np.array([1, 1])})
+    held = [cachex.MemmapWriter(tmp_path, {"v": ("int64", (2,))})]
+    held[0].write("a", {"v": np.array([1, 1])})
+    before = snapshot(tmp_path)
 
     def child():
+        w = held.pop()  # the child's only reference: dropped below
         calls = [
             lambda: w.write("child", {"v": np.array([9, 9])}),
             w.flush,
@@ -104,14 +115,15 @@ def test_a_memmap_writer_refuses_in_a_forked_child_and_the_parent_finishes(tmp_p
             lambda: w.resume_keys,
         ]
         results = [refused(c) for c in calls]
-        del calls
-        gc.collect()  # dropping the inherited writer must not commit or unlock
+        calls = w = None  # dropping the inherited writer must not commit or unlock
+        gc.collect()
         return results
 
     for name, message in run_in_fork(child):
         assert name == "ForkedWriterError" and str(tmp_path) in message
-    w.write("b", {"v": np.array([2, 2])})
-    assert w.finalize() == 2
+    assert snapshot(tmp_path) == before
+    held[0].write("b", {"v": np.array([2, 2])})
+    assert held[0].finalize() == 2
     cache = cachex.MemmapArray(tmp_path)
     assert [cache.source(i) for i in range(len(cache))] == ["a", "b"]
     assert cachex.memmap_verify(tmp_path) == []
@@ -119,21 +131,26 @@ def test_a_memmap_writer_refuses_in_a_forked_child_and_the_parent_finishes(tmp_p
 
 def test_a_page_writer_refuses_in_a_forked_child_and_the_parent_finishes(tmp_path):
     path = tmp_path / "p.pages"
-    w = cachex.PageWriter(path, {"v": "int"})
-    w.append({"v": 1})
+    held = [cachex.PageWriter(path, {"v": "int"})]
+    held[0].append({"v": 1})
+    before = snapshot(tmp_path)
 
     def child():
+        w = held.pop()  # the child's only reference: dropped below
         results = [
             refused(lambda: w.append({"v": 9})),
             refused(lambda: w.write_many([{"v": 9}])),
             refused(w.finalize),
         ]
+        w = None  # dropping the inherited writer must not delete the parent's file
+        gc.collect()
         return results
 
     for name, message in run_in_fork(child):
         assert name == "ForkedWriterError" and str(path) in message
-    w.append({"v": 2})
-    assert w.finalize()["num_samples"] == 2
+    assert snapshot(tmp_path) == before
+    held[0].append({"v": 2})
+    assert held[0].finalize()["num_samples"] == 2
     reader = cachex.PageReader(path)
     assert [reader.sample(i)["v"] for i in range(len(reader))] == [1, 2]
     assert cachex.page_verify(path) == []
@@ -158,6 +175,40 @@ def test_a_segment_writer_refuses_in_a_forked_child_and_reads_read_only(tmp_path
     reopened = cachex.SegmentStore(tmp_path, read_only=True)
     assert len(reopened) == 3 and "child" not in reopened
     assert reopened.get("pending").tolist() == [5.0, 5.0]
+
+
+def test_a_facade_cache_and_cached_fn_store_nothing_in_a_forked_child(tmp_path):
+    cache = cachex.open(
+        {"backend": "segment-store", "root": str(tmp_path), "name": "f", "create_root": True}
+    )
+    embed = cachex.CachedFn(cache, lambda xs: [np.full(2, float(x)) for x in xs])
+    assert [v.tolist() for v in embed([1, 2], ids=["1", "2"])] == [[1.0, 1.0], [2.0, 2.0]]
+    path = cache.path
+    before = snapshot(path)
+    held = [cache, embed]
+    del cache, embed
+
+    def child():
+        cache, embed = held
+        held.clear()  # with these, the child's only references: dropped below
+        results = [
+            refused(lambda: cache.put_batch({"child": np.ones(2)})),
+            refused(cache.flush),
+            refused(lambda: embed([3], ids=["3"])),
+            refused(embed.flush),
+        ]
+        cache = embed = None  # dropping the inherited handles must not flush or join
+        gc.collect()
+        return results
+
+    for name, message in run_in_fork(child):
+        assert name == "ForkedWriterError" and str(path) in message
+    assert snapshot(path) == before
+    cache, embed = held
+    embed.flush()
+    assert len(cache) == 2
+    values, missing = cache.get_batch(["1", "2", "3", "child"])
+    assert missing == [2, 3] and values[1].tolist() == [2.0, 2.0]
 
 
 def test_forked_writer_error_is_a_read_only_error():
