@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::ffi::c_void;
+use std::marker::PhantomData;
 
 use numpy::npyffi::{self, NPY_ARRAY_C_CONTIGUOUS, NpyTypes, PY_ARRAY_API, npy_intp};
 use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -208,4 +209,70 @@ pub fn with_tensor<R>(
 pub fn tensor_from_py(obj: &Bound<'_, PyAny>) -> PyResult<tensor_core::Tensor> {
     let a = contiguous(obj)?;
     with_tensor(&a, |v| v.to_tensor())
+}
+
+/// The rows of a caller's writable, C-contiguous numpy buffer, which a
+/// batch is copied into with the GIL released (`fill_batch`): row `k` is
+/// `stride` bytes at `k * stride`.
+pub struct RowSink<'a> {
+    ptr: *mut u8,
+    stride: usize,
+    rows: usize,
+    _array: PhantomData<&'a ()>,
+}
+
+// SAFETY: the sink borrows (`'a`) a reference to the array that the
+// caller holds for the whole copy, so its buffer is neither freed nor
+// resized (numpy refuses to resize an array with other references); only
+// the thread that holds the sink writes through it.
+unsafe impl Send for RowSink<'_> {}
+
+impl<'a> RowSink<'a> {
+    /// The rows of `array`, after checking it is writable and C-contiguous
+    /// (`what` names it in the error).
+    pub fn new(what: &str, array: &'a Bound<'_, PyUntypedArray>) -> PyResult<RowSink<'a>> {
+        let writable = array
+            .getattr("flags")?
+            .getattr("writeable")?
+            .extract::<bool>()?;
+        if !array.is_c_contiguous() || !writable {
+            return Err(errors::invalid(format!(
+                "{what} must be a writable, C-contiguous numpy array"
+            )));
+        }
+        let dtype = dtype_of(&array.dtype())?;
+        let shape = array.shape();
+        let rows = shape.first().copied().unwrap_or(0);
+        let stride = shape.iter().skip(1).product::<usize>() * dtype.size();
+        // SAFETY: reading the data pointer of a live array.
+        let ptr = unsafe { (*array.as_array_ptr()).fields.data as *mut u8 };
+        Ok(RowSink {
+            ptr,
+            stride,
+            rows,
+            _array: PhantomData,
+        })
+    }
+
+    /// Bytes per row.
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Copies `src` into row `k` and zero-fills the rest of the row; false
+    /// (nothing written) when `k` is past the end or `src` longer than a row.
+    pub fn write(&self, k: usize, src: &[u8]) -> bool {
+        if k >= self.rows || src.len() > self.stride {
+            return false;
+        }
+        // SAFETY: row `k` lies inside the buffer (`k < rows`, rows of
+        // `stride` bytes, checked at construction from the array's shape),
+        // `src.len() <= stride`; `copy` allows the ranges to overlap.
+        unsafe {
+            let row = self.ptr.add(k * self.stride);
+            std::ptr::copy(src.as_ptr(), row, src.len());
+            std::ptr::write_bytes(row.add(src.len()), 0, self.stride - src.len());
+        }
+        true
+    }
 }

@@ -27,10 +27,12 @@ pub enum Kind {
     ReadOnly,
     /// `StaleError`: the cache was built from something else.
     Stale,
+    /// `ForkedWriterError`: a writer opened before a fork used in the child.
+    ForkedWriter,
 }
 
 impl Kind {
-    const ALL: [Kind; 8] = [
+    const ALL: [Kind; 9] = [
         Kind::Other,
         Kind::Io,
         Kind::Corrupt,
@@ -39,6 +41,7 @@ impl Kind {
         Kind::InvalidInput,
         Kind::ReadOnly,
         Kind::Stale,
+        Kind::ForkedWriter,
     ];
 
     fn class_name(self) -> &'static str {
@@ -51,6 +54,7 @@ impl Kind {
             Kind::InvalidInput => "InvalidInputError",
             Kind::ReadOnly => "ReadOnlyError",
             Kind::Stale => "StaleError",
+            Kind::ForkedWriter => "ForkedWriterError",
         }
     }
 }
@@ -86,6 +90,20 @@ pub fn raise(kind: Kind, message: impl Into<String>) -> PyErr {
 /// An `InvalidInputError`.
 pub fn invalid(message: impl Into<String>) -> PyErr {
     raise(Kind::InvalidInput, message)
+}
+
+/// A `ForkedWriterError`: the writer of `path` was opened by the parent of
+/// this forked process, which keeps it (its lock, its buffers, its file).
+pub fn forked_writer(path: &std::path::Path) -> PyErr {
+    raise(
+        Kind::ForkedWriter,
+        format!(
+            "{}: this writer was opened before the process forked; a forked child \
+             (e.g. a DataLoader worker) cannot write through it: the parent keeps the \
+             writer, open a new one in the child after the parent has closed it",
+            path.display()
+        ),
+    )
 }
 
 /// A store error as its `cachex.errors` exception: the message is the

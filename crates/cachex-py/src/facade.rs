@@ -1,6 +1,7 @@
 //! `cachex.open(config)` (a `Cache` over any backend of `cache-facade`)
 //! and the native side of `cachex.CachedFn`.
 
+use std::mem::ManuallyDrop;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use tensor_core::{SharedBytes, SharedTensor, Value};
 
 use crate::array::{self, Keeper};
 use crate::errors::{self, Kind};
+use crate::fork::ForkMark;
 use crate::{json, memmap, page, shard};
 
 /// A facade error as its `cachex.errors` exception; a failure of the
@@ -147,6 +149,27 @@ fn config_arg(obj: &Bound<'_, PyAny>) -> PyResult<CacheConfig> {
 pub struct PyCache {
     backend: Shared,
     config: CacheConfig,
+    /// Set in a forked child: writes are refused there (the backend's
+    /// buffers, lock and writer thread are the parent's) and the inherited
+    /// backend is leaked, never flushed or joined, when the handle goes.
+    fork: ForkMark,
+}
+
+impl PyCache {
+    fn writable(&self) -> PyResult<()> {
+        if self.fork.forked() {
+            return Err(errors::forked_writer(self.backend.path()));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PyCache {
+    fn drop(&mut self) {
+        if self.fork.forked() {
+            std::mem::forget(self.backend.clone());
+        }
+    }
 }
 
 #[pymethods]
@@ -204,11 +227,13 @@ impl PyCache {
             let (k, v): (String, Bound<'_, PyAny>) = pair?.extract()?;
             batch.push((k, value_from_py(&v)?));
         }
+        self.writable()?;
         let b = &self.backend;
         py.detach(|| b.put_batch(batch)).map_err(error)
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        self.writable()?;
         let b = &self.backend;
         py.detach(|| b.flush()).map_err(error)
     }
@@ -244,6 +269,7 @@ pub fn open(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<PyCache> {
     Ok(PyCache {
         backend: Arc::from(backend),
         config,
+        fork: ForkMark::new(py),
     })
 }
 
@@ -253,7 +279,32 @@ type ComputeFn = Box<dyn Fn(&[&Py<PyAny>]) -> Result<Vec<Value>, PyErr> + Send +
 /// batch function once for the misses, stores and returns every output.
 #[pyclass(module = "cachex._cachex", name = "_CachedFn", frozen)]
 pub struct PyCachedFn {
-    inner: cache_facade::CachedFn<Shared, ComputeFn>,
+    inner: ManuallyDrop<cache_facade::CachedFn<Shared, ComputeFn>>,
+    /// The cache directory, for errors.
+    path: PathBuf,
+    /// Set in a forked child, where calls (which store what they compute)
+    /// are refused and the inherited state is leaked on drop.
+    fork: ForkMark,
+}
+
+impl PyCachedFn {
+    fn writable(&self) -> PyResult<()> {
+        if self.fork.forked() {
+            return Err(errors::forked_writer(&self.path));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PyCachedFn {
+    fn drop(&mut self) {
+        // In a forked child the inherited state (the parent's backend) is
+        // leaked: dropping it could flush or join what is the parent's.
+        if !self.fork.forked() {
+            // SAFETY: `inner` is dropped once, here, and not used after.
+            unsafe { ManuallyDrop::drop(&mut self.inner) }
+        }
+    }
 }
 
 #[pymethods]
@@ -270,9 +321,13 @@ impl PyCachedFn {
                     .collect::<PyResult<Vec<Value>>>()
             })
         });
+        let backend = &cache.get().backend;
         Ok(PyCachedFn {
-            inner: cache_facade::CachedFn::new(cache.get().backend.clone(), compute)
-                .map_err(error)?,
+            inner: ManuallyDrop::new(
+                cache_facade::CachedFn::new(backend.clone(), compute).map_err(error)?,
+            ),
+            path: backend.path().to_path_buf(),
+            fork: ForkMark::new(cache.py()),
         })
     }
 
@@ -282,7 +337,8 @@ impl PyCachedFn {
         inputs: Vec<Py<PyAny>>,
         ids: Vec<String>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let inner = &self.inner;
+        self.writable()?;
+        let inner = &*self.inner;
         let outputs = py.detach(|| inner.call(&inputs, &ids)).map_err(error)?;
         values_to_py(py, outputs.into_iter().map(Some).collect())
     }
@@ -299,7 +355,8 @@ impl PyCachedFn {
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let inner = &self.inner;
+        self.writable()?;
+        let inner = &*self.inner;
         py.detach(|| inner.flush()).map_err(error)
     }
 }

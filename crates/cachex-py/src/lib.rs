@@ -15,10 +15,11 @@
 //!   src/lib.rs                   the module: classes and functions below
 //!   src/array.rs                 numpy dtypes, zero-copy views, array-likes in
 //!   src/errors.rs                store errors -> cachex.errors classes
+//!   src/fork.rs                  the fork hook: marks every live handle in a forked child
 //!   src/json.rs                  JSON-able Python values (configs, metadata)
 //!   src/segment.rs shard.rs memmap.rs page.rs fingerprint.rs facade.rs
 //!                                one store (or crate) each
-//!   python/cachex/               the package: __init__, errors, facade, workload,
+//!   python/cachex/               the package: __init__, errors, facade, workload, data,
 //!                                _cachex.pyi stubs, py.typed
 //!   tests/                       pytest, grouped by store
 //! ```
@@ -47,6 +48,7 @@ mod array;
 mod errors;
 mod facade;
 mod fingerprint;
+mod fork;
 mod json;
 mod memmap;
 mod page;
@@ -74,6 +76,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shard::_reopen_shard_store, m)?)?;
     m.add_class::<page::PyPageWriter>()?;
     m.add_class::<page::PyPageReader>()?;
+    m.add_function(wrap_pyfunction!(page::_reopen_page_reader, m)?)?;
     m.add_class::<page::PyBetonReader>()?;
     m.add_function(wrap_pyfunction!(page::write_beton, m)?)?;
     m.add_function(wrap_pyfunction!(page::page_verify, m)?)?;
@@ -84,6 +87,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint::validate, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::check_dir, m)?)?;
     m.add_function(wrap_pyfunction!(bfloat16_is_native, m)?)?;
+    m.add_function(wrap_pyfunction!(fork::_after_fork_in_child, m)?)?;
     Ok(())
 }
 

@@ -5,14 +5,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use fingerprint::SourceStamp;
-use memmap_array::{ArrayCache, NewRow, Opened, RowWriter, Schema, WriterOptions};
-use parking_lot::Mutex;
+use memmap_array::{ArrayCache, NewRow, RowWriter, Schema, WriterOptions};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use parking_lot::{Mutex, RwLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use tensor_core::{DType, Tensor};
+use tensor_core::{DType, Tensor, TensorView};
 
-use crate::array::{self, Keeper};
+use crate::array::{self, Keeper, RowSink};
 use crate::errors::{self, Kind};
+use crate::fork::ForkMark;
 use crate::json;
 
 /// A memmap-array error as its `cachex.errors` exception.
@@ -110,10 +112,14 @@ unsafe impl Send for LentWriter {}
 pub struct PyMemmapWriter {
     dir: PathBuf,
     slot: Mutex<WriterSlot>,
+    fork: ForkMark,
 }
 
 impl PyMemmapWriter {
     fn with<R>(&self, f: impl FnOnce(&mut RowWriter) -> PyResult<R>) -> PyResult<R> {
+        if self.fork.forked() {
+            return Err(errors::forked_writer(&self.dir));
+        }
         let mut slot = self.slot.lock();
         match &mut *slot {
             WriterSlot::Owned(w) => f(w),
@@ -153,6 +159,7 @@ impl PyMemmapWriter {
         Ok(PyMemmapWriter {
             dir: path,
             slot: Mutex::new(WriterSlot::Owned(Box::new(w))),
+            fork: ForkMark::new(py),
         })
     }
 
@@ -250,6 +257,9 @@ impl PyMemmapWriter {
     /// Writes the index, sidecars and `shapes.json`, marks the cache
     /// complete, and returns its row count. The writer is closed after.
     fn finalize(&self, py: Python<'_>) -> PyResult<u64> {
+        if self.fork.forked() {
+            return Err(errors::forked_writer(&self.dir));
+        }
         let mut slot = self.slot.lock();
         match std::mem::replace(&mut *slot, WriterSlot::Closed) {
             WriterSlot::Owned(w) => py.detach(|| w.finalize()).map_err(error),
@@ -271,27 +281,36 @@ impl PyMemmapWriter {
     }
 }
 
-/// A finished memmap-array cache, open for reading.
-#[pyclass(module = "cachex._cachex", name = "MemmapArray", frozen)]
-pub struct PyMemmapArray {
+impl Drop for PyMemmapWriter {
+    fn drop(&mut self) {
+        if self.fork.forked() {
+            // The parent's writer: dropping it here would commit or truncate
+            // the parent's rows and release the parent's lock.
+            std::mem::forget(std::mem::replace(self.slot.get_mut(), WriterSlot::Closed));
+        }
+    }
+}
+
+/// One opening of a memmap-array cache.
+struct Opening {
     cache: Arc<ArrayCache>,
-    /// The `.base` of every array this handle returns: it holds the cache
-    /// (and so its mappings) alive.
+    /// The `.base` of every array returned from this opening: it holds the
+    /// cache (and so its mappings) alive.
     keeper: Py<PyAny>,
     load_in_memory: bool,
     ram_fraction: f64,
 }
 
-impl PyMemmapArray {
-    fn wrap(py: Python<'_>, cache: ArrayCache, load: bool, fraction: f64) -> PyResult<Self> {
+impl Opening {
+    fn new(py: Python<'_>, cache: ArrayCache, load: bool, fraction: f64) -> PyResult<Arc<Self>> {
         let cache = Arc::new(cache);
         let keeper = Keeper::wrap(py, cache.clone())?.unbind();
-        Ok(PyMemmapArray {
+        Ok(Arc::new(Opening {
             cache,
             keeper,
             load_in_memory: load,
             ram_fraction: fraction,
-        })
+        }))
     }
 
     fn row_index(&self, i: i64) -> PyResult<u64> {
@@ -305,12 +324,64 @@ impl PyMemmapArray {
     }
 }
 
+/// A finished memmap-array cache, open for reading.
+#[pyclass(module = "cachex._cachex", name = "MemmapArray", frozen)]
+pub struct PyMemmapArray {
+    dir: PathBuf,
+    /// Swapped whole by `load_in_memory` and by the reopen in a forked
+    /// child; arrays returned earlier keep their own opening alive. Locked
+    /// only with the GIL held and only to clone or swap the `Arc`.
+    opened: RwLock<Arc<Opening>>,
+    fork: ForkMark,
+}
+
+impl PyMemmapArray {
+    fn wrap(py: Python<'_>, cache: ArrayCache, load: bool, fraction: f64) -> PyResult<Self> {
+        Ok(PyMemmapArray {
+            dir: cache.dir().to_path_buf(),
+            opened: RwLock::new(Opening::new(py, cache, load, fraction)?),
+            fork: ForkMark::new(py),
+        })
+    }
+
+    /// The current opening; in a forked child, first a fresh one from the
+    /// path and options (nothing of the parent's is used).
+    fn current(&self, py: Python<'_>) -> PyResult<Arc<Opening>> {
+        if self.fork.forked() {
+            let (load, fraction) = {
+                let o = self.opened.read();
+                (o.load_in_memory, o.ram_fraction)
+            };
+            let dir = &self.dir;
+            let cache = py
+                .detach(|| open_cache(dir, load, fraction))
+                .map_err(error)?;
+            *self.opened.write() = Opening::new(py, cache, load, fraction)?;
+            self.fork.reopened();
+        }
+        Ok(self.opened.read().clone())
+    }
+}
+
 fn open_cache(dir: &Path, load: bool, fraction: f64) -> memmap_array::Result<ArrayCache> {
     let mut cache = ArrayCache::open(dir)?;
     if load {
         cache.load_in_memory_with(fraction)?;
     }
     Ok(cache)
+}
+
+/// A numpy array of `dtype` over `view`'s bytes, owned by `owner`.
+///
+/// # Safety
+/// As [`array::view`]: `view` borrows memory `owner` keeps alive unchanged.
+unsafe fn numpy_view<'py>(
+    py: Python<'py>,
+    view: &TensorView<'_>,
+    owner: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: forwarded from the caller.
+    unsafe { array::view(py, view.dtype(), view.shape().dims(), view.bytes(), owner) }
 }
 
 #[pymethods]
@@ -332,40 +403,60 @@ impl PyMemmapArray {
     /// The cache directory.
     #[getter]
     fn path(&self) -> PathBuf {
-        self.cache.dir().to_path_buf()
+        self.dir.clone()
     }
 
-    fn __len__(&self) -> usize {
-        self.cache.len() as usize
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.current(py)?.cache.len() as usize)
     }
 
     /// The schema: `{"arrays": {name: {dtype, shape, nullable}}, "sidecars": [...]}`.
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        schema_to_py(py, self.cache.schema())
+        schema_to_py(py, self.current(py)?.cache.schema())
     }
 
     /// `fingerprint.json` as a Python value.
     #[getter]
     fn fingerprint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        json::to_py(py, self.cache.fingerprint())
+        json::to_py(py, self.current(py)?.cache.fingerprint())
+    }
+
+    /// Whether the arrays are read from RAM (`load_in_memory`) rather than
+    /// from the mapped files.
+    #[getter]
+    fn in_memory(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.current(py)?.load_in_memory)
+    }
+
+    /// Copies every array into RAM and reads from there from now on;
+    /// refused with `InvalidInputError` (nothing changed) when the arrays
+    /// exceed `ram_fraction` of physical RAM. Arrays returned before keep
+    /// viewing the mapped files. A pickled copy loads too.
+    #[pyo3(signature = (ram_fraction=memmap_array::DEFAULT_RAM_FRACTION))]
+    fn load_in_memory(&self, py: Python<'_>, ram_fraction: f64) -> PyResult<()> {
+        self.current(py)?;
+        let dir = &self.dir;
+        let cache = py
+            .detach(|| open_cache(dir, true, ram_fraction))
+            .map_err(error)?;
+        *self.opened.write() = Opening::new(py, cache, true, ram_fraction)?;
+        Ok(())
     }
 
     /// Row `i`'s arrays as read-only numpy views of the mapped files
     /// (`None` for a null entry of a nullable array).
     fn get_row<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
-        let i = self.row_index(i)?;
-        let row = self.cache.row(i).map_err(error)?;
-        let owner = self.keeper.bind(py);
+        let o = self.current(py)?;
+        let row = o.cache.row(o.row_index(i)?).map_err(error)?;
+        let owner = o.keeper.bind(py);
         let out = PyDict::new(py);
-        for (spec, view) in self.cache.schema().arrays().iter().zip(row.arrays()) {
+        for (spec, view) in o.cache.schema().arrays().iter().zip(row.arrays()) {
             let value = match view {
                 // SAFETY: the view borrows the cache's mapping (or its
                 // in-memory copy), which `owner` (an `Arc<ArrayCache>`)
                 // keeps alive and never mutates.
-                Some(v) => unsafe {
-                    array::view(py, v.dtype(), v.shape().dims(), v.bytes(), owner)?
-                },
+                Some(v) => unsafe { numpy_view(py, v, owner)? },
                 None => py.None().into_bound(py),
             };
             out.set_item(spec.name(), value)?;
@@ -375,32 +466,100 @@ impl PyMemmapArray {
 
     /// Array `name` of row `i` as a read-only view (or `None`).
     fn get<'py>(&self, py: Python<'py>, i: i64, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        let i = self.row_index(i)?;
-        match self.cache.array(i, name).map_err(error)? {
+        let o = self.current(py)?;
+        match o.cache.array(o.row_index(i)?, name).map_err(error)? {
             // SAFETY: as in `get_row`.
-            Some(v) => unsafe {
-                array::view(
-                    py,
-                    v.dtype(),
-                    v.shape().dims(),
-                    v.bytes(),
-                    self.keeper.bind(py),
-                )
-            },
+            Some(v) => unsafe { numpy_view(py, &v, o.keeper.bind(py)) },
             None => Ok(py.None().into_bound(py)),
         }
     }
 
+    /// Copies rows `indices` (negative from the end) into the caller's
+    /// preallocated buffers, with the GIL released and no allocation per
+    /// row: `out` maps array names to writable C-contiguous arrays of the
+    /// array's dtype and shape `(n, *shape)` with `n >= len(indices)`.
+    /// Arrays not in `out` are skipped; a null entry is zero-filled.
+    /// Returns, for each nullable array in `out`, which rows were present
+    /// (`{name: [bool, ...]}`).
+    fn fill_batch<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Vec<i64>,
+        out: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
+        let cache = &o.cache;
+        let rows: Vec<u64> = indices
+            .iter()
+            .map(|&i| o.row_index(i))
+            .collect::<PyResult<_>>()?;
+        let mut names = Vec::with_capacity(out.len());
+        let mut buffers = Vec::with_capacity(out.len());
+        for (name, buf) in out.iter() {
+            let name: String = name.extract()?;
+            let k = cache.schema().array_index(&name).ok_or_else(|| {
+                errors::invalid(format!("{}: no array {name:?}", self.dir.display()))
+            })?;
+            let a = buf
+                .cast_into::<PyUntypedArray>()
+                .map_err(|_| errors::invalid(format!("out[{name:?}] must be a numpy array")))?;
+            let spec = &cache.schema().arrays()[k];
+            let dims = a.shape().to_vec();
+            if array::dtype_of(&a.dtype())? != spec.dtype()
+                || dims.get(1..) != Some(spec.shape().dims())
+                || dims[0] < rows.len()
+            {
+                return Err(errors::invalid(format!(
+                    "out[{name:?}]: {} {dims:?} does not hold {} rows of {} {}",
+                    a.dtype().str()?,
+                    rows.len(),
+                    spec.dtype(),
+                    spec.shape()
+                )));
+            }
+            names.push((name, k, spec.nullable()));
+            buffers.push(a);
+        }
+        let sinks = buffers
+            .iter()
+            .zip(&names)
+            .map(|(a, (name, _, _))| RowSink::new(&format!("out[{name:?}]"), a))
+            .collect::<PyResult<Vec<_>>>()?;
+        let positions: Vec<usize> = names.iter().map(|(_, k, _)| *k).collect();
+        let (rows, positions) = (&rows, &positions);
+        let present = py
+            .detach(move || -> memmap_array::Result<Vec<Vec<bool>>> {
+                let mut present = vec![Vec::with_capacity(rows.len()); sinks.len()];
+                for (r, &i) in rows.iter().enumerate() {
+                    for ((sink, &k), p) in sinks.iter().zip(positions).zip(&mut present) {
+                        let view = cache.array_at(i, k)?;
+                        // Shapes were checked above: a row always fits.
+                        sink.write(r, view.as_ref().map_or(&[], |v| v.bytes()));
+                        p.push(view.is_some());
+                    }
+                }
+                Ok(present)
+            })
+            .map_err(error)?;
+        let result = PyDict::new(py);
+        for ((name, _, nullable), p) in names.into_iter().zip(present) {
+            if nullable {
+                result.set_item(name, p)?;
+            }
+        }
+        Ok(result)
+    }
+
     /// The source id of row `i`.
-    fn source(&self, i: i64) -> PyResult<String> {
-        let i = self.row_index(i)?;
-        Ok(self.cache.source(i).map_err(error)?.to_owned())
+    fn source(&self, py: Python<'_>, i: i64) -> PyResult<String> {
+        let o = self.current(py)?;
+        Ok(o.cache.source(o.row_index(i)?).map_err(error)?.to_owned())
     }
 
     /// The metadata JSON of row `i`, parsed (or `None`).
     fn meta<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
-        let i = self.row_index(i)?;
-        let row = self.cache.row(i).map_err(error)?;
+        let o = self.current(py)?;
+        let row = o.cache.row(o.row_index(i)?).map_err(error)?;
         match row.meta_json() {
             Some(text) => json::text_to_py(py, text),
             None => Ok(py.None().into_bound(py)),
@@ -408,41 +567,44 @@ impl PyMemmapArray {
     }
 
     /// Sidecar `name`'s value for row `i` (or `None`).
-    fn sidecar(&self, name: &str, i: i64) -> PyResult<Option<String>> {
-        let i = self.row_index(i)?;
-        Ok(self
-            .cache
-            .sidecar(name, i)
+    fn sidecar(&self, py: Python<'_>, name: &str, i: i64) -> PyResult<Option<String>> {
+        let o = self.current(py)?;
+        Ok(o.cache
+            .sidecar(name, o.row_index(i)?)
             .map_err(error)?
             .map(str::to_owned))
     }
 
     /// Every distinct value of sidecar `name`, indexed by key.
     fn sidecar_values(&self, py: Python<'_>, name: &str) -> PyResult<Vec<String>> {
-        let cache = &self.cache;
+        let o = self.current(py)?;
+        let cache = &o.cache;
         py.detach(|| cache.sidecar_values(name).map(<[String]>::to_vec))
             .map_err(error)
     }
 
     /// The row whose source id is `source`, or `None`.
-    fn find(&self, py: Python<'_>, source: &str) -> Option<u64> {
-        let cache = &self.cache;
-        py.detach(|| cache.find(source))
+    fn find(&self, py: Python<'_>, source: &str) -> PyResult<Option<u64>> {
+        let o = self.current(py)?;
+        let cache = &o.cache;
+        Ok(py.detach(|| cache.find(source)))
     }
 
     /// Asks the kernel to read row `i` ahead (`madvise(WILLNEED)`).
-    fn prefetch(&self, i: i64) -> PyResult<()> {
-        self.cache.prefetch(self.row_index(i)?);
+    fn prefetch(&self, py: Python<'_>, i: i64) -> PyResult<()> {
+        let o = self.current(py)?;
+        o.cache.prefetch(o.row_index(i)?);
         Ok(())
     }
 
     /// The row index as a list of entries: `{"row", "source", "meta",
     /// "sidecars": {name: value}}` (meta parsed from JSON).
     fn index<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let o = self.current(py)?;
         let out = PyList::empty(py);
-        let sidecars = self.cache.schema().sidecars();
-        for i in 0..self.cache.len() {
-            let row = self.cache.row(i).map_err(error)?;
+        let sidecars = o.cache.schema().sidecars();
+        for i in 0..o.cache.len() {
+            let row = o.cache.row(i).map_err(error)?;
             let d = PyDict::new(py);
             d.set_item("row", i)?;
             d.set_item("source", row.source())?;
@@ -463,7 +625,7 @@ impl PyMemmapArray {
 
     /// `index.parquet` as a `pyarrow.Table` (needs pyarrow installed).
     fn index_table<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let path = self.cache.dir().join(memmap_array::INDEX_FILE);
+        let path = self.dir.join(memmap_array::INDEX_FILE);
         py.import("pyarrow.parquet")?
             .call_method1("read_table", (path,))
     }
@@ -474,23 +636,22 @@ impl PyMemmapArray {
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
         let this = slf.get();
+        let (load, fraction) = {
+            let o = this.opened.read();
+            (o.load_in_memory, o.ram_fraction)
+        };
         let reopen = py
             .import("cachex._cachex")?
             .getattr("_reopen_memmap_array")?;
-        let args = (
-            this.cache.dir().to_path_buf(),
-            this.load_in_memory,
-            this.ram_fraction,
-        )
-            .into_pyobject(py)?;
+        let args = (this.dir.clone(), load, fraction).into_pyobject(py)?;
         Ok((reopen, args))
     }
 
     fn __repr__(&self) -> String {
+        let rows = self.opened.read().cache.len();
         format!(
-            "MemmapArray({:?}, rows={})",
-            self.cache.dir().display().to_string(),
-            self.cache.len()
+            "MemmapArray({:?}, rows={rows})",
+            self.dir.display().to_string(),
         )
     }
 }
@@ -550,7 +711,7 @@ pub fn memmap_open_or_build<'py>(
         .map_err(|e| errors::invalid(e.to_string()))?;
     let build = build.unbind();
     let root_for_writer = root.clone();
-    let opened: Result<Opened, BuildError> = py.detach(|| {
+    let opened: Result<memmap_array::Opened, BuildError> = py.detach(|| {
         memmap_array::open_or_build_with(
             &root,
             name,
@@ -565,6 +726,7 @@ pub fn memmap_open_or_build<'py>(
                         PyMemmapWriter {
                             dir: root_for_writer.clone(),
                             slot: Mutex::new(WriterSlot::Lent(LentWriter(w as *mut RowWriter))),
+                            fork: ForkMark::new(py),
                         },
                     )
                     .map_err(BuildError::Py)?;

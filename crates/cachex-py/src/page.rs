@@ -1,19 +1,20 @@
 //! `cachex.PageWriter`, `cachex.PageReader` and FFCV `.beton` files
 //! (`BetonReader`, `write_beton`) of `page-alloc`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use page_alloc::beton::{self, BetonField, BetonFile, BetonType, BetonValue};
 use page_alloc::{FieldType, FieldValue, PageReader, PageWriter, Schema, Value, WriterOptions};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyTuple};
 use tensor_core::{DType, Shape, TensorView};
 
-use crate::array::{self, Keeper};
+use crate::array::{self, Keeper, RowSink};
 use crate::errors::{self, Kind};
+use crate::fork::ForkMark;
 
 /// A page-alloc error as its `cachex.errors` exception.
 pub fn error(e: page_alloc::Error) -> PyErr {
@@ -161,10 +162,14 @@ pub struct PyPageWriter {
     path: PathBuf,
     fields: Vec<(String, Spec)>,
     writer: Mutex<Option<PageWriter>>,
+    fork: ForkMark,
 }
 
 impl PyPageWriter {
     fn with<R>(&self, f: impl FnOnce(&mut PageWriter) -> PyResult<R>) -> PyResult<R> {
+        if self.fork.forked() {
+            return Err(errors::forked_writer(&self.path));
+        }
         match self.writer.lock().as_mut() {
             Some(w) => f(w),
             None => Err(errors::raise(
@@ -236,6 +241,7 @@ impl PyPageWriter {
             path,
             fields: specs,
             writer: Mutex::new(Some(w)),
+            fork: ForkMark::new(py),
         })
     }
 
@@ -282,6 +288,9 @@ impl PyPageWriter {
     /// Writes the tables and the footer, fsyncs and renames the file into
     /// place; returns a summary. The writer is closed after.
     fn finalize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if self.fork.forked() {
+            return Err(errors::forked_writer(&self.path));
+        }
         let w = self.writer.lock().take().ok_or_else(|| {
             errors::raise(
                 Kind::Other,
@@ -301,11 +310,61 @@ impl PyPageWriter {
     }
 }
 
+impl Drop for PyPageWriter {
+    fn drop(&mut self) {
+        if self.fork.forked() {
+            // The parent's writer: dropping it here would delete the
+            // parent's temporary file and release its lock.
+            std::mem::forget(self.writer.get_mut().take());
+        }
+    }
+}
+
+/// One opening of a page file.
+struct Opening {
+    reader: Arc<PageReader>,
+    /// The `.base` of every array returned from this opening.
+    keeper: Py<PyAny>,
+    options: page_alloc::ReadOptions,
+}
+
+impl Opening {
+    fn open(py: Python<'_>, path: &Path, options: page_alloc::ReadOptions) -> PyResult<Arc<Self>> {
+        let reader = py
+            .detach(|| PageReader::open_with(path, &options))
+            .map_err(error)?;
+        let reader = Arc::new(reader);
+        let keeper = Keeper::wrap(py, reader.clone())?.unbind();
+        Ok(Arc::new(Opening {
+            reader,
+            keeper,
+            options,
+        }))
+    }
+}
+
 /// A validated, memory-mapped page file.
 #[pyclass(module = "cachex._cachex", name = "PageReader", frozen)]
 pub struct PyPageReader {
-    reader: Arc<PageReader>,
-    keeper: Py<PyAny>,
+    path: PathBuf,
+    /// Swapped by the reopen in a forked child; arrays returned earlier
+    /// keep their own opening alive. Locked only with the GIL held and only
+    /// to clone or swap the `Arc`.
+    opened: RwLock<Arc<Opening>>,
+    fork: ForkMark,
+}
+
+impl PyPageReader {
+    /// The current opening; in a forked child, first a fresh one from the
+    /// path and options (nothing of the parent's is used).
+    fn current(&self, py: Python<'_>) -> PyResult<Arc<Opening>> {
+        if self.fork.forked() {
+            let options = self.opened.read().options.clone();
+            *self.opened.write() = Opening::open(py, &self.path, options)?;
+            self.fork.reopened();
+        }
+        Ok(self.opened.read().clone())
+    }
 }
 
 /// A view of `bytes` (owned by `owner`) as a read-only uint8 array.
@@ -341,63 +400,39 @@ fn index_arg(len: usize, i: i64) -> PyResult<usize> {
     })
 }
 
-/// One writable destination of `fill_batch`: a C-contiguous numpy buffer.
-struct Dest {
-    field: usize,
-    kind: DestKind,
-    ptr: *mut u8,
-    /// Bytes per sample in the buffer.
-    stride: usize,
-}
-
-enum DestKind {
-    Int,
-    Float,
-    Bytes,
-    Array,
-}
-
-/// The destinations, carried into the GIL-free copy loop.
-struct Dests(Vec<Dest>);
-
-// SAFETY: the pointers address numpy buffers that the caller's `out`
-// dict keeps alive for the whole `fill_batch` call (we hold references to
-// the arrays in the enclosing frame), and only this thread writes through
-// them during the call.
-unsafe impl Send for Dests {}
-
 #[pymethods]
 impl PyPageReader {
     #[new]
     #[pyo3(signature = (path, *, populate=false, verify_pages=false))]
     fn new(py: Python<'_>, path: PathBuf, populate: bool, verify_pages: bool) -> PyResult<Self> {
-        let opts = page_alloc::ReadOptions {
+        let options = page_alloc::ReadOptions {
             populate,
             verify_pages,
         };
-        let reader = py
-            .detach(|| PageReader::open_with(&path, &opts))
-            .map_err(error)?;
-        let reader = Arc::new(reader);
-        let keeper = Keeper::wrap(py, reader.clone())?.unbind();
-        Ok(PyPageReader { reader, keeper })
+        let opened = Opening::open(py, &path, options)?;
+        Ok(PyPageReader {
+            path,
+            opened: RwLock::new(opened),
+            fork: ForkMark::new(py),
+        })
     }
 
     /// The file.
     #[getter]
     fn path(&self) -> PathBuf {
-        self.reader.path().to_path_buf()
+        self.path.clone()
     }
 
-    fn __len__(&self) -> usize {
-        self.reader.len()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.current(py)?.reader.len())
     }
 
     /// Field names and types: `{name: "int" | "float" | "bytes" | (dtype, shape)}`.
     #[getter]
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
         let d = PyDict::new(py);
-        for f in self.reader.schema().fields() {
+        for f in o.reader.schema().fields() {
             match &f.ty {
                 FieldType::Int => d.set_item(&f.name, "int")?,
                 FieldType::Float => d.set_item(&f.name, "float")?,
@@ -414,14 +449,9 @@ impl PyPageReader {
     /// buffers of bytes fields need per sample).
     #[getter]
     fn max_sizes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
         let d = PyDict::new(py);
-        for (f, size) in self
-            .reader
-            .schema()
-            .fields()
-            .iter()
-            .zip(self.reader.max_sizes())
-        {
+        for (f, size) in o.reader.schema().fields().iter().zip(o.reader.max_sizes()) {
             d.set_item(&f.name, size)?;
         }
         Ok(d)
@@ -430,11 +460,12 @@ impl PyPageReader {
     /// Sample `i`: ints and floats by value, bytes fields as read-only
     /// uint8 views and array fields as read-only views of the mapped file.
     fn sample<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
-        let i = index_arg(self.reader.len(), i)?;
-        let s = self.reader.sample(i).map_err(error)?;
-        let owner = self.keeper.bind(py);
+        let o = self.current(py)?;
+        let i = index_arg(o.reader.len(), i)?;
+        let s = o.reader.sample(i).map_err(error)?;
+        let owner = o.keeper.bind(py);
         let d = PyDict::new(py);
-        for (k, f) in self.reader.schema().fields().iter().enumerate() {
+        for (k, f) in o.reader.schema().fields().iter().enumerate() {
             let v = match s.get(k).map_err(error)? {
                 FieldValue::Int(x) => x.into_pyobject(py)?.into_any(),
                 FieldValue::Float(x) => x.into_pyobject(py)?.into_any(),
@@ -463,10 +494,12 @@ impl PyPageReader {
         indices: Vec<usize>,
         out: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
+        let reader = &o.reader;
         let n = indices.len();
-        let schema = self.reader.schema();
-        let mut arrays: Vec<Bound<'py, PyUntypedArray>> = Vec::new();
-        let mut dests = Vec::new();
+        let schema = reader.schema();
+        let mut names = Vec::with_capacity(out.len());
+        let mut buffers = Vec::with_capacity(out.len());
         for (name, buf) in out.iter() {
             let name: String = name.extract()?;
             let field = schema
@@ -475,102 +508,72 @@ impl PyPageReader {
             let a = buf
                 .cast_into::<PyUntypedArray>()
                 .map_err(|_| errors::invalid(format!("out[{name:?}] must be a numpy array")))?;
-            let writable = a
-                .getattr("flags")?
-                .getattr("writeable")?
-                .extract::<bool>()?;
-            if !a.is_c_contiguous() || !writable {
-                return Err(errors::invalid(format!(
-                    "out[{name:?}] must be writable and C-contiguous"
-                )));
-            }
             let dtype = array::dtype_of(&a.dtype())?;
             let shape = a.shape().to_vec();
-            let rows = shape.first().copied().unwrap_or(0);
-            let per_row: usize = shape.iter().skip(1).product::<usize>() * dtype.size();
-            let (kind, ok) = match &schema.fields()[field].ty {
-                FieldType::Int => (DestKind::Int, dtype == DType::I64 && shape.len() == 1),
-                FieldType::Float => (DestKind::Float, dtype == DType::F64 && shape.len() == 1),
-                FieldType::Bytes => (DestKind::Bytes, dtype == DType::U8 && shape.len() == 2),
+            let ok = match &schema.fields()[field].ty {
+                FieldType::Int => dtype == DType::I64 && shape.len() == 1,
+                FieldType::Float => dtype == DType::F64 && shape.len() == 1,
+                FieldType::Bytes => dtype == DType::U8 && shape.len() == 2,
                 FieldType::Array {
                     dtype: fd,
                     shape: fs,
-                } => (
-                    DestKind::Array,
-                    dtype == *fd && shape.get(1..) == Some(fs.dims()),
-                ),
+                } => dtype == *fd && shape.get(1..) == Some(fs.dims()),
             };
-            if !ok || rows < n {
+            if !ok || shape.first().copied().unwrap_or(0) < n {
                 return Err(errors::invalid(format!(
-                    "out[{name:?}]: {} {:?} does not fit {n} samples of this field",
-                    dtype, shape
+                    "out[{name:?}]: {dtype} {shape:?} does not fit {n} samples of this field"
                 )));
             }
-            // SAFETY: reading the data pointer of a live array.
-            let ptr = unsafe { (*a.as_array_ptr()).fields.data as *mut u8 };
-            dests.push(Dest {
-                field,
-                kind,
-                ptr,
-                stride: per_row,
-            });
-            arrays.push(a);
+            names.push((name, field));
+            buffers.push(a);
         }
-        let dests = Dests(dests);
-        let reader = &self.reader;
+        let sinks = buffers
+            .iter()
+            .zip(&names)
+            .map(|(a, (name, _))| RowSink::new(&format!("out[{name:?}]"), a))
+            .collect::<PyResult<Vec<_>>>()?;
+        let fields: Vec<usize> = names.iter().map(|(_, f)| *f).collect();
+        let (fields, indices) = (&fields, &indices);
         let lengths: Vec<Vec<usize>> = py
             .detach(move || -> page_alloc::Result<Vec<Vec<usize>>> {
-                let dests = dests;
-                let mut lengths = vec![Vec::new(); dests.0.len()];
+                let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
                 for (k, &i) in indices.iter().enumerate() {
                     let s = reader.sample(i)?;
-                    for (d, lens) in dests.0.iter().zip(lengths.iter_mut()) {
-                        let value = s.get(d.field)?;
+                    for ((sink, &field), lens) in sinks.iter().zip(fields).zip(&mut lengths) {
+                        let value = s.get(field)?;
                         let inline: [u8; 8];
-                        let src: &[u8] = match (&d.kind, &value) {
-                            (DestKind::Int, FieldValue::Int(x)) => {
+                        let src: &[u8] = match &value {
+                            FieldValue::Int(x) => {
                                 inline = x.to_le_bytes();
                                 &inline
                             }
-                            (DestKind::Float, FieldValue::Float(x)) => {
+                            FieldValue::Float(x) => {
                                 inline = x.to_le_bytes();
                                 &inline
                             }
-                            (DestKind::Bytes, FieldValue::Bytes(b)) => b,
-                            (DestKind::Array, FieldValue::Array(t)) => t.bytes(),
-                            _ => &[],
+                            FieldValue::Bytes(b) => b,
+                            FieldValue::Array(t) => t.bytes(),
                         };
-                        if src.len() > d.stride {
+                        if !sink.write(k, src) {
                             return Err(page_alloc::Error::PoolTooSmall {
                                 path: reader.path().to_path_buf(),
                                 reason: format!(
                                     "sample {i}: field {} holds {} bytes, the buffer row {}",
-                                    d.field,
+                                    schema.fields()[field].name,
                                     src.len(),
-                                    d.stride
+                                    sink.stride()
                                 ),
                             });
                         }
                         lens.push(src.len());
-                        // SAFETY: row k of a buffer with at least n rows of
-                        // `stride` bytes (checked above); `src` fits it.
-                        unsafe {
-                            let row = d.ptr.add(k * d.stride);
-                            std::ptr::copy_nonoverlapping(src.as_ptr(), row, src.len());
-                            std::ptr::write_bytes(row.add(src.len()), 0, d.stride - src.len());
-                        }
                     }
                 }
                 Ok(lengths)
             })
             .map_err(error)?;
-        drop(arrays);
         let result = PyDict::new(py);
-        for (name, lens) in out.keys().iter().zip(lengths) {
-            let name: String = name.extract()?;
-            if let Some(f) = schema.index_of(&name)
-                && schema.fields()[f].ty == FieldType::Bytes
-            {
+        for ((name, field), lens) in names.into_iter().zip(lengths) {
+            if schema.fields()[field].ty == FieldType::Bytes {
                 result.set_item(name, lens)?;
             }
         }
@@ -579,58 +582,121 @@ impl PyPageReader {
 
     /// Asks the kernel to read ahead the pages of these samples.
     fn prefetch(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<()> {
-        let reader = &self.reader;
+        let o = self.current(py)?;
+        let reader = &o.reader;
         py.detach(|| reader.prefetch(&indices)).map_err(error)
     }
 
     /// FFCV's quasi-random epoch order: shuffled pages, samples shuffled
-    /// within windows of `window_pages` pages.
-    #[pyo3(signature = (seed, window_pages=8))]
-    fn quasi_random_order(&self, seed: u64, window_pages: usize) -> Vec<usize> {
-        self.reader.quasi_random_order(seed, window_pages)
+    /// within windows of `window_pages` pages. With `shares > 1`, only
+    /// share `share` of it: whole pages dealt out so that the shares of
+    /// one seed are disjoint and together hold every sample once (one per
+    /// DataLoader worker, each computing its own).
+    #[pyo3(signature = (seed, window_pages=8, *, share=0, shares=1))]
+    fn quasi_random_order(
+        &self,
+        py: Python<'_>,
+        seed: u64,
+        window_pages: usize,
+        share: usize,
+        shares: usize,
+    ) -> PyResult<Vec<usize>> {
+        let o = self.current(py)?;
+        let reader = &o.reader;
+        py.detach(|| reader.quasi_random_share(seed, window_pages, share, shares))
+            .map_err(error)
     }
 
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let args = (slf.get().reader.path().to_path_buf(),).into_pyobject(py)?;
-        Ok((slf.get_type().into_any(), args))
+        let this = slf.get();
+        let options = this.opened.read().options.clone();
+        let args = (this.path.clone(), options.populate, options.verify_pages).into_pyobject(py)?;
+        Ok((
+            py.import("cachex._cachex")?
+                .getattr("_reopen_page_reader")?,
+            args,
+        ))
     }
+}
+
+/// Unpickles a `PageReader` (see `PageReader.__reduce__`).
+#[pyfunction]
+pub fn _reopen_page_reader(
+    py: Python<'_>,
+    path: PathBuf,
+    populate: bool,
+    verify_pages: bool,
+) -> PyResult<PyPageReader> {
+    PyPageReader::new(py, path, populate, verify_pages)
 }
 
 /// A validated FFCV `.beton` file, memory-mapped.
 #[pyclass(module = "cachex._cachex", name = "BetonReader", frozen)]
 pub struct PyBetonReader {
+    path: PathBuf,
+    /// Swapped by the reopen in a forked child (as `PageReader`'s).
+    opened: RwLock<Arc<OpenedBeton>>,
+    fork: ForkMark,
+}
+
+/// One opening of a `.beton` file.
+struct OpenedBeton {
     file: Arc<BetonFile>,
+    /// The `.base` of every array returned from this opening.
     keeper: Py<PyAny>,
+}
+
+impl OpenedBeton {
+    fn open(py: Python<'_>, path: &Path) -> PyResult<Arc<Self>> {
+        let file = Arc::new(py.detach(|| beton::read(path)).map_err(error)?);
+        let keeper = Keeper::wrap(py, file.clone())?.unbind();
+        Ok(Arc::new(OpenedBeton { file, keeper }))
+    }
+}
+
+impl PyBetonReader {
+    /// The current opening; in a forked child, first a fresh one.
+    fn current(&self, py: Python<'_>) -> PyResult<Arc<OpenedBeton>> {
+        if self.fork.forked() {
+            *self.opened.write() = OpenedBeton::open(py, &self.path)?;
+            self.fork.reopened();
+        }
+        Ok(self.opened.read().clone())
+    }
 }
 
 #[pymethods]
 impl PyBetonReader {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let file = Arc::new(py.detach(|| beton::read(&path)).map_err(error)?);
-        let keeper = Keeper::wrap(py, file.clone())?.unbind();
-        Ok(PyBetonReader { file, keeper })
+        let opened = OpenedBeton::open(py, &path)?;
+        Ok(PyBetonReader {
+            path,
+            opened: RwLock::new(opened),
+            fork: ForkMark::new(py),
+        })
     }
 
     /// The file.
     #[getter]
     fn path(&self) -> PathBuf {
-        self.file.path().to_path_buf()
+        self.path.clone()
     }
 
-    fn __len__(&self) -> usize {
-        self.file.len()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.current(py)?.file.len())
     }
 
     /// Field names and FFCV types: `{name: "float" | "int" | "rgb_image" |
     /// "bytes" | "json" | (dtype, shape)}`.
     #[getter]
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
         let d = PyDict::new(py);
-        for f in self.file.fields() {
+        for f in o.file.fields() {
             match &f.ty {
                 BetonType::Float => d.set_item(&f.name, "float")?,
                 BetonType::Int => d.set_item(&f.name, "int")?,
@@ -649,11 +715,12 @@ impl PyBetonReader {
     /// uint8 views; NDArrays as read-only views; RGB images as
     /// `{"mode", "width", "height", "data"}` (never decoded).
     fn sample<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
-        let i = index_arg(self.file.len(), i)?;
-        let values = self.file.sample(i).map_err(error)?;
-        let owner = self.keeper.bind(py);
+        let o = self.current(py)?;
+        let i = index_arg(o.file.len(), i)?;
+        let values = o.file.sample(i).map_err(error)?;
+        let owner = o.keeper.bind(py);
         let d = PyDict::new(py);
-        for (f, v) in self.file.fields().iter().zip(values) {
+        for (f, v) in o.file.fields().iter().zip(values) {
             let v = match v {
                 BetonValue::Float(x) => x.into_pyobject(py)?.into_any(),
                 BetonValue::Int(x) => x.into_pyobject(py)?.into_any(),
@@ -687,7 +754,7 @@ impl PyBetonReader {
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let args = (slf.get().file.path().to_path_buf(),).into_pyobject(py)?;
+        let args = (slf.get().path.clone(),).into_pyobject(py)?;
         Ok((slf.get_type().into_any(), args))
     }
 }

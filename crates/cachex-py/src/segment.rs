@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cache_check::Problem;
 use parking_lot::RwLock;
@@ -12,6 +12,7 @@ use segment_store::{Blob, Options, Part, Record, SegmentStore, TensorBuf};
 
 use crate::array::{self, Keeper};
 use crate::errors;
+use crate::fork::ForkMark;
 
 /// A segment store handle; `close()` (or leaving a `with` block) flushes
 /// and releases the writer lock.
@@ -20,17 +21,20 @@ pub struct PySegmentStore {
     path: PathBuf,
     opts: Options,
     store: RwLock<Option<SegmentStore>>,
-    /// The process that opened `store`. A forked child (a DataLoader
-    /// worker) must neither flush the parent's pending records nor wait on
+    /// Set in a forked child (a DataLoader worker) by the fork hook. The
+    /// child must neither flush the parent's pending records nor wait on
     /// the parent's background writer thread, which does not exist in the
     /// child: there the inherited store is leaked untouched and the
     /// directory reopened read-only on first use.
-    pid: AtomicU32,
+    fork: ForkMark,
+    /// Set when this handle was the writer in the parent and reopened
+    /// read-only in a forked child: writes raise `ForkedWriterError`.
+    forked_writer: AtomicBool,
 }
 
 impl PySegmentStore {
     fn with<R>(&self, f: impl FnOnce(&SegmentStore) -> PyResult<R>) -> PyResult<R> {
-        if self.pid.load(Ordering::Acquire) != std::process::id() {
+        if self.fork.forked() {
             self.reopen_after_fork()?;
         }
         let guard = self.store.read();
@@ -45,13 +49,25 @@ impl PySegmentStore {
 }
 
 impl PySegmentStore {
+    /// As `with`, for the calls that write: refused in a forked child of
+    /// the writer.
+    fn with_writer<R>(&self, f: impl FnOnce(&SegmentStore) -> PyResult<R>) -> PyResult<R> {
+        self.with(|s| {
+            if self.forked_writer.load(Ordering::Acquire) {
+                return Err(errors::forked_writer(&self.path));
+            }
+            f(s)
+        })
+    }
+
     fn reopen_after_fork(&self) -> PyResult<()> {
         let mut guard = self.store.write();
-        let me = std::process::id();
-        if self.pid.load(Ordering::Acquire) == me {
+        if !self.fork.forked() {
             return Ok(()); // another thread of this child got here first
         }
         if let Some(inherited) = guard.take() {
+            self.forked_writer
+                .store(inherited.is_writer(), Ordering::Release);
             // Dropping it would flush the parent's records from here.
             std::mem::forget(inherited);
         }
@@ -61,14 +77,14 @@ impl PySegmentStore {
             ..self.opts.clone()
         };
         *guard = Some(SegmentStore::open(&self.path, opts).map_err(errors::segment)?);
-        self.pid.store(me, Ordering::Release);
+        self.fork.reopened();
         Ok(())
     }
 }
 
 impl Drop for PySegmentStore {
     fn drop(&mut self) {
-        if *self.pid.get_mut() != std::process::id()
+        if self.fork.forked()
             && let Some(inherited) = self.store.get_mut().take()
         {
             std::mem::forget(inherited);
@@ -112,7 +128,8 @@ impl PySegmentStore {
             path,
             opts,
             store: RwLock::new(Some(store)),
-            pid: AtomicU32::new(std::process::id()),
+            fork: ForkMark::new(py),
+            forked_writer: AtomicBool::new(false),
         })
     }
 
@@ -161,7 +178,7 @@ impl PySegmentStore {
             })?;
             batch.push((key, record));
         }
-        self.with(|s| py.detach(|| s.put_batch(&batch)).map_err(errors::segment))
+        self.with_writer(|s| py.detach(|| s.put_batch(&batch)).map_err(errors::segment))
     }
 
     fn get_batch<'py>(
@@ -194,7 +211,7 @@ impl PySegmentStore {
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        self.with(|s| py.detach(|| s.flush()).map_err(errors::segment))
+        self.with_writer(|s| py.detach(|| s.flush()).map_err(errors::segment))
     }
 
     fn __len__(&self) -> PyResult<usize> {
@@ -219,7 +236,7 @@ impl PySegmentStore {
     }
 
     fn compact<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let r = self.with(|s| py.detach(|| s.compact()).map_err(errors::segment))?;
+        let r = self.with_writer(|s| py.detach(|| s.compact()).map_err(errors::segment))?;
         let d = PyDict::new(py);
         d.set_item("segments_before", r.segments_before)?;
         d.set_item("segments_after", r.segments_after)?;
@@ -262,7 +279,7 @@ impl PySegmentStore {
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let store = self.store.write().take();
-        if self.pid.load(Ordering::Acquire) != std::process::id() {
+        if self.fork.forked() {
             std::mem::forget(store);
             return Ok(());
         }

@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -17,6 +16,7 @@ use shard_store::format::ShardName;
 use shard_store::{Compression, Options, Preload, ShardLength, ShardStore, StoreItem};
 
 use crate::errors::{self, Kind};
+use crate::fork::ForkMark;
 use crate::json;
 
 /// A shard-store error as its `cachex.errors` exception.
@@ -123,11 +123,11 @@ pub struct PyShardStore {
     /// `None` only in a forked child, until the first call reopens it.
     store: parking_lot::RwLock<Option<ShardStore<PyItem>>>,
     root: PathBuf,
-    /// The process that opened `store`. A forked child (a DataLoader
-    /// worker) has none of the parent's worker threads: there the
-    /// inherited store is leaked untouched (dropping it would wait for
-    /// them) and the root reopened with the same source and options.
-    pid: AtomicU32,
+    /// Set in a forked child (a DataLoader worker) by the fork hook. The
+    /// child has none of the parent's worker threads: there the inherited
+    /// store is leaked untouched (dropping it would wait for them) and the
+    /// root reopened with the same source and options.
+    fork: ForkMark,
     source: Option<Py<PyAny>>,
     failed: ErrorSlot,
     /// The constructor's keyword arguments, for pickling.
@@ -140,7 +140,7 @@ impl PyShardStore {
         py: Python<'_>,
         f: impl FnOnce(&ShardStore<PyItem>) -> shard_store::Result<R> + Send,
     ) -> PyResult<R> {
-        if self.pid.load(Ordering::Acquire) != std::process::id() {
+        if self.fork.forked() {
             self.reopen_after_fork(py)?;
         }
         let guard = self.store.read();
@@ -168,10 +168,13 @@ impl PyShardStore {
         let fresh = fresh.cast_into::<PyShardStore>()?;
         let opened = fresh.get().store.write().take();
         let mut guard = self.store.write();
+        if !self.fork.forked() {
+            return Ok(()); // another thread of this child reopened first
+        }
         if let Some(inherited) = std::mem::replace(&mut *guard, opened) {
             std::mem::forget(inherited);
         }
-        self.pid.store(std::process::id(), Ordering::Release);
+        self.fork.reopened();
         Ok(())
     }
 
@@ -267,7 +270,7 @@ impl PyShardStore {
         Ok(PyShardStore {
             store: parking_lot::RwLock::new(Some(store.map_err(error)?)),
             root,
-            pid: AtomicU32::new(std::process::id()),
+            fork: ForkMark::new(py),
             source,
             failed,
             kwargs: kwargs.into_any().unbind(),
@@ -362,7 +365,7 @@ impl PyShardStore {
 
 impl Drop for PyShardStore {
     fn drop(&mut self) {
-        if *self.pid.get_mut() != std::process::id()
+        if self.fork.forked()
             && let Some(inherited) = self.store.get_mut().take()
         {
             std::mem::forget(inherited);

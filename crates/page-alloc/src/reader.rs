@@ -248,12 +248,60 @@ impl PageReader {
     /// among themselves. Every sample appears once; only `window_pages`
     /// pages need to be resident at a time. Deterministic for a `seed`.
     pub fn quasi_random_order(&self, seed: u64, window_pages: usize) -> Vec<usize> {
+        self.shuffled_share(seed, window_pages, 0, 1)
+    }
+
+    /// Share `share` of `shares` of the quasi-random order of `seed`, for
+    /// loader workers (and ranks) that read one file without talking to
+    /// each other: the shuffled runs are dealt out whole, each to the share
+    /// with the fewest samples so far, then each share's samples are
+    /// shuffled within windows of `window_pages` of its own pages. Every
+    /// share computes the same deal from the same seed, so the shares are
+    /// disjoint and together hold every sample once; their sizes differ by
+    /// at most one run. With one share this is
+    /// [`quasi_random_order`](Self::quasi_random_order).
+    pub fn quasi_random_share(
+        &self,
+        seed: u64,
+        window_pages: usize,
+        share: usize,
+        shares: usize,
+    ) -> Result<Vec<usize>> {
+        if share >= shares {
+            return Err(Error::invalid(
+                &self.path,
+                "share",
+                format!("share {share} of {shares}: give 0 <= share < shares"),
+            ));
+        }
+        Ok(self.shuffled_share(seed, window_pages, share, shares))
+    }
+
+    fn shuffled_share(
+        &self,
+        seed: u64,
+        window_pages: usize,
+        share: usize,
+        shares: usize,
+    ) -> Vec<usize> {
         let mut rng = SplitMix64(seed ^ 0x9E37_79B9_7F4A_7C15);
         let mut runs: Vec<(u64, u64)> = (0..self.layout.header.num_runs)
             .filter_map(|k| self.run_of(k).map(|(first, n, _, _)| (first, n)))
             .collect();
         rng.shuffle(&mut runs);
-        let mut order = Vec::with_capacity(self.len());
+        if shares > 1 {
+            let mut load = vec![0u64; shares];
+            runs.retain(|&(_, n)| {
+                let (least, _) = load
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|&(k, &l)| (l, k))
+                    .unwrap_or((0, &0));
+                load[least] += n;
+                least == share
+            });
+        }
+        let mut order = Vec::with_capacity(runs.iter().map(|r| r.1 as usize).sum());
         for window in runs.chunks(window_pages.max(1)) {
             let from = order.len();
             for &(first, n) in window {

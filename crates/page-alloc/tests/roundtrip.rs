@@ -306,6 +306,48 @@ fn quasi_random_order_is_a_permutation_grouped_by_page_windows() {
     assert_ne!(order, r.quasi_random_order(43, 2));
 }
 
+#[test]
+fn quasi_random_shares_are_disjoint_whole_pages_and_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.pages");
+    let sizes: Vec<(usize, usize)> = (0..500).map(|i| (200 + i % 50, 0)).collect();
+    write_generated(
+        &path,
+        &sizes,
+        1,
+        WriterOptions::default().page_size(4096).alignment(8),
+    );
+    let r = PageReader::open(&path).unwrap();
+    assert_eq!(
+        r.quasi_random_share(7, 2, 0, 1).unwrap(),
+        r.quasi_random_order(7, 2)
+    );
+    // The page a sample's blob lies on.
+    let base = r.bytes().as_ptr() as usize;
+    let page_of = |i: usize| {
+        let blob = r.sample(i).unwrap().bytes(2).unwrap();
+        (blob.as_ptr() as usize - base) as u64 / r.page_size()
+    };
+    let shares: Vec<Vec<usize>> = (0..3)
+        .map(|k| r.quasi_random_share(7, 2, k, 3).unwrap())
+        .collect();
+    let mut all: Vec<usize> = shares.concat();
+    all.sort_unstable();
+    assert_eq!(all, (0..500).collect::<Vec<_>>());
+    for (k, a) in shares.iter().enumerate() {
+        for b in &shares[k + 1..] {
+            let pages_b: std::collections::HashSet<u64> = b.iter().map(|&i| page_of(i)).collect();
+            assert!(a.iter().all(|&i| !pages_b.contains(&page_of(i))));
+        }
+    }
+    let sizes: Vec<usize> = shares.iter().map(Vec::len).collect();
+    let per_page = 500 / r.num_runs() + 1;
+    assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 2 * per_page);
+    assert_eq!(shares[1], r.quasi_random_share(7, 2, 1, 3).unwrap());
+    assert!(r.quasi_random_share(7, 2, 3, 3).is_err());
+    assert!(r.quasi_random_share(7, 2, 0, 0).is_err());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 

@@ -11,6 +11,9 @@ view's ``.base`` keeps the mapping alive, so it stays valid after the store
 is closed or deleted. Copy one (``np.array(view)``) to get a writable array
 that does not keep the file mapped.
 
+:mod:`cachex.data` has datasets over every store for training loops
+(PyTorch ``Dataset`` classes when torch is installed, numpy otherwise).
+
 Every error a store raises is a :class:`cachex.CacheError` (see
 :mod:`cachex.errors`), with the store's message naming the file and the
 problem.
@@ -18,6 +21,9 @@ problem.
 
 from __future__ import annotations
 
+import os as _os
+
+from cachex import _cachex
 from cachex._cachex import (
     BetonReader,
     Cache,
@@ -47,6 +53,7 @@ from cachex.errors import (
     CacheError,
     CacheIOError,
     CorruptError,
+    ForkedWriterError,
     InvalidInputError,
     LockedError,
     ReadOnlyError,
@@ -55,6 +62,10 @@ from cachex.errors import (
 )
 from cachex.facade import CachedFn, cached
 
+# A forked child (a DataLoader worker) marks every live handle: readers
+# reopen on first use, writers refuse with ForkedWriterError. See cachex.data.
+_os.register_at_fork(after_in_child=_cachex._after_fork_in_child)
+
 __all__ = [
     "BetonReader",
     "Cache",
@@ -62,6 +73,7 @@ __all__ = [
     "CacheIOError",
     "CachedFn",
     "CorruptError",
+    "ForkedWriterError",
     "InvalidInputError",
     "LockedError",
     "MappedValue",

@@ -296,6 +296,7 @@ class MemmapArray:
     Notes
     -----
     Pickles as its path and load options; the copy reopens the directory.
+    In a forked child the handle reopens the directory on first use.
     """
 
     def __init__(
@@ -313,8 +314,38 @@ class MemmapArray:
     @property
     def fingerprint(self) -> Any:
         """``fingerprint.json``, parsed."""
+    @property
+    def in_memory(self) -> bool:
+        """Whether the arrays are read from RAM (``load_in_memory``)."""
+    def load_in_memory(self, ram_fraction: float = ...) -> None:
+        """Copy every array into RAM and read from there from now on.
+
+        Raises
+        ------
+        InvalidInputError
+            The arrays exceed ``ram_fraction`` of physical RAM (nothing changed).
+        """
     def get_row(self, i: int) -> dict[str, np.ndarray | None]:
         """Row ``i`` (negative from the end): read-only views of every array."""
+    def fill_batch(
+        self, indices: Sequence[int], out: Mapping[str, np.ndarray]
+    ) -> dict[str, list[bool]]:
+        """Copy rows into preallocated buffers with the GIL released.
+
+        Parameters
+        ----------
+        indices : sequence of int
+            Rows (negative from the end).
+        out : dict
+            Array name -> writable C-contiguous array of the array's dtype
+            and shape ``(n, *shape)``, ``n >= len(indices)``.
+
+        Returns
+        -------
+        dict
+            For each nullable array in ``out``: which rows were present
+            (absent ones are zero-filled).
+        """
     def get(self, i: int, name: str) -> np.ndarray | None:
         """Array ``name`` of row ``i``."""
     def source(self, i: int) -> str: ...
@@ -413,7 +444,8 @@ class PageReader:
 
     Notes
     -----
-    Pickles as its path; the copy reopens the file.
+    Pickles as its path and options; the copy reopens the file. In a forked
+    child the handle reopens the file on first use.
     """
 
     def __init__(
@@ -450,8 +482,14 @@ class PageReader:
         """
     def prefetch(self, indices: Sequence[int]) -> None:
         """``madvise(WILLNEED)`` the pages of these samples."""
-    def quasi_random_order(self, seed: int, window_pages: int = 8) -> list[int]:
-        """FFCV's QUASI_RANDOM epoch order."""
+    def quasi_random_order(
+        self, seed: int, window_pages: int = 8, *, share: int = 0, shares: int = 1
+    ) -> list[int]:
+        """FFCV's QUASI_RANDOM epoch order, or share ``share`` of ``shares`` of it.
+
+        The shares of one seed hold whole pages, are disjoint and together
+        hold every sample once (one share per DataLoader worker).
+        """
 
 class BetonReader:
     """A validated FFCV ``.beton`` file, memory-mapped."""
@@ -547,6 +585,9 @@ class _CachedFn:
     def flush(self) -> None: ...
 
 def _reopen_memmap_array(path: str, load_in_memory: bool, ram_fraction: float) -> MemmapArray: ...
+def _reopen_page_reader(path: str, populate: bool, verify_pages: bool) -> PageReader: ...
+def _after_fork_in_child() -> None:
+    """The ``os.register_at_fork(after_in_child=...)`` hook: marks every live handle."""
 
 class ShardStore:
     """Random access to the items of a deterministic iterable (loadit's layout).

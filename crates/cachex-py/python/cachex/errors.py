@@ -11,6 +11,7 @@ __all__ = [
     "CacheError",
     "CacheIOError",
     "CorruptError",
+    "ForkedWriterError",
     "InvalidInputError",
     "LockedError",
     "ReadOnlyError",
@@ -48,6 +49,13 @@ class InvalidInputError(CacheError, ValueError):
 
 class ReadOnlyError(CacheError):
     """The cache was opened read-only (or by a non-writer rank) and the call needs the writer."""
+
+
+class ForkedWriterError(ReadOnlyError):
+    """A writer opened before a fork was used in the forked child (e.g. a DataLoader worker).
+
+    The parent keeps the writer (its lock, buffered rows and file); nothing was written.
+    """
 
 
 class StaleError(CacheError):

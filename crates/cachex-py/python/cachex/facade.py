@@ -36,7 +36,9 @@ class CachedFn:
     -----
     The GIL is released while the cache is read and written; ``func`` runs
     with the GIL held. An exception raised by ``func`` propagates
-    unchanged, and nothing of that batch is cached.
+    unchanged, and nothing of that batch is cached. A CachedFn (or Cache)
+    made before a fork stores nothing in the forked child: its calls there
+    raise :class:`cachex.ForkedWriterError`.
     """
 
     def __init__(
