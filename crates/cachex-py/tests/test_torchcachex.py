@@ -7,6 +7,7 @@ tensors); ``as_np`` compares either way.
 from __future__ import annotations
 
 import inspect
+import json
 import multiprocessing as mp
 import subprocess
 import sys
@@ -80,8 +81,14 @@ def test_every_torchcachex_dtype_and_bfloat16_round_trip_across_reopen(tmp_path,
     want = {f"k{i}": (np.arange(12) % 3 + i).astype(dt).reshape(3, 4) for i in range(5)}
     b = backend(tmp_path)
     if torch is not None:
-        b.put_batch({k: torch.from_numpy(v.view(np.int16)).view(torch.bfloat16)
-                     if dtype == "bfloat16" else torch.from_numpy(v) for k, v in want.items()})
+        b.put_batch(
+            {
+                k: torch.from_numpy(v.view(np.int16)).view(torch.bfloat16)
+                if dtype == "bfloat16"
+                else torch.from_numpy(v)
+                for k, v in want.items()
+            }
+        )
     else:
         b.put_batch(want)
     b.close()
@@ -149,6 +156,7 @@ def test_non_str_keys_are_their_str(tmp_path):
     b.close()
     values, missing = backend(tmp_path).get_batch(["7", 8])
     assert missing == []
+    same(values[1], np.ones(1, np.float32))
 
 
 def test_async_flush_waits_for_every_queued_write(tmp_path):
@@ -158,15 +166,21 @@ def test_async_flush_waits_for_every_queued_write(tmp_path):
     b.flush()
     # Another process sees every value the moment flush returned.
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import cachex
             s = cachex.SegmentStore({str(b.cache_dir)!r}, read_only=True)
             values, missing = s.get_batch([f"k{{i}}" for i in range(200)])
             assert missing == [], missing
             assert all(int(v[0]) == i for i, v in enumerate(values))
             print(len(s))
-        """)],
-        capture_output=True, text=True, check=True,
+        """),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip() == "200"
 
@@ -185,21 +199,19 @@ def test_lru_size_zero_keeps_nothing_in_memory(tmp_path):
     # torchcachex 0.2.0 kept every value in an unbounded dict here.
     b = backend(tmp_path, lru_size=0)
     b.put_batch({f"k{i}": np.full(2, i, np.float32) for i in range(50)})
-    values, missing = b.get_batch([f"k{i}" for i in range(50)])
+    _, missing = b.get_batch([f"k{i}" for i in range(50)])
     assert missing == [] and len(b.lru) == 0
 
 
-def test_rank_from_the_environment_and_non_writer_ranks_only_fill_their_lru(
-    tmp_path, monkeypatch
-):
+def test_rank_from_the_environment_and_non_writer_ranks_only_fill_their_lru(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     b = backend(tmp_path)
     assert b.current_rank == 1 and not b.is_writer
     b.put_batch({"k": np.ones(3, np.float32)})
     b.flush()
-    values, missing = b.get_batch(["k"])
+    _, missing = b.get_batch(["k"])
     assert missing == []  # from its LRU
-    assert list((tmp_path / "features_v1" / "segments").iterdir()) == []
+    assert list(tmp_path.rglob("*.arrow")) == []
     b.close()
     monkeypatch.setenv("RANK", "0")
     writer = backend(tmp_path)
@@ -225,7 +237,7 @@ def test_schema_drift_raises_and_writes_nothing_of_the_batch(tmp_path):
     with pytest.raises(cachex.SchemaMismatchError):
         b.put_batch({"d": {"x": np.zeros(4, np.float32)}})
     b.close()
-    values, missing = backend(tmp_path).get_batch(["a", "b", "c", "d"])
+    _, missing = backend(tmp_path).get_batch(["a", "b", "c", "d"])
     assert missing == [1, 2, 3]
 
 
@@ -273,9 +285,9 @@ def test_with_block_and_close_flush(tmp_path):
 
 
 def _forked_child(b, queue) -> None:
-    values, missing = b.get_batch(["flushed", "only_in_child"])
+    _, missing = b.get_batch(["flushed", "only_in_child"])
     b.put_batch({"only_in_child": np.ones(2, np.float32)})
-    got, missing2 = b.get_batch(["only_in_child"])
+    _, missing2 = b.get_batch(["only_in_child"])
     queue.put((missing, missing2, b.is_writer))
 
 
@@ -320,3 +332,31 @@ def test_numpy_only_backend_and_a_typed_error_for_the_decorator(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok ") and "needs PyTorch" in out.stdout
+
+
+def test_workload_w1_runs_through_the_drop_in(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cachex.workload",
+            "w1",
+            "--api",
+            "torchcachex",
+            "--n",
+            "300",
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert {line["phase"] for line in lines} == {
+        "write",
+        "read_random",
+        "write_dict",
+        "read_random_dict",
+    }
+    assert all(line["api"] == "cachex.torchcachex" and line["items_per_s"] > 0 for line in lines)

@@ -14,8 +14,16 @@ nn = torch.nn
 from cachex.torchcachex import ArrowIPCCacheBackend, CacheModuleDecorator  # noqa: E402
 
 TORCH_DTYPES = [
-    torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
-    torch.int64, torch.uint8, torch.bool, torch.bfloat16,
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.bfloat16,
 ]
 
 
@@ -139,7 +147,9 @@ def test_stateless_enforcement(tmp_path):
         cached(x, cache_ids=["a"])
     cached.eval()
     cached(x, cache_ids=["a"])
-    loose = CacheModuleDecorator(nn.Linear(2, 2), backend(tmp_path / "loose"), enforce_stateless=False)
+    loose = CacheModuleDecorator(
+        nn.Linear(2, 2), backend(tmp_path / "loose"), enforce_stateless=False
+    )
     loose(x, cache_ids=["a"])
 
 

@@ -194,14 +194,21 @@ def _from_store(values: list[Any]) -> list[Any]:
             cols[name] = _rows(col) if isinstance(part, np.ndarray) else col
         out = []
         for i in range(len(values)):
-            out.append({n: (c[i] if not isinstance(c[i], bytes) else pickle.loads(c[i])) for n, c in cols.items()})
+            out.append(
+                {
+                    n: (c[i] if not isinstance(c[i], bytes) else pickle.loads(c[i]))
+                    for n, c in cols.items()
+                }
+            )
         return out
     if isinstance(first, tuple | list):
         width = len(first)
         cols_t = []
         for j in range(width):
             col = [v[j] for v in values]
-            cols_t.append(_rows(col) if isinstance(first[j], np.ndarray) else [pickle.loads(b) for b in col])
+            cols_t.append(
+                _rows(col) if isinstance(first[j], np.ndarray) else [pickle.loads(b) for b in col]
+            )
         kind = tuple if isinstance(first, tuple) else list
         return [kind(c[i] for c in cols_t) for i in range(len(values))]
     return [pickle.loads(v) for v in values]
@@ -439,7 +446,7 @@ class ArrowIPCCacheBackend:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: S110 - best effort at teardown, as torchcachex
+        except Exception:
             pass
 
     def __repr__(self) -> str:
@@ -595,7 +602,9 @@ if nn is not None:
             """The wrapped module's state dict (the cache lives on disk, not in it)."""
             return self.module.state_dict(*args, **kwargs)
 
-        def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        def load_state_dict(
+            self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+        ) -> Any:
             """Loads into the wrapped module."""
             return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
 

@@ -1,6 +1,8 @@
 """The workloads of ``BENCHMARKS.md`` through the Python API.
 
-Run ``python -m cachex.workload <w1|w3|w4|w5|all> [--n N] [--seed S] [--dir D]``.
+Run ``python -m cachex.workload <w1|w3|w4|w5|all> [--n N] [--seed S] [--dir D] [--api A]``
+(``--api torchcachex`` / ``torchcachex-original``: W1 through
+:mod:`cachex.workload_torchcachex`).
 It prints one JSON object per line, as the Rust runner (``benches/``) does,
 with ``"api": "python"``: ``workload``, ``phase``, ``n``, ``items_per_s``,
 ``mb_per_s``, ``peak_rss_bytes``. The machine limits (``limit``,
@@ -384,12 +386,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=0, help="item count (default: each workload's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
+    parser.add_argument(
+        "--api",
+        choices=["python", "torchcachex", "torchcachex-original"],
+        default="python",
+        help="python: cachex's own API; torchcachex / torchcachex-original: W1 through "
+        "cachex.torchcachex / the real torchcachex (see cachex.workload_torchcachex)",
+    )
     args = parser.parse_args(argv)
+    workloads = dict(WORKLOADS)
+    if args.api != "python":
+        if args.which != "w1":
+            parser.error(f"--api {args.api} drives w1 only")
+        from cachex.workload_torchcachex import w1_torchcachex
+
+        def run_w1(root: Path, n: int, seed: int) -> None:
+            w1_torchcachex(root, n, seed, args.api)
+
+        workloads["w1"] = (run_w1, WORKLOADS["w1"][1])
     base = args.dir or Path(tempfile.mkdtemp(prefix="cachex-workload-py-"))
     names = list(WORKLOADS) if args.which == "all" else [args.which]
     try:
         for name in names:
-            run, default_n = WORKLOADS[name]
+            run, default_n = workloads[name]
             root = base / name
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)
