@@ -154,64 +154,30 @@ def _to_store(value: Any) -> Any:
     return _leaf_to_store(value)
 
 
-def _tensor_of(a: np.ndarray) -> Any:
-    """A writable copy of a stored array: a torch tensor, else numpy."""
+def _own(a: np.ndarray) -> Any:
+    """A fresh array the caller owns (``get_batch(copy=True)``) as the user's value type."""
     if torch is None:
-        return np.array(a)
-    if a.dtype.kind == "V" or a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(np.array(a))
-
-
-def _rows(arrays: list[np.ndarray]) -> list[Any]:
-    """Writable copies of same-schema arrays: one stacked copy split into rows."""
-    try:
-        stacked = np.stack(arrays)
-    except ValueError:  # shapes differ: one copy each
-        return [_tensor_of(a) for a in arrays]
-    if torch is None:
-        return list(stacked)
-    if stacked.dtype.name == "bfloat16":
-        return list(torch.from_numpy(stacked.view(np.int16)).view(torch.bfloat16).unbind(0))
-    return list(torch.from_numpy(stacked).unbind(0))
+        return a
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _leaf_from_store(v: Any) -> Any:
-    if isinstance(v, bytes):
-        return pickle.loads(v)
-    return _tensor_of(v)
+    return pickle.loads(v) if isinstance(v, bytes) else _own(v)
 
 
-def _from_store(values: list[Any]) -> list[Any]:
-    """Stored records (arrays, dicts, tuples, lists, bytes) as user values."""
-    first = values[0]
-    if isinstance(first, np.ndarray):
-        return _rows(values)
-    if isinstance(first, dict):
-        cols: dict[str, list[Any]] = {}
-        for name, part in first.items():
-            col = [v[name] for v in values]
-            cols[name] = _rows(col) if isinstance(part, np.ndarray) else col
-        out = []
-        for i in range(len(values)):
-            out.append(
-                {
-                    n: (c[i] if not isinstance(c[i], bytes) else pickle.loads(c[i]))
-                    for n, c in cols.items()
-                }
-            )
-        return out
-    if isinstance(first, tuple | list):
-        width = len(first)
-        cols_t = []
-        for j in range(width):
-            col = [v[j] for v in values]
-            cols_t.append(
-                _rows(col) if isinstance(first[j], np.ndarray) else [pickle.loads(b) for b in col]
-            )
-        kind = tuple if isinstance(first, tuple) else list
-        return [kind(c[i] for c in cols_t) for i in range(len(values))]
-    return [pickle.loads(v) for v in values]
+def _from_store(v: Any) -> Any:
+    """A stored record (fresh arrays, dicts, tuples, lists, pickles) as the user's value."""
+    if isinstance(v, np.ndarray):
+        return _own(v)
+    if isinstance(v, dict):
+        return {k: _leaf_from_store(x) for k, x in v.items()}
+    if isinstance(v, tuple):
+        return tuple(_leaf_from_store(x) for x in v)
+    if isinstance(v, list):
+        return [_leaf_from_store(x) for x in v]
+    return pickle.loads(v)
 
 
 def _move(obj: Any, device: Any) -> Any:
@@ -366,13 +332,13 @@ class ArrowIPCCacheBackend:
         else:
             need = list(range(len(keys)))
         if need:
-            stored, _ = self.store.get_batch([keys[i] for i in need])
-            found = [(i, v) for i, v in zip(need, stored, strict=True) if v is not None]
-            if found:
-                decoded = _from_store([v for _, v in found])
-                for (i, _), v in zip(found, decoded, strict=True):
-                    results[i] = v
-                self._lru_put((keys[i], results[i]) for i, _ in found)
+            # Fresh arrays that own their bytes: writable, and an LRU entry
+            # pins no segment map and no other value's memory.
+            stored, _ = self.store.get_batch([keys[i] for i in need], copy=True)
+            for i, v in zip(need, stored, strict=True):
+                if v is not None:
+                    results[i] = _from_store(v)
+            self._lru_put((keys[i], results[i]) for i in need if results[i] is not None)
         if torch is not None and map_location is not None and str(map_location) != "cpu":
             results = [None if r is None else _move(r, map_location) for r in results]
         missing = [i for i, r in enumerate(results) if r is None]
