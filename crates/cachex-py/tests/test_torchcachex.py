@@ -186,13 +186,22 @@ def test_async_flush_waits_for_every_queued_write(tmp_path):
 
 
 def test_lru_is_bounded_by_count_and_returns_the_cached_object(tmp_path):
-    b = backend(tmp_path, lru_size=2)
-    b.put_batch({f"k{i}": np.full(2, i, np.float32) for i in range(5)})
-    assert list(b.lru) == ["k3", "k4"]  # the last two put
-    first, _ = b.get_batch(["k0"])
+    b = backend(tmp_path, lru_size=4)
+    b.put_batch({f"k{i}": np.full(2, i, np.float32) for i in range(10)})
+    assert len(b.lru) <= 4 and "k9" in b.lru and "k0" not in b.lru
+    first, _ = b.get_batch(["k0"])  # from disk, then kept
     again, _ = b.get_batch(["k0"])
     assert first[0] is again[0]
-    assert list(b.lru) == ["k4", "k0"]
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        keys = [f"k{i}" for i in rng.integers(0, 10, 3)]
+        values, missing = b.get_batch(keys)
+        assert missing == [] and len(b.lru) <= 4
+        for k, v in zip(keys, values, strict=True):
+            assert float(as_np(v)[0]) == int(k[1:])
+    recent = [f"k{i}" for i in rng.integers(0, 10, 2)]
+    b.get_batch(recent)
+    assert all(k in b.lru for k in recent)  # the most recently used stay
 
 
 def test_lru_size_zero_keeps_nothing_in_memory(tmp_path):

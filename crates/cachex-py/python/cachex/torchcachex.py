@@ -65,12 +65,12 @@ Differences from torchcachex (deliberate)
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import threading
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,9 @@ def _bf16():
     return ml_dtypes.bfloat16
 
 
+_BF16_DTYPE = None if _bf16() is None else np.dtype(_bf16())
+
+
 def _leaf_to_store(v: Any) -> Any:
     """A value part as the store takes it: an array, or a pickle."""
     if torch is not None and isinstance(v, torch.Tensor):
@@ -158,7 +161,7 @@ def _own(a: np.ndarray) -> Any:
     """A fresh array the caller owns (``get_batch(copy=True)``) as the user's value type."""
     if torch is None:
         return a
-    if a.dtype.name == "bfloat16":
+    if a.dtype.kind == "V" and a.dtype == _BF16_DTYPE:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 
@@ -180,6 +183,20 @@ def _from_store(v: Any) -> Any:
     return pickle.loads(v)
 
 
+def _from_store_batch(stored: list[Any], absent: list[int]) -> list[Any]:
+    """``get_batch(copy=True)``'s values as user values (None stays None)."""
+    if not stored or len(absent) == len(stored):
+        return stored
+    first = stored[next(i for i in range(len(stored)) if stored[i] is not None)]
+    if isinstance(first, np.ndarray) and (torch is None or first.dtype.kind != "V"):
+        if torch is None:
+            return stored  # fresh, writable arrays already
+        if not absent:
+            return list(map(torch.from_numpy, stored))
+        return [None if v is None else torch.from_numpy(v) for v in stored]
+    return [None if v is None else _from_store(v) for v in stored]
+
+
 def _move(obj: Any, device: Any) -> Any:
     if torch is None or device is None:
         return obj
@@ -194,6 +211,69 @@ def _move(obj: Any, device: Any) -> Any:
     return obj
 
 
+class _Lru:
+    """At most ``size`` values by key, least recently used out first, in bulk.
+
+    Two generations of plain dicts: new values and hits go into ``hot``;
+    when ``hot`` outgrows half the size it becomes ``cold`` (keeping its
+    newest ``size - size // 2``) and the old ``cold`` is dropped. A lookup
+    costs one or two dict probes and eviction is amortized O(1), so the LRU
+    adds almost nothing per value to a batch (an exact LRU's per-value
+    bookkeeping cost more than reading the value from the mapped file).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.hot: dict[str, Any] = {}
+        self.cold: dict[str, Any] = {}
+
+    def get_many(self, keys: list[str]) -> tuple[list[Any], list[int]]:
+        """Each key's value or None, and the positions of the Nones."""
+        out = list(map(self.hot.get, keys))
+        need = [i for i, v in enumerate(out) if v is None]
+        if need and self.cold:
+            cold, hot = self.cold, self.hot
+            still = []
+            for i in need:
+                v = cold.get(keys[i])
+                if v is None:
+                    still.append(i)
+                else:
+                    hot[keys[i]] = out[i] = v
+            need = still
+            self._age()
+        return out, need
+
+    def put_many(self, keys: list[str], values: list[Any]) -> None:
+        # A stale copy left in `cold` is harmless: `hot` is looked up first
+        # and `cold` is dropped whole at the next aging.
+        self.hot.update(zip(keys, values, strict=True))
+        self._age()
+
+    def _age(self) -> None:
+        if len(self.hot) > self.size // 2:
+            keep = self.size - self.size // 2
+            hot = self.hot
+            if len(hot) > keep:
+                hot = dict(itertools.islice(hot.items(), len(hot) - keep, None))
+            self.cold, self.hot = hot, {}
+
+    def __len__(self) -> int:
+        return len(self.hot) + sum(1 for k in self.cold if k not in self.hot)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.hot or key in self.cold
+
+    def __iter__(self) -> Iterator[str]:
+        """Keys, least recently used first."""
+        yield from (k for k in self.cold if k not in self.hot)
+        yield from self.hot
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.get_many([key])[0][0]
+        return default if v is None else v
+
+
 class ArrowIPCCacheBackend:
     """A persistent per-sample cache in torchcachex's layout, on the Rust engine.
 
@@ -204,7 +284,8 @@ class ArrowIPCCacheBackend:
     module_id : str
         Stable name of the cached computation (change it to invalidate).
     lru_size : int
-        Values kept in the in-memory LRU (4096); 0 disables it.
+        Values kept in the in-memory LRU (4096); 0 disables it. The LRU
+        ages values in two generations of ``lru_size / 2`` (see ``_Lru``).
     async_write : bool
         Write segments on a background thread (True). ``flush()`` waits for
         it and raises its errors.
@@ -263,7 +344,7 @@ class ArrowIPCCacheBackend:
             int(current_rank) if current_rank is not None else int(os.getenv("RANK", "0"))
         )
         self.lru_size = int(lru_size)
-        self.lru: OrderedDict[str, Any] = OrderedDict()
+        self.lru = _Lru(self.lru_size)
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._legacy_index_checked = False
@@ -284,22 +365,16 @@ class ArrowIPCCacheBackend:
         """Whether this process persists puts (the writer rank, not a forked child)."""
         return self.store.is_writer and os.getpid() == self._pid
 
-    def _lru_get(self, key: str) -> Any:
+    def _lru_get_many(self, keys: list[str]) -> tuple[list[Any], list[int]]:
+        """The LRU's value (or None) of each key, and the positions of the misses."""
         with self._lock:
-            v = self.lru.get(key)
-            if v is not None:
-                self.lru.move_to_end(key)
-            return v
+            return self.lru.get_many(keys)
 
-    def _lru_put(self, pairs: Iterable[tuple[str, Any]]) -> None:
-        if self.lru_size == 0:
-            return
-        with self._lock:
-            for k, v in pairs:
-                self.lru[k] = v
-                self.lru.move_to_end(k)
-            while len(self.lru) > self.lru_size:
-                self.lru.popitem(last=False)
+    def _lru_put(self, keys: list[str], values: list[Any]) -> None:
+        """Adds values as the most recent entries."""
+        if self.lru_size:
+            with self._lock:
+                self.lru.put_many(keys, values)
 
     def get_batch(
         self, keys: Iterable[Any], map_location: Any = "cpu"
@@ -319,29 +394,36 @@ class ArrowIPCCacheBackend:
             ``values[i]`` is the value of ``keys[i]`` or None;
             ``missing`` lists the positions of the keys not found.
         """
-        keys = [_key(k) for k in keys]
+        keys = list(keys)
+        if not all(type(k) is str for k in keys):
+            keys = [_key(k) for k in keys]
         results: list[Any | None] = [None] * len(keys)
         need: list[int] = []
         if self.lru_size:
-            for i, k in enumerate(keys):
-                v = self._lru_get(k)
-                if v is None:
-                    need.append(i)
-                else:
-                    results[i] = v
+            results, need = self._lru_get_many(keys)
         else:
             need = list(range(len(keys)))
+        missing: list[int] = []
         if need:
             # Fresh arrays that own their bytes: writable, and an LRU entry
             # pins no segment map and no other value's memory.
-            stored, _ = self.store.get_batch([keys[i] for i in need], copy=True)
-            for i, v in zip(need, stored, strict=True):
-                if v is not None:
-                    results[i] = _from_store(v)
-            self._lru_put((keys[i], results[i]) for i in need if results[i] is not None)
+            need_keys = keys if len(need) == len(keys) else [keys[i] for i in need]
+            stored, absent = self.store.get_batch(need_keys, copy=True)
+            decoded = _from_store_batch(stored, absent)
+            if len(need) == len(keys):
+                results = decoded
+            else:
+                for i, v in zip(need, decoded, strict=True):
+                    results[i] = v
+            if absent:
+                missing = [need[j] for j in absent]
+                gone = set(absent)
+                found = [j for j in range(len(need)) if j not in gone]
+                need_keys = [need_keys[j] for j in found]
+                decoded = [decoded[j] for j in found]
+            self._lru_put(need_keys, decoded)
         if torch is not None and map_location is not None and str(map_location) != "cpu":
             results = [None if r is None else _move(r, map_location) for r in results]
-        missing = [i for i, r in enumerate(results) if r is None]
         return results, missing
 
     def put_batch(self, items: Mapping[Any, Any]) -> None:
@@ -367,7 +449,7 @@ class ArrowIPCCacheBackend:
         if self.is_writer:
             self._forget_legacy_index()
             self.store.put_batch([(k, _to_store(v)) for k, v in pairs])
-        self._lru_put(pairs)
+        self._lru_put([k for k, _ in pairs], [v for _, v in pairs])
 
     def _forget_legacy_index(self) -> None:
         """Remove torchcachex's ``index.pkl`` before the first new segment lands."""
@@ -559,9 +641,7 @@ if nn is not None:
             for j, pos in enumerate(missing):
                 fresh[pos] = _tree_index(out, j if sub_batch else pos)
             self.cache.put_batch({keys[pos]: _cpu(v) for pos, v in fresh.items()})
-            merged = [
-                fresh[i] if i in fresh else _move(cached[i], device) for i in range(len(keys))
-            ]
+            merged = [fresh[i] if i in fresh else cached[i] for i in range(len(keys))]
             return _tree_stack([_move(v, device) for v in merged])
 
         def state_dict(self, *args: Any, **kwargs: Any) -> dict:

@@ -12,7 +12,10 @@ async writes, which its ``flush`` does not wait for, so that both write
 phases end with every sample on disk); reads reopen the cache and call
 ``get_batch`` on 200 batches of 256 random keys, stacking each batch's
 features (touching every element). Values are torch tensors when torch is
-importable (the real torchcachex needs it), numpy arrays otherwise.
+importable (the real torchcachex needs it), numpy arrays otherwise; torch
+runs on one intra-op thread (as numpy does), because on a busy machine its
+thread pool's waits swamp a 0.1 ms reduction and measure the scheduler, not
+the cache.
 """
 
 from __future__ import annotations
@@ -77,6 +80,8 @@ def _as_array(v: Any) -> np.ndarray:
 def w1_torchcachex(root: Path, n: int, seed: int, api: str) -> None:
     """W1's write and read phases through a torchcachex-style backend."""
     cls = _backend_class(api)
+    if torch is not None:
+        torch.set_num_threads(1)
     name = API_NAMES[api]
     wrap = torch.from_numpy if torch is not None else (lambda a: a)
     stack = torch.stack if torch is not None else np.stack
