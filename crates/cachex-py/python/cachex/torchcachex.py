@@ -39,7 +39,10 @@ Differences from torchcachex (deliberate)
 * bfloat16 is kept as bfloat16 (numpy side: ``ml_dtypes.bfloat16``);
   torchcachex declared it float32 and failed converting it.
 * ``lru_size=0`` means no in-memory LRU; torchcachex then kept *every*
-  value in an unbounded dict.
+  value in an unbounded dict. The LRU holds at most ``lru_size`` values
+  and evicts the least recently used in bulk (two generations of
+  ``lru_size / 2``), which costs a dict probe per value instead of
+  per-value reordering.
 * Two writer processes: the writer rank takes a lock, so a second writer
   on the same directory gets :class:`cachex.LockedError` instead of both
   numbering segments from the same id and overwriting each other's. To let
