@@ -14,6 +14,8 @@ use crate::array::{self, Keeper};
 use crate::errors;
 use crate::fork::ForkMark;
 
+mod stack;
+
 /// A segment store handle; `close()` (or leaving a `with` block) flushes
 /// and releases the writer lock.
 #[pyclass(module = "cachex._cachex", name = "SegmentStore", frozen)]
@@ -181,14 +183,38 @@ impl PySegmentStore {
         self.with_writer(|s| py.detach(|| s.put_batch(&batch)).map_err(errors::segment))
     }
 
+    #[pyo3(signature = (keys, copy=false))]
     fn get_batch<'py>(
         &self,
         py: Python<'py>,
-        keys: Vec<String>,
+        keys: &Bound<'py, PyAny>,
+        copy: bool,
     ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+        let keys = borrowed_keys(keys)?;
+        let keys = key_strs(&keys)?;
         let (records, missing) =
             self.with(|s| py.detach(|| s.get_batch(&keys)).map_err(errors::segment))?;
-        Ok((records_to_py(py, records)?, missing))
+        let out = if copy {
+            records_to_owned_py(py, &records)?
+        } else {
+            records_to_py(py, records)?
+        };
+        Ok((out, missing))
+    }
+
+    /// The batch as one array per tensor part (rows in key order, missing
+    /// rows zero) and a list per blob part: one copy, made with the GIL
+    /// released, and no Python object per record.
+    fn get_stacked<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
+        let keys = borrowed_keys(keys)?;
+        let keys = key_strs(&keys)?;
+        let (records, missing) =
+            self.with(|s| py.detach(|| s.get_batch(&keys)).map_err(errors::segment))?;
+        Ok((stack::stacked_to_py(py, &self.path, &records)?, missing))
     }
 
     fn get<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
@@ -345,6 +371,39 @@ impl PySegmentStore {
     }
 }
 
+/// The `str` objects of a key sequence (any iterable of `str`), kept
+/// alive so their UTF-8 can be borrowed without a copy per key.
+fn borrowed_keys<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyString>>> {
+    let type_error =
+        |k: &Bound<'py, PyAny>| errors::invalid(format!("keys must be str, not {}", k.get_type()));
+    if let Ok(list) = keys.cast::<PyList>() {
+        return list
+            .iter()
+            .map(|k| {
+                k.cast_into::<PyString>()
+                    .map_err(|e| type_error(e.into_inner().as_any()))
+            })
+            .collect();
+    }
+    if keys.is_instance_of::<PyString>() {
+        return Err(errors::invalid(
+            "keys must be a sequence of str, not one str",
+        ));
+    }
+    keys.try_iter()?
+        .map(|k| {
+            let k = k?;
+            k.cast_into::<PyString>()
+                .map_err(|e| type_error(e.into_inner().as_any()))
+        })
+        .collect()
+}
+
+/// Borrowed UTF-8 of each key (valid while `keys` lives; `str` is immutable).
+fn key_strs<'a>(keys: &'a [Bound<'_, PyString>]) -> PyResult<Vec<&'a str>> {
+    keys.iter().map(|k| k.to_str()).collect()
+}
+
 fn message(py: Python<'_>, e: &PyErr) -> String {
     e.value(py)
         .str()
@@ -457,6 +516,42 @@ pub(crate) fn records_to_py(
         }
     }
     Ok(out)
+}
+
+/// The records of one batch as values whose arrays are writable copies
+/// that own their memory (`get_batch(copy=True)`).
+fn records_to_owned_py<'py>(
+    py: Python<'py>,
+    records: &[Option<Record>],
+) -> PyResult<Bound<'py, PyList>> {
+    let part = |p: &Part| -> PyResult<Bound<'py, PyAny>> {
+        match p {
+            Part::Tensor(t) => stack::owned_copy(py, t),
+            Part::Blob(b) => Ok(PyBytes::new(py, b.as_bytes()).into_any()),
+        }
+    };
+    let mut out = Vec::with_capacity(records.len());
+    for r in records {
+        out.push(match r {
+            None => py.None().into_bound(py),
+            Some(Record::Tensor(t)) => stack::owned_copy(py, t)?,
+            Some(Record::Blob(b)) => PyBytes::new(py, b.as_bytes()).into_any(),
+            Some(Record::Dict(parts)) => {
+                let d = PyDict::new(py);
+                for (name, p) in parts {
+                    d.set_item(&**name, part(p)?)?;
+                }
+                d.into_any()
+            }
+            Some(Record::Tuple(parts)) => {
+                PyTuple::new(py, parts.iter().map(part).collect::<PyResult<Vec<_>>>()?)?.into_any()
+            }
+            Some(Record::List(parts)) => {
+                PyList::new(py, parts.iter().map(part).collect::<PyResult<Vec<_>>>()?)?.into_any()
+            }
+        });
+    }
+    PyList::new(py, out)
 }
 
 /// A record as numpy views (whose base keeps the record alive), `bytes`,

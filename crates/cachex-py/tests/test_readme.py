@@ -19,3 +19,5 @@ def test_readme_session_runs(tmp_path, monkeypatch):
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {"__name__": "__readme__"})
     assert (tmp_path / "feature-cache" / "segments").is_dir()
+    assert len(blocks) >= 2, "README.md lost its cachex.torchcachex block"
+    assert list((tmp_path / "tcx-cache" / "features_v1" / "segments").glob("*.arrow"))

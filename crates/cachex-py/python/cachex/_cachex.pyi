@@ -125,8 +125,27 @@ class SegmentStore:
         ReadOnlyError
             The store was opened read-only.
         """
-    def get_batch(self, keys: Sequence[str]) -> tuple[list[Value | None], list[int]]:
+    def get_batch(
+        self, keys: Sequence[str], copy: bool = False
+    ) -> tuple[list[Value | None], list[int]]:
         """Look up values by key.
+
+        Parameters
+        ----------
+        keys : sequence of str
+        copy : bool
+            False: arrays are read-only zero-copy views of the mapped
+            segment. True: writable arrays that own a copy of their bytes.
+
+        Returns
+        -------
+        values : list
+            One entry per key, in order: the value or ``None`` when missing.
+        missing : list of int
+            The positions in ``keys`` that were not found.
+        """
+    def get_stacked(self, keys: Sequence[str]) -> tuple[Any, list[int]]:
+        """Look up a batch as stacked arrays: one copy, no object per value.
 
         Parameters
         ----------
@@ -134,11 +153,20 @@ class SegmentStore:
 
         Returns
         -------
-        values : list
-            One entry per key, in order: the value (arrays are read-only
-            zero-copy views of the mapped segment) or ``None`` when missing.
+        value
+            ``None`` when no key is found. Otherwise shaped like one value
+            with a leading batch axis: an array ``(len(keys), *shape)`` for
+            a single-array cache; a dict / tuple / list of such arrays for
+            the other structures; a ``bytes`` part becomes a list of
+            ``bytes`` (``None`` where missing). Arrays are fresh and
+            writable; rows of missing keys are zero.
         missing : list of int
             The positions in ``keys`` that were not found.
+
+        Raises
+        ------
+        InvalidInputError
+            The found values differ in shape (read them with :meth:`get_batch`).
         """
     def get(self, key: str) -> Value | None:
         """The value of one key, or ``None``."""

@@ -1,6 +1,8 @@
 """The workloads of ``BENCHMARKS.md`` through the Python API.
 
-Run ``python -m cachex.workload <w1|w3|w4|w5|all> [--n N] [--seed S] [--dir D]``.
+Run ``python -m cachex.workload <w1|w3|w4|w5|all> [--n N] [--seed S] [--dir D] [--api A]``
+(``--api torchcachex`` / ``torchcachex-original``: W1 through
+:mod:`cachex.workload_torchcachex`).
 It prints one JSON object per line, as the Rust runner (``benches/``) does,
 with ``"api": "python"``: ``workload``, ``phase``, ``n``, ``items_per_s``,
 ``mb_per_s``, ``peak_rss_bytes``. The machine limits (``limit``,
@@ -99,51 +101,66 @@ def w1(root: Path, n: int, seed: int) -> None:
         on_disk = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
         emit("w1", f"write{suffix}", n, n * item_bytes, secs, bytes_on_disk_per_item=on_disk / n)
 
-        rng = np.random.default_rng(seed ^ 0x5EED)
-        passes = []
-        for _ in range(W1_PASSES):
-            t = time.perf_counter()
-            reader = cachex.SegmentStore(d, lru_bytes=0, read_only=True)
-            open_ms = (time.perf_counter() - t) * 1e3
-            lat, secs, sink, to_check = [], 0.0, 0.0, []
-            for b in range(W1_READ_BATCHES):
-                ids = rng.integers(0, n, W1_BATCH)
-                keys = [f"sample_{i}" for i in ids]
+        # get_batch (a view per value, np.stack here), then get_stacked.
+        for stacked in (False, True):
+            rng = np.random.default_rng(seed ^ 0x5EED)
+            passes = []
+            for _ in range(W1_PASSES):
                 t = time.perf_counter()
-                values, missing = reader.get_batch(keys)
-                feats = [v["features"] for v in values] if as_dict else values
-                sink += float(np.stack(feats).sum())  # touches every element
-                dt = time.perf_counter() - t
-                secs += dt
-                lat.append(dt * 1e3)
-                if missing:
-                    raise WrongValueError(f"w1: {len(missing)} keys missing")
-                if b % 10 == 0 or n <= 10_000:
-                    to_check.append((ids, values))
-            for ids, values in to_check:
-                got = np.stack([v["features"] for v in values] if as_dict else values)
-                if not np.array_equal(got, w1_features(seed, ids)):
-                    raise WrongValueError("w1: features differ")
-                if as_dict:
-                    got = np.stack([v["logits"] for v in values])
-                    if not np.array_equal(got, w1_logits(seed, ids)):
-                        raise WrongValueError("w1: logits differ")
-            passes.append((secs, lat, open_ms))
-            reader.close()
-        passes.sort(key=lambda p: p[0])
-        secs, lat, open_ms = passes[len(passes) // 2]
-        lat.sort()
-        reads = W1_READ_BATCHES * W1_BATCH
-        emit(
-            "w1",
-            f"read_random{suffix}",
-            reads,
-            reads * item_bytes,
-            secs,
-            p50_ms=lat[len(lat) // 2],
-            p99_ms=lat[min(len(lat) * 99 // 100, len(lat) - 1)],
-            open_ms=open_ms,
-        )
+                reader = cachex.SegmentStore(d, lru_bytes=0, read_only=True)
+                open_ms = (time.perf_counter() - t) * 1e3
+                lat, secs, sink, to_check = [], 0.0, 0.0, []
+                for b in range(W1_READ_BATCHES):
+                    ids = rng.integers(0, n, W1_BATCH)
+                    keys = [f"sample_{i}" for i in ids]
+                    t = time.perf_counter()
+                    if stacked:  # one array per batch
+                        values, missing = reader.get_stacked(keys)
+                        feats = values["features"] if as_dict else values
+                    else:  # one view per value, stacked here
+                        values, missing = reader.get_batch(keys)
+                        feats = np.stack([v["features"] for v in values] if as_dict else values)
+                    sink += float(feats.sum())  # touches every element
+                    dt = time.perf_counter() - t
+                    secs += dt
+                    lat.append(dt * 1e3)
+                    if missing:
+                        raise WrongValueError(f"w1: {len(missing)} keys missing")
+                    if b % 10 == 0 or n <= 10_000:
+                        to_check.append((ids, values))
+                for ids, values in to_check:
+                    if stacked:
+                        values = (
+                            [
+                                dict(zip(values, row, strict=True))
+                                for row in zip(*values.values(), strict=True)
+                            ]
+                            if as_dict
+                            else list(values)
+                        )
+                    got = np.stack([v["features"] for v in values] if as_dict else values)
+                    if not np.array_equal(got, w1_features(seed, ids)):
+                        raise WrongValueError("w1: features differ")
+                    if as_dict:
+                        got = np.stack([v["logits"] for v in values])
+                        if not np.array_equal(got, w1_logits(seed, ids)):
+                            raise WrongValueError("w1: logits differ")
+                passes.append((secs, lat, open_ms))
+                reader.close()
+            passes.sort(key=lambda p: p[0])
+            secs, lat, open_ms = passes[len(passes) // 2]
+            lat.sort()
+            reads = W1_READ_BATCHES * W1_BATCH
+            emit(
+                "w1",
+                f"read_random{suffix}{'_stacked' if stacked else ''}",
+                reads,
+                reads * item_bytes,
+                secs,
+                p50_ms=lat[len(lat) // 2],
+                p99_ms=lat[min(len(lat) * 99 // 100, len(lat) - 1)],
+                open_ms=open_ms,
+            )
 
 
 # W3: random access over an iterable (shard-store).
@@ -384,12 +401,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=0, help="item count (default: each workload's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
+    parser.add_argument(
+        "--api",
+        choices=["python", "torchcachex", "torchcachex-original"],
+        default="python",
+        help="python: cachex's own API; torchcachex / torchcachex-original: W1 through "
+        "cachex.torchcachex / the real torchcachex (see cachex.workload_torchcachex)",
+    )
     args = parser.parse_args(argv)
+    workloads = dict(WORKLOADS)
+    if args.api != "python":
+        if args.which != "w1":
+            parser.error(f"--api {args.api} drives w1 only")
+        from cachex.workload_torchcachex import w1_torchcachex
+
+        def run_w1(root: Path, n: int, seed: int) -> None:
+            w1_torchcachex(root, n, seed, args.api)
+
+        workloads["w1"] = (run_w1, WORKLOADS["w1"][1])
     base = args.dir or Path(tempfile.mkdtemp(prefix="cachex-workload-py-"))
     names = list(WORKLOADS) if args.which == "all" else [args.which]
     try:
         for name in names:
-            run, default_n = WORKLOADS[name]
+            run, default_n = workloads[name]
             root = base / name
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)

@@ -1,0 +1,678 @@
+"""A drop-in for torchcachex 0.2.0 over cachex's Rust segment store.
+
+Change one import and keep the cache directories::
+
+    # from torchcachex import ArrowIPCCacheBackend, CacheModuleDecorator
+    from cachex.torchcachex import ArrowIPCCacheBackend, CacheModuleDecorator
+
+:class:`ArrowIPCCacheBackend` keeps torchcachex's constructor, defaults and
+methods (``put_batch``, ``get_batch``, ``flush``) and its on-disk layout::
+
+    <cache_dir>/<module_id>/
+      segments/segment_000000.arrow   Arrow IPC files: key, data, shape, ... columns
+      schema.json                     {"fields", "metadata", "output_structure"}
+      index.pkl                       torchcachex's index (read by torchcachex only)
+      segment-index.log               cachex's index (key hashes, appended per flush)
+      segment-store.lock              the writer's lock
+
+:class:`CacheModuleDecorator` (needs torch) wraps a stateless
+``nn.Module`` exactly as torchcachex's does.
+
+Values are torch tensors when torch is importable, numpy arrays otherwise
+(the backend works with numpy alone). Tensors read from disk are CPU
+copies the caller owns (writable, independent of the mapped files).
+Non-tensor values (inside dicts, tuples and lists, or whole) are pickled
+as torchcachex pickles them: **opening a cache unpickles its blobs**, so
+open only caches you trust.
+
+Differences from torchcachex (deliberate)
+-----------------------------------------
+* ``flush()`` waits for every write queued before it, including async
+  ones, and raises their errors; torchcachex's returned while queued
+  writes were still in its thread pool and lost their errors.
+* Every write is durable when ``flush()`` returns: segments are fsynced
+  and renamed, then the index log is appended and fsynced. torchcachex did
+  no fsync.
+* A value whose structure, names or dtypes differ from the cache's schema
+  raises :class:`cachex.SchemaMismatchError` and nothing of its batch is
+  written; torchcachex cast it silently (or wrote garbage).
+* bfloat16 is kept as bfloat16 (numpy side: ``ml_dtypes.bfloat16``);
+  torchcachex declared it float32 and failed converting it.
+* ``lru_size=0`` means no in-memory LRU; torchcachex then kept *every*
+  value in an unbounded dict. The LRU holds at most ``lru_size`` values
+  and evicts the least recently used in bulk (two generations of
+  ``lru_size / 2``), which costs a dict probe per value instead of
+  per-value reordering.
+* Two writer processes: the writer rank takes a lock, so a second writer
+  on the same directory gets :class:`cachex.LockedError` instead of both
+  numbering segments from the same id and overwriting each other's. To let
+  several processes write at once pass ``writer_id`` (say, the rank): each
+  then writes its own segment ids and index log (segment-store's
+  multi-writer mode).
+* When a non-tensor first argument makes the decorator run the whole
+  batch, outputs are taken at each miss's position in the batch;
+  torchcachex took them at the position in the list of misses (caching
+  other samples' outputs under those keys).
+* Keys that are not ``str`` (ints, numpy or torch scalars) are stored as
+  ``str(key)`` (torchcachex could not persist them).
+* The first write into a directory torchcachex wrote removes its
+  ``index.pkl`` (before any new segment lands), so torchcachex, which
+  trusts that file, rebuilds its index from the segments on its next open
+  instead of missing the new keys.
+* In a forked child (a DataLoader worker) of the writer, puts fill the
+  LRU only, as on a non-writer rank; the child reads the directory
+  read-only. ``max_workers`` bounds how many flushes may queue for the one
+  background writer thread (segments are written in order).
+* numpy arrays are stored as tensors (torchcachex pickled them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cachex._cachex import SegmentStore
+from cachex.errors import CacheError, InvalidInputError
+
+try:  # torch is optional: without it values are numpy arrays.
+    import torch
+    import torch.nn as nn
+except ImportError:  # pragma: no cover - exercised in the numpy-only CI venv
+    torch = None
+    nn = None
+
+__all__ = ["ArrowIPCCacheBackend", "CacheModuleDecorator", "TorchRequiredError"]
+
+
+class TorchRequiredError(CacheError, ImportError):
+    """The call needs PyTorch (``CacheModuleDecorator``) and torch is not importable."""
+
+
+# Writers whose locks a forked child must not inherit held.
+_LIVE: weakref.WeakSet[ArrowIPCCacheBackend] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for backend in list(_LIVE):
+        backend._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _key(k: Any) -> str:
+    if isinstance(k, str):
+        return k
+    item = getattr(k, "item", None)  # numpy / torch scalars
+    if callable(item) and getattr(k, "ndim", 0) == 0:
+        k = item()
+    return str(k)
+
+
+def _bf16():
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return ml_dtypes.bfloat16
+
+
+_BF16_DTYPE = None if _bf16() is None else np.dtype(_bf16())
+
+
+def _leaf_to_store(v: Any) -> Any:
+    """A value part as the store takes it: an array, or a pickle."""
+    if torch is not None and isinstance(v, torch.Tensor):
+        t = v.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        if t.dtype == torch.bfloat16:
+            bf16 = _bf16()
+            if bf16 is None:
+                raise InvalidInputError(
+                    "a bfloat16 tensor needs the ml_dtypes package (pip install ml_dtypes)"
+                )
+            return t.view(torch.int16).numpy().view(bf16)
+        return t.resolve_conj().resolve_neg().numpy()
+    if isinstance(v, np.ndarray):
+        return v
+    return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _to_store(value: Any) -> Any:
+    """A whole value as a store record: array, dict, tuple, list, or blob."""
+    if isinstance(value, dict):
+        return {str(k): _leaf_to_store(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_leaf_to_store(v) for v in value)
+    if isinstance(value, list):
+        return [_leaf_to_store(v) for v in value]
+    return _leaf_to_store(value)
+
+
+def _own(a: np.ndarray) -> Any:
+    """A fresh array the caller owns (``get_batch(copy=True)``) as the user's value type."""
+    if torch is None:
+        return a
+    if a.dtype.kind == "V" and a.dtype == _BF16_DTYPE:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _leaf_from_store(v: Any) -> Any:
+    return pickle.loads(v) if isinstance(v, bytes) else _own(v)
+
+
+def _from_store(v: Any) -> Any:
+    """A stored record (fresh arrays, dicts, tuples, lists, pickles) as the user's value."""
+    if isinstance(v, np.ndarray):
+        return _own(v)
+    if isinstance(v, dict):
+        return {k: _leaf_from_store(x) for k, x in v.items()}
+    if isinstance(v, tuple):
+        return tuple(_leaf_from_store(x) for x in v)
+    if isinstance(v, list):
+        return [_leaf_from_store(x) for x in v]
+    return pickle.loads(v)
+
+
+def _from_store_batch(stored: list[Any], absent: list[int]) -> list[Any]:
+    """``get_batch(copy=True)``'s values as user values (None stays None)."""
+    if not stored or len(absent) == len(stored):
+        return stored
+    first = stored[next(i for i in range(len(stored)) if stored[i] is not None)]
+    if isinstance(first, np.ndarray) and (torch is None or first.dtype.kind != "V"):
+        if torch is None:
+            return stored  # fresh, writable arrays already
+        if not absent:
+            return list(map(torch.from_numpy, stored))
+        return [None if v is None else torch.from_numpy(v) for v in stored]
+    return [None if v is None else _from_store(v) for v in stored]
+
+
+def _move(obj: Any, device: Any) -> Any:
+    if torch is None or device is None:
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device=device, non_blocking=torch.device(device).type != "mps")
+    if isinstance(obj, dict):
+        return {k: _move(v, device) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(_move(v, device) for v in obj)
+    if isinstance(obj, list):
+        return [_move(v, device) for v in obj]
+    return obj
+
+
+class _Lru:
+    """At most ``size`` values by key, least recently used out first, in bulk.
+
+    Two generations of plain dicts: new values and hits go into ``hot``;
+    when ``hot`` outgrows half the size it becomes ``cold`` (keeping its
+    newest ``size - size // 2``) and the old ``cold`` is dropped. A lookup
+    costs one or two dict probes and eviction is amortized O(1), so the LRU
+    adds almost nothing per value to a batch (an exact LRU's per-value
+    bookkeeping cost more than reading the value from the mapped file).
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.hot: dict[str, Any] = {}
+        self.cold: dict[str, Any] = {}
+
+    def get_many(self, keys: list[str]) -> tuple[list[Any], list[int]]:
+        """Each key's value or None, and the positions of the Nones."""
+        out = list(map(self.hot.get, keys))
+        need = [i for i, v in enumerate(out) if v is None]
+        if need and self.cold:
+            cold, hot = self.cold, self.hot
+            still = []
+            for i in need:
+                v = cold.get(keys[i])
+                if v is None:
+                    still.append(i)
+                else:
+                    hot[keys[i]] = out[i] = v
+            need = still
+            self._age()
+        return out, need
+
+    def put_many(self, keys: list[str], values: list[Any]) -> None:
+        # A stale copy left in `cold` is harmless: `hot` is looked up first
+        # and `cold` is dropped whole at the next aging.
+        self.hot.update(zip(keys, values, strict=True))
+        self._age()
+
+    def _age(self) -> None:
+        if len(self.hot) > self.size // 2:
+            keep = self.size - self.size // 2
+            hot = self.hot
+            if len(hot) > keep:
+                hot = dict(itertools.islice(hot.items(), len(hot) - keep, None))
+            self.cold, self.hot = hot, {}
+
+    def __len__(self) -> int:
+        return len(self.hot) + sum(1 for k in self.cold if k not in self.hot)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.hot or key in self.cold
+
+    def __iter__(self) -> Iterator[str]:
+        """Keys, least recently used first."""
+        yield from (k for k in self.cold if k not in self.hot)
+        yield from self.hot
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.get_many([key])[0][0]
+        return default if v is None else v
+
+
+class ArrowIPCCacheBackend:
+    """A persistent per-sample cache in torchcachex's layout, on the Rust engine.
+
+    Parameters
+    ----------
+    cache_dir : str or os.PathLike
+        Root directory; the cache lives in ``cache_dir/module_id``.
+    module_id : str
+        Stable name of the cached computation (change it to invalidate).
+    lru_size : int
+        Values kept in the in-memory LRU (4096); 0 disables it. The LRU
+        ages values in two generations of ``lru_size / 2`` (see ``_Lru``).
+    async_write : bool
+        Write segments on a background thread (True). ``flush()`` waits for
+        it and raises its errors.
+    max_workers : int
+        Flushes that may queue for the background writer before
+        ``put_batch`` waits (2).
+    flush_every : int
+        Pending values that trigger a new segment (2048).
+    writer_rank : int
+        The rank that persists (0); other ranks only fill their LRU.
+    current_rank : int, optional
+        This process's rank (default: the ``RANK`` environment variable, else 0).
+    writer_id : int, optional
+        cachex only, keyword: let this process write beside others as
+        writer ``writer_id`` (multi-writer mode; every rank persists).
+
+    Raises
+    ------
+    cachex.LockedError
+        Another process is the writer of this cache.
+    cachex.CacheIOError
+        The directory cannot be created or read.
+
+    Notes
+    -----
+    See the module docstring for where this differs from torchcachex.
+    """
+
+    def __init__(
+        self,
+        cache_dir: str | os.PathLike[str],
+        module_id: str,
+        lru_size: int = 4096,
+        async_write: bool = True,
+        max_workers: int = 2,
+        flush_every: int = 2048,
+        writer_rank: int = 0,
+        current_rank: int | None = None,
+        *,
+        writer_id: int | None = None,
+    ) -> None:
+        if int(lru_size) < 0 or int(flush_every) < 1 or int(max_workers) < 1:
+            raise InvalidInputError(
+                f"lru_size must be >= 0, flush_every and max_workers >= 1 "
+                f"(got {lru_size}, {flush_every}, {max_workers})"
+            )
+        self.cache_dir = Path(cache_dir) / module_id
+        self.segments_dir = self.cache_dir / "segments"
+        self.index_path = self.cache_dir / "index.pkl"
+        self.schema_path = self.cache_dir / "schema.json"
+        self.module_id = module_id
+        self.async_write = bool(async_write)
+        self.flush_every = int(flush_every)
+        self.writer_rank = int(writer_rank)
+        self.current_rank = (
+            int(current_rank) if current_rank is not None else int(os.getenv("RANK", "0"))
+        )
+        self.lru_size = int(lru_size)
+        self.lru = _Lru(self.lru_size)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._legacy_index_checked = False
+        self.store = SegmentStore(
+            self.cache_dir,
+            flush_every=self.flush_every,
+            lru_bytes=0,  # the LRU is ours, bounded by count as torchcachex's
+            async_write=self.async_write,
+            queue_depth=int(max_workers),
+            writer_rank=self.writer_rank,
+            current_rank=self.current_rank,
+            writer_id=writer_id,
+        )
+        _LIVE.add(self)
+
+    @property
+    def is_writer(self) -> bool:
+        """Whether this process persists puts (the writer rank, not a forked child)."""
+        return self.store.is_writer and os.getpid() == self._pid
+
+    def _lru_get_many(self, keys: list[str]) -> tuple[list[Any], list[int]]:
+        """The LRU's value (or None) of each key, and the positions of the misses."""
+        with self._lock:
+            return self.lru.get_many(keys)
+
+    def _lru_put(self, keys: list[str], values: list[Any]) -> None:
+        """Adds values as the most recent entries."""
+        if self.lru_size:
+            with self._lock:
+                self.lru.put_many(keys, values)
+
+    def get_batch(
+        self, keys: Iterable[Any], map_location: Any = "cpu"
+    ) -> tuple[list[Any | None], list[int]]:
+        """Look keys up: the LRU, then the store.
+
+        Parameters
+        ----------
+        keys : iterable
+            Cache keys (``str``; other keys are looked up as ``str(key)``).
+        map_location : str or torch.device
+            Where tensors go ("cpu"); ignored without torch.
+
+        Returns
+        -------
+        (values, missing)
+            ``values[i]`` is the value of ``keys[i]`` or None;
+            ``missing`` lists the positions of the keys not found.
+        """
+        keys = list(keys)
+        if not all(type(k) is str for k in keys):
+            keys = [_key(k) for k in keys]
+        results: list[Any | None] = [None] * len(keys)
+        need: list[int] = []
+        if self.lru_size:
+            results, need = self._lru_get_many(keys)
+        else:
+            need = list(range(len(keys)))
+        missing: list[int] = []
+        if need:
+            # Fresh arrays that own their bytes: writable, and an LRU entry
+            # pins no segment map and no other value's memory.
+            need_keys = keys if len(need) == len(keys) else [keys[i] for i in need]
+            stored, absent = self.store.get_batch(need_keys, copy=True)
+            decoded = _from_store_batch(stored, absent)
+            if len(need) == len(keys):
+                results = decoded
+            else:
+                for i, v in zip(need, decoded, strict=True):
+                    results[i] = v
+            if absent:
+                missing = [need[j] for j in absent]
+                gone = set(absent)
+                found = [j for j in range(len(need)) if j not in gone]
+                need_keys = [need_keys[j] for j in found]
+                decoded = [decoded[j] for j in found]
+            self._lru_put(need_keys, decoded)
+        if torch is not None and map_location is not None and str(map_location) != "cpu":
+            results = [None if r is None else _move(r, map_location) for r in results]
+        return results, missing
+
+    def put_batch(self, items: Mapping[Any, Any]) -> None:
+        """Cache values by key (persisted by the writer rank only).
+
+        Parameters
+        ----------
+        items : mapping
+            key -> value: a tensor or array, a dict / tuple / list of them
+            (other entries pickled), or any picklable object.
+
+        Raises
+        ------
+        cachex.SchemaMismatchError
+            A value differs from the cache's schema; nothing of the batch
+            was written.
+        cachex.InvalidInputError
+            A tensor of a dtype no cache stores (complex, ...).
+        """
+        if not items:
+            return
+        pairs = [(_key(k), v) for k, v in items.items()]
+        if self.is_writer:
+            self._forget_legacy_index()
+            self.store.put_batch([(k, _to_store(v)) for k, v in pairs])
+        self._lru_put([k for k, _ in pairs], [v for _, v in pairs])
+
+    def _forget_legacy_index(self) -> None:
+        """Remove torchcachex's ``index.pkl`` before the first new segment lands."""
+        if self._legacy_index_checked:
+            return
+        try:
+            self.index_path.unlink()
+        except FileNotFoundError:
+            pass
+        else:
+            fd = os.open(self.cache_dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._legacy_index_checked = True
+
+    def flush(self) -> None:
+        """Write every pending value and wait for queued writes (writer rank only).
+
+        Raises
+        ------
+        cachex.CacheError
+            A write (this one or an earlier async one) failed.
+        """
+        if self.is_writer:
+            self.store.flush()
+
+    def close(self) -> None:
+        """Flush and release the writer lock; the backend is unusable after."""
+        if not self.store.closed:
+            if os.getpid() != self._pid:
+                return  # a forked child leaves the parent's writer alone
+            self.store.close()
+
+    def __enter__(self) -> ArrowIPCCacheBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"ArrowIPCCacheBackend({str(self.cache_dir.parent)!r}, {self.module_id!r}, "
+            f"lru_size={self.lru_size}, writer={self.is_writer})"
+        )
+
+
+# Batch tree helpers (torchcachex's _tree_index / _tree_stack semantics).
+def _tree_index(x: Any, i: int) -> Any:
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x[i]
+    if isinstance(x, list):
+        if x and torch is not None and isinstance(x[0], torch.Tensor):
+            return x[i]  # a list of per-sample tensors (variable shapes)
+        return [_tree_index(v, i) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_tree_index(v, i) for v in x)
+    if isinstance(x, dict):
+        return {k: _tree_index(v, i) for k, v in x.items()}
+    return x
+
+
+def _tree_stack(samples: list[Any]) -> Any:
+    if not samples:
+        raise ValueError("cannot stack an empty list of samples")
+    x0 = samples[0]
+    if torch is not None and isinstance(x0, torch.Tensor):
+        if all(s.shape == x0.shape for s in samples):
+            return torch.stack(samples, dim=0)
+        return samples  # variable shapes: a list keeps each one
+    if isinstance(x0, list):
+        return [_tree_stack([s[j] for s in samples]) for j in range(len(x0))]
+    if isinstance(x0, tuple):
+        return tuple(_tree_stack([s[j] for s in samples]) for j in range(len(x0)))
+    if isinstance(x0, dict):
+        return {k: _tree_stack([s[k] for s in samples]) for k in x0}
+    return samples
+
+
+def _cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(_cpu(v) for v in obj)
+    if isinstance(obj, list):
+        return [_cpu(v) for v in obj]
+    return obj
+
+
+if nn is not None:
+
+    class CacheModuleDecorator(nn.Module):
+        """Read-through cache around a stateless module, per sample (torchcachex's).
+
+        Calls look every sample's ``cache_ids`` up, run ``module`` only on
+        the misses (rows of the first argument when it is a tensor), cache
+        their outputs (detached, on CPU) and return the whole batch in
+        input order, stacked, on the first argument's device.
+
+        Parameters
+        ----------
+        module : nn.Module
+            The computation; no trainable parameters while training unless
+            ``enforce_stateless=False``.
+        cache_backend : ArrowIPCCacheBackend
+            Where outputs live.
+        enabled : bool
+            False runs ``module`` directly (True).
+        key_from_batch_fn : callable, optional
+            ``fn(*args, **kwargs) -> ids`` when calls carry no ``cache_ids``.
+        enforce_stateless : bool
+            Raise RuntimeError when the module has trainable parameters in
+            training mode (True).
+        map_location_on_read : str
+            Where cached tensors are read to before moving to the input's
+            device ("cpu").
+        """
+
+        def __init__(
+            self,
+            module: nn.Module,
+            cache_backend: ArrowIPCCacheBackend,
+            enabled: bool = True,
+            key_from_batch_fn: Callable[..., list[str]] | None = None,
+            enforce_stateless: bool = True,
+            map_location_on_read: str = "cpu",
+        ) -> None:
+            super().__init__()
+            self.module = module
+            self.cache = cache_backend
+            self.enabled = enabled
+            self.key_from_batch_fn = key_from_batch_fn
+            self.enforce_stateless = enforce_stateless
+            self.map_location_on_read = map_location_on_read
+
+        def _extract_keys(self, args: tuple, kwargs: dict) -> list[Any]:
+            ids = kwargs.get("cache_ids")
+            if ids is None and args and isinstance(args[0], dict) and "cache_ids" in args[0]:
+                ids = args[0]["cache_ids"]
+            if ids is None and self.key_from_batch_fn is not None:
+                ids = self.key_from_batch_fn(*args, **kwargs)
+            if ids is None:
+                raise ValueError(
+                    "CacheModuleDecorator requires `cache_ids` in kwargs or batch dict, "
+                    "or provide `key_from_batch_fn` to derive per-sample keys."
+                )
+            if isinstance(ids, torch.Tensor):
+                ids = ids.tolist()
+            return list(ids)
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            """The module's output for the batch, cached per sample."""
+            clean = {k: v for k, v in kwargs.items() if k != "cache_ids"}
+            if not self.enabled:
+                return self.module(*args, **clean)
+            keys = self._extract_keys(args, kwargs)
+            cached, missing = self.cache.get_batch(keys, map_location=self.map_location_on_read)
+            if self.enforce_stateless and self.training:
+                for p in self.module.parameters(recurse=True):
+                    if p.requires_grad:
+                        raise RuntimeError(
+                            "CacheModuleDecorator: wrapped module has trainable parameters "
+                            "while caching is enabled. Set enforce_stateless=False to allow."
+                        )
+            ref = args[0] if args else None
+            device = ref.device if isinstance(ref, torch.Tensor) else torch.device("cpu")
+            if not missing:
+                return _tree_stack([_move(v, device) for v in cached])
+            sub_batch = isinstance(ref, torch.Tensor)
+            if sub_batch:
+                idx = torch.tensor(missing, dtype=torch.long, device=ref.device)
+                call_args = (ref.index_select(0, idx), *args[1:])
+            else:
+                call_args = args  # the whole batch runs; outputs indexed by position
+            with torch.no_grad():
+                out = self.module(*call_args, **clean)
+            if any(t.device.type == "mps" for t in _leaves(out)):
+                torch.mps.synchronize()
+            fresh: dict[int, Any] = {}
+            for j, pos in enumerate(missing):
+                fresh[pos] = _tree_index(out, j if sub_batch else pos)
+            self.cache.put_batch({keys[pos]: _cpu(v) for pos, v in fresh.items()})
+            merged = [fresh[i] if i in fresh else cached[i] for i in range(len(keys))]
+            return _tree_stack([_move(v, device) for v in merged])
+
+        def state_dict(self, *args: Any, **kwargs: Any) -> dict:
+            """The wrapped module's state dict (the cache lives on disk, not in it)."""
+            return self.module.state_dict(*args, **kwargs)
+
+        def load_state_dict(
+            self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
+        ) -> Any:
+            """Loads into the wrapped module."""
+            return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _leaves(obj: Any) -> list[Any]:
+        if isinstance(obj, torch.Tensor):
+            return [obj]
+        if isinstance(obj, dict):
+            return [t for v in obj.values() for t in _leaves(v)]
+        if isinstance(obj, tuple | list):
+            return [t for v in obj for t in _leaves(v)]
+        return []
+
+else:
+
+    class CacheModuleDecorator:  # type: ignore[no-redef]
+        """torchcachex's module decorator; needs PyTorch (not importable here)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise TorchRequiredError(
+                "cachex.torchcachex.CacheModuleDecorator wraps a torch.nn.Module and needs "
+                "PyTorch, which is not importable; ArrowIPCCacheBackend works without it"
+            )

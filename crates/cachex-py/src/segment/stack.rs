@@ -1,0 +1,262 @@
+//! Batches as fresh arrays: `SegmentStore.get_stacked` (one array per
+//! tensor part, row `i` is key `i`, copied with the GIL released, so a
+//! batch costs a few Python objects instead of one or more per record) and
+//! `get_batch(copy=True)` (one writable array per tensor, owning its bytes).
+
+use std::path::Path;
+
+use numpy::npyffi;
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use segment_store::{Part, Record, TensorBuf};
+use tensor_core::DType;
+
+use crate::array;
+use crate::errors;
+
+/// One part of a record, as the batch sees it.
+enum PartRef<'a> {
+    Tensor(&'a TensorBuf),
+    Blob(&'a [u8]),
+}
+
+fn part_ref(p: &Part) -> PartRef<'_> {
+    match p {
+        Part::Tensor(t) => PartRef::Tensor(t),
+        Part::Blob(b) => PartRef::Blob(b.as_bytes()),
+    }
+}
+
+fn parts_of(r: &Record) -> Vec<PartRef<'_>> {
+    match r {
+        Record::Tensor(t) => vec![PartRef::Tensor(t)],
+        Record::Blob(b) => vec![PartRef::Blob(b.as_bytes())],
+        Record::Dict(ps) => ps.iter().map(|(_, p)| part_ref(p)).collect(),
+        Record::Tuple(ps) | Record::List(ps) => ps.iter().map(part_ref).collect(),
+    }
+}
+
+/// What part `j` of every record of the batch is.
+enum Column {
+    Tensor {
+        dtype: DType,
+        dims: Vec<usize>,
+        row_bytes: usize,
+    },
+    Blob,
+}
+
+/// A fresh array's first byte and row size, as plain numbers so the copy
+/// can run with the GIL released.
+#[derive(Clone, Copy)]
+struct Dest {
+    addr: usize,
+    row_bytes: usize,
+}
+
+/// The batch's value for `get_stacked`: `None` when no key was found, else
+/// shaped like one record (an array, a dict, a tuple or a list of columns;
+/// a blob part is a list of `bytes`/`None`) with a leading batch axis.
+/// Rows of missing keys are zero.
+pub(crate) fn stacked_to_py<'py>(
+    py: Python<'py>,
+    dir: &Path,
+    records: &[Option<Record>],
+) -> PyResult<Bound<'py, PyAny>> {
+    let Some(first) = records.iter().flatten().next() else {
+        return Ok(py.None().into_bound(py));
+    };
+    let columns: Vec<Column> = parts_of(first)
+        .iter()
+        .map(|p| match p {
+            PartRef::Tensor(t) => Column::Tensor {
+                dtype: t.dtype(),
+                dims: t.shape().dims().to_vec(),
+                row_bytes: t.bytes().len(),
+            },
+            PartRef::Blob(_) => Column::Blob,
+        })
+        .collect();
+    for r in records.iter().flatten() {
+        if std::mem::discriminant(r) != std::mem::discriminant(first) {
+            return Err(differ(dir, "structure"));
+        }
+        let parts = parts_of(r);
+        if parts.len() != columns.len() {
+            return Err(differ(dir, "number of parts"));
+        }
+        for (p, c) in parts.iter().zip(&columns) {
+            match (p, c) {
+                (PartRef::Tensor(t), Column::Tensor { dtype, dims, .. })
+                    if t.dtype() == *dtype && t.shape().dims() == dims.as_slice() => {}
+                (PartRef::Blob(_), Column::Blob) => {}
+                _ => return Err(differ(dir, "shape or dtype")),
+            }
+        }
+    }
+
+    let n = records.len();
+    let mut arrays: Vec<Option<Bound<'py, PyUntypedArray>>> = Vec::with_capacity(columns.len());
+    let mut dests: Vec<Option<Dest>> = Vec::with_capacity(columns.len());
+    for c in &columns {
+        match c {
+            Column::Tensor {
+                dtype,
+                dims,
+                row_bytes,
+            } => {
+                let a = empty(py, n, dims, *dtype)?;
+                let raw: *mut npyffi::PyArrayObject = a.as_array_ptr();
+                // SAFETY: `a` is a live array we just created; reading its
+                // data pointer field does not touch the data.
+                let addr = unsafe { (*raw).fields.data } as usize;
+                dests.push(Some(Dest {
+                    addr,
+                    row_bytes: *row_bytes,
+                }));
+                arrays.push(Some(a));
+            }
+            Column::Blob => {
+                dests.push(None);
+                arrays.push(None);
+            }
+        }
+    }
+    py.detach(|| {
+        for (i, r) in records.iter().enumerate() {
+            let parts = r.as_ref().map(parts_of);
+            for (j, d) in dests.iter().enumerate() {
+                let Some(d) = d else { continue };
+                let dst = (d.addr + i * d.row_bytes) as *mut u8;
+                match parts.as_ref().map(|ps| &ps[j]) {
+                    Some(PartRef::Tensor(t)) => {
+                        // SAFETY: the array was allocated above as `n`
+                        // C-contiguous rows of `row_bytes` bytes, and every
+                        // record's part was checked to have exactly that
+                        // many bytes; no Python object but the one we hold
+                        // refers to the array yet, so nothing else reads or
+                        // writes it while the GIL is released; the source is
+                        // a record buffer distinct from the fresh array.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(t.bytes().as_ptr(), dst, d.row_bytes)
+                        }
+                    }
+                    // SAFETY: as above: row `i` of the fresh array, in bounds.
+                    _ => unsafe { std::ptr::write_bytes(dst, 0, d.row_bytes) },
+                }
+            }
+        }
+    });
+
+    let mut cols: Vec<Bound<'py, PyAny>> = Vec::with_capacity(columns.len());
+    for (j, a) in arrays.into_iter().enumerate() {
+        match a {
+            Some(a) => cols.push(a.into_any()),
+            None => {
+                let list = PyList::empty(py);
+                for r in records {
+                    match r.as_ref().map(parts_of) {
+                        Some(ps) => match ps[j] {
+                            PartRef::Blob(b) => list.append(PyBytes::new(py, b))?,
+                            PartRef::Tensor(_) => unreachable!("checked above"),
+                        },
+                        None => list.append(py.None())?,
+                    }
+                }
+                cols.push(list.into_any());
+            }
+        }
+    }
+    Ok(match first {
+        Record::Tensor(_) | Record::Blob(_) => cols.swap_remove(0),
+        Record::Dict(ps) => {
+            let d = PyDict::new(py);
+            for ((name, _), col) in ps.iter().zip(cols) {
+                d.set_item(&**name, col)?;
+            }
+            d.into_any()
+        }
+        Record::Tuple(_) => PyTuple::new(py, cols)?.into_any(),
+        Record::List(_) => PyList::new(py, cols)?.into_any(),
+    })
+}
+
+fn differ(dir: &Path, what: &str) -> PyErr {
+    errors::invalid(format!(
+        "{}: the records of this batch differ in {what}; read them with get_batch",
+        dir.display()
+    ))
+}
+
+/// A fresh, writable, C-contiguous `(n, *dims)` numpy array of `dtype`.
+fn empty<'py>(
+    py: Python<'py>,
+    n: usize,
+    dims: &[usize],
+    dtype: DType,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
+    static EMPTY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let f = EMPTY.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("numpy")?.getattr("empty")?.unbind())
+    })?;
+    let shape: Vec<usize> = std::iter::once(n).chain(dims.iter().copied()).collect();
+    let shape = PyTuple::new(py, shape)?;
+    let a = f.bind(py).call1((shape, array::descr(py, dtype)?))?;
+    let a = a.cast_into::<PyUntypedArray>().map_err(|e| {
+        errors::invalid(format!(
+            "numpy.empty returned {}",
+            e.into_inner().get_type()
+        ))
+    })?;
+    if !a.is_c_contiguous() {
+        return Err(errors::invalid(
+            "numpy.empty returned a non-contiguous array",
+        ));
+    }
+    Ok(a)
+}
+
+/// A fresh, writable numpy array holding a copy of `t` (no base object: it
+/// owns its memory and pins no segment or batch).
+pub(crate) fn owned_copy<'py>(py: Python<'py>, t: &TensorBuf) -> PyResult<Bound<'py, PyAny>> {
+    let descr = array::descr(py, t.dtype())?;
+    let mut dims: Vec<npyffi::npy_intp> = t
+        .shape()
+        .dims()
+        .iter()
+        .map(|&d| npyffi::npy_intp::try_from(d).map_err(|_| errors::invalid("dimension too large")))
+        .collect::<PyResult<_>>()?;
+    let bytes = t.bytes();
+    // SAFETY: numpy's own array type and API table; `PyArray_NewFromDescr`
+    // steals the descriptor reference (`into_dtype_ptr`), reads `dims` only
+    // during the call, and with a null data pointer allocates a fresh
+    // C-contiguous buffer of `product(dims) * itemsize` bytes, which equals
+    // `bytes.len()` (the store checked the record's length against its
+    // dtype and shape). Nothing else refers to the new array while we fill
+    // it, and source and destination are distinct allocations.
+    unsafe {
+        let a = npyffi::PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            descr.into_dtype_ptr(),
+            dims.len() as std::ffi::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        );
+        let a = Bound::from_owned_ptr_or_err(py, a)?;
+        if !bytes.is_empty() {
+            let raw = a.as_ptr() as *mut npyffi::PyArrayObject;
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                (*raw).fields.data as *mut u8,
+                bytes.len(),
+            );
+        }
+        Ok(a)
+    }
+}

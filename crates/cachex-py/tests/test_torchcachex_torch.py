@@ -1,0 +1,189 @@
+"""``cachex.torchcachex.CacheModuleDecorator`` and torch values (needs torch).
+
+Run with torch installed: ``scripts/test-torch`` (installs a pinned CPU
+torch into its own venv and runs these).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (run scripts/test-torch)")
+nn = torch.nn
+
+from cachex.torchcachex import ArrowIPCCacheBackend, CacheModuleDecorator  # noqa: E402
+
+TORCH_DTYPES = [
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.bfloat16,
+]
+
+
+class Doubler(nn.Module):
+    """Stateless: records the rows it was called with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append(x.clone())
+        return x * 2
+
+
+class DictOut(nn.Module):
+    def forward(self, x: torch.Tensor) -> dict:
+        return {"features": x * 3, "logits": x[:, :2].to(torch.float16)}
+
+
+def backend(tmp_path, **kw) -> ArrowIPCCacheBackend:
+    return ArrowIPCCacheBackend(tmp_path, "feat", **kw)
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
+def test_every_torch_dtype_round_trips_as_that_dtype(tmp_path, dtype):
+    want = {f"k{i}": (torch.arange(12) % 3 + i).to(dtype).reshape(3, 4) for i in range(4)}
+    b = backend(tmp_path)
+    b.put_batch(want)
+    b.close()
+    values, missing = backend(tmp_path).get_batch(list(want))
+    assert missing == []
+    for got, w in zip(values, want.values(), strict=True):
+        assert isinstance(got, torch.Tensor) and got.dtype == dtype and got.device.type == "cpu"
+        assert torch.equal(got, w)
+
+
+def test_gpu_style_inputs_are_detached_before_storing(tmp_path):
+    b = backend(tmp_path)
+    x = torch.ones(3, requires_grad=True) * 2
+    b.put_batch({"k": x})
+    b.close()
+    (got,), _ = backend(tmp_path).get_batch(["k"])
+    assert not got.requires_grad and torch.equal(got, torch.full((3,), 2.0))
+
+
+def test_first_call_computes_second_call_reads(tmp_path):
+    m = Doubler()
+    cached = CacheModuleDecorator(m, backend(tmp_path))
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    ids = ["a", "b", "c", "d"]
+    first = cached(x, cache_ids=ids)
+    assert torch.equal(first, x * 2) and len(m.calls) == 1
+    second = cached(x, cache_ids=ids)
+    assert torch.equal(second, x * 2) and len(m.calls) == 1
+    assert second.device == x.device
+
+
+def test_partial_hits_compute_only_the_missing_rows_in_input_order(tmp_path):
+    m = Doubler()
+    cached = CacheModuleDecorator(m, backend(tmp_path))
+    x = torch.arange(8, dtype=torch.float32).reshape(4, 2)
+    cached(x[[1, 3]], cache_ids=["b", "d"])
+    out = cached(x, cache_ids=["a", "b", "c", "d"])
+    assert torch.equal(out, x * 2)
+    assert torch.equal(m.calls[-1], x[[0, 2]])  # only the misses ran
+
+
+def test_hits_survive_a_reopen_and_tensor_cache_ids_work(tmp_path):
+    x = torch.arange(6, dtype=torch.float32).reshape(3, 2)
+    b = backend(tmp_path)
+    CacheModuleDecorator(Doubler(), b)(x, cache_ids=torch.tensor([10, 11, 12]))
+    b.close()
+    m = Doubler()
+    out = CacheModuleDecorator(m, backend(tmp_path))(x, cache_ids=[10, 11, 12])
+    assert torch.equal(out, x * 2) and m.calls == []
+
+
+def test_cache_ids_in_a_batch_dict_and_whole_batch_outputs_by_position(tmp_path):
+    class FromDict(nn.Module):
+        def forward(self, batch: dict) -> torch.Tensor:
+            return batch["x"] + 1
+
+    cached = CacheModuleDecorator(FromDict(), backend(tmp_path))
+    x = torch.arange(4, dtype=torch.float32).reshape(4, 1)
+    cached({"x": x[[2]], "cache_ids": ["c"]})
+    out = cached({"x": x, "cache_ids": ["a", "b", "c", "d"]})
+    assert torch.equal(out, x + 1)
+    # torchcachex cached output row j (of the misses) under miss j's key.
+    (b_val,), _ = cached.cache.get_batch(["b"])
+    assert torch.equal(b_val, x[1] + 1)
+
+
+def test_key_from_batch_fn_and_missing_ids(tmp_path):
+    cached = CacheModuleDecorator(
+        Doubler(), backend(tmp_path), key_from_batch_fn=lambda x: [f"r{int(v)}" for v in x[:, 0]]
+    )
+    x = torch.arange(4, dtype=torch.float32).reshape(2, 2)
+    assert torch.equal(cached(x), x * 2)
+    _, missing = cached.cache.get_batch(["r0", "r2"])
+    assert missing == []
+    plain = CacheModuleDecorator(Doubler(), backend(tmp_path / "other"))
+    with pytest.raises(ValueError, match="cache_ids"):
+        plain(x)
+
+
+def test_disabled_runs_the_module_and_caches_nothing(tmp_path):
+    m = Doubler()
+    cached = CacheModuleDecorator(m, backend(tmp_path), enabled=False)
+    x = torch.ones(2, 2)
+    assert torch.equal(cached(x, cache_ids=["a", "b"]), x * 2)
+    _, missing = cached.cache.get_batch(["a", "b"])
+    assert missing == [0, 1]
+
+
+def test_stateless_enforcement(tmp_path):
+    lin = nn.Linear(2, 2)
+    cached = CacheModuleDecorator(lin, backend(tmp_path))
+    x = torch.ones(1, 2)
+    with pytest.raises(RuntimeError, match="trainable parameters"):
+        cached(x, cache_ids=["a"])
+    cached.eval()
+    cached(x, cache_ids=["a"])
+    loose = CacheModuleDecorator(
+        nn.Linear(2, 2), backend(tmp_path / "loose"), enforce_stateless=False
+    )
+    loose(x, cache_ids=["a"])
+
+
+def test_state_dict_is_the_wrapped_module_s(tmp_path):
+    lin = nn.Linear(3, 2)
+    cached = CacheModuleDecorator(lin, backend(tmp_path))
+    sd = cached.state_dict()
+    assert sd.keys() == lin.state_dict().keys()
+    other = nn.Linear(3, 2)
+    CacheModuleDecorator(other, backend(tmp_path / "o")).load_state_dict(sd)
+    assert torch.equal(other.weight, lin.weight)
+
+
+def test_dict_outputs_and_variable_shapes(tmp_path):
+    cached = CacheModuleDecorator(DictOut(), backend(tmp_path))
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    cached(x[:2], cache_ids=["a", "b"])
+    out = cached(x, cache_ids=["a", "b", "c", "d"])
+    assert torch.equal(out["features"], x * 3)
+    assert out["logits"].dtype == torch.float16 and out["logits"].shape == (4, 2)
+
+    b = backend(tmp_path / "var")
+    b.put_batch({"s": torch.zeros(2), "l": torch.zeros(5)})
+    m = Doubler()
+    res = CacheModuleDecorator(m, b)(torch.zeros(2, 2), cache_ids=["s", "l"])
+    assert isinstance(res, list) and [t.shape[0] for t in res] == [2, 5]
+
+
+def test_outputs_land_on_the_input_s_device(tmp_path):
+    cached = CacheModuleDecorator(Doubler(), backend(tmp_path))
+    x = torch.ones(2, 2, dtype=torch.float64)
+    cached(x, cache_ids=["a", "b"])
+    out = cached(x, cache_ids=["a", "b"])
+    assert out.device == x.device and out.dtype == torch.float64
+    if torch.cuda.is_available():  # pragma: no cover - no GPU on CI
+        xg = x.cuda()
+        assert cached(xg, cache_ids=["a", "b"]).device == xg.device
