@@ -160,8 +160,8 @@ pub(crate) fn materialise(url: &str) -> Result<Materialised> {
         .is_empty();
     if has_commits {
         let work = remote_cache::default_work_dir(&dir, &shown);
-        let remote = RemoteDir::open(tier, &work, |_, _| false, |_| false)
-            .map_err(|e| CliError::store(e))?;
+        let remote =
+            RemoteDir::open(tier, &work, |_, _| false, |_| false).map_err(CliError::store)?;
         return Ok(Materialised {
             path: work,
             _remote: Some(remote),
