@@ -159,10 +159,7 @@ fn inspect_verify_and_get_read_a_cache_at_its_url() {
 
     // A push snapshot reads the same way.
     let snap = format!("s3://{bucket}/snap");
-    ok(
-        &endpoint,
-        &["push", p(&store.store().dir().to_path_buf()), &snap],
-    );
+    ok(&endpoint, &["push", p(store.store().dir()), &snap]);
     let text = ok(&endpoint, &["get", &snap, "k29", "--json"]);
     assert!(text.contains("29"), "{text}");
     // Nothing published at a URL: a problem, named.
