@@ -21,8 +21,9 @@
 //!   the commit record last with a conditional put: a writer killed
 //!   mid-publish leaves the remote cache at its last commit, and two
 //!   writers can never both claim one file (one gets [`Error::Conflict`]).
-//! - **Refresh** ([`RemoteSegments::refresh`]) applies what other
-//!   processes published since, whole commits only.
+//! - **Refresh** ([`RemoteSegments::refresh`], or on a period with
+//!   [`RemoteSegments::refresh_every`]) applies what other processes
+//!   published since, whole commits only.
 //!
 //! Credentials and endpoints come from `object_store`'s environment
 //! variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) or options

@@ -86,6 +86,67 @@ impl RemoteSegments {
     }
 }
 
+/// A background thread refreshing a [`RemoteSegments`] on a period
+/// ([`RemoteSegments::refresh_every`]); stops when dropped, or when the
+/// store is gone.
+#[derive(Debug)]
+pub struct Refresher {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Refresher {
+    /// The last refresh's error, if it failed (the next period tries again).
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for Refresher {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl RemoteSegments {
+    /// Refreshes `store` every `period` on a background thread, until the
+    /// returned [`Refresher`] is dropped or the last other handle to the
+    /// store is. A failed refresh is kept in
+    /// [`Refresher::last_error`] and tried again next period.
+    pub fn refresh_every(
+        store: &std::sync::Arc<RemoteSegments>,
+        period: std::time::Duration,
+    ) -> Refresher {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let weak = std::sync::Arc::downgrade(store);
+        let last_error = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let errors = std::sync::Arc::clone(&last_error);
+        let thread = std::thread::Builder::new()
+            .name("cachex-refresh".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(period)
+                {
+                    let Some(store) = weak.upgrade() else { return };
+                    let outcome = store.refresh().err().map(|e| e.to_string());
+                    *errors.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
+                }
+            })
+            .ok();
+        Refresher {
+            stop: Some(tx),
+            thread,
+            last_error,
+        }
+    }
+}
+
 impl Deref for RemoteSegments {
     type Target = SegmentStore;
     fn deref(&self) -> &SegmentStore {

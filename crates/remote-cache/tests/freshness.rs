@@ -120,3 +120,42 @@ fn a_refreshing_reader_sees_whole_commits_from_another_process() {
     assert_eq!(reader.len(), COMMITS * PER_COMMIT);
     eprintln!("sequence numbers seen while publishing: {seen:?}");
 }
+
+#[test]
+fn a_periodic_refresher_brings_new_commits_without_a_call() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "periodic");
+    let (w, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer =
+        RemoteSegments::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
+    let reader = std::sync::Arc::new(
+        RemoteSegments::open(
+            &s3_location(&endpoint, &url, r.path()),
+            Options {
+                read_only: true,
+                ..Options::default()
+            },
+        )
+        .unwrap(),
+    );
+    let refresher = RemoteSegments::refresh_every(&reader, std::time::Duration::from_millis(20));
+    let items: Vec<(String, Record)> = (0..10).map(|i| (format!("k{i}"), record(i))).collect();
+    writer.put_batch(&items).unwrap();
+    writer.publish().unwrap();
+    // A liveness bound, not a timing check: the refresher must get there.
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while reader.len() < 10 {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "never refreshed: {:?}",
+            refresher.last_error()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(refresher.last_error().is_none());
+    let (got, _) = reader.get_batch(&["k9"]).unwrap();
+    assert!(got[0].as_ref() == Some(&record(9)));
+    drop(refresher);
+}
