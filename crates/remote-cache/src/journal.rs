@@ -359,6 +359,11 @@ impl RemoteDir {
             report.fetched += fetched;
             report.seq = seq;
         }
+        if report.fetched > 0 {
+            // Copies made while still open were kept over budget; the
+            // working directory holds those bytes now.
+            self.tier.evict()?;
+        }
         Ok(report)
     }
 
@@ -551,7 +556,11 @@ impl RemoteDir {
         let parent = durable_fs::parent_dir(&local).to_path_buf();
         std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
         let tmp = durable_fs::unique_temp_path(&parent, "link");
-        std::os::unix::fs::symlink(file.path(), &tmp).map_err(Error::io("symlink", &tmp))?;
+        // An absolute target: the working directory and the tier may be
+        // named relative to different places.
+        let target =
+            std::fs::canonicalize(file.path()).map_err(Error::io("resolve", file.path()))?;
+        std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
         durable_fs::rename_and_sync(&tmp, &local)?;
         state
             .files

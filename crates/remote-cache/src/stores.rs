@@ -54,6 +54,19 @@ impl RemoteSegments {
         })
     }
 
+    /// Opens the store in the working directory of `remote` (a commit log
+    /// opened by the caller, e.g. over a wrapped object store).
+    pub fn with_remote(
+        remote: RemoteDir,
+        options: segment_store::Options,
+    ) -> Result<RemoteSegments> {
+        let store = SegmentStore::open(remote.dir(), options)?;
+        Ok(RemoteSegments {
+            store,
+            remote: Some(remote),
+        })
+    }
+
     /// The store (also reachable through `Deref`).
     pub fn store(&self) -> &SegmentStore {
         &self.store
@@ -339,6 +352,24 @@ impl RemotePages {
     /// ending `.pages`) at `location`.
     pub fn open(location: &Location, file: &str) -> Result<RemotePages> {
         let opened = location.open(pages_by_blocks, nothing_private)?;
+        RemotePages::open_in(opened.dir, opened.remote, file)
+    }
+
+    /// Opens the page file `file` in the working directory of `remote` (a
+    /// commit log opened by the caller with [`RemotePages::BY_BLOCKS`]).
+    pub fn with_remote(remote: RemoteDir, file: &str) -> Result<RemotePages> {
+        RemotePages::open_in(remote.dir().to_path_buf(), Some(remote), file)
+    }
+
+    /// The files a page cache reads by blocks (for [`RemoteDir::open`]).
+    pub const BY_BLOCKS: crate::journal::ReadByBlocks = pages_by_blocks;
+
+    fn open_in(
+        dir: std::path::PathBuf,
+        remote: Option<RemoteDir>,
+        file: &str,
+    ) -> Result<RemotePages> {
+        let opened = crate::location::Opened { dir, remote };
         let path = opened.dir.join(file);
         if let Some(remote) = &opened.remote
             && remote.is_by_blocks(file)
