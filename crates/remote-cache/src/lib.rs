@@ -86,4 +86,4 @@ pub use location::{
     DEFAULT_TIER_BUDGET, Location, RemoteSpec, TIER_BUDGET_ENV, TIER_DIR_ENV, default_work_dir,
     is_url, parse_bytes,
 };
-pub use stores::{RemoteArrays, RemotePages, RemoteSegments, RemoteShards};
+pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};
