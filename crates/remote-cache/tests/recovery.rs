@@ -165,3 +165,154 @@ fn a_publish_that_fails_before_its_commit_leaves_the_last_commit() {
     reader.refresh().unwrap();
     assert_eq!(reader.len(), 80);
 }
+
+const KILL_CHILD_ENV: &str = "REMOTE_CACHE_KILLED_WRITER";
+const PER_COMMIT: usize = 40;
+
+/// The writer that the test below SIGKILLs (does nothing unless spawned
+/// by it): publishes commits of PER_COMMIT records until killed.
+#[test]
+fn killed_writer_child() {
+    let Ok(args) = std::env::var(KILL_CHILD_ENV) else {
+        return;
+    };
+    let mut parts = args.splitn(3, '\n');
+    let (endpoint, url, dir) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let store = RemoteSegments::open(
+        &s3_location(endpoint, url, std::path::Path::new(dir)),
+        Options {
+            writer_id: Some(1),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let start = store.len();
+    for c in 0.. {
+        let base = start + c * PER_COMMIT;
+        let keys: Vec<String> = (base..base + PER_COMMIT).map(|i| format!("k{i}")).collect();
+        let items: Vec<(&str, Record)> = keys
+            .iter()
+            .enumerate()
+            .map(|(j, k)| (k.as_str(), record(base + j)))
+            .collect();
+        store.put_batch(&items).unwrap();
+        store.publish().unwrap();
+        println!(
+            "published {} {}",
+            store.remote().unwrap().seq(),
+            store.len()
+        );
+    }
+}
+
+fn spawn_writer(endpoint: &str, url: &str, dir: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "killed_writer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            KILL_CHILD_ENV,
+            format!("{endpoint}\n{url}\n{}", dir.display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// A fresh reader of the cache at `url`: every record right, none beyond
+/// the count. Returns the last commit and the record count.
+fn assert_committed(endpoint: &str, url: &str) -> (u64, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = RemoteSegments::open(
+        &s3_location(endpoint, url, dir.path()),
+        Options {
+            read_only: true,
+            lru_bytes: 0,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let seq = reader.remote().unwrap().seq();
+    let n = reader.len();
+    assert_eq!(n % PER_COMMIT, 0, "whole batches only");
+    let keys: Vec<String> = (0..=n).map(|i| format!("k{i}")).collect();
+    let (got, missing) = reader.get_batch(&keys).unwrap();
+    assert_eq!(
+        missing,
+        vec![n],
+        "every record up to the count, none beyond"
+    );
+    for (i, r) in got.iter().take(n).enumerate() {
+        assert!(r.as_ref() == Some(&record(i)), "k{i}");
+    }
+    (seq, n)
+}
+
+#[test]
+fn a_writer_killed_mid_publish_leaves_the_last_commit_and_resumes() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "killed");
+    let work = tempfile::tempdir().unwrap();
+    let mut last = 0;
+    for round in 0..3u64 {
+        let mut child = spawn_writer(&endpoint, &url, work.path());
+        // Kill it at a point that moves from round to round: after 1, 2, 3
+        // commits of this run, somewhere inside the next publish.
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut printed: Vec<(u64, usize)> = Vec::new();
+        let mut line = String::new();
+        let parse = |line: &str| -> Option<(u64, usize)> {
+            let mut w = line.strip_prefix("published ")?.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        };
+        while printed.len() as u64 <= round {
+            line.clear();
+            if std::io::BufRead::read_line(&mut out, &mut line).unwrap() == 0 {
+                break;
+            }
+            printed.extend(parse(&line));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        printed.extend(rest.lines().filter_map(parse));
+        let (seq, n) = assert_committed(&endpoint, &url);
+        // The remote is at a commit the writer reported, or at the one it
+        // made just before it died (before it could say so).
+        let last_printed = printed.last().copied().unwrap_or((0, 0));
+        assert!(
+            printed.contains(&(seq, n)) || (seq == last_printed.0 + 1 && n > last_printed.1),
+            "round {round}: remote at ({seq}, {n}), writer said {printed:?}"
+        );
+        assert!(
+            seq > last,
+            "round {round}: the writer published before it died"
+        );
+        last = seq;
+    }
+    // The same working directory, reopened once more, publishes on.
+    let store = RemoteSegments::open(
+        &s3_location(&endpoint, &url, work.path()),
+        Options {
+            writer_id: Some(1),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let local = store.len();
+    store.publish().unwrap();
+    drop(store);
+    let (_, n) = assert_committed(&endpoint, &url);
+    assert_eq!(n, local, "what the killed writer flushed is published now");
+}
