@@ -341,6 +341,9 @@ pub struct RemotePages {
     file: String,
     /// Per run: first sample, file offset, bytes.
     runs: Vec<(u64, u64, u64)>,
+    /// Runs known local: an open file's blocks stay (the tier never evicts
+    /// an object a reader holds), so each run is ensured once.
+    ready: Vec<std::sync::atomic::AtomicBool>,
 }
 
 fn pages_by_blocks(path: &str, _: u64) -> bool {
@@ -392,11 +395,16 @@ impl RemotePages {
         } else {
             Vec::new()
         };
+        let ready = runs
+            .iter()
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect();
         Ok(RemotePages {
             reader,
             remote: opened.remote,
             file: file.to_string(),
             runs,
+            ready,
         })
     }
 
@@ -421,12 +429,13 @@ impl RemotePages {
         for &i in indices {
             let k = self.runs.partition_point(|r| r.0 <= i as u64);
             let Some(k) = k.checked_sub(1) else { continue };
-            if last == Some(k) {
+            if last == Some(k) || self.ready[k].load(std::sync::atomic::Ordering::Acquire) {
                 continue;
             }
             last = Some(k);
             let (_, start, len) = self.runs[k];
             remote.ensure(&self.file, start..start + len)?;
+            self.ready[k].store(true, std::sync::atomic::Ordering::Release);
         }
         Ok(())
     }
