@@ -15,6 +15,7 @@ pub mod w2;
 pub mod w3;
 pub mod w4;
 pub mod w5;
+pub mod w6;
 pub mod write_runs;
 
 use std::path::PathBuf;

@@ -100,3 +100,41 @@ fn w4_smoke() {
 fn w5_smoke() {
     run("w5", "200");
 }
+
+#[test]
+fn w6_smoke() {
+    // The S3 server scripts/test starts; outside it (and outside CI) the
+    // workload would start its own from the venv, which may not exist.
+    if std::env::var("CACHEX_S3_ENDPOINT").is_err() {
+        let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}");
+        }
+        eprintln!("skipping w6 smoke: {msg}");
+        return;
+    }
+    let lines = run("w6", "400");
+    for cache in ["w1", "w5"] {
+        for phase in [
+            "read_local",
+            "read_cold",
+            "read_warm",
+            "read_budget",
+            "read_cold_latency",
+        ] {
+            let line = lines
+                .iter()
+                .find(|l| l["cache"] == cache && l["phase"] == phase)
+                .unwrap_or_else(|| panic!("no {cache} {phase} line"));
+            if phase != "read_local" {
+                assert!(line["fraction_of_local"].as_f64().unwrap() > 0.0);
+                assert!(line["requests"].as_u64().is_some());
+            }
+        }
+        let warm = lines
+            .iter()
+            .find(|l| l["cache"] == cache && l["phase"] == "read_warm")
+            .unwrap();
+        assert_eq!(warm["bytes_fetched"], 0, "a warm read fetches nothing");
+    }
+}

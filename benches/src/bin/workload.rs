@@ -1,4 +1,4 @@
-//! The workload runner: `workload <w1|w2|w3|w4|w5|limits|all> [--n N]
+//! The workload runner: `workload <w1|w2|w3|w4|w5|w6|limits|all> [--n N]
 //! [--seed S] [--dir D] [--writers K]`. One JSON object per line on stdout.
 
 use std::path::PathBuf;
@@ -14,6 +14,8 @@ enum Which {
     W3,
     W4,
     W5,
+    /// Remote reads (needs an S3 server: not part of `all`).
+    W6,
     Limits,
     All,
 }
@@ -101,15 +103,16 @@ fn run(args: &Args) -> Result<(), RunError> {
     }
     let all = args.which == Which::All;
     type Step = fn(&Ctx) -> Result<(), RunError>;
-    let steps: [(Which, Step); 5] = [
+    let steps: [(Which, Step); 6] = [
         (Which::W1, benches::w1::run),
         (Which::W2, benches::w2::run),
         (Which::W3, benches::w3::run),
         (Which::W4, benches::w4::run),
         (Which::W5, benches::w5::run),
+        (Which::W6, benches::w6::run),
     ];
     for (which, step) in steps {
-        if all || args.which == which {
+        if (all && which != Which::W6) || args.which == which {
             progress!("running {which:?}");
             benches::reset_peak_rss();
             step(&ctx)?;

@@ -87,7 +87,9 @@ impl SourcesConfig {
 pub struct CacheConfig {
     /// The store.
     pub backend: BackendKind,
-    /// The directory all caches live under.
+    /// The directory all caches live under, or an object store URL
+    /// (`s3://bucket/prefix`, ...) read through a local tier (see
+    /// [`crate::RemoteConfig`]).
     pub root: PathBuf,
     /// The cache's name: one path component (no `/`, not `..`).
     pub name: String,
@@ -103,6 +105,10 @@ pub struct CacheConfig {
     /// What to do with a stale cache.
     #[serde(default)]
     pub on_stale: OnStale,
+    /// How a `root` that is a URL is read locally (tier directory, budget,
+    /// store options); ignored for a local root. Not part of the key.
+    #[serde(default)]
+    pub remote: Option<crate::RemoteConfig>,
 }
 
 impl CacheConfig {
@@ -116,6 +122,7 @@ impl CacheConfig {
             sources: None,
             create_root: false,
             on_stale: OnStale::Error,
+            remote: None,
         }
     }
 
@@ -140,6 +147,12 @@ impl CacheConfig {
     /// Sets the stale policy.
     pub fn on_stale(mut self, policy: OnStale) -> Self {
         self.on_stale = policy;
+        self
+    }
+
+    /// Sets how a URL root is read locally.
+    pub fn remote(mut self, remote: crate::RemoteConfig) -> Self {
+        self.remote = Some(remote);
         self
     }
 

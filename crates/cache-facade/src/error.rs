@@ -31,6 +31,9 @@ pub enum FacadeError {
         /// Outputs returned.
         got: usize,
     },
+    /// Object storage (a config whose root is a URL) failed.
+    #[error(transparent)]
+    Remote(Box<remote_cache::Error>),
     /// A backend broke its contract (e.g. answered the wrong number of slots).
     #[error("backend: {0}")]
     Backend(String),

@@ -83,6 +83,7 @@ mod dataset;
 mod detect;
 mod error;
 mod prepare;
+mod remote;
 mod source;
 
 pub use backend::{CacheBackend, Lookup, Operation, Stats};
@@ -95,5 +96,6 @@ pub use config::{BackendKind, CacheConfig, OnStale, SourcesConfig};
 pub use dataset::Dataset;
 pub use detect::{CacheKind, detect};
 pub use error::{FacadeError, Result};
+pub use remote::RemoteConfig;
 pub use source::{BoxError, Source};
 pub use tensor_core::{SharedBytes, SharedTensor, Value};

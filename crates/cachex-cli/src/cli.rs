@@ -32,7 +32,9 @@ pub struct Cli {
 pub enum Command {
     /// Detect the kind of cache and print what it holds.
     Inspect {
-        /// The cache directory or file.
+        /// The cache directory or file, or the URL it was published at
+        /// (`s3://bucket/prefix`, ...; materialised in `CACHEX_TIER_DIR`
+        /// or a temporary directory first).
         path: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -40,7 +42,9 @@ pub enum Command {
     },
     /// Read and check everything; exit 1 when a problem is found.
     Verify {
-        /// The cache directory or file.
+        /// The cache directory or file, or the URL it was published at
+        /// (`s3://bucket/prefix`, ...; materialised in `CACHEX_TIER_DIR`
+        /// or a temporary directory first).
         path: PathBuf,
         /// Print JSON (`{"kind", "path", "problems": [{path, kind, detail}]}`).
         #[arg(long)]
@@ -48,7 +52,9 @@ pub enum Command {
     },
     /// Print one record, by key or index.
     Get {
-        /// The cache directory or file.
+        /// The cache directory or file, or the URL it was published at
+        /// (`s3://bucket/prefix`, ...; materialised in `CACHEX_TIER_DIR`
+        /// or a temporary directory first).
         path: PathBuf,
         /// A key (keyed caches) or an index (row / item / sample caches;
         /// negative counts from the end).
@@ -61,7 +67,9 @@ pub enum Command {
     /// Print counters and ratios: bytes per item, dead or absent data,
     /// fill and dedup ratios.
     Stats {
-        /// The cache directory or file.
+        /// The cache directory or file, or the URL it was published at
+        /// (`s3://bucket/prefix`, ...; materialised in `CACHEX_TIER_DIR`
+        /// or a temporary directory first).
         path: PathBuf,
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -141,12 +149,19 @@ pub fn main() -> ExitCode {
 pub fn run(command: Command) -> Result<u8> {
     match command {
         Command::Inspect { path, json } => {
+            let local = local_copy(&path)?;
+            let path = local.as_ref().map_or(path, |m| m.path.clone());
             let summary = adapter_for(&path)?.inspect(&path)?;
             print_summary(&summary, json)?;
             Ok(EXIT_SOUND)
         }
-        Command::Verify { path, json } => verify(&path, json),
+        Command::Verify { path, json } => {
+            let local = local_copy(&path)?;
+            verify(local.as_ref().map_or(&path, |m| &m.path), json)
+        }
         Command::Get { path, key, json } => {
+            let local = local_copy(&path)?;
+            let path = local.as_ref().map_or(path, |m| m.path.clone());
             let value = adapter_for(&path)?.get(&path, &key)?;
             print(&if json {
                 value.to_string()
@@ -156,6 +171,8 @@ pub fn run(command: Command) -> Result<u8> {
             Ok(EXIT_SOUND)
         }
         Command::Stats { path, json } => {
+            let local = local_copy(&path)?;
+            let path = local.as_ref().map_or(path, |m| m.path.clone());
             let summary = adapter_for(&path)?.stats(&path)?;
             print_summary(&summary, json)?;
             Ok(EXIT_SOUND)
@@ -183,6 +200,14 @@ pub fn run(command: Command) -> Result<u8> {
             n,
             cost_ms,
         } => demo(dir, temp, n, cost_ms),
+    }
+}
+
+/// A URL (`s3://…`) materialised locally; `None` for a local path.
+fn local_copy(path: &Path) -> Result<Option<crate::remote::Materialised>> {
+    match path.to_str().filter(|p| remote_cache::is_url(p)) {
+        Some(url) => crate::remote::materialise(url).map(Some),
+        None => Ok(None),
     }
 }
 

@@ -2,11 +2,15 @@
 //! published to object storage as a snapshot, and materialised back
 //! (through `remote-tier`; credentials and endpoints from the usual
 //! environment variables of `object_store`: `AWS_*`, `GOOGLE_*`, `AZURE_*`).
+//! And `inspect`, `verify`, `get`, `stats` on a URL: the cache published
+//! there (a `remote-cache` commit log, or a `push` snapshot) is
+//! materialised locally first.
 
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use remote_tier::snapshot::{pull_dir_with_progress, push_dir_with_progress};
+use remote_cache::{DEFAULT_TIER_BUDGET, RemoteDir, TIER_BUDGET_ENV, TIER_DIR_ENV};
+use remote_tier::snapshot::{latest_manifest, pull_dir_with_progress, push_dir_with_progress};
 use remote_tier::{RemoteTier, TierConfig};
 
 use crate::error::{CliError, EXIT_SOUND, Result};
@@ -122,4 +126,59 @@ pub(crate) fn pull(
             report.written
         ),
     ))
+}
+
+/// A cache published at a URL, materialised in a local directory for a
+/// read-only command; the directory lives as long as this.
+pub(crate) struct Materialised {
+    /// The local copy the adapters read.
+    pub(crate) path: PathBuf,
+    _remote: Option<RemoteDir>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// Materialises the cache at `url`: a commit log (`commits/`, written by
+/// the stores opened on a URL) in a working directory, else the latest
+/// `push` snapshot (`manifests/`). The local tier is `CACHEX_TIER_DIR`
+/// (kept, so a second command fetches only what is new) or a temporary
+/// directory; its budget `CACHEX_TIER_BUDGET`.
+pub(crate) fn materialise(url: &str) -> Result<Materialised> {
+    let (dir, tmp) = tier_dir(std::env::var_os(TIER_DIR_ENV).map(PathBuf::from))?;
+    let budget = match std::env::var(TIER_BUDGET_ENV) {
+        Ok(v) => remote_cache::parse_bytes(&v).ok_or_else(|| {
+            CliError::Usage(format!(
+                "{TIER_BUDGET_ENV}={v:?} is not a size (e.g. 500M, 20G)"
+            ))
+        })?,
+        Err(_) => DEFAULT_TIER_BUDGET,
+    };
+    let tier = RemoteTier::open(url, TierConfig::new(&dir, budget)).map_err(remote_error)?;
+    let shown = tier.url().to_string();
+    let has_commits = !tier
+        .list(remote_cache::journal::COMMITS)
+        .map_err(remote_error)?
+        .is_empty();
+    if has_commits {
+        let work = remote_cache::default_work_dir(&dir, &shown);
+        let remote =
+            RemoteDir::open(tier, &work, |_, _| false, |_| false).map_err(CliError::store)?;
+        return Ok(Materialised {
+            path: work,
+            _remote: Some(remote),
+            _tmp: tmp,
+        });
+    }
+    if latest_manifest(&tier).map_err(remote_error)?.is_none() {
+        return Err(CliError::NotFound {
+            path: PathBuf::from(shown),
+            what: "nothing published here (no commits/ or manifests/)".into(),
+        });
+    }
+    let dest = remote_cache::default_work_dir(&dir.join("snapshots"), &shown);
+    pull_dir_with_progress(&tier, &dest, &mut |_, _| {}).map_err(remote_error)?;
+    Ok(Materialised {
+        path: dest,
+        _remote: None,
+        _tmp: tmp,
+    })
 }

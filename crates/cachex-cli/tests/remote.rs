@@ -24,7 +24,9 @@ fn s3_endpoint() -> Option<String> {
 
 /// A fresh bucket (the test server takes an unsigned `PUT /<bucket>`).
 fn new_bucket(endpoint: &str) -> String {
-    let bucket = format!("cachex-cli-{}", std::process::id());
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let bucket = format!("cachex-cli-{}-{n}", std::process::id());
     let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
     let mut conn = TcpStream::connect(host).expect("connect to the S3 test server");
     write!(
@@ -116,4 +118,52 @@ fn push_then_pull_through_s3_gives_a_sound_cache() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn inspect_verify_and_get_read_a_cache_at_its_url() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let bucket = new_bucket(&endpoint);
+    let url = format!("s3://{bucket}/live/features");
+    // A writer publishes through remote-cache (a commit log).
+    let work = tempfile::tempdir().unwrap();
+    let location =
+        remote_cache::Location::remote(&url, remote_tier::TierConfig::new(work.path(), 1 << 30))
+            .with_options([
+                ("aws_endpoint", endpoint.as_str()),
+                ("aws_allow_http", "true"),
+                ("aws_access_key_id", "cachex-test"),
+                ("aws_secret_access_key", "cachex-test"),
+                ("aws_region", "us-east-1"),
+            ]);
+    let store = remote_cache::RemoteSegments::open(&location, Options::default()).unwrap();
+    let items: Vec<(String, Record)> = (0..30)
+        .map(|n| {
+            let t = Tensor::from_vec([4], vec![n as f32; 4]).unwrap();
+            (format!("k{n}"), Record::from(t))
+        })
+        .collect();
+    store.put_batch(&items).unwrap();
+    assert_eq!(store.publish().unwrap().seq, Some(1));
+
+    let text = ok(&endpoint, &["inspect", &url, "--json"]);
+    assert!(text.contains("segment-store"), "{text}");
+    let text = ok(&endpoint, &["verify", &url]);
+    assert!(text.contains("sound"), "{text}");
+    let text = ok(&endpoint, &["get", &url, "k17", "--json"]);
+    assert!(text.contains("17"), "{text}");
+    let out = cachex(&endpoint, &["get", &url, "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+
+    // A push snapshot reads the same way.
+    let snap = format!("s3://{bucket}/snap");
+    ok(&endpoint, &["push", p(store.store().dir()), &snap]);
+    let text = ok(&endpoint, &["get", &snap, "k29", "--json"]);
+    assert!(text.contains("29"), "{text}");
+    // Nothing published at a URL: a problem, named.
+    let out = cachex(&endpoint, &["inspect", &format!("s3://{bucket}/none")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published"));
 }

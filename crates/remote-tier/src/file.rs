@@ -38,6 +38,8 @@ pub(crate) struct ObjectState {
     /// The sparse file's inode: block maps on disk are only trusted (and
     /// only written) while the path still names this file.
     ino: u64,
+    /// The second (since the epoch) of the last touch.
+    touched: std::sync::atomic::AtomicU64,
     _pin: FileLock,
 }
 
@@ -77,6 +79,7 @@ impl RemoteFile {
                     size,
                     blocks: None,
                     ino: 0,
+                    touched: Default::default(),
                     _pin: pin,
                 }
             }
@@ -93,6 +96,7 @@ impl RemoteFile {
                     size: map.size,
                     blocks: Some(Mutex::new(map)),
                     ino,
+                    touched: Default::default(),
                     _pin: pin,
                 }
             }
@@ -309,9 +313,22 @@ impl RemoteFile {
         }
     }
 
-    /// Marks the object used now, for least-recently-used eviction.
+    /// Marks the object used now, for least-recently-used eviction: at
+    /// most once a second per object, since a read path calls it for every
+    /// range it ensures and eviction order needs no finer clock.
     fn touch(&self) {
-        let _ = self.state.file.set_modified(SystemTime::now());
+        let now = SystemTime::now();
+        let secs = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if self
+            .state
+            .touched
+            .swap(secs, std::sync::atomic::Ordering::Relaxed)
+            != secs
+        {
+            let _ = self.state.file.set_modified(now);
+        }
     }
 }
 

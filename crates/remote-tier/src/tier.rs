@@ -184,6 +184,11 @@ impl RemoteTier {
         &self.inner.remote.url
     }
 
+    /// How the tier was configured.
+    pub fn config(&self) -> &TierConfig {
+        &self.inner.config
+    }
+
     /// The local tier directory.
     pub fn cache_dir(&self) -> &Path {
         &self.inner.dir.root
@@ -216,6 +221,37 @@ impl RemoteTier {
                 size: m.size,
                 e_tag: m.e_tag,
             })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Objects under the path `prefix` whose names sort after `after`
+    /// (a name under the same prefix), sorted by name: what was added
+    /// since a reader last looked, without listing what it saw already
+    /// (stores that cannot start a listing at an offset filter theirs).
+    pub fn list_after(&self, prefix: &str, after: &str) -> Result<Vec<ObjectInfo>> {
+        let remote = self.inner.remote.clone();
+        let path = remote.path(prefix)?;
+        let offset = remote.path(after)?;
+        let r = remote.clone();
+        let listed = self.inner.block_on(async move {
+            r.retrying(true, || {
+                r.store
+                    .list_with_offset(Some(&path), &offset)
+                    .try_collect::<Vec<_>>()
+            })
+            .await
+        })?;
+        let (metas, _) = listed.map_err(|(f, n)| remote.error(prefix, "list", f, n))?;
+        let mut out: Vec<ObjectInfo> = metas
+            .into_iter()
+            .map(|m| ObjectInfo {
+                name: remote.name_of(&m.location),
+                size: m.size,
+                e_tag: m.e_tag,
+            })
+            .filter(|o| o.name.as_str() > after)
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)

@@ -21,8 +21,20 @@ pub type Cache = Box<dyn CacheBackend>;
 /// Opens the cache `config` names. Build-once caches (memmap-array,
 /// page-alloc) must be built already (else [`crate::FacadeError::NotBuilt`]);
 /// a shard-store cache without a source serves only what is on disk.
+///
+/// A `root` that is a URL (`s3://bucket/prefix`, ...) opens the cache
+/// published at `<root>/<name>/<key>` from a local working directory (see
+/// [`crate::RemoteConfig`]); its `flush` publishes.
 pub fn open(config: &CacheConfig) -> Result<Cache> {
-    Ok(match config.backend {
+    if let Some((local, remote)) = crate::remote::localize(config)? {
+        let inner = open_local(config.backend, &local)?;
+        return Ok(Box::new(crate::remote::RemoteBackend::new(inner, remote)));
+    }
+    open_local(config.backend, config)
+}
+
+fn open_local(kind: BackendKind, config: &CacheConfig) -> Result<Cache> {
+    Ok(match kind {
         BackendKind::SegmentStore => Box::new(SegmentBackend::open(config)?),
         BackendKind::MemmapArray => Box::new(MemmapBackend::open(config)?),
         BackendKind::ShardStore => Box::new(ShardBackend::open(config)?),
@@ -33,7 +45,19 @@ pub fn open(config: &CacheConfig) -> Result<Cache> {
 /// Opens the cache `config` names, building (resuming, rebuilding) it from
 /// `source` when needed. segment-store caches are filled by puts and take
 /// no source: that is [`crate::FacadeError::Unsupported`].
+///
+/// With a URL `root`, a cache built here is published before this returns.
 pub fn open_with_source(config: &CacheConfig, source: Source) -> Result<Cache> {
+    if let Some((local, remote)) = crate::remote::localize(config)? {
+        let inner = open_local_with_source(&local, source)?;
+        let backend = crate::remote::RemoteBackend::new(inner, remote);
+        backend.publish()?;
+        return Ok(Box::new(backend));
+    }
+    open_local_with_source(config, source)
+}
+
+fn open_local_with_source(config: &CacheConfig, source: Source) -> Result<Cache> {
     Ok(match config.backend {
         BackendKind::SegmentStore => {
             return Err(crate::FacadeError::Unsupported {

@@ -1,0 +1,860 @@
+//! [`RemoteDir`]: a local working directory kept in step with a commit log
+//! in object storage — materialised from it on open and on
+//! [`refresh`](RemoteDir::refresh), published to it by
+//! [`publish`](RemoteDir::publish).
+//!
+//! The stores write files that are immutable (segments, shards, `.bin`
+//! arrays, page files), append-only (index logs) or replaced whole by a
+//! rename (`metadata.json`). A commit therefore lists *pieces*: the bytes
+//! `offset..offset + size` of a file, stored under their BLAKE3, either
+//! extending the file or (`replace`) standing for all of it. Publishing
+//! costs O(new bytes); a reader applies only the commits after the last
+//! one it saw.
+//!
+//! ```text
+//! <url>/objects/<blake3 hex>          one piece's bytes
+//! <url>/commits/<seq, 20 digits>.json
+//!     {"version":1,"seq":N,"writer":"<host-pid-time>",
+//!      "pieces":[{"path","offset","size","blake3","replace"}]}
+//! <work dir>/.cachex-remote/
+//!   lock                              flock: one handle per working directory
+//!   applied.jsonl                     per applied commit: seq, each file's length and inode
+//! ```
+//!
+//! Rules that make it safe:
+//! - **Commit last, conditionally.** Pieces are uploaded first; the commit
+//!   record is created with `PutMode::Create` under the next sequence
+//!   number. A writer killed before that leaves only unreferenced objects:
+//!   the remote cache stays at its last commit.
+//! - **No file claimed twice.** Before it commits, and again each time
+//!   another writer took the number it tried, a writer applies the
+//!   commits it has not seen. One that writes a file this writer changed
+//!   locally and has not published is a [`Error::Conflict`]: of two
+//!   writers that claimed one segment id, exactly one publishes.
+//! - **Never half a commit.** A reader applies whole commits in sequence
+//!   order, every piece verified against its BLAKE3 (or, for files read by
+//!   blocks, its size and etag), and records each applied commit only
+//!   after its files are durable; re-applying one after a crash finds the
+//!   bytes in place and skips them.
+//! - **Read by blocks.** Large files a store maps and reads in parts
+//!   (`.bin` arrays, page files) may be left in the local tier as sparse
+//!   files, linked into the working directory; [`RemoteDir::ensure`]
+//!   fetches the blocks of a byte range before the store reads it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Write;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use durable_fs::FileLock;
+use remote_tier::{Expected, RemoteFile, RemoteTier};
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// Where piece objects live under the URL.
+pub const OBJECTS: &str = "objects";
+/// Where commit records live under the URL.
+pub const COMMITS: &str = "commits";
+/// The commit record format version.
+pub const COMMIT_VERSION: u32 = 1;
+/// The local state directory inside a working directory (never published).
+pub const STATE_DIR: &str = ".cachex-remote";
+/// A commit record is never larger than this.
+const MAX_COMMIT: usize = 64 << 20;
+/// How often a publisher tries the next number when others take its own.
+const MAX_COMMIT_RACES: u32 = 64;
+/// Pieces up to this size are read into memory and sent in one request.
+const IN_MEMORY_PIECE: u64 = 64 << 20;
+
+/// Bytes of one file in a commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Piece {
+    /// The file, relative to the cache directory, `/`-separated.
+    pub path: String,
+    /// Where the bytes start in the file.
+    pub offset: u64,
+    /// How many bytes.
+    pub size: u64,
+    /// BLAKE3 of the bytes, hex: the object `objects/<blake3>` holds them.
+    pub blake3: String,
+    /// The bytes are the whole file (offset 0), replacing what it held.
+    #[serde(default)]
+    pub replace: bool,
+}
+
+/// One commit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Commit {
+    /// Format version ([`COMMIT_VERSION`]).
+    pub version: u32,
+    /// Its sequence number (commits apply in this order).
+    pub seq: u64,
+    /// Who published it (host, process, time): unique per publish.
+    pub writer: String,
+    /// The pieces, in the order they apply.
+    pub pieces: Vec<Piece>,
+}
+
+/// What [`RemoteDir::refresh`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RefreshReport {
+    /// The last commit applied (0: none published).
+    pub seq: u64,
+    /// Commits applied by this call.
+    pub commits: u64,
+    /// Pieces whose bytes were written locally (the others were in place
+    /// or are read by blocks).
+    pub fetched: u64,
+}
+
+/// What [`RemoteDir::publish`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublishReport {
+    /// The commit written, or `None` when there was nothing new.
+    pub seq: Option<u64>,
+    /// Pieces in it.
+    pub pieces: u64,
+    /// Pieces uploaded (the others were in the store already).
+    pub uploaded: u64,
+    /// Bytes uploaded.
+    pub bytes_uploaded: u64,
+}
+
+/// Which files a store maps and reads in parts: `(path, size)` → read by
+/// blocks from the local tier instead of copied whole.
+pub type ReadByBlocks = fn(&str, u64) -> bool;
+
+/// Which files never travel (locks, scratch space): `path` → skip.
+pub type Private = fn(&str) -> bool;
+
+/// A local file as this handle last left it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Known {
+    /// Its length.
+    len: u64,
+    /// Its inode; 0 for a file read by blocks (a link into the tier).
+    ino: u64,
+}
+
+/// One line of `applied.jsonl`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Applied {
+    seq: u64,
+    files: BTreeMap<String, Known>,
+}
+
+#[derive(Debug)]
+struct State {
+    seq: u64,
+    files: HashMap<String, Known>,
+    by_blocks: HashMap<String, RemoteFile>,
+    log: File,
+}
+
+/// A local working directory materialised from, and published to, a
+/// commit log at an object-store URL (see the [module docs](self)).
+#[derive(Debug)]
+pub struct RemoteDir {
+    tier: RemoteTier,
+    dir: PathBuf,
+    writer: String,
+    by_blocks: ReadByBlocks,
+    private: Private,
+    state: Mutex<State>,
+    _lock: FileLock,
+}
+
+impl RemoteDir {
+    /// Opens the working directory `dir` (created if needed) for the
+    /// commit log at `tier`'s URL and applies every commit not applied
+    /// there yet. `by_blocks` picks the files read by blocks, `private`
+    /// the files never published (besides locks, temporary files and the
+    /// state directory, which never are).
+    pub fn open(
+        tier: RemoteTier,
+        dir: &Path,
+        by_blocks: ReadByBlocks,
+        private: Private,
+    ) -> Result<RemoteDir> {
+        let state_dir = dir.join(STATE_DIR);
+        std::fs::create_dir_all(&state_dir).map_err(Error::io("create directory", &state_dir))?;
+        let lock =
+            FileLock::try_exclusive(&state_dir.join("lock"))?.ok_or_else(|| Error::Busy {
+                path: dir.to_path_buf(),
+            })?;
+        let log_path = state_dir.join("applied.jsonl");
+        let (seq, files) = read_applied(&log_path)?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(Error::io("open", &log_path))?;
+        let writer = format!(
+            "{}-{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into()),
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        );
+        let remote = RemoteDir {
+            tier,
+            dir: dir.to_path_buf(),
+            writer,
+            by_blocks,
+            private,
+            state: Mutex::new(State {
+                seq,
+                files,
+                by_blocks: HashMap::new(),
+                log,
+            }),
+            _lock: lock,
+        };
+        {
+            let mut state = remote.lock();
+            // Files read by blocks are links into the tier: open (pin) each
+            // again, since the tier may have evicted it while nobody had it.
+            let linked: Vec<String> = state
+                .files
+                .iter()
+                .filter(|(_, k)| k.ino == 0)
+                .map(|(p, _)| p.clone())
+                .collect();
+            for path in linked {
+                remote.relink(&mut state, &path)?;
+            }
+            remote.refresh_locked(&mut state)?;
+        }
+        Ok(remote)
+    }
+
+    /// The working directory the store opens.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The tier (URL and local tier) behind it.
+    pub fn tier(&self) -> &RemoteTier {
+        &self.tier
+    }
+
+    /// The last commit applied here (0: none).
+    pub fn seq(&self) -> u64 {
+        self.lock().seq
+    }
+
+    /// Applies the commits published since the last one applied: their
+    /// files appear in the working directory, whole commits at a time.
+    /// Cost: one listing from the last commit on, plus the new bytes.
+    pub fn refresh(&self) -> Result<RefreshReport> {
+        let mut state = self.lock();
+        self.refresh_locked(&mut state)
+    }
+
+    /// Publishes what the store wrote in the working directory since the
+    /// last commit (new files, bytes appended, files replaced): pieces
+    /// first, then the commit record, conditionally, under the next
+    /// sequence number. Call it only after the store made its files
+    /// durable (a flush). Commits of other writers are applied first;
+    /// one that wrote a file this writer also changed is an
+    /// [`Error::Conflict`] and nothing of this writer's is committed.
+    pub fn publish(&self) -> Result<PublishReport> {
+        let mut state = self.lock();
+        self.refresh_locked(&mut state)?;
+        let (pieces, after) = self.changes(&state)?;
+        let mut report = PublishReport {
+            pieces: pieces.len() as u64,
+            ..PublishReport::default()
+        };
+        if pieces.is_empty() {
+            return Ok(report);
+        }
+        for (piece, source) in &pieces {
+            if let Some(bytes) = self.upload(piece, source)? {
+                report.uploaded += 1;
+                report.bytes_uploaded += bytes;
+            }
+        }
+        let pieces: Vec<Piece> = pieces.into_iter().map(|(p, _)| p).collect();
+        for _ in 0..MAX_COMMIT_RACES {
+            let seq = state.seq + 1;
+            let commit = Commit {
+                version: COMMIT_VERSION,
+                seq,
+                writer: self.writer.clone(),
+                pieces: pieces.clone(),
+            };
+            let name = commit_name(seq);
+            let bytes = serde_json::to_vec(&commit).map_err(|e| Error::Corrupt {
+                url: self.tier.url().to_string(),
+                name: name.clone(),
+                problem: format!("cannot encode the commit: {e}"),
+            })?;
+            match self.tier.commit(&name, bytes) {
+                Ok(()) => {
+                    self.record(&mut state, seq, after)?;
+                    report.seq = Some(seq);
+                    return Ok(report);
+                }
+                // Another writer took the number: learn its commit (which
+                // also tells whether it claimed one of our files) and try
+                // the next.
+                Err(remote_tier::Error::CommitTaken { .. }) => {
+                    self.refresh_locked(&mut state)?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(remote_tier::Error::CommitTaken {
+            url: self.tier.url().to_string(),
+            name: format!(
+                "{COMMITS}/ ({MAX_COMMIT_RACES} sequence numbers taken by other writers meanwhile)"
+            ),
+        }
+        .into())
+    }
+
+    /// Makes the bytes `range` of `path` local (a no-op for files copied
+    /// whole): call before the store reads them from a file read by blocks.
+    pub fn ensure(&self, path: &str, range: Range<u64>) -> Result<()> {
+        let file = self.lock().by_blocks.get(path).cloned();
+        match file {
+            Some(f) => Ok(f.ensure(range)?),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `path` is read by blocks (a link into the local tier).
+    pub fn is_by_blocks(&self, path: &str) -> bool {
+        self.lock().by_blocks.contains_key(path)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn refresh_locked(&self, state: &mut State) -> Result<RefreshReport> {
+        let mut report = RefreshReport {
+            seq: state.seq,
+            ..RefreshReport::default()
+        };
+        let listed = self.tier.list_after(COMMITS, &commit_name(state.seq))?;
+        let mut seqs: Vec<u64> = listed
+            .iter()
+            .filter_map(|o| parse_commit_name(&o.name))
+            .filter(|&s| s > state.seq)
+            .collect();
+        seqs.sort_unstable();
+        for seq in seqs {
+            let commit = self.read_commit(seq)?;
+            let (files, fetched) = self.apply(state, &commit)?;
+            self.record(state, seq, files)?;
+            report.commits += 1;
+            report.fetched += fetched;
+            report.seq = seq;
+        }
+        if report.fetched > 0 {
+            // Copies made while still open were kept over budget; the
+            // working directory holds those bytes now.
+            self.tier.evict()?;
+        }
+        Ok(report)
+    }
+
+    /// Reads and checks commit `seq`.
+    fn read_commit(&self, seq: u64) -> Result<Commit> {
+        let name = commit_name(seq);
+        let bytes = self.tier.read_remote(&name)?;
+        let corrupt = |problem: String| Error::Corrupt {
+            url: self.tier.url().to_string(),
+            name: name.clone(),
+            problem,
+        };
+        if bytes.len() > MAX_COMMIT {
+            return Err(corrupt(format!(
+                "{} bytes, limit {MAX_COMMIT}",
+                bytes.len()
+            )));
+        }
+        let c: Commit = serde_json::from_slice(&bytes)
+            .map_err(|e| corrupt(format!("not a commit record: {e}")))?;
+        if c.version != COMMIT_VERSION {
+            return Err(corrupt(format!(
+                "version {}, this build reads {COMMIT_VERSION}",
+                c.version
+            )));
+        }
+        if c.seq != seq {
+            return Err(corrupt(format!(
+                "says seq {} under the name of {seq}",
+                c.seq
+            )));
+        }
+        for p in &c.pieces {
+            if !is_relative_inside(&p.path) || p.path.starts_with(STATE_DIR) {
+                return Err(corrupt(format!(
+                    "`{}` is not a relative path inside the cache",
+                    p.path
+                )));
+            }
+            if blake3::Hash::from_hex(&p.blake3).is_err() {
+                return Err(corrupt(format!(
+                    "{}: `{}` is not a BLAKE3 hash",
+                    p.path, p.blake3
+                )));
+            }
+            if p.offset.checked_add(p.size).is_none() || (p.replace && p.offset != 0) {
+                return Err(corrupt(format!(
+                    "{}: bad range {}+{}",
+                    p.path, p.offset, p.size
+                )));
+            }
+        }
+        Ok(c)
+    }
+
+    /// Applies one commit's pieces; returns the files it left and how many
+    /// pieces were written locally.
+    fn apply(&self, state: &mut State, c: &Commit) -> Result<(BTreeMap<String, Known>, u64)> {
+        let mut files = BTreeMap::new();
+        let mut fetched = 0;
+        for p in &c.pieces {
+            let local = self.dir.join(&p.path);
+            let end = p.offset + p.size;
+            let known = state.files.get(&p.path).copied();
+            // A link into the tier is never local work: a new piece for its
+            // path replaces it (or, re-applied after a crash, relinks it).
+            let meta = std::fs::symlink_metadata(&local)
+                .ok()
+                .filter(|m| !m.file_type().is_symlink());
+            if meta.is_none() && known.is_none_or(|k| k.ino == 0) {
+                state.by_blocks.remove(&p.path);
+            }
+            // A re-applied commit (a crash before it was recorded): the
+            // bytes are in place already.
+            if let Some(m) = &meta
+                && m.is_file()
+                && m.len() >= end
+                && (!p.replace || m.len() == end)
+                && hash_range(&local, p.offset, p.size)? == p.blake3
+            {
+                let k = Known {
+                    len: m.len().max(known.map_or(0, |k| k.len)),
+                    ino: m.ino(),
+                };
+                state.files.insert(p.path.clone(), k);
+                files.insert(p.path.clone(), k);
+                continue;
+            }
+            // Local bytes not published by this handle: another writer wrote
+            // a file this one also writes.
+            let unpublished = match (&meta, known) {
+                (None, _) => false,
+                (Some(_), Some(k)) if k.ino == 0 => true,
+                (Some(m), Some(k)) => m.ino() != k.ino || m.len() != k.len,
+                (Some(_), None) => true,
+            };
+            if unpublished {
+                return Err(Error::Conflict {
+                    url: self.tier.url().to_string(),
+                    path: p.path.clone(),
+                    seq: c.seq,
+                    writer: c.writer.clone(),
+                });
+            }
+            let object = format!("{OBJECTS}/{}", p.blake3);
+            let new_file = meta.is_none() || p.replace;
+            if new_file
+                && p.offset == 0
+                && p.size > 0
+                && (self.by_blocks)(&p.path, p.size)
+                && p.size > self.tier_whole_max()
+            {
+                self.link(state, &p.path, &object, p.size)?;
+                let k = Known {
+                    len: p.size,
+                    ino: 0,
+                };
+                files.insert(p.path.clone(), k);
+                continue;
+            }
+            if known.is_some_and(|k| k.ino == 0) && !p.replace {
+                return Err(Error::Corrupt {
+                    url: self.tier.url().to_string(),
+                    name: commit_name(c.seq),
+                    problem: format!("{}: a file published whole grew afterwards", p.path),
+                });
+            }
+            let expected = Expected {
+                size: Some(p.size),
+                blake3: Some(*parse_hash(&self.tier, &p.blake3)?.as_bytes()),
+            };
+            let have = meta.as_ref().map_or(0, |m| m.len());
+            if !new_file && p.offset != have {
+                return Err(Error::Corrupt {
+                    url: self.tier.url().to_string(),
+                    name: commit_name(c.seq),
+                    problem: format!(
+                        "{}: appends at byte {} to a file of {have} bytes here",
+                        p.path, p.offset
+                    ),
+                });
+            }
+            if new_file && p.offset != 0 {
+                return Err(Error::Corrupt {
+                    url: self.tier.url().to_string(),
+                    name: commit_name(c.seq),
+                    problem: format!(
+                        "{}: starts at byte {}, but the file is not here",
+                        p.path, p.offset
+                    ),
+                });
+            }
+            let source = if p.size == 0 {
+                None
+            } else {
+                Some(self.tier.fetch(&object, &expected)?)
+            };
+            let ino = if new_file {
+                write_new(&local, source.as_ref(), p.size)?
+            } else {
+                append(&local, source.as_ref(), p.offset, p.size)?
+            };
+            fetched += 1;
+            let k = Known { len: end, ino };
+            state.files.insert(p.path.clone(), k);
+            files.insert(p.path.clone(), k);
+        }
+        Ok((files, fetched))
+    }
+
+    fn tier_whole_max(&self) -> u64 {
+        // The tier fetches objects up to its whole-file size in one piece;
+        // only larger ones are worth reading by blocks.
+        self.tier.config().whole_file_max
+    }
+
+    /// Opens `object` through the tier (pinned while this handle lives)
+    /// and links `path` to its local file.
+    fn link(&self, state: &mut State, path: &str, object: &str, size: u64) -> Result<()> {
+        let file = self.tier.open_object(object)?;
+        if file.len() != size {
+            return Err(remote_tier::Error::Corrupt {
+                url: self.tier.url().to_string(),
+                name: object.to_string(),
+                problem: format!("{} bytes, the commit says {size}", file.len()),
+            }
+            .into());
+        }
+        let local = self.dir.join(path);
+        let parent = durable_fs::parent_dir(&local).to_path_buf();
+        std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
+        let tmp = durable_fs::unique_temp_path(&parent, "link");
+        // An absolute target: the working directory and the tier may be
+        // named relative to different places.
+        let target =
+            std::fs::canonicalize(file.path()).map_err(Error::io("resolve", file.path()))?;
+        std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
+        durable_fs::rename_and_sync(&tmp, &local)?;
+        state
+            .files
+            .insert(path.to_string(), Known { len: size, ino: 0 });
+        state.by_blocks.insert(path.to_string(), file);
+        Ok(())
+    }
+
+    /// Re-opens a file read by blocks (on open: the tier may have evicted
+    /// it, or moved it) and points its link at the local copy.
+    fn relink(&self, state: &mut State, path: &str) -> Result<()> {
+        let local = self.dir.join(path);
+        let target = std::fs::read_link(&local).ok();
+        let name = target
+            .as_ref()
+            .and_then(|t| t.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // The tier names local copies by the escaped object name.
+        let object = name
+            .strip_suffix(".sparse")
+            .or_else(|| name.strip_suffix(".whole"))
+            .map(|k| k.replace("%2F", "/").replace("%25", "%"))
+            .filter(|o| o.starts_with(&format!("{OBJECTS}/")));
+        let Some(object) = object else {
+            return Err(Error::Corrupt {
+                url: self.dir.display().to_string(),
+                name: path.to_string(),
+                problem: "a file read by blocks that is no longer a link into the tier".into(),
+            });
+        };
+        let size = state.files.get(path).map_or(0, |k| k.len);
+        self.link(state, path, &object, size)
+    }
+
+    /// Appends the applied commit to the local record (after its files are
+    /// durable) and takes its files as known.
+    fn record(&self, state: &mut State, seq: u64, files: BTreeMap<String, Known>) -> Result<()> {
+        for (path, k) in &files {
+            state.files.insert(path.clone(), *k);
+        }
+        let mut line = serde_json::to_vec(&Applied { seq, files }).map_err(|e| Error::Corrupt {
+            url: self.dir.display().to_string(),
+            name: "applied.jsonl".into(),
+            problem: e.to_string(),
+        })?;
+        line.push(b'\n');
+        let path = self.dir.join(STATE_DIR).join("applied.jsonl");
+        state
+            .log
+            .write_all(&line)
+            .map_err(Error::io("append", &path))?;
+        state.log.sync_data().map_err(Error::io("fsync", &path))?;
+        state.seq = seq;
+        Ok(())
+    }
+
+    /// The pieces that publish what changed locally, with the file handle
+    /// each is read from, and the files as they will be once committed.
+    #[allow(clippy::type_complexity)]
+    fn changes(
+        &self,
+        state: &State,
+    ) -> Result<(Vec<(Piece, (File, PathBuf))>, BTreeMap<String, Known>)> {
+        let mut pieces = Vec::new();
+        let mut after = BTreeMap::new();
+        for (rel, path) in local_files(&self.dir, self.private)? {
+            let file = File::open(&path).map_err(Error::io("open", &path))?;
+            let m = file.metadata().map_err(Error::io("stat", &path))?;
+            let (len, ino) = (m.len(), m.ino());
+            let known = state.files.get(&rel).copied();
+            let (offset, replace) = match known {
+                Some(k) if k.ino == 0 => continue,
+                Some(k) if k.ino == ino && k.len == len => continue,
+                Some(k) if k.ino == ino && len > k.len => (k.len, false),
+                Some(_) => (0, true),
+                None => (0, false),
+            };
+            let size = len - offset;
+            let hash = hash_open(&file, &path, offset, size)?;
+            pieces.push((
+                Piece {
+                    path: rel.clone(),
+                    offset,
+                    size,
+                    blake3: hash,
+                    replace,
+                },
+                (file, path),
+            ));
+            after.insert(rel, Known { len, ino });
+        }
+        // Whole new files before the bytes appended to logs that point at
+        // them (readers apply in order).
+        pieces.sort_by_key(|(p, _)| (p.offset != 0, p.path.clone()));
+        Ok((pieces, after))
+    }
+
+    /// Uploads a piece unless its object exists; returns the bytes sent.
+    fn upload(&self, piece: &Piece, (file, path): &(File, PathBuf)) -> Result<Option<u64>> {
+        let object = format!("{OBJECTS}/{}", piece.blake3);
+        match self.tier.head(&object) {
+            Ok(info) if info.size == piece.size => return Ok(None),
+            Ok(_) | Err(remote_tier::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if piece.size <= IN_MEMORY_PIECE || piece.offset != 0 {
+            let mut bytes = vec![0u8; piece.size as usize];
+            file.read_exact_at(&mut bytes, piece.offset)
+                .map_err(Error::io("read", path))?;
+            if blake3::hash(&bytes).to_hex().as_str() != piece.blake3 {
+                return Err(changed(path));
+            }
+            self.tier.put_bytes(&object, bytes)?;
+        } else {
+            let sent = self.tier.put_file(&object, path)?;
+            let now = std::fs::metadata(path).map_err(Error::io("stat", path))?;
+            let then = file.metadata().map_err(Error::io("stat", path))?;
+            if sent != piece.size || now.ino() != then.ino() {
+                return Err(changed(path));
+            }
+        }
+        Ok(Some(piece.size))
+    }
+}
+
+fn changed(path: &Path) -> Error {
+    Error::io("read (the file changed while it was published)", path)(
+        std::io::ErrorKind::InvalidData.into(),
+    )
+}
+
+/// The name of commit `seq`.
+pub fn commit_name(seq: u64) -> String {
+    format!("{COMMITS}/{seq:020}.json")
+}
+
+fn parse_commit_name(name: &str) -> Option<u64> {
+    name.strip_prefix(&format!("{COMMITS}/"))?
+        .strip_suffix(".json")?
+        .parse()
+        .ok()
+}
+
+fn parse_hash(tier: &RemoteTier, hex: &str) -> Result<blake3::Hash> {
+    blake3::Hash::from_hex(hex).map_err(|e| Error::Corrupt {
+        url: tier.url().to_string(),
+        name: hex.to_string(),
+        problem: format!("not a BLAKE3 hash: {e}"),
+    })
+}
+
+fn is_relative_inside(path: &str) -> bool {
+    !path.is_empty()
+        && Path::new(path)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// The applied commits recorded in a working directory: the last seq and
+/// each file as it was left. A torn last line (a crash while recording)
+/// is ignored: that commit is applied again, finding its bytes in place.
+fn read_applied(path: &Path) -> Result<(u64, HashMap<String, Known>)> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(Error::io("read", path)(e)),
+    };
+    let mut seq = 0;
+    let mut files = HashMap::new();
+    for line in bytes.split(|&b| b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        let Ok(a) = serde_json::from_slice::<Applied>(line) else {
+            break;
+        };
+        seq = seq.max(a.seq);
+        files.extend(a.files);
+    }
+    Ok((seq, files))
+}
+
+/// Every file of `dir` a commit may hold, with its relative path: not the
+/// state directory, locks, temporary files, links into the tier, or what
+/// `private` names.
+fn local_files(dir: &Path, private: Private) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(Error::io("list directory", &d))?;
+        for entry in entries {
+            let entry = entry.map_err(Error::io("list directory", &d))?;
+            let path = entry.path();
+            let kind = entry.file_type().map_err(Error::io("stat", &path))?;
+            let Ok(rel) = path.strip_prefix(dir) else {
+                continue;
+            };
+            let rel: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            let rel = rel.join("/");
+            if rel == STATE_DIR || private(&rel) {
+                continue;
+            }
+            if kind.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !kind.is_file() || name.ends_with(".lock") || name.ends_with(durable_fs::TMP_SUFFIX)
+            {
+                continue;
+            }
+            out.push((rel, path));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// BLAKE3 (hex) of `size` bytes of `path` at `offset`.
+fn hash_range(path: &Path, offset: u64, size: u64) -> Result<String> {
+    let file = File::open(path).map_err(Error::io("open", path))?;
+    hash_open(&file, path, offset, size)
+}
+
+fn hash_open(file: &File, path: &Path, offset: u64, size: u64) -> Result<String> {
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; (1 << 20).min(size.max(1)) as usize];
+    let mut at = offset;
+    let end = offset + size;
+    while at < end {
+        let n = (end - at).min(buf.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..n], at)
+            .map_err(Error::io("read", path))?;
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// Writes a new file (temp, fsync, rename, dir fsync) from `source`;
+/// returns its inode.
+fn write_new(dest: &Path, source: Option<&RemoteFile>, size: u64) -> Result<u64> {
+    let parent = durable_fs::parent_dir(dest).to_path_buf();
+    std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = durable_fs::unique_temp_path(&parent, &name);
+    let out = durable_fs::create_temp(&tmp)?;
+    let copied = match source {
+        Some(src) => copy_at(src, &out, &tmp, 0, size),
+        None => Ok(()),
+    };
+    let ino = out.metadata().map_err(Error::io("stat", &tmp))?.ino();
+    if let Err(e) = copied.and_then(|()| Ok(durable_fs::commit_temp(out, &tmp, dest)?)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    durable_fs::sync_dir(&parent)?;
+    Ok(ino)
+}
+
+/// Appends `size` bytes of `source` at `offset` of `dest`, fsynced;
+/// returns its inode.
+fn append(dest: &Path, source: Option<&RemoteFile>, offset: u64, size: u64) -> Result<u64> {
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dest)
+        .map_err(Error::io("open", dest))?;
+    if let Some(src) = source {
+        copy_at(src, &out, dest, offset, size)?;
+    }
+    out.sync_data().map_err(Error::io("fsync", dest))?;
+    Ok(out.metadata().map_err(Error::io("stat", dest))?.ino())
+}
+
+/// Copies the object `from` (whole, `size` bytes) to `offset` of `to`.
+fn copy_at(from: &RemoteFile, to: &File, to_path: &Path, offset: u64, size: u64) -> Result<()> {
+    let mut buf = vec![0u8; (4 << 20).min(size.max(1)) as usize];
+    let mut at = 0u64;
+    while at < size {
+        let n = (size - at).min(buf.len() as u64) as usize;
+        from.file()
+            .read_exact_at(&mut buf[..n], at)
+            .map_err(Error::io("read", from.path()))?;
+        to.write_all_at(&buf[..n], offset + at)
+            .map_err(Error::io("write", to_path))?;
+        at += n as u64;
+    }
+    to.sync_data().map_err(Error::io("fsync", to_path))?;
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! `remote-cache`: every cachex store opened on an object-store URL
+//! (`s3://bucket/prefix`, `gs://…`, `az://…`, `file:///…`) as well as on a
+//! local directory — one [`Location`] type, parsed from the cache root a
+//! user writes ([`Location::parse`]).
+//!
+//! The stores are unchanged: each keeps reading and writing a local
+//! directory. For a remote location that directory is a *working
+//! directory* that a [`RemoteDir`] keeps in step with a commit log in
+//! object storage (see [`mod@journal`] for the format and its rules):
+//!
+//! - **Open** applies every published commit: files are fetched through
+//!   the shared, bounded local tier of `remote-tier`, verified against
+//!   their BLAKE3 and written into the working directory — or, for the
+//!   large files a store maps and reads in parts (memmap-array's `.bin`
+//!   arrays, page-alloc's page file), left as sparse files in the tier,
+//!   linked into the working directory and fetched by block ranges as
+//!   rows and samples are read ([`RemoteArrays`], [`RemotePages`]).
+//! - **Publish** ([`RemoteSegments::publish`], [`RemoteShards::publish`])
+//!   uploads what the store wrote since — new segments and the bytes
+//!   appended to index logs, new shards, replaced metadata — then writes
+//!   the commit record last with a conditional put: a writer killed
+//!   mid-publish leaves the remote cache at its last commit, and two
+//!   writers can never both claim one file (one gets [`Error::Conflict`]).
+//! - **Refresh** ([`RemoteSegments::refresh`], or on a period with
+//!   [`RemoteSegments::refresh_every`]) applies what other processes
+//!   published since, whole commits only.
+//!
+//! Credentials and endpoints come from `object_store`'s environment
+//! variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) or options
+//! ([`Location::with_options`]); they are never written to disk or shown
+//! in errors.
+//!
+//! # On disk
+//! ```text
+//! <url>/objects/<blake3>                 published bytes (content-addressed)
+//! <url>/commits/<seq>.json               commit records, applied in order
+//! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
+//! <tier dir>/work/<hash of url>/         the working directory the store opens
+//!   .cachex-remote/lock, applied.jsonl   which commits are applied here
+//! ```
+//!
+//! # Example
+//! ```
+//! use remote_cache::{Location, RemoteSegments};
+//! use remote_tier::TierConfig;
+//! use segment_store::{Options, Record};
+//! use tensor_core::Tensor;
+//!
+//! let bucket = tempfile::tempdir()?; // stands for s3://bucket/prefix
+//! let url = format!("file://{}", bucket.path().display());
+//! let (tier_a, tier_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+//!
+//! // A writer on one machine: write, flush, publish.
+//! let writer = RemoteSegments::open(
+//!     &Location::remote(&url, TierConfig::new(tier_a.path(), 1 << 30)),
+//!     Options { writer_id: Some(0), ..Options::default() },
+//! )?;
+//! let record = Record::from(Tensor::from_vec([2, 2], vec![1.0f32, 2.0, 3.0, 4.0])?);
+//! writer.put_batch(&[("a", record.clone())])?;
+//! assert_eq!(writer.publish()?.seq, Some(1));
+//!
+//! // A reader on another: a cold local tier, then a refresh for more.
+//! let reader = RemoteSegments::open(
+//!     &Location::remote(&url, TierConfig::new(tier_b.path(), 1 << 30)),
+//!     Options { read_only: true, ..Options::default() },
+//! )?;
+//! let (got, missing) = reader.get_batch(&["a"])?;
+//! assert!(missing.is_empty() && got[0].as_ref() == Some(&record));
+//! writer.put_batch(&[("b", record.clone())])?;
+//! writer.publish()?;
+//! reader.refresh()?;
+//! assert_eq!(reader.len(), 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod error;
+pub mod journal;
+mod location;
+mod stores;
+
+pub use error::{Error, Result};
+pub use journal::{Commit, Piece, PublishReport, RefreshReport, RemoteDir};
+pub use location::{
+    DEFAULT_TIER_BUDGET, Location, RemoteSpec, TIER_BUDGET_ENV, TIER_DIR_ENV, default_work_dir,
+    is_url, parse_bytes,
+};
+pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};

@@ -1,0 +1,227 @@
+//! [`Location`]: where a cache lives — a local directory, or an object
+//! store URL read through a local tier.
+
+use std::path::{Path, PathBuf};
+
+use remote_tier::{RemoteTier, TierConfig};
+
+use crate::journal::{Private, ReadByBlocks, RemoteDir};
+use crate::{Error, Result};
+
+/// The environment variable naming the local tier directory.
+pub const TIER_DIR_ENV: &str = "CACHEX_TIER_DIR";
+/// The environment variable giving the local tier's budget (bytes, or
+/// with a `K`/`M`/`G`/`T` suffix, powers of 1024).
+pub const TIER_BUDGET_ENV: &str = "CACHEX_TIER_BUDGET";
+/// The local tier's budget when neither the caller nor the environment
+/// gives one: 20 GiB.
+pub const DEFAULT_TIER_BUDGET: u64 = 20 << 30;
+
+/// Where a cache lives.
+#[derive(Debug, Clone)]
+pub enum Location {
+    /// A local directory, opened as the stores always do.
+    Local(PathBuf),
+    /// An object store URL, materialised in a local working directory.
+    Remote(Box<RemoteSpec>),
+}
+
+/// An object store URL and how to read it locally.
+#[derive(Debug, Clone)]
+pub struct RemoteSpec {
+    /// `s3://bucket/prefix`, `gs://…`, `az://…`, `file:///…`, `memory:///`.
+    pub url: String,
+    /// `object_store` options over the environment's (`aws_endpoint`,
+    /// `aws_allow_http`, …). Credentials belong in the environment.
+    pub options: Vec<(String, String)>,
+    /// The local tier (shared by every cache and process on the machine).
+    pub tier: TierConfig,
+    /// The working directory the store opens: one per cache and process
+    /// at a time. Default: `<tier dir>/work/<hash of the URL>`.
+    pub work_dir: Option<PathBuf>,
+}
+
+impl Location {
+    /// A cache root as a user writes it: a URL (`scheme://…`) is remote,
+    /// read through the local tier that `CACHEX_TIER_DIR` and
+    /// `CACHEX_TIER_BUDGET` describe (default: `~/.cache/cachex/tier`,
+    /// 20 GiB); anything else is a local path.
+    pub fn parse(root: &str) -> Result<Location> {
+        if !is_url(root) {
+            return Ok(Location::Local(PathBuf::from(root)));
+        }
+        let tier = TierConfig::new(tier_dir_from_env(root)?, tier_budget_from_env(root)?);
+        Ok(Location::remote(root, tier))
+    }
+
+    /// A remote location with the local tier `tier`.
+    pub fn remote(url: &str, tier: TierConfig) -> Location {
+        Location::Remote(Box::new(RemoteSpec {
+            url: url.to_string(),
+            options: Vec::new(),
+            tier,
+            work_dir: None,
+        }))
+    }
+
+    /// This location with `object_store` options added (remote only).
+    pub fn with_options<I, K, V>(mut self, options: I) -> Location
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        if let Location::Remote(spec) = &mut self {
+            spec.options
+                .extend(options.into_iter().map(|(k, v)| (k.into(), v.into())));
+        }
+        self
+    }
+
+    /// This location with its working directory set (remote only).
+    pub fn with_work_dir(mut self, dir: impl Into<PathBuf>) -> Location {
+        if let Location::Remote(spec) = &mut self {
+            spec.work_dir = Some(dir.into());
+        }
+        self
+    }
+
+    /// Whether the cache is remote.
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Location::Remote(_))
+    }
+
+    /// Opens the location for a store: the local directory itself, or the
+    /// working directory with every published commit applied.
+    pub(crate) fn open(&self, by_blocks: ReadByBlocks, private: Private) -> Result<Opened> {
+        match self {
+            Location::Local(dir) => Ok(Opened {
+                dir: dir.clone(),
+                remote: None,
+            }),
+            Location::Remote(spec) => {
+                let tier = RemoteTier::open_with_options(
+                    &spec.url,
+                    spec.options.clone(),
+                    spec.tier.clone(),
+                )?;
+                let work = match &spec.work_dir {
+                    Some(d) => d.clone(),
+                    None => default_work_dir(&spec.tier.cache_dir, tier.url()),
+                };
+                let remote = RemoteDir::open(tier, &work, by_blocks, private)?;
+                Ok(Opened {
+                    dir: work,
+                    remote: Some(remote),
+                })
+            }
+        }
+    }
+}
+
+/// An opened location: the directory the store opens, and the commit log
+/// behind it when remote.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub(crate) dir: PathBuf,
+    pub(crate) remote: Option<RemoteDir>,
+}
+
+/// Whether `root` is a URL (`scheme://…`), not a path.
+pub fn is_url(root: &str) -> bool {
+    match root.split_once("://") {
+        Some((scheme, _)) => {
+            !scheme.is_empty()
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.')
+        }
+        None => false,
+    }
+}
+
+/// `<tier dir>/work/<first 16 hex of BLAKE3(url)>`.
+pub fn default_work_dir(tier_dir: &Path, url: &str) -> PathBuf {
+    let hash = blake3::hash(url.trim_end_matches('/').as_bytes()).to_hex();
+    tier_dir.join("work").join(&hash.as_str()[..16])
+}
+
+fn tier_dir_from_env(root: &str) -> Result<PathBuf> {
+    if let Some(d) = std::env::var_os(TIER_DIR_ENV) {
+        return Ok(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Ok(PathBuf::from(d).join("cachex").join("tier"));
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => Ok(PathBuf::from(h).join(".cache").join("cachex").join("tier")),
+        None => Err(Error::BadLocation {
+            root: shown(root),
+            problem: format!("no local tier: set {TIER_DIR_ENV}"),
+        }),
+    }
+}
+
+fn tier_budget_from_env(root: &str) -> Result<u64> {
+    match std::env::var(TIER_BUDGET_ENV) {
+        Ok(v) => parse_bytes(&v).ok_or_else(|| Error::BadLocation {
+            root: shown(root),
+            problem: format!("{TIER_BUDGET_ENV}={v:?} is not a size (e.g. 500M, 20G)"),
+        }),
+        Err(_) => Ok(DEFAULT_TIER_BUDGET),
+    }
+}
+
+/// `123`, `500M`, `20G`, `1.5T` (powers of 1024) as bytes.
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, unit) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => (&s[..i], s[i..].trim_end_matches(['b', 'B', 'i'])),
+        None => (s, ""),
+    };
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return None,
+    };
+    let n: f64 = num.trim().parse().ok()?;
+    if !n.is_finite() || n < 0.0 {
+        return None;
+    }
+    let bytes = n * (1u64 << shift) as f64;
+    (bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// A root as it may be shown: a URL without credentials or query.
+fn shown(root: &str) -> String {
+    match root.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+            let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
+            format!("{scheme}://{rest}")
+        }
+        None => root.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_paths_and_sizes() {
+        assert!(is_url("s3://bucket/p") && is_url("memory:///") && is_url("file:///tmp/x"));
+        assert!(!is_url("/tmp/x") && !is_url("relative/dir") && !is_url("://x"));
+        assert_eq!(parse_bytes("500M"), Some(500 << 20));
+        assert_eq!(parse_bytes("20GiB"), Some(20 << 30));
+        assert_eq!(parse_bytes("1234"), Some(1234));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(shown("s3://key:secret@bucket/p?sig=1"), "s3://bucket/p");
+        let a = default_work_dir(Path::new("/t"), "s3://b/p");
+        assert_eq!(a, default_work_dir(Path::new("/t"), "s3://b/p/"));
+        assert_ne!(a, default_work_dir(Path::new("/t"), "s3://b/q"));
+    }
+}

@@ -1,0 +1,490 @@
+//! The four stores opened on a [`Location`]: each keeps reading and
+//! writing its local directory; a remote location materialises it first
+//! and publishes what the store wrote.
+
+use std::ops::{Deref, Range};
+
+use memmap_array::{ArrayCache, Row};
+use page_alloc::{PageReader, Sample};
+use segment_store::SegmentStore;
+use shard_store::{ShardStore, StoreItem};
+use tensor_core::TensorView;
+
+use crate::journal::{PublishReport, RefreshReport, RemoteDir};
+use crate::location::Location;
+use crate::{Error, Result};
+
+fn nothing_private(_: &str) -> bool {
+    false
+}
+
+fn nothing_by_blocks(_: &str, _: u64) -> bool {
+    false
+}
+
+/// What a local location publishes or refreshes: nothing.
+fn local_publish() -> PublishReport {
+    PublishReport::default()
+}
+
+/// A segment-store cache on a [`Location`]: read, and append.
+///
+/// Remote: every published segment and index log is materialised in the
+/// working directory before the store opens it (the store maps every
+/// segment); [`publish`](Self::publish) uploads the segments and index
+/// bytes written since, then the commit record. Several writers append to
+/// one remote cache when each has its own
+/// [`writer_id`](segment_store::Options::writer_id); two writers that
+/// write the same segment id cannot both publish it ([`Error::Conflict`]).
+#[derive(Debug)]
+pub struct RemoteSegments {
+    // Dropped before the commit log: the store's files stay while it lives.
+    store: SegmentStore,
+    remote: Option<RemoteDir>,
+}
+
+impl RemoteSegments {
+    /// Opens the segment store at `location` with `options`.
+    pub fn open(location: &Location, options: segment_store::Options) -> Result<RemoteSegments> {
+        let opened = location.open(nothing_by_blocks, nothing_private)?;
+        let store = SegmentStore::open(&opened.dir, options)?;
+        Ok(RemoteSegments {
+            store,
+            remote: opened.remote,
+        })
+    }
+
+    /// Opens the store in the working directory of `remote` (a commit log
+    /// opened by the caller, e.g. over a wrapped object store).
+    pub fn with_remote(
+        remote: RemoteDir,
+        options: segment_store::Options,
+    ) -> Result<RemoteSegments> {
+        let store = SegmentStore::open(remote.dir(), options)?;
+        Ok(RemoteSegments {
+            store,
+            remote: Some(remote),
+        })
+    }
+
+    /// The store (also reachable through `Deref`).
+    pub fn store(&self) -> &SegmentStore {
+        &self.store
+    }
+
+    /// The commit log behind a remote cache (`None` for a local one).
+    pub fn remote(&self) -> Option<&RemoteDir> {
+        self.remote.as_ref()
+    }
+
+    /// Flushes the store, then publishes what it wrote since the last
+    /// publish (a no-op for a local cache).
+    pub fn publish(&self) -> Result<PublishReport> {
+        self.store.flush()?;
+        match &self.remote {
+            Some(r) => r.publish(),
+            None => Ok(local_publish()),
+        }
+    }
+
+    /// Applies the commits other writers published since (never half of
+    /// one), then makes their segments visible to the store. Returns what
+    /// the commit log did and how many segments the store gained.
+    pub fn refresh(&self) -> Result<(RefreshReport, usize)> {
+        let report = match &self.remote {
+            Some(r) => r.refresh()?,
+            None => RefreshReport::default(),
+        };
+        Ok((report, self.store.refresh()?))
+    }
+}
+
+/// A background thread refreshing a [`RemoteSegments`] on a period
+/// ([`RemoteSegments::refresh_every`]); stops when dropped, or when the
+/// store is gone.
+#[derive(Debug)]
+pub struct Refresher {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    last_error: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Refresher {
+    /// The last refresh's error, if it failed (the next period tries again).
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl Drop for Refresher {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl RemoteSegments {
+    /// Refreshes `store` every `period` on a background thread, until the
+    /// returned [`Refresher`] is dropped or the last other handle to the
+    /// store is. A failed refresh is kept in
+    /// [`Refresher::last_error`] and tried again next period.
+    pub fn refresh_every(
+        store: &std::sync::Arc<RemoteSegments>,
+        period: std::time::Duration,
+    ) -> Refresher {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let weak = std::sync::Arc::downgrade(store);
+        let last_error = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let errors = std::sync::Arc::clone(&last_error);
+        let thread = std::thread::Builder::new()
+            .name("cachex-refresh".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(period)
+                {
+                    let Some(store) = weak.upgrade() else { return };
+                    let outcome = store.refresh().err().map(|e| e.to_string());
+                    *errors.lock().unwrap_or_else(|p| p.into_inner()) = outcome;
+                }
+            })
+            .ok();
+        Refresher {
+            stop: Some(tx),
+            thread,
+            last_error,
+        }
+    }
+}
+
+impl Deref for RemoteSegments {
+    type Target = SegmentStore;
+    fn deref(&self) -> &SegmentStore {
+        &self.store
+    }
+}
+
+/// Shard-store's scratch space, locks and quarantine never travel.
+fn shard_private(path: &str) -> bool {
+    ["locks", "scratch", "quarantine"]
+        .iter()
+        .any(|d| path == *d || path.starts_with(&format!("{d}/")))
+}
+
+/// A shard-store root on a [`Location`]: shards published by others are
+/// materialised before the store opens; shards this process generates
+/// from its source are uploaded by [`publish`](Self::publish).
+///
+/// One process generates a remote root at a time: two that both write
+/// `metadata.json` get [`Error::Conflict`] at the second publish.
+#[derive(Debug)]
+pub struct RemoteShards<T> {
+    store: ShardStore<T>,
+    remote: Option<RemoteDir>,
+}
+
+impl<T: StoreItem> RemoteShards<T> {
+    /// Opens the published root at `location` without a source.
+    pub fn open(location: &Location, options: shard_store::Options) -> Result<RemoteShards<T>> {
+        let opened = location.open(nothing_by_blocks, shard_private)?;
+        let store = ShardStore::open(&opened.dir, options)?;
+        Ok(RemoteShards {
+            store,
+            remote: opened.remote,
+        })
+    }
+
+    /// Opens the root at `location` over `source`, which generates the
+    /// shards not published yet (see [`ShardStore::open_with_source`]).
+    pub fn open_with_source<F, I>(
+        location: &Location,
+        options: shard_store::Options,
+        source: F,
+    ) -> Result<RemoteShards<T>>
+    where
+        F: Fn() -> I + Send + Sync + 'static,
+        I: IntoIterator<Item = T>,
+        I::IntoIter: Send + 'static,
+    {
+        let opened = location.open(nothing_by_blocks, shard_private)?;
+        let store = ShardStore::open_with_source(&opened.dir, options, source)?;
+        Ok(RemoteShards {
+            store,
+            remote: opened.remote,
+        })
+    }
+
+    /// The store (also reachable through `Deref`).
+    pub fn store(&self) -> &ShardStore<T> {
+        &self.store
+    }
+
+    /// The commit log behind a remote root (`None` for a local one).
+    pub fn remote(&self) -> Option<&RemoteDir> {
+        self.remote.as_ref()
+    }
+
+    /// Publishes the shards (and metadata) generated since the last
+    /// publish. Shards are written by rename once whole, so any moment
+    /// is a consistent one to publish.
+    pub fn publish(&self) -> Result<PublishReport> {
+        match &self.remote {
+            Some(r) => r.publish(),
+            None => Ok(local_publish()),
+        }
+    }
+
+    /// Applies the commits published since (more shards, a longer length).
+    pub fn refresh(&self) -> Result<RefreshReport> {
+        match &self.remote {
+            Some(r) => r.refresh(),
+            None => Ok(RefreshReport::default()),
+        }
+    }
+}
+
+impl<T> Deref for RemoteShards<T> {
+    type Target = ShardStore<T>;
+    fn deref(&self) -> &ShardStore<T> {
+        &self.store
+    }
+}
+
+fn bin_by_blocks(path: &str, _: u64) -> bool {
+    !path.contains('/') && path.ends_with(".bin")
+}
+
+/// A finished memmap-array cache on a [`Location`], read by block ranges:
+/// the `.bin` arrays of a remote cache stay sparse files in the local
+/// tier (linked into the working directory, mapped by the reader as
+/// usual), and each read first fetches the blocks of its rows.
+#[derive(Debug)]
+pub struct RemoteArrays {
+    cache: ArrayCache,
+    remote: Option<RemoteDir>,
+    /// Per array (schema order): its file and bytes per row.
+    bins: Vec<(String, u64)>,
+}
+
+impl RemoteArrays {
+    /// Opens the finished cache at `location`.
+    pub fn open(location: &Location) -> Result<RemoteArrays> {
+        let opened = location.open(bin_by_blocks, nothing_private)?;
+        let cache = ArrayCache::open(&opened.dir)?;
+        let bins = cache
+            .schema()
+            .arrays()
+            .iter()
+            .map(|a| (memmap_array::bin_file(a.name()), a.row_bytes() as u64))
+            .collect();
+        Ok(RemoteArrays {
+            cache,
+            remote: opened.remote,
+            bins,
+        })
+    }
+
+    /// The cache. Its rows are local only after
+    /// [`ensure_rows`](Self::ensure_rows) (or through [`row`](Self::row),
+    /// [`array`](Self::array)); bytes not fetched read as zeros.
+    pub fn cache(&self) -> &ArrayCache {
+        &self.cache
+    }
+
+    /// The commit log behind a remote cache (`None` for a local one).
+    pub fn remote(&self) -> Option<&RemoteDir> {
+        self.remote.as_ref()
+    }
+
+    /// Makes rows `rows` of every array local (their blocks fetched in
+    /// parallel, the next ones prefetched).
+    pub fn ensure_rows(&self, rows: Range<u64>) -> Result<()> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        let rows = rows.start.min(self.cache.len())..rows.end.min(self.cache.len());
+        for (file, row_bytes) in &self.bins {
+            let range = rows.start * row_bytes..rows.end * row_bytes;
+            remote.ensure(file, range)?;
+        }
+        Ok(())
+    }
+
+    /// Row `i`, fetched first (see [`ArrayCache::row`]).
+    pub fn row(&self, i: u64) -> Result<Row<'_>> {
+        self.ensure_rows(i..i.saturating_add(1))?;
+        Ok(self.cache.row(i)?)
+    }
+
+    /// Array `name` of row `i`, fetched first (see [`ArrayCache::array`]).
+    pub fn array(&self, i: u64, name: &str) -> Result<Option<TensorView<'_>>> {
+        if let (Some(remote), Some(k)) = (&self.remote, self.cache.schema().array_index(name))
+            && i < self.cache.len()
+        {
+            let (file, row_bytes) = &self.bins[k];
+            remote.ensure(file, i * row_bytes..(i + 1) * row_bytes)?;
+        }
+        Ok(self.cache.array(i, name)?)
+    }
+}
+
+/// A page-alloc file on a [`Location`], read by block ranges: the file of
+/// a remote cache stays a sparse file in the local tier; its header and
+/// tables are fetched on open, each sample's run (page) before it is read.
+#[derive(Debug)]
+pub struct RemotePages {
+    reader: PageReader,
+    remote: Option<RemoteDir>,
+    file: String,
+    /// Per run: first sample, file offset, bytes.
+    runs: Vec<(u64, u64, u64)>,
+    /// Runs known local: an open file's blocks stay (the tier never evicts
+    /// an object a reader holds), so each run is ensured once.
+    ready: Vec<std::sync::atomic::AtomicBool>,
+}
+
+fn pages_by_blocks(path: &str, _: u64) -> bool {
+    path.ends_with(".pages")
+}
+
+impl RemotePages {
+    /// Opens the page file `file` (a name inside the cache directory,
+    /// ending `.pages`) at `location`.
+    pub fn open(location: &Location, file: &str) -> Result<RemotePages> {
+        let opened = location.open(pages_by_blocks, nothing_private)?;
+        RemotePages::open_in(opened.dir, opened.remote, file)
+    }
+
+    /// Opens the page file `file` in the working directory of `remote` (a
+    /// commit log opened by the caller with [`RemotePages::BY_BLOCKS`]).
+    pub fn with_remote(remote: RemoteDir, file: &str) -> Result<RemotePages> {
+        RemotePages::open_in(remote.dir().to_path_buf(), Some(remote), file)
+    }
+
+    /// The files a page cache reads by blocks (for [`RemoteDir::open`]).
+    pub const BY_BLOCKS: crate::journal::ReadByBlocks = pages_by_blocks;
+
+    fn open_in(
+        dir: std::path::PathBuf,
+        remote: Option<RemoteDir>,
+        file: &str,
+    ) -> Result<RemotePages> {
+        let opened = crate::location::Opened { dir, remote };
+        let path = opened.dir.join(file);
+        if let Some(remote) = &opened.remote
+            && remote.is_by_blocks(file)
+        {
+            let len = std::fs::metadata(&path)
+                .map_err(Error::io("stat", &path))?
+                .len();
+            let fixed = (page_alloc::format::HEADER_FIXED_LEN as u64).min(len);
+            remote.ensure(file, 0..fixed)?;
+            let head = read_at(&path, 0, fixed as usize)?;
+            let header_len = u64::from(le32(&head, 12));
+            let meta_offset = le64(&head, 64);
+            // Out-of-file values are left for the reader to report.
+            remote.ensure(file, 0..header_len.min(len))?;
+            remote.ensure(file, meta_offset.min(len)..len)?;
+        }
+        let reader = PageReader::open(&path)?;
+        let runs = if opened.remote.is_some() {
+            run_table(&reader)
+        } else {
+            Vec::new()
+        };
+        let ready = runs
+            .iter()
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect();
+        Ok(RemotePages {
+            reader,
+            remote: opened.remote,
+            file: file.to_string(),
+            runs,
+            ready,
+        })
+    }
+
+    /// The reader. Samples are local only after
+    /// [`ensure_samples`](Self::ensure_samples) (or through
+    /// [`sample`](Self::sample)); bytes not fetched read as zeros.
+    pub fn reader(&self) -> &PageReader {
+        &self.reader
+    }
+
+    /// The commit log behind a remote cache (`None` for a local one).
+    pub fn remote(&self) -> Option<&RemoteDir> {
+        self.remote.as_ref()
+    }
+
+    /// Makes the pages of samples `indices` local.
+    pub fn ensure_samples(&self, indices: &[usize]) -> Result<()> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        let mut last = None;
+        for &i in indices {
+            let k = self.runs.partition_point(|r| r.0 <= i as u64);
+            let Some(k) = k.checked_sub(1) else { continue };
+            if last == Some(k) || self.ready[k].load(std::sync::atomic::Ordering::Acquire) {
+                continue;
+            }
+            last = Some(k);
+            let (_, start, len) = self.runs[k];
+            remote.ensure(&self.file, start..start + len)?;
+            self.ready[k].store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Sample `index`, its page fetched first (see [`PageReader::sample`]).
+    pub fn sample(&self, index: usize) -> Result<Sample<'_>> {
+        self.ensure_samples(&[index])?;
+        Ok(self.reader.sample(index)?)
+    }
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn read_at(path: &std::path::Path, offset: u64, len: usize) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).map_err(Error::io("open", path))?;
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, offset)
+        .map_err(Error::io("read", path))?;
+    Ok(buf)
+}
+
+/// The run table of a validated page file: (first sample, offset, bytes)
+/// per run. The reader checked every run against the file at open.
+fn run_table(reader: &PageReader) -> Vec<(u64, u64, u64)> {
+    let b = reader.bytes();
+    let page_size = le64(b, 16);
+    let data_offset = le64(b, 40);
+    let num_runs = le64(b, 48);
+    let runs_offset = le64(b, 72);
+    let run_len = page_alloc::format::RUN_LEN as u64;
+    (0..num_runs)
+        .filter_map(|k| {
+            let at = usize::try_from(runs_offset.checked_add(k.checked_mul(run_len)?)?).ok()?;
+            let first_page = le64(b, at);
+            let len = le64(b, at + 16);
+            let first_sample = le64(b, at + 24);
+            let start = data_offset.checked_add(first_page.checked_mul(page_size)?)?;
+            Some((first_sample, start, len))
+        })
+        .collect()
+}

@@ -1,0 +1,318 @@
+//! A publish that fails before its commit (the server refuses every
+//! conditional put, as if the writer died there) leaves the remote cache
+//! at its last commit; the next publish resumes, sending only the commit.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use common::{new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
+use futures::stream::BoxStream;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use remote_cache::{RemoteDir, RemoteSegments};
+use remote_tier::{RemoteTier, build_store};
+use segment_store::{Options, Record, SegmentStore};
+use tensor_core::Tensor;
+
+/// Refuses the next `fail_creates` conditional puts (commit records).
+#[derive(Debug)]
+struct RefusingStore {
+    inner: Arc<dyn ObjectStore>,
+    fail_creates: Arc<AtomicU64>,
+}
+
+impl std::fmt::Display for RefusingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RefusingStore({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for RefusingStore {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        if matches!(opts.mode, object_store::PutMode::Create)
+            && self
+                .fail_creates
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(object_store::Error::Generic {
+                store: "RefusingStore",
+                source: "injected fault: commit refused".into(),
+            });
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
+    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+fn record(i: usize) -> Record {
+    Record::from(Tensor::from_vec([4], vec![i as f32; 4]).unwrap())
+}
+
+fn put(store: &SegmentStore, range: std::ops::Range<usize>) {
+    let keys: Vec<String> = range.clone().map(|i| format!("k{i}")).collect();
+    let items: Vec<(&str, Record)> = keys
+        .iter()
+        .zip(range)
+        .map(|(k, i)| (k.as_str(), record(i)))
+        .collect();
+    store.put_batch(&items).unwrap();
+    store.flush().unwrap();
+}
+
+#[test]
+fn a_publish_that_fails_before_its_commit_leaves_the_last_commit() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "r");
+    let (tier_dir, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (store, prefix) = build_store(&url, s3_options(&endpoint)).unwrap();
+    let fail_creates = Arc::new(AtomicU64::new(0));
+    let refusing = Arc::new(RefusingStore {
+        inner: store,
+        fail_creates: Arc::clone(&fail_creates),
+    });
+    let tier = RemoteTier::with_store(refusing, prefix, &url, small_tier(tier_dir.path(), 1 << 30))
+        .unwrap();
+    let dir = RemoteDir::open(tier, work.path(), |_, _| false, |_| false).unwrap();
+    let segments = SegmentStore::open(dir.dir(), Options::default()).unwrap();
+    put(&segments, 0..40);
+    assert_eq!(dir.publish().unwrap().seq, Some(1));
+
+    put(&segments, 40..80);
+    fail_creates.store(1_000, Ordering::SeqCst);
+    let err = dir.publish().unwrap_err();
+    assert!(err.to_string().contains("commit"), "{err}");
+
+    // Another machine sees the last commit only: 40 records, all right.
+    let reader_dir = tempfile::tempdir().unwrap();
+    let reader = RemoteSegments::open(
+        &s3_location(&endpoint, &url, reader_dir.path()),
+        Options {
+            read_only: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(reader.remote().unwrap().seq(), 1);
+    assert_eq!(reader.len(), 40);
+    let (got, missing) = reader.get_batch(&["k0", "k39", "k40"]).unwrap();
+    assert_eq!(missing, vec![2]);
+    assert!(got[1].as_ref() == Some(&record(39)));
+
+    // The server answers again: the publish resumes, its pieces already up.
+    fail_creates.store(0, Ordering::SeqCst);
+    let again = dir.publish().unwrap();
+    assert_eq!((again.seq, again.uploaded), (Some(2), 0));
+    reader.refresh().unwrap();
+    assert_eq!(reader.len(), 80);
+}
+
+const KILL_CHILD_ENV: &str = "REMOTE_CACHE_KILLED_WRITER";
+const PER_COMMIT: usize = 40;
+
+/// The writer that the test below SIGKILLs (does nothing unless spawned
+/// by it): publishes commits of PER_COMMIT records until killed.
+#[test]
+fn killed_writer_child() {
+    let Ok(args) = std::env::var(KILL_CHILD_ENV) else {
+        return;
+    };
+    let mut parts = args.splitn(3, '\n');
+    let (endpoint, url, dir) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let store = RemoteSegments::open(
+        &s3_location(endpoint, url, std::path::Path::new(dir)),
+        Options {
+            writer_id: Some(1),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let start = store.len();
+    for c in 0.. {
+        let base = start + c * PER_COMMIT;
+        let keys: Vec<String> = (base..base + PER_COMMIT).map(|i| format!("k{i}")).collect();
+        let items: Vec<(&str, Record)> = keys
+            .iter()
+            .enumerate()
+            .map(|(j, k)| (k.as_str(), record(base + j)))
+            .collect();
+        store.put_batch(&items).unwrap();
+        store.publish().unwrap();
+        println!(
+            "published {} {}",
+            store.remote().unwrap().seq(),
+            store.len()
+        );
+    }
+}
+
+fn spawn_writer(endpoint: &str, url: &str, dir: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "killed_writer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            KILL_CHILD_ENV,
+            format!("{endpoint}\n{url}\n{}", dir.display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// A fresh reader of the cache at `url`: every record right, none beyond
+/// the count. Returns the last commit and the record count.
+fn assert_committed(endpoint: &str, url: &str) -> (u64, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let reader = RemoteSegments::open(
+        &s3_location(endpoint, url, dir.path()),
+        Options {
+            read_only: true,
+            lru_bytes: 0,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let seq = reader.remote().unwrap().seq();
+    let n = reader.len();
+    assert_eq!(n % PER_COMMIT, 0, "whole batches only");
+    let keys: Vec<String> = (0..=n).map(|i| format!("k{i}")).collect();
+    let (got, missing) = reader.get_batch(&keys).unwrap();
+    assert_eq!(
+        missing,
+        vec![n],
+        "every record up to the count, none beyond"
+    );
+    for (i, r) in got.iter().take(n).enumerate() {
+        assert!(r.as_ref() == Some(&record(i)), "k{i}");
+    }
+    (seq, n)
+}
+
+#[test]
+fn a_writer_killed_mid_publish_leaves_the_last_commit_and_resumes() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "killed");
+    let work = tempfile::tempdir().unwrap();
+    let mut last = 0;
+    for round in 0..3u64 {
+        let mut child = spawn_writer(&endpoint, &url, work.path());
+        // Kill it at a point that moves from round to round: after 1, 2, 3
+        // commits of this run, somewhere inside the next publish.
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut printed: Vec<(u64, usize)> = Vec::new();
+        let mut line = String::new();
+        let parse = |line: &str| -> Option<(u64, usize)> {
+            let mut w = line.strip_prefix("published ")?.split_whitespace();
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        };
+        while printed.len() as u64 <= round {
+            line.clear();
+            if std::io::BufRead::read_line(&mut out, &mut line).unwrap() == 0 {
+                break;
+            }
+            printed.extend(parse(&line));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+        printed.extend(rest.lines().filter_map(parse));
+        let (seq, n) = assert_committed(&endpoint, &url);
+        // The remote is at a commit the writer reported, or at the one it
+        // made just before it died (before it could say so).
+        let last_printed = printed.last().copied().unwrap_or((0, 0));
+        assert!(
+            printed.contains(&(seq, n)) || (seq == last_printed.0 + 1 && n > last_printed.1),
+            "round {round}: remote at ({seq}, {n}), writer said {printed:?}"
+        );
+        assert!(
+            seq > last,
+            "round {round}: the writer published before it died"
+        );
+        last = seq;
+    }
+    // The same working directory, reopened once more, publishes on.
+    let store = RemoteSegments::open(
+        &s3_location(&endpoint, &url, work.path()),
+        Options {
+            writer_id: Some(1),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let local = store.len();
+    store.publish().unwrap();
+    drop(store);
+    let (_, n) = assert_committed(&endpoint, &url);
+    assert_eq!(n, local, "what the killed writer flushed is published now");
+}

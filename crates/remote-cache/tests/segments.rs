@@ -1,0 +1,173 @@
+//! segment-store on S3: a writer publishes, a cold reader reads; more
+//! writes, a refresh; two writers with their own ids both land; two that
+//! claim one segment id cannot both publish; a publish that fails before
+//! its commit leaves the remote at its last commit.
+
+mod common;
+
+use common::{new_bucket_url, s3_endpoint, s3_location};
+use remote_cache::{Error, RemoteSegments};
+use segment_store::{Options, Record};
+use tensor_core::Tensor;
+
+fn record(i: usize) -> Record {
+    let values: Vec<f32> = (0..64).map(|j| (i * 64 + j) as f32).collect();
+    Record::from(Tensor::from_vec([8, 8], values).unwrap())
+}
+
+fn writer_options(id: Option<u32>) -> Options {
+    Options {
+        writer_id: id,
+        flush_every: 25,
+        ..Options::default()
+    }
+}
+
+fn reader_options() -> Options {
+    Options {
+        read_only: true,
+        ..Options::default()
+    }
+}
+
+fn put(store: &RemoteSegments, range: std::ops::Range<usize>) {
+    let keys: Vec<String> = range.clone().map(|i| format!("sample_{i}")).collect();
+    let items: Vec<(&str, Record)> = keys
+        .iter()
+        .zip(range)
+        .map(|(k, i)| (k.as_str(), record(i)))
+        .collect();
+    store.put_batch(&items).unwrap();
+}
+
+fn assert_records(store: &RemoteSegments, range: std::ops::Range<usize>) {
+    let keys: Vec<String> = range.clone().map(|i| format!("sample_{i}")).collect();
+    let (records, missing) = store.get_batch(&keys).unwrap();
+    assert!(missing.is_empty(), "missing {missing:?}");
+    for (i, r) in range.zip(records) {
+        assert!(r.as_ref() == Some(&record(i)), "sample_{i}");
+    }
+}
+
+#[test]
+fn a_writer_publishes_and_a_cold_reader_reads_then_refreshes() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "caches/seg");
+    let (wt, rt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer = RemoteSegments::open(
+        &s3_location(&endpoint, &url, wt.path()),
+        writer_options(None),
+    )
+    .unwrap();
+    put(&writer, 0..100);
+    let first = writer.publish().unwrap();
+    assert_eq!(first.seq, Some(1));
+    assert_eq!(first.uploaded, first.pieces);
+    assert!(
+        writer.publish().unwrap().seq.is_none(),
+        "nothing new, no commit"
+    );
+
+    let reader =
+        RemoteSegments::open(&s3_location(&endpoint, &url, rt.path()), reader_options()).unwrap();
+    assert_eq!(reader.len(), 100);
+    assert_records(&reader, 0..100);
+
+    // Appends travel as new segments and the bytes added to the index log.
+    put(&writer, 100..160);
+    let second = writer.publish().unwrap();
+    assert_eq!(second.seq, Some(2));
+    let (log, gained) = reader.refresh().unwrap();
+    assert_eq!((log.seq, log.commits), (2, 1));
+    assert!(gained > 0, "the store saw the new segments");
+    assert_eq!(reader.len(), 160);
+    assert_records(&reader, 0..160);
+
+    // A reader reopened on the same working directory applies nothing again.
+    drop(reader);
+    let again =
+        RemoteSegments::open(&s3_location(&endpoint, &url, rt.path()), reader_options()).unwrap();
+    assert_eq!(again.remote().unwrap().seq(), 2);
+    assert_records(&again, 0..160);
+}
+
+#[test]
+fn writers_with_their_own_ids_both_publish_and_readers_merge() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "multi");
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    std::thread::scope(|s| {
+        for (w, dir) in dirs[..2].iter().enumerate() {
+            let (endpoint, url) = (&endpoint, &url);
+            s.spawn(move || {
+                let store = RemoteSegments::open(
+                    &s3_location(endpoint, url, dir.path()),
+                    writer_options(Some(w as u32)),
+                )
+                .unwrap();
+                for round in 0..3 {
+                    let base = w * 1000 + round * 50;
+                    put(&store, base..base + 50);
+                    store.publish().unwrap();
+                }
+            });
+        }
+    });
+    let reader = RemoteSegments::open(
+        &s3_location(&endpoint, &url, dirs[2].path()),
+        reader_options(),
+    )
+    .unwrap();
+    assert_eq!(reader.remote().unwrap().seq(), 6, "six commits, none lost");
+    assert_eq!(reader.len(), 300);
+    assert_records(&reader, 0..150);
+    assert_records(&reader, 1000..1150);
+}
+
+#[test]
+fn two_writers_claiming_one_segment_id_cannot_both_publish() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "claim");
+    let (a, b, r) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    // Both open before either publishes: both write segment 0 of writer 7.
+    let wa = RemoteSegments::open(
+        &s3_location(&endpoint, &url, a.path()),
+        writer_options(Some(7)),
+    )
+    .unwrap();
+    let wb = RemoteSegments::open(
+        &s3_location(&endpoint, &url, b.path()),
+        writer_options(Some(7)),
+    )
+    .unwrap();
+    put(&wa, 0..30);
+    put(&wb, 500..530);
+    assert_eq!(wa.publish().unwrap().seq, Some(1));
+    let err = wb.publish().unwrap_err();
+    match &err {
+        Error::Conflict { seq, path, .. } => {
+            assert_eq!(*seq, 1);
+            assert!(
+                path.contains("segment") || path.contains("writer"),
+                "{path}"
+            );
+        }
+        other => panic!("expected a conflict, got {other}"),
+    }
+    assert!(err.to_string().contains("writer id"), "{err}");
+    let reader =
+        RemoteSegments::open(&s3_location(&endpoint, &url, r.path()), reader_options()).unwrap();
+    assert_eq!(reader.remote().unwrap().seq(), 1);
+    assert_eq!(reader.len(), 30);
+    assert_records(&reader, 0..30);
+}

@@ -1,0 +1,160 @@
+//! shard-store, memmap-array and page-alloc through S3: shards generated
+//! and uploaded, then read by a cold reader without the source; arrays
+//! and page files read by block ranges into sparse local files.
+
+mod common;
+
+use common::{new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
+use memmap_array::{NewRow, RowWriter, Schema};
+use page_alloc::{PageWriter, Value, WriterOptions};
+use remote_cache::{Location, RemoteArrays, RemoteDir, RemotePages, RemoteShards};
+use remote_tier::RemoteTier;
+use tensor_core::{DType, Tensor};
+
+#[test]
+fn shards_generated_and_uploaded_are_read_by_a_cold_reader() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "shards");
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let options = || shard_store::Options::default().shard_items(50);
+    let generator =
+        RemoteShards::open_with_source(&s3_location(&endpoint, &url, a.path()), options(), || {
+            (0..420u64).map(|i| (i, format!("item {i}")))
+        })
+        .unwrap();
+    assert_eq!(generator.len().unwrap(), 420);
+    generator.wait_until_all_cached().unwrap();
+    let published = generator.publish().unwrap();
+    assert_eq!(published.seq, Some(1));
+
+    let reader: RemoteShards<(u64, String)> =
+        RemoteShards::open(&s3_location(&endpoint, &url, b.path()), options()).unwrap();
+    assert_eq!(reader.len().unwrap(), 420);
+    for i in [0i64, 49, 50, 333, 419, -1] {
+        let item = reader.get(i).unwrap();
+        let want = if i < 0 { (420 + i) as u64 } else { i as u64 };
+        assert_eq!(item.0, want);
+        assert_eq!(item.1, format!("item {want}"));
+    }
+    assert!(reader.all_cached_to_disk().unwrap());
+}
+
+/// Publishes the local cache directory `dir` to `url` (as a build job
+/// would after writing it).
+fn publish_dir(endpoint: &str, url: &str, dir: &std::path::Path) {
+    let t = tempfile::tempdir().unwrap();
+    let tier =
+        RemoteTier::open_with_options(url, s3_options(endpoint), small_tier(t.path(), 1 << 30))
+            .unwrap();
+    let remote = RemoteDir::open(tier, dir, |_, _| false, |_| false).unwrap();
+    assert_eq!(remote.publish().unwrap().seq, Some(1));
+}
+
+fn array_row(i: u64) -> Vec<i32> {
+    (0..1024).map(|j| (i * 1024 + j) as i32).collect()
+}
+
+#[test]
+fn arrays_are_read_by_block_ranges() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "arrays");
+    let built = tempfile::tempdir().unwrap();
+    let schema = Schema::builder()
+        .array("data", DType::I32, [1024])
+        .build()
+        .unwrap();
+    let mut writer = RowWriter::create_or_resume(built.path(), &schema, "v1").unwrap();
+    let rows = 600u64; // 4 KiB a row: 2.4 MB, 38 blocks of 64 KiB
+    for i in 0..rows {
+        let t = Tensor::from_vec([1024], array_row(i)).unwrap();
+        let source = format!("s{i}");
+        writer
+            .write(&NewRow::new(&source).array("data", t.view()))
+            .unwrap();
+    }
+    writer.finalize().unwrap();
+    publish_dir(&endpoint, &url, built.path());
+
+    let tier_dir = tempfile::tempdir().unwrap();
+    let arrays = RemoteArrays::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+    let remote = arrays.remote().unwrap();
+    assert!(remote.is_by_blocks("data.bin"));
+    for i in [0u64, 17, 300, 599] {
+        let view = arrays.array(i, "data").unwrap().unwrap();
+        assert_eq!(
+            view.as_slice::<i32>().unwrap(),
+            &array_row(i)[..],
+            "row {i}"
+        );
+    }
+    // Only the blocks of those rows (and a block of prefetch after each)
+    // were fetched: the sparse file is far from whole.
+    let sparse = tier_dir.path().join("objects");
+    let allocated: u64 = std::fs::read_dir(&sparse)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".sparse"))
+        .map(|e| {
+            use std::os::unix::fs::MetadataExt;
+            e.metadata().unwrap().blocks() * 512
+        })
+        .sum();
+    assert!(
+        allocated < rows * 4096 / 2,
+        "{allocated} bytes allocated of {}",
+        rows * 4096
+    );
+    // A batch of rows in one call, then every row right.
+    arrays.ensure_rows(0..rows).unwrap();
+    for i in 0..rows {
+        let view = arrays.cache().array(i, "data").unwrap().unwrap();
+        assert_eq!(view.as_slice::<i32>().unwrap()[5], (i * 1024 + 5) as i32);
+    }
+}
+
+#[test]
+fn page_files_are_read_by_block_ranges() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "pages");
+    let built = tempfile::tempdir().unwrap();
+    let schema = page_alloc::Schema::new().int("label").bytes("blob");
+    let mut writer = PageWriter::create(
+        built.path().join("data.pages"),
+        schema,
+        WriterOptions::default().page_size(64 << 10),
+    )
+    .unwrap();
+    let blob = |i: usize| vec![(i % 251) as u8; 3000 + i % 500];
+    for i in 0..400usize {
+        writer
+            .append(&[Value::Int(i as i64), Value::Bytes(&blob(i))])
+            .unwrap();
+    }
+    writer.finalize().unwrap();
+    publish_dir(&endpoint, &url, built.path());
+
+    let tier_dir = tempfile::tempdir().unwrap();
+    let location: Location = s3_location(&endpoint, &url, tier_dir.path());
+    let pages = RemotePages::open(&location, "data.pages").unwrap();
+    assert!(pages.remote().unwrap().is_by_blocks("data.pages"));
+    assert_eq!(pages.reader().len(), 400);
+    for i in [0usize, 1, 199, 399] {
+        let s = pages.sample(i).unwrap();
+        assert_eq!(s.int(0).unwrap(), i as i64);
+        assert_eq!(s.bytes(1).unwrap(), &blob(i)[..], "sample {i}");
+    }
+    let all: Vec<usize> = (0..400).collect();
+    pages.ensure_samples(&all).unwrap();
+    for i in all {
+        assert_eq!(
+            pages.reader().sample(i).unwrap().bytes(1).unwrap(),
+            &blob(i)[..]
+        );
+    }
+}
