@@ -226,7 +226,7 @@ const FLUSHES: usize = 40;
 pub const CHILD_ENV: &str = "CACHEX_W2_WRITER";
 
 /// In a child (when [`CHILD_ENV`] is set): waits for the go file, does
-/// [`FLUSHES`] timed flushes and prints one JSON line with its start and
+/// `FLUSHES` (40) timed flushes and prints one JSON line with its start and
 /// end (Unix ns) and each flush's latency (ms). `None` in the parent.
 pub fn child_from_env() -> Option<Result<(), RunError>> {
     let spec = std::env::var(CHILD_ENV).ok()?;
