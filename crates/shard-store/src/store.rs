@@ -483,6 +483,33 @@ impl<T: StoreItem> ShardStore<T> {
         }
     }
 
+    /// Schedules the shards holding `indices` to be loaded into the memory
+    /// cache by the background workers (loadit's `load_async`), skipping
+    /// shards already cached, already scheduled, or past a known end.
+    /// Does nothing without workers (`max_workers` 1), as loadit.
+    pub fn load_async(&self, indices: &[u64]) {
+        if self.inner.jobs.is_none() {
+            return;
+        }
+        let l = self.inner.shard_len;
+        let mut todo = Vec::new();
+        {
+            let mut state = self.inner.state.lock();
+            for &i in indices {
+                let s = i - i % l;
+                if state.length.is_some_and(|len| s >= len) || state.cache.contains_key(&s) {
+                    continue;
+                }
+                if state.pending.insert(s) {
+                    todo.push(s);
+                }
+            }
+        }
+        for s in todo {
+            self.inner.submit(Job::Shard(s));
+        }
+    }
+
     /// The `info` JSON stored in `metadata.json`.
     pub fn info(&self) -> Result<serde_json::Value> {
         Ok(self.inner.read_metadata()?.info)

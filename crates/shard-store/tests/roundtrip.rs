@@ -428,3 +428,54 @@ fn wait_until_all_cached_fills_the_store_itself() {
     let cached: ShardStore<(u32, u32)> = ShardStore::open(tmp.path(), Options::default()).unwrap();
     assert_eq!(cached.get(9).unwrap().1, 18);
 }
+
+#[test]
+fn load_async_generates_the_shards_asked_for_in_the_background() {
+    let shard_files = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join("shards"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    // Without workers it does nothing (as loadit).
+    let tmp = tempfile::tempdir().unwrap();
+    let store =
+        ShardStore::open_with_source(tmp.path(), Options::default().shard_items(16), || {
+            (0..100u64).map(item)
+        })
+        .unwrap();
+    store.load_async(&[0, 40]);
+    assert!(shard_files(tmp.path()).is_empty());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let store = ShardStore::open_with_source(
+        tmp.path(),
+        Options {
+            max_workers: 2,
+            preload: Some(shard_store::Preload::None),
+            ..Options::default().shard_items(16)
+        },
+        || (0..100u64).map(item),
+    )
+    .unwrap();
+    store.load_async(&[40, 33, 90]);
+    // The worker owes us these two shards (and writes the full shards its
+    // cursor passes on the way); wait for them (bounded).
+    let want = ["32.48.shard.pickle", "80.96.shard.pickle"];
+    let mut waited = 0;
+    while !want
+        .iter()
+        .all(|w| shard_files(tmp.path()).iter().any(|f| f == w))
+    {
+        assert!(
+            waited < 2000,
+            "load_async wrote {:?}",
+            shard_files(tmp.path())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        waited += 1;
+    }
+    assert_eq!(*store.get(45).unwrap(), item(45));
+}
