@@ -313,6 +313,21 @@ impl PyShardStore {
         PyList::new(py, items.iter().map(|i| i.0.bind(py)))
     }
 
+    /// The length if it is already known (no work), else `None`.
+    #[getter]
+    fn known_len(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.run(py, |s| Ok(s.known_len()))
+    }
+
+    /// Has the background workers load the shards holding `indices` into
+    /// memory (generating them if needed); nothing without workers.
+    fn load_async(&self, py: Python<'_>, indices: Vec<u64>) -> PyResult<()> {
+        self.run(py, move |s| {
+            s.load_async(&indices);
+            Ok(())
+        })
+    }
+
     /// `metadata.json`'s `info`.
     #[getter]
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -192,3 +192,13 @@ fn shared_index_arithmetic_matches_the_combinators() {
     assert_eq!(repeat_index(1 << 40, 3, None), Some((1 << 40) % 3));
     assert_eq!(repeat_index(0, 0, None), None);
 }
+
+/// The shuffle is pinned: `cachex.loadit.chunk_shuffle_idx(4, 10, 42)`
+/// (crates/cachex-py/tests/test_loadit_util.py) pins the same order.
+#[test]
+fn chunk_shuffle_order_is_pinned_for_rust_and_python() {
+    assert_eq!(
+        chunk_shuffle_indices(4, 10, 42),
+        vec![2, 0, 3, 1, 6, 7, 5, 4, 8, 9]
+    );
+}
