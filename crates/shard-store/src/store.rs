@@ -544,8 +544,20 @@ impl<T: StoreItem> ShardStore<T> {
             let len = self.len()?;
             let shard = self.inner.shard_len.max(1);
             // Ascending shard starts: the source cursor moves forward once.
+            // A shard held in memory but gone from disk (evicted, deleted by
+            // another process) is written from memory.
             for start in (0..len).step_by(shard as usize) {
-                self.get(start as i64)?;
+                if self.inner.shard_on_disk(start) {
+                    continue;
+                }
+                let cached = (self.inner.state.lock().cache.get(&start))
+                    .map(|(items, _)| Arc::clone(items));
+                match cached {
+                    Some(items) => self.inner.persist(start, &items)?,
+                    None => {
+                        self.get(start as i64)?;
+                    }
+                }
             }
             if self.inner.opts.memory_limit.is_some() && !self.all_cached_to_disk()? {
                 return Ok(());

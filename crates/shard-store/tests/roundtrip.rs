@@ -427,6 +427,12 @@ fn wait_until_all_cached_fills_the_store_itself() {
     assert!(store.all_cached_to_disk().unwrap());
     let cached: ShardStore<(u32, u32)> = ShardStore::open(tmp.path(), Options::default()).unwrap();
     assert_eq!(cached.get(9).unwrap().1, 18);
+    // A shard still in memory but gone from disk (another process's
+    // eviction) is written again, not waited for forever.
+    std::fs::remove_file(tmp.path().join("shards/0.4.shard.pickle")).unwrap();
+    assert!(!store.all_cached_to_disk().unwrap());
+    store.wait_until_all_cached().unwrap();
+    assert!(store.all_cached_to_disk().unwrap());
 }
 
 #[test]
