@@ -158,7 +158,9 @@ def test_memory_limit_below_one_shard_keeps_the_shard_read(tmp_path):
     loader = LoadIt(tmp_path, source, max_shard_length=SHARD, memory_limit=10, max_cache_size=1)
     for i in (5, 55, 94, 5):
         assert loader[i] == DATA[i]
-        assert [p.name for p in shard_files(tmp_path)] == [f"{i - i % 10}.{min(i - i % 10 + 10, N)}.shard.pickle"]
+        assert [p.name for p in shard_files(tmp_path)] == [
+            f"{i - i % 10}.{min(i - i % 10 + 10, N)}.shard.pickle"
+        ]
 
 
 def test_compression_and_its_size_accounting(tmp_path):
@@ -179,13 +181,19 @@ def test_compression_and_its_size_accounting(tmp_path):
     # evicted; below it, it holds (loadit 0.0.8 globbed *.shard.pickle only
     # and never evicted a compressed cache).
     roomy = LoadIt(
-        tmp_path / "roomy", make, max_shard_length=6, compression="zstd",
+        tmp_path / "roomy",
+        make,
+        max_shard_length=6,
+        compression="zstd",
         memory_limit=compressed + 100,
     )
     assert list(roomy) == big and len(shard_files(tmp_path / "roomy")) == 10
     tight_limit = compressed // 3
     tight = LoadIt(
-        tmp_path / "tight", make, max_shard_length=6, compression="zstd",
+        tmp_path / "tight",
+        make,
+        max_shard_length=6,
+        compression="zstd",
         memory_limit=tight_limit,
     )
     for i in range(0, 60, 5):
@@ -209,7 +217,11 @@ def test_background_work_needs_thread_safe_iterators(tmp_path):
     with pytest.raises(ValueError, match="iterator_thread_safe"):
         LoadIt(tmp_path, source, max_workers=2)
     loader = LoadIt(
-        tmp_path, source, max_shard_length=SHARD, max_workers=3, iterator_thread_safe=True,
+        tmp_path,
+        source,
+        max_shard_length=SHARD,
+        max_workers=3,
+        iterator_thread_safe=True,
         preload_all_async=True,
     )
     loader.wait_until_all_cached()
@@ -218,7 +230,11 @@ def test_background_work_needs_thread_safe_iterators(tmp_path):
 
 def test_load_async_caches_in_the_background(tmp_path):
     loader = LoadIt(
-        tmp_path, source, max_shard_length=SHARD, max_workers=2, iterator_thread_safe=True,
+        tmp_path,
+        source,
+        max_shard_length=SHARD,
+        max_workers=2,
+        iterator_thread_safe=True,
         preload_fn=None,
     )
     loader.load_async([45, -1])
@@ -240,7 +256,11 @@ def test_custom_preload_fn_is_called(tmp_path):
         return [[idx + loader.shards.max_shard_length]]
 
     loader = LoadIt(
-        tmp_path, source, max_shard_length=SHARD, max_workers=2, iterator_thread_safe=True,
+        tmp_path,
+        source,
+        max_shard_length=SHARD,
+        max_workers=2,
+        iterator_thread_safe=True,
         preload_fn=preload,
     )
     assert loader[12] == DATA[12] and loader[-1] == DATA[-1]
@@ -256,7 +276,7 @@ def test_reopen_rules(tmp_path, loader):
     with pytest.raises(cachex.CacheError):
         LoadIt(tmp_path / "missing")  # no source, no cache
     cache_only = LoadIt(tmp_path / "root")
-    with pytest.raises(cachex.CacheError, match="not cached|cached"):
+    with pytest.raises(cachex.CacheError, match="cached"):
         cache_only[50]
 
 

@@ -15,6 +15,7 @@ value.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import shutil
@@ -384,12 +385,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=0, help="item count (default: each workload's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
+    parser.add_argument(
+        "--api",
+        default="python",
+        choices=["python", "loadit", "loadit-original"],
+        help="w3 only: through cachex.loadit, or the real loadit (see _workload_loadit)",
+    )
     args = parser.parse_args(argv)
+    if args.api != "python" and args.which != "w3":
+        parser.error(f"--api {args.api} drives w3 only")
     base = args.dir or Path(tempfile.mkdtemp(prefix="cachex-workload-py-"))
     names = list(WORKLOADS) if args.which == "all" else [args.which]
     try:
         for name in names:
             run, default_n = WORKLOADS[name]
+            if args.api in ("loadit", "loadit-original"):
+                from cachex import _workload_loadit
+
+                run = functools.partial(_workload_loadit.w3, api=args.api)
             root = base / name
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True)

@@ -227,20 +227,20 @@ class LoadIt(SequenceView):
 
     def __iter__(self) -> Iterator[Any]:
         start, shard = 0, self._store.max_shard_length
-        while True:
-            n = self._store.known_len
-            if n is not None:
-                for s in range(start, n, _ITER_CHUNK):
-                    yield from self._store.get_many(list(range(s, min(n, s + _ITER_CHUNK))))
-                return
+        n = self._store.known_len
+        while n is None:
             try:
                 items = self._store.get_many(list(range(start, start + shard)))
             except IndexError:
-                if self._store.known_len is None:
-                    raise
-                continue
+                # The end is inside this shard (maybe found by another
+                # process): the length is cheap to learn now.
+                n = len(self._store)
+                break
             yield from items
             start += shard
+            n = self._store.known_len
+        for s in range(start, n, _ITER_CHUNK):
+            yield from self._store.get_many(list(range(s, min(n, s + _ITER_CHUNK))))
 
     def _nonnegative(self, index: Any) -> int:
         i = operator.index(index)
