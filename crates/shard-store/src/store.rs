@@ -410,6 +410,29 @@ impl<T: StoreItem> ShardStore<T> {
         self.inner.item(i, index)
     }
 
+    /// The item at `index` if its shard is decoded in the memory cache;
+    /// `None` otherwise (no I/O, no waiting on the source). Lets a caller
+    /// serve hot items without first handing off to blocking work.
+    pub fn get_cached(&self, index: u64) -> Option<Item<T>> {
+        let start = index - index % self.inner.shard_len;
+        let t = self.inner.next_tick();
+        let shard = {
+            let mut state = self.inner.state.lock();
+            let (shard, tick) = state.cache.get_mut(&start)?;
+            *tick = t;
+            Arc::clone(shard)
+        };
+        let offset = (index - start) as usize;
+        if offset >= shard.len() {
+            return None;
+        }
+        self.inner.preload_after(start);
+        Some(Item {
+            shard,
+            index: offset,
+        })
+    }
+
     /// The number of items. Drives the source to its end (writing the
     /// shards it passes, without a disk budget) when it is not yet known.
     pub fn len(&self) -> Result<u64> {

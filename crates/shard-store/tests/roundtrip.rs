@@ -485,3 +485,24 @@ fn load_async_generates_the_shards_asked_for_in_the_background() {
     }
     assert_eq!(*store.get(45).unwrap(), item(45));
 }
+
+#[test]
+fn get_cached_serves_only_shards_in_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = ShardStore::open_with_source(
+        tmp.path(),
+        Options {
+            max_cache_size: 1,
+            ..Options::default().shard_items(16)
+        },
+        || (0..40u64).map(item),
+    )
+    .unwrap();
+    assert!(store.get_cached(3).is_none());
+    assert_eq!(*store.get(3).unwrap(), item(3));
+    assert_eq!(*store.get_cached(15).unwrap(), item(15));
+    assert!(store.get_cached(16).is_none());
+    assert_eq!(*store.get(39).unwrap(), item(39)); // evicts shard 0 from memory
+    assert!(store.get_cached(3).is_none() && store.get_cached(40).is_none());
+    assert_eq!(*store.get_cached(33).unwrap(), item(33));
+}

@@ -204,8 +204,7 @@ class LoadIt(SequenceView):
     def __len__(self) -> int:
         return len(self._store)
 
-    def __getitem__(self, *idx: Any) -> Any:
-        key = idx[0] if len(idx) == 1 else idx
+    def __getitem__(self, key: Any) -> Any:
         if type(key) is int and self.preload_fn is None:
             return self._store[key]
         return self.get(key)
