@@ -573,8 +573,10 @@ impl<T: StoreItem> ShardStore<T> {
                 if self.inner.shard_on_disk(start) {
                     continue;
                 }
-                let cached = (self.inner.state.lock().cache.get(&start))
-                    .map(|(items, _)| Arc::clone(items));
+                let cached = {
+                    let state = self.inner.state.lock();
+                    state.cache.get(&start).map(|(items, _)| Arc::clone(items))
+                };
                 match cached {
                     Some(items) => self.inner.persist(start, &items)?,
                     None => {
