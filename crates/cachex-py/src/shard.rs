@@ -97,22 +97,52 @@ impl StoreItem for PyItem {
 /// that drove it (the store sees the iterator end).
 type ErrorSlot = Arc<Mutex<Option<PyErr>>>;
 
-/// A Python iterator as the store's item iterator.
+/// Items pulled from the Python iterator per GIL acquisition: taking the
+/// GIL once per item dominated a first pass.
+const SOURCE_BATCH: usize = 256;
+
+/// A Python iterator as the store's item iterator. Items are pulled
+/// `SOURCE_BATCH` at a time under one GIL acquisition; the read-ahead
+/// stays in this iterator (the store's cursor), so nothing is lost when a
+/// shard ends mid-batch.
 struct SourceIter {
     iter: Py<PyIterator>,
     failed: ErrorSlot,
+    buf: std::collections::VecDeque<PyItem>,
+    ended: bool,
+    /// The iterator's exception, reported once the items before it are taken.
+    error: Option<PyErr>,
 }
 
 impl Iterator for SourceIter {
     type Item = PyItem;
     fn next(&mut self) -> Option<PyItem> {
-        Python::attach(|py| match self.iter.bind(py).clone().next()? {
-            Ok(o) => Some(PyItem(Arc::new(o.unbind()))),
-            Err(e) => {
-                self.failed.lock().get_or_insert(e);
-                None
-            }
-        })
+        if self.buf.is_empty() && !self.ended {
+            Python::attach(|py| {
+                let mut it = self.iter.bind(py).clone();
+                while self.buf.len() < SOURCE_BATCH {
+                    match it.next() {
+                        Some(Ok(o)) => self.buf.push_back(PyItem(Arc::new(o.unbind()))),
+                        Some(Err(e)) => {
+                            self.error = Some(e);
+                            self.ended = true;
+                            break;
+                        }
+                        None => {
+                            self.ended = true;
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+        let item = self.buf.pop_front();
+        if item.is_none()
+            && let Some(e) = self.error.take()
+        {
+            self.failed.lock().get_or_insert(e);
+        }
+        item
     }
 }
 
@@ -249,6 +279,9 @@ impl PyShardStore {
                             Ok(iter) => Box::new(SourceIter {
                                 iter,
                                 failed: slot.clone(),
+                                buf: std::collections::VecDeque::new(),
+                                ended: false,
+                                error: None,
                             })
                                 as Box<dyn Iterator<Item = PyItem> + Send>,
                             Err(e) => {

@@ -307,3 +307,14 @@ def test_a_failing_source_raises_its_error(tmp_path):
     with pytest.raises(RuntimeError, match="source broke"):
         LoadIt(tmp_path, bad, max_shard_length=SHARD)[5]
     assert os.path.isdir(tmp_path / "shards")
+
+
+def test_a_source_failing_late_still_serves_the_items_before(tmp_path):
+    def late():
+        yield from range(100)
+        raise RuntimeError("late failure")
+
+    loader = LoadIt(tmp_path, late, max_shard_length=SHARD)
+    assert loader[5] == 5 and loader[99] == 99  # the source is read ahead in batches
+    with pytest.raises(RuntimeError, match="late failure"):
+        loader[100]
