@@ -318,3 +318,10 @@ def test_a_source_failing_late_still_serves_the_items_before(tmp_path):
     assert loader[5] == 5 and loader[99] == 99  # the source is read ahead in batches
     with pytest.raises(RuntimeError, match="late failure"):
         loader[100]
+
+
+def test_a_damaged_metadata_file_is_a_typed_error(tmp_path, loader):
+    assert loader[0] == DATA[0]
+    (tmp_path / "root" / "metadata.json").write_text("{not json")
+    with pytest.raises(cachex.CorruptError, match=r"metadata\.json"):
+        LoadIt(tmp_path / "root", source, max_shard_length=SHARD)

@@ -146,8 +146,14 @@ class LoadIt(SequenceView):
             max_shard_length = None
         metadata = Path(root_dir) / "metadata.json"
         if compression is None and source is not None and metadata.exists():
-            # loadit treats None as "whatever the root has".
-            compression = json.loads(metadata.read_text()).get("compression")
+            # loadit treats None as "whatever the root has". A damaged
+            # metadata.json is left for the store to report (typed, named).
+            try:
+                stored = json.loads(metadata.read_text())
+            except (OSError, ValueError):
+                stored = None
+            if isinstance(stored, dict) and isinstance(stored.get("compression"), str):
+                compression = stored["compression"]
         if preload_fn is preload_next_shard:
             preload, self.preload_fn = None, None
         else:
