@@ -17,9 +17,9 @@
 //!   src/errors.rs                store errors -> cachex.errors classes
 //!   src/fork.rs                  the fork hook: marks every live handle in a forked child
 //!   src/json.rs                  JSON-able Python values (configs, metadata)
-//!   src/segment.rs shard.rs memmap.rs page.rs fingerprint.rs facade.rs
+//!   src/segment.rs shard.rs memmap.rs page.rs fingerprint.rs facade.rs seq.rs
 //!                                one store (or crate) each
-//!   python/cachex/               the package: __init__, errors, facade, workload, data,
+//!   python/cachex/               the package: __init__, errors, facade, workload, data, loadit/,
 //!                                _cachex.pyi stubs, py.typed
 //!   tests/                       pytest, grouped by store
 //! ```
@@ -53,6 +53,7 @@ mod json;
 mod memmap;
 mod page;
 mod segment;
+mod seq;
 mod shard;
 
 use pyo3::prelude::*;
@@ -74,6 +75,10 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(facade::open, m)?)?;
     m.add_class::<shard::PyShardStore>()?;
     m.add_function(wrap_pyfunction!(shard::_reopen_shard_store, m)?)?;
+    m.add_class::<seq::PyInterleaveIndex>()?;
+    m.add_function(wrap_pyfunction!(seq::chunk_shuffle_indices, m)?)?;
+    m.add_function(wrap_pyfunction!(seq::concat_locate, m)?)?;
+    m.add_function(wrap_pyfunction!(seq::repeat_index, m)?)?;
     m.add_class::<page::PyPageWriter>()?;
     m.add_class::<page::PyPageReader>()?;
     m.add_function(wrap_pyfunction!(page::_reopen_page_reader, m)?)?;

@@ -97,22 +97,52 @@ impl StoreItem for PyItem {
 /// that drove it (the store sees the iterator end).
 type ErrorSlot = Arc<Mutex<Option<PyErr>>>;
 
-/// A Python iterator as the store's item iterator.
+/// Items pulled from the Python iterator per GIL acquisition: taking the
+/// GIL once per item dominated a first pass.
+const SOURCE_BATCH: usize = 256;
+
+/// A Python iterator as the store's item iterator. Items are pulled
+/// `SOURCE_BATCH` at a time under one GIL acquisition; the read-ahead
+/// stays in this iterator (the store's cursor), so nothing is lost when a
+/// shard ends mid-batch.
 struct SourceIter {
     iter: Py<PyIterator>,
     failed: ErrorSlot,
+    buf: std::collections::VecDeque<PyItem>,
+    ended: bool,
+    /// The iterator's exception, reported once the items before it are taken.
+    error: Option<PyErr>,
 }
 
 impl Iterator for SourceIter {
     type Item = PyItem;
     fn next(&mut self) -> Option<PyItem> {
-        Python::attach(|py| match self.iter.bind(py).clone().next()? {
-            Ok(o) => Some(PyItem(Arc::new(o.unbind()))),
-            Err(e) => {
-                self.failed.lock().get_or_insert(e);
-                None
-            }
-        })
+        if self.buf.is_empty() && !self.ended {
+            Python::attach(|py| {
+                let mut it = self.iter.bind(py).clone();
+                while self.buf.len() < SOURCE_BATCH {
+                    match it.next() {
+                        Some(Ok(o)) => self.buf.push_back(PyItem(Arc::new(o.unbind()))),
+                        Some(Err(e)) => {
+                            self.error = Some(e);
+                            self.ended = true;
+                            break;
+                        }
+                        None => {
+                            self.ended = true;
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+        let item = self.buf.pop_front();
+        if item.is_none()
+            && let Some(e) = self.error.take()
+        {
+            self.failed.lock().get_or_insert(e);
+        }
+        item
     }
 }
 
@@ -252,6 +282,9 @@ impl PyShardStore {
                             Ok(iter) => Box::new(SourceIter {
                                 iter,
                                 failed: slot.clone(),
+                                buf: std::collections::VecDeque::new(),
+                                ended: false,
+                                error: None,
                             })
                                 as Box<dyn Iterator<Item = PyItem> + Send>,
                             Err(e) => {
@@ -305,6 +338,13 @@ impl PyShardStore {
             return Ok(self.get_many(py, idx)?.into_any().unbind());
         }
         let i: i64 = index.extract()?;
+        // A hot item is served without releasing the GIL (no I/O to wait on).
+        if let Ok(hot) = u64::try_from(i)
+            && self.pid.load(Ordering::Acquire) == std::process::id()
+            && let Some(item) = self.store.read().as_ref().and_then(|s| s.get_cached(hot))
+        {
+            return Ok(Self::object(py, &item));
+        }
         let item = self.run(py, |s| s.get(i))?;
         Ok(Self::object(py, &item))
     }
@@ -314,6 +354,21 @@ impl PyShardStore {
     fn get_many<'py>(&self, py: Python<'py>, indices: Vec<i64>) -> PyResult<Bound<'py, PyList>> {
         let items = self.run(py, |s| s.get_many(&indices))?;
         PyList::new(py, items.iter().map(|i| i.0.bind(py)))
+    }
+
+    /// The length if it is already known (no work), else `None`.
+    #[getter]
+    fn known_len(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.run(py, |s| Ok(s.known_len()))
+    }
+
+    /// Has the background workers load the shards holding `indices` into
+    /// memory (generating them if needed); nothing without workers.
+    fn load_async(&self, py: Python<'_>, indices: Vec<u64>) -> PyResult<()> {
+        self.run(py, move |s| {
+            s.load_async(&indices);
+            Ok(())
+        })
     }
 
     /// `metadata.json`'s `info`.

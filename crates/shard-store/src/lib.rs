@@ -104,8 +104,8 @@ pub use format::{Compression, Metadata, ShardName};
 pub use options::{Options, Preload, ShardLength};
 pub use recover::{Summary, inspect, verify};
 pub use seq::{
-    Concat, Indices, Interleave, RandomAccess, Repeat, SequenceView, chunk_shuffle,
-    chunk_shuffle_indices,
+    Concat, ConcatStep, Indices, Interleave, InterleaveIndex, RandomAccess, Repeat, SequenceView,
+    chunk_shuffle, chunk_shuffle_indices, concat_locate, repeat_index,
 };
 pub use store::{Item, Iter, ShardIter, ShardStore, StoreItem};
 pub use value::{Bytes, PickleValue, bytes};

@@ -236,6 +236,47 @@ impl<S: RandomAccess> RandomAccess for SequenceView<S> {
     }
 }
 
+/// Where [`concat_locate`] sends an index of a concatenation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConcatStep {
+    /// Item `offset` of part `part`, whose length is known to exceed it.
+    At {
+        /// The part.
+        part: usize,
+        /// The index within the part.
+        offset: usize,
+    },
+    /// Item `offset` of part `part`, whose length is not known yet: read it,
+    /// and if the part is too short learn its length and locate again.
+    Probe {
+        /// The part.
+        part: usize,
+        /// The index within the part.
+        offset: usize,
+    },
+    /// Past the end of every part.
+    OutOfRange,
+}
+
+/// The index arithmetic of a lazy concatenation of `parts` sequences, of
+/// which `known_len(k)` gives the lengths learnt so far. Shared by
+/// [`Concat`] and the Python binding, so both place an index alike.
+pub fn concat_locate(
+    parts: usize,
+    known_len: impl Fn(usize) -> Option<usize>,
+    index: usize,
+) -> ConcatStep {
+    let mut i = index;
+    for part in 0..parts {
+        match known_len(part) {
+            Some(l) if i >= l => i -= l,
+            Some(_) => return ConcatStep::At { part, offset: i },
+            None => return ConcatStep::Probe { part, offset: i },
+        }
+    }
+    ConcatStep::OutOfRange
+}
+
 /// Sequences one after another. Lengths of the parts are asked for only
 /// when needed (a part's length may be costly: a store drives its source).
 pub struct Concat<S> {
@@ -269,22 +310,74 @@ impl<S: RandomAccess> RandomAccess for Concat<S> {
         Ok(total)
     }
     fn at(&self, index: usize) -> Result<S::Item> {
-        let mut i = index;
-        for (k, part) in self.parts.iter().enumerate() {
-            match self.lens[k].get() {
-                Some(&l) if i >= l => {
-                    i -= l;
-                    continue;
-                }
-                Some(_) => return part.at(i),
-                None => match part.at(i) {
-                    Err(Error::IndexOutOfRange { .. }) => i -= self.part_len(k)?,
+        loop {
+            match concat_locate(self.parts.len(), |k| self.lens[k].get().copied(), index) {
+                ConcatStep::At { part, offset } => return self.parts[part].at(offset),
+                ConcatStep::Probe { part, offset } => match self.parts[part].at(offset) {
+                    Err(Error::IndexOutOfRange { .. }) => {
+                        self.part_len(part)?;
+                    }
                     other => return other,
                 },
+                ConcatStep::OutOfRange => {
+                    let len = self.length()?;
+                    return out_of_range(index, len);
+                }
             }
         }
-        let len = self.length()?;
-        out_of_range(index, len)
+    }
+}
+
+/// The index arithmetic of a round-robin interleave: item `i` of the
+/// interleave is item `offset` of part `part`. When the shorter parts run
+/// out the rest continue in turn (`[a0, b0, a1, b1, b2, b3]` for lengths 2
+/// and 4). Shared by [`Interleave`] and the Python binding.
+#[derive(Debug, Clone)]
+pub struct InterleaveIndex {
+    /// Phases: (first index of the phase, offset within each part, parts active).
+    phases: Vec<(usize, usize, Vec<usize>)>,
+    len: usize,
+}
+
+impl InterleaveIndex {
+    /// The interleave of parts of lengths `lens`.
+    pub fn new(lens: &[usize]) -> InterleaveIndex {
+        let mut levels: Vec<usize> = lens.to_vec();
+        levels.sort_unstable();
+        levels.dedup();
+        let mut phases = Vec::new();
+        let (mut first, mut offset) = (0usize, 0usize);
+        for level in levels {
+            let active: Vec<usize> = (0..lens.len()).filter(|&k| lens[k] > offset).collect();
+            if active.is_empty() || level == offset {
+                continue;
+            }
+            phases.push((first, offset, active.clone()));
+            first += (level - offset) * active.len();
+            offset = level;
+        }
+        InterleaveIndex { phases, len: first }
+    }
+
+    /// The total length (the sum of the parts').
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether every part is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `(part, offset)` of item `index`, `None` past the end.
+    pub fn locate(&self, index: usize) -> Option<(usize, usize)> {
+        if index >= self.len {
+            return None;
+        }
+        let p = self.phases.partition_point(|(first, _, _)| *first <= index) - 1;
+        let (first, offset, active) = &self.phases[p];
+        let rel = index - first;
+        Some((active[rel % active.len()], offset + rel / active.len()))
     }
 }
 
@@ -292,9 +385,7 @@ impl<S: RandomAccess> RandomAccess for Concat<S> {
 /// rest continue in turn (`[a0, b0, a1, b1, b2, b3]` for lengths 2 and 4).
 pub struct Interleave<S> {
     parts: Vec<S>,
-    /// Phases: (first index of the phase, offset within each part, parts active).
-    phases: Vec<(usize, usize, Vec<usize>)>,
-    len: usize,
+    index: InterleaveIndex,
 }
 
 impl<S: RandomAccess> Interleave<S> {
@@ -304,24 +395,9 @@ impl<S: RandomAccess> Interleave<S> {
             .iter()
             .map(|p| p.length())
             .collect::<Result<Vec<_>>>()?;
-        let mut levels: Vec<usize> = lens.clone();
-        levels.sort_unstable();
-        levels.dedup();
-        let mut phases = Vec::new();
-        let (mut first, mut offset) = (0usize, 0usize);
-        for level in levels {
-            let active: Vec<usize> = (0..parts.len()).filter(|&k| lens[k] > offset).collect();
-            if active.is_empty() || level == offset {
-                continue;
-            }
-            phases.push((first, offset, active.clone()));
-            first += (level - offset) * active.len();
-            offset = level;
-        }
         Ok(Interleave {
+            index: InterleaveIndex::new(&lens),
             parts,
-            phases,
-            len: first,
         })
     }
 }
@@ -329,17 +405,13 @@ impl<S: RandomAccess> Interleave<S> {
 impl<S: RandomAccess> RandomAccess for Interleave<S> {
     type Item = S::Item;
     fn length(&self) -> Result<usize> {
-        Ok(self.len)
+        Ok(self.index.len())
     }
     fn at(&self, index: usize) -> Result<S::Item> {
-        if index >= self.len {
-            return out_of_range(index, self.len);
+        match self.index.locate(index) {
+            Some((part, offset)) => self.parts[part].at(offset),
+            None => out_of_range(index, self.index.len()),
         }
-        let p = self.phases.partition_point(|(first, _, _)| *first <= index) - 1;
-        let (first, offset, active) = &self.phases[p];
-        let rel = index - first;
-        let part = active[rel % active.len()];
-        self.parts[part].at(offset + rel / active.len())
     }
 }
 
@@ -374,11 +446,22 @@ impl<S: RandomAccess> RandomAccess for Repeat<S> {
     }
     fn at(&self, index: usize) -> Result<S::Item> {
         let n = self.seq.length()?;
-        if n == 0 || self.times.is_some_and(|t| index / n >= t) {
-            return out_of_range(index, self.length()?);
+        match repeat_index(index, n, self.times) {
+            Some(i) => self.seq.at(i),
+            None => out_of_range(index, self.length()?),
         }
-        self.seq.at(index % n)
     }
+}
+
+/// The index arithmetic of a sequence of length `len` repeated `times`
+/// times (forever when `None`): item `index` is item `repeat_index(..)` of
+/// the sequence, `None` past the end. Shared by [`Repeat`] and the Python
+/// binding.
+pub fn repeat_index(index: usize, len: usize, times: Option<usize>) -> Option<usize> {
+    if len == 0 || times.is_some_and(|t| index / len >= t) {
+        return None;
+    }
+    Some(index % len)
 }
 
 /// A view of `seq` shuffled within consecutive chunks of `chunk_size`

@@ -410,6 +410,29 @@ impl<T: StoreItem> ShardStore<T> {
         self.inner.item(i, index)
     }
 
+    /// The item at `index` if its shard is decoded in the memory cache;
+    /// `None` otherwise (no I/O, no waiting on the source). Lets a caller
+    /// serve hot items without first handing off to blocking work.
+    pub fn get_cached(&self, index: u64) -> Option<Item<T>> {
+        let start = index - index % self.inner.shard_len;
+        let t = self.inner.next_tick();
+        let shard = {
+            let mut state = self.inner.state.lock();
+            let (shard, tick) = state.cache.get_mut(&start)?;
+            *tick = t;
+            Arc::clone(shard)
+        };
+        let offset = (index - start) as usize;
+        if offset >= shard.len() {
+            return None;
+        }
+        self.inner.preload_after(start);
+        Some(Item {
+            shard,
+            index: offset,
+        })
+    }
+
     /// The number of items. Drives the source to its end (writing the
     /// shards it passes, without a disk budget) when it is not yet known.
     pub fn len(&self) -> Result<u64> {
@@ -483,6 +506,33 @@ impl<T: StoreItem> ShardStore<T> {
         }
     }
 
+    /// Schedules the shards holding `indices` to be loaded into the memory
+    /// cache by the background workers (loadit's `load_async`), skipping
+    /// shards already cached, already scheduled, or past a known end.
+    /// Does nothing without workers (`max_workers` 1), as loadit.
+    pub fn load_async(&self, indices: &[u64]) {
+        if self.inner.jobs.is_none() {
+            return;
+        }
+        let l = self.inner.shard_len;
+        let mut todo = Vec::new();
+        {
+            let mut state = self.inner.state.lock();
+            for &i in indices {
+                let s = i - i % l;
+                if state.length.is_some_and(|len| s >= len) || state.cache.contains_key(&s) {
+                    continue;
+                }
+                if state.pending.insert(s) {
+                    todo.push(s);
+                }
+            }
+        }
+        for s in todo {
+            self.inner.submit(Job::Shard(s));
+        }
+    }
+
     /// The `info` JSON stored in `metadata.json`.
     pub fn info(&self) -> Result<serde_json::Value> {
         Ok(self.inner.read_metadata()?.info)
@@ -517,8 +567,22 @@ impl<T: StoreItem> ShardStore<T> {
             let len = self.len()?;
             let shard = self.inner.shard_len.max(1);
             // Ascending shard starts: the source cursor moves forward once.
+            // A shard held in memory but gone from disk (evicted, deleted by
+            // another process) is written from memory.
             for start in (0..len).step_by(shard as usize) {
-                self.get(start as i64)?;
+                if self.inner.shard_on_disk(start) {
+                    continue;
+                }
+                let cached = {
+                    let state = self.inner.state.lock();
+                    state.cache.get(&start).map(|(items, _)| Arc::clone(items))
+                };
+                match cached {
+                    Some(items) => self.inner.persist(start, &items)?,
+                    None => {
+                        self.get(start as i64)?;
+                    }
+                }
             }
             if self.inner.opts.memory_limit.is_some() && !self.all_cached_to_disk()? {
                 return Ok(());

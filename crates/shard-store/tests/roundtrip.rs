@@ -427,4 +427,82 @@ fn wait_until_all_cached_fills_the_store_itself() {
     assert!(store.all_cached_to_disk().unwrap());
     let cached: ShardStore<(u32, u32)> = ShardStore::open(tmp.path(), Options::default()).unwrap();
     assert_eq!(cached.get(9).unwrap().1, 18);
+    // A shard still in memory but gone from disk (another process's
+    // eviction) is written again, not waited for forever.
+    std::fs::remove_file(tmp.path().join("shards/0.4.shard.pickle")).unwrap();
+    assert!(!store.all_cached_to_disk().unwrap());
+    store.wait_until_all_cached().unwrap();
+    assert!(store.all_cached_to_disk().unwrap());
+}
+
+#[test]
+fn load_async_generates_the_shards_asked_for_in_the_background() {
+    let shard_files = |dir: &std::path::Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join("shards"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    // Without workers it does nothing (as loadit).
+    let tmp = tempfile::tempdir().unwrap();
+    let store =
+        ShardStore::open_with_source(tmp.path(), Options::default().shard_items(16), || {
+            (0..100u64).map(item)
+        })
+        .unwrap();
+    store.load_async(&[0, 40]);
+    assert!(shard_files(tmp.path()).is_empty());
+
+    let tmp = tempfile::tempdir().unwrap();
+    let store = ShardStore::open_with_source(
+        tmp.path(),
+        Options {
+            max_workers: 2,
+            preload: Some(shard_store::Preload::None),
+            ..Options::default().shard_items(16)
+        },
+        || (0..100u64).map(item),
+    )
+    .unwrap();
+    store.load_async(&[40, 33, 90]);
+    // The worker owes us these two shards (and writes the full shards its
+    // cursor passes on the way); wait for them (bounded).
+    let want = ["32.48.shard.pickle", "80.96.shard.pickle"];
+    let mut waited = 0;
+    while !want
+        .iter()
+        .all(|w| shard_files(tmp.path()).iter().any(|f| f == w))
+    {
+        assert!(
+            waited < 2000,
+            "load_async wrote {:?}",
+            shard_files(tmp.path())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        waited += 1;
+    }
+    assert_eq!(*store.get(45).unwrap(), item(45));
+}
+
+#[test]
+fn get_cached_serves_only_shards_in_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = ShardStore::open_with_source(
+        tmp.path(),
+        Options {
+            max_cache_size: 1,
+            ..Options::default().shard_items(16)
+        },
+        || (0..40u64).map(item),
+    )
+    .unwrap();
+    assert!(store.get_cached(3).is_none());
+    assert_eq!(*store.get(3).unwrap(), item(3));
+    assert_eq!(*store.get_cached(15).unwrap(), item(15));
+    assert!(store.get_cached(16).is_none());
+    assert_eq!(*store.get(39).unwrap(), item(39)); // evicts shard 0 from memory
+    assert!(store.get_cached(3).is_none() && store.get_cached(40).is_none());
+    assert_eq!(*store.get_cached(33).unwrap(), item(33));
 }

@@ -156,3 +156,49 @@ fn store_views_and_slices_follow_python_indexing() {
         vec![2, 3, 4]
     );
 }
+
+/// The index arithmetic the Python binding calls places items exactly as
+/// the Rust combinators do.
+#[test]
+fn shared_index_arithmetic_matches_the_combinators() {
+    use shard_store::{ConcatStep, InterleaveIndex, concat_locate, repeat_index};
+    let parts = vec![vec![0u32, 1], vec![10, 11, 12, 13], vec![20]];
+    let lens: Vec<usize> = parts.iter().map(Vec::len).collect();
+    let idx = InterleaveIndex::new(&lens);
+    let il = Interleave::new(parts.clone()).unwrap();
+    assert_eq!(idx.len(), 7);
+    for i in 0..idx.len() {
+        let (p, o) = idx.locate(i).unwrap();
+        assert_eq!(parts[p][o], il.at(i).unwrap());
+    }
+    assert_eq!(idx.locate(7), None);
+    assert_eq!(collect(&il), vec![0, 10, 20, 1, 11, 12, 13]);
+
+    assert_eq!(
+        concat_locate(3, |_| None, 5),
+        ConcatStep::Probe { part: 0, offset: 5 }
+    );
+    assert_eq!(
+        concat_locate(3, |k| Some(lens[k]), 5),
+        ConcatStep::At { part: 1, offset: 3 }
+    );
+    assert_eq!(
+        concat_locate(3, |k| Some(lens[k]), 7),
+        ConcatStep::OutOfRange
+    );
+
+    assert_eq!(repeat_index(7, 3, Some(3)), Some(1));
+    assert_eq!(repeat_index(9, 3, Some(3)), None);
+    assert_eq!(repeat_index(1 << 40, 3, None), Some((1 << 40) % 3));
+    assert_eq!(repeat_index(0, 0, None), None);
+}
+
+/// The shuffle is pinned: `cachex.loadit.chunk_shuffle_idx(4, 10, 42)`
+/// (crates/cachex-py/tests/test_loadit_util.py) pins the same order.
+#[test]
+fn chunk_shuffle_order_is_pinned_for_rust_and_python() {
+    assert_eq!(
+        chunk_shuffle_indices(4, 10, 42),
+        vec![2, 0, 3, 1, 6, 7, 5, 4, 8, 9]
+    );
+}

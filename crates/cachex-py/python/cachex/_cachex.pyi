@@ -691,7 +691,31 @@ class ShardStore:
     def set_info(self, info: Any) -> None: ...
     def all_cached_to_disk(self) -> bool: ...
     def wait_until_all_cached(self) -> None: ...
+    @property
+    def known_len(self) -> int | None:
+        """The length if already known (no work), else ``None``."""
+    def load_async(self, indices: Sequence[int]) -> None:
+        """Background workers load the shards holding ``indices`` (none without workers)."""
 
 def _reopen_shard_store(
     root: str, source: Callable[[], Iterable[Any]] | None, kwargs: dict[str, Any]
 ) -> ShardStore: ...
+
+# The index arithmetic of shard-store's sequence utilities (used by
+# cachex.loadit.util; one copy of the math, in Rust).
+class InterleaveIndex:
+    """Round-robin placement over parts of the given lengths."""
+
+    def __init__(self, lens: Sequence[int]) -> None: ...
+    def __len__(self) -> int: ...
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(part, offset)`` of item ``index``; IndexError past the end."""
+
+def chunk_shuffle_indices(chunk_size: int, length: int, seed: int) -> np.ndarray:
+    """The permutation of ``chunk_shuffle`` (int64), identical to Rust's for a seed."""
+
+def concat_locate(known: Sequence[int | None], index: int) -> tuple[int, int, bool] | None:
+    """``(part, offset, probe)`` of item ``index`` of a concatenation, or ``None`` past the end."""
+
+def repeat_index(index: int, len: int, times: int | None = None) -> int | None:
+    """The item of the repeated sequence that item ``index`` is, or ``None`` past the end."""

@@ -17,6 +17,7 @@ value.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import shutil
@@ -403,14 +404,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="scratch directory")
     parser.add_argument(
         "--api",
-        choices=["python", "torchcachex", "torchcachex-original"],
+        choices=["python", "torchcachex", "torchcachex-original", "loadit", "loadit-original"],
         default="python",
         help="python: cachex's own API; torchcachex / torchcachex-original: W1 through "
-        "cachex.torchcachex / the real torchcachex (see cachex.workload_torchcachex)",
+        "cachex.torchcachex / the real torchcachex (see cachex.workload_torchcachex); "
+        "loadit / loadit-original: W3 through cachex.loadit / the real loadit "
+        "(see cachex._workload_loadit)",
     )
     args = parser.parse_args(argv)
     workloads = dict(WORKLOADS)
-    if args.api != "python":
+    if args.api in ("torchcachex", "torchcachex-original"):
         if args.which != "w1":
             parser.error(f"--api {args.api} drives w1 only")
         from cachex.workload_torchcachex import w1_torchcachex
@@ -419,6 +422,15 @@ def main(argv: list[str] | None = None) -> int:
             w1_torchcachex(root, n, seed, args.api)
 
         workloads["w1"] = (run_w1, WORKLOADS["w1"][1])
+    elif args.api in ("loadit", "loadit-original"):
+        if args.which != "w3":
+            parser.error(f"--api {args.api} drives w3 only")
+        from cachex import _workload_loadit
+
+        workloads["w3"] = (
+            functools.partial(_workload_loadit.w3, api=args.api),
+            WORKLOADS["w3"][1],
+        )
     base = args.dir or Path(tempfile.mkdtemp(prefix="cachex-workload-py-"))
     names = list(WORKLOADS) if args.which == "all" else [args.which]
     try:
