@@ -358,7 +358,7 @@ fn blob_of(obj: &Bound<'_, PyAny>) -> Option<Blob> {
 
 fn tensor_of(obj: &Bound<'_, PyAny>) -> PyResult<TensorBuf> {
     let a = array::contiguous(obj)?;
-    array::with_tensor(&a, |v| TensorBuf::copy_from(&v))
+    array::with_tensor(&a, |v| TensorBuf::from(&v))
 }
 
 fn part_of(obj: &Bound<'_, PyAny>) -> PyResult<Part> {
@@ -405,9 +405,9 @@ fn tensor_to_py<'py>(
     owner: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: `t`'s bytes belong to a record `owner` holds (one record or
-    // the batch it came in; each part an
-    // `Arc`-counted arrow buffer: heap or mapped segment), never
-    // mutated, and freed only when the last reference goes.
+    // the batch it came in; each part's `SharedBytes` shares ownership of
+    // its heap buffer or mapped segment), never mutated, and freed only
+    // when the last reference goes.
     unsafe { array::view(py, t.dtype(), t.shape().dims(), t.bytes(), owner) }
 }
 
@@ -418,7 +418,9 @@ fn part_to_py<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     match p {
         Part::Tensor(t) => tensor_to_py(py, t, owner),
-        Part::Blob(b) => Ok(PyBytes::new(py, b.as_bytes()).into_any()),
+        Part::Blob(b) => Ok(PyBytes::new(py, b.as_slice()).into_any()),
+        // A record read from a store is one level deep.
+        other => record_view(py, other, owner),
     }
 }
 
@@ -479,6 +481,6 @@ fn record_view<'py>(
                 .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)?.into_any()
         }
-        Record::Blob(b) => PyBytes::new(py, b.as_bytes()).into_any(),
+        Record::Blob(b) => PyBytes::new(py, b.as_slice()).into_any(),
     })
 }
