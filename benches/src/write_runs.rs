@@ -8,7 +8,8 @@
 //! So a write phase is compared with its own **yardstick**: the very files
 //! it leaves (same paths' sizes, same file count, same renames and fsync
 //! points; a [`WritePattern`] taken from an untimed warm-up run) written
-//! plainly from memory with `write(2)` and `fsync(2)`. The yardstick's
+//! plainly from memory with `write(2)`, early write-back of every 8 MiB
+//! written (`sync_file_range`, as the stores do) and `fsync(2)`. The yardstick's
 //! time is what the phase would take if the store cost nothing but its
 //! I/O; the phase's `fraction_of_limit` is the yardstick's time over the
 //! phase's.
@@ -166,14 +167,19 @@ impl WritePattern {
         std::fs::create_dir_all(scratch)?;
         let chunk: Vec<u8> = (0..(8usize << 20)).map(|i| (i * 7) as u8).collect();
         // `len` bytes in `k` fsynced pieces of equal size (the remainder
-        // in the last).
+        // in the last), each chunk's write-back started as soon as it is
+        // written, as the stores' writers do: the disk's best for the
+        // pattern, not a naive writer's.
         let fill = |file: &mut File, len: u64, k: u64| -> std::io::Result<()> {
             let k = k.max(1);
+            let mut offset = file.metadata()?.len();
             for piece in 0..k {
                 let mut left = len / k + if piece + 1 == k { len % k } else { 0 };
                 while left > 0 {
                     let n = (chunk.len() as u64).min(left) as usize;
                     file.write_all(&chunk[..n])?;
+                    durable_fs::start_writeback(file, offset, n);
+                    offset += n as u64;
                     left -= n as u64;
                 }
                 file.sync_data()?;
