@@ -30,7 +30,7 @@ impl Limits {
         match limit {
             Limit::Memcpy => self.memcpy,
             Limit::PageCacheRead => self.page_cache_read,
-            Limit::DurableWrite => self.durable_write,
+            Limit::DurableWrite | Limit::DurableWriteSameFiles => self.durable_write,
         }
     }
 

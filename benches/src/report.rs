@@ -13,6 +13,11 @@ pub enum Limit {
     PageCacheRead,
     /// Sequential writes made durable with fsync.
     DurableWrite,
+    /// The very files a write phase leaves (same bytes, file count,
+    /// renames and fsync points) written plainly from memory
+    /// ([`crate::write_runs::WritePattern`]): what the phase would take
+    /// with no encoding, copying or bookkeeping.
+    DurableWriteSameFiles,
 }
 
 impl Limit {
@@ -21,6 +26,7 @@ impl Limit {
             Limit::Memcpy => "memcpy",
             Limit::PageCacheRead => "page_cache_read",
             Limit::DurableWrite => "durable_write",
+            Limit::DurableWriteSameFiles => "durable_write_same_files",
         }
     }
 }

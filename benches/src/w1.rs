@@ -25,7 +25,7 @@ use segment_store::{Options, Part, Record, SegmentStore};
 use tensor_core::{Tensor, Value, f16};
 
 use crate::limits::MemcpyProbe;
-use crate::write_runs::WriteRuns;
+use crate::write_runs::{Synced, WritePattern, WriteRuns};
 use crate::{Ctx, Limit, Line, RunError, median, progress};
 
 const DIM: usize = 512;
@@ -105,6 +105,23 @@ fn disk_bytes(dir: &Path) -> u64 {
     walk(dir)
 }
 
+/// The yardstick of a segment-store write: each segment written under a
+/// temporary name, fsynced, renamed, the directory fsynced; the index log
+/// appended and fsynced once per segment; `schema.json` like a segment.
+pub fn segment_pattern(dir: &Path) -> std::io::Result<WritePattern> {
+    let segments = std::fs::read_dir(dir.join(segment_store::format::SEGMENTS_DIR))?.count();
+    WritePattern::of_dir(dir, |path, _| {
+        let name = path.file_name()?.to_str()?;
+        if name.ends_with(".lock") {
+            None
+        } else if name.ends_with(".log") {
+            Some(Synced::Appended(segments as u64))
+        } else {
+            Some(Synced::Renamed(1))
+        }
+    })
+}
+
 fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     let suffix = if dict { "_dict" } else { "" };
     let name = format!("w1{suffix}");
@@ -118,30 +135,35 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     // Timed: open, every put_batch, and the final flush (durable); the
     // generation of each batch's values is not the store's cost. Each
     // repetition writes a fresh store; the reads use the last one.
-    let runs = WriteRuns::measure(ctx, &name, |_| {
-        ctx.fresh_dir(&name).map_err(err)?;
-        std::fs::create_dir_all(&dir).map_err(err)?;
-        let mut secs = 0.0;
-        let t = Instant::now();
-        let store = SegmentStore::open(&dir, Options::default()).map_err(err)?;
-        secs += t.elapsed().as_secs_f64();
-        let mut i = 0;
-        while i < n {
-            let end = (i + BATCH).min(n);
-            let items = (i..end)
-                .map(|k| Ok((format!("sample_{k}"), record(ctx.seed, k, dict)?)))
-                .collect::<Result<Vec<_>, RunError>>()?;
+    let runs = WriteRuns::measure(
+        ctx,
+        &name,
+        |_| {
+            ctx.fresh_dir(&name).map_err(err)?;
+            std::fs::create_dir_all(&dir).map_err(err)?;
+            let mut secs = 0.0;
             let t = Instant::now();
-            store.put_batch(&items).map_err(err)?;
+            let store = SegmentStore::open(&dir, Options::default()).map_err(err)?;
             secs += t.elapsed().as_secs_f64();
-            i = end;
-        }
-        let t = Instant::now();
-        store.flush().map_err(err)?;
-        drop(store);
-        secs += t.elapsed().as_secs_f64();
-        Ok(secs)
-    })?;
+            let mut i = 0;
+            while i < n {
+                let end = (i + BATCH).min(n);
+                let items = (i..end)
+                    .map(|k| Ok((format!("sample_{k}"), record(ctx.seed, k, dict)?)))
+                    .collect::<Result<Vec<_>, RunError>>()?;
+                let t = Instant::now();
+                store.put_batch(&items).map_err(err)?;
+                secs += t.elapsed().as_secs_f64();
+                i = end;
+            }
+            let t = Instant::now();
+            store.flush().map_err(err)?;
+            drop(store);
+            secs += t.elapsed().as_secs_f64();
+            Ok(secs)
+        },
+        || segment_pattern(&dir),
+    )?;
     let on_disk = disk_bytes(&dir);
     ctx.emit(
         runs.line("w1", &format!("write{suffix}"), n, (n * item_bytes) as u64)

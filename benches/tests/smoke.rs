@@ -52,6 +52,18 @@ fn run(which: &str, n: &str) -> Vec<Value> {
                 .expect("fraction_of_limit");
             assert!(f.is_finite() && f >= 0.0, "{line}");
         }
+        // A write phase names its yardstick: the files it wrote, written
+        // once before each repetition.
+        if line["limit"] == "durable_write_same_files" {
+            assert!(line["yardstick_files"].as_u64() > Some(0), "{line}");
+            assert!(line["yardstick_bytes"].as_u64() > Some(0), "{line}");
+            assert!(line["yardstick_fsyncs"].as_u64() > Some(0), "{line}");
+            assert_eq!(
+                line["yardstick_secs"].as_array().map(Vec::len),
+                line["repetitions"].as_u64().map(|r| r as usize),
+                "{line}"
+            );
+        }
     }
     let phases: Vec<&str> = lines
         .iter()

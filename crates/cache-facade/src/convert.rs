@@ -3,119 +3,30 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use segment_store::{Part, Record, TensorBuf};
 use serde_pickle::{HashableValue, Value as Pickle};
-use tensor_core::{DType, Shape, SharedBytes, SharedTensor, Tensor, TensorError, Value};
+use tensor_core::{DType, Shape, SharedTensor, Tensor, TensorError, Value};
 
-/// The records of one segment-store `get_batch`, shared by the values made
-/// from them: one allocation per batch, none per value.
-pub(crate) type RecordBatch = Arc<Vec<Option<Record>>>;
-
-/// Record `i` of `batch` as a value whose tensors and blobs stay where the
-/// store put them (the mapped segment): every part is a projection of the
-/// shared batch, so no byte is copied and nothing is allocated but a
-/// dict's, tuple's or list's member list.
-pub(crate) fn value_from_batch(
-    batch: &RecordBatch,
-    i: usize,
-) -> Result<Option<Value>, TensorError> {
-    let Some(record) = batch.get(i).and_then(Option::as_ref) else {
-        return Ok(None);
+/// Checks that `value` is a segment-store record: a tensor, a blob, or a
+/// dict, tuple or list of tensors and blobs (records are one level deep).
+/// A value that is one goes to the store as it is (a record *is* a
+/// [`Value`]); this check only names the offending member in the facade's
+/// own error.
+pub(crate) fn check_record(value: &Value) -> Result<(), String> {
+    let member = |v: &Value, at: &str| match v {
+        Value::Tensor(_) | Value::Blob(_) => Ok(()),
+        other => Err(format!(
+            "segment-store holds records one level deep: member {at} is a {}",
+            other.kind()
+        )),
     };
-    let bytes =
-        |k: Option<usize>| SharedBytes::project(Arc::clone(batch), move |b| record_bytes(b, i, k));
-    let part = |k: usize, p: &Part| -> Result<Value, TensorError> {
-        Ok(match p {
-            Part::Tensor(t) => Value::Tensor(SharedTensor::new(
-                t.dtype(),
-                t.shape().clone(),
-                bytes(Some(k)),
-            )?),
-            Part::Blob(_) => Value::Blob(bytes(Some(k))),
-        })
-    };
-    let parts = |parts: &[Part]| -> Result<Vec<Value>, TensorError> {
-        let mut out = Vec::with_capacity(parts.len());
-        for (k, p) in parts.iter().enumerate() {
-            out.push(part(k, p)?);
-        }
-        Ok(out)
-    };
-    Ok(Some(match record {
-        Record::Tensor(t) => Value::Tensor(SharedTensor::new(
-            t.dtype(),
-            t.shape().clone(),
-            bytes(None),
-        )?),
-        Record::Blob(_) => Value::Blob(bytes(None)),
-        Record::Dict(members) => {
-            let mut out = Vec::with_capacity(members.len());
-            for (k, (name, p)) in members.iter().enumerate() {
-                out.push((Arc::clone(name), part(k, p)?));
-            }
-            Value::Dict(out)
-        }
-        Record::Tuple(p) => Value::Tuple(parts(p)?),
-        Record::List(p) => Value::List(parts(p)?),
-    }))
-}
-
-/// The bytes of record `i` of a batch (`k`: of its part `k`); empty when
-/// there is no such record or part, which the caller's length check then
-/// refuses (it cannot happen: the caller found them).
-fn record_bytes(batch: &[Option<Record>], i: usize, k: Option<usize>) -> &[u8] {
-    let Some(record) = batch.get(i).and_then(Option::as_ref) else {
-        return &[];
-    };
-    match (record, k) {
-        (Record::Tensor(t), None) => t.bytes(),
-        (Record::Blob(b), None) => b.as_bytes(),
-        (Record::Dict(parts), Some(k)) => parts.get(k).map_or(&[], |(_, p)| p.bytes()),
-        (Record::Tuple(parts) | Record::List(parts), Some(k)) => {
-            parts.get(k).map_or(&[], Part::bytes)
-        }
-        _ => &[],
+    match value {
+        Value::Tensor(_) | Value::Blob(_) => Ok(()),
+        Value::Dict(items) => items.iter().try_for_each(|(n, v)| member(v, n)),
+        Value::Tuple(items) | Value::List(items) => items
+            .iter()
+            .enumerate()
+            .try_for_each(|(k, v)| member(v, &k.to_string())),
     }
-}
-
-/// A value as a segment-store record (copies the bytes into the store's
-/// buffers, as every put does). Members of a dict, tuple or list must be
-/// tensors or blobs: segment-store records are one level deep.
-pub(crate) fn record_from_value(value: &Value) -> Result<Record, String> {
-    fn part(v: &Value, at: &str) -> Result<Part, String> {
-        match v {
-            Value::Tensor(t) => Ok(Part::Tensor(TensorBuf::copy_from(&t.view()))),
-            Value::Blob(b) => Ok(Part::Blob(b.as_slice().into())),
-            other => Err(format!(
-                "segment-store holds records one level deep: member {at} is a {}",
-                other.kind()
-            )),
-        }
-    }
-    Ok(match value {
-        Value::Tensor(t) => Record::Tensor(TensorBuf::copy_from(&t.view())),
-        Value::Blob(b) => Record::blob(b.as_slice()),
-        Value::Dict(items) => Record::Dict(
-            items
-                .iter()
-                .map(|(n, v)| Ok((Arc::clone(n), part(v, n)?)))
-                .collect::<Result<_, String>>()?,
-        ),
-        Value::Tuple(items) => Record::Tuple(
-            items
-                .iter()
-                .enumerate()
-                .map(|(k, v)| part(v, &k.to_string()))
-                .collect::<Result<_, _>>()?,
-        ),
-        Value::List(items) => Record::List(
-            items
-                .iter()
-                .enumerate()
-                .map(|(k, v)| part(v, &k.to_string()))
-                .collect::<Result<_, _>>()?,
-        ),
-    })
 }
 
 /// A value as plain pickled Python data: a tensor is the dict

@@ -103,7 +103,7 @@ pub fn record_json(record: &segment_store::Record) -> Value {
     }
     match record {
         Record::Tensor(t) => tensor_json(&t.view()),
-        Record::Blob(b) => bytes_json(b.as_bytes()),
+        Record::Blob(b) => bytes_json(b.as_slice()),
         Record::Dict(parts) => Value::Object(
             parts
                 .iter()

@@ -434,7 +434,7 @@ fn blob_of(obj: &Bound<'_, PyAny>) -> Option<Blob> {
 
 fn tensor_of(obj: &Bound<'_, PyAny>) -> PyResult<TensorBuf> {
     let a = array::contiguous(obj)?;
-    array::with_tensor(&a, |v| TensorBuf::copy_from(&v))
+    array::with_tensor(&a, |v| TensorBuf::from(&v))
 }
 
 fn part_of(obj: &Bound<'_, PyAny>) -> PyResult<Part> {
@@ -481,9 +481,9 @@ fn tensor_to_py<'py>(
     owner: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: `t`'s bytes belong to a record `owner` holds (one record or
-    // the batch it came in; each part an
-    // `Arc`-counted arrow buffer: heap or mapped segment), never
-    // mutated, and freed only when the last reference goes.
+    // the batch it came in; each part's `SharedBytes` shares ownership of
+    // its heap buffer or mapped segment), never mutated, and freed only
+    // when the last reference goes.
     unsafe { array::view(py, t.dtype(), t.shape().dims(), t.bytes(), owner) }
 }
 
@@ -494,7 +494,9 @@ fn part_to_py<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     match p {
         Part::Tensor(t) => tensor_to_py(py, t, owner),
-        Part::Blob(b) => Ok(PyBytes::new(py, b.as_bytes()).into_any()),
+        Part::Blob(b) => Ok(PyBytes::new(py, b.as_slice()).into_any()),
+        // A record read from a store is one level deep.
+        other => record_view(py, other, owner),
     }
 }
 
@@ -524,34 +526,35 @@ fn records_to_owned_py<'py>(
     py: Python<'py>,
     records: &[Option<Record>],
 ) -> PyResult<Bound<'py, PyList>> {
-    let part = |p: &Part| -> PyResult<Bound<'py, PyAny>> {
-        match p {
-            Part::Tensor(t) => stack::owned_copy(py, t),
-            Part::Blob(b) => Ok(PyBytes::new(py, b.as_bytes()).into_any()),
-        }
-    };
     let mut out = Vec::with_capacity(records.len());
     for r in records {
         out.push(match r {
             None => py.None().into_bound(py),
-            Some(Record::Tensor(t)) => stack::owned_copy(py, t)?,
-            Some(Record::Blob(b)) => PyBytes::new(py, b.as_bytes()).into_any(),
-            Some(Record::Dict(parts)) => {
-                let d = PyDict::new(py);
-                for (name, p) in parts {
-                    d.set_item(&**name, part(p)?)?;
-                }
-                d.into_any()
-            }
-            Some(Record::Tuple(parts)) => {
-                PyTuple::new(py, parts.iter().map(part).collect::<PyResult<Vec<_>>>()?)?.into_any()
-            }
-            Some(Record::List(parts)) => {
-                PyList::new(py, parts.iter().map(part).collect::<PyResult<Vec<_>>>()?)?.into_any()
-            }
+            Some(v) => owned_value_to_py(py, v)?,
         });
     }
     PyList::new(py, out)
+}
+
+/// One value as Python objects that own their bytes: writable arrays,
+/// `bytes`, and dicts, tuples and lists of them.
+fn owned_value_to_py<'py>(py: Python<'py>, v: &Record) -> PyResult<Bound<'py, PyAny>> {
+    let all = |parts: &[Part]| -> PyResult<Vec<Bound<'py, PyAny>>> {
+        parts.iter().map(|p| owned_value_to_py(py, p)).collect()
+    };
+    Ok(match v {
+        Record::Tensor(t) => stack::owned_copy(py, t)?,
+        Record::Blob(b) => PyBytes::new(py, b.as_slice()).into_any(),
+        Record::Dict(parts) => {
+            let d = PyDict::new(py);
+            for (name, p) in parts {
+                d.set_item(&**name, owned_value_to_py(py, p)?)?;
+            }
+            d.into_any()
+        }
+        Record::Tuple(parts) => PyTuple::new(py, all(parts)?)?.into_any(),
+        Record::List(parts) => PyList::new(py, all(parts)?)?.into_any(),
+    })
 }
 
 /// A record as numpy views (whose base keeps the record alive), `bytes`,
@@ -591,6 +594,6 @@ fn record_view<'py>(
                 .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)?.into_any()
         }
-        Record::Blob(b) => PyBytes::new(py, b.as_bytes()).into_any(),
+        Record::Blob(b) => PyBytes::new(py, b.as_slice()).into_any(),
     })
 }

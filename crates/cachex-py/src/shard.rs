@@ -340,7 +340,7 @@ impl PyShardStore {
         let i: i64 = index.extract()?;
         // A hot item is served without releasing the GIL (no I/O to wait on).
         if let Ok(hot) = u64::try_from(i)
-            && self.pid.load(Ordering::Acquire) == std::process::id()
+            && !self.fork.forked()
             && let Some(item) = self.store.read().as_ref().and_then(|s| s.get_cached(hot))
         {
             return Ok(Self::object(py, &item));

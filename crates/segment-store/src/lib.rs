@@ -3,9 +3,12 @@
 //! does in Python, in its on-disk layout, without its costs that grow with
 //! the cache.
 //!
-//! A [`Record`] is a single tensor, named tensors and blobs (a dict), a
-//! tuple or list of tensors and blobs, or one opaque blob; tensors carry
-//! every [`tensor_core::DType`], bf16 included. The first record fixes the
+//! A [`Record`] is a [`tensor_core::Value`] one level deep: a single
+//! tensor, named tensors and blobs (a dict), a tuple or list of tensors
+//! and blobs, or one opaque blob; tensors carry every
+//! [`tensor_core::DType`], bf16 included. Records read back are values
+//! over the mapped segment, so a caller that speaks `Value` (the facade,
+//! the Python binding) takes them as they are. The first record fixes the
 //! [`RecordSchema`]; later records that differ are refused with
 //! [`Error::SchemaMismatch`] naming the field, and nothing of their batch
 //! is written.
@@ -24,7 +27,7 @@
 //!   layout, offsets, UTF-8, nulls: in vectorized passes of this crate for
 //!   the types segments hold, by Arrow for any other); a record's tensors
 //!   are views into the map
-//!   ([`TensorBuf::view`]) until the caller copies them. Before it
+//!   ([`tensor_core::SharedTensor::view`]) until the caller copies them. Before it
 //!   returns, `get_batch` asks the CPU for the batch's tensor bytes (up to
 //!   512 KiB), so the caller's first pass over the views reads from cache.
 //!   Segments are written in whole 2 MiB chunks, so the page cache holds

@@ -16,10 +16,10 @@ use arrow_buffer::{Buffer, ScalarBuffer};
 use arrow_ipc::reader::{FileDecoder, read_footer_length};
 use arrow_schema::DataType;
 use memmap2::Mmap;
-use tensor_core::{DType, Shape};
+use tensor_core::{DType, Shape, SharedBytes, SharedTensor, Tensor, Value};
 
 use crate::index::prefetch;
-use crate::record::{Blob, Part, Record, Structure, TensorBuf, aligned_copy};
+use crate::record::{Part, Record, Structure};
 use crate::schema::{PartKind, RecordSchema};
 use crate::validate::{check_layout, plain_type, validate_batch};
 use crate::{Error, Result};
@@ -129,15 +129,21 @@ enum PartColumn {
         rank: Option<usize>,
         column: String,
         data: ListArray,
-        /// Element bytes of `data`'s values (not for bool).
-        values: Buffer,
+        /// Element bytes of `data`'s values (not for bool), shared by
+        /// every tensor read from this column.
+        values: SharedBytes,
         shape: ListArray,
         dims: ScalarBuffer<i64>,
         /// Set when every row has the same shape and the lists hold no
         /// nulls: rows are then located without reading their offsets.
         uniform: Option<Uniform>,
     },
-    Blob(BlobColumn, String),
+    Blob {
+        column: BlobColumn,
+        name: String,
+        /// The column's value bytes, shared by every blob read from it.
+        values: SharedBytes,
+    },
 }
 
 /// The layout of a column whose rows all have one shape.
@@ -302,8 +308,8 @@ impl Decoded {
         let (b, r, row) = (at.batch, at.r, at.row);
         if let (Structure::Tensor, [p]) = (self.schema.structure, b.parts.as_slice()) {
             return match read_part(path, row, p, r)? {
-                Part::Tensor(t) => Ok(Record::Tensor(t)),
-                Part::Blob(_) => Err(Error::corrupt(path, "tensor record without a tensor")),
+                t @ Value::Tensor(_) => Ok(t),
+                _ => Err(Error::corrupt(path, "tensor record without a tensor")),
             };
         }
         let structure = match (self.schema.structure, structure) {
@@ -314,11 +320,11 @@ impl Decoded {
         let last = || parts().collect::<Result<Vec<_>>>().map(|mut v| v.pop());
         Ok(match structure {
             Structure::Tensor => match last()? {
-                Some(Part::Tensor(t)) => Record::Tensor(t),
+                Some(t @ Value::Tensor(_)) => t,
                 _ => return Err(Error::corrupt(path, "tensor record without a tensor")),
             },
             Structure::Blob => match last()? {
-                Some(Part::Blob(b)) => Record::Blob(b),
+                Some(b @ Value::Blob(_)) => b,
                 _ => return Err(Error::corrupt(path, "blob record without a blob")),
             },
             // Straight into the record's own vector: one allocation per
@@ -336,9 +342,10 @@ impl Decoded {
     }
 }
 
-/// The part of row `r` in column `p`. A tensor of a uniform column, the
-/// common case, is located inline: no call, and no result passed back
-/// through memory for each part.
+/// The part of row `r` in column `p`, its bytes a slice of the column's
+/// shared buffer (one reference count, no copy). A tensor of a uniform
+/// column, the common case, is located inline: no call, and no result
+/// passed back through memory for each part.
 #[inline(always)]
 fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> {
     if let PartColumn::Tensor {
@@ -350,12 +357,12 @@ fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> 
         && *dtype != DType::Bool
     {
         let size = dtype.size();
-        let bytes = values.slice_with_length((u.base + r * u.numel) * size, u.numel * size);
-        return Ok(Part::Tensor(TensorBuf::from_checked(
-            *dtype,
-            u.shape.clone(),
-            bytes,
-        )));
+        let start = (u.base + r * u.numel) * size;
+        if let Some(bytes) = values.slice(start..start + u.numel * size)
+            && let Ok(t) = SharedTensor::new(*dtype, u.shape.clone(), bytes)
+        {
+            return Ok(Value::Tensor(t));
+        }
     }
     read_part_general(path, row, p, r)
 }
@@ -363,17 +370,27 @@ fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> 
 /// [`read_part`] for blobs, bool tensors and columns of mixed shapes.
 #[inline(never)]
 fn read_part_general(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> {
+    let outside = |column: &str, start: usize, end: usize| {
+        Error::corrupt(
+            path,
+            format!("row {row}: bytes {start}..{end} of column {column:?} lie outside its buffer"),
+        )
+    };
     match p {
-        PartColumn::Blob(col, name) => {
+        PartColumn::Blob {
+            column,
+            name,
+            values,
+        } => {
             // Zero-copy: a slice of the column's value buffer.
-            let (start, end, values) = match col {
+            let (start, end) = match column {
                 BlobColumn::Small(a) if !a.is_null(r) => {
                     let o = a.value_offsets();
-                    (o[r] as usize, o[r + 1] as usize, a.values())
+                    (o[r] as usize, o[r + 1] as usize)
                 }
                 BlobColumn::Large(a) if !a.is_null(r) => {
                     let o = a.value_offsets();
-                    (o[r] as usize, o[r + 1] as usize, a.values())
+                    (o[r] as usize, o[r + 1] as usize)
                 }
                 _ => {
                     return Err(Error::corrupt(
@@ -382,9 +399,10 @@ fn read_part_general(path: &Path, row: usize, p: &PartColumn, r: usize) -> Resul
                     ));
                 }
             };
-            Ok(Part::Blob(Blob::from_buffer(
-                values.slice_with_length(start, end - start),
-            )))
+            let bytes = values
+                .slice(start..end)
+                .ok_or_else(|| outside(name, start, end))?;
+            Ok(Value::Blob(bytes))
         }
         PartColumn::Tensor {
             dtype,
@@ -427,23 +445,32 @@ fn read_part_general(path: &Path, row: usize, p: &PartColumn, r: usize) -> Resul
             let shape = Shape::new(dim_slice.iter().map(|&d| d as usize));
             let o = data.value_offsets();
             let (start, end) = (o[r] as usize, o[r + 1] as usize);
-            let bytes = if *dtype == DType::Bool {
-                let bools = data.values().as_boolean();
-                let v: Vec<u8> = (start..end).map(|i| u8::from(bools.value(i))).collect();
-                aligned_copy(&v)
-            } else {
-                values.slice_with_length(start * size, (end - start) * size)
-            };
             let bad = |e| Error::Tensor {
                 path: path.to_path_buf(),
                 row,
                 column: column.clone(),
                 source: e,
             };
-            tensor_core::TensorView::new(*dtype, shape.clone(), bytes.as_slice()).map_err(bad)?;
-            Ok(Part::Tensor(TensorBuf::from_checked(*dtype, shape, bytes)))
+            let tensor = if *dtype == DType::Bool {
+                let bools = data.values().as_boolean();
+                let v: Vec<u8> = (start..end).map(|i| u8::from(bools.value(i))).collect();
+                SharedTensor::from(Tensor::new(DType::Bool, shape, &v).map_err(bad)?)
+            } else {
+                let (from, to) = (start * size, end * size);
+                let bytes = values
+                    .slice(from..to)
+                    .ok_or_else(|| outside(column, from, to))?;
+                SharedTensor::new(*dtype, shape, bytes).map_err(bad)?
+            };
+            Ok(Value::Tensor(tensor))
         }
     }
+}
+
+/// An Arrow buffer as shared bytes: one allocation per column, after which
+/// every value read from the column is a slice of it.
+fn shared(buffer: &Buffer) -> SharedBytes {
+    SharedBytes::from_owner(buffer.clone())
 }
 
 fn decode(buffer: &Buffer, hint: Option<Structure>) -> std::result::Result<Decoded, String> {
@@ -564,12 +591,22 @@ fn columns_of(
             PartKind::Blob => {
                 let name = spec.blob_column();
                 let c = column(batch, &name)?;
-                let col = match c.data_type() {
-                    DataType::Binary => BlobColumn::Small(c.as_binary::<i32>().clone()),
-                    DataType::LargeBinary => BlobColumn::Large(c.as_binary::<i64>().clone()),
+                let (column, values) = match c.data_type() {
+                    DataType::Binary => {
+                        let a = c.as_binary::<i32>();
+                        (BlobColumn::Small(a.clone()), shared(a.values()))
+                    }
+                    DataType::LargeBinary => {
+                        let a = c.as_binary::<i64>();
+                        (BlobColumn::Large(a.clone()), shared(a.values()))
+                    }
                     t => return Err(format!("column {name:?} is {t}")),
                 };
-                parts.push(PartColumn::Blob(col, name));
+                parts.push(PartColumn::Blob {
+                    column,
+                    name,
+                    values,
+                });
             }
             PartKind::Tensor { dtype, rank } => {
                 let name = spec.data_column();
@@ -582,7 +619,7 @@ fn columns_of(
                 }
                 let vd = data.values().to_data();
                 let values = if dtype == DType::Bool {
-                    Buffer::from_vec(Vec::<u8>::new())
+                    SharedBytes::from(Vec::<u8>::new())
                 } else {
                     let size = dtype.size();
                     let buf = vd
@@ -593,7 +630,7 @@ fn columns_of(
                     let n = vd.len().checked_mul(size);
                     match (start, n) {
                         (Some(s), Some(n)) if s.checked_add(n).is_some_and(|e| e <= buf.len()) => {
-                            buf.slice_with_length(s, n)
+                            shared(&buf.slice_with_length(s, n))
                         }
                         _ => return Err(format!("column {name:?}: value buffer too short")),
                     }

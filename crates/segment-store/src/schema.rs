@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
-use tensor_core::DType;
+use tensor_core::{DType, Value};
 
 use crate::format::SEGMENT_FORMAT;
 use crate::record::{Part, Record, Structure};
@@ -89,65 +89,74 @@ struct PartMeta {
 }
 
 impl RecordSchema {
-    /// The schema a record implies.
+    /// The schema a record implies. A member that is itself a dict, tuple
+    /// or list gets a blob spec here; [`RecordSchema::check`] refuses it.
     pub fn infer(record: &Record) -> RecordSchema {
         let spec = |name: String, part: &Part| PartSpec {
             name,
             kind: match part {
-                Part::Tensor(t) => PartKind::Tensor {
+                Value::Tensor(t) => PartKind::Tensor {
                     dtype: t.dtype(),
                     rank: Some(t.shape().rank()),
                 },
-                Part::Blob(_) => PartKind::Blob,
+                _ => PartKind::Blob,
             },
         };
         let parts = match record {
-            Record::Tensor(t) => vec![spec(String::new(), &Part::Tensor(t.clone()))],
-            Record::Blob(_) => vec![PartSpec {
+            Value::Tensor(_) => vec![spec(String::new(), record)],
+            Value::Blob(_) => vec![PartSpec {
                 name: String::new(),
                 kind: PartKind::Blob,
             }],
-            Record::Dict(p) => p.iter().map(|(n, p)| spec(n.to_string(), p)).collect(),
-            Record::Tuple(p) | Record::List(p) => p
+            Value::Dict(p) => p.iter().map(|(n, p)| spec(n.to_string(), p)).collect(),
+            Value::Tuple(p) | Value::List(p) => p
                 .iter()
                 .enumerate()
                 .map(|(i, p)| spec(format!("item{i}"), p))
                 .collect(),
         };
         RecordSchema {
-            structure: record.structure(),
+            structure: Structure::of(record),
             parts,
         }
     }
 
-    /// Checks that `record` (stored under `key`) fits this schema.
+    /// Checks that `record` (stored under `key`) fits this schema: its
+    /// structure, every member's name, kind, dtype and rank, and that it
+    /// is one level deep.
     pub fn check(&self, key: &str, record: &Record) -> Result<()> {
         let mismatch = |field: &str, detail: String| Error::SchemaMismatch {
             key: key.to_owned(),
             field: field.to_owned(),
             detail,
         };
-        let compat = |structure: Structure| {
-            structure == self.structure
-                || matches!(
-                    (structure, self.structure),
-                    (Structure::Tuple, Structure::List) | (Structure::List, Structure::Tuple)
-                )
-        };
-        if !compat(record.structure()) {
+        let structure = Structure::of(record);
+        let compat = structure == self.structure
+            || matches!(
+                (structure, self.structure),
+                (Structure::Tuple, Structure::List) | (Structure::List, Structure::Tuple)
+            );
+        if !compat {
             return Err(mismatch(
                 "output_structure",
                 format!(
                     "record is a {}, cache holds {}",
-                    record.structure().name(),
+                    structure.name(),
                     self.structure.name()
                 ),
             ));
         }
         let check_part = |spec: &PartSpec, part: &Part| -> Result<()> {
             match (spec.kind, part) {
-                (PartKind::Blob, Part::Blob(_)) => Ok(()),
-                (PartKind::Tensor { dtype, rank }, Part::Tensor(t)) => {
+                (_, Value::Dict(_) | Value::Tuple(_) | Value::List(_)) => Err(mismatch(
+                    &spec.name,
+                    format!(
+                        "a {} inside a record: segment-store holds records one level deep",
+                        part.kind()
+                    ),
+                )),
+                (PartKind::Blob, Value::Blob(_)) => Ok(()),
+                (PartKind::Tensor { dtype, rank }, Value::Tensor(t)) => {
                     if t.dtype() != dtype {
                         return Err(mismatch(
                             &spec.label(),
@@ -167,40 +176,42 @@ impl RecordSchema {
                     }
                     Ok(())
                 }
-                (PartKind::Blob, Part::Tensor(_)) => Err(mismatch(
+                (PartKind::Blob, Value::Tensor(_)) => Err(mismatch(
                     &spec.label(),
                     "a tensor where the cache holds a blob".into(),
                 )),
-                (PartKind::Tensor { .. }, Part::Blob(_)) => Err(mismatch(
+                (PartKind::Tensor { .. }, Value::Blob(_)) => Err(mismatch(
                     &spec.label(),
                     "a blob where the cache holds a tensor".into(),
                 )),
             }
         };
         match record {
-            Record::Tensor(t) => check_part(&self.parts[0], &Part::Tensor(t.clone())),
-            Record::Blob(_) => Ok(()),
-            Record::Dict(parts) => {
+            Value::Tensor(_) => check_part(&self.parts[0], record),
+            Value::Blob(_) => Ok(()),
+            Value::Dict(parts) => {
                 for (name, _) in parts {
                     if !self.parts.iter().any(|s| *s.name == **name) {
                         return Err(mismatch(name, "not a field of the cache".into()));
                     }
                 }
                 for spec in &self.parts {
-                    let found: Vec<&Part> = parts
-                        .iter()
-                        .filter(|(n, _)| **n == *spec.name)
-                        .map(|(_, p)| p)
-                        .collect();
-                    match found.as_slice() {
-                        [p] => check_part(spec, p)?,
-                        [] => return Err(mismatch(&spec.name, "missing from the record".into())),
-                        _ => return Err(mismatch(&spec.name, "given more than once".into())),
+                    // No allocation per record: the first member of this
+                    // name, then whether another follows it.
+                    let mut found = parts.iter().filter(|(n, _)| **n == *spec.name);
+                    match (found.next(), found.next()) {
+                        (Some((_, p)), None) => check_part(spec, p)?,
+                        (None, _) => {
+                            return Err(mismatch(&spec.name, "missing from the record".into()));
+                        }
+                        (Some(_), Some(_)) => {
+                            return Err(mismatch(&spec.name, "given more than once".into()));
+                        }
                     }
                 }
                 Ok(())
             }
-            Record::Tuple(parts) | Record::List(parts) => {
+            Value::Tuple(parts) | Value::List(parts) => {
                 if parts.len() != self.parts.len() {
                     return Err(mismatch(
                         "items",

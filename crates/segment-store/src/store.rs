@@ -14,7 +14,7 @@ use crate::format::{self, LOCK_FILE, SCHEMA_FILE};
 use crate::index::{KeyIndex, Loc};
 use crate::lru::Lru;
 use crate::reader::{Decoded, Row, Segment};
-use crate::record::Record;
+use crate::record::{Record, part_bytes};
 use crate::recover::{LogCursor, Role, hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
 use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
@@ -934,12 +934,14 @@ fn warm(out: &[Option<Record>]) {
             crate::index::prefetch_lines(&bytes[..n]);
         };
         match rec {
-            Record::Tensor(t) => each(t.bytes()),
-            Record::Blob(b) => each(b.as_bytes()),
-            Record::Dict(parts) => parts.iter().for_each(|(_, p)| each(p.bytes())),
+            Record::Dict(parts) => parts
+                .iter()
+                .filter_map(|(_, p)| part_bytes(p))
+                .for_each(&mut each),
             Record::Tuple(parts) | Record::List(parts) => {
-                parts.iter().for_each(|p| each(p.bytes()))
+                parts.iter().filter_map(part_bytes).for_each(&mut each)
             }
+            Record::Tensor(_) | Record::Blob(_) => part_bytes(rec).into_iter().for_each(&mut each),
         }
         if budget == 0 {
             return;

@@ -14,7 +14,7 @@ use arrow_buffer::{BooleanBuffer, MutableBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_data::ArrayData;
 use arrow_ipc::writer::FileWriter;
 use arrow_schema::{ArrowError, DataType, Field};
-use tensor_core::DType;
+use tensor_core::{DType, SharedTensor, Value};
 
 use crate::format::{self, INDEX_HEADER_LEN};
 use crate::index::MAX_ROW;
@@ -25,26 +25,26 @@ use crate::{Error, Result};
 /// The `idx`-th part of a record that matches `schema` (checked before).
 fn part_of<'a>(record: &'a Record, spec_name: &str, idx: usize) -> Option<PartRef<'a>> {
     match record {
-        Record::Tensor(t) => Some(PartRef::Tensor(t)),
-        Record::Blob(b) => Some(PartRef::Blob(b.as_bytes())),
-        Record::Dict(p) => p
+        Value::Dict(p) => p
             .iter()
             .find(|(n, _)| &**n == spec_name)
-            .map(|(_, p)| PartRef::of(p)),
-        Record::Tuple(p) | Record::List(p) => p.get(idx).map(PartRef::of),
+            .and_then(|(_, p)| PartRef::of(p)),
+        Value::Tuple(p) | Value::List(p) => p.get(idx).and_then(PartRef::of),
+        Value::Tensor(_) | Value::Blob(_) => PartRef::of(record),
     }
 }
 
 enum PartRef<'a> {
-    Tensor(&'a crate::TensorBuf),
+    Tensor(&'a SharedTensor),
     Blob(&'a [u8]),
 }
 
 impl<'a> PartRef<'a> {
-    fn of(p: &'a Part) -> PartRef<'a> {
+    fn of(p: &'a Part) -> Option<PartRef<'a>> {
         match p {
-            Part::Tensor(t) => PartRef::Tensor(t),
-            Part::Blob(b) => PartRef::Blob(b.as_bytes()),
+            Value::Tensor(t) => Some(PartRef::Tensor(t)),
+            Value::Blob(b) => Some(PartRef::Blob(b.as_slice())),
+            Value::Dict(_) | Value::Tuple(_) | Value::List(_) => None,
         }
     }
     /// The largest offset-counted size this part adds to any column.
@@ -66,14 +66,13 @@ pub fn split_runs(
     let mut runs = Vec::new();
     let mut start = 0;
     let mut sums = vec![0usize; schema.parts.len() + 1];
+    // One buffer for every record's weights (no allocation per record).
+    let mut w = vec![0usize; schema.parts.len() + 1];
     for (i, (key, rec)) in records.iter().enumerate() {
-        let mut w: Vec<usize> = schema
-            .parts
-            .iter()
-            .enumerate()
-            .map(|(j, s)| part_of(rec, &s.name, j).map_or(0, |p| p.weight()))
-            .collect();
-        w.push(key.len());
+        for (j, (s, w)) in schema.parts.iter().zip(w.iter_mut()).enumerate() {
+            *w = part_of(rec, &s.name, j).map_or(0, |p| p.weight());
+        }
+        w[schema.parts.len()] = key.len();
         let full = i - start >= MAX_ROW as usize
             || sums
                 .iter()
@@ -152,7 +151,7 @@ fn offsets(lens: impl Iterator<Item = usize>) -> Result<OffsetBuffer<i32>, Arrow
 
 fn tensor_columns(
     dtype: DType,
-    tensors: &[&crate::TensorBuf],
+    tensors: &[&SharedTensor],
 ) -> Result<(ArrayRef, ArrayRef), ArrowError> {
     let t = arrow_type(dtype);
     let size = dtype.size();

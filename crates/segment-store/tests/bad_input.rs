@@ -268,3 +268,24 @@ fn field_node_of_i64_max_rows_is_refused_by_the_layout_check() {
     );
     assert!(store.is_empty());
 }
+
+#[test]
+fn a_record_deeper_than_one_level_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SegmentStore::open(dir.path(), opts()).unwrap();
+    let t = || Part::from(Tensor::from_vec([2], vec![1.0f32, 2.0]).unwrap());
+    let nested = Record::dict([("outer", Record::Tuple(vec![t()]))]);
+    let err = store.put_batch(&[("deep", nested)]).unwrap_err();
+    assert!(
+        matches!(&err, Error::SchemaMismatch { key, field, .. } if key == "deep" && field == "outer"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("one level deep"), "{err}");
+    assert_eq!(store.len(), 0);
+    // The cache still takes a record of the right depth afterwards.
+    store
+        .put_batch(&[("flat", Record::dict([("outer", t())]))])
+        .unwrap();
+    store.flush().unwrap();
+    assert_eq!(store.len(), 1);
+}

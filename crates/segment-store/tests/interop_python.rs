@@ -39,10 +39,11 @@ fn check_part(what: &str, part: &Part, want: &Value) {
     match part {
         Part::Tensor(t) => check_tensor(what, &t.view(), want),
         Part::Blob(b) => {
-            let got: Value = serde_pickle::from_slice(b.as_bytes(), serde_pickle::DeOptions::new())
+            let got: Value = serde_pickle::from_slice(b.as_slice(), serde_pickle::DeOptions::new())
                 .unwrap_or_else(|e| panic!("{what}: blob is not a pickle: {e}"));
             assert_eq!(&got, want, "{what}: blob");
         }
+        other => panic!("{what}: a {} member", other.kind()),
     }
 }
 
@@ -258,9 +259,10 @@ fn pyarrow_reads_segments_we_write() {
                     assert_eq!(shape, dims, "{key}.{name} shape");
                 }
                 Part::Blob(b) => {
-                    let hex: String = b.as_bytes().iter().map(|x| format!("{x:02x}")).collect();
+                    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
                     assert_eq!(row[format!("{name}_blob")], Value::String(hex));
                 }
+                other => panic!("{key}.{name}: a {} member", other.kind()),
             }
         }
     }

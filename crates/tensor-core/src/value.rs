@@ -363,6 +363,23 @@ impl Value {
         }
     }
 
+    /// A copy that owns its bytes (tensors 8-byte aligned), so it no
+    /// longer keeps a mapped file or a shared batch alive.
+    pub fn detach(&self) -> Value {
+        match self {
+            Value::Tensor(t) => Value::Tensor(SharedTensor::from(t.to_tensor())),
+            Value::Blob(b) => Value::Blob(SharedBytes::from(b.as_slice())),
+            Value::Dict(items) => Value::Dict(
+                items
+                    .iter()
+                    .map(|(n, v)| (Arc::clone(n), v.detach()))
+                    .collect(),
+            ),
+            Value::Tuple(items) => Value::Tuple(items.iter().map(Value::detach).collect()),
+            Value::List(items) => Value::List(items.iter().map(Value::detach).collect()),
+        }
+    }
+
     /// Tensor and blob bytes held, all members included.
     pub fn byte_len(&self) -> usize {
         match self {

@@ -52,3 +52,29 @@ fn value_accessors_and_tensor_conversion() {
     let copy = v.clone();
     assert_eq!(copy, v);
 }
+
+#[test]
+fn detach_copies_every_member_and_drops_the_owner() {
+    let owner = Arc::new(vec![7u8; 16]);
+    let mapped = SharedTensor::new(
+        DType::F32,
+        [2],
+        SharedBytes::project(Arc::clone(&owner), |o| &o[8..]),
+    )
+    .unwrap();
+    let v = Value::dict([
+        ("t", Value::Tensor(mapped)),
+        (
+            "b",
+            Value::Blob(SharedBytes::project(Arc::clone(&owner), |o| &o[..3])),
+        ),
+    ]);
+    let detached = v.detach();
+    assert_eq!(detached, v);
+    let t = detached.get("t").and_then(Value::as_tensor).unwrap();
+    assert_ne!(t.bytes().as_ptr(), owner[8..].as_ptr());
+    assert_eq!(t.as_slice::<f32>().unwrap().len(), 2);
+    drop(v);
+    // Only `owner` itself is left: the detached value holds no share.
+    assert_eq!(Arc::strong_count(&owner), 1);
+}

@@ -1,13 +1,12 @@
 //! segment-store behind the facade: keyed records, read and write.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use segment_store::{Options as SegmentOptions, SegmentStore};
 use tensor_core::Value;
 
 use super::Counters;
-use crate::convert::{record_from_value, value_from_batch};
+use crate::convert::check_record;
 use crate::detect::CacheKind;
 use crate::prepare::{DirState, Spec, commit, prepare};
 use crate::{
@@ -16,10 +15,11 @@ use crate::{
 
 /// The segment-store backend: any [`Value`] a record can hold (a tensor,
 /// or a dict, tuple or list of tensors and blobs, or a blob) by string id;
-/// values read back are views into the mapped segments. The values of one
-/// `get_batch` share one owner (the batch's records), so reading allocates
-/// nothing per value but a dict's, tuple's or list's member list; a kept
-/// value keeps its batch's records (not their bytes: those are the map).
+/// values read back are views into the mapped segments. A segment-store
+/// record is a [`Value`], so reads pass the store's values through
+/// untouched (the facade costs a statistics counter, no conversion), and
+/// puts hand the caller's values to the store without copying them (the
+/// store copies their bytes into the segment when it flushes).
 ///
 /// Options (all optional): `flush_every` (records per segment, 4096),
 /// `lru_bytes` (in-memory LRU budget, 64 MiB), `async_write` (bool),
@@ -106,12 +106,10 @@ impl CacheBackend for SegmentBackend {
     }
 
     fn get_batch(&self, keys: &[&str]) -> Result<Lookup> {
-        let (records, missing) = self.store.get_batch(keys)?;
-        let bytes = records.iter().flatten().map(|r| r.byte_len()).sum();
-        let batch = Arc::new(records);
-        let values = (0..batch.len())
-            .map(|i| value_from_batch(&batch, i))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
+        // A segment-store record is a `Value`: the store's answer is the
+        // facade's, with nothing converted.
+        let (values, missing) = self.store.get_batch(keys)?;
+        let bytes = values.iter().flatten().map(Value::byte_len).sum();
         self.counters
             .lookup(keys.len() - missing.len(), missing.len(), bytes);
         Ok((values, missing))
@@ -119,16 +117,14 @@ impl CacheBackend for SegmentBackend {
 
     fn put_batch(&self, items: Vec<(String, Value)>) -> Result<()> {
         let mut bytes = 0;
-        let mut records = Vec::with_capacity(items.len());
-        for (key, value) in items {
+        for (key, value) in &items {
             bytes += value.byte_len();
-            let record = record_from_value(&value).map_err(|why| FacadeError::BadValue {
+            check_record(value).map_err(|why| FacadeError::BadValue {
                 dir: self.dir.clone(),
                 why: format!("{key:?}: {why}"),
             })?;
-            records.push((key, record));
         }
-        self.store.put_batch(&records)?;
+        self.store.put_batch(&items)?;
         self.counters.written(bytes);
         Ok(())
     }

@@ -20,19 +20,23 @@ use crate::errors;
 enum PartRef<'a> {
     Tensor(&'a TensorBuf),
     Blob(&'a [u8]),
+    /// A dict, tuple or list inside a record: the store refuses to write
+    /// one, so a batch that has one cannot be stacked.
+    Nested,
 }
 
 fn part_ref(p: &Part) -> PartRef<'_> {
     match p {
         Part::Tensor(t) => PartRef::Tensor(t),
-        Part::Blob(b) => PartRef::Blob(b.as_bytes()),
+        Part::Blob(b) => PartRef::Blob(b.as_slice()),
+        _ => PartRef::Nested,
     }
 }
 
 fn parts_of(r: &Record) -> Vec<PartRef<'_>> {
     match r {
         Record::Tensor(t) => vec![PartRef::Tensor(t)],
-        Record::Blob(b) => vec![PartRef::Blob(b.as_bytes())],
+        Record::Blob(b) => vec![PartRef::Blob(b.as_slice())],
         Record::Dict(ps) => ps.iter().map(|(_, p)| part_ref(p)).collect(),
         Record::Tuple(ps) | Record::List(ps) => ps.iter().map(part_ref).collect(),
     }
@@ -71,14 +75,15 @@ pub(crate) fn stacked_to_py<'py>(
     let columns: Vec<Column> = parts_of(first)
         .iter()
         .map(|p| match p {
-            PartRef::Tensor(t) => Column::Tensor {
+            PartRef::Tensor(t) => Ok(Column::Tensor {
                 dtype: t.dtype(),
                 dims: t.shape().dims().to_vec(),
                 row_bytes: t.bytes().len(),
-            },
-            PartRef::Blob(_) => Column::Blob,
+            }),
+            PartRef::Blob(_) => Ok(Column::Blob),
+            PartRef::Nested => Err(differ(dir, "nesting (a value inside a value)")),
         })
-        .collect();
+        .collect::<PyResult<_>>()?;
     for r in records.iter().flatten() {
         if std::mem::discriminant(r) != std::mem::discriminant(first) {
             return Err(differ(dir, "structure"));
@@ -160,7 +165,10 @@ pub(crate) fn stacked_to_py<'py>(
                     match r.as_ref().map(parts_of) {
                         Some(ps) => match ps[j] {
                             PartRef::Blob(b) => list.append(PyBytes::new(py, b))?,
-                            PartRef::Tensor(_) => unreachable!("checked above"),
+                            // Every record's parts were checked against the
+                            // columns above; a mismatch here is still an
+                            // error, never a panic.
+                            _ => return Err(differ(dir, "shape or dtype")),
                         },
                         None => list.append(py.None())?,
                     }
