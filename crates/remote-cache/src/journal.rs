@@ -46,7 +46,7 @@ use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use durable_fs::FileLock;
@@ -97,6 +97,18 @@ pub struct Commit {
     pub writer: String,
     /// The pieces, in the order they apply.
     pub pieces: Vec<Piece>,
+}
+
+impl remote_tier::record::SeqRecord for Commit {
+    const KIND: &'static str = "commit record";
+    const VERSION: u32 = COMMIT_VERSION;
+    const MAX_BYTES: usize = MAX_COMMIT;
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn seq(&self) -> u64 {
+        self.seq
+    }
 }
 
 /// What [`RemoteDir::refresh`] did.
@@ -376,28 +388,9 @@ impl RemoteDir {
             name: name.clone(),
             problem,
         };
-        if bytes.len() > MAX_COMMIT {
-            return Err(corrupt(format!(
-                "{} bytes, limit {MAX_COMMIT}",
-                bytes.len()
-            )));
-        }
-        let c: Commit = serde_json::from_slice(&bytes)
-            .map_err(|e| corrupt(format!("not a commit record: {e}")))?;
-        if c.version != COMMIT_VERSION {
-            return Err(corrupt(format!(
-                "version {}, this build reads {COMMIT_VERSION}",
-                c.version
-            )));
-        }
-        if c.seq != seq {
-            return Err(corrupt(format!(
-                "says seq {} under the name of {seq}",
-                c.seq
-            )));
-        }
+        let c: Commit = remote_tier::record::decode_record(&bytes, seq).map_err(corrupt)?;
         for p in &c.pieces {
-            if !is_relative_inside(&p.path) || p.path.starts_with(STATE_DIR) {
+            if !remote_tier::record::is_relative_inside(&p.path) || p.path.starts_with(STATE_DIR) {
                 return Err(corrupt(format!(
                     "`{}` is not a relative path inside the cache",
                     p.path
@@ -711,13 +704,6 @@ fn parse_hash(tier: &RemoteTier, hex: &str) -> Result<blake3::Hash> {
         name: hex.to_string(),
         problem: format!("not a BLAKE3 hash: {e}"),
     })
-}
-
-fn is_relative_inside(path: &str) -> bool {
-    !path.is_empty()
-        && Path::new(path)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)))
 }
 
 /// The applied commits recorded in a working directory: the last seq and

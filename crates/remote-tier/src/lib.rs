@@ -93,6 +93,7 @@ mod file;
 mod format;
 mod local;
 mod location;
+pub mod record;
 mod remote;
 pub mod snapshot;
 mod tier;

@@ -17,7 +17,7 @@
 
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +57,18 @@ pub struct Manifest {
     pub writer: String,
     /// The files, sorted by path.
     pub files: Vec<ManifestEntry>,
+}
+
+impl crate::record::SeqRecord for Manifest {
+    const KIND: &'static str = "manifest";
+    const VERSION: u32 = MANIFEST_VERSION;
+    const MAX_BYTES: usize = MAX_MANIFEST;
+    fn version(&self) -> u32 {
+        self.version
+    }
+    fn seq(&self) -> u64 {
+        self.seq
+    }
 }
 
 /// What [`push_dir`] did.
@@ -159,26 +171,7 @@ pub fn read_manifest(tier: &RemoteTier, seq: u64) -> Result<Manifest> {
         name: name.clone(),
         problem,
     };
-    if bytes.len() > MAX_MANIFEST {
-        return Err(corrupt(format!(
-            "{} bytes, limit {MAX_MANIFEST}",
-            bytes.len()
-        )));
-    }
-    let m: Manifest =
-        serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("not a manifest: {e}")))?;
-    if m.version != MANIFEST_VERSION {
-        return Err(corrupt(format!(
-            "version {}, this build reads {MANIFEST_VERSION}",
-            m.version
-        )));
-    }
-    if m.seq != seq {
-        return Err(corrupt(format!(
-            "says seq {} under the name of {seq}",
-            m.seq
-        )));
-    }
+    let m: Manifest = crate::record::decode_record(&bytes, seq).map_err(corrupt)?;
     for f in &m.files {
         if blake3::Hash::from_hex(&f.blake3).is_err() {
             return Err(corrupt(format!(
@@ -186,8 +179,7 @@ pub fn read_manifest(tier: &RemoteTier, seq: u64) -> Result<Manifest> {
                 f.path, f.blake3
             )));
         }
-        let p = Path::new(&f.path);
-        if f.path.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        if !crate::record::is_relative_inside(&f.path) {
             return Err(corrupt(format!(
                 "`{}` is not a relative path inside the cache",
                 f.path
