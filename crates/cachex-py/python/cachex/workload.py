@@ -2,7 +2,7 @@
 
 Run ``python -m cachex.workload <w1|w3|w4|w5|all> [--n N] [--seed S] [--dir D] [--api A]``
 (``--api torchcachex`` / ``torchcachex-original``: W1 through
-:mod:`cachex.workload_torchcachex`).
+:mod:`cachex._workload_torchcachex`).
 It prints one JSON object per line, as the Rust runner (``benches/``) does,
 with ``"api": "python"``: ``workload``, ``phase``, ``n``, ``items_per_s``,
 ``mb_per_s``, ``peak_rss_bytes``. The machine limits (``limit``,
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=["python", "torchcachex", "torchcachex-original", "loadit", "loadit-original"],
         default="python",
         help="python: cachex's own API; torchcachex / torchcachex-original: W1 through "
-        "cachex.torchcachex / the real torchcachex (see cachex.workload_torchcachex); "
+        "cachex.torchcachex / the real torchcachex (see cachex._workload_torchcachex); "
         "loadit / loadit-original: W3 through cachex.loadit / the real loadit "
         "(see cachex._workload_loadit)",
     )
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.api in ("torchcachex", "torchcachex-original"):
         if args.which != "w1":
             parser.error(f"--api {args.api} drives w1 only")
-        from cachex.workload_torchcachex import w1_torchcachex
+        from cachex._workload_torchcachex import w1_torchcachex
 
         def run_w1(root: Path, n: int, seed: int) -> None:
             w1_torchcachex(root, n, seed, args.api)
