@@ -2,7 +2,8 @@
 
 Run ``python -m cachex.workload <w1|w3|w4|w5|all> [--n N] [--seed S] [--dir D] [--api A]``
 (``--api torchcachex`` / ``torchcachex-original``: W1 through
-:mod:`cachex._workload_torchcachex`).
+:mod:`cachex._workload_torchcachex`; ``--api loadit`` / ``loadit-original``:
+W3 through :mod:`cachex._workload_loadit`).
 It prints one JSON object per line, as the Rust runner (``benches/``) does,
 with ``"api": "python"``: ``workload``, ``phase``, ``n``, ``items_per_s``,
 ``mb_per_s``, ``peak_rss_bytes``. The machine limits (``limit``,
