@@ -247,7 +247,7 @@ def test_bad_dataset_arguments_are_typed_errors(stores):
 
 # --- torch ----------------------------------------------------------------------
 
-TORCH_REASON = "torch is not installed (run with /work/torch-venv or `pip install torch`)"
+TORCH_REASON = "torch is not installed (run scripts/test-torch)"
 
 
 def need_torch():
