@@ -139,5 +139,5 @@ mod writer;
 pub use error::{Error, Result};
 pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
 pub use record::{Blob, Part, Record, Structure, TensorBuf};
-pub use schema::{PartKind, PartSpec, RecordSchema};
+pub use schema::{PartKind, PartSpec, RecordSchema, SCHEMA_FILE_CAP};
 pub use store::{Options, SegmentStore, Stats};

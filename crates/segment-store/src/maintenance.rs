@@ -246,7 +246,7 @@ impl SegmentStore {
         let st_schema = inner.state.read().schema.clone();
         let hint = hint_of(st_schema.as_ref());
         let schema_path = dir.join(SCHEMA_FILE);
-        match std::fs::read_to_string(&schema_path) {
+        match crate::schema::read_schema_text(&schema_path) {
             Ok(text) => match parse_schema_json(&text) {
                 Ok(s) if Some(&s) != st_schema.as_ref() => push(
                     schema_path,

@@ -266,7 +266,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
     // schema.json: its structure says tuple or list; a bad one is re-derived.
     let schema_path = dir.join(SCHEMA_FILE);
     let mut schema_bad = false;
-    let mut schema = match std::fs::read_to_string(&schema_path) {
+    let mut schema = match crate::schema::read_schema_text(&schema_path) {
         Ok(text) => match parse_schema_json(&text) {
             Ok(s) => Some(s),
             Err(detail) => {

@@ -814,7 +814,7 @@ fn write_schema(dir: &Path, schema: &RecordSchema, multi: bool) -> Result<()> {
     if !multi {
         return durable_fs::write_atomic(&path, json.as_bytes()).map_err(Error::durable);
     }
-    if let Ok(text) = std::fs::read_to_string(&path)
+    if let Ok(text) = crate::schema::read_schema_text(&path)
         && let Ok(theirs) = crate::schema::parse_schema_json(&text)
     {
         if &theirs != schema {

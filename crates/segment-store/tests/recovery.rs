@@ -306,6 +306,28 @@ fn corrupt_schema_json_is_rederived_from_the_segments() {
 }
 
 #[test]
+fn oversized_schema_json_is_not_read_into_memory_but_rederived() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path());
+    let original = std::fs::read_to_string(dir.path().join(SCHEMA_FILE)).unwrap();
+    // Sparse: over the cap without taking the disk space.
+    let f = std::fs::File::create(dir.path().join(SCHEMA_FILE)).unwrap();
+    f.set_len(segment_store::SCHEMA_FILE_CAP + 1).unwrap();
+    drop(f);
+    let store = SegmentStore::open(dir.path(), opts()).unwrap();
+    let problems = store.problems();
+    assert_eq!(kinds(&store), vec![ProblemKind::Structure]);
+    assert!(
+        problems[0].detail.contains("limit"),
+        "{:?}",
+        problems[0].detail
+    );
+    check_all(&store, 15);
+    let rewritten = std::fs::read_to_string(dir.path().join(SCHEMA_FILE)).unwrap();
+    assert_eq!(rewritten, original);
+}
+
+#[test]
 fn stale_segment_older_than_the_index_is_ignored() {
     let dir = tempfile::tempdir().unwrap();
     build(dir.path());
