@@ -619,6 +619,21 @@ pub fn parse_schema_json(text: &str) -> std::result::Result<RecordSchema, String
     RecordSchema::from_arrow(&Schema::new_with_metadata(fields, md), Some(structure))
 }
 
+/// The largest `schema.json` read: one short line per field, so far above
+/// any real one, and small enough that a corrupt file cannot exhaust memory.
+pub const SCHEMA_FILE_CAP: u64 = 1 << 20;
+
+/// Reads `schema.json` at `path` as text, at most [`SCHEMA_FILE_CAP`]
+/// bytes. A missing file keeps its `NotFound` kind; an oversized or
+/// non-UTF-8 one is `InvalidData`, with the limit or the problem said.
+pub(crate) fn read_schema_text(path: &std::path::Path) -> std::io::Result<String> {
+    let bytes = durable_fs::read_capped(path, SCHEMA_FILE_CAP).map_err(|e| match e {
+        durable_fs::Error::Io { source, .. } => source,
+        other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+    })?;
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -634,19 +649,4 @@ mod tests {
             Some(list_of(DataType::Float16))
         );
     }
-}
-
-/// The largest `schema.json` read: one short line per field, so far above
-/// any real one, and small enough that a corrupt file cannot exhaust memory.
-pub const SCHEMA_FILE_CAP: u64 = 1 << 20;
-
-/// Reads `schema.json` at `path` as text, at most [`SCHEMA_FILE_CAP`]
-/// bytes. A missing file keeps its `NotFound` kind; an oversized or
-/// non-UTF-8 one is `InvalidData`, with the limit or the problem said.
-pub(crate) fn read_schema_text(path: &std::path::Path) -> std::io::Result<String> {
-    let bytes = durable_fs::read_capped(path, SCHEMA_FILE_CAP).map_err(|e| match e {
-        durable_fs::Error::Io { source, .. } => source,
-        other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
-    })?;
-    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
