@@ -22,7 +22,11 @@ mod stack;
 pub struct PySegmentStore {
     path: PathBuf,
     opts: Options,
-    store: RwLock<Option<SegmentStore>>,
+    /// Locked only with the GIL held, and only to clone or swap the `Arc`,
+    /// never across a call that releases the GIL: a fork (made by a thread
+    /// that holds the GIL) can never find it locked by a thread that does
+    /// not exist in the child.
+    store: RwLock<Option<Arc<SegmentStore>>>,
     /// Set in a forked child (a DataLoader worker) by the fork hook. The
     /// child must neither flush the parent's pending records nor wait on
     /// the parent's background writer thread, which does not exist in the
@@ -39,9 +43,9 @@ impl PySegmentStore {
         if self.fork.forked() {
             self.reopen_after_fork()?;
         }
-        let guard = self.store.read();
-        match guard.as_ref() {
-            Some(s) => f(s),
+        let store = self.store.read().clone();
+        match store {
+            Some(s) => f(&s),
             None => Err(errors::raise(
                 errors::Kind::Other,
                 format!("{}: store is closed", self.path.display()),
@@ -78,7 +82,9 @@ impl PySegmentStore {
             async_write: false,
             ..self.opts.clone()
         };
-        *guard = Some(SegmentStore::open(&self.path, opts).map_err(errors::segment)?);
+        *guard = Some(Arc::new(
+            SegmentStore::open(&self.path, opts).map_err(errors::segment)?,
+        ));
         self.fork.reopened();
         Ok(())
     }
@@ -129,7 +135,7 @@ impl PySegmentStore {
         Ok(PySegmentStore {
             path,
             opts,
-            store: RwLock::new(Some(store)),
+            store: RwLock::new(Some(Arc::new(store))),
             fork: ForkMark::new(py),
             forked_writer: AtomicBool::new(false),
         })

@@ -151,7 +151,11 @@ impl Iterator for SourceIter {
 #[pyclass(module = "cachex._cachex", name = "ShardStore", frozen)]
 pub struct PyShardStore {
     /// `None` only in a forked child, until the first call reopens it.
-    store: parking_lot::RwLock<Option<ShardStore<PyItem>>>,
+    /// Locked only with the GIL held, and only to clone or swap the `Arc`,
+    /// never across a call that releases the GIL: a fork (made by a thread
+    /// that holds the GIL) can never find it locked by a thread that does
+    /// not exist in the child.
+    store: parking_lot::RwLock<Option<Arc<ShardStore<PyItem>>>>,
     root: PathBuf,
     /// Set in a forked child (a DataLoader worker) by the fork hook. The
     /// child has none of the parent's worker threads: there the inherited
@@ -173,14 +177,15 @@ impl PyShardStore {
         if self.fork.forked() {
             self.reopen_after_fork(py)?;
         }
-        let guard = self.store.read();
-        let store = guard.as_ref().ok_or_else(|| {
+        // The lock is held only to clone the `Arc`, with the GIL held: see
+        // the field's docs.
+        let store = self.store.read().clone().ok_or_else(|| {
             errors::raise(
                 Kind::Other,
                 format!("{}: store is closed", self.root.display()),
             )
         })?;
-        let result = py.detach(|| f(store));
+        let result = py.detach(|| f(&store));
         if let Some(e) = self.failed.lock().take() {
             return Err(e);
         }
@@ -301,7 +306,7 @@ impl PyShardStore {
             return Err(e);
         }
         Ok(PyShardStore {
-            store: parking_lot::RwLock::new(Some(store.map_err(error)?)),
+            store: parking_lot::RwLock::new(Some(Arc::new(store.map_err(error)?))),
             root,
             fork: ForkMark::new(py),
             source,

@@ -9,6 +9,9 @@ import gc
 import multiprocessing as mp
 import os
 import shutil
+import signal
+import threading
+import time
 
 import numpy as np
 
@@ -214,3 +217,61 @@ def test_a_facade_cache_and_cached_fn_store_nothing_in_a_forked_child(tmp_path):
 def test_forked_writer_error_is_a_read_only_error():
     assert issubclass(cachex.ForkedWriterError, cachex.ReadOnlyError)
     assert issubclass(cachex.ForkedWriterError, cachex.CacheError)
+
+
+def fork_and_wait(child_main, timeout_s: float = 30.0) -> int:
+    """Forks; the child runs `child_main()` and exits with its return code.
+    Returns the child's exit code, or fails (killing it) if it hangs."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            code = child_main()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"forked child {pid} hung (a lock held by a parent thread?)")
+
+
+def test_a_fork_while_another_thread_reads_leaves_the_child_usable(tmp_path):
+    """A thread of the parent is inside a read with the GIL released when
+    the main thread forks: the child's handles must not wait on a lock that
+    thread held, since it does not exist in the child."""
+    seg = cachex.SegmentStore(tmp_path / "seg")
+    keys = [f"k{i}" for i in range(2000)]
+    seg.put_batch({k: np.full(256, i, np.float32) for i, k in enumerate(keys)})
+    seg.flush()
+    shards = cachex.ShardStore(tmp_path / "shards", lambda: iter(range(5000)))
+    assert shards[4999] == 4999
+
+    stop = threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            seg.get_batch(keys)
+            shards.get_many(list(range(0, 5000, 7)))
+
+    readers = [threading.Thread(target=hammer) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+
+        def child() -> int:
+            values, missing = seg.get_batch(["k7", "k1999"])
+            ok = missing == [] and values[0][0] == 7 and values[1][0] == 1999
+            return 0 if ok and shards[123] == 123 else 2
+
+        for _ in range(10):
+            time.sleep(0.02)  # let the readers get back into their calls
+            assert fork_and_wait(child) == 0
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
