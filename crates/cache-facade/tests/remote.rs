@@ -1,43 +1,17 @@
 //! A config whose root is an S3 URL, for every backend: built or written
 //! by one process (its own local tier), read by another with an empty one.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-
 use cache_facade::{BackendKind, CacheConfig, RemoteConfig, Source, open, open_with_source};
 use tensor_core::{Tensor, Value};
 
 /// The S3 endpoint `scripts/test` starts, or `None` (said) outside CI.
 fn s3_endpoint() -> Option<String> {
-    if let Ok(e) = std::env::var("CACHEX_S3_ENDPOINT") {
-        return Some(e);
-    }
-    let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}");
-    }
-    eprintln!("skipping S3 test: {msg}");
-    None
+    test_support::s3::endpoint()
 }
 
 /// A fresh bucket on the test server (it accepts unsigned requests).
 fn new_bucket(endpoint: &str, tag: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let bucket = format!("cachex-facade-{tag}-{}-{nanos}", std::process::id());
-    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
-    let mut conn = TcpStream::connect(host).unwrap();
-    write!(
-        conn,
-        "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    bucket
+    test_support::s3::new_bucket(endpoint, &format!("facade-{tag}"))
 }
 
 /// A config on `s3://<bucket>/caches` with its own local tier. The test

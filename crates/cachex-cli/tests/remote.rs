@@ -1,8 +1,6 @@
 //! `cachex push` and `cachex pull` against the S3 test server that
 //! `scripts/test` starts (CACHEX_S3_ENDPOINT), as real processes.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -11,36 +9,12 @@ use tensor_core::Tensor;
 
 /// The S3 test server, or `None` (said on stderr) outside CI.
 fn s3_endpoint() -> Option<String> {
-    if let Ok(e) = std::env::var("CACHEX_S3_ENDPOINT") {
-        return Some(e);
-    }
-    let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}");
-    }
-    eprintln!("skipping S3 test: {msg}");
-    None
+    test_support::s3::endpoint()
 }
 
 /// A fresh bucket (the test server takes an unsigned `PUT /<bucket>`).
 fn new_bucket(endpoint: &str) -> String {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let bucket = format!("cachex-cli-{}-{n}", std::process::id());
-    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
-    let mut conn = TcpStream::connect(host).expect("connect to the S3 test server");
-    write!(
-        conn,
-        "PUT /{bucket} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    conn.read_to_string(&mut answer).unwrap();
-    assert!(
-        answer.starts_with("HTTP/1.1 200"),
-        "create bucket: {answer}"
-    );
-    bucket
+    test_support::s3::new_bucket(endpoint, "cli")
 }
 
 fn cachex(endpoint: &str, args: &[&str]) -> Output {

@@ -8,7 +8,11 @@
 //!   `CACHEX_PYTHON`; a plain `cargo test` finds `target/py-venv` when it
 //!   exists. Under CI (`CI=true`) a missing venv fails the test instead of
 //!   skipping it, so interop can never silently stop running.
+//! - [`s3`]: the S3 test server `scripts/test` starts (`CACHEX_S3_ENDPOINT`),
+//!   its `object_store` options, and a fresh bucket per test.
 #![deny(missing_docs)]
+
+pub mod s3;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
