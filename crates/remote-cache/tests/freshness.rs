@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{new_bucket_url, s3_endpoint, s3_location};
+use common::{child_writer, new_bucket_url, s3_endpoint, s3_location, spawn_child_writer};
 use remote_cache::RemoteSegments;
 use segment_store::{Options, Record};
 use tensor_core::Tensor;
@@ -21,23 +19,9 @@ fn record(i: usize) -> Record {
 /// The publisher process (does nothing unless spawned by the test below).
 #[test]
 fn publisher_child() {
-    let Ok(args) = std::env::var(CHILD_ENV) else {
+    let Some(store) = child_writer(CHILD_ENV, 3) else {
         return;
     };
-    let mut parts = args.splitn(3, '\n');
-    let (endpoint, url, dir) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let store = RemoteSegments::open(
-        &s3_location(endpoint, url, std::path::Path::new(dir)),
-        Options {
-            writer_id: Some(3),
-            ..Options::default()
-        },
-    )
-    .unwrap();
     for c in 0..COMMITS {
         // Two segments per commit: a reader must never see one alone.
         for half in 0..2 {
@@ -64,21 +48,12 @@ fn a_refreshing_reader_sees_whole_commits_from_another_process() {
     };
     let url = new_bucket_url(&endpoint, "fresh");
     let (pub_dir, read_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "publisher_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(
-            CHILD_ENV,
-            format!("{endpoint}\n{url}\n{}", pub_dir.path().display()),
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_child_writer(
+        "publisher_child",
+        CHILD_ENV,
+        (&endpoint, &url, pub_dir.path()),
+        std::process::Stdio::piped(),
+    );
     let reader = RemoteSegments::open(
         &s3_location(&endpoint, &url, read_dir.path()),
         Options {

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use common::{new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
+use common::{
+    child_writer, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
+    spawn_child_writer,
+};
 use futures::stream::BoxStream;
 use object_store::path::Path as ObjectPath;
 use object_store::{
@@ -173,23 +176,9 @@ const PER_COMMIT: usize = 40;
 /// by it): publishes commits of PER_COMMIT records until killed.
 #[test]
 fn killed_writer_child() {
-    let Ok(args) = std::env::var(KILL_CHILD_ENV) else {
+    let Some(store) = child_writer(KILL_CHILD_ENV, 1) else {
         return;
     };
-    let mut parts = args.splitn(3, '\n');
-    let (endpoint, url, dir) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
-    let store = RemoteSegments::open(
-        &s3_location(endpoint, url, std::path::Path::new(dir)),
-        Options {
-            writer_id: Some(1),
-            ..Options::default()
-        },
-    )
-    .unwrap();
     let start = store.len();
     for c in 0.. {
         let base = start + c * PER_COMMIT;
@@ -210,21 +199,12 @@ fn killed_writer_child() {
 }
 
 fn spawn_writer(endpoint: &str, url: &str, dir: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "killed_writer_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(
-            KILL_CHILD_ENV,
-            format!("{endpoint}\n{url}\n{}", dir.display()),
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
+    spawn_child_writer(
+        "killed_writer_child",
+        KILL_CHILD_ENV,
+        (endpoint, url, dir),
+        std::process::Stdio::null(),
+    )
 }
 
 /// A fresh reader of the cache at `url`: every record right, none beyond

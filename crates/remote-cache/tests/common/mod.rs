@@ -35,3 +35,42 @@ pub fn small_tier(dir: &Path, budget: u64) -> TierConfig {
 pub fn s3_location(endpoint: &str, url: &str, tier_dir: &Path) -> Location {
     Location::remote(url, small_tier(tier_dir, 1 << 30)).with_options(s3_options(endpoint))
 }
+
+/// Spawns this test binary as a child writer process that runs only the
+/// test `child_test`; that test finds its cache through
+/// [`child_writer`]`(env, ..)`. Its stdout is piped to the parent.
+pub fn spawn_child_writer(
+    child_test: &str,
+    env: &str,
+    (endpoint, url, dir): (&str, &str, &Path),
+    stderr: std::process::Stdio,
+) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
+        .env(env, format!("{endpoint}\n{url}\n{}", dir.display()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// In a child spawned by [`spawn_child_writer`] with `env`: the remote
+/// segment store it was told to write, as writer `writer_id`. `None` when
+/// this process is not that child (the test then does nothing).
+pub fn child_writer(env: &str, writer_id: u32) -> Option<remote_cache::RemoteSegments> {
+    let args = std::env::var(env).ok()?;
+    let mut parts = args.splitn(3, '\n');
+    let (endpoint, url, dir) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let options = segment_store::Options {
+        writer_id: Some(writer_id),
+        ..segment_store::Options::default()
+    };
+    Some(
+        remote_cache::RemoteSegments::open(&s3_location(endpoint, url, Path::new(dir)), options)
+            .unwrap(),
+    )
+}
