@@ -37,7 +37,7 @@ use std::time::Instant;
 
 use shard_store::{Bytes, Options, ShardName, ShardStore, format, inspect};
 
-use crate::write_runs::{Synced, WritePattern, WriteRuns};
+use crate::write_runs::{Synced, WritePattern, WriteRuns, remove_dir_if_any};
 use crate::{Ctx, Limit, Line, RunError, progress};
 
 /// Records per shard.
@@ -114,6 +114,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     let runs = WriteRuns::measure(
         ctx,
         "w3 first_pass",
+        || remove_dir_if_any(&ctx.dir.join("w3")),
         |_| {
             let root = ctx.fresh_dir("w3").map_err(|e| RunError::store("w3", e))?;
             let store =

@@ -30,7 +30,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use tensor_core::{DType, Tensor, TensorView};
 
-use crate::write_runs::{Synced, WritePattern, WriteRuns};
+use crate::write_runs::{Synced, WritePattern, WriteRuns, remove_dir_if_any};
 use crate::{Ctx, Limit, Line, RunError, median, progress};
 
 const W: &str = "w4";
@@ -126,6 +126,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     let runs = WriteRuns::measure(
         ctx,
         W,
+        || remove_dir_if_any(&ctx.dir.join("w4")),
         |_| {
             ctx.fresh_dir("w4").map_err(err)?;
             sums.clear();

@@ -141,6 +141,10 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
         let runs = WriteRuns::measure(
             ctx,
             &format!("w5 {phase}"),
+            || match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            },
             |_| {
                 let _ = std::fs::remove_file(&path);
                 let start = Instant::now();

@@ -26,6 +26,14 @@ use std::time::{Duration, Instant};
 
 use crate::{Ctx, Limit, Line, RunError, median, progress};
 
+/// Removes `dir` and everything under it, if it exists.
+pub fn remove_dir_if_any(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// Timed repetitions of every write phase.
 pub const WRITE_REPS: usize = 3;
 /// Dirty + writeback bytes below which the disk counts as settled.
@@ -223,11 +231,13 @@ impl WriteRuns {
     /// Runs `one` once untimed (the warm-up, whose output `pattern` then
     /// describes), then [`WRITE_REPS`] times timed; each timed repetition
     /// follows a write of the pattern in `ctx`'s directory, and both start
-    /// from a settled disk. `one(rep)` returns its timed seconds (rep 0 is
-    /// the warm-up).
+    /// from a settled disk, and `clear` removes the phase's previous output
+    /// before either. `one(rep)` returns its timed seconds (rep 0 is the
+    /// warm-up).
     pub fn measure(
         ctx: &Ctx,
         name: &str,
+        mut clear: impl FnMut() -> std::io::Result<()>,
         mut one: impl FnMut(usize) -> Result<f64, RunError>,
         pattern: impl FnOnce() -> std::io::Result<WritePattern>,
     ) -> Result<WriteRuns, RunError> {
@@ -245,6 +255,11 @@ impl WriteRuns {
         );
         let scratch = ctx.dir.join("yardstick");
         for rep in 1..=WRITE_REPS {
+            // The previous output goes before the disk settles: on a file
+            // system mounted with `discard` (this machine's), freeing
+            // 400 MB issues discards at the next journal commit, which the
+            // settle's `sync` absorbs instead of the timed write.
+            clear().map_err(err)?;
             runs.settle();
             runs.yardstick_secs
                 .push(runs.pattern.write(&scratch).map_err(err)?);
