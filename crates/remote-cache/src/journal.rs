@@ -554,15 +554,19 @@ impl RemoteDir {
             .into());
         }
         let local = self.dir.join(path);
-        let parent = durable_fs::parent_dir(&local).to_path_buf();
-        std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
-        let tmp = durable_fs::unique_temp_path(&parent, "link");
         // An absolute target: the working directory and the tier may be
         // named relative to different places.
         let target =
             std::fs::canonicalize(file.path()).map_err(Error::io("resolve", file.path()))?;
-        std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
-        durable_fs::rename_and_sync(&tmp, &local)?;
+        // A warm open finds the link in place (made durable when it was
+        // made): no new link, no directory fsync.
+        if std::fs::read_link(&local).ok().as_deref() != Some(target.as_path()) {
+            let parent = durable_fs::parent_dir(&local).to_path_buf();
+            std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
+            let tmp = durable_fs::unique_temp_path(&parent, "link");
+            std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
+            durable_fs::rename_and_sync(&tmp, &local)?;
+        }
         state
             .files
             .insert(path.to_string(), Known { len: size, ino: 0 });
