@@ -349,6 +349,15 @@ impl RemoteDir {
         }
     }
 
+    /// The tier object that `path`, a file read by blocks, is linked to
+    /// now (`None` for files copied whole). A store that maps `path` keeps
+    /// it and ensures through it: the handle keeps that copy from eviction
+    /// and fetches into the very file mapped, whatever a later commit
+    /// links `path` to.
+    pub fn object(&self, path: &str) -> Option<RemoteFile> {
+        self.lock().by_blocks.get(path).cloned()
+    }
+
     /// Whether `path` is read by blocks (a link into the local tier).
     pub fn is_by_blocks(&self, path: &str) -> bool {
         self.lock().by_blocks.contains_key(path)
