@@ -31,6 +31,12 @@
 //!   commits it has not seen. One that writes a file this writer changed
 //!   locally and has not published is a [`Error::Conflict`]: of two
 //!   writers that claimed one segment id, exactly one publishes.
+//! - **Numbers without gaps.** A writer claims `seq + 1` only after it
+//!   applied `seq`, so the commits are `1..=N` and a reader learns that
+//!   nothing newer exists from one GET of `N + 1` that finds nothing (no
+//!   listing). A commit taken meanwhile is either found by that GET or
+//!   published after it: a reader never sees a later commit without the
+//!   earlier ones.
 //! - **Never half a commit.** A reader applies whole commits in sequence
 //!   order, every piece verified against its BLAKE3 (or, for files read by
 //!   blocks, its size and etag), and records each applied commit only
@@ -263,7 +269,8 @@ impl RemoteDir {
 
     /// Applies the commits published since the last one applied: their
     /// files appear in the working directory, whole commits at a time.
-    /// Cost: one listing from the last commit on, plus the new bytes.
+    /// Cost: one GET per new commit and one for the number after the last
+    /// (the answer that nothing newer was published), plus the new bytes.
     pub fn refresh(&self) -> Result<RefreshReport> {
         let mut state = self.lock();
         self.refresh_locked(&mut state)
@@ -342,6 +349,15 @@ impl RemoteDir {
         }
     }
 
+    /// The tier object that `path`, a file read by blocks, is linked to
+    /// now (`None` for files copied whole). A store that maps `path` keeps
+    /// it and ensures through it: the handle keeps that copy from eviction
+    /// and fetches into the very file mapped, whatever a later commit
+    /// links `path` to.
+    pub fn object(&self, path: &str) -> Option<RemoteFile> {
+        self.lock().by_blocks.get(path).cloned()
+    }
+
     /// Whether `path` is read by blocks (a link into the local tier).
     pub fn is_by_blocks(&self, path: &str) -> bool {
         self.lock().by_blocks.contains_key(path)
@@ -356,15 +372,12 @@ impl RemoteDir {
             seq: state.seq,
             ..RefreshReport::default()
         };
-        let listed = self.tier.list_after(COMMITS, &commit_name(state.seq))?;
-        let mut seqs: Vec<u64> = listed
-            .iter()
-            .filter_map(|o| parse_commit_name(&o.name))
-            .filter(|&s| s > state.seq)
-            .collect();
-        seqs.sort_unstable();
-        for seq in seqs {
-            let commit = self.read_commit(seq)?;
+        // Commits are numbered without gaps (a writer claims `seq + 1` only
+        // once it has applied `seq`), so the first number that is not there
+        // ends the log: one GET finds the next commit, or that there is
+        // none, where a listing would cost a LIST and then a GET.
+        while let Some(commit) = self.read_commit(state.seq + 1)? {
+            let seq = commit.seq;
             let (files, fetched) = self.apply(state, &commit)?;
             self.record(state, seq, files)?;
             report.commits += 1;
@@ -379,10 +392,14 @@ impl RemoteDir {
         Ok(report)
     }
 
-    /// Reads and checks commit `seq`.
-    fn read_commit(&self, seq: u64) -> Result<Commit> {
+    /// Reads and checks commit `seq`; `None` when it was not published.
+    fn read_commit(&self, seq: u64) -> Result<Option<Commit>> {
         let name = commit_name(seq);
-        let bytes = self.tier.read_remote(&name)?;
+        let bytes = match self.tier.read_remote(&name) {
+            Ok(b) => b,
+            Err(remote_tier::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
         let corrupt = |problem: String| Error::Corrupt {
             url: self.tier.url().to_string(),
             name: name.clone(),
@@ -409,7 +426,7 @@ impl RemoteDir {
                 )));
             }
         }
-        Ok(c)
+        Ok(Some(c))
     }
 
     /// Applies one commit's pieces; returns the files it left and how many
@@ -546,15 +563,19 @@ impl RemoteDir {
             .into());
         }
         let local = self.dir.join(path);
-        let parent = durable_fs::parent_dir(&local).to_path_buf();
-        std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
-        let tmp = durable_fs::unique_temp_path(&parent, "link");
         // An absolute target: the working directory and the tier may be
         // named relative to different places.
         let target =
             std::fs::canonicalize(file.path()).map_err(Error::io("resolve", file.path()))?;
-        std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
-        durable_fs::rename_and_sync(&tmp, &local)?;
+        // A warm open finds the link in place (made durable when it was
+        // made): no new link, no directory fsync.
+        if std::fs::read_link(&local).ok().as_deref() != Some(target.as_path()) {
+            let parent = durable_fs::parent_dir(&local).to_path_buf();
+            std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
+            let tmp = durable_fs::unique_temp_path(&parent, "link");
+            std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
+            durable_fs::rename_and_sync(&tmp, &local)?;
+        }
         state
             .files
             .insert(path.to_string(), Known { len: size, ino: 0 });
@@ -689,13 +710,6 @@ fn changed(path: &Path) -> Error {
 /// The name of commit `seq`.
 pub fn commit_name(seq: u64) -> String {
     format!("{COMMITS}/{seq:020}.json")
-}
-
-fn parse_commit_name(name: &str) -> Option<u64> {
-    name.strip_prefix(&format!("{COMMITS}/"))?
-        .strip_suffix(".json")?
-        .parse()
-        .ok()
 }
 
 fn parse_hash(tier: &RemoteTier, hex: &str) -> Result<blake3::Hash> {

@@ -6,6 +6,7 @@ use std::ops::{Deref, Range};
 
 use memmap_array::{ArrayCache, Row};
 use page_alloc::{PageReader, Sample};
+use remote_tier::RemoteFile;
 use segment_store::SegmentStore;
 use shard_store::{ShardStore, StoreItem};
 use tensor_core::TensorView;
@@ -265,8 +266,9 @@ fn bin_by_blocks(path: &str, _: u64) -> bool {
 pub struct RemoteArrays {
     cache: ArrayCache,
     remote: Option<RemoteDir>,
-    /// Per array (schema order): its file and bytes per row.
-    bins: Vec<(String, u64)>,
+    /// Per array (schema order): the tier object its file maps (`None`
+    /// when copied whole or local) and bytes per row.
+    bins: Vec<(Option<RemoteFile>, u64)>,
 }
 
 impl RemoteArrays {
@@ -274,11 +276,17 @@ impl RemoteArrays {
     pub fn open(location: &Location) -> Result<RemoteArrays> {
         let opened = location.open(bin_by_blocks, nothing_private)?;
         let cache = ArrayCache::open(&opened.dir)?;
+        // The objects the arrays map (nothing refreshes the commit log in
+        // between: this handle is its only owner yet).
         let bins = cache
             .schema()
             .arrays()
             .iter()
-            .map(|a| (memmap_array::bin_file(a.name()), a.row_bytes() as u64))
+            .map(|a| {
+                let file = memmap_array::bin_file(a.name());
+                let object = opened.remote.as_ref().and_then(|r| r.object(&file));
+                (object, a.row_bytes() as u64)
+            })
             .collect();
         Ok(RemoteArrays {
             cache,
@@ -302,13 +310,11 @@ impl RemoteArrays {
     /// Makes rows `rows` of every array local (their blocks fetched in
     /// parallel, the next ones prefetched).
     pub fn ensure_rows(&self, rows: Range<u64>) -> Result<()> {
-        let Some(remote) = &self.remote else {
-            return Ok(());
-        };
         let rows = rows.start.min(self.cache.len())..rows.end.min(self.cache.len());
-        for (file, row_bytes) in &self.bins {
-            let range = rows.start * row_bytes..rows.end * row_bytes;
-            remote.ensure(file, range)?;
+        for (object, row_bytes) in &self.bins {
+            if let Some(object) = object {
+                object.ensure(rows.start * row_bytes..rows.end * row_bytes)?;
+            }
         }
         Ok(())
     }
@@ -321,11 +327,11 @@ impl RemoteArrays {
 
     /// Array `name` of row `i`, fetched first (see [`ArrayCache::array`]).
     pub fn array(&self, i: u64, name: &str) -> Result<Option<TensorView<'_>>> {
-        if let (Some(remote), Some(k)) = (&self.remote, self.cache.schema().array_index(name))
+        if let Some(k) = self.cache.schema().array_index(name)
+            && let Some((Some(object), row_bytes)) = self.bins.get(k)
             && i < self.cache.len()
         {
-            let (file, row_bytes) = &self.bins[k];
-            remote.ensure(file, i * row_bytes..(i + 1) * row_bytes)?;
+            object.ensure(i * row_bytes..(i + 1) * row_bytes)?;
         }
         Ok(self.cache.array(i, name)?)
     }
@@ -338,11 +344,15 @@ impl RemoteArrays {
 pub struct RemotePages {
     reader: PageReader,
     remote: Option<RemoteDir>,
-    file: String,
+    /// The tier object the reader maps (`None` when copied whole or
+    /// local): held, so that its copy stays (the tier never evicts an
+    /// object a handle holds) and runs are fetched into the file mapped,
+    /// whatever a later commit links the name to.
+    object: Option<RemoteFile>,
     /// Per run: first sample, file offset, bytes.
     runs: Vec<(u64, u64, u64)>,
-    /// Runs known local: an open file's blocks stay (the tier never evicts
-    /// an object a reader holds), so each run is ensured once.
+    /// Runs known local: the held object's blocks stay, so each run is
+    /// ensured once.
     ready: Vec<std::sync::atomic::AtomicBool>,
 }
 
@@ -374,23 +384,20 @@ impl RemotePages {
     ) -> Result<RemotePages> {
         let opened = crate::location::Opened { dir, remote };
         let path = opened.dir.join(file);
-        if let Some(remote) = &opened.remote
-            && remote.is_by_blocks(file)
-        {
-            let len = std::fs::metadata(&path)
-                .map_err(Error::io("stat", &path))?
-                .len();
+        let object = opened.remote.as_ref().and_then(|r| r.object(file));
+        if let Some(object) = &object {
+            let len = object.len();
             let fixed = (page_alloc::format::HEADER_FIXED_LEN as u64).min(len);
-            remote.ensure(file, 0..fixed)?;
+            object.ensure(0..fixed)?;
             let head = read_at(&path, 0, fixed as usize)?;
             let header_len = u64::from(le32(&head, 12));
             let meta_offset = le64(&head, 64);
             // Out-of-file values are left for the reader to report.
-            remote.ensure(file, 0..header_len.min(len))?;
-            remote.ensure(file, meta_offset.min(len)..len)?;
+            object.ensure(0..header_len.min(len))?;
+            object.ensure(meta_offset.min(len)..len)?;
         }
         let reader = PageReader::open(&path)?;
-        let runs = if opened.remote.is_some() {
+        let runs = if object.is_some() {
             run_table(&reader)
         } else {
             Vec::new()
@@ -402,7 +409,7 @@ impl RemotePages {
         Ok(RemotePages {
             reader,
             remote: opened.remote,
-            file: file.to_string(),
+            object,
             runs,
             ready,
         })
@@ -422,7 +429,7 @@ impl RemotePages {
 
     /// Makes the pages of samples `indices` local.
     pub fn ensure_samples(&self, indices: &[usize]) -> Result<()> {
-        let Some(remote) = &self.remote else {
+        let Some(object) = &self.object else {
             return Ok(());
         };
         let mut last = None;
@@ -434,7 +441,7 @@ impl RemotePages {
             }
             last = Some(k);
             let (_, start, len) = self.runs[k];
-            remote.ensure(&self.file, start..start + len)?;
+            object.ensure(start..start + len)?;
             self.ready[k].store(true, std::sync::atomic::Ordering::Release);
         }
         Ok(())

@@ -1,10 +1,30 @@
 //! A reader that refreshes while another process publishes sees whole
 //! commits only, each record right, and in the end every commit.
 
+//!
+//! Also: an open finds what was published since with one GET per new
+//! commit and one more (never a listing), and writers publishing at the
+//! same time leave commits numbered without gaps, which is what lets one
+//! GET answer that nothing newer exists.
+
 mod common;
 
-use common::{child_writer, new_bucket_url, s3_endpoint, s3_location, spawn_child_writer};
-use remote_cache::RemoteSegments;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use common::{
+    child_writer, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
+    spawn_child_writer,
+};
+use futures::stream::BoxStream;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use remote_cache::journal::commit_name;
+use remote_cache::{RemoteDir, RemoteSegments};
+use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, Record};
 use tensor_core::Tensor;
 
@@ -133,4 +153,253 @@ fn a_periodic_refresher_brings_new_commits_without_a_call() {
     let (got, _) = reader.get_batch(&["k9"]).unwrap();
     assert!(got[0].as_ref() == Some(&record(9)));
     drop(refresher);
+}
+
+/// Every request sent: (`get`, `head`, `list`, `put`), object path.
+type RequestLog = Arc<Mutex<Vec<(&'static str, String)>>>;
+
+/// A store that records every request it forwards.
+#[derive(Debug)]
+struct RecordingStore {
+    inner: Arc<dyn ObjectStore>,
+    log: RequestLog,
+}
+
+impl RecordingStore {
+    fn note(&self, op: &'static str, path: &ObjectPath) {
+        self.log.lock().unwrap().push((op, path.to_string()));
+    }
+}
+
+impl std::fmt::Display for RecordingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RecordingStore({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for RecordingStore {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.note("put", location);
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.note("put", location);
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.note(if options.head { "head" } else { "get" }, location);
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
+    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.note("list", &prefix.cloned().unwrap_or_default());
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&ObjectPath>,
+        offset: &ObjectPath,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.note("list", &prefix.cloned().unwrap_or_default());
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> object_store::Result<ListResult> {
+        self.note("list", &prefix.cloned().unwrap_or_default());
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// A read-only segment store at `url` whose requests are recorded in the
+/// returned log, with its tier and working directory under `dir`.
+fn recorded_reader(
+    endpoint: &str,
+    url: &str,
+    dir: &std::path::Path,
+) -> (RemoteSegments, RequestLog) {
+    let (inner, prefix) = build_store(url, s3_options(endpoint)).unwrap();
+    let log = RequestLog::default();
+    let store = Arc::new(RecordingStore {
+        inner,
+        log: Arc::clone(&log),
+    });
+    let tier =
+        RemoteTier::with_store(store, prefix, url, small_tier(&dir.join("tier"), 1 << 30)).unwrap();
+    let remote = RemoteDir::open(tier, &dir.join("work"), |_, _| false, |_| false).unwrap();
+    let options = Options {
+        read_only: true,
+        lru_bytes: 0,
+        ..Options::default()
+    };
+    (RemoteSegments::with_remote(remote, options).unwrap(), log)
+}
+
+fn publish_range(writer: &RemoteSegments, range: std::ops::Range<usize>) -> Option<u64> {
+    let items: Vec<(String, Record)> = range.map(|i| (format!("k{i}"), record(i))).collect();
+    writer.put_batch(&items).unwrap();
+    writer.publish().unwrap().seq
+}
+
+/// The commit records a request log asked for, in order.
+fn commits_asked(log: &RequestLog) -> Vec<(&'static str, String)> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, path)| path.contains("/commits/"))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn an_open_finds_new_commits_with_one_get_each_and_one_more() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "probe");
+    let (w, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer =
+        RemoteSegments::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
+    assert_eq!(publish_range(&writer, 0..10), Some(1));
+    let (reader, _) = recorded_reader(&endpoint, &url, r.path());
+    assert_eq!((reader.remote().unwrap().seq(), reader.len()), (1, 10));
+    drop(reader);
+
+    // Published while no reader was open: the next open finds both.
+    assert_eq!(publish_range(&writer, 10..20), Some(2));
+    assert_eq!(publish_range(&writer, 20..30), Some(3));
+    let (reader, log) = recorded_reader(&endpoint, &url, r.path());
+    assert_eq!((reader.remote().unwrap().seq(), reader.len()), (3, 30));
+    let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+    let (got, missing) = reader.get_batch(&keys).unwrap();
+    assert!(missing.is_empty());
+    for (i, rec) in got.iter().enumerate() {
+        assert!(rec.as_ref() == Some(&record(i)), "k{i}");
+    }
+    let asked = commits_asked(&log);
+    let names: Vec<&str> = asked.iter().map(|(_, p)| p.as_str()).collect();
+    assert_eq!(names.len(), 3, "{asked:?}");
+    for (name, seq) in names.iter().zip(2u64..) {
+        assert!(name.ends_with(&commit_name(seq)), "{asked:?}");
+    }
+    assert!(asked.iter().all(|(op, _)| *op == "get"), "{asked:?}");
+    assert!(!log.lock().unwrap().iter().any(|(op, _)| *op == "list"));
+    drop(reader);
+
+    // Warm, nothing new: one request, for the commit after the last.
+    let (reader, log) = recorded_reader(&endpoint, &url, r.path());
+    assert_eq!(reader.len(), 30);
+    let all = log.lock().unwrap().clone();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert!(
+        all[0].0 == "get" && all[0].1.ends_with(&commit_name(4)),
+        "{all:?}"
+    );
+
+    // And a refresh after another publish brings it (with the same probe).
+    assert_eq!(publish_range(&writer, 30..40), Some(4));
+    let (report, _) = reader.refresh().unwrap();
+    assert_eq!((report.seq, report.commits, reader.len()), (4, 1, 40));
+}
+
+#[test]
+fn writers_publishing_at_once_leave_commits_without_gaps() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    const WRITERS: usize = 3;
+    const ROUNDS: usize = 4;
+    const PER: usize = 5;
+    let url = new_bucket_url(&endpoint, "racing");
+    let dirs: Vec<_> = (0..=WRITERS)
+        .map(|_| tempfile::tempdir().unwrap())
+        .collect();
+    let reader = RemoteSegments::open(
+        &s3_location(&endpoint, &url, dirs[WRITERS].path()),
+        Options {
+            read_only: true,
+            lru_bytes: 0,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for (w, dir) in dirs.iter().take(WRITERS).enumerate() {
+            let (endpoint, url, done) = (&endpoint, &url, &done);
+            scope.spawn(move || {
+                let options = Options {
+                    writer_id: Some(w as u32 + 1),
+                    ..Options::default()
+                };
+                let writer =
+                    RemoteSegments::open(&s3_location(endpoint, url, dir.path()), options).unwrap();
+                for round in 0..ROUNDS {
+                    let base = (w * ROUNDS + round) * PER;
+                    assert!(publish_range(&writer, base..base + PER).is_some());
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        // Meanwhile: every state the reader finds is whole commits.
+        let mut last = 0;
+        while done.load(std::sync::atomic::Ordering::SeqCst) < WRITERS {
+            let (report, _) = reader.refresh().unwrap();
+            assert!(report.seq >= last);
+            last = report.seq;
+            assert_eq!(reader.len(), report.seq as usize * PER);
+        }
+    });
+    let total = WRITERS * ROUNDS;
+    let (report, _) = reader.refresh().unwrap();
+    assert_eq!((report.seq, reader.len()), (total as u64, total * PER));
+    let names: Vec<String> = reader
+        .remote()
+        .unwrap()
+        .tier()
+        .list("commits")
+        .unwrap()
+        .into_iter()
+        .map(|o| o.name)
+        .collect();
+    let want: Vec<String> = (1..=total as u64).map(commit_name).collect();
+    assert_eq!(names, want);
 }

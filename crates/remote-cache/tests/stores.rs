@@ -158,3 +158,118 @@ fn page_files_are_read_by_block_ranges() {
         );
     }
 }
+
+#[test]
+fn an_open_page_file_reads_its_own_bytes_after_a_replacement_and_eviction() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "replaced");
+    let built = tempfile::tempdir().unwrap();
+    let path = built.path().join("data.pages");
+    // Two versions of one page file: the same layout, other bytes.
+    let blob = |i: usize, version: u8| vec![(i % 251) as u8 ^ version; 3000 + i % 500];
+    // Written aside and renamed over the old one (a new inode, as a
+    // rebuild would leave it).
+    let write = |version: u8| {
+        let aside = built.path().join("next.pages.tmp");
+        let schema = page_alloc::Schema::new().bytes("blob");
+        let options = WriterOptions::default().page_size(64 << 10);
+        let mut writer = PageWriter::create(&aside, schema, options).unwrap();
+        for i in 0..400usize {
+            writer.append(&[Value::Bytes(&blob(i, version))]).unwrap();
+        }
+        writer.finalize().unwrap();
+        std::fs::rename(&aside, &path).unwrap();
+    };
+    let t = tempfile::tempdir().unwrap();
+    let tier =
+        RemoteTier::open_with_options(&url, s3_options(&endpoint), small_tier(t.path(), 1 << 30))
+            .unwrap();
+    let publisher = RemoteDir::open(tier, built.path(), |_, _| false, |_| false).unwrap();
+    write(1);
+    assert_eq!(publisher.publish().unwrap().seq, Some(1));
+
+    // A one-byte budget: every fetch evicts whatever no reader holds.
+    let tier_dir = tempfile::tempdir().unwrap();
+    let location =
+        Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(s3_options(&endpoint));
+    let pages = RemotePages::open(&location, "data.pages").unwrap();
+    assert_eq!(pages.sample(0).unwrap().bytes(0).unwrap(), &blob(0, 1)[..]);
+
+    // The file is replaced; the reader's commit log learns it (its link
+    // now names the new copy) and the tier evicts what it can.
+    write(2);
+    assert_eq!(publisher.publish().unwrap().seq, Some(2));
+    let remote = pages.remote().unwrap();
+    assert_eq!(remote.refresh().unwrap().seq, 2);
+    remote.tier().evict().unwrap();
+    // The open reader maps the first version: its blocks come from that
+    // object, never zeros, never the second version's.
+    for i in (0..400).rev() {
+        let got = pages.sample(i).unwrap();
+        let got = got.bytes(0).unwrap();
+        assert!(got == &blob(i, 1)[..], "sample {i}: {:?}…", &got[..8]);
+    }
+    // A reader opened now reads the second version.
+    drop(pages);
+    let again = RemotePages::open(&location, "data.pages").unwrap();
+    assert_eq!(
+        again.sample(399).unwrap().bytes(0).unwrap(),
+        &blob(399, 2)[..]
+    );
+}
+
+#[test]
+fn open_arrays_read_their_own_bytes_after_a_replacement_and_eviction() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "arrays-replaced");
+    let built = tempfile::tempdir().unwrap();
+    let schema = Schema::builder()
+        .array("data", DType::I32, [1024])
+        .build()
+        .unwrap();
+    let mut writer = RowWriter::create_or_resume(built.path(), &schema, "v1").unwrap();
+    let rows = 200u64;
+    for i in 0..rows {
+        let t = Tensor::from_vec([1024], array_row(i)).unwrap();
+        let source = format!("s{i}");
+        writer
+            .write(&NewRow::new(&source).array("data", t.view()))
+            .unwrap();
+    }
+    writer.finalize().unwrap();
+    let t = tempfile::tempdir().unwrap();
+    let tier =
+        RemoteTier::open_with_options(&url, s3_options(&endpoint), small_tier(t.path(), 1 << 30))
+            .unwrap();
+    let publisher = RemoteDir::open(tier, built.path(), |_, _| false, |_| false).unwrap();
+    assert_eq!(publisher.publish().unwrap().seq, Some(1));
+
+    // A one-byte budget: every fetch evicts whatever no reader holds.
+    let tier_dir = tempfile::tempdir().unwrap();
+    let location =
+        Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(s3_options(&endpoint));
+    let arrays = RemoteArrays::open(&location).unwrap();
+    let first = arrays.array(0, "data").unwrap().unwrap();
+    assert_eq!(first.as_slice::<i32>().unwrap(), &array_row(0)[..]);
+
+    // data.bin replaced (same size, other bytes, a new inode), the
+    // reader's log refreshed, the tier evicted.
+    let aside = built.path().join("data.bin.next");
+    std::fs::write(&aside, vec![0x5a; (rows * 4096) as usize]).unwrap();
+    std::fs::rename(&aside, built.path().join("data.bin")).unwrap();
+    assert_eq!(publisher.publish().unwrap().seq, Some(2));
+    let remote = arrays.remote().unwrap();
+    assert_eq!(remote.refresh().unwrap().seq, 2);
+    remote.tier().evict().unwrap();
+    for i in (0..rows).rev() {
+        let view = arrays.array(i, "data").unwrap().unwrap();
+        assert!(
+            view.as_slice::<i32>().unwrap() == &array_row(i)[..],
+            "row {i}"
+        );
+    }
+}

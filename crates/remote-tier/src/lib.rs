@@ -34,9 +34,13 @@
 //!   directory (files under their BLAKE3, then a manifest committed with a
 //!   conditional put); [`snapshot::pull_dir`] materialises the current one
 //!   locally, where the store opens it as it opens any cache.
-//! - **Requests** run on a runtime the tier owns (callers stay
-//!   synchronous), each under a timeout, and those safe to repeat are
-//!   retried with backoff ([`RetryPolicy`]). Credentials and endpoints
+//! - **Requests** run on one runtime that every tier of the process
+//!   shares (callers stay synchronous), each under a timeout, and those
+//!   safe to repeat are retried with backoff ([`RetryPolicy`]). Stores
+//!   built by [`build_store`] share one HTTP client per configuration, so
+//!   opening a second tier in a process costs no new client (whose TLS
+//!   roots take milliseconds to load) and reuses open connections; a
+//!   forked child builds its own of both. Credentials and endpoints
 //!   come from the environment variables and options of `object_store`;
 //!   errors show URLs without credentials or query.
 //!
@@ -95,6 +99,7 @@ mod local;
 mod location;
 pub mod record;
 mod remote;
+mod shared;
 pub mod snapshot;
 mod tier;
 

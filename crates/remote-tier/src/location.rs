@@ -7,6 +7,7 @@ use object_store::ObjectStoreScheme;
 use object_store::path::Path as ObjectPath;
 use url::Url;
 
+use crate::shared::SharedConnector;
 use crate::{Error, Result};
 
 /// The URL as it may be shown in errors and logs: no user, password or
@@ -37,6 +38,9 @@ fn unparsed_shown(url: &str) -> String {
 /// then from `options` (keys as `object_store` spells them, e.g.
 /// `aws_endpoint`, `aws_allow_http`, `google_service_account`), which win.
 /// An option the store does not know is an error, not silently dropped.
+///
+/// Stores built here share one HTTP client per client configuration in a
+/// process (its connections and TLS roots; see the crate docs).
 pub fn build_store<I, K, V>(url: &str, options: I) -> Result<(Arc<dyn ObjectStore>, ObjectPath)>
 where
     I: IntoIterator<Item = (K, V)>,
@@ -82,7 +86,11 @@ where
                 let key = k.parse().map_err(|_| unknown(&k))?;
                 b = b.with_config(key, v);
             }
-            Arc::new(b.build().map_err(|e| bad_url(e.to_string()))?)
+            Arc::new(
+                b.with_http_connector(SharedConnector)
+                    .build()
+                    .map_err(|e| bad_url(e.to_string()))?,
+            )
         }
         ObjectStoreScheme::GoogleCloudStorage => {
             let mut b =
@@ -91,7 +99,11 @@ where
                 let key = k.parse().map_err(|_| unknown(&k))?;
                 b = b.with_config(key, v);
             }
-            Arc::new(b.build().map_err(|e| bad_url(e.to_string()))?)
+            Arc::new(
+                b.with_http_connector(SharedConnector)
+                    .build()
+                    .map_err(|e| bad_url(e.to_string()))?,
+            )
         }
         ObjectStoreScheme::MicrosoftAzure => {
             let mut b =
@@ -100,7 +112,11 @@ where
                 let key = k.parse().map_err(|_| unknown(&k))?;
                 b = b.with_config(key, v);
             }
-            Arc::new(b.build().map_err(|e| bad_url(e.to_string()))?)
+            Arc::new(
+                b.with_http_connector(SharedConnector)
+                    .build()
+                    .map_err(|e| bad_url(e.to_string()))?,
+            )
         }
         ObjectStoreScheme::Http => {
             let base = &parsed[..url::Position::BeforePath];
@@ -109,7 +125,11 @@ where
                 let key = k.parse().map_err(|_| unknown(&k))?;
                 b = b.with_config(key, v);
             }
-            Arc::new(b.build().map_err(|e| bad_url(e.to_string()))?)
+            Arc::new(
+                b.with_http_connector(SharedConnector)
+                    .build()
+                    .map_err(|e| bad_url(e.to_string()))?,
+            )
         }
         other => return Err(bad_url(format!("unsupported scheme {other:?}"))),
     };

@@ -86,33 +86,21 @@ pub struct ObjectInfo {
     pub e_tag: Option<String>,
 }
 
-/// A runtime dropped without waiting, so that the last handle may go away
-/// on any thread (even one of the runtime's own).
-#[derive(Debug)]
-struct OwnedRuntime(Option<tokio::runtime::Runtime>);
-
-impl Drop for OwnedRuntime {
-    fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
-        }
-    }
-}
-
 /// The shared state behind a [`RemoteTier`] and its open files.
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) remote: Remote,
     pub(crate) dir: LocalDir,
     pub(crate) config: TierConfig,
-    runtime: OwnedRuntime,
+    /// The process's request runtime (see [`crate::shared`]).
+    runtime: Arc<tokio::runtime::Runtime>,
     pub(crate) prefetch: Arc<Semaphore>,
 }
 
 /// An object store URL read through a bounded local disk tier.
 ///
 /// Every call blocks the calling thread; the network work runs on a
-/// runtime that the tier owns, so callers need no async runtime (and may
+/// runtime that every tier of the process shares, so callers need no async runtime (and may
 /// call from inside one's blocking threads).
 #[derive(Debug, Clone)]
 pub struct RemoteTier {
@@ -152,12 +140,7 @@ impl RemoteTier {
         url: &str,
         config: TierConfig,
     ) -> Result<RemoteTier> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("remote-tier")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Runtime(e.to_string()))?;
+        let runtime = crate::shared::runtime()?;
         let dir = LocalDir::open(&config.cache_dir)?;
         let prefetch = Arc::new(Semaphore::new(config.parallelism.max(1)));
         let mut config = config;
@@ -173,7 +156,7 @@ impl RemoteTier {
                 },
                 dir,
                 config,
-                runtime: OwnedRuntime(Some(runtime)),
+                runtime,
                 prefetch,
             }),
         })
@@ -496,13 +479,8 @@ impl Inner {
         T: Send + 'static,
         F: Future<Output = T> + Send + 'static,
     {
-        let rt = self
-            .runtime
-            .0
-            .as_ref()
-            .ok_or_else(|| Error::Runtime("stopped".into()))?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        rt.spawn(async move {
+        self.runtime.spawn(async move {
             let _ = tx.send(fut.await);
         });
         rx.recv()
@@ -511,9 +489,7 @@ impl Inner {
 
     /// Runs `job` on the runtime's blocking threads, detached.
     pub(crate) fn spawn_blocking(&self, job: impl FnOnce() + Send + 'static) {
-        if let Some(rt) = self.runtime.0.as_ref() {
-            rt.spawn_blocking(job);
-        }
+        self.runtime.spawn_blocking(job);
     }
 
     pub(crate) fn head(&self, name: &str) -> Result<ObjectInfo> {
