@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cachex import _cachex
 from cachex.loadit.util import SequenceView, is_sequence
 
@@ -311,5 +313,19 @@ class LoaditView(SequenceView):
     def __iter__(self) -> Iterator[Any]:
         n = len(self.indices)
         for s in range(0, n, _ITER_CHUNK):
-            chunk = [operator.index(self.indices[j]) for j in range(s, min(n, s + _ITER_CHUNK))]
+            chunk = _index_chunk(self.indices, s, min(n, s + _ITER_CHUNK))
             yield from self.loader._store.get_many(chunk)
+
+
+def _index_chunk(indices: Sequence[int], start: int, stop: int) -> Sequence[int]:
+    """``indices[start:stop]`` as the engine takes it (a sequence of ints).
+
+    Lists, tuples, ranges and numpy arrays are sliced whole (no Python call
+    per index: the engine converts each entry with ``__index__``, as
+    ``operator.index`` does); any other sequence is read entry by entry.
+    """
+    if isinstance(indices, list | tuple | range):
+        return indices[start:stop]
+    if isinstance(indices, np.ndarray) and indices.ndim == 1:
+        return indices[start:stop].tolist()
+    return [operator.index(indices[j]) for j in range(start, stop)]
