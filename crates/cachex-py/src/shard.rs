@@ -40,9 +40,28 @@ pub fn error(e: shard_store::Error) -> PyErr {
     errors::raise(kind, e.to_string())
 }
 
-/// One Python object held by the store (shared, so cloning needs no GIL).
+/// One Python object held by the store, shared so that cloning needs no
+/// GIL. An item of a decoded shard is the shard's unpickled list and a
+/// position in it: one handle per shard rather than an allocation per
+/// item, and cloning an item touches the shard's counter, not the item.
 #[derive(Clone)]
-pub struct PyItem(Arc<Py<PyAny>>);
+pub enum PyItem {
+    /// An item pulled from the source iterator, held on its own.
+    Own(Arc<Py<PyAny>>),
+    /// `(list, k)`: item `k` of a shard's unpickled list, which only the
+    /// store holds and nothing mutates; `k` is below its length.
+    InShard(Arc<Py<PyList>>, usize),
+}
+
+impl PyItem {
+    /// The item as a new reference.
+    fn bind<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            PyItem::Own(o) => Ok(o.bind(py).clone()),
+            PyItem::InShard(list, k) => list.bind(py).get_item(*k),
+        }
+    }
+}
 
 static DUMPS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -52,7 +71,11 @@ static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 impl StoreItem for PyItem {
     fn encode_shard_items(path: &Path, items: &[PyItem]) -> shard_store::Result<Vec<u8>> {
         Python::attach(|py| -> PyResult<Vec<u8>> {
-            let list = PyList::new(py, items.iter().map(|i| i.0.bind(py)))?;
+            let items = items
+                .iter()
+                .map(|i| i.bind(py))
+                .collect::<PyResult<Vec<_>>>()?;
+            let list = PyList::new(py, items)?;
             let dumps = DUMPS.import(py, "pickle", "dumps")?;
             Ok(dumps
                 .call1((list,))?
@@ -79,7 +102,11 @@ impl StoreItem for PyItem {
             let loads = LOADS.import(py, "pickle", "loads")?;
             let list = loads.call1((PyBytes::new(py, pickle),))?;
             let list = list.cast_into::<PyList>()?;
-            Ok(list.iter().map(|o| PyItem(Arc::new(o.unbind()))).collect())
+            let len = list.len();
+            let shard = Arc::new(list.unbind());
+            Ok((0..len)
+                .map(|k| PyItem::InShard(Arc::clone(&shard), k))
+                .collect())
         })
         .map_err(|e| corrupt(format!("unpickling failed: {e}")))?;
         if items.len() as u64 != name.len() {
@@ -122,7 +149,7 @@ impl Iterator for SourceIter {
                 let mut it = self.iter.bind(py).clone();
                 while self.buf.len() < SOURCE_BATCH {
                     match it.next() {
-                        Some(Ok(o)) => self.buf.push_back(PyItem(Arc::new(o.unbind()))),
+                        Some(Ok(o)) => self.buf.push_back(PyItem::Own(Arc::new(o.unbind()))),
                         Some(Err(e)) => {
                             self.error = Some(e);
                             self.ended = true;
@@ -213,8 +240,8 @@ impl PyShardStore {
         Ok(())
     }
 
-    fn object(py: Python<'_>, item: &PyItem) -> Py<PyAny> {
-        item.0.clone_ref(py)
+    fn object(py: Python<'_>, item: &PyItem) -> PyResult<Py<PyAny>> {
+        Ok(item.bind(py)?.unbind())
     }
 }
 
@@ -348,17 +375,21 @@ impl PyShardStore {
             && !self.fork.forked()
             && let Some(item) = self.store.read().as_ref().and_then(|s| s.get_cached(hot))
         {
-            return Ok(Self::object(py, &item));
+            return Self::object(py, &item);
         }
         let item = self.run(py, |s| s.get(i))?;
-        Ok(Self::object(py, &item))
+        Self::object(py, &item)
     }
 
     /// Items at `indices` (negative from the end), in order; shards are
     /// visited once each, in ascending order.
     fn get_many<'py>(&self, py: Python<'py>, indices: Vec<i64>) -> PyResult<Bound<'py, PyList>> {
         let items = self.run(py, |s| s.get_many(&indices))?;
-        PyList::new(py, items.iter().map(|i| i.0.bind(py)))
+        let items = items
+            .iter()
+            .map(|i| i.bind(py))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
     }
 
     /// The length if it is already known (no work), else `None`.

@@ -51,6 +51,17 @@ def test_any_picklable_object_round_trips(tmp_path):
     assert cached[0] == Point(1) and cached[5] == (1, "a")
 
 
+def test_a_decoded_shard_hands_out_the_same_objects_on_every_read(tmp_path):
+    cachex.ShardStore(tmp_path, records, max_shard_length=64)[499]  # writes every shard
+    cached = cachex.ShardStore(tmp_path)
+    first = cached[70]
+    assert first == {"id": 70, "payload": bytes([70]) * 20}
+    assert cached[70] is first and cached[-430] is first
+    many = cached.get_many([70, 71, 70, 499])
+    assert many[0] is first and many[2] is first and many[1]["id"] == 71
+    assert cached[10:0:-30][0] is cached[10] and cached[499] is many[3]
+
+
 def test_reopen_without_a_source_reads_the_cache(tmp_path):
     store = cachex.ShardStore(tmp_path, records, max_shard_length=100, info={"note": "w3"})
     assert len(store) == 500

@@ -187,3 +187,81 @@ def test_outputs_land_on_the_input_s_device(tmp_path):
     if torch.cuda.is_available():  # pragma: no cover - no GPU on CI
         xg = x.cuda()
         assert cached(xg, cache_ids=["a", "b"]).device == xg.device
+
+
+# Reads decode a batch with one get_stacked call and one unbind per part;
+# these pin what that must keep: every structure, dtype and missing key
+# as a per-value read gives, and values that do not alias each other.
+STRUCTURES = {
+    "tensor": lambda i: torch.full((3, 2), float(i)),
+    "bf16": lambda i: torch.full((4,), float(i), dtype=torch.bfloat16),
+    "dict": lambda i: {
+        "features": torch.arange(4, dtype=torch.float32) + i,
+        "logits": torch.full((2,), i, dtype=torch.float16),
+        "label": f"label-{i}",
+    },
+    "tuple": lambda i: (torch.tensor([i, i + 1]), {"note": i}),
+    "list": lambda i: [torch.tensor([float(i)]), torch.zeros(2, dtype=torch.int8) + i],
+    "blob": lambda i: {"a python object", i},
+}
+
+
+def _assert_same(got, want):
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor) and got.dtype == want.dtype
+        assert torch.equal(got, want)
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want)
+        for k in want:
+            _assert_same(got[k], want[k])
+    elif isinstance(want, tuple | list):
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            _assert_same(g, w)
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("structure", list(STRUCTURES))
+def test_batched_reads_give_every_structure_with_missing_keys(tmp_path, structure):
+    make = STRUCTURES[structure]
+    b = backend(tmp_path)
+    b.put_batch({f"k{i}": make(i) for i in range(6)})
+    b.close()
+    reader = backend(tmp_path, lru_size=0)
+    keys = ["k4", "nope", "k0", "k4", "k5", "also-nope"]
+    values, missing = reader.get_batch(keys)
+    assert missing == [1, 5]
+    assert values[1] is None and values[5] is None
+    for k, got in zip(keys, values, strict=True):
+        if got is not None:
+            _assert_same(got, make(int(k[1:])))
+    none, missing = reader.get_batch(["x", "y"])
+    assert none == [None, None] and missing == [0, 1]
+
+
+def test_values_of_one_batch_are_independent_and_writable(tmp_path):
+    b = backend(tmp_path)
+    b.put_batch({f"k{i}": {"f": torch.full((4,), float(i))} for i in range(3)})
+    b.close()
+    reader = backend(tmp_path, lru_size=0)
+    values, _ = reader.get_batch(["k0", "k1", "k1"])
+    values[0]["f"] += 100  # in place, on one value
+    values[1]["f"].zero_()
+    assert torch.equal(values[2]["f"], torch.full((4,), 1.0))  # the same key, its own tensor
+    again, _ = reader.get_batch(["k0", "k1"])
+    assert torch.equal(again[0]["f"], torch.zeros(4)) and torch.equal(again[1]["f"], torch.ones(4))
+
+
+def test_variable_shapes_on_disk_are_read_per_value(tmp_path):
+    b = backend(tmp_path)
+    b.put_batch({"s": torch.zeros(2), "l": torch.ones(5)})
+    b.put_batch({"m": torch.ones(5)})
+    b.close()
+    reader = backend(tmp_path, lru_size=0)
+    values, missing = reader.get_batch(["l", "s", "gone", "m"])
+    assert missing == [2]
+    assert [v.shape[0] for v in (values[0], values[1], values[3])] == [5, 2, 5]
+    assert torch.equal(values[0], torch.ones(5)) and torch.equal(values[1], torch.zeros(2))
+    values, _ = reader.get_batch(["l", "m"])  # same shapes, after a batch that differed
+    assert torch.equal(torch.stack(values), torch.ones(2, 5))

@@ -20,7 +20,15 @@ methods (``put_batch``, ``get_batch``, ``flush``) and its on-disk layout::
 
 Values are torch tensors when torch is importable, numpy arrays otherwise
 (the backend works with numpy alone). Tensors read from disk are CPU
-copies the caller owns (writable, independent of the mapped files).
+copies the caller owns (writable, independent of the mapped files). With
+torch, one ``get_batch`` copies each tensor part of its values into one
+fresh buffer and cuts it into the values' tensors with one ``unbind``
+(a third to a half less time than a tensor per value): a value's tensor
+is a view that shares that buffer with the other values read in the
+same call, never overlapping them, so writing into one changes no other.
+What shares a buffer stays alive together: one value kept (by the caller
+or the LRU) keeps its batch's buffer, and ``torch.save`` of one value
+writes the whole buffer; ``.clone()`` a value to keep it on its own.
 Non-tensor values (inside dicts, tuples and lists, or whole) are pickled
 as torchcachex pickles them: **opening a cache unpickles its blobs**, so
 open only caches you trust.
@@ -64,6 +72,8 @@ Differences from torchcachex (deliberate)
   read-only. ``max_workers`` bounds how many flushes may queue for the one
   background writer thread (segments are written in order).
 * numpy arrays are stored as tensors (torchcachex pickled them).
+* A batch's tensors are views of one buffer per tensor part (see above);
+  torchcachex copied each value's tensor on its own.
 """
 
 from __future__ import annotations
@@ -198,6 +208,47 @@ def _from_store_batch(stored: list[Any], absent: list[int]) -> list[Any]:
             return list(map(torch.from_numpy, stored))
         return [None if v is None else torch.from_numpy(v) for v in stored]
     return [None if v is None else _from_store(v) for v in stored]
+
+
+def _unstack_column(col: Any) -> Any:
+    """One column of ``get_stacked`` as a sequence of per-value parts.
+
+    An array becomes its rows as tensors made by one ``unbind`` call (views
+    of the batch's one fresh buffer: writable, none overlapping another); a
+    list of pickles becomes the unpickled objects.
+    """
+    if isinstance(col, np.ndarray):
+        return _own(col).unbind(0)
+    return [None if b is None else pickle.loads(b) for b in col]
+
+
+def _unstack_batch(stacked: Any, n: int, absent: list[int]) -> list[Any]:
+    """``get_stacked``'s batch as ``n`` values (torch only), None where absent.
+
+    ``stacked`` is shaped like one value with a leading batch axis: an
+    array, a list of pickles (a whole-value blob: every entry ``bytes`` or
+    ``None``), or a dict / tuple / list of such columns.
+    """
+    if isinstance(stacked, np.ndarray):
+        values = list(_unstack_column(stacked))
+    elif isinstance(stacked, dict):
+        names = list(stacked)
+        columns = [_unstack_column(stacked[k]) for k in names]
+        values = [dict(zip(names, row, strict=True)) for row in _rows(columns, n)]
+    elif isinstance(stacked, tuple):
+        values = list(_rows([_unstack_column(c) for c in stacked], n))
+    elif stacked and all(b is None or isinstance(b, bytes) for b in stacked):
+        values = _unstack_column(stacked)  # whole values pickled
+    else:
+        values = [list(row) for row in _rows([_unstack_column(c) for c in stacked], n)]
+    for i in absent:
+        values[i] = None
+    return values
+
+
+def _rows(columns: list[Any], n: int) -> Iterable[tuple[Any, ...]]:
+    """The batch's values as tuples of parts (``n`` empty ones without columns)."""
+    return zip(*columns, strict=True) if columns else [()] * n
 
 
 def _move(obj: Any, device: Any) -> Any:
@@ -351,6 +402,7 @@ class ArrowIPCCacheBackend:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._legacy_index_checked = False
+        self._stackable = True  # False once a batch's values differ in shape
         self.store = SegmentStore(
             self.cache_dir,
             flush_every=self.flush_every,
@@ -408,11 +460,10 @@ class ArrowIPCCacheBackend:
             need = list(range(len(keys)))
         missing: list[int] = []
         if need:
-            # Fresh arrays that own their bytes: writable, and an LRU entry
-            # pins no segment map and no other value's memory.
+            # Fresh buffers that own their bytes: writable, and an LRU entry
+            # pins no segment map (with torch, its batch's buffer: see _read).
             need_keys = keys if len(need) == len(keys) else [keys[i] for i in need]
-            stored, absent = self.store.get_batch(need_keys, copy=True)
-            decoded = _from_store_batch(stored, absent)
+            decoded, absent = self._read(need_keys)
             if len(need) == len(keys):
                 results = decoded
             else:
@@ -428,6 +479,28 @@ class ArrowIPCCacheBackend:
         if torch is not None and map_location is not None and str(map_location) != "cpu":
             results = [None if r is None else _move(r, map_location) for r in results]
         return results, missing
+
+    def _read(self, keys: list[str]) -> tuple[list[Any], list[int]]:
+        """The store's values of ``keys`` (None where absent) and the absent positions.
+
+        With torch, one ``get_stacked`` call copies the batch into one fresh
+        buffer per tensor part and one ``unbind`` per part makes the values'
+        tensors, instead of a numpy array and a ``from_numpy`` call per
+        tensor (a third less time per value for one tensor, half for a dict
+        of two). A value then shares its batch's buffer. A cache
+        whose values differ in shape is read per value from then on.
+        """
+        if torch is not None and self._stackable:
+            try:
+                stacked, absent = self.store.get_stacked(keys)
+            except InvalidInputError:
+                self._stackable = False
+            else:
+                if stacked is None:
+                    return [None] * len(keys), absent
+                return _unstack_batch(stacked, len(keys), absent), absent
+        stored, absent = self.store.get_batch(keys, copy=True)
+        return _from_store_batch(stored, absent), absent
 
     def put_batch(self, items: Mapping[Any, Any]) -> None:
         """Cache values by key (persisted by the writer rank only).

@@ -5,11 +5,14 @@ See :mod:`cachex.loadit` for the differences from loadit.
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from cachex import _cachex
 from cachex.loadit.util import SequenceView, is_sequence
@@ -231,6 +234,13 @@ class LoadIt(SequenceView):
         return self._store[i]
 
     def __iter__(self) -> Iterator[Any]:
+        n = self._store.known_len
+        if n is not None:
+            return self._items(range(n))
+        return self._iter_to_the_end()
+
+    def _iter_to_the_end(self) -> Iterator[Any]:
+        """Iteration while the length is unknown: shard by shard until the end."""
         start, shard = 0, self._store.max_shard_length
         n = self._store.known_len
         while n is None:
@@ -244,8 +254,16 @@ class LoadIt(SequenceView):
             yield from items
             start += shard
             n = self._store.known_len
-        for s in range(start, n, _ITER_CHUNK):
-            yield from self._store.get_many(list(range(s, min(n, s + _ITER_CHUNK))))
+        yield from self._items(range(start, n))
+
+    def _items(self, indices: Sequence[int]) -> Iterator[Any]:
+        """The items at ``indices``, read in chunks by the engine and chained
+        in C (no Python frame per item)."""
+        n = len(indices)
+        chunks = (
+            _index_chunk(indices, s, min(n, s + _ITER_CHUNK)) for s in range(0, n, _ITER_CHUNK)
+        )
+        return itertools.chain.from_iterable(map(self._store.get_many, chunks))
 
     def _nonnegative(self, index: Any) -> int:
         i = operator.index(index)
@@ -309,7 +327,18 @@ class LoaditView(SequenceView):
         return self._item(key)
 
     def __iter__(self) -> Iterator[Any]:
-        n = len(self.indices)
-        for s in range(0, n, _ITER_CHUNK):
-            chunk = [operator.index(self.indices[j]) for j in range(s, min(n, s + _ITER_CHUNK))]
-            yield from self.loader._store.get_many(chunk)
+        return self.loader._items(self.indices)
+
+
+def _index_chunk(indices: Sequence[int], start: int, stop: int) -> Sequence[int]:
+    """``indices[start:stop]`` as the engine takes it (a sequence of ints).
+
+    Lists, tuples, ranges and numpy arrays are sliced whole (no Python call
+    per index: the engine converts each entry with ``__index__``, as
+    ``operator.index`` does); any other sequence is read entry by entry.
+    """
+    if isinstance(indices, list | tuple | range):
+        return indices[start:stop]
+    if isinstance(indices, np.ndarray) and indices.ndim == 1:
+        return indices[start:stop].tolist()
+    return [operator.index(indices[j]) for j in range(start, stop)]
