@@ -30,11 +30,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::stream::BoxStream;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    GetOptions, GetResult, ListResult, ObjectStore, PutOptions, PutPayload, PutResult,
 };
 use page_alloc::{PageReader, PageWriter, Schema, Value, WriterOptions};
 use rand::rngs::StdRng;
@@ -44,6 +42,7 @@ use remote_cache::{RemoteDir, RemotePages, RemoteSegments};
 use remote_tier::{RemoteTier, TierConfig, build_store};
 use segment_store::{Options, Record, SegmentStore};
 use tensor_core::Tensor;
+use test_support::intercept::{Intercept, Intercepted};
 
 use crate::{Ctx, Line, RunError, progress};
 
@@ -153,22 +152,16 @@ fn new_bucket(endpoint: &str, name: &str) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Counts requests and bytes, and adds a fixed latency to each request.
+/// Counts requests and bytes, and adds a fixed latency to each request
+/// (but a streamed LIST, which is only counted).
 #[derive(Debug)]
-struct MeteredStore {
-    inner: Arc<dyn ObjectStore>,
+struct Meter {
     latency: Duration,
     requests: AtomicU64,
     bytes: AtomicU64,
 }
 
-impl std::fmt::Display for MeteredStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Metered({})", self.inner)
-    }
-}
-
-impl MeteredStore {
+impl Meter {
     async fn wait(&self) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         if !self.latency.is_zero() {
@@ -178,33 +171,31 @@ impl MeteredStore {
 }
 
 #[async_trait]
-impl ObjectStore for MeteredStore {
-    async fn put_opts(
+impl Intercept for Meter {
+    fn name(&self) -> &'static str {
+        "Metered"
+    }
+
+    async fn put(
         &self,
+        inner: &dyn ObjectStore,
         location: &ObjectPath,
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.wait().await;
-        self.inner.put_opts(location, payload, opts).await
+        inner.put_opts(location, payload, opts).await
     }
 
-    async fn put_multipart_opts(
+    async fn get(
         &self,
-        location: &ObjectPath,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
+        inner: &dyn ObjectStore,
         location: &ObjectPath,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         self.wait().await;
         let head = options.head;
-        let got = self.inner.get_opts(location, options).await?;
+        let got = inner.get_opts(location, options).await?;
         if !head {
             self.bytes
                 .fetch_add(got.range.end - got.range.start, Ordering::Relaxed);
@@ -212,45 +203,17 @@ impl ObjectStore for MeteredStore {
         Ok(got)
     }
 
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
-    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+    fn list(&self, _prefix: Option<&ObjectPath>) {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&ObjectPath>,
-        offset: &ObjectPath,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        self.inner.list_with_offset(prefix, offset)
     }
 
     async fn list_with_delimiter(
         &self,
+        inner: &dyn ObjectStore,
         prefix: Option<&ObjectPath>,
     ) -> object_store::Result<ListResult> {
         self.wait().await;
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &ObjectPath,
-        to: &ObjectPath,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        inner.list_with_delimiter(prefix).await
     }
 }
 
@@ -264,7 +227,7 @@ struct Published {
 
 /// A remote read's tier: its directory, the metered store, the commit log.
 struct Tier {
-    metered: Arc<MeteredStore>,
+    metered: Arc<Meter>,
     dir: PathBuf,
 }
 
@@ -278,13 +241,12 @@ impl Published {
         by_blocks: remote_cache::journal::ReadByBlocks,
     ) -> Result<(RemoteDir, Tier), RunError> {
         let (inner, prefix) = build_store(&self.url, s3_options(&self.endpoint)).map_err(err)?;
-        let metered = Arc::new(MeteredStore {
-            inner,
+        let metered = Arc::new(Meter {
             latency,
             requests: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
         });
-        let store: Arc<dyn ObjectStore> = metered.clone();
+        let store: Arc<dyn ObjectStore> = Arc::new(Intercepted::new(inner, Arc::clone(&metered)));
         let tier_dir = dir.join("tier");
         let tier =
             RemoteTier::with_store(store, prefix, &self.url, TierConfig::new(&tier_dir, budget))

@@ -16,17 +16,17 @@ use common::{
     child_writer, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
     spawn_child_writer,
 };
-use futures::stream::BoxStream;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    GetOptions, GetResult, MultipartUpload, ObjectStore, PutMultipartOptions, PutOptions,
+    PutPayload, PutResult,
 };
 use remote_cache::journal::commit_name;
 use remote_cache::{RemoteDir, RemoteSegments};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, Record};
 use tensor_core::Tensor;
+use test_support::intercept::{Intercept, Intercepted};
 
 const CHILD_ENV: &str = "REMOTE_CACHE_PUBLISHER_CHILD";
 const COMMITS: usize = 12;
@@ -156,96 +156,61 @@ fn a_periodic_refresher_brings_new_commits_without_a_call() {
 }
 
 /// Every request sent: (`get`, `head`, `list`, `put`), object path.
-type RequestLog = Arc<Mutex<Vec<(&'static str, String)>>>;
+#[derive(Debug, Default)]
+struct Requests(Mutex<Vec<(&'static str, String)>>);
 
-/// A store that records every request it forwards.
-#[derive(Debug)]
-struct RecordingStore {
-    inner: Arc<dyn ObjectStore>,
-    log: RequestLog,
-}
+/// The log of a [`recorded_reader`], shared with its store.
+type RequestLog = Arc<Requests>;
 
-impl RecordingStore {
+impl Requests {
     fn note(&self, op: &'static str, path: &ObjectPath) {
-        self.log.lock().unwrap().push((op, path.to_string()));
+        self.0.lock().unwrap().push((op, path.to_string()));
     }
-}
 
-impl std::fmt::Display for RecordingStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RecordingStore({})", self.inner)
+    fn all(&self) -> Vec<(&'static str, String)> {
+        self.0.lock().unwrap().clone()
     }
 }
 
 #[async_trait]
-impl ObjectStore for RecordingStore {
-    async fn put_opts(
+impl Intercept for Requests {
+    fn name(&self) -> &'static str {
+        "RecordingStore"
+    }
+
+    async fn put(
         &self,
+        inner: &dyn ObjectStore,
         location: &ObjectPath,
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         self.note("put", location);
-        self.inner.put_opts(location, payload, opts).await
+        inner.put_opts(location, payload, opts).await
     }
 
-    async fn put_multipart_opts(
+    async fn put_multipart(
         &self,
+        inner: &dyn ObjectStore,
         location: &ObjectPath,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
         self.note("put", location);
-        self.inner.put_multipart_opts(location, opts).await
+        inner.put_multipart_opts(location, opts).await
     }
 
-    async fn get_opts(
+    async fn get(
         &self,
+        inner: &dyn ObjectStore,
         location: &ObjectPath,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         self.note(if options.head { "head" } else { "get" }, location);
-        self.inner.get_opts(location, options).await
+        inner.get_opts(location, options).await
     }
 
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
-    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+    fn list(&self, prefix: Option<&ObjectPath>) {
         self.note("list", &prefix.cloned().unwrap_or_default());
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&ObjectPath>,
-        offset: &ObjectPath,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.note("list", &prefix.cloned().unwrap_or_default());
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> object_store::Result<ListResult> {
-        self.note("list", &prefix.cloned().unwrap_or_default());
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &ObjectPath,
-        to: &ObjectPath,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
     }
 }
 
@@ -258,10 +223,7 @@ fn recorded_reader(
 ) -> (RemoteSegments, RequestLog) {
     let (inner, prefix) = build_store(url, s3_options(endpoint)).unwrap();
     let log = RequestLog::default();
-    let store = Arc::new(RecordingStore {
-        inner,
-        log: Arc::clone(&log),
-    });
+    let store = Arc::new(Intercepted::new(inner, Arc::clone(&log)));
     let tier =
         RemoteTier::with_store(store, prefix, url, small_tier(&dir.join("tier"), 1 << 30)).unwrap();
     let remote = RemoteDir::open(tier, &dir.join("work"), |_, _| false, |_| false).unwrap();
@@ -281,11 +243,9 @@ fn publish_range(writer: &RemoteSegments, range: std::ops::Range<usize>) -> Opti
 
 /// The commit records a request log asked for, in order.
 fn commits_asked(log: &RequestLog) -> Vec<(&'static str, String)> {
-    log.lock()
-        .unwrap()
-        .iter()
+    log.all()
+        .into_iter()
         .filter(|(_, path)| path.contains("/commits/"))
-        .cloned()
         .collect()
 }
 
@@ -321,13 +281,13 @@ fn an_open_finds_new_commits_with_one_get_each_and_one_more() {
         assert!(name.ends_with(&commit_name(seq)), "{asked:?}");
     }
     assert!(asked.iter().all(|(op, _)| *op == "get"), "{asked:?}");
-    assert!(!log.lock().unwrap().iter().any(|(op, _)| *op == "list"));
+    assert!(!log.all().iter().any(|(op, _)| *op == "list"));
     drop(reader);
 
     // Warm, nothing new: one request, for the commit after the last.
     let (reader, log) = recorded_reader(&endpoint, &url, r.path());
     assert_eq!(reader.len(), 30);
-    let all = log.lock().unwrap().clone();
+    let all = log.all();
     assert_eq!(all.len(), 1, "{all:?}");
     assert!(
         all[0].0 == "get" && all[0].1.ends_with(&commit_name(4)),

@@ -12,41 +12,34 @@ use common::{
     child_writer, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
     spawn_child_writer,
 };
-use futures::stream::BoxStream;
 use object_store::path::Path as ObjectPath;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{ObjectStore, PutOptions, PutPayload, PutResult};
 use remote_cache::{RemoteDir, RemoteSegments};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, Record, SegmentStore};
 use tensor_core::Tensor;
+use test_support::intercept::{Intercept, Intercepted};
 
-/// Refuses the next `fail_creates` conditional puts (commit records).
-#[derive(Debug)]
-struct RefusingStore {
-    inner: Arc<dyn ObjectStore>,
-    fail_creates: Arc<AtomicU64>,
-}
-
-impl std::fmt::Display for RefusingStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RefusingStore({})", self.inner)
-    }
-}
+/// Refuses the next `n` conditional puts (commit records).
+#[derive(Debug, Default)]
+struct RefuseCreates(AtomicU64);
 
 #[async_trait]
-impl ObjectStore for RefusingStore {
-    async fn put_opts(
+impl Intercept for RefuseCreates {
+    fn name(&self) -> &'static str {
+        "RefusingStore"
+    }
+
+    async fn put(
         &self,
+        inner: &dyn ObjectStore,
         location: &ObjectPath,
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         if matches!(opts.mode, object_store::PutMode::Create)
             && self
-                .fail_creates
+                .0
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
         {
@@ -55,53 +48,7 @@ impl ObjectStore for RefusingStore {
                 source: "injected fault: commit refused".into(),
             });
         }
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &ObjectPath,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &ObjectPath,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
-    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &ObjectPath,
-        to: &ObjectPath,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        inner.put_opts(location, payload, opts).await
     }
 }
 
@@ -128,11 +75,8 @@ fn a_publish_that_fails_before_its_commit_leaves_the_last_commit() {
     let url = new_bucket_url(&endpoint, "r");
     let (tier_dir, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (store, prefix) = build_store(&url, s3_options(&endpoint)).unwrap();
-    let fail_creates = Arc::new(AtomicU64::new(0));
-    let refusing = Arc::new(RefusingStore {
-        inner: store,
-        fail_creates: Arc::clone(&fail_creates),
-    });
+    let fail_creates = Arc::new(RefuseCreates::default());
+    let refusing = Arc::new(Intercepted::new(store, Arc::clone(&fail_creates)));
     let tier = RemoteTier::with_store(refusing, prefix, &url, small_tier(tier_dir.path(), 1 << 30))
         .unwrap();
     let dir = RemoteDir::open(tier, work.path(), |_, _| false, |_| false).unwrap();
@@ -141,7 +85,7 @@ fn a_publish_that_fails_before_its_commit_leaves_the_last_commit() {
     assert_eq!(dir.publish().unwrap().seq, Some(1));
 
     put(&segments, 40..80);
-    fail_creates.store(1_000, Ordering::SeqCst);
+    fail_creates.0.store(1_000, Ordering::SeqCst);
     let err = dir.publish().unwrap_err();
     assert!(err.to_string().contains("commit"), "{err}");
 
@@ -162,7 +106,7 @@ fn a_publish_that_fails_before_its_commit_leaves_the_last_commit() {
     assert!(got[1].as_ref() == Some(&record(39)));
 
     // The server answers again: the publish resumes, its pieces already up.
-    fail_creates.store(0, Ordering::SeqCst);
+    fail_creates.0.store(0, Ordering::SeqCst);
     let again = dir.publish().unwrap();
     assert_eq!((again.seq, again.uploaded), (Some(2), 0));
     reader.refresh().unwrap();

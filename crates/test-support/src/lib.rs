@@ -1,4 +1,5 @@
-//! Helpers shared by the cachex test suites (a dev-dependency only).
+//! Helpers shared by the cachex test suites (a dev-dependency; the workload
+//! runner uses [`intercept`] too).
 //!
 //! - [`fixtures_dir`]: `crates/test-support/fixtures`, the caches written by
 //!   the real FFCV, torchcachex and loadit, with `expected.json` (see the
@@ -10,8 +11,12 @@
 //!   skipping it, so interop can never silently stop running.
 //! - [`s3`]: the S3 test server `scripts/test` starts (`CACHEX_S3_ENDPOINT`),
 //!   its `object_store` options, and a fresh bucket per test.
+//! - [`intercept`] (feature `object-store`): a pass-through object store
+//!   whose requests a test or benchmark watches, delays, fails or alters.
 #![deny(missing_docs)]
 
+#[cfg(feature = "object-store")]
+pub mod intercept;
 pub mod s3;
 
 use std::path::{Path, PathBuf};

@@ -9,13 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::stream::BoxStream;
 use object_store::path::Path as ObjectPath;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{GetOptions, GetResult, ObjectStore, PutOptions, PutPayload, PutResult};
 use remote_tier::{RemoteTier, TierConfig, build_store};
+use test_support::intercept::{Intercept, Intercepted};
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
 
 /// Creates a bucket no other test uses and returns its name.
@@ -59,7 +56,7 @@ pub fn sample(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// What a [`FaultyStore`] does to the next requests.
+/// What the faulty store of [`faulty_tier`] does to the next requests.
 #[derive(Debug, Default)]
 pub struct Faults {
     /// Fail this many of the next GETs (a transient server error).
@@ -92,116 +89,73 @@ fn injected(what: &str) -> object_store::Error {
     }
 }
 
-/// A wrapper store that counts GETs and injects the [`Faults`] asked for.
-#[derive(Debug)]
-pub struct FaultyStore {
-    pub inner: Arc<dyn ObjectStore>,
-    pub faults: Arc<Faults>,
-}
-
-impl std::fmt::Display for FaultyStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "FaultyStore({})", self.inner)
-    }
-}
-
+/// Counts GETs and injects the faults asked for (shared with the test).
 #[async_trait]
-impl ObjectStore for FaultyStore {
-    async fn put_opts(
+impl Intercept for Faults {
+    fn name(&self) -> &'static str {
+        "FaultyStore"
+    }
+
+    async fn put(
         &self,
+        inner: &dyn ObjectStore,
         location: &ObjectPath,
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let conditional = matches!(opts.mode, object_store::PutMode::Create);
-        if conditional && take(&self.faults.fail_creates) {
+        if conditional && take(&self.fail_creates) {
             return Err(injected("commit refused"));
         }
-        let result = self.inner.put_opts(location, payload, opts).await;
-        if conditional && result.is_ok() && take(&self.faults.lose_put_answers) {
+        let result = inner.put_opts(location, payload, opts).await;
+        if conditional && result.is_ok() && take(&self.lose_put_answers) {
             return Err(injected("answer lost after the put"));
         }
         result
     }
 
-    async fn put_multipart_opts(
+    async fn get(
         &self,
-        location: &ObjectPath,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
+        inner: &dyn ObjectStore,
         location: &ObjectPath,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        if !options.head {
-            self.faults.gets.fetch_add(1, Ordering::SeqCst);
-            if take(&self.faults.fail_gets) {
-                return Err(injected("server error"));
-            }
-            if take(&self.faults.hang_gets) {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            }
-            let range = match &options.range {
-                Some(object_store::GetRange::Bounded(r)) => Some(r.clone()),
-                _ => None,
-            };
-            self.faults.ranges.lock().unwrap().push(range);
-            if take(&self.faults.truncate_gets) {
-                let got = self.inner.get_opts(location, options).await?;
-                let meta = got.meta.clone();
-                let attributes = got.attributes.clone();
-                let range = got.range.clone();
-                let mut bytes = got.bytes().await?;
-                bytes.truncate(bytes.len().saturating_sub(1));
-                let body = futures::stream::once(async move { Ok(bytes) });
-                return Ok(GetResult {
-                    payload: object_store::GetResultPayload::Stream(Box::pin(body)),
-                    meta,
-                    range,
-                    attributes,
-                    extensions: Default::default(),
-                });
-            }
+        if options.head {
+            return inner.get_opts(location, options).await;
         }
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
-    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(
-        &self,
-        prefix: Option<&ObjectPath>,
-    ) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &ObjectPath,
-        to: &ObjectPath,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        if take(&self.fail_gets) {
+            return Err(injected("server error"));
+        }
+        if take(&self.hang_gets) {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        let range = match &options.range {
+            Some(object_store::GetRange::Bounded(r)) => Some(r.clone()),
+            _ => None,
+        };
+        self.ranges.lock().unwrap().push(range);
+        if !take(&self.truncate_gets) {
+            return inner.get_opts(location, options).await;
+        }
+        let got = inner.get_opts(location, options).await?;
+        let meta = got.meta.clone();
+        let attributes = got.attributes.clone();
+        let range = got.range.clone();
+        let mut bytes = got.bytes().await?;
+        bytes.truncate(bytes.len().saturating_sub(1));
+        let body = futures::stream::once(async move { Ok(bytes) });
+        Ok(GetResult {
+            payload: object_store::GetResultPayload::Stream(Box::pin(body)),
+            meta,
+            range,
+            attributes,
+            extensions: Default::default(),
+        })
     }
 }
 
-/// A tier over `FaultyStore(store)`; returns the tier and its faults.
+/// A tier over `store` behind [`Faults`]; returns the tier and its faults.
 pub fn faulty_tier(
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
@@ -209,10 +163,7 @@ pub fn faulty_tier(
     config: TierConfig,
 ) -> (RemoteTier, Arc<Faults>) {
     let faults = Arc::new(Faults::default());
-    let wrapped = Arc::new(FaultyStore {
-        inner: store,
-        faults: Arc::clone(&faults),
-    });
+    let wrapped = Arc::new(Intercepted::new(store, Arc::clone(&faults)));
     let tier = RemoteTier::with_store(wrapped, prefix, url, config).expect("open the tier");
     (tier, faults)
 }
