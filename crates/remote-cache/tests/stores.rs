@@ -9,6 +9,7 @@ use memmap_array::{NewRow, RowWriter, Schema};
 use page_alloc::{PageWriter, Value, WriterOptions};
 use remote_cache::{Location, RemoteArrays, RemoteDir, RemotePages, RemoteShards};
 use remote_tier::RemoteTier;
+use tempfile::TempDir;
 use tensor_core::{DType, Tensor};
 
 #[test]
@@ -41,14 +42,22 @@ fn shards_generated_and_uploaded_are_read_by_a_cold_reader() {
     assert!(reader.all_cached_to_disk().unwrap());
 }
 
-/// Publishes the local cache directory `dir` to `url` (as a build job
-/// would after writing it).
-fn publish_dir(endpoint: &str, url: &str, dir: &std::path::Path) {
+/// A publisher of the local cache directory `dir` to `url` (as a build
+/// job would have after writing it), with the directory of its tier.
+fn publisher(endpoint: &str, url: &str, dir: &std::path::Path) -> (RemoteDir, TempDir) {
     let t = tempfile::tempdir().unwrap();
     let tier =
         RemoteTier::open_with_options(url, s3_options(endpoint), small_tier(t.path(), 1 << 30))
             .unwrap();
-    let remote = RemoteDir::open(tier, dir, |_, _| false, |_| false).unwrap();
+    (
+        RemoteDir::open(tier, dir, |_, _| false, |_| false).unwrap(),
+        t,
+    )
+}
+
+/// Publishes the local cache directory `dir` to `url` as its first commit.
+fn publish_dir(endpoint: &str, url: &str, dir: &std::path::Path) {
+    let (remote, _tier) = publisher(endpoint, url, dir);
     assert_eq!(remote.publish().unwrap().seq, Some(1));
 }
 
@@ -56,19 +65,15 @@ fn array_row(i: u64) -> Vec<i32> {
     (0..1024).map(|j| (i * 1024 + j) as i32).collect()
 }
 
-#[test]
-fn arrays_are_read_by_block_ranges() {
-    let Some(endpoint) = s3_endpoint() else {
-        return;
-    };
-    let url = new_bucket_url(&endpoint, "arrays");
+/// A finalized memmap-array cache of `rows` rows `array_row(i)` (4 KiB a
+/// row) in a fresh directory.
+fn build_arrays(rows: u64) -> TempDir {
     let built = tempfile::tempdir().unwrap();
     let schema = Schema::builder()
         .array("data", DType::I32, [1024])
         .build()
         .unwrap();
     let mut writer = RowWriter::create_or_resume(built.path(), &schema, "v1").unwrap();
-    let rows = 600u64; // 4 KiB a row: 2.4 MB, 38 blocks of 64 KiB
     for i in 0..rows {
         let t = Tensor::from_vec([1024], array_row(i)).unwrap();
         let source = format!("s{i}");
@@ -77,6 +82,17 @@ fn arrays_are_read_by_block_ranges() {
             .unwrap();
     }
     writer.finalize().unwrap();
+    built
+}
+
+#[test]
+fn arrays_are_read_by_block_ranges() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "arrays");
+    let rows = 600u64; // 4 KiB a row: 2.4 MB, 38 blocks of 64 KiB
+    let built = build_arrays(rows);
     publish_dir(&endpoint, &url, built.path());
 
     let tier_dir = tempfile::tempdir().unwrap();
@@ -182,11 +198,7 @@ fn an_open_page_file_reads_its_own_bytes_after_a_replacement_and_eviction() {
         writer.finalize().unwrap();
         std::fs::rename(&aside, &path).unwrap();
     };
-    let t = tempfile::tempdir().unwrap();
-    let tier =
-        RemoteTier::open_with_options(&url, s3_options(&endpoint), small_tier(t.path(), 1 << 30))
-            .unwrap();
-    let publisher = RemoteDir::open(tier, built.path(), |_, _| false, |_| false).unwrap();
+    let (publisher, _tier) = publisher(&endpoint, &url, built.path());
     write(1);
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
 
@@ -226,26 +238,9 @@ fn open_arrays_read_their_own_bytes_after_a_replacement_and_eviction() {
         return;
     };
     let url = new_bucket_url(&endpoint, "arrays-replaced");
-    let built = tempfile::tempdir().unwrap();
-    let schema = Schema::builder()
-        .array("data", DType::I32, [1024])
-        .build()
-        .unwrap();
-    let mut writer = RowWriter::create_or_resume(built.path(), &schema, "v1").unwrap();
     let rows = 200u64;
-    for i in 0..rows {
-        let t = Tensor::from_vec([1024], array_row(i)).unwrap();
-        let source = format!("s{i}");
-        writer
-            .write(&NewRow::new(&source).array("data", t.view()))
-            .unwrap();
-    }
-    writer.finalize().unwrap();
-    let t = tempfile::tempdir().unwrap();
-    let tier =
-        RemoteTier::open_with_options(&url, s3_options(&endpoint), small_tier(t.path(), 1 << 30))
-            .unwrap();
-    let publisher = RemoteDir::open(tier, built.path(), |_, _| false, |_| false).unwrap();
+    let built = build_arrays(rows);
+    let (publisher, _tier) = publisher(&endpoint, &url, built.path());
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
 
     // A one-byte budget: every fetch evicts whatever no reader holds.
