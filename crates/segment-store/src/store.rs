@@ -671,6 +671,16 @@ impl Drop for SegmentStore {
 
 fn take_batch(p: &mut Pending, every: usize) -> Arc<Batch> {
     let n = p.records.len().min(every);
+    if n == p.records.len() {
+        // Everything pending (the common case: batches that add up to
+        // `every`): the key map moves with the records, and the next
+        // pending run starts with room for a whole segment (up to 64k
+        // records: `flush_every` may be far larger).
+        let room = every.min(1 << 16);
+        let records = std::mem::replace(&mut p.records, Vec::with_capacity(room));
+        let by_key = std::mem::replace(&mut p.by_key, HashMap::with_capacity(room));
+        return Arc::new(Batch { records, by_key });
+    }
     let records: Vec<(String, Record)> = p.records.drain(..n).collect();
     let rest: Vec<(String, Record)> = std::mem::take(&mut p.records);
     p.by_key.clear();
