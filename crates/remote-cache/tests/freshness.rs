@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use common::{
-    child_writer, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
+    child_writer, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
     spawn_child_writer,
 };
 use object_store::path::Path as ObjectPath;
@@ -46,15 +46,9 @@ fn publisher_child() {
         // Two segments per commit: a reader must never see one alone.
         for half in 0..2 {
             let base = c * PER_COMMIT + half * PER_COMMIT / 2;
-            let keys: Vec<String> = (base..base + PER_COMMIT / 2)
-                .map(|i| format!("k{i}"))
-                .collect();
-            let items: Vec<(&str, Record)> = keys
-                .iter()
-                .enumerate()
-                .map(|(j, k)| (k.as_str(), record(base + j)))
-                .collect();
-            store.put_batch(&items).unwrap();
+            store
+                .put_batch(&keyed("k", base..base + PER_COMMIT / 2, record))
+                .unwrap();
             store.flush().unwrap();
         }
         assert_eq!(store.publish().unwrap().seq, Some(c as u64 + 1));
@@ -136,7 +130,7 @@ fn a_periodic_refresher_brings_new_commits_without_a_call() {
         .unwrap(),
     );
     let refresher = RemoteSegments::refresh_every(&reader, std::time::Duration::from_millis(20));
-    let items: Vec<(String, Record)> = (0..10).map(|i| (format!("k{i}"), record(i))).collect();
+    let items = keyed("k", 0..10, record);
     writer.put_batch(&items).unwrap();
     writer.publish().unwrap();
     // A liveness bound, not a timing check: the refresher must get there.
@@ -236,8 +230,7 @@ fn recorded_reader(
 }
 
 fn publish_range(writer: &RemoteSegments, range: std::ops::Range<usize>) -> Option<u64> {
-    let items: Vec<(String, Record)> = range.map(|i| (format!("k{i}"), record(i))).collect();
-    writer.put_batch(&items).unwrap();
+    writer.put_batch(&keyed("k", range, record)).unwrap();
     writer.publish().unwrap().seq
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use common::{
-    child_writer, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
+    child_writer, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
     spawn_child_writer,
 };
 use object_store::path::Path as ObjectPath;
@@ -57,13 +57,7 @@ fn record(i: usize) -> Record {
 }
 
 fn put(store: &SegmentStore, range: std::ops::Range<usize>) {
-    let keys: Vec<String> = range.clone().map(|i| format!("k{i}")).collect();
-    let items: Vec<(&str, Record)> = keys
-        .iter()
-        .zip(range)
-        .map(|(k, i)| (k.as_str(), record(i)))
-        .collect();
-    store.put_batch(&items).unwrap();
+    store.put_batch(&keyed("k", range, record)).unwrap();
     store.flush().unwrap();
 }
 
@@ -126,13 +120,9 @@ fn killed_writer_child() {
     let start = store.len();
     for c in 0.. {
         let base = start + c * PER_COMMIT;
-        let keys: Vec<String> = (base..base + PER_COMMIT).map(|i| format!("k{i}")).collect();
-        let items: Vec<(&str, Record)> = keys
-            .iter()
-            .enumerate()
-            .map(|(j, k)| (k.as_str(), record(base + j)))
-            .collect();
-        store.put_batch(&items).unwrap();
+        store
+            .put_batch(&keyed("k", base..base + PER_COMMIT, record))
+            .unwrap();
         store.publish().unwrap();
         println!(
             "published {} {}",

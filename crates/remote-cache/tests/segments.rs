@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{new_bucket_url, s3_endpoint, s3_location};
+use common::{keyed, new_bucket_url, s3_endpoint, s3_location};
 use remote_cache::{Error, RemoteSegments};
 use segment_store::{Options, Record};
 use tensor_core::Tensor;
@@ -31,13 +31,7 @@ fn reader_options() -> Options {
 }
 
 fn put(store: &RemoteSegments, range: std::ops::Range<usize>) {
-    let keys: Vec<String> = range.clone().map(|i| format!("sample_{i}")).collect();
-    let items: Vec<(&str, Record)> = keys
-        .iter()
-        .zip(range)
-        .map(|(k, i)| (k.as_str(), record(i)))
-        .collect();
-    store.put_batch(&items).unwrap();
+    store.put_batch(&keyed("sample_", range, record)).unwrap();
 }
 
 fn assert_records(store: &RemoteSegments, range: std::ops::Range<usize>) {

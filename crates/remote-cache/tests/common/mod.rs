@@ -3,11 +3,13 @@
 //! bucket per test, and locations on it.
 #![allow(dead_code)]
 
+use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
 use remote_cache::Location;
 use remote_tier::TierConfig;
+use segment_store::Record;
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
 
 /// Creates a bucket no other test uses; returns `s3://<bucket>/<prefix>`.
@@ -73,4 +75,13 @@ pub fn child_writer(env: &str, writer_id: u32) -> Option<remote_cache::RemoteSeg
         remote_cache::RemoteSegments::open(&s3_location(endpoint, url, Path::new(dir)), options)
             .unwrap(),
     )
+}
+
+/// The batch of keys `{prefix}{i}` for `i` in `range`, each with `record(i)`.
+pub fn keyed(
+    prefix: &str,
+    range: Range<usize>,
+    record: impl Fn(usize) -> Record,
+) -> Vec<(String, Record)> {
+    range.map(|i| (format!("{prefix}{i}"), record(i))).collect()
 }
