@@ -413,8 +413,11 @@ fn w1(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
         lru_bytes: 0,
         ..Options::default()
     };
+    // Every line times opening and reading, the local one too.
+    let start = Instant::now();
     let local = SegmentStore::open(&local_dir, read_only()).map_err(err)?;
-    let local_secs = w1_read(ctx, &local, n, 0.0)?;
+    let local_open = start.elapsed().as_secs_f64();
+    let local_secs = w1_read(ctx, &local, n, local_open)?;
     drop(local);
     emit(
         ctx,
@@ -425,7 +428,7 @@ fn w1(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
         local_secs,
         None,
         None,
-        None,
+        Some(local_open),
     );
 
     let never = |_: &str, _: u64| false;
@@ -563,8 +566,10 @@ fn w5(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
     progress!("w6: writing and publishing W5's {n} samples");
     let (published, local_dir, sums) = w5_write(ctx, endpoint, bucket, n)?;
     let bytes = published.bytes;
+    let start = Instant::now();
     let local = PageReader::open(local_dir.join(PAGE_FILE)).map_err(err)?;
-    let local_secs = w5_read(ctx, &local, None, &sums, 0.0)?;
+    let local_open = start.elapsed().as_secs_f64();
+    let local_secs = w5_read(ctx, &local, None, &sums, local_open)?;
     drop(local);
     emit(
         ctx,
@@ -575,7 +580,7 @@ fn w5(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
         local_secs,
         None,
         None,
-        None,
+        Some(local_open),
     );
     for (phase, budget, latency) in [
         ("read_cold", 1u64 << 40, Duration::ZERO),
