@@ -18,7 +18,9 @@
 //! W1's read is 200 batches of 256 uniformly random keys (`get_batch` and
 //! a pass over every element); W5's reads every sample once in a random
 //! order, summing its bytes. Every value is checked after the timed
-//! region. Remote lines carry `requests` (GET and HEAD requests sent),
+//! region. Each line's seconds include opening (the local line's too):
+//! `fraction_of_local` compares open + read, `reads_fraction_of_local`
+//! the reads alone (so a warm open's one freshness GET shows apart). Remote lines carry `requests` (GET and HEAD requests sent),
 //! `bytes_fetched` and `tier_bytes` (the local tier's size after).
 
 use std::io::{Read, Write};
@@ -286,7 +288,7 @@ fn emit(
     items: usize,
     bytes: u64,
     secs: f64,
-    local_secs: Option<f64>,
+    local: Option<(f64, f64)>,
     tier: Option<&Tier>,
     open_secs: Option<f64>,
 ) -> f64 {
@@ -294,8 +296,14 @@ fn emit(
     if let Some(open) = open_secs {
         line = line.with("open_s", open);
     }
-    if let Some(local) = local_secs {
-        line = line.with("fraction_of_local", local / secs.max(1e-9));
+    if let Some((local_secs, local_open)) = local {
+        let open = open_secs.unwrap_or(0.0);
+        line = line
+            .with("fraction_of_local", local_secs / secs.max(1e-9))
+            .with(
+                "reads_fraction_of_local",
+                (local_secs - local_open) / (secs - open).max(1e-9),
+            );
     }
     if let Some(t) = tier {
         line = line
@@ -450,7 +458,7 @@ fn w1(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
             items,
             batch_bytes,
             secs,
-            Some(local_secs),
+            Some((local_secs, local_open)),
             Some(&tier),
             Some(open_secs),
         );
@@ -469,7 +477,7 @@ fn w1(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
                 items,
                 batch_bytes,
                 secs,
-                Some(local_secs),
+                Some((local_secs, local_open)),
                 Some(&tier),
                 Some(open_secs),
             );
@@ -603,7 +611,7 @@ fn w5(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
                 n,
                 bytes,
                 secs,
-                Some(local_secs),
+                Some((local_secs, local_open)),
                 Some(&tier),
                 Some(open_secs),
             );
