@@ -17,8 +17,13 @@
 //!   new segment (temp file → fsync → rename → dir fsync), and only then is
 //!   the segment's group of key hashes (XXH3) appended (and fsynced) to the index
 //!   log. A flush never rewrites existing bytes, so it costs O(new records).
-//!   With [`Options::async_write`] flushes run on a background thread
-//!   behind a bounded queue; its errors come back from the next call.
+//!   By default the call that fills a segment builds and writes it (its
+//!   write-back starting chunk by chunk), and the store's flush thread
+//!   makes it durable and appends its group while the caller goes on, one
+//!   segment at a time; [`SegmentStore::flush`] returns once everything is
+//!   durable. With [`Options::async_write`] the thread builds and writes
+//!   segments too, behind a bounded queue. Either way, a commit's error
+//!   comes back from the next call.
 //! * **Reads** try the byte-bounded LRU, then unflushed records, then the
 //!   index: a table of 12-byte slots (≤ 24 bytes per key), loaded by one
 //!   sequential read of the log without parsing any key string. Each
@@ -62,7 +67,8 @@
 //! [`verify`]`(dir)` opens read-only and returns both lists. Problems are
 //! [`cache_check::Problem`]s, the shape every cachex store reports in.
 //! `async_write` is off by default (torchcachex's default is on): a
-//! synchronous flush returns its own errors.
+//! segment's build and write errors come back from the call that filled
+//! it, and only its commit overlaps the caller's next records.
 //!
 //! # Layout
 //! ```text

@@ -17,7 +17,7 @@ use crate::reader::{Decoded, Row, Segment};
 use crate::record::{Record, part_bytes};
 use crate::recover::{LogCursor, Role, hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
-use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
+use crate::writer::{IndexLog, Unsynced, build_batch, split_runs, write_segment_data};
 use crate::{Error, Result};
 use cache_check::{Problem, ProblemKind};
 
@@ -35,11 +35,16 @@ pub struct Options {
     /// Byte budget of the in-memory LRU of records; 0 disables it
     /// (default 64 MiB).
     pub lru_bytes: usize,
-    /// Write segments on a background thread (default false). Errors
-    /// there are returned by the next call or by [`SegmentStore::flush`].
+    /// Build and write segments on a background thread (default false),
+    /// so `put_batch` never waits for them. By default the call that
+    /// fills a segment builds and writes it, and the store's flush thread
+    /// makes it durable (fsync, rename, index group) while the caller goes
+    /// on, one segment at a time. Either way, errors there are returned by
+    /// the next call or by [`SegmentStore::flush`], which returns once
+    /// everything is durable.
     pub async_write: bool,
-    /// Flushes that may wait for the background thread before
-    /// `put_batch` blocks (default 2).
+    /// With `async_write`, flushes that may wait for the background
+    /// thread before `put_batch` blocks (default 2).
     pub queue_depth: usize,
     /// The rank that persists (default 0).
     pub writer_rank: u32,
@@ -150,6 +155,9 @@ pub(crate) struct Inner {
     pub(crate) state: RwLock<State>,
     pending: Mutex<Pending>,
     pub(crate) write: Option<Mutex<WriteSide>>,
+    /// Held while a caller takes pending records and writes their
+    /// segments (the default mode), so segments commit in id order.
+    preparing: Mutex<()>,
     lru: Mutex<Lru>,
     bg_error: Mutex<Option<Error>>,
     pub(crate) problems: Mutex<Vec<Problem>>,
@@ -165,8 +173,24 @@ pub(crate) struct Inner {
 }
 
 enum Job {
+    /// Build, write and commit a batch (`async_write`).
     Write(Arc<Batch>),
+    /// Commit segments the caller wrote (the default mode).
+    Commit(Prepared),
     Barrier(SyncSender<()>),
+}
+
+/// A batch's segments, written (not yet durable) in the order they commit.
+struct Prepared {
+    batch: Arc<Batch>,
+    runs: Vec<Written>,
+}
+
+/// One segment of a batch: its id, its rows, its unsynced file.
+struct Written {
+    id: u32,
+    rows: std::ops::Range<usize>,
+    file: Unsynced,
 }
 
 struct Background {
@@ -261,6 +285,7 @@ impl SegmentStore {
             }),
             pending: Mutex::new(Pending::default()),
             write,
+            preparing: Mutex::new(()),
             lru: Mutex::new(Lru::new(opts.lru_bytes)),
             bg_error: Mutex::new(None),
             problems: Mutex::new(rec.problems),
@@ -273,8 +298,15 @@ impl SegmentStore {
             _locks: locks,
             opts,
         });
-        let bg = if inner.opts.async_write && inner.write.is_some() {
-            let (tx, rx) = sync_channel(inner.opts.queue_depth.max(1));
+        let bg = if inner.write.is_some() {
+            // The default mode hands over one written segment at a time: the
+            // send waits until the thread is done with the one before.
+            let depth = if inner.opts.async_write {
+                inner.opts.queue_depth.max(1)
+            } else {
+                0
+            };
+            let (tx, rx) = sync_channel(depth);
             let worker = inner.clone();
             let handle = std::thread::Builder::new()
                 .name("segment-store-flush".into())
@@ -394,22 +426,31 @@ impl SegmentStore {
             return Ok(());
         };
         let every = inner.opts.flush_every;
-        if let Some(bg) = &self.bg {
+        let Some(bg) = &self.bg else {
+            return Ok(());
+        };
+        let stopped = || {
+            Error::io(
+                &inner.dir,
+                "hand off flush",
+                std::io::Error::other("flush thread stopped"),
+            )
+        };
+        if inner.opts.async_write {
             let mut p = inner.pending.lock();
             while p.records.len() >= every || (all && !p.records.is_empty()) {
                 let batch = take_batch(&mut p, every);
                 inner.state.write().inflight.push(batch.clone());
                 if bg.tx.send(Job::Write(batch)).is_err() {
-                    return Err(Error::io(
-                        &inner.dir,
-                        "hand off flush",
-                        std::io::Error::other("flush thread stopped"),
-                    ));
+                    return Err(stopped());
                 }
             }
             Ok(())
         } else {
-            let mut ws = write.lock();
+            // The caller builds and writes each full run's segment (the
+            // disk starts on its bytes at once) while the thread commits
+            // the one before.
+            let _order = inner.preparing.lock();
             loop {
                 let batch = {
                     let mut p = inner.pending.lock();
@@ -420,7 +461,13 @@ impl SegmentStore {
                     inner.state.write().inflight.push(batch.clone());
                     batch
                 };
-                persist(inner, &mut ws, &batch)?;
+                let prepared = prepare(inner, write, batch)?;
+                if bg.tx.send(Job::Commit(prepared)).is_err() {
+                    return Err(stopped());
+                }
+                // The thread took it, so it is done with the segment
+                // before: report that one's error now.
+                self.take_bg_error()?;
             }
         }
     }
@@ -742,74 +789,122 @@ fn lookup(inner: &Inner, st: &State, key: &str, hash: u64) -> Option<Hit> {
     None
 }
 
-/// Writes one handed-off batch: segment(s), index group(s), then makes them
-/// visible. Runs under the write lock.
-fn persist(inner: &Inner, ws: &mut WriteSide, batch: &Arc<Batch>) -> Result<()> {
-    let result = persist_runs(inner, ws, batch);
-    inner
-        .state
-        .write()
-        .inflight
-        .retain(|b| !Arc::ptr_eq(b, batch));
-    result
+/// Builds, writes and commits one batch (`async_write`'s thread).
+fn persist(inner: &Inner, write: &Mutex<WriteSide>, batch: Arc<Batch>) -> Result<()> {
+    commit(inner, write, prepare(inner, write, batch)?)
 }
 
-fn persist_runs(inner: &Inner, ws: &mut WriteSide, batch: &Batch) -> Result<()> {
+/// Builds and writes the segment(s) of `batch`, not yet durable. On
+/// failure the batch leaves the in-flight list and nothing stays on disk.
+fn prepare(inner: &Inner, write: &Mutex<WriteSide>, batch: Arc<Batch>) -> Result<Prepared> {
+    let mut runs = Vec::new();
+    match prepare_runs(inner, write, &batch, &mut runs) {
+        Ok(()) => Ok(Prepared { batch, runs }),
+        Err(e) => {
+            runs.into_iter().for_each(|w| w.file.discard());
+            retire(inner, &batch);
+            Err(e)
+        }
+    }
+}
+
+fn prepare_runs(
+    inner: &Inner,
+    write: &Mutex<WriteSide>,
+    batch: &Batch,
+    runs: &mut Vec<Written>,
+) -> Result<()> {
     let schema = inner
         .state
         .read()
         .schema
         .clone()
         .ok_or_else(|| Error::InvalidInput("flush before any schema".into()))?;
-    for run in split_runs(&batch.records, &schema) {
-        let records = &batch.records[run];
-        let id = ws.next_id;
-        let path = format::segment_path(&inner.dir, id);
-        let rb = build_batch(&schema, records).map_err(|e| Error::Arrow {
-            path: path.clone(),
+    for rows in split_runs(&batch.records, &schema) {
+        // A run that fails to build leaves its id unused: ids need not be
+        // dense.
+        let id = write.lock().take_id(&inner.dir)?;
+        let rb = build_batch(&schema, &batch.records[rows.clone()]).map_err(|e| Error::Arrow {
+            path: format::segment_path(&inner.dir, id),
             source: e,
         })?;
-        ws.take_id(&inner.dir)?;
-        let (len, content) = write_segment(&inner.dir, id, &rb)?;
-        let hashes: Vec<u64> = records.iter().map(|(k, _)| format::key_hash(k)).collect();
-        if let Err(e) = ws
-            .log
-            .append(&format::encode_group(id, len, content, &hashes))
-        {
-            // Uncommitted: remove it so a later open does not index it.
-            let _ = std::fs::remove_file(&path);
-            return Err(e);
+        let file = write_segment_data(&inner.dir, id, &rb)?;
+        runs.push(Written { id, rows, file });
+    }
+    Ok(())
+}
+
+/// Makes the prepared segments durable, appends their index groups (the
+/// commit point) and makes them visible; then the batch leaves the
+/// in-flight list, committed or not.
+fn commit(inner: &Inner, write: &Mutex<WriteSide>, prepared: Prepared) -> Result<()> {
+    let Prepared { batch, runs } = prepared;
+    let mut runs = runs.into_iter();
+    let mut result = Ok(());
+    for w in runs.by_ref() {
+        result = commit_run(inner, write, &batch, w);
+        if result.is_err() {
+            break;
         }
-        let seg = Arc::new(Segment::open(&path, id)?);
-        let mut st = inner.state.write();
-        let State {
-            index,
-            segments,
-            schema,
-            ..
-        } = &mut *st;
-        let hint = hint_of(schema.as_ref());
-        segments.insert(id, seg);
-        for (row, (key, _)) in records.iter().enumerate() {
-            if let Some(&ahead) = hashes.get(row + 16) {
-                index.prefetch(ahead);
+    }
+    runs.for_each(|w| w.file.discard());
+    retire(inner, &batch);
+    result
+}
+
+fn retire(inner: &Inner, batch: &Arc<Batch>) {
+    inner
+        .state
+        .write()
+        .inflight
+        .retain(|b| !Arc::ptr_eq(b, batch));
+}
+
+fn commit_run(inner: &Inner, write: &Mutex<WriteSide>, batch: &Batch, w: Written) -> Result<()> {
+    let Written { id, rows, file } = w;
+    let records = &batch.records[rows];
+    let path = format::segment_path(&inner.dir, id);
+    let (len, content) = (file.len, file.content);
+    file.commit()?;
+    let hashes: Vec<u64> = records.iter().map(|(k, _)| format::key_hash(k)).collect();
+    if let Err(e) = write
+        .lock()
+        .log
+        .append(&format::encode_group(id, len, content, &hashes))
+    {
+        // Uncommitted: remove it so a later open does not index it.
+        let _ = std::fs::remove_file(&path);
+        return Err(e);
+    }
+    let seg = Arc::new(Segment::open(&path, id)?);
+    let mut st = inner.state.write();
+    let State {
+        index,
+        segments,
+        schema,
+        ..
+    } = &mut *st;
+    let hint = hint_of(schema.as_ref());
+    segments.insert(id, seg);
+    for (row, (key, _)) in records.iter().enumerate() {
+        if let Some(&ahead) = hashes.get(row + 16) {
+            index.prefetch(ahead);
+        }
+        let loc = Loc {
+            seg: id,
+            row: row as u32,
+        };
+        index.insert(hashes[row], loc, |old| {
+            if old.seg == id {
+                records[old.row as usize].0 == *key
+            } else {
+                segments
+                    .get(&old.seg)
+                    .and_then(|s| s.decoded(hint).ok())
+                    .and_then(|d| d.key(old.row as usize).map(|k| k == key))
+                    .unwrap_or(false)
             }
-            let loc = Loc {
-                seg: id,
-                row: row as u32,
-            };
-            index.insert(hashes[row], loc, |old| {
-                if old.seg == id {
-                    records[old.row as usize].0 == *key
-                } else {
-                    segments
-                        .get(&old.seg)
-                        .and_then(|s| s.decoded(hint).ok())
-                        .and_then(|d| d.key(old.row as usize).map(|k| k == key))
-                        .unwrap_or(false)
-                }
-            });
-        }
+        });
     }
     Ok(())
 }
@@ -855,21 +950,35 @@ fn background(inner: Arc<Inner>, rx: Receiver<Job>) {
                 let Some(write) = &inner.write else {
                     continue;
                 };
-                let mut ws = write.lock();
-                if let Err(e) = persist(&inner, &mut ws, &batch) {
-                    let mut slot = inner.bg_error.lock();
-                    if slot.is_none() {
-                        *slot = Some(Error::Background {
-                            records: batch.records.len(),
-                            source: Box::new(e),
-                        });
-                    }
+                let records = batch.records.len();
+                if let Err(e) = persist(&inner, write, batch) {
+                    note_bg_error(&inner, records, e);
+                }
+            }
+            Job::Commit(prepared) => {
+                let Some(write) = &inner.write else {
+                    continue;
+                };
+                let records = prepared.batch.records.len();
+                if let Err(e) = commit(&inner, write, prepared) {
+                    note_bg_error(&inner, records, e);
                 }
             }
             Job::Barrier(done) => {
                 let _ = done.send(());
             }
         }
+    }
+}
+
+/// Keeps the first error of the flush thread for the next call.
+fn note_bg_error(inner: &Inner, records: usize, e: Error) {
+    let mut slot = inner.bg_error.lock();
+    if slot.is_none() {
+        *slot = Some(Error::Background {
+            records,
+            source: Box::new(e),
+        });
     }
 }
 

@@ -297,37 +297,106 @@ impl WriteBack for File {
     }
 }
 
-/// Writes segment `id` durably; returns its length and content hash.
-pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<(u64, u64)> {
+/// A segment whose bytes are written under a temporary name (their
+/// write-back started) but not yet durable: [`Unsynced::commit`] makes it
+/// so and gives it its name.
+pub struct Unsynced {
+    file: File,
+    tmp: PathBuf,
+    path: PathBuf,
+    /// The segment's length in bytes.
+    pub len: u64,
+    /// The first 8 bytes of its BLAKE3, little-endian (the index group's
+    /// content hash).
+    pub content: u64,
+}
+
+impl Unsynced {
+    /// fsyncs the file, renames it to its segment name and fsyncs the
+    /// segments directory: after this the segment survives a crash. On
+    /// failure the temporary file is removed.
+    pub fn commit(self) -> Result<()> {
+        let dir = self
+            .path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        durable_fs::commit_temp(self.file, &self.tmp, &self.path)
+            .and_then(|()| durable_fs::sync_dir(&dir))
+            .map_err(|e| {
+                let _ = std::fs::remove_file(&self.tmp);
+                Error::durable(e)
+            })
+    }
+
+    /// Removes the temporary file (a segment that will not be committed).
+    pub fn discard(self) {
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+/// Writes segment `id`'s bytes under a temporary name, starting their
+/// write-back as each chunk is written; nothing is fsynced yet.
+pub fn write_segment_data(dir: &Path, id: u32, batch: &RecordBatch) -> Result<Unsynced> {
     let path = format::segment_path(dir, id);
     let tmp = durable_fs::temp_path(&path);
-    let arrow_err = |e| Error::Arrow {
-        path: path.clone(),
-        source: e,
-    };
     let file = durable_fs::create_temp(&tmp).map_err(Error::durable)?;
+    let written = encode_into(file, batch).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        match e {
+            Encode::Arrow(e) => Error::Arrow {
+                path: path.clone(),
+                source: e,
+            },
+            Encode::Io(what, e) => Error::io(&tmp, what, e),
+        }
+    })?;
+    let (file, len, content) = written;
+    Ok(Unsynced {
+        file,
+        tmp,
+        path,
+        len,
+        content,
+    })
+}
+
+/// Why encoding a segment failed.
+enum Encode {
+    Arrow(ArrowError),
+    Io(&'static str, std::io::Error),
+}
+
+/// Encodes `batch` as an Arrow IPC file into `file`: the file, its
+/// length and content hash.
+fn encode_into(file: File, batch: &RecordBatch) -> std::result::Result<(File, u64, u64), Encode> {
     let sink = Hashing {
         inner: ChunkWriter::new(file),
         hasher: blake3::Hasher::new(),
     };
-    let mut w = FileWriter::try_new(sink, &batch.schema()).map_err(arrow_err)?;
-    w.write(batch).map_err(arrow_err)?;
-    w.finish().map_err(arrow_err)?;
-    let sink = w.into_inner().map_err(arrow_err)?;
+    let mut w = FileWriter::try_new(sink, &batch.schema()).map_err(Encode::Arrow)?;
+    w.write(batch).map_err(Encode::Arrow)?;
+    w.finish().map_err(Encode::Arrow)?;
+    let sink = w.into_inner().map_err(Encode::Arrow)?;
     let mut hash = [0u8; 8];
     hash.copy_from_slice(&sink.hasher.finalize().as_bytes()[..8]);
     let file = sink
         .inner
         .finish()
-        .map_err(|e| Error::io(&tmp, "write segment", e))?;
+        .map_err(|e| Encode::Io("write segment", e))?;
     let len = file
         .metadata()
-        .map_err(|e| Error::io(&tmp, "stat segment", e))?
+        .map_err(|e| Encode::Io("stat segment", e))?
         .len();
-    durable_fs::commit_temp(file, &tmp, &path)
-        .and_then(|()| durable_fs::sync_dir(&dir.join(format::SEGMENTS_DIR)))
-        .map_err(Error::durable)?;
-    Ok((len, u64::from_le_bytes(hash)))
+    Ok((file, len, u64::from_le_bytes(hash)))
+}
+
+/// Writes segment `id` durably; returns its length and content hash.
+pub fn write_segment(dir: &Path, id: u32, batch: &RecordBatch) -> Result<(u64, u64)> {
+    let unsynced = write_segment_data(dir, id, batch)?;
+    let (len, content) = (unsynced.len, unsynced.content);
+    unsynced.commit()?;
+    Ok((len, content))
 }
 
 /// The append-only index log, open for appending.

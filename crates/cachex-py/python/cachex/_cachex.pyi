@@ -54,8 +54,10 @@ class SegmentStore:
     lru_bytes : int, optional
         Byte budget of the in-memory LRU of records; 0 disables it (64 MiB).
     async_write : bool, optional
-        Write segments on a background thread (False). Its errors are
-        raised by the next call or by :meth:`flush`.
+        Build and write segments on a background thread (False). Without
+        it, the call that fills a segment writes it and the thread only
+        makes it durable while the caller goes on. Errors there are raised
+        by the next call or by :meth:`flush`.
     queue_depth : int, optional
         Flushes that may wait for the background thread (2).
     writer_rank : int, optional
