@@ -177,6 +177,61 @@ fn background_flush_errors_come_back_from_the_next_call() {
 }
 
 #[test]
+fn commit_errors_of_the_default_mode_come_back_from_the_next_call() {
+    // By default the call that fills a segment writes it, and the flush
+    // thread commits it: a commit that fails (here the rename, onto a
+    // directory that took the segment's name) is the next call's error.
+    let dir = tempfile::tempdir().unwrap();
+    let store = SegmentStore::open(
+        dir.path(),
+        Options {
+            flush_every: 4,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let items: Vec<(String, Record)> = (0..4).map(|i| (format!("k{i}"), rec(i))).collect();
+    store.put_batch(&items).unwrap();
+    store.flush().unwrap();
+    let taken = dir.path().join("segments").join("segment_000001.arrow");
+    std::fs::create_dir(&taken).unwrap();
+    std::fs::write(taken.join("occupied"), b"x").unwrap();
+    let items: Vec<(String, Record)> = (4..8).map(|i| (format!("k{i}"), rec(i))).collect();
+    // Written by this call; the failure is the commit's.
+    store.put_batch(&items).unwrap();
+    let err = store.flush().unwrap_err();
+    match &err {
+        Error::Background { records, source } => {
+            assert_eq!(*records, 4);
+            assert!(
+                source.to_string().contains("segment_000001.arrow"),
+                "{source}"
+            );
+        }
+        other => panic!("expected the commit's error, got {other}"),
+    }
+    // Reported once; nothing of the failed segment stays behind, and the
+    // store keeps working (the next segment takes the next id).
+    store.flush().unwrap();
+    let leftovers: Vec<String> = std::fs::read_dir(dir.path().join("segments"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    store.put_batch(&items).unwrap();
+    store.flush().unwrap();
+    drop(store);
+    let store = SegmentStore::open(dir.path(), opts()).unwrap();
+    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let (records, missing) = store.get_batch(&keys).unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.as_ref().unwrap(), &rec(i), "k{i}");
+    }
+}
+
+#[test]
 fn synchronous_flush_errors_are_returned_directly() {
     let dir = tempfile::tempdir().unwrap();
     let store = SegmentStore::open(
