@@ -25,9 +25,11 @@ use crate::{Error, Result};
 /// The `idx`-th part of a record that matches `schema` (checked before).
 fn part_of<'a>(record: &'a Record, spec_name: &str, idx: usize) -> Option<PartRef<'a>> {
     match record {
+        // Parts usually come in the schema's order: try that slot first.
         Value::Dict(p) => p
-            .iter()
-            .find(|(n, _)| &**n == spec_name)
+            .get(idx)
+            .filter(|(n, _)| &**n == spec_name)
+            .or_else(|| p.iter().find(|(n, _)| &**n == spec_name))
             .and_then(|(_, p)| PartRef::of(p)),
         Value::Tuple(p) | Value::List(p) => p.get(idx).and_then(PartRef::of),
         Value::Tensor(_) | Value::Blob(_) => PartRef::of(record),
@@ -62,7 +64,27 @@ pub fn split_runs(
     records: &[(String, Record)],
     schema: &RecordSchema,
 ) -> Vec<std::ops::Range<usize>> {
-    let limit = i32::MAX as usize;
+    split_within(records, schema, i32::MAX as usize, MAX_ROW as usize)
+}
+
+/// [`split_runs`] with `limit` per column and `max_rows` per run.
+fn split_within(
+    records: &[(String, Record)],
+    schema: &RecordSchema,
+    limit: usize,
+    max_rows: usize,
+) -> Vec<std::ops::Range<usize>> {
+    // Every column's sum is at most the batch's bytes, keys and shape
+    // entries together: under the limit, the batch is one run.
+    if records.len() <= max_rows
+        && records
+            .iter()
+            .map(|(k, r)| k.len().saturating_add(weight_bound(r)))
+            .try_fold(0usize, |acc, w| acc.checked_add(w).filter(|&t| t <= limit))
+            .is_some()
+    {
+        return vec![0..records.len()];
+    }
     let mut runs = Vec::new();
     let mut start = 0;
     let mut sums = vec![0usize; schema.parts.len() + 1];
@@ -73,7 +95,7 @@ pub fn split_runs(
             *w = part_of(rec, &s.name, j).map_or(0, |p| p.weight());
         }
         w[schema.parts.len()] = key.len();
-        let full = i - start >= MAX_ROW as usize
+        let full = i - start >= max_rows
             || sums
                 .iter()
                 .zip(&w)
@@ -91,6 +113,21 @@ pub fn split_runs(
         runs.push(start..records.len());
     }
     runs
+}
+
+/// No column gains more from `value` than its bytes plus one shape entry
+/// per dimension of each tensor.
+fn weight_bound(value: &Record) -> usize {
+    match value {
+        Value::Tensor(t) => t.bytes().len().saturating_add(t.shape().rank()),
+        Value::Blob(b) => b.len(),
+        Value::Dict(p) => p
+            .iter()
+            .fold(0, |acc, (_, v)| acc.saturating_add(weight_bound(v))),
+        Value::Tuple(p) | Value::List(p) => p
+            .iter()
+            .fold(0, |acc, v| acc.saturating_add(weight_bound(v))),
+    }
 }
 
 /// Builds the record batch of `records` (all checked against `schema`).
@@ -495,6 +532,56 @@ mod tests {
 
     impl super::WriteBack for Recorder {
         fn start_writeback(&self, _offset: u64, _len: usize) {}
+    }
+
+    /// The runs of `split_within`, checked: in order, covering every
+    /// record, each within the limits.
+    fn check_runs(records: &[(String, Record)], limit: usize, max_rows: usize) -> usize {
+        let schema = RecordSchema::infer(&records[0].1);
+        let runs = split_within(records, &schema, limit, max_rows);
+        let mut next = 0;
+        for run in &runs {
+            assert_eq!(run.start, next);
+            assert!(run.len() <= max_rows && !run.is_empty());
+            next = run.end;
+            let rb = build_batch(&schema, &records[run.clone()]).unwrap();
+            for col in rb.columns() {
+                let weight = match col.data_type() {
+                    arrow_schema::DataType::List(_) => col
+                        .as_any()
+                        .downcast_ref::<ListArray>()
+                        .unwrap()
+                        .values()
+                        .len(),
+                    _ => col.to_data().buffers().last().map_or(0, |b| b.len()),
+                };
+                // A single record over the limit is a run of its own.
+                assert!(weight <= limit || run.len() == 1, "{run:?}: {weight}");
+            }
+        }
+        assert_eq!(next, records.len());
+        runs.len()
+    }
+
+    #[test]
+    fn runs_stay_within_the_column_and_row_limits() {
+        let records: Vec<(String, Record)> = (0..50)
+            .map(|i| {
+                let t =
+                    tensor_core::Tensor::from_vec([i % 7 + 1], vec![i as u32; i % 7 + 1]).unwrap();
+                let b = vec![i as u8; i % 5];
+                (
+                    format!("k{i}"),
+                    Record::dict([("t", Part::from(t)), ("b", Value::Blob(b.into()))]),
+                )
+            })
+            .collect();
+        // Generous limits: one run (the fast path).
+        assert_eq!(check_runs(&records, 1 << 20, 1000), 1);
+        // Tight ones: several, each within them.
+        assert!(check_runs(&records, 40, 1000) > 1);
+        assert!(check_runs(&records, 1 << 20, 7) >= 8);
+        assert!(check_runs(&records, 3, 2) > 1);
     }
 
     #[test]
