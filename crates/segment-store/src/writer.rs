@@ -83,7 +83,7 @@ fn split_within(
             .try_fold(0usize, |acc, w| acc.checked_add(w).filter(|&t| t <= limit))
             .is_some()
     {
-        return vec![0..records.len()];
+        return std::iter::once(0..records.len()).collect();
     }
     let mut runs = Vec::new();
     let mut start = 0;
