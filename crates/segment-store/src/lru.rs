@@ -69,6 +69,13 @@ impl Lru {
         self.slots[i].as_ref().map(|s| s.record.clone())
     }
 
+    /// Drops `key`'s record, if held.
+    pub fn remove(&mut self, key: &str) {
+        if let Some(i) = self.map.remove(key) {
+            self.release(i);
+        }
+    }
+
     /// Stores `record` under `key`, evicting the least recently used.
     pub fn put(&mut self, key: &str, record: &Record) {
         if self.cap == 0 {
@@ -228,6 +235,20 @@ mod tests {
         lru.put("d", &rec(24));
         assert_eq!(held(&mut lru, &["b", "c", "d"]), [false, false, true]);
         assert_eq!(lru.bytes(), 97);
+    }
+
+    #[test]
+    fn remove_forgets_a_key_and_frees_its_bytes() {
+        let mut lru = Lru::new(1000);
+        lru.put("a", &rec(10));
+        lru.put("b", &rec(10));
+        lru.remove("a");
+        lru.remove("never");
+        assert_eq!((lru.len(), lru.bytes()), (1, 41));
+        assert_eq!(held(&mut lru, &["a", "b"]), [false, true]);
+        // The freed slot is reused, and the list still evicts in order.
+        lru.put("c", &rec(10));
+        assert_eq!(lru.len(), 2);
     }
 
     #[test]

@@ -32,8 +32,9 @@ const AHEAD: usize = 16;
 pub struct Options {
     /// Pending records that trigger a flush into a new segment (default 4096).
     pub flush_every: usize,
-    /// Byte budget of the in-memory LRU of records; 0 disables it
-    /// (default 64 MiB).
+    /// Byte budget of the in-memory LRU of records read from segments
+    /// (and, on a rank that does not persist, of the records it puts); 0
+    /// disables it (default 64 MiB).
     pub lru_bytes: usize,
     /// Build and write segments on a background thread (default false),
     /// so `put_batch` never waits for them. By default the call that
@@ -396,8 +397,18 @@ impl SegmentStore {
         }
         if inner.opts.lru_bytes > 0 {
             let mut lru = inner.lru.lock();
-            for (k, r) in items {
-                lru.put(k.as_ref(), r);
+            if inner.write.is_none() {
+                // A rank that does not persist keeps its records only here.
+                for (k, r) in items {
+                    lru.put(k.as_ref(), r);
+                }
+            } else if lru.len() > 0 {
+                // The writer's records are found among the pending ones,
+                // then in their segment: the LRU, filled by reads, only
+                // forgets the values these replace.
+                for (k, _) in items {
+                    lru.remove(k.as_ref());
+                }
             }
         }
         if inner.write.is_none() {

@@ -287,6 +287,37 @@ fn lru_disabled_and_enabled_give_the_same_answers() {
 }
 
 #[test]
+fn a_value_read_into_the_lru_is_never_served_after_a_put_replaced_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SegmentStore::open(
+        dir.path(),
+        Options {
+            lru_bytes: 1 << 20,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let old = Record::from(tensor(DType::I32, &[3], 1));
+    let new = Record::from(tensor(DType::I32, &[3], 2));
+    store.put_batch(&[("k", old.clone())]).unwrap();
+    // The writer's puts do not fill the LRU; a read from a segment does.
+    assert_eq!(store.stats().lru_entries, 0);
+    store.flush().unwrap();
+    let (got, _) = store.get_batch(&["k"]).unwrap();
+    assert!(same(got[0].as_ref().unwrap(), &old));
+    assert_eq!(store.stats().lru_entries, 1);
+    store.put_batch(&[("k", new.clone())]).unwrap();
+    assert_eq!(store.stats().lru_entries, 0);
+    for flushed in [false, true] {
+        if flushed {
+            store.flush().unwrap();
+        }
+        let (got, _) = store.get_batch(&["k"]).unwrap();
+        assert!(same(got[0].as_ref().unwrap(), &new), "flushed: {flushed}");
+    }
+}
+
+#[test]
 fn only_the_writer_rank_persists() {
     let dir = tempfile::tempdir().unwrap();
     let rec = Record::from(tensor(DType::U8, &[2], 5));

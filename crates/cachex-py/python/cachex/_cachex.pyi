@@ -52,7 +52,9 @@ class SegmentStore:
     flush_every : int, optional
         Pending records that trigger a flush into a new segment (4096).
     lru_bytes : int, optional
-        Byte budget of the in-memory LRU of records; 0 disables it (64 MiB).
+        Byte budget of the in-memory LRU of records read from segments (on
+        a rank that does not persist, also of those it puts); 0 disables
+        it (64 MiB).
     async_write : bool, optional
         Build and write segments on a background thread (False). Without
         it, the call that fills a segment writes it and the thread only
