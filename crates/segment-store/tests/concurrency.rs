@@ -19,6 +19,22 @@ fn opts() -> Options {
     }
 }
 
+/// A writer in `dir` that makes a segment of every `flush_every` records.
+fn writer(dir: &std::path::Path, flush_every: usize, async_write: bool) -> SegmentStore {
+    let opts = Options {
+        flush_every,
+        async_write,
+        queue_depth: 1,
+        ..opts()
+    };
+    SegmentStore::open(dir, opts).unwrap()
+}
+
+/// Records `k{i}` for `range`.
+fn keyed(range: std::ops::Range<usize>) -> Vec<(String, Record)> {
+    range.map(|i| (format!("k{i}"), rec(i))).collect()
+}
+
 #[test]
 fn a_second_writer_is_refused_with_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -137,24 +153,15 @@ fn a_reader_opened_earlier_keeps_its_snapshot() {
 #[test]
 fn background_flush_errors_come_back_from_the_next_call() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SegmentStore::open(
-        dir.path(),
-        Options {
-            async_write: true,
-            queue_depth: 1,
-            flush_every: 4,
-            ..opts()
-        },
-    )
-    .unwrap();
-    let items: Vec<(String, Record)> = (0..4).map(|i| (format!("k{i}"), rec(i))).collect();
+    let store = writer(dir.path(), 4, true);
+    let items = keyed(0..4);
     store.put_batch(&items).unwrap();
     store.flush().unwrap();
     // Make the next segment impossible to create.
     let segs = dir.path().join("segments");
     std::fs::rename(&segs, dir.path().join("moved")).unwrap();
     std::fs::write(&segs, b"not a directory").unwrap();
-    let items: Vec<(String, Record)> = (4..8).map(|i| (format!("k{i}"), rec(i))).collect();
+    let items = keyed(4..8);
     store.put_batch(&items).unwrap();
     let err = store.flush().unwrap_err();
     match &err {
@@ -182,21 +189,14 @@ fn commit_errors_of_the_default_mode_come_back_from_the_next_call() {
     // thread commits it: a commit that fails (here the rename, onto a
     // directory that took the segment's name) is the next call's error.
     let dir = tempfile::tempdir().unwrap();
-    let store = SegmentStore::open(
-        dir.path(),
-        Options {
-            flush_every: 4,
-            ..opts()
-        },
-    )
-    .unwrap();
-    let items: Vec<(String, Record)> = (0..4).map(|i| (format!("k{i}"), rec(i))).collect();
+    let store = writer(dir.path(), 4, false);
+    let items = keyed(0..4);
     store.put_batch(&items).unwrap();
     store.flush().unwrap();
     let taken = dir.path().join("segments").join("segment_000001.arrow");
     std::fs::create_dir(&taken).unwrap();
     std::fs::write(taken.join("occupied"), b"x").unwrap();
-    let items: Vec<(String, Record)> = (4..8).map(|i| (format!("k{i}"), rec(i))).collect();
+    let items = keyed(4..8);
     // Written by this call; the failure is the commit's.
     store.put_batch(&items).unwrap();
     let err = store.flush().unwrap_err();
@@ -234,14 +234,7 @@ fn commit_errors_of_the_default_mode_come_back_from_the_next_call() {
 #[test]
 fn synchronous_flush_errors_are_returned_directly() {
     let dir = tempfile::tempdir().unwrap();
-    let store = SegmentStore::open(
-        dir.path(),
-        Options {
-            flush_every: 2,
-            ..opts()
-        },
-    )
-    .unwrap();
+    let store = writer(dir.path(), 2, false);
     store.put_batch(&[("a", rec(0))]).unwrap();
     let segs = dir.path().join("segments");
     std::fs::remove_dir(&segs).unwrap();
