@@ -30,6 +30,15 @@ fn writer(dir: &std::path::Path, flush_every: usize, async_write: bool) -> Segme
     SegmentStore::open(dir, opts).unwrap()
 }
 
+/// A writer (segments of 4 records) that committed `k0..k4` as one.
+fn one_segment_in(async_write: bool) -> (tempfile::TempDir, SegmentStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = writer(dir.path(), 4, async_write);
+    store.put_batch(&keyed(0..4)).unwrap();
+    store.flush().unwrap();
+    (dir, store)
+}
+
 /// Records `k{i}` for `range`.
 fn keyed(range: std::ops::Range<usize>) -> Vec<(String, Record)> {
     range.map(|i| (format!("k{i}"), rec(i))).collect()
@@ -152,11 +161,7 @@ fn a_reader_opened_earlier_keeps_its_snapshot() {
 
 #[test]
 fn background_flush_errors_come_back_from_the_next_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = writer(dir.path(), 4, true);
-    let items = keyed(0..4);
-    store.put_batch(&items).unwrap();
-    store.flush().unwrap();
+    let (dir, store) = one_segment_in(true);
     // Make the next segment impossible to create.
     let segs = dir.path().join("segments");
     std::fs::rename(&segs, dir.path().join("moved")).unwrap();
@@ -188,11 +193,7 @@ fn commit_errors_of_the_default_mode_come_back_from_the_next_call() {
     // By default the call that fills a segment writes it, and the flush
     // thread commits it: a commit that fails (here the rename, onto a
     // directory that took the segment's name) is the next call's error.
-    let dir = tempfile::tempdir().unwrap();
-    let store = writer(dir.path(), 4, false);
-    let items = keyed(0..4);
-    store.put_batch(&items).unwrap();
-    store.flush().unwrap();
+    let (dir, store) = one_segment_in(false);
     let taken = dir.path().join("segments").join("segment_000001.arrow");
     std::fs::create_dir(&taken).unwrap();
     std::fs::write(taken.join("occupied"), b"x").unwrap();
