@@ -92,6 +92,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod blocks;
 mod error;
 mod file;
 mod format;
@@ -103,6 +104,7 @@ mod shared;
 pub mod snapshot;
 mod tier;
 
+pub use blocks::{BlockHasher, BlockHashes, BlockList};
 pub use error::{Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
