@@ -146,14 +146,15 @@ fn a_block_corrupted_on_the_server_is_refused_and_never_kept() {
         Ok(_) => panic!("row {row} of a corrupt block was served"),
     };
     match &err {
-        Error::Tier(remote_tier::Error::BlockMismatch {
-            name,
-            block,
-            start,
-            end,
-            expected,
-            ..
-        }) => {
+        Error::Tier(remote_tier::Error::BlockMismatch(m)) => {
+            let remote_tier::BlockMismatch {
+                name,
+                block,
+                start,
+                end,
+                expected,
+                ..
+            } = &**m;
             assert_eq!(name, &object);
             assert_eq!((*block, *start, *end), (5, 5 << 16, 6 << 16));
             assert_eq!(expected, &piece.blocks.as_ref().unwrap().blake3[5]);
@@ -208,7 +209,7 @@ fn a_file_linked_again_on_open_is_still_checked() {
     // directory, not from the commit.
     let arrays = RemoteArrays::open(&location).unwrap();
     match arrays.array(rows_of_block(9).start, "data") {
-        Err(Error::Tier(remote_tier::Error::BlockMismatch { block: 9, .. })) => {}
+        Err(Error::Tier(remote_tier::Error::BlockMismatch(m))) if m.block == 9 => {}
         Err(other) => panic!("expected a mismatch in block 9, got {other}"),
         Ok(_) => panic!("a corrupt block was served after a reopen"),
     }

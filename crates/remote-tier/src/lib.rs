@@ -105,7 +105,7 @@ pub mod snapshot;
 mod tier;
 
 pub use blocks::{BlockHasher, BlockHashes, BlockList};
-pub use error::{Error, Result};
+pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
 pub use location::build_store;

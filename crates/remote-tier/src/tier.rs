@@ -15,6 +15,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPa
 use tokio::sync::Semaphore;
 
 use crate::blocks::BlockHashes;
+use crate::error::BlockMismatch;
 use crate::file::{ObjectState, RemoteFile, map_fits};
 use crate::format::{self, BlockMap};
 use crate::local::{EvictReport, LocalDir};
@@ -767,7 +768,7 @@ fn block_mismatch(
 ) -> Error {
     let hex = |h: [u8; 32]| blake3::Hash::from_bytes(h).to_hex().to_string();
     let range = hashes.range(i);
-    Error::BlockMismatch {
+    Error::BlockMismatch(Box::new(BlockMismatch {
         url: url.to_string(),
         name: name.to_string(),
         path: path.to_path_buf(),
@@ -776,7 +777,7 @@ fn block_mismatch(
         end: range.end,
         expected: hashes.hash(i).map(|h| hex(*h)).unwrap_or_default(),
         got: hex(got),
-    }
+    }))
 }
 
 /// Checks fetched bytes against what the caller knows of them.

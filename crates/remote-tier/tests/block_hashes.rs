@@ -136,7 +136,7 @@ fn blocks_are_fetched_in_the_recorded_size_and_read_back() {
     tier.put_bytes("small2", small.clone()).unwrap();
     let other = hashes_of(&sample(small.len(), 5), BLOCK);
     match tier.open_verified("small2", other) {
-        Err(Error::BlockMismatch { block: 0, .. }) => {}
+        Err(Error::BlockMismatch(m)) if m.block == 0 => {}
         other => panic!("expected a block mismatch, got {other:?}"),
     }
     let local = std::fs::read_dir(dir.path().join("objects")).unwrap();
@@ -182,16 +182,17 @@ fn a_block_corrupted_twice_is_a_typed_error_and_never_kept() {
     let mut bad = large[2 * BLOCK as usize..3 * BLOCK as usize].to_vec();
     bad[100] ^= 0x5a;
     match &err {
-        Error::BlockMismatch {
-            name,
-            path,
-            block,
-            start,
-            end,
-            expected,
-            got,
-            ..
-        } => {
+        Error::BlockMismatch(m) => {
+            let remote_tier::BlockMismatch {
+                name,
+                path,
+                block,
+                start,
+                end,
+                expected,
+                got,
+                ..
+            } = &**m;
             assert_eq!(
                 (name.as_str(), *block, *start, *end),
                 ("large", 2, 2 * BLOCK, 3 * BLOCK)
@@ -256,7 +257,7 @@ fn an_object_overwritten_on_the_server_is_refused_then_read_once_restored() {
         .unwrap();
     let mut buf = vec![0u8; large.len()];
     match f.read_at(0, &mut buf) {
-        Err(Error::BlockMismatch { block: 5, .. }) => {}
+        Err(Error::BlockMismatch(m)) if m.block == 5 => {}
         other => panic!("expected a mismatch in block 5, got {other:?}"),
     }
     let mut local = vec![1u8; BLOCK as usize];
