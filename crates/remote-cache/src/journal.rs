@@ -28,9 +28,9 @@
 //! publisher's tier fetches whole, and those its `by_blocks` picks — which
 //! files a reader links is the reader's choice, so the publisher does not
 //! rely on knowing it) carries the BLAKE3 of each `block_size`-byte block
-//! of it (the last may be short; the
-//! publisher's tier block size, doubled as needed to keep at most
-//! `remote_tier::blocks::MAX_BLOCKS` blocks). It lives inside the piece,
+//! of it: the last may be short; `block_size` is the publisher's tier
+//! block size, doubled as needed to keep at most
+//! `remote_tier::blocks::MAX_BLOCKS` blocks. It lives inside the piece,
 //! so it is committed atomically with it and read with the one GET of the
 //! commit; the field is optional, so commits without it (published before
 //! it existed) still read, and readers that do not know it ignore it. The
@@ -65,9 +65,8 @@
 //!   order, every piece verified against its BLAKE3 (or, for files read by
 //!   blocks, each block against its own BLAKE3 as it is fetched — or its
 //!   size and etag, for commits without a block list), and records each
-//!   applied commit only
-//!   after its files are durable; re-applying one after a crash finds the
-//!   bytes in place and skips them.
+//!   applied commit only after its files are durable; re-applying one
+//!   after a crash finds the bytes in place and skips them.
 //! - **Read by blocks.** Large files a store maps and reads in parts
 //!   (`.bin` arrays, page files) may be left in the local tier as sparse
 //!   files, linked into the working directory; [`RemoteDir::ensure`]
@@ -722,14 +721,13 @@ impl RemoteDir {
             ino: 0,
             blocks: false,
         });
-        let hashes = match known.blocks {
-            true => {
-                let blake3 = object
-                    .strip_prefix(&format!("{OBJECTS}/"))
-                    .unwrap_or_default();
-                Some(self.kept_block_list(blake3, known.len)?)
-            }
-            false => None,
+        let hashes = if known.blocks {
+            let blake3 = object
+                .strip_prefix(&format!("{OBJECTS}/"))
+                .unwrap_or_default();
+            Some(self.kept_block_list(blake3, known.len)?)
+        } else {
+            None
         };
         self.link(state, path, &object, known, hashes)
     }
@@ -783,10 +781,11 @@ impl RemoteDir {
             // Which files a reader links is its own choice (its store, its
             // tier's whole-file size), so every whole file this tier would
             // not fetch whole gets one, besides those `by_blocks` picks.
-            let by_blocks = (self.by_blocks)(&rel, size) || size > self.tier_whole_max();
-            let block_size = match offset == 0 && size > 0 && by_blocks {
-                true => BlockHashes::block_size_for(size, self.tier.config().block_size),
-                false => None,
+            let may_link = (self.by_blocks)(&rel, size) || size > self.tier_whole_max();
+            let block_size = if offset == 0 && size > 0 && may_link {
+                BlockHashes::block_size_for(size, self.tier.config().block_size)
+            } else {
+                None
             };
             let (hash, blocks) = hash_open(&file, &path, offset, size, block_size)?;
             pieces.push((

@@ -36,7 +36,9 @@ pub struct TierConfig {
     /// Bytes the local tier may hold before least-recently-used copies
     /// are evicted. Objects open in some reader are kept even over budget.
     pub budget_bytes: u64,
-    /// Large objects are fetched in blocks of this many bytes.
+    /// Large objects are fetched in blocks of this many bytes (those
+    /// opened with a block list, in the list's block size), and a
+    /// publisher records block lists in blocks of this size.
     pub block_size: u64,
     /// Objects up to this size are fetched whole (one request).
     pub whole_file_max: u64,
@@ -599,18 +601,27 @@ impl Inner {
         if dest.exists() {
             return Ok(());
         }
-        let (bytes, _) = self.get(name, None, None)?;
-        check(&self.remote.url, name, &bytes, expected)?;
-        if let Some(h) = hashes {
-            for i in 0..h.blocks() {
-                let r = h.range(i);
-                let block = bytes.slice(r.start as usize..r.end as usize);
-                let (good, got) = h.check_block(i, &block);
-                if !good {
+        // A block that does not match is fetched once more, as by blocks.
+        let mut retried = false;
+        let bytes = loop {
+            let (bytes, _) = self.get(name, None, None)?;
+            check(&self.remote.url, name, &bytes, expected)?;
+            let bad = hashes.and_then(|h| {
+                (0..h.blocks()).find_map(|i| {
+                    let r = h.range(i);
+                    let block = bytes.get(r.start as usize..r.end as usize);
+                    let (good, got) = h.check_block(i, block.unwrap_or_default());
+                    (!good).then_some((h, i, got))
+                })
+            });
+            match bad {
+                None => break bytes,
+                Some(_) if !retried => retried = true,
+                Some((h, i, got)) => {
                     return Err(block_mismatch(&self.remote.url, name, &dest, h, i, got));
                 }
             }
-        }
+        };
         let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
         durable_fs::write_synced(&tmp, &bytes)?;
         if let Err(e) = durable_fs::rename_and_sync(&tmp, &dest) {
