@@ -117,6 +117,15 @@ fn arrays_are_published_with_a_hash_per_block_and_read_back() {
             "row {i}"
         );
     }
+    drop(arrays);
+
+    // Without its kept list the file is not silently read unchecked.
+    std::fs::remove_file(&kept).unwrap();
+    match RemoteArrays::open(&location) {
+        Err(Error::Corrupt { name, .. }) => assert!(name.ends_with(".json"), "{name}"),
+        Err(other) => panic!("expected the missing list named, got {other}"),
+        Ok(_) => panic!("a linked file opened without its block list"),
+    }
 }
 
 #[test]
