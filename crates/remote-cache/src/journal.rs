@@ -72,7 +72,7 @@
 //!   files, linked into the working directory; [`RemoteDir::ensure`]
 //!   fetches the blocks of a byte range before the store reads it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
@@ -420,6 +420,9 @@ impl RemoteDir {
             report.fetched += fetched;
             report.seq = seq;
         }
+        if report.commits > 0 {
+            self.prune_block_lists(state);
+        }
         if report.fetched > 0 {
             // Copies made while still open were kept over budget; the
             // working directory holds those bytes now.
@@ -648,6 +651,35 @@ impl RemoteDir {
         let list: BlockList = serde_json::from_slice(&bytes)
             .map_err(|e| corrupt(format!("not a block list: {e}")))?;
         Ok(Arc::new(list.check(size).map_err(corrupt)?))
+    }
+
+    /// Removes the kept block lists that no linked file uses any more (a
+    /// commit replaced the file). Only once every linked file with a list
+    /// is open here, so a list still needed is never taken for garbage.
+    fn prune_block_lists(&self, state: &State) {
+        let mut used = HashSet::new();
+        for (path, k) in &state.files {
+            if !k.blocks {
+                continue;
+            }
+            let object = state.by_blocks.get(path).map(|f| f.name());
+            match object.and_then(|o| o.strip_prefix(&format!("{OBJECTS}/"))) {
+                Some(blake3) => used.insert(format!("{blake3}.json")),
+                None => return,
+            };
+        }
+        let dir = self.dir.join(STATE_DIR).join("blocks");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") && !used.contains(&name) {
+                // Garbage either way: a failed removal is retried by the
+                // next commit applied.
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Opens `object` through the tier (pinned while this handle lives;

@@ -343,3 +343,50 @@ fn a_commit_without_block_lists_still_reads() {
     let view = again.array(rows - 1, "data").unwrap().unwrap();
     assert_eq!(view.as_slice::<i32>().unwrap(), &array_row(rows - 1)[..]);
 }
+
+#[test]
+fn the_list_of_a_replaced_file_is_dropped_from_the_working_directory() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "pruned");
+    let rows = 100u64;
+    let built = build_arrays(rows);
+    let t = tempfile::tempdir().unwrap();
+    let publisher = RemoteDir::open(
+        tier(&endpoint, &url, t.path()),
+        built.path(),
+        |_, _| false,
+        |_| false,
+    )
+    .unwrap();
+    assert_eq!(publisher.publish().unwrap().seq, Some(1));
+
+    let tier_dir = tempfile::tempdir().unwrap();
+    let arrays = RemoteArrays::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+    let remote = arrays.remote().unwrap();
+    let kept_lists = || -> Vec<String> {
+        let dir = remote.dir().join(".cachex-remote/blocks");
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let hash = |bytes: &[u8]| format!("{}.json", blake3::hash(bytes).to_hex());
+    let first = std::fs::read(built.path().join("data.bin")).unwrap();
+    assert_eq!(kept_lists(), [hash(&first)]);
+
+    // data.bin rebuilt (the same size, other bytes, a new inode).
+    let second = vec![0x5au8; first.len()];
+    let aside = built.path().join("data.bin.next");
+    std::fs::write(&aside, &second).unwrap();
+    std::fs::rename(&aside, built.path().join("data.bin")).unwrap();
+    assert_eq!(publisher.publish().unwrap().seq, Some(2));
+    assert_eq!(remote.refresh().unwrap().seq, 2);
+    assert_eq!(kept_lists(), [hash(&second)]);
+    // The open arrays still read their own (first) version.
+    let view = arrays.array(rows - 1, "data").unwrap().unwrap();
+    assert_eq!(view.as_slice::<i32>().unwrap(), &array_row(rows - 1)[..]);
+}
