@@ -15,11 +15,35 @@
 //! <url>/objects/<blake3 hex>          one piece's bytes
 //! <url>/commits/<seq, 20 digits>.json
 //!     {"version":1,"seq":N,"writer":"<host-pid-time>",
-//!      "pieces":[{"path","offset","size","blake3","replace"}]}
+//!      "pieces":[{"path","offset","size","blake3","replace","blocks"?}]}
+//!     "blocks" (optional): {"version":1,"block_size":B,"blake3":["<hex>", ...]}
 //! <work dir>/.cachex-remote/
 //!   lock                              flock: one handle per working directory
 //!   applied.jsonl                     per applied commit: seq, each file's length and inode
+//!   blocks/<blake3>.json              the block list of each linked file that has one
 //! ```
+//!
+//! **Block lists.** A piece that is a whole file readers may read by
+//! blocks (`.bin` arrays, page files: any whole file larger than the
+//! publisher's tier fetches whole, and those its `by_blocks` picks — which
+//! files a reader links is the reader's choice, so the publisher does not
+//! rely on knowing it) carries the BLAKE3 of each `block_size`-byte block
+//! of it: the last may be short; `block_size` is the publisher's tier
+//! block size, doubled as needed to keep at most
+//! `remote_tier::blocks::MAX_BLOCKS` blocks. It lives inside the piece,
+//! so it is committed atomically with it and read with the one GET of the
+//! commit; the field is optional, so commits without it (published before
+//! it existed) still read, and readers that do not know it ignore it. The
+//! list has its own version: a reader that meets a newer one refuses the
+//! commit ([`Error::Corrupt`]), as it does a list whose count does not
+//! match `size` and `block_size`, a hash that is not 32 bytes of hex, a
+//! block size outside 4 KiB..=1 GiB, or a list on bytes appended to a file.
+//! A reader that links the file fetches it in the list's block size (one
+//! sparse local file, zero-copy as before) and checks every block against
+//! its hash before it is kept (see `remote_tier::RemoteTier::open_verified`);
+//! a file without a list is checked by size and etag as its blocks arrive.
+//! The list is kept in the state directory so that the file, linked again
+//! on the next open, is checked the same way without reading its commit.
 //!
 //! Rules that make it safe:
 //! - **Commit last, conditionally.** Pieces are uploaded first; the commit
@@ -39,24 +63,25 @@
 //!   earlier ones.
 //! - **Never half a commit.** A reader applies whole commits in sequence
 //!   order, every piece verified against its BLAKE3 (or, for files read by
-//!   blocks, its size and etag), and records each applied commit only
-//!   after its files are durable; re-applying one after a crash finds the
-//!   bytes in place and skips them.
+//!   blocks, each block against its own BLAKE3 as it is fetched — or its
+//!   size and etag, for commits without a block list), and records each
+//!   applied commit only after its files are durable; re-applying one
+//!   after a crash finds the bytes in place and skips them.
 //! - **Read by blocks.** Large files a store maps and reads in parts
 //!   (`.bin` arrays, page files) may be left in the local tier as sparse
 //!   files, linked into the working directory; [`RemoteDir::ensure`]
 //!   fetches the blocks of a byte range before the store reads it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use durable_fs::FileLock;
-use remote_tier::{Expected, RemoteFile, RemoteTier};
+use remote_tier::{BlockHasher, BlockHashes, BlockList, Expected, RemoteFile, RemoteTier};
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
@@ -90,6 +115,12 @@ pub struct Piece {
     /// The bytes are the whole file (offset 0), replacing what it held.
     #[serde(default)]
     pub replace: bool,
+    /// For a whole file that readers read by blocks: the BLAKE3 of each
+    /// fixed-size block, checked as each block is fetched. Absent in
+    /// commits published before it existed (those blocks are checked by
+    /// size and etag, the file by its BLAKE3 once all of it is local).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<BlockList>,
 }
 
 /// One commit record.
@@ -156,6 +187,11 @@ struct Known {
     len: u64,
     /// Its inode; 0 for a file read by blocks (a link into the tier).
     ino: u64,
+    /// A file read by blocks whose commit recorded a block list: kept in
+    /// `.cachex-remote/blocks/<blake3>.json` for when the file is linked
+    /// again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    blocks: bool,
 }
 
 /// One line of `applied.jsonl`.
@@ -384,6 +420,9 @@ impl RemoteDir {
             report.fetched += fetched;
             report.seq = seq;
         }
+        if report.commits > 0 {
+            self.prune_block_lists(state);
+        }
         if report.fetched > 0 {
             // Copies made while still open were kept over budget; the
             // working directory holds those bytes now.
@@ -425,6 +464,16 @@ impl RemoteDir {
                     p.path, p.offset, p.size
                 )));
             }
+            if let Some(list) = &p.blocks {
+                if p.offset != 0 {
+                    return Err(corrupt(format!(
+                        "{}: a block list on bytes that do not start the file (offset {})",
+                        p.path, p.offset
+                    )));
+                }
+                list.check(p.size)
+                    .map_err(|problem| corrupt(format!("{}: {problem}", p.path)))?;
+            }
         }
         Ok(Some(c))
     }
@@ -457,6 +506,7 @@ impl RemoteDir {
                 let k = Known {
                     len: m.len().max(known.map_or(0, |k| k.len)),
                     ino: m.ino(),
+                    blocks: false,
                 };
                 state.files.insert(p.path.clone(), k);
                 files.insert(p.path.clone(), k);
@@ -486,11 +536,16 @@ impl RemoteDir {
                 && (self.by_blocks)(&p.path, p.size)
                 && p.size > self.tier_whole_max()
             {
-                self.link(state, &p.path, &object, p.size)?;
+                let hashes = match &p.blocks {
+                    Some(list) => Some(self.keep_block_list(c.seq, p, list)?),
+                    None => None,
+                };
                 let k = Known {
                     len: p.size,
                     ino: 0,
+                    blocks: hashes.is_some(),
                 };
+                self.link(state, &p.path, &object, k, hashes)?;
                 files.insert(p.path.clone(), k);
                 continue;
             }
@@ -537,7 +592,11 @@ impl RemoteDir {
                 append(&local, source.as_ref(), p.offset, p.size)?
             };
             fetched += 1;
-            let k = Known { len: end, ino };
+            let k = Known {
+                len: end,
+                ino,
+                blocks: false,
+            };
             state.files.insert(p.path.clone(), k);
             files.insert(p.path.clone(), k);
         }
@@ -550,10 +609,95 @@ impl RemoteDir {
         self.tier.config().whole_file_max
     }
 
-    /// Opens `object` through the tier (pinned while this handle lives)
-    /// and links `path` to its local file.
-    fn link(&self, state: &mut State, path: &str, object: &str, size: u64) -> Result<()> {
-        let file = self.tier.open_object(object)?;
+    /// Keeps the checked block list of piece `p` (of commit `seq`) in the
+    /// state directory, durably, for when its file is linked again after
+    /// this commit was recorded as applied.
+    fn keep_block_list(&self, seq: u64, p: &Piece, list: &BlockList) -> Result<Arc<BlockHashes>> {
+        let hashes = list.check(p.size).map_err(|problem| Error::Corrupt {
+            url: self.tier.url().to_string(),
+            name: commit_name(seq),
+            problem: format!("{}: {problem}", p.path),
+        })?;
+        let path = self.block_list_path(&p.blake3);
+        let dir = durable_fs::parent_dir(&path).to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
+        let bytes = serde_json::to_vec(list).map_err(|e| Error::Corrupt {
+            url: self.dir.display().to_string(),
+            name: path.display().to_string(),
+            problem: format!("cannot encode the block list: {e}"),
+        })?;
+        durable_fs::write_atomic(&path, &bytes)?;
+        Ok(Arc::new(hashes))
+    }
+
+    /// Where the block list of the piece `blake3` is kept locally.
+    fn block_list_path(&self, blake3: &str) -> PathBuf {
+        self.dir
+            .join(STATE_DIR)
+            .join("blocks")
+            .join(format!("{blake3}.json"))
+    }
+
+    /// The block list kept for the piece `blake3` of `size` bytes.
+    fn kept_block_list(&self, blake3: &str, size: u64) -> Result<Arc<BlockHashes>> {
+        let path = self.block_list_path(blake3);
+        let corrupt = |problem: String| Error::Corrupt {
+            url: self.dir.display().to_string(),
+            name: path.display().to_string(),
+            problem,
+        };
+        let bytes = durable_fs::read_capped(&path, MAX_COMMIT as u64)
+            .map_err(|e| corrupt(format!("the block list of a linked file: {e}")))?;
+        let list: BlockList = serde_json::from_slice(&bytes)
+            .map_err(|e| corrupt(format!("not a block list: {e}")))?;
+        Ok(Arc::new(list.check(size).map_err(corrupt)?))
+    }
+
+    /// Removes the kept block lists that no linked file uses any more (a
+    /// commit replaced the file). Only once every linked file with a list
+    /// is open here, so a list still needed is never taken for garbage.
+    fn prune_block_lists(&self, state: &State) {
+        let mut used = HashSet::new();
+        for (path, k) in &state.files {
+            if !k.blocks {
+                continue;
+            }
+            let object = state.by_blocks.get(path).map(|f| f.name());
+            match object.and_then(|o| o.strip_prefix(&format!("{OBJECTS}/"))) {
+                Some(blake3) => used.insert(format!("{blake3}.json")),
+                None => return,
+            };
+        }
+        let dir = self.dir.join(STATE_DIR).join("blocks");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") && !used.contains(&name) {
+                // Garbage either way: a failed removal is retried by the
+                // next commit applied.
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Opens `object` through the tier (pinned while this handle lives;
+    /// every block checked against `hashes` when given) and links `path`
+    /// to its local file.
+    fn link(
+        &self,
+        state: &mut State,
+        path: &str,
+        object: &str,
+        known: Known,
+        hashes: Option<Arc<BlockHashes>>,
+    ) -> Result<()> {
+        let size = known.len;
+        let file = match hashes {
+            Some(h) => self.tier.open_verified(object, h)?,
+            None => self.tier.open_object(object)?,
+        };
         if file.len() != size {
             return Err(remote_tier::Error::Corrupt {
                 url: self.tier.url().to_string(),
@@ -576,9 +720,7 @@ impl RemoteDir {
             std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
             durable_fs::rename_and_sync(&tmp, &local)?;
         }
-        state
-            .files
-            .insert(path.to_string(), Known { len: size, ino: 0 });
+        state.files.insert(path.to_string(), known);
         state.by_blocks.insert(path.to_string(), file);
         Ok(())
     }
@@ -606,8 +748,20 @@ impl RemoteDir {
                 problem: "a file read by blocks that is no longer a link into the tier".into(),
             });
         };
-        let size = state.files.get(path).map_or(0, |k| k.len);
-        self.link(state, path, &object, size)
+        let known = state.files.get(path).copied().unwrap_or(Known {
+            len: 0,
+            ino: 0,
+            blocks: false,
+        });
+        let hashes = if known.blocks {
+            let blake3 = object
+                .strip_prefix(&format!("{OBJECTS}/"))
+                .unwrap_or_default();
+            Some(self.kept_block_list(blake3, known.len)?)
+        } else {
+            None
+        };
+        self.link(state, path, &object, known, hashes)
     }
 
     /// Appends the applied commit to the local record (after its files are
@@ -654,7 +808,18 @@ impl RemoteDir {
                 None => (0, false),
             };
             let size = len - offset;
-            let hash = hash_open(&file, &path, offset, size)?;
+            // Whole files a reader may read by blocks get a hash per block,
+            // in the same pass, so each block can be checked as it arrives.
+            // Which files a reader links is its own choice (its store, its
+            // tier's whole-file size), so every whole file this tier would
+            // not fetch whole gets one, besides those `by_blocks` picks.
+            let may_link = (self.by_blocks)(&rel, size) || size > self.tier_whole_max();
+            let block_size = if offset == 0 && size > 0 && may_link {
+                BlockHashes::block_size_for(size, self.tier.config().block_size)
+            } else {
+                None
+            };
+            let (hash, blocks) = hash_open(&file, &path, offset, size, block_size)?;
             pieces.push((
                 Piece {
                     path: rel.clone(),
@@ -662,10 +827,18 @@ impl RemoteDir {
                     size,
                     blake3: hash,
                     replace,
+                    blocks: blocks.map(|b| b.to_list()),
                 },
                 (file, path),
             ));
-            after.insert(rel, Known { len, ino });
+            after.insert(
+                rel,
+                Known {
+                    len,
+                    ino,
+                    blocks: false,
+                },
+            );
         }
         // Whole new files before the bytes appended to logs that point at
         // them (readers apply in order).
@@ -786,10 +959,19 @@ fn local_files(dir: &Path, private: Private) -> Result<Vec<(String, PathBuf)>> {
 /// BLAKE3 (hex) of `size` bytes of `path` at `offset`.
 fn hash_range(path: &Path, offset: u64, size: u64) -> Result<String> {
     let file = File::open(path).map_err(Error::io("open", path))?;
-    hash_open(&file, path, offset, size)
+    Ok(hash_open(&file, path, offset, size, None)?.0)
 }
 
-fn hash_open(file: &File, path: &Path, offset: u64, size: u64) -> Result<String> {
+/// BLAKE3 (hex) of `size` bytes of `file` at `offset` and, given a block
+/// size, the BLAKE3 of each block of them, in one read.
+fn hash_open(
+    file: &File,
+    path: &Path,
+    offset: u64,
+    size: u64,
+    block_size: Option<u64>,
+) -> Result<(String, Option<BlockHashes>)> {
+    let mut by_block = block_size.map(BlockHasher::new);
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; (1 << 20).min(size.max(1)) as usize];
     let mut at = offset;
@@ -799,9 +981,18 @@ fn hash_open(file: &File, path: &Path, offset: u64, size: u64) -> Result<String>
         file.read_exact_at(&mut buf[..n], at)
             .map_err(Error::io("read", path))?;
         hasher.update(&buf[..n]);
+        if let Some(b) = &mut by_block {
+            b.update(&buf[..n]);
+        }
         at += n as u64;
     }
-    Ok(hasher.finalize().to_hex().to_string())
+    let blocks = match by_block {
+        Some(b) => Some(b.finalize().map_err(|problem| {
+            Error::io("hash by blocks", path)(std::io::Error::other(problem))
+        })?),
+        None => None,
+    };
+    Ok((hasher.finalize().to_hex().to_string(), blocks))
 }
 
 /// Writes a new file (temp, fsync, rename, dir fsync) from `source`;

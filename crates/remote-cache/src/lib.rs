@@ -14,7 +14,9 @@
 //!   large files a store maps and reads in parts (memmap-array's `.bin`
 //!   arrays, page-alloc's page file), left as sparse files in the tier,
 //!   linked into the working directory and fetched by block ranges as
-//!   rows and samples are read ([`RemoteArrays`], [`RemotePages`]).
+//!   rows and samples are read ([`RemoteArrays`], [`RemotePages`]), each
+//!   block checked against the BLAKE3 its commit recorded for it before
+//!   it is kept.
 //! - **Publish** ([`RemoteSegments::publish`], [`RemoteShards::publish`])
 //!   uploads what the store wrote since — new segments and the bytes
 //!   appended to index logs, new shards, replaced metadata — then writes
@@ -33,10 +35,12 @@
 //! # On disk
 //! ```text
 //! <url>/objects/<blake3>                 published bytes (content-addressed)
-//! <url>/commits/<seq>.json               commit records, applied in order
+//! <url>/commits/<seq>.json               commit records, applied in order (with the
+//!                                        BLAKE3 of each block of files read by blocks)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
 //! <tier dir>/work/<hash of url>/         the working directory the store opens
 //!   .cachex-remote/lock, applied.jsonl   which commits are applied here
+//!   .cachex-remote/blocks/<blake3>.json  block lists of the files linked into the tier
 //! ```
 //!
 //! # Example

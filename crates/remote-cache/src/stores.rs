@@ -287,7 +287,20 @@ impl RemoteArrays {
                 let object = opened.remote.as_ref().and_then(|r| r.object(&file));
                 (object, a.row_bytes() as u64)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // The reader maps each array on its first read, by name. Map every
+        // remote one now, while its link still names the object held above:
+        // after a refresh that relinks the name, a first read would map the
+        // new object while ensures fetch into this one (zeros served).
+        for (k, (object, _)) in bins.iter().enumerate() {
+            if object.is_some() {
+                for i in 0..cache.len() {
+                    if cache.array_at(i, k)?.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
         Ok(RemoteArrays {
             cache,
             remote: opened.remote,

@@ -268,3 +268,32 @@ fn open_arrays_read_their_own_bytes_after_a_replacement_and_eviction() {
         );
     }
 }
+
+#[test]
+fn arrays_refreshed_before_their_first_read_read_their_own_bytes() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "arrays-unread");
+    let rows = 100u64;
+    let built = build_arrays(rows);
+    let (publisher, _tier) = publisher(&endpoint, &url, built.path());
+    assert_eq!(publisher.publish().unwrap().seq, Some(1));
+    let tier_dir = tempfile::tempdir().unwrap();
+    let arrays = RemoteArrays::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+
+    // data.bin replaced and the reader refreshed before it read a row:
+    // its link names the new object now, its handle the first.
+    let aside = built.path().join("data.bin.next");
+    std::fs::write(&aside, vec![0x5a; (rows * 4096) as usize]).unwrap();
+    std::fs::rename(&aside, built.path().join("data.bin")).unwrap();
+    assert_eq!(publisher.publish().unwrap().seq, Some(2));
+    assert_eq!(arrays.remote().unwrap().refresh().unwrap().seq, 2);
+    for i in [rows - 1, 0, 50] {
+        let view = arrays.array(i, "data").unwrap().unwrap();
+        assert!(
+            view.as_slice::<i32>().unwrap() == &array_row(i)[..],
+            "row {i}: not the bytes of the version opened"
+        );
+    }
+}

@@ -106,6 +106,11 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
+    /// A block fetched for a read does not hash to what the object's
+    /// publisher recorded for it, on the first fetch and on the retry.
+    /// Nothing of it was kept: the block stays absent from the local copy.
+    #[error("{0}")]
+    BlockMismatch(Box<BlockMismatch>),
     /// A byte range beyond the end of the object.
     #[error("{url}: {name}: bytes {start}..{end} lie beyond the object's {size} bytes")]
     OutOfRange {
@@ -137,6 +142,33 @@ pub enum Error {
     /// The crate's own I/O runtime could not be started or has stopped.
     #[error("remote tier runtime: {0}")]
     Runtime(String),
+}
+
+/// Where and how a fetched block differs from its recorded hash
+/// ([`Error::BlockMismatch`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{url}: {name}: block {block} (bytes {start}..{end}) of the local copy {}: BLAKE3 {got}, \
+     the publisher recorded {expected} (fetched twice; not kept)",
+    path.display()
+)]
+pub struct BlockMismatch {
+    /// The store URL.
+    pub url: String,
+    /// The object name.
+    pub name: String,
+    /// The local file the block was for.
+    pub path: PathBuf,
+    /// The block's index.
+    pub block: u64,
+    /// Start of the block's bytes in the object.
+    pub start: u64,
+    /// End (exclusive) of the block's bytes.
+    pub end: u64,
+    /// The hash the publisher recorded, hex.
+    pub expected: String,
+    /// The hash of the bytes the store sent (on the retry), hex.
+    pub got: String,
 }
 
 /// `Result` with this crate's [`Error`].

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use durable_fs::FileLock;
 
+use crate::blocks::BlockHashes;
 use crate::format::BlockMap;
 use crate::local::LocalDir;
 use crate::tier::{Expected, Inner};
@@ -35,6 +36,9 @@ pub(crate) struct ObjectState {
     size: u64,
     /// `None` for a whole object; the blocks known present otherwise.
     blocks: Option<Mutex<BlockMap>>,
+    /// What each fetched block is checked against, when the publisher
+    /// recorded it (its block size is the map's).
+    pub(crate) hashes: Option<Arc<BlockHashes>>,
     /// The sparse file's inode: block maps on disk are only trusted (and
     /// only written) while the path still names this file.
     ino: u64,
@@ -44,14 +48,29 @@ pub(crate) struct ObjectState {
 }
 
 impl RemoteFile {
-    pub(crate) fn open(tier: &Arc<Inner>, name: &str, expected: &Expected) -> Result<RemoteFile> {
+    /// Opens `name`; with `hashes`, every block fetched from now on is
+    /// checked against them before it is kept, and a local copy made
+    /// without them is not trusted.
+    pub(crate) fn open(
+        tier: &Arc<Inner>,
+        name: &str,
+        expected: &Expected,
+        hashes: Option<Arc<BlockHashes>>,
+    ) -> Result<RemoteFile> {
         tier.remote.path(name)?;
+        let expected = &Expected {
+            size: expected.size.or(hashes.as_ref().map(|h| h.size())),
+            ..*expected
+        };
         let key = LocalDir::key(name);
         let pin = tier.dir.pin(&key)?;
         let whole = tier.dir.whole(&key);
         let mut opened = open_existing(&whole)?;
         let mut head = None;
-        if opened.is_none() && tier.read_map(&key).is_none() {
+        let usable_map = tier
+            .read_map(&key)
+            .is_some_and(|m| map_fits(&m, hashes.as_deref()));
+        if opened.is_none() && !usable_map {
             // Not local: small objects are fetched whole right away.
             let small = match expected.size {
                 Some(s) => s <= tier.config.whole_file_max,
@@ -63,7 +82,7 @@ impl RemoteFile {
                 }
             };
             if small {
-                tier.fetch_whole(name, &key, expected)?;
+                tier.fetch_whole(name, &key, expected, hashes.as_deref())?;
                 opened = open_existing(&whole)?;
             }
         }
@@ -78,13 +97,14 @@ impl RemoteFile {
                     file,
                     size,
                     blocks: None,
+                    hashes: None,
                     ino: 0,
                     touched: Default::default(),
                     _pin: pin,
                 }
             }
             None => {
-                let (file, map) = tier.sparse_file(name, &key, head)?;
+                let (file, map) = tier.sparse_file(name, &key, head, hashes.as_deref())?;
                 let path = tier.dir.sparse(&key);
                 let ino = file.metadata().map_err(Error::io("stat", &path))?.ino();
                 ObjectState {
@@ -95,6 +115,7 @@ impl RemoteFile {
                     file,
                     size: map.size,
                     blocks: Some(Mutex::new(map)),
+                    hashes,
                     ino,
                     touched: Default::default(),
                     _pin: pin,
@@ -338,12 +359,19 @@ impl ObjectState {
         self.blocks.as_ref().is_none_or(|m| lock(m).has(i))
     }
 
-    /// The byte range of block `i` and the object's etag.
+    /// The byte range of block `i` and the etag its request requires:
+    /// the object's, unless blocks are checked against their hashes, which
+    /// already tell any other bytes from the published ones (and so keep
+    /// reading an object that was replaced by the same bytes again).
     pub(crate) fn block(&self, i: u64) -> (Range<u64>, String) {
         match &self.blocks {
             Some(m) => {
                 let m = lock(m);
-                (m.block_range(i), m.etag.clone())
+                let etag = match self.hashes {
+                    Some(_) => String::new(),
+                    None => m.etag.clone(),
+                };
+                (m.block_range(i), etag)
             }
             None => (0..0, String::new()),
         }
@@ -362,10 +390,7 @@ impl ObjectState {
         }
         if let Some(disk) = self.tier.read_map(&self.key) {
             let mut mine = lock(m);
-            if disk.size == mine.size
-                && disk.block_size == mine.block_size
-                && disk.etag == mine.etag
-            {
+            if disk.same_copy(&mine) {
                 mine.merge(&disk);
             }
         }
@@ -380,9 +405,7 @@ impl ObjectState {
             let mut mine = lock(m);
             mine.set(i);
             if let Some(disk) = self.tier.read_map(&self.key)
-                && disk.size == mine.size
-                && disk.block_size == mine.block_size
-                && disk.etag == mine.etag
+                && disk.same_copy(&mine)
             {
                 mine.merge(&disk);
             }
@@ -392,6 +415,22 @@ impl ObjectState {
             durable_fs::write_atomic(&self.tier.dir.map(&self.key), &encoded)?;
         }
         Ok(())
+    }
+}
+
+/// Whether a handle checking blocks against `hashes` (or against nothing)
+/// may use the local copy `map` describes: a copy made under one block
+/// list serves only handles of that list, and a copy made without one
+/// only handles without one, so that no unchecked block ever lands in a
+/// copy whose map says its blocks were checked.
+pub(crate) fn map_fits(map: &BlockMap, hashes: Option<&BlockHashes>) -> bool {
+    match hashes {
+        None => map.checked.is_none(),
+        Some(h) => {
+            map.checked == Some(h.digest())
+                && map.block_size == h.block_size()
+                && map.size == h.size()
+        }
     }
 }
 

@@ -5,19 +5,27 @@
 //! ```text
 //! offset  size  field
 //! 0       8     magic  "CXBLKMAP"
-//! 8       4     version (u32 LE) = 1
+//! 8       4     version (u32 LE): 1, or 2 for an object checked by blocks
 //! 12      8     block size (u64 LE, > 0)
 //! 20      8     object size (u64 LE)
 //! 28      4     etag length E (u32 LE, <= 1024)
 //! 32      E     the object's etag when first fetched (UTF-8; may be empty)
-//! 32+E    B     bitmap, B = ceil(blocks / 8); bit i of byte i/8 = block i present
-//! 32+E+B  32    BLAKE3 of all the bytes before
+//! 32+E    L     version 2 only (L = 32, else 0): the digest of the block list
+//!               (`BlockHashes::digest`) every marked block was checked against
+//! 32+E+L  B     bitmap, B = ceil(blocks / 8); bit i of byte i/8 = block i present
+//! +B      32    BLAKE3 of all the bytes before
 //! ```
+//!
+//! A map without a list digest is written as version 1, byte for byte as
+//! before, so builds that know only version 1 keep sharing such tiers.
 
 /// The magic bytes a block map starts with.
 pub const MAGIC: &[u8; 8] = b"CXBLKMAP";
-/// The block map version this crate writes and reads.
+/// The block map version of objects without a block list.
 pub const VERSION: u32 = 1;
+/// The block map version of objects whose blocks are checked against a
+/// block list (the newest this build reads).
+pub const VERSION_CHECKED: u32 = 2;
 /// The longest etag a block map stores.
 pub const MAX_ETAG: usize = 1024;
 /// A block map is never larger than this (a 1 TiB object in 64 KiB blocks).
@@ -32,17 +40,21 @@ pub struct BlockMap {
     pub size: u64,
     /// The object's etag when its first block was fetched.
     pub etag: String,
+    /// The digest of the block list each marked block was checked
+    /// against; `None` when blocks are checked by size and etag only.
+    pub checked: Option<[u8; 32]>,
     bits: Vec<u8>,
 }
 
 impl BlockMap {
     /// An empty map (no block present).
-    pub fn new(block_size: u64, size: u64, etag: String) -> BlockMap {
+    pub fn new(block_size: u64, size: u64, etag: String, checked: Option<[u8; 32]>) -> BlockMap {
         let blocks = block_count(size, block_size);
         BlockMap {
             block_size,
             size,
             etag,
+            checked,
             bits: vec![0; blocks.div_ceil(8) as usize],
         }
     }
@@ -64,6 +76,15 @@ impl BlockMap {
         if let Some(b) = self.bits.get_mut((i / 8) as usize) {
             *b |= 1 << (i % 8);
         }
+    }
+
+    /// Whether `other` describes the same local copy the same way (size,
+    /// block size, etag and block list), so that its bits may be merged.
+    pub fn same_copy(&self, other: &BlockMap) -> bool {
+        self.size == other.size
+            && self.block_size == other.block_size
+            && self.etag == other.etag
+            && self.checked == other.checked
     }
 
     /// Marks present every block `other` has (same object assumed).
@@ -88,11 +109,18 @@ impl BlockMap {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.etag.len() + self.bits.len());
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
+        let version = match self.checked {
+            Some(_) => VERSION_CHECKED,
+            None => VERSION,
+        };
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&self.block_size.to_le_bytes());
         out.extend_from_slice(&self.size.to_le_bytes());
         out.extend_from_slice(&(self.etag.len() as u32).to_le_bytes());
         out.extend_from_slice(self.etag.as_bytes());
+        if let Some(digest) = &self.checked {
+            out.extend_from_slice(digest);
+        }
         out.extend_from_slice(&self.bits);
         let hash = blake3::hash(&out);
         out.extend_from_slice(hash.as_bytes());
@@ -120,9 +148,12 @@ impl BlockMap {
             u64::from_le_bytes(b)
         };
         let version = u32_at(8);
-        if version != VERSION {
-            return Err(format!("version {version}, this build reads {VERSION}"));
+        if version != VERSION && version != VERSION_CHECKED {
+            return Err(format!(
+                "version {version}, this build reads {VERSION} and {VERSION_CHECKED}"
+            ));
         }
+        let list_len = if version == VERSION_CHECKED { 32 } else { 0 };
         let block_size = u64_at(12);
         let size = u64_at(20);
         let etag_len = u32_at(28) as usize;
@@ -136,6 +167,7 @@ impl BlockMap {
             .map_err(|_| "bitmap too large".to_string())?;
         let want = 32usize
             .checked_add(etag_len)
+            .and_then(|n| n.checked_add(list_len))
             .and_then(|n| n.checked_add(bits_len))
             .ok_or("length overflow")?;
         if body.len() != want {
@@ -147,11 +179,18 @@ impl BlockMap {
         let etag = std::str::from_utf8(&body[32..32 + etag_len])
             .map_err(|_| "etag is not UTF-8".to_string())?
             .to_string();
+        let bits_at = 32 + etag_len + list_len;
+        let checked = (list_len > 0).then(|| {
+            let mut digest = [0u8; 32];
+            digest.copy_from_slice(&body[32 + etag_len..bits_at]);
+            digest
+        });
         Ok(BlockMap {
             block_size,
             size,
             etag,
-            bits: body[32 + etag_len..].to_vec(),
+            checked,
+            bits: body[bits_at..].to_vec(),
         })
     }
 }
@@ -167,21 +206,25 @@ mod tests {
 
     #[test]
     fn round_trip_and_every_truncation_or_flip_refused() {
-        let mut map = BlockMap::new(8, 100, "\"abc\"".into());
-        map.set(0);
-        map.set(12);
-        let bytes = map.encode();
-        let back = BlockMap::decode(&bytes).unwrap();
-        assert_eq!(back, map);
-        assert!(back.has(12) && !back.has(11) && back.present() == 2);
-        assert_eq!(back.block_range(12), 96..100);
-        for cut in 0..bytes.len() {
-            assert!(BlockMap::decode(&bytes[..cut]).is_err(), "cut {cut}");
-        }
-        for i in 0..bytes.len() {
-            let mut bad = bytes.clone();
-            bad[i] ^= 0x40;
-            assert!(BlockMap::decode(&bad).is_err(), "flip {i}");
+        for checked in [None, Some([7u8; 32])] {
+            let mut map = BlockMap::new(8, 100, "\"abc\"".into(), checked);
+            map.set(0);
+            map.set(12);
+            let bytes = map.encode();
+            let version = if checked.is_some() { 2u32 } else { 1 };
+            assert_eq!(bytes[8..12], version.to_le_bytes());
+            let back = BlockMap::decode(&bytes).unwrap();
+            assert_eq!(back, map);
+            assert!(back.has(12) && !back.has(11) && back.present() == 2);
+            assert_eq!(back.block_range(12), 96..100);
+            for cut in 0..bytes.len() {
+                assert!(BlockMap::decode(&bytes[..cut]).is_err(), "cut {cut}");
+            }
+            for i in 0..bytes.len() {
+                let mut bad = bytes.clone();
+                bad[i] ^= 0x40;
+                assert!(BlockMap::decode(&bad).is_err(), "flip {i}");
+            }
         }
     }
 }

@@ -15,8 +15,16 @@
 //!   background with bounded parallelism.
 //! - **Verified.** Every response's length is checked; a whole fetch is
 //!   checked against the size and BLAKE3 the caller knows ([`Expected`])
-//!   before it is renamed into place; ranged reads carry the object's etag
-//!   (`If-Match`), so an object that changed is an error, never a mix.
+//!   before it is renamed into place. A large object whose publisher
+//!   recorded the BLAKE3 of each block ([`BlockHashes`], see [`blocks`])
+//!   is opened with [`RemoteTier::open_verified`]: its sparse file uses
+//!   the recorded block size and every block is checked before a byte of
+//!   it is written (a mismatch is fetched once more, then is
+//!   [`Error::BlockMismatch`]), so a reader is never served a bad block.
+//!   Without such a list, ranged reads carry the object's etag
+//!   (`If-Match`), so an object that changed is an error, never a mix,
+//!   and [`RemoteTier::fetch`] checks the whole BLAKE3 once all of it is
+//!   local. Blocks already local are never hashed again on read.
 //! - **Crash-safe and shared.** Fetches land under a temporary name or in
 //!   a block that the block map marks only after the bytes are fsynced;
 //!   the map itself is replaced atomically. One `flock` per block makes a
@@ -57,8 +65,12 @@
 //! ```
 //! `<key>` is the object name with `%` and `/` escaped (`a/b` →
 //! `a%2Fb`). A block map is `CXBLKMAP`, version, block size, object size,
-//! etag, one bit per block, and a BLAKE3 of all of it; one that does not
-//! check is discarded and the object's blocks fetched again.
+//! etag, (version 2) the digest of the block list its blocks were checked
+//! against, one bit per block, and a BLAKE3 of all of it; one that does
+//! not check is discarded and the object's blocks fetched again. A copy
+//! made under one block list (or none) serves only readers of that list
+//! (or none): any other gets a fresh sparse file, so a block map never
+//! claims a check its blocks did not pass.
 //!
 //! # Example
 //! ```
@@ -82,6 +94,14 @@
 //! file.read_at(2_500_000, &mut buf)?;
 //! assert_eq!(buf, segment[2_500_000..2_500_004]);
 //!
+//! // Checked block by block against the hashes its publisher recorded.
+//! let mut by_block = remote_tier::BlockHasher::new(1 << 20);
+//! by_block.update(&segment);
+//! let hashes = std::sync::Arc::new(by_block.finalize()?);
+//! let checked = tier.open_verified("segments/000001.arrow", hashes)?;
+//! checked.read_at(2_500_000, &mut buf)?;
+//! assert_eq!(buf, segment[2_500_000..2_500_004]);
+//!
 //! // Or all of it, verified.
 //! let hash = *blake3::hash(&segment).as_bytes();
 //! let expected = Expected { size: Some(segment.len() as u64), blake3: Some(hash) };
@@ -92,6 +112,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod blocks;
 mod error;
 mod file;
 mod format;
@@ -103,7 +124,8 @@ mod shared;
 pub mod snapshot;
 mod tier;
 
-pub use error::{Error, Result};
+pub use blocks::{BlockHasher, BlockHashes, BlockList};
+pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
 pub use location::build_store;

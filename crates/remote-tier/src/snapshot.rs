@@ -9,6 +9,12 @@
 //! publisher killed midway leaves only unreferenced objects, and its next
 //! run skips the ones already uploaded.
 //!
+//! A pull copies every file whole into its directory, and checks each
+//! against its BLAKE3 before a byte of it is written there; nothing is
+//! read by blocks, so manifests carry no per-block hashes (those are for
+//! remote-cache's commit log, whose readers map files linked into the
+//! tier while their blocks arrive).
+//!
 //! ```text
 //! <url>/objects/<blake3 hex>         one file's bytes
 //! <url>/manifests/<seq, 20 digits>.json

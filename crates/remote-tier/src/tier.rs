@@ -14,7 +14,9 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
 use tokio::sync::Semaphore;
 
-use crate::file::{ObjectState, RemoteFile};
+use crate::blocks::BlockHashes;
+use crate::error::BlockMismatch;
+use crate::file::{ObjectState, RemoteFile, map_fits};
 use crate::format::{self, BlockMap};
 use crate::local::{EvictReport, LocalDir};
 use crate::location::{build_store, redact};
@@ -34,7 +36,9 @@ pub struct TierConfig {
     /// Bytes the local tier may hold before least-recently-used copies
     /// are evicted. Objects open in some reader are kept even over budget.
     pub budget_bytes: u64,
-    /// Large objects are fetched in blocks of this many bytes.
+    /// Large objects are fetched in blocks of this many bytes (those
+    /// opened with a block list, in the list's block size), and a
+    /// publisher records block lists in blocks of this size.
     pub block_size: u64,
     /// Objects up to this size are fetched whole (one request).
     pub whole_file_max: u64,
@@ -244,14 +248,26 @@ impl RemoteTier {
     /// fetched whole now; a large one gets a sparse local file whose
     /// blocks [`RemoteFile::ensure`] fetches on demand.
     pub fn open_object(&self, name: &str) -> Result<RemoteFile> {
-        RemoteFile::open(&self.inner, name, &Expected::default())
+        RemoteFile::open(&self.inner, name, &Expected::default(), None)
+    }
+
+    /// [`open_object`](Self::open_object) for an object whose publisher
+    /// recorded the BLAKE3 of each block: every block fetched is checked
+    /// against its hash before it is kept (a mismatch is fetched once
+    /// more, then reported as [`Error::BlockMismatch`] and never kept),
+    /// and the sparse local file uses the list's block size, so reads stay
+    /// zero-copy over one file. A local copy made without this list (or
+    /// with another) is not trusted: the object gets a fresh sparse file.
+    /// Warm reads of blocks already local hash nothing.
+    pub fn open_verified(&self, name: &str, hashes: Arc<BlockHashes>) -> Result<RemoteFile> {
+        RemoteFile::open(&self.inner, name, &Expected::default(), Some(hashes))
     }
 
     /// Fetches all of `name` into the local tier (blocks in parallel) and
     /// checks it against `expected`: a copy that does not match is removed
     /// and reported as [`Error::Corrupt`].
     pub fn fetch(&self, name: &str, expected: &Expected) -> Result<RemoteFile> {
-        let file = RemoteFile::open(&self.inner, name, expected)?;
+        let file = RemoteFile::open(&self.inner, name, expected, None)?;
         file.ensure(0..file.len())?;
         file.verify(expected)?;
         Ok(file)
@@ -571,16 +587,41 @@ impl Inner {
     }
 
     /// Fetches the small object `name` whole into `<key>.whole` (one
-    /// fetcher machine-wide), verified against `expected` before it is
-    /// renamed into place.
-    pub(crate) fn fetch_whole(&self, name: &str, key: &str, expected: &Expected) -> Result<()> {
+    /// fetcher machine-wide), verified against `expected` (and each block
+    /// against `hashes`) before it is renamed into place.
+    pub(crate) fn fetch_whole(
+        &self,
+        name: &str,
+        key: &str,
+        expected: &Expected,
+        hashes: Option<&BlockHashes>,
+    ) -> Result<()> {
         let dest = self.dir.whole(key);
         let _fetching = self.dir.fetch_lock(key, None)?;
         if dest.exists() {
             return Ok(());
         }
-        let (bytes, _) = self.get(name, None, None)?;
-        check(&self.remote.url, name, &bytes, expected)?;
+        // A block that does not match is fetched once more, as by blocks.
+        let mut retried = false;
+        let bytes = loop {
+            let (bytes, _) = self.get(name, None, None)?;
+            check(&self.remote.url, name, &bytes, expected)?;
+            let bad = hashes.and_then(|h| {
+                (0..h.blocks()).find_map(|i| {
+                    let r = h.range(i);
+                    let block = bytes.get(r.start as usize..r.end as usize);
+                    let (good, got) = h.check_block(i, block.unwrap_or_default());
+                    (!good).then_some((h, i, got))
+                })
+            });
+            match bad {
+                None => break bytes,
+                Some(_) if !retried => retried = true,
+                Some((h, i, got)) => {
+                    return Err(block_mismatch(&self.remote.url, name, &dest, h, i, got));
+                }
+            }
+        };
         let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
         durable_fs::write_synced(&tmp, &bytes)?;
         if let Err(e) = durable_fs::rename_and_sync(&tmp, &dest) {
@@ -597,12 +638,16 @@ impl Inner {
     }
 
     /// The sparse file and block map of a large object, created (under the
-    /// tier lock) unless another process did so first.
+    /// tier lock) unless another process did so first. An existing copy is
+    /// used only if it was made under the same block list (`hashes`, or
+    /// none); otherwise a fresh one replaces it, and handles still open on
+    /// the old one keep their own file without touching the new map.
     pub(crate) fn sparse_file(
         &self,
         name: &str,
         key: &str,
         head: Option<ObjectInfo>,
+        hashes: Option<&BlockHashes>,
     ) -> Result<(File, BlockMap)> {
         let sparse = self.dir.sparse(key);
         let open = |map: BlockMap| -> Result<Option<(File, BlockMap)>> {
@@ -619,7 +664,8 @@ impl Inner {
                 Err(e) => Err(Error::io("open", &sparse)(e)),
             }
         };
-        if let Some(map) = self.read_map(key)
+        let usable = |map: Option<BlockMap>| map.filter(|m| map_fits(m, hashes));
+        if let Some(map) = usable(self.read_map(key))
             && let Some(found) = open(map)?
         {
             return Ok(found);
@@ -628,8 +674,21 @@ impl Inner {
             Some(info) => info,
             None => self.head(name)?,
         };
+        if let Some(h) = hashes
+            && h.size() != info.size
+        {
+            return Err(Error::Corrupt {
+                url: self.remote.url.to_string(),
+                name: name.to_string(),
+                problem: format!(
+                    "{} bytes in the store, the block list covers {}",
+                    info.size,
+                    h.size()
+                ),
+            });
+        }
         let _tier = self.dir.lock_tier()?;
-        if let Some(map) = self.read_map(key)
+        if let Some(map) = usable(self.read_map(key))
             && let Some(found) = open(map)?
         {
             return Ok(found);
@@ -640,7 +699,10 @@ impl Inner {
         } else {
             etag
         };
-        let map = BlockMap::new(self.config.block_size, info.size, etag);
+        let map = match hashes {
+            Some(h) => BlockMap::new(h.block_size(), info.size, etag, Some(h.digest())),
+            None => BlockMap::new(self.config.block_size, info.size, etag, None),
+        };
         // The map goes last: a map always describes the sparse file beside it.
         let _ = durable_fs::remove_and_sync(&self.dir.map(key))?;
         let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
@@ -671,7 +733,27 @@ impl Inner {
         }
         let (range, etag) = obj.block(i);
         let etag = (!etag.is_empty()).then_some(etag);
-        let (bytes, _) = self.get(&obj.name, Some(range.clone()), etag)?;
+        let mut bytes = self.get(&obj.name, Some(range.clone()), etag.clone())?.0;
+        if let Some(h) = &obj.hashes {
+            // Checked before a byte is written: a bad block never reaches
+            // the local file. One more fetch absorbs a corruption in
+            // transit; a second mismatch is the store's bytes.
+            let (good, _) = h.check_block(i, &bytes);
+            if !good {
+                bytes = self.get(&obj.name, Some(range.clone()), etag)?.0;
+                let (good, got) = h.check_block(i, &bytes);
+                if !good {
+                    return Err(block_mismatch(
+                        &self.remote.url,
+                        &obj.name,
+                        &obj.path,
+                        h,
+                        i,
+                        got,
+                    ));
+                }
+            }
+        }
         obj.file
             .write_all_at(&bytes, range.start)
             .map_err(Error::io("write block", &obj.path))?;
@@ -684,6 +766,29 @@ impl Inner {
         }
         self.after_fetch()
     }
+}
+
+/// The error for block `i` of `name` whose bytes hash to `got`.
+fn block_mismatch(
+    url: &str,
+    name: &str,
+    path: &Path,
+    hashes: &BlockHashes,
+    i: u64,
+    got: [u8; 32],
+) -> Error {
+    let hex = |h: [u8; 32]| blake3::Hash::from_bytes(h).to_hex().to_string();
+    let range = hashes.range(i);
+    Error::BlockMismatch(Box::new(BlockMismatch {
+        url: url.to_string(),
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        block: i,
+        start: range.start,
+        end: range.end,
+        expected: hashes.hash(i).map(|h| hex(*h)).unwrap_or_default(),
+        got: hex(got),
+    }))
 }
 
 /// Checks fetched bytes against what the caller knows of them.
