@@ -234,7 +234,8 @@ struct Tier {
 }
 
 impl Published {
-    /// A commit log over a metered store with a local tier in `dir`.
+    /// A commit log over a metered store with a local tier in `dir`, as
+    /// it was left there (nothing applied yet).
     fn open(
         &self,
         dir: &Path,
@@ -253,7 +254,8 @@ impl Published {
         let tier =
             RemoteTier::with_store(store, prefix, &self.url, TierConfig::new(&tier_dir, budget))
                 .map_err(err)?;
-        let remote = RemoteDir::open(tier, &dir.join("work"), by_blocks, |_| false).map_err(err)?;
+        let remote = RemoteDir::open_unapplied(tier, &dir.join("work"), by_blocks, |_| false)
+            .map_err(err)?;
         Ok((
             remote,
             Tier {
@@ -448,7 +450,7 @@ fn w1(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
         let dir = ctx.fresh_dir(&format!("w6-w1-{phase}")).map_err(err)?;
         let start = Instant::now();
         let (remote, tier) = published.open(&dir, budget, latency, never)?;
-        let store = RemoteSegments::with_remote(remote, read_only()).map_err(err)?;
+        let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
         let open_secs = start.elapsed().as_secs_f64();
         let secs = w1_read(ctx, &store, n, open_secs)?;
         emit(
@@ -467,7 +469,7 @@ fn w1(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
             // The same working directory and tier again: everything local.
             let start = Instant::now();
             let (remote, tier) = published.open(&dir, budget, latency, never)?;
-            let store = RemoteSegments::with_remote(remote, read_only()).map_err(err)?;
+            let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
             let open_secs = start.elapsed().as_secs_f64();
             let secs = w1_read(ctx, &store, n, open_secs)?;
             emit(
@@ -600,6 +602,7 @@ fn w5(ctx: &Ctx, endpoint: &str, bucket: &str, n: usize) -> Result<(), RunError>
         for run in 0..runs {
             let start = Instant::now();
             let (remote, tier) = published.open(&dir, budget, latency, RemotePages::BY_BLOCKS)?;
+            remote.refresh().map_err(err)?;
             let pages = RemotePages::with_remote(remote, PAGE_FILE).map_err(err)?;
             let open_secs = start.elapsed().as_secs_f64();
             let secs = w5_read(ctx, pages.reader(), Some(&pages), &sums, open_secs)?;

@@ -234,6 +234,24 @@ impl RemoteDir {
         by_blocks: ReadByBlocks,
         private: Private,
     ) -> Result<RemoteDir> {
+        let remote = RemoteDir::open_unapplied(tier, dir, by_blocks, private)?;
+        remote.refresh()?;
+        Ok(remote)
+    }
+
+    /// Opens the working directory `dir` as [`open`](RemoteDir::open)
+    /// does, but applies nothing: it holds the commits applied there
+    /// before. The caller learns what was published since with
+    /// [`fetch_next`](RemoteDir::fetch_next) and applies it with
+    /// [`refresh_from`](RemoteDir::refresh_from) — meanwhile it may read
+    /// the directory (a reader opening its store), since nothing changes
+    /// there until then.
+    pub fn open_unapplied(
+        tier: RemoteTier,
+        dir: &Path,
+        by_blocks: ReadByBlocks,
+        private: Private,
+    ) -> Result<RemoteDir> {
         let state_dir = dir.join(STATE_DIR);
         std::fs::create_dir_all(&state_dir).map_err(Error::io("create directory", &state_dir))?;
         let lock =
@@ -283,9 +301,30 @@ impl RemoteDir {
             for path in linked {
                 remote.relink(&mut state, &path)?;
             }
-            remote.refresh_locked(&mut state)?;
         }
         Ok(remote)
+    }
+
+    /// The commit after the last one applied, fetched and checked but not
+    /// applied (`None`: nothing newer was published). No lock is held
+    /// while it waits for the server.
+    pub fn fetch_next(&self) -> Result<Option<Commit>> {
+        let seq = self.lock().seq;
+        self.read_commit(seq + 1)
+    }
+
+    /// Applies `next` (an answer of [`fetch_next`](RemoteDir::fetch_next))
+    /// and every commit published after it, as
+    /// [`refresh`](RemoteDir::refresh) does; `None` applies nothing. A
+    /// commit this handle applied meanwhile is not applied twice.
+    pub fn refresh_from(&self, next: Option<Commit>) -> Result<RefreshReport> {
+        let mut state = self.lock();
+        let next = match next {
+            Some(c) if c.seq == state.seq + 1 => Some(c),
+            Some(_) => self.read_commit(state.seq + 1)?,
+            None => None,
+        };
+        self.apply_from(&mut state, next)
     }
 
     /// The working directory the store opens.
@@ -404,6 +443,12 @@ impl RemoteDir {
     }
 
     fn refresh_locked(&self, state: &mut State) -> Result<RefreshReport> {
+        let next = self.read_commit(state.seq + 1)?;
+        self.apply_from(state, next)
+    }
+
+    /// Applies `next`, the commit after `state`'s last, and the ones after.
+    fn apply_from(&self, state: &mut State, mut next: Option<Commit>) -> Result<RefreshReport> {
         let mut report = RefreshReport {
             seq: state.seq,
             ..RefreshReport::default()
@@ -412,13 +457,14 @@ impl RemoteDir {
         // once it has applied `seq`), so the first number that is not there
         // ends the log: one GET finds the next commit, or that there is
         // none, where a listing would cost a LIST and then a GET.
-        while let Some(commit) = self.read_commit(state.seq + 1)? {
+        while let Some(commit) = next {
             let seq = commit.seq;
             let (files, fetched) = self.apply(state, &commit)?;
             self.record(state, seq, files)?;
             report.commits += 1;
             report.fetched += fetched;
             report.seq = seq;
+            next = self.read_commit(state.seq + 1)?;
         }
         if report.commits > 0 {
             self.prune_block_lists(state);

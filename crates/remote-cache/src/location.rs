@@ -94,6 +94,20 @@ impl Location {
     /// Opens the location for a store: the local directory itself, or the
     /// working directory with every published commit applied.
     pub(crate) fn open(&self, by_blocks: ReadByBlocks, private: Private) -> Result<Opened> {
+        let opened = self.open_unapplied(by_blocks, private)?;
+        if let Some(r) = &opened.remote {
+            r.refresh()?;
+        }
+        Ok(opened)
+    }
+
+    /// As [`open`](Location::open), but the working directory holds only
+    /// the commits applied there before ([`RemoteDir::open_unapplied`]).
+    pub(crate) fn open_unapplied(
+        &self,
+        by_blocks: ReadByBlocks,
+        private: Private,
+    ) -> Result<Opened> {
         match self {
             Location::Local(dir) => Ok(Opened {
                 dir: dir.clone(),
@@ -109,7 +123,7 @@ impl Location {
                     Some(d) => d.clone(),
                     None => default_work_dir(&spec.tier.cache_dir, tier.url()),
                 };
-                let remote = RemoteDir::open(tier, &work, by_blocks, private)?;
+                let remote = RemoteDir::open_unapplied(tier, &work, by_blocks, private)?;
                 Ok(Opened {
                     dir: work,
                     remote: Some(remote),

@@ -45,13 +45,57 @@ pub struct RemoteSegments {
 }
 
 impl RemoteSegments {
-    /// Opens the segment store at `location` with `options`.
+    /// Opens the segment store at `location` with `options`. A reader
+    /// whose working directory holds earlier commits opens its store while
+    /// the request that learns what was published since is in flight
+    /// ([`with_unapplied`](RemoteSegments::with_unapplied)).
     pub fn open(location: &Location, options: segment_store::Options) -> Result<RemoteSegments> {
-        let opened = location.open(nothing_by_blocks, nothing_private)?;
-        let store = SegmentStore::open(&opened.dir, options)?;
+        let opened = location.open_unapplied(nothing_by_blocks, nothing_private)?;
+        match opened.remote {
+            Some(remote) => RemoteSegments::with_unapplied(remote, options),
+            None => Ok(RemoteSegments {
+                store: SegmentStore::open(&opened.dir, options)?,
+                remote: None,
+            }),
+        }
+    }
+
+    /// Opens the store in the working directory of `remote`, opened with
+    /// [`RemoteDir::open_unapplied`], and applies what was published
+    /// since: the store sees every commit published before this returns.
+    ///
+    /// For a read-only store over a working directory that holds earlier
+    /// commits, the request for the next commit and the store's own open
+    /// (reading its index logs) run at once — nothing changes in the
+    /// directory until both are done — and the store refreshes after
+    /// applying whatever that request found; a warm open then costs the
+    /// longer of the two, not their sum. A writer, or an empty working
+    /// directory, applies first and opens after, as
+    /// [`with_remote`](RemoteSegments::with_remote).
+    pub fn with_unapplied(
+        remote: RemoteDir,
+        options: segment_store::Options,
+    ) -> Result<RemoteSegments> {
+        if !options.read_only || remote.seq() == 0 {
+            remote.refresh()?;
+            return RemoteSegments::with_remote(remote, options);
+        }
+        let (next, store) = std::thread::scope(|s| {
+            let next = s.spawn(|| remote.fetch_next());
+            let store = SegmentStore::open(remote.dir(), options);
+            let next = next
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (next, store)
+        });
+        let (next, store) = (next?, store?);
+        if next.is_some() {
+            remote.refresh_from(next)?;
+            store.refresh()?;
+        }
         Ok(RemoteSegments {
             store,
-            remote: opened.remote,
+            remote: Some(remote),
         })
     }
 

@@ -209,7 +209,9 @@ impl Intercept for Requests {
 }
 
 /// A read-only segment store at `url` whose requests are recorded in the
-/// returned log, with its tier and working directory under `dir`.
+/// returned log, with its tier and working directory under `dir`: opened
+/// as `RemoteSegments::open` does, so a warm open asks for the next
+/// commit while the store opens.
 fn recorded_reader(
     endpoint: &str,
     url: &str,
@@ -220,13 +222,17 @@ fn recorded_reader(
     let store = Arc::new(Intercepted::new(inner, Arc::clone(&log)));
     let tier =
         RemoteTier::with_store(store, prefix, url, small_tier(&dir.join("tier"), 1 << 30)).unwrap();
-    let remote = RemoteDir::open(tier, &dir.join("work"), |_, _| false, |_| false).unwrap();
+    let remote =
+        RemoteDir::open_unapplied(tier, &dir.join("work"), |_, _| false, |_| false).unwrap();
     let options = Options {
         read_only: true,
         lru_bytes: 0,
         ..Options::default()
     };
-    (RemoteSegments::with_remote(remote, options).unwrap(), log)
+    (
+        RemoteSegments::with_unapplied(remote, options).unwrap(),
+        log,
+    )
 }
 
 fn publish_range(writer: &RemoteSegments, range: std::ops::Range<usize>) -> Option<u64> {
@@ -256,7 +262,8 @@ fn an_open_finds_new_commits_with_one_get_each_and_one_more() {
     assert_eq!((reader.remote().unwrap().seq(), reader.len()), (1, 10));
     drop(reader);
 
-    // Published while no reader was open: the next open finds both.
+    // Published while no reader was open: the next open finds both (the
+    // store opened on the first commit, then refreshed onto the others).
     assert_eq!(publish_range(&writer, 10..20), Some(2));
     assert_eq!(publish_range(&writer, 20..30), Some(3));
     let (reader, log) = recorded_reader(&endpoint, &url, r.path());
