@@ -139,6 +139,7 @@ impl<T: StoreItem> Inner<T> {
                         return Err(e);
                     }
                     self.quarantine(&path)?;
+                    self.state.lock().disk_size.remove(&name);
                     return Ok(None);
                 }
                 Err(e) => return Err(e),

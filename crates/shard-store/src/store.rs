@@ -114,6 +114,9 @@ pub(crate) struct State<T> {
     pub(crate) length: Option<u64>,
     /// Last use of each shard file by this process (disk LRU).
     pub(crate) disk_access: HashMap<u64, u64>,
+    /// Sizes of the shard files seen by eviction (a shard file is
+    /// immutable once under its name), so it stats only new ones.
+    pub(crate) disk_size: HashMap<crate::format::ShardName, u64>,
     /// Shards queued for or being preloaded.
     pending: HashSet<u64>,
 }
@@ -356,6 +359,7 @@ impl<T: StoreItem> ShardStore<T> {
                 cache: StartMap::default(),
                 length: meta.length_final.then_some(meta.length),
                 disk_access: HashMap::new(),
+                disk_size: HashMap::new(),
                 pending: HashSet::new(),
             }),
             cursors,

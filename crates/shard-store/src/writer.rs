@@ -254,10 +254,27 @@ impl<T: StoreItem> Inner<T> {
     /// `incoming` more bytes fit in `limit`. Caller holds the writer lock.
     fn evict_for_unlocked(&self, incoming: u64, limit: u64, keep: u64) -> Result<()> {
         let mut files: Vec<(ShardName, u64)> = Vec::new();
-        for name in self.shard_files()? {
-            let path = self.paths.shards.join(name.file_name(self.compression));
-            if let Ok(md) = std::fs::metadata(&path) {
-                files.push((name, md.len()));
+        let names = self.shard_files()?;
+        {
+            let mut state = self.state.lock();
+            // Names gone since (evicted by another process) are forgotten.
+            if state.disk_size.len() > names.len() {
+                let listed: std::collections::HashSet<&ShardName> = names.iter().collect();
+                state.disk_size.retain(|n, _| listed.contains(n));
+            }
+            for name in names {
+                let size = match state.disk_size.get(&name) {
+                    Some(&s) => s,
+                    None => {
+                        let path = self.paths.shards.join(name.file_name(self.compression));
+                        let Ok(md) = std::fs::metadata(&path) else {
+                            continue;
+                        };
+                        state.disk_size.insert(name, md.len());
+                        md.len()
+                    }
+                };
+                files.push((name, size));
             }
         }
         let mut total: u64 = files.iter().map(|(_, s)| s).sum();
@@ -282,7 +299,10 @@ impl<T: StoreItem> Inner<T> {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io(&path, "evict shard", e)),
             }
-            self.state.lock().disk_access.remove(&name.start);
+            let mut state = self.state.lock();
+            state.disk_access.remove(&name.start);
+            state.disk_size.remove(&name);
+            drop(state);
             total = total.saturating_sub(size);
             evicted = true;
         }
