@@ -8,35 +8,14 @@ mod common;
 
 use std::os::unix::fs::FileExt;
 
-use common::{new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
-use memmap_array::{NewRow, RowWriter, Schema};
+use common::{build_arrays, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
 use remote_cache::journal::commit_name;
 use remote_cache::{Commit, Error, RemoteArrays, RemoteDir};
 use remote_tier::RemoteTier;
-use tempfile::TempDir;
-use tensor_core::{DType, Tensor};
 
 /// Rows of 4 KiB: 16 to a 64 KiB block of the test tiers.
 fn array_row(i: u64) -> Vec<i32> {
     (0..1024).map(|j| (i * 1024 + j) as i32 ^ 0x3c).collect()
-}
-
-/// A finalized memmap-array cache of `rows` rows in a fresh directory.
-fn build_arrays(rows: u64) -> TempDir {
-    let built = tempfile::tempdir().unwrap();
-    let schema = Schema::builder()
-        .array("data", DType::I32, [1024])
-        .build()
-        .unwrap();
-    let mut writer = RowWriter::create_or_resume(built.path(), &schema, "v1").unwrap();
-    for i in 0..rows {
-        let t = Tensor::from_vec([1024], array_row(i)).unwrap();
-        writer
-            .write(&NewRow::new(&format!("s{i}")).array("data", t.view()))
-            .unwrap();
-    }
-    writer.finalize().unwrap();
-    built
 }
 
 fn tier(endpoint: &str, url: &str, dir: &std::path::Path) -> RemoteTier {
@@ -48,7 +27,7 @@ fn tier(endpoint: &str, url: &str, dir: &std::path::Path) -> RemoteTier {
 /// URL and commit 1.
 fn published_arrays(endpoint: &str, name: &str, rows: u64) -> (String, Commit) {
     let url = new_bucket_url(endpoint, name);
-    let built = build_arrays(rows);
+    let built = build_arrays(rows, array_row);
     let t = tempfile::tempdir().unwrap();
     let remote = RemoteDir::open(
         tier(endpoint, &url, t.path()),
@@ -351,7 +330,7 @@ fn the_list_of_a_replaced_file_is_dropped_from_the_working_directory() {
     };
     let url = new_bucket_url(&endpoint, "pruned");
     let rows = 100u64;
-    let built = build_arrays(rows);
+    let built = build_arrays(rows, array_row);
     let t = tempfile::tempdir().unwrap();
     let publisher = RemoteDir::open(
         tier(&endpoint, &url, t.path()),

@@ -4,13 +4,11 @@
 
 mod common;
 
-use common::{new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
-use memmap_array::{NewRow, RowWriter, Schema};
+use common::{build_arrays, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
 use page_alloc::{PageWriter, Value, WriterOptions};
 use remote_cache::{Location, RemoteArrays, RemoteDir, RemotePages, RemoteShards};
 use remote_tier::RemoteTier;
 use tempfile::TempDir;
-use tensor_core::{DType, Tensor};
 
 #[test]
 fn shards_generated_and_uploaded_are_read_by_a_cold_reader() {
@@ -65,26 +63,6 @@ fn array_row(i: u64) -> Vec<i32> {
     (0..1024).map(|j| (i * 1024 + j) as i32).collect()
 }
 
-/// A finalized memmap-array cache of `rows` rows `array_row(i)` (4 KiB a
-/// row) in a fresh directory.
-fn build_arrays(rows: u64) -> TempDir {
-    let built = tempfile::tempdir().unwrap();
-    let schema = Schema::builder()
-        .array("data", DType::I32, [1024])
-        .build()
-        .unwrap();
-    let mut writer = RowWriter::create_or_resume(built.path(), &schema, "v1").unwrap();
-    for i in 0..rows {
-        let t = Tensor::from_vec([1024], array_row(i)).unwrap();
-        let source = format!("s{i}");
-        writer
-            .write(&NewRow::new(&source).array("data", t.view()))
-            .unwrap();
-    }
-    writer.finalize().unwrap();
-    built
-}
-
 #[test]
 fn arrays_are_read_by_block_ranges() {
     let Some(endpoint) = s3_endpoint() else {
@@ -92,7 +70,7 @@ fn arrays_are_read_by_block_ranges() {
     };
     let url = new_bucket_url(&endpoint, "arrays");
     let rows = 600u64; // 4 KiB a row: 2.4 MB, 38 blocks of 64 KiB
-    let built = build_arrays(rows);
+    let built = build_arrays(rows, array_row);
     publish_dir(&endpoint, &url, built.path());
 
     let tier_dir = tempfile::tempdir().unwrap();
@@ -239,7 +217,7 @@ fn open_arrays_read_their_own_bytes_after_a_replacement_and_eviction() {
     };
     let url = new_bucket_url(&endpoint, "arrays-replaced");
     let rows = 200u64;
-    let built = build_arrays(rows);
+    let built = build_arrays(rows, array_row);
     let (publisher, _tier) = publisher(&endpoint, &url, built.path());
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
 
@@ -276,7 +254,7 @@ fn arrays_refreshed_before_their_first_read_read_their_own_bytes() {
     };
     let url = new_bucket_url(&endpoint, "arrays-unread");
     let rows = 100u64;
-    let built = build_arrays(rows);
+    let built = build_arrays(rows, array_row);
     let (publisher, _tier) = publisher(&endpoint, &url, built.path());
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
     let tier_dir = tempfile::tempdir().unwrap();

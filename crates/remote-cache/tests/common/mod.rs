@@ -85,3 +85,24 @@ pub fn keyed(
 ) -> Vec<(String, Record)> {
     range.map(|i| (format!("{prefix}{i}"), record(i))).collect()
 }
+
+/// A finalized memmap-array cache of `rows` rows `row(i)` (an i32[1024],
+/// 4 KiB a row, in array `data`) in a fresh directory.
+pub fn build_arrays(rows: u64, row: impl Fn(u64) -> Vec<i32>) -> tempfile::TempDir {
+    use memmap_array::{NewRow, RowWriter, Schema};
+    let built = tempfile::tempdir().unwrap();
+    let schema = Schema::builder()
+        .array("data", tensor_core::DType::I32, [1024])
+        .build()
+        .unwrap();
+    let mut writer = RowWriter::create_or_resume(built.path(), &schema, "v1").unwrap();
+    for i in 0..rows {
+        let t = tensor_core::Tensor::from_vec([1024], row(i)).unwrap();
+        let source = format!("s{i}");
+        writer
+            .write(&NewRow::new(&source).array("data", t.view()))
+            .unwrap();
+    }
+    writer.finalize().unwrap();
+    built
+}
