@@ -69,6 +69,8 @@ pub struct Ctx {
     pub limits: Limits,
     /// `--writers`: writer processes of W2's multi-writer phase (1: none).
     pub writers: usize,
+    /// `--server`: the S3 servers W6 reads from (`moto`, `s3s`, `both`).
+    pub w6_server: Option<String>,
 }
 
 impl Ctx {

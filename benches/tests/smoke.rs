@@ -6,8 +6,13 @@ use std::process::Command;
 use serde_json::Value;
 
 fn run(which: &str, n: &str) -> Vec<Value> {
+    run_with(which, n, &[])
+}
+
+fn run_with(which: &str, n: &str, extra: &[&str]) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_workload"))
+        .args(extra)
         .args([
             which,
             "--n",
@@ -125,28 +130,55 @@ fn w6_smoke() {
         eprintln!("skipping w6 smoke: {msg}");
         return;
     }
-    let lines = run("w6", "400");
-    for cache in ["w1", "w5"] {
-        for phase in [
-            "read_local",
-            "read_cold",
-            "read_warm",
-            "read_budget",
-            "read_cold_latency",
-        ] {
-            let line = lines
+    // moto (scripts/test's); s3s-fs too where CACHEX_W6_SERVERS says so
+    // (it is built from crates.io on first use, minutes on two cores).
+    let servers = std::env::var("CACHEX_W6_SERVERS").unwrap_or_else(|_| "moto".into());
+    let lines = run_with("w6", "400", &["--server", &servers]);
+    let names: &[&str] = match servers.as_str() {
+        "both" => &["moto", "s3s-fs"],
+        "s3s" => &["s3s-fs"],
+        _ => &["moto"],
+    };
+    for server in names {
+        let of = |cache: &str, phase: &str| {
+            lines
                 .iter()
-                .find(|l| l["cache"] == cache && l["phase"] == phase)
-                .unwrap_or_else(|| panic!("no {cache} {phase} line"));
-            if phase != "read_local" {
-                assert!(line["fraction_of_local"].as_f64().unwrap() > 0.0);
-                assert!(line["requests"].as_u64().is_some());
+                .find(|l| {
+                    l["cache"] == cache
+                        && l["phase"] == phase
+                        && (phase == "read_local" || l["server"] == *server)
+                })
+                .unwrap_or_else(|| panic!("no {server} {cache} {phase} line"))
+        };
+        for cache in ["w1", "w5"] {
+            for phase in ["yardstick", "yardstick_latency"] {
+                let y = of(cache, phase);
+                assert!(y["requests"].as_u64() > Some(0), "{y}");
+                assert!(y["round_trip_s"].as_f64() > Some(0.0), "{y}");
             }
+            for phase in [
+                "read_local",
+                "read_cold",
+                "read_warm",
+                "read_budget",
+                "read_cold_latency",
+            ] {
+                let line = of(cache, phase);
+                if phase != "read_local" {
+                    assert!(line["fraction_of_local"].as_f64().unwrap() > 0.0);
+                    assert!(line["fraction_of_server"].as_f64().unwrap() > 0.0);
+                    assert!(line["requests"].as_u64().is_some());
+                    assert!(line["fetch_ratio"].as_f64().is_some());
+                }
+            }
+            assert_eq!(
+                of(cache, "read_warm")["bytes_fetched"],
+                0,
+                "a warm read fetches nothing"
+            );
         }
-        let warm = lines
-            .iter()
-            .find(|l| l["cache"] == cache && l["phase"] == "read_warm")
-            .unwrap();
-        assert_eq!(warm["bytes_fetched"], 0, "a warm read fetches nothing");
+        let first = of("w1", "first_batch");
+        assert!(first["first_batch_s"].as_f64() > Some(0.0), "{first}");
+        assert!(first["goal_s"].as_f64() > Some(0.0), "{first}");
     }
 }

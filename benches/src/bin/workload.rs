@@ -1,5 +1,5 @@
 //! The workload runner: `workload <w1|w2|w3|w4|w5|w6|limits|all> [--n N]
-//! [--seed S] [--dir D] [--writers K]`. One JSON object per line on stdout.
+//! [--seed S] [--dir D] [--writers K] [--server moto|s3s|both]`. One JSON object per line on stdout.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +43,9 @@ struct Args {
     /// Writer processes of W2's `multi_writer` phase (1: no such phase).
     #[arg(long, default_value_t = 1)]
     writers: usize,
+    /// W6's S3 servers: `moto`, `s3s` (s3s-fs) or `both`.
+    #[arg(long, default_value = "both")]
+    server: String,
 }
 
 fn main() -> ExitCode {
@@ -90,6 +93,7 @@ fn run(args: &Args) -> Result<(), RunError> {
         dir,
         limits,
         writers: args.writers.max(1),
+        w6_server: Some(args.server.clone()),
     };
     for (phase, bytes_per_s) in [
         ("memcpy", limits.memcpy),

@@ -1,0 +1,137 @@
+//! W6 over W5's cache: variable-size samples in one page file, read by
+//! blocks.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use page_alloc::{PageReader, PageWriter, Schema, Value, WriterOptions};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use remote_cache::RemotePages;
+
+use super::server::Server;
+use super::{Baseline, LATENCY, Published, emit, err, publish_dir};
+use crate::{Ctx, RunError, progress};
+
+const PAGE_FILE: &str = "data.pages";
+
+fn sample_bytes(seed: u64, i: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let len = rng.random_range(1024..=65_536);
+    (0..len)
+        .map(|k| (i as u64 * 31 + k as u64 * 7) as u8)
+        .collect()
+}
+
+fn checksum(bytes: &[u8]) -> u64 {
+    bytes.iter().map(|&b| u64::from(b)).sum()
+}
+
+/// Writes W5's page file locally and publishes it; the read URL, the
+/// local directory, the file's bytes and each sample's checksum.
+fn write(
+    ctx: &Ctx,
+    server: &Server,
+    bucket: &str,
+    n: usize,
+) -> Result<(String, PathBuf, u64, Vec<u64>), RunError> {
+    let (read_url, url, options) = server.urls(bucket, "w5");
+    let dir = ctx.fresh_dir("w6-w5-local").map_err(err)?;
+    let schema = Schema::new().bytes("blob");
+    let mut writer =
+        PageWriter::create(dir.join(PAGE_FILE), schema, WriterOptions::default()).map_err(err)?;
+    let mut sums = Vec::with_capacity(n);
+    for i in 0..n {
+        let b = sample_bytes(ctx.seed, i);
+        sums.push(checksum(&b));
+        writer.append(&[Value::Bytes(&b)]).map_err(err)?;
+    }
+    writer.finalize().map_err(err)?;
+    let t = ctx.fresh_dir("w6-w5-pubtier").map_err(err)?;
+    publish_dir(&url, options, &dir, &t)?;
+    let _ = std::fs::remove_dir_all(&t);
+    let bytes = std::fs::metadata(dir.join(PAGE_FILE)).map_err(err)?.len();
+    Ok((read_url, dir, bytes, sums))
+}
+
+/// Every sample once in a random order, summing its bytes (through
+/// `ensure` first when remote); returns seconds, then checks every sum.
+fn read(
+    ctx: &Ctx,
+    reader: &PageReader,
+    remote: Option<&RemotePages>,
+    sums: &[u64],
+    open_secs: f64,
+) -> Result<f64, RunError> {
+    let mut order: Vec<usize> = (0..sums.len()).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(ctx.seed ^ 0x55));
+    let mut got = vec![0u64; sums.len()];
+    let start = Instant::now();
+    for &i in &order {
+        if let Some(r) = remote {
+            r.ensure_samples(&[i]).map_err(err)?;
+        }
+        let s = reader.sample(i).map_err(err)?;
+        got[i] = checksum(s.bytes(0).map_err(err)?);
+    }
+    let secs = start.elapsed().as_secs_f64() + open_secs;
+    if let Some(i) = (0..sums.len()).find(|&i| got[i] != sums[i]) {
+        return Err(RunError::WrongValue {
+            workload: "w6",
+            detail: format!("w5 sample {i}: checksum {} != {}", got[i], sums[i]),
+        });
+    }
+    Ok(secs)
+}
+
+/// W6 over W5's cache on `server` (see the module docs).
+pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<(), RunError> {
+    progress!("w6: writing and publishing W5's {n} samples");
+    let (url, local_dir, bytes, sums) = write(ctx, server, bucket, n)?;
+    let published = Published::measure(ctx, server, "w5", url, bytes)?;
+    let start = Instant::now();
+    let local = PageReader::open(local_dir.join(PAGE_FILE)).map_err(err)?;
+    let local_open = start.elapsed().as_secs_f64();
+    let local_secs = read(ctx, &local, None, &sums, local_open)?;
+    drop(local);
+    let none = Baseline {
+        local: None,
+        remote: None,
+    };
+    emit(
+        ctx,
+        "w5",
+        "read_local",
+        n,
+        bytes,
+        local_secs,
+        none,
+        Some(local_open),
+    );
+    for (phase, budget, latency) in [
+        ("read_cold", 1u64 << 40, Duration::ZERO),
+        ("read_budget", published.bytes / 4, Duration::ZERO),
+        ("read_cold_latency", 1 << 40, LATENCY),
+    ] {
+        let dir = ctx.fresh_dir(&format!("w6-w5-{phase}")).map_err(err)?;
+        let runs = if phase == "read_cold" { 2 } else { 1 };
+        for run in 0..runs {
+            let start = Instant::now();
+            let (remote, tier) = published.open(&dir, budget, latency, RemotePages::BY_BLOCKS)?;
+            remote.refresh().map_err(err)?;
+            let pages = RemotePages::with_remote(remote, PAGE_FILE).map_err(err)?;
+            let open_secs = start.elapsed().as_secs_f64();
+            let secs = read(ctx, pages.reader(), Some(&pages), &sums, open_secs)?;
+            let name = if run == 0 { phase } else { "read_warm" };
+            let base = Baseline {
+                local: Some((local_secs, local_open)),
+                remote: Some((&published, &tier, !latency.is_zero())),
+            };
+            emit(ctx, "w5", name, n, bytes, secs, base, Some(open_secs));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let _ = std::fs::remove_dir_all(&local_dir);
+    Ok(())
+}
