@@ -126,15 +126,13 @@ impl Server {
     /// For moto, `CACHEX_S3_ENDPOINT` names one already running (the one
     /// scripts/test starts), used instead.
     pub fn start(kind: Kind, scratch: &Path) -> Result<Server, RunError> {
-        if kind == Kind::Moto {
-            if let Ok(endpoint) = std::env::var("CACHEX_S3_ENDPOINT") {
-                return Ok(Server {
-                    kind,
-                    endpoint,
-                    root: None,
-                    child: None,
-                });
-            }
+        if let (Kind::Moto, Ok(endpoint)) = (kind, std::env::var("CACHEX_S3_ENDPOINT")) {
+            return Ok(Server {
+                kind,
+                endpoint,
+                root: None,
+                child: None,
+            });
         }
         let port = free_port()?;
         let (child, root) = match kind {
