@@ -250,6 +250,83 @@ def test_schema_drift_raises_and_writes_nothing_of_the_batch(tmp_path):
     assert missing == [1, 2, 3]
 
 
+SHAPES = [(), (3,), (2, 3), (1, 2, 2), (0, 4), (5,)]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda shape, i: np.full(shape, i, np.float32),
+        lambda shape, i: {"x": np.full(shape, i, np.int16), "y": np.arange(i + 1), "tag": i},
+        lambda shape, i: (np.full(shape, i, np.float64), np.ones(shape[::-1], np.uint8)),
+    ],
+    ids=["tensor", "dict", "tuple"],
+)
+def test_values_of_different_ranks_and_shapes_share_one_cache(tmp_path, make):
+    # torchcachex stores a shape per row: any shapes share its caches.
+    b = backend(tmp_path, lru_size=0, flush_every=2)
+    items = {f"k{i}": make(shape, i) for i, shape in enumerate(SHAPES)}
+    b.put_batch(dict(list(items.items())[:1]))  # the first value fixes the schema
+    b.put_batch(dict(list(items.items())[1:3]))  # a batch of two ranks
+    b.put_batch(dict(list(items.items())[3:]))
+    b.close()
+    b = backend(tmp_path, lru_size=0)
+    b.put_batch({"after_reopen": make((2, 2, 2, 2), 9)})
+    items["after_reopen"] = make((2, 2, 2, 2), 9)
+    values, missing = b.get_batch(list(items))
+    assert missing == []
+    for got, want in zip(values, items.values(), strict=True):
+        if isinstance(want, np.ndarray):
+            same(got, want)
+        elif isinstance(want, dict):
+            same(got["x"], want["x"])
+            same(got["y"], want["y"])
+            assert got["tag"] == want["tag"]
+        else:
+            same(got[0], want[0])
+            same(got[1], want[1])
+    b.close()
+    assert b.store.closed
+    store = cachex.SegmentStore(tmp_path / "features_v1", read_only=True)
+    assert store.verify() == []
+
+
+def test_a_cache_whose_schema_fixes_ranks_takes_other_ranks_through_the_drop_in(tmp_path):
+    # segment-store fixes ranks from the first value (an older drop-in's
+    # caches have them in schema.json): the drop-in lifts that.
+    store = cachex.SegmentStore(tmp_path / "features_v1")
+    store.put_batch({"old": np.ones((2, 3), np.float32)})
+    with pytest.raises(cachex.SchemaMismatchError, match="rank"):
+        store.put_batch({"flat": np.ones(4, np.float32)})
+    store.close()
+    assert '"rank"' in (tmp_path / "features_v1" / "schema.json").read_text()
+    b = backend(tmp_path, lru_size=0)
+    b.put_batch({"flat": np.arange(4, dtype=np.float32)})
+    b.flush()
+    values, missing = b.get_batch(["old", "flat"])
+    assert missing == []
+    same(values[0], np.ones((2, 3), np.float32))
+    same(values[1], np.arange(4, dtype=np.float32))
+    # The dtype stays fixed.
+    with pytest.raises(cachex.SchemaMismatchError):
+        b.put_batch({"wide": np.ones(4, np.float64)})
+    b.close()
+    assert '"rank"' not in (tmp_path / "features_v1" / "schema.json").read_text()
+
+
+def test_an_unstorable_first_value_is_refused_and_fixes_no_schema(tmp_path):
+    b = backend(tmp_path, lru_size=0)
+    with pytest.raises(cachex.InvalidInputError):
+        b.put_batch({"c": np.ones(2, np.complex64)})
+    assert not (tmp_path / "features_v1" / "schema.json").exists()
+    b.put_batch({"a": np.ones((1, 2), np.int8)})
+    b.put_batch({"b": np.ones(3, np.int8)})
+    b.close()
+    values, missing = backend(tmp_path).get_batch(["a", "b", "c"])
+    assert missing == [2]
+    same(values[1], np.ones(3, np.int8))
+
+
 def _hold_writer(root, ready, done) -> None:
     b = ArrowIPCCacheBackend(root, "features_v1")
     ready.set()
