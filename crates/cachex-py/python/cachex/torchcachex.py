@@ -563,6 +563,8 @@ class ArrowIPCCacheBackend:
             "current_rank": self.current_rank,
             "writer_id": writer_id,
         }
+        # Whether the store read a schema.json when it opened (see _free_shapes).
+        self._schema_seen_at_open = self.schema_path.exists()
         self.store = SegmentStore(self.cache_dir, **self._store_options)
         _LIVE.add(self)
 
@@ -612,10 +614,11 @@ class ArrowIPCCacheBackend:
     )
 
     def _schema_doc(self) -> dict[str, Any] | None:
-        """``schema.json`` as a dict, or None when there is none (yet)."""
+        """``schema.json`` as a dict; None when there is none yet, or when it
+        is damaged (as torchcachex: the store re-derives it)."""
         try:
             return json.loads(self.schema_path.read_text())
-        except FileNotFoundError:
+        except (FileNotFoundError, ValueError):
             return None
 
     @property
@@ -749,18 +752,16 @@ class ArrowIPCCacheBackend:
         """
         text = _read_text(self.schema_path)
         if text is None:
-            widened = _without_ranks(_inferred_schema(key, first))
-            if widened is not None and not _create_durably(self.schema_path, widened):
+            inferred = _inferred_schema(key, first)
+            if not _create_durably(self.schema_path, _without_ranks(inferred) or inferred):
                 # Another writer (writer_id) fixed the schema first: use theirs.
                 text = _read_text(self.schema_path)
-        if text is not None:
-            widened = _without_ranks(text)
-            if widened is None:
-                self._shapes_free = True
-                return
+        widened = None if text is None else _without_ranks(text)
+        if widened is not None:
             _replace_durably(self.schema_path, widened)
-        self.store.close()
-        self.store = SegmentStore(self.cache_dir, **self._store_options)
+        if text is None or widened is not None or not self._schema_seen_at_open:
+            self.store.close()
+            self.store = SegmentStore(self.cache_dir, **self._store_options)
         self._shapes_free = True
 
     def _forget_legacy_index(self) -> None:
