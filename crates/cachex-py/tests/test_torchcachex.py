@@ -320,6 +320,39 @@ def test_a_cache_whose_schema_fixes_ranks_takes_other_ranks_through_the_drop_in(
     assert "rank" not in stored_parts(tmp_path / "features_v1")[0]
 
 
+@pytest.mark.parametrize(
+    ("first", "later"),
+    [
+        (
+            {"x": np.ones(2, np.float32), "extra": 1},
+            {"x": np.zeros(3, np.float32), "extra": np.ones(2)},
+        ),
+        ((np.ones(2, np.int8), "label"), (np.ones((1, 1), np.int8), np.arange(3))),
+        ("a str: the whole value is pickled", np.arange(4)),
+    ],
+    ids=["dict", "tuple", "whole"],
+)
+def test_an_array_where_the_schema_holds_a_blob_is_pickled_as_torchcachex_does(
+    tmp_path, first, later
+):
+    # torchcachex pickles whatever its schema does not hold as a tensor.
+    b = backend(tmp_path, lru_size=0)
+    b.put_batch({"first": first})
+    b.put_batch({"later": later})
+    b.close()
+    values, missing = backend(tmp_path).get_batch(["first", "later"])
+    assert missing == []
+    got, want = values[1], later
+    if isinstance(want, dict):
+        same(got["x"], want["x"])
+        assert isinstance(got["extra"], np.ndarray) and np.array_equal(got["extra"], want["extra"])
+    elif isinstance(want, tuple):
+        same(got[0], want[0])
+        assert isinstance(got[1], np.ndarray) and np.array_equal(got[1], want[1])
+    else:
+        assert isinstance(got, np.ndarray) and np.array_equal(got, want)
+
+
 def test_an_unstorable_first_value_is_refused_and_fixes_no_schema(tmp_path):
     b = backend(tmp_path, lru_size=0)
     with pytest.raises(cachex.InvalidInputError):

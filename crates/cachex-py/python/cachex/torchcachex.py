@@ -74,7 +74,10 @@ Differences from torchcachex (deliberate)
   LRU only, as on a non-writer rank; the child reads the directory
   read-only. ``max_workers`` bounds how many flushes may queue for the one
   background writer thread (segments are written in order).
-* numpy arrays are stored as tensors (torchcachex pickled them).
+* numpy arrays are stored as tensors (torchcachex pickled them). Where
+  the cache's schema holds a blob (a dict member or tuple item that was
+  no tensor in the first value, or a whole value that was neither tensor,
+  dict, tuple nor list), anything is pickled, as torchcachex does.
 * A batch's tensors are views of one buffer per tensor part (see above);
   torchcachex copied each value's tensor on its own.
 
@@ -189,15 +192,40 @@ def _leaf_to_store(v: Any) -> Any:
     return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _to_store(value: Any) -> Any:
-    """A whole value as a store record: array, dict, tuple, list, or blob."""
+def _to_store(value: Any, blobs: frozenset[str] = frozenset()) -> Any:
+    """A whole value as a store record: array, dict, tuple, list, or blob.
+
+    ``blobs`` names the blob columns of the cache's schema (``blob``,
+    ``{name}_blob``, ``item{i}_blob``): what goes there is pickled whatever
+    it is, as torchcachex pickles what its schema does not hold as a tensor.
+    """
+    if "blob" in blobs:
+        return _pickled(value)
     if isinstance(value, dict):
-        return {str(k): _leaf_to_store(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_leaf_to_store(v) for v in value)
-    if isinstance(value, list):
-        return [_leaf_to_store(v) for v in value]
+        return {
+            str(k): _pickled(v) if f"{k}_blob" in blobs else _leaf_to_store(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, tuple | list):
+        parts = [
+            _pickled(v) if f"item{i}_blob" in blobs else _leaf_to_store(v)
+            for i, v in enumerate(value)
+        ]
+        return tuple(parts) if isinstance(value, tuple) else parts
     return _leaf_to_store(value)
+
+
+def _pickled(v: Any) -> bytes:
+    return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _blob_columns(schema_json: str | None) -> frozenset[str]:
+    """The blob columns ``schema.json`` declares (none when it is missing or damaged)."""
+    try:
+        fields = json.loads(schema_json or "")["fields"]
+        return frozenset(f["name"] for f in fields if f["type"] in ("binary", "large_binary"))
+    except (ValueError, KeyError, TypeError):
+        return frozenset()
 
 
 def _own(a: np.ndarray) -> Any:
@@ -552,7 +580,10 @@ class ArrowIPCCacheBackend:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._legacy_index_checked = False
-        self._shapes_free = False  # True once schema.json leaves every rank free
+        # Set by _settle_schema, at the first put: schema.json then leaves
+        # every rank free, and _blobs names its blob columns.
+        self._schema_settled = False
+        self._blobs: frozenset[str] = frozenset()
         self._stackable = True  # False once a batch's values differ in shape
         self._store_options: dict[str, Any] = {
             "flush_every": self.flush_every,
@@ -563,7 +594,7 @@ class ArrowIPCCacheBackend:
             "current_rank": self.current_rank,
             "writer_id": writer_id,
         }
-        # Whether the store read a schema.json when it opened (see _free_shapes).
+        # Whether the store read a schema.json when it opened (see _settle_schema).
         self._schema_seen_at_open = self.schema_path.exists()
         self.store = SegmentStore(self.cache_dir, **self._store_options)
         _LIVE.add(self)
@@ -730,15 +761,16 @@ class ArrowIPCCacheBackend:
         pairs = [(_key(k), v) for k, v in items.items()]
         if self.is_writer:
             self._forget_legacy_index()
-            stored = [(k, _to_store(v)) for k, v in pairs]
-            if not self._shapes_free:
-                self._free_shapes(*stored[0])
-            self.store.put_batch(stored)
+            if not self._schema_settled:
+                self._settle_schema(pairs[0][0], _to_store(pairs[0][1]))
+            self.store.put_batch([(k, _to_store(v, self._blobs)) for k, v in pairs])
         self._lru_put([k for k, _ in pairs], [v for _, v in pairs])
 
-    def _free_shapes(self, key: str, first: Any) -> None:
-        """Makes ``schema.json`` leave each tensor's rank and shape free, as
-        torchcachex's (which stores a shape per row) does.
+    def _settle_schema(self, key: str, first: Any) -> None:
+        """Makes ``schema.json`` take what torchcachex's schema takes, and
+        learns its blob columns (what goes there is pickled, whatever it is).
+
+        Shapes: torchcachex stores a shape per row, so any rank goes.
 
         segment-store fixes each tensor's rank from the first value unless
         its ``schema.json`` says none; torchcachex writes ``schema.json``
@@ -762,7 +794,8 @@ class ArrowIPCCacheBackend:
         if text is None or widened is not None or not self._schema_seen_at_open:
             self.store.close()
             self.store = SegmentStore(self.cache_dir, **self._store_options)
-        self._shapes_free = True
+        self._blobs = _blob_columns(_read_text(self.schema_path))
+        self._schema_settled = True
 
     def _forget_legacy_index(self) -> None:
         """Remove torchcachex's ``index.pkl`` before the first new segment lands."""
