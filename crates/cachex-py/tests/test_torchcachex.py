@@ -267,6 +267,8 @@ def test_values_of_different_ranks_and_shapes_share_one_cache(tmp_path, make):
     b = backend(tmp_path, lru_size=0, flush_every=2)
     items = {f"k{i}": make(shape, i) for i, shape in enumerate(SHAPES)}
     b.put_batch(dict(list(items.items())[:1]))  # the first value fixes the schema
+    with pytest.raises(cachex.LockedError):
+        backend(tmp_path)  # the store reopened on it holds the writer lock still
     b.put_batch(dict(list(items.items())[1:3]))  # a batch of two ranks
     b.put_batch(dict(list(items.items())[3:]))
     b.close()
@@ -399,6 +401,21 @@ def test_writer_id_lets_several_writers_share_one_cache(tmp_path):
     _, missing = reader.get_batch([f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
     assert missing == []
     assert len({p.name for p in (tmp_path / "features_v1" / "segments").iterdir()}) == 2
+
+
+def test_writers_sharing_a_cache_write_values_of_different_ranks(tmp_path):
+    # Both open before any schema exists; the second adopts the first's.
+    w0 = backend(tmp_path, writer_id=0, async_write=False, lru_size=0)
+    w1 = backend(tmp_path, writer_id=1, async_write=False, lru_size=0)
+    w0.put_batch({"flat": np.ones(3, np.float32)})
+    w1.put_batch({"square": np.ones((2, 2), np.float32)})
+    w0.put_batch({"cube": np.ones((1, 1, 1), np.float32)})
+    with pytest.raises(cachex.SchemaMismatchError):
+        w1.put_batch({"ints": np.ones(3, np.int32)})
+    w0.close()
+    w1.close()
+    values, missing = backend(tmp_path, lru_size=0).get_batch(["flat", "square", "cube"])
+    assert missing == [] and [as_np(v).shape for v in values] == [(3,), (2, 2), (1, 1, 1)]
 
 
 def test_with_block_and_close_flush(tmp_path):

@@ -727,16 +727,26 @@ class ArrowIPCCacheBackend:
         of two). A value then shares its batch's buffer. A cache
         whose values differ in shape is read per value from then on.
         """
+        store = self.store
+        try:
+            return self._read_from(store, keys)
+        except CacheError:
+            if self.store is store:
+                raise
+            # The first put reopened the store meanwhile (_settle_schema).
+            return self._read_from(self.store, keys)
+
+    def _read_from(self, store: SegmentStore, keys: list[str]) -> tuple[list[Any], list[int]]:
         if torch is not None and self._stackable:
             try:
-                stacked, absent = self.store.get_stacked(keys)
+                stacked, absent = store.get_stacked(keys)
             except InvalidInputError:
                 self._stackable = False
             else:
                 if stacked is None:
                     return [None] * len(keys), absent
                 return _unstack_batch(stacked, len(keys), absent), absent
-        stored, absent = self.store.get_batch(keys, copy=True)
+        stored, absent = store.get_batch(keys, copy=True)
         return _from_store_batch(stored, absent), absent
 
     def put_batch(self, items: Mapping[Any, Any]) -> None:
