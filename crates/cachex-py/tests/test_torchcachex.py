@@ -250,6 +250,124 @@ def test_schema_drift_raises_and_writes_nothing_of_the_batch(tmp_path):
     assert missing == [1, 2, 3]
 
 
+SHAPES = [(), (3,), (2, 3), (1, 2, 2), (0, 4), (5,)]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda shape, i: np.full(shape, i, np.float32),
+        lambda shape, i: {"x": np.full(shape, i, np.int16), "y": np.arange(i + 1), "tag": i},
+        lambda shape, i: (np.full(shape, i, np.float64), np.ones(shape[::-1], np.uint8)),
+    ],
+    ids=["tensor", "dict", "tuple"],
+)
+def test_values_of_different_ranks_and_shapes_share_one_cache(tmp_path, make):
+    # torchcachex stores a shape per row: any shapes share its caches.
+    b = backend(tmp_path, lru_size=0, flush_every=2)
+    items = {f"k{i}": make(shape, i) for i, shape in enumerate(SHAPES)}
+    b.put_batch(dict(list(items.items())[:1]))  # the first value fixes the schema
+    with pytest.raises(cachex.LockedError):
+        backend(tmp_path)  # the store reopened on it holds the writer lock still
+    b.put_batch(dict(list(items.items())[1:3]))  # a batch of two ranks
+    b.put_batch(dict(list(items.items())[3:]))
+    b.close()
+    b = backend(tmp_path, lru_size=0)
+    b.put_batch({"after_reopen": make((2, 2, 2, 2), 9)})
+    items["after_reopen"] = make((2, 2, 2, 2), 9)
+    values, missing = b.get_batch(list(items))
+    assert missing == []
+    for got, want in zip(values, items.values(), strict=True):
+        if isinstance(want, np.ndarray):
+            same(got, want)
+        elif isinstance(want, dict):
+            same(got["x"], want["x"])
+            same(got["y"], want["y"])
+            assert got["tag"] == want["tag"]
+        else:
+            same(got[0], want[0])
+            same(got[1], want[1])
+    b.close()
+    assert b.store.closed
+    store = cachex.SegmentStore(tmp_path / "features_v1", read_only=True)
+    assert store.verify() == []
+
+
+def stored_parts(root) -> list[dict]:
+    """segment-store's description of each part, from ``schema.json``."""
+    schema = json.loads((root / "schema.json").read_text())
+    return json.loads(schema["metadata"]["cachex_parts"])
+
+
+def test_a_cache_whose_schema_fixes_ranks_takes_other_ranks_through_the_drop_in(tmp_path):
+    # segment-store fixes ranks from the first value (an older drop-in's
+    # caches have them in schema.json): the drop-in lifts that.
+    store = cachex.SegmentStore(tmp_path / "features_v1")
+    store.put_batch({"old": np.ones((2, 3), np.float32)})
+    with pytest.raises(cachex.SchemaMismatchError, match="rank"):
+        store.put_batch({"flat": np.ones(4, np.float32)})
+    store.close()
+    assert "rank" in stored_parts(tmp_path / "features_v1")[0]
+    b = backend(tmp_path, lru_size=0)
+    b.put_batch({"flat": np.arange(4, dtype=np.float32)})
+    b.flush()
+    values, missing = b.get_batch(["old", "flat"])
+    assert missing == []
+    same(values[0], np.ones((2, 3), np.float32))
+    same(values[1], np.arange(4, dtype=np.float32))
+    # The dtype stays fixed.
+    with pytest.raises(cachex.SchemaMismatchError):
+        b.put_batch({"wide": np.ones(4, np.float64)})
+    b.close()
+    assert "rank" not in stored_parts(tmp_path / "features_v1")[0]
+
+
+@pytest.mark.parametrize(
+    ("first", "later"),
+    [
+        (
+            {"x": np.ones(2, np.float32), "extra": 1},
+            {"x": np.zeros(3, np.float32), "extra": np.ones(2)},
+        ),
+        ((np.ones(2, np.int8), "label"), (np.ones((1, 1), np.int8), np.arange(3))),
+        ("a str: the whole value is pickled", np.arange(4)),
+    ],
+    ids=["dict", "tuple", "whole"],
+)
+def test_an_array_where_the_schema_holds_a_blob_is_pickled_as_torchcachex_does(
+    tmp_path, first, later
+):
+    # torchcachex pickles whatever its schema does not hold as a tensor.
+    b = backend(tmp_path, lru_size=0)
+    b.put_batch({"first": first})
+    b.put_batch({"later": later})
+    b.close()
+    values, missing = backend(tmp_path).get_batch(["first", "later"])
+    assert missing == []
+    got, want = values[1], later
+    if isinstance(want, dict):
+        same(got["x"], want["x"])
+        assert isinstance(got["extra"], np.ndarray) and np.array_equal(got["extra"], want["extra"])
+    elif isinstance(want, tuple):
+        same(got[0], want[0])
+        assert isinstance(got[1], np.ndarray) and np.array_equal(got[1], want[1])
+    else:
+        assert isinstance(got, np.ndarray) and np.array_equal(got, want)
+
+
+def test_an_unstorable_first_value_is_refused_and_fixes_no_schema(tmp_path):
+    b = backend(tmp_path, lru_size=0)
+    with pytest.raises(cachex.InvalidInputError):
+        b.put_batch({"c": np.ones(2, np.complex64)})
+    assert not (tmp_path / "features_v1" / "schema.json").exists()
+    b.put_batch({"a": np.ones((1, 2), np.int8)})
+    b.put_batch({"b": np.ones(3, np.int8)})
+    b.close()
+    values, missing = backend(tmp_path).get_batch(["a", "b", "c"])
+    assert missing == [2]
+    same(values[1], np.ones(3, np.int8))
+
+
 def _hold_writer(root, ready, done) -> None:
     b = ArrowIPCCacheBackend(root, "features_v1")
     ready.set()
@@ -283,6 +401,21 @@ def test_writer_id_lets_several_writers_share_one_cache(tmp_path):
     _, missing = reader.get_batch([f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
     assert missing == []
     assert len({p.name for p in (tmp_path / "features_v1" / "segments").iterdir()}) == 2
+
+
+def test_writers_sharing_a_cache_write_values_of_different_ranks(tmp_path):
+    # Both open before any schema exists; the second adopts the first's.
+    w0 = backend(tmp_path, writer_id=0, async_write=False, lru_size=0)
+    w1 = backend(tmp_path, writer_id=1, async_write=False, lru_size=0)
+    w0.put_batch({"flat": np.ones(3, np.float32)})
+    w1.put_batch({"square": np.ones((2, 2), np.float32)})
+    w0.put_batch({"cube": np.ones((1, 1, 1), np.float32)})
+    with pytest.raises(cachex.SchemaMismatchError):
+        w1.put_batch({"ints": np.ones(3, np.int32)})
+    w0.close()
+    w1.close()
+    values, missing = backend(tmp_path, lru_size=0).get_batch(["flat", "square", "cube"])
+    assert missing == [] and [as_np(v).shape for v in values] == [(3,), (2, 2), (1, 1, 1)]
 
 
 def test_with_block_and_close_flush(tmp_path):

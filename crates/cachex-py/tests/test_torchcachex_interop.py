@@ -255,3 +255,70 @@ def test_real_torchcachex_reads_a_drop_in_cache(tmp_path):
     assert missing == []
     for got, want in zip(values, items.values(), strict=True):
         assert torch.equal(got, want)
+
+
+RANKED = [(), (4,), (2, 3), (3, 1, 2), (0,), (1, 1, 1, 1)]
+
+
+def test_a_cache_of_mixed_ranks_reads_in_torchcachex_s_layout(tmp_path):
+    b = ArrowIPCCacheBackend(tmp_path, "ranks", flush_every=4)
+    items = {
+        f"s{i}": {
+            "x": (np.arange(int(np.prod(shape)), dtype=np.float32) + i).reshape(shape),
+            "n": np.full(shape[::-1], i, np.int64),
+            "tag": f"t{i}",
+        }
+        for i, shape in enumerate(RANKED)
+    }
+    b.put_batch(dict(list(items.items())[:2]))
+    b.put_batch(dict(list(items.items())[2:]))
+    b.close()
+    reader = TorchcachexLayoutReader(tmp_path / "ranks")
+    for key, want in items.items():
+        got = reader.get(key)
+        for name in ("x", "n"):
+            assert got[name].dtype == want[name].dtype
+            assert got[name].shape == want[name].shape
+            assert np.array_equal(got[name], want[name])
+        assert got["tag"] == want["tag"]
+
+
+def test_real_torchcachex_reads_a_drop_in_cache_of_mixed_ranks(tmp_path):
+    tcx = pytest.importorskip(
+        "torchcachex",
+        reason="real torchcachex not importable (put torchcachex 0.2.0 on PYTHONPATH to run)",
+    )
+    torch = pytest.importorskip("torch", reason="torchcachex needs torch")
+    b = ArrowIPCCacheBackend(tmp_path, "mod", flush_every=2)
+    items = {
+        f"s{i}": torch.arange(float(np.prod(shape))).reshape(shape) * i
+        for i, shape in enumerate(RANKED)
+    }
+    b.put_batch(items)
+    b.close()
+    theirs = tcx.ArrowIPCCacheBackend(str(tmp_path), "mod", async_write=False, lru_size=0)
+    values, missing = theirs.get_batch(list(items))
+    assert missing == []
+    for got, want in zip(values, items.values(), strict=True):
+        assert got.shape == want.shape and torch.equal(got, want)
+
+
+def test_a_real_torchcachex_cache_of_mixed_ranks_opens_and_grows_in_the_drop_in(tmp_path):
+    tcx = pytest.importorskip(
+        "torchcachex",
+        reason="real torchcachex not importable (put torchcachex 0.2.0 on PYTHONPATH to run)",
+    )
+    torch = pytest.importorskip("torch", reason="torchcachex needs torch")
+    theirs = tcx.ArrowIPCCacheBackend(str(tmp_path), "mod", async_write=False, flush_every=2)
+    items = {f"s{i}": torch.full(shape, float(i)) for i, shape in enumerate(RANKED)}
+    theirs.put_batch(items)
+    theirs.flush()
+    b = ArrowIPCCacheBackend(tmp_path, "mod", lru_size=0)
+    more = {"more": torch.ones(2, 2, 2), "flat": torch.zeros(7)}
+    b.put_batch(more)
+    b.close()
+    items.update(more)
+    values, missing = ArrowIPCCacheBackend(tmp_path, "mod").get_batch(list(items))
+    assert missing == []
+    for got, want in zip(values, items.values(), strict=True):
+        assert got.shape == want.shape and torch.equal(got, want)

@@ -265,3 +265,23 @@ def test_variable_shapes_on_disk_are_read_per_value(tmp_path):
     assert torch.equal(values[0], torch.ones(5)) and torch.equal(values[1], torch.zeros(2))
     values, _ = reader.get_batch(["l", "m"])  # same shapes, after a batch that differed
     assert torch.equal(torch.stack(values), torch.ones(2, 5))
+
+
+class Reshaper(nn.Module):
+    """Per-sample outputs of rank 1 for a 2-column batch, rank 2 for a 4-column one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if x.shape[1] == 2 else x.reshape(len(x), 2, 2)
+
+
+def test_a_module_whose_outputs_change_rank_caches_every_one(tmp_path):
+    # torchcachex keeps a shape per row: a cache holds outputs of any rank.
+    cached = CacheModuleDecorator(Reshaper(), backend(tmp_path, lru_size=0))
+    flat, square = torch.ones(2, 2), torch.arange(8.0).reshape(2, 4)
+    cached(flat, cache_ids=["f0", "f1"])
+    cached(square, cache_ids=["q0", "q1"])
+    cached.cache.close()
+    reader = CacheModuleDecorator(Reshaper(), backend(tmp_path, lru_size=0))
+    out = reader(torch.zeros(4, 2), cache_ids=["f0", "q1", "q0", "f1"])
+    assert isinstance(out, list) and [tuple(t.shape) for t in out] == [(2,), (2, 2), (2, 2), (2,)]
+    assert torch.equal(out[1], square[1].reshape(2, 2)) and torch.equal(out[3], flat[1])

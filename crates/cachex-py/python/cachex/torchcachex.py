@@ -43,7 +43,10 @@ Differences from torchcachex (deliberate)
   no fsync.
 * A value whose structure, names or dtypes differ from the cache's schema
   raises :class:`cachex.SchemaMismatchError` and nothing of its batch is
-  written; torchcachex cast it silently (or wrote garbage).
+  written; torchcachex cast it silently (or wrote garbage). Shapes and
+  ranks are free, as in torchcachex (a shape per row): values of any
+  shapes share one cache. The first value fixes the schema, as in
+  torchcachex, even when the rest of its batch is refused.
 * bfloat16 is kept as bfloat16 (numpy side: ``ml_dtypes.bfloat16``);
   torchcachex declared it float32 and failed converting it.
 * ``lru_size=0`` means no in-memory LRU; torchcachex then kept *every*
@@ -71,16 +74,40 @@ Differences from torchcachex (deliberate)
   LRU only, as on a non-writer rank; the child reads the directory
   read-only. ``max_workers`` bounds how many flushes may queue for the one
   background writer thread (segments are written in order).
-* numpy arrays are stored as tensors (torchcachex pickled them).
+* numpy arrays are stored as tensors (torchcachex pickled them). Where
+  the cache's schema holds a blob (a dict member or tuple item that was
+  no tensor in the first value, or a whole value that was neither tensor,
+  dict, tuple nor list), anything is pickled, as torchcachex does.
 * A batch's tensors are views of one buffer per tensor part (see above);
   torchcachex copied each value's tensor on its own.
+
+Attributes: torchcachex 0.2.0's public ones all exist. ``schema`` is a
+``pyarrow.Schema`` read from ``schema.json`` as torchcachex reads it (it
+needs pyarrow, which cachex does not). ``lru`` is cachex's own two-generation
+LRU (``len``, ``in``, ``get``; torchcachex had a ``cachetools.LRUCache``).
+Two are internals cachex has no equivalent of; reading them raises
+:class:`NotProvidedError` (a :class:`cachex.CacheError` and an
+``AttributeError``) that names what to use instead:
+
+* ``index`` (torchcachex's ``{key: (segment_id, row)}`` dict): cachex's
+  index holds key hashes in ``segment-index.log``; use ``key in
+  backend.store``, ``len(backend.store)`` or ``get_batch``.
+* ``executor`` (its write thread pool): the store writes on its own
+  thread; ``flush()`` waits for the queued writes.
+
+cachex adds ``lru_size``, ``store`` (the :class:`cachex.SegmentStore`),
+``is_writer``, ``close()`` and the context-manager protocol.
+:class:`CacheModuleDecorator` keeps every public name of torchcachex's
+(it is the same kind of ``nn.Module``).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import pickle
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -90,6 +117,7 @@ from typing import Any
 import numpy as np
 
 from cachex._cachex import SegmentStore
+from cachex._dropin import NotProvidedError, not_provided
 from cachex.errors import CacheError, InvalidInputError
 
 try:  # torch is optional: without it values are numpy arrays.
@@ -99,7 +127,12 @@ except ImportError:  # pragma: no cover - exercised in the numpy-only CI venv
     torch = None
     nn = None
 
-__all__ = ["ArrowIPCCacheBackend", "CacheModuleDecorator", "TorchRequiredError"]
+__all__ = [
+    "ArrowIPCCacheBackend",
+    "CacheModuleDecorator",
+    "NotProvidedError",
+    "TorchRequiredError",
+]
 
 
 class TorchRequiredError(CacheError, ImportError):
@@ -159,15 +192,40 @@ def _leaf_to_store(v: Any) -> Any:
     return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _to_store(value: Any) -> Any:
-    """A whole value as a store record: array, dict, tuple, list, or blob."""
+def _to_store(value: Any, blobs: frozenset[str] = frozenset()) -> Any:
+    """A whole value as a store record: array, dict, tuple, list, or blob.
+
+    ``blobs`` names the blob columns of the cache's schema (``blob``,
+    ``{name}_blob``, ``item{i}_blob``): what goes there is pickled whatever
+    it is, as torchcachex pickles what its schema does not hold as a tensor.
+    """
+    if "blob" in blobs:
+        return _pickled(value)
     if isinstance(value, dict):
-        return {str(k): _leaf_to_store(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_leaf_to_store(v) for v in value)
-    if isinstance(value, list):
-        return [_leaf_to_store(v) for v in value]
+        return {
+            str(k): _pickled(v) if f"{k}_blob" in blobs else _leaf_to_store(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, tuple | list):
+        parts = [
+            _pickled(v) if f"item{i}_blob" in blobs else _leaf_to_store(v)
+            for i, v in enumerate(value)
+        ]
+        return tuple(parts) if isinstance(value, tuple) else parts
     return _leaf_to_store(value)
+
+
+def _pickled(v: Any) -> bytes:
+    return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _blob_columns(schema_json: str | None) -> frozenset[str]:
+    """The blob columns ``schema.json`` declares (none when it is missing or damaged)."""
+    try:
+        fields = json.loads(schema_json or "")["fields"]
+        return frozenset(f["name"] for f in fields if f["type"] in ("binary", "large_binary"))
+    except (ValueError, KeyError, TypeError):
+        return frozenset()
 
 
 def _own(a: np.ndarray) -> Any:
@@ -249,6 +307,123 @@ def _unstack_batch(stacked: Any, n: int, absent: list[int]) -> list[Any]:
 def _rows(columns: list[Any], n: int) -> Iterable[tuple[Any, ...]]:
     """The batch's values as tuples of parts (``n`` empty ones without columns)."""
     return zip(*columns, strict=True) if columns else [()] * n
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def _inferred_schema(key: str, first: Any) -> str:
+    """The ``schema.json`` segment-store writes for a cache whose first value is ``first``.
+
+    Raises the store's own error when ``first`` cannot be stored.
+    """
+    with tempfile.TemporaryDirectory(prefix="cachex-schema-") as scratch:
+        probe = SegmentStore(scratch, async_write=False, lru_bytes=0, current_rank=0)
+        try:
+            probe.put_batch([(key, first)])
+            return (Path(scratch) / "schema.json").read_text()
+        finally:
+            probe.close()
+
+
+def _without_ranks(text: str) -> str | None:
+    """``schema.json`` text with no tensor rank fixed, or None when none is
+    (torchcachex's own files have no ``cachex_parts``) or the file is not
+    JSON (the store reports and re-derives a damaged one)."""
+    try:
+        doc = json.loads(text)
+        parts = json.loads(doc["metadata"]["cachex_parts"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not any(isinstance(p, dict) and "rank" in p for p in parts):
+        return None
+    for p in parts:
+        p.pop("rank", None)
+    doc["metadata"]["cachex_parts"] = json.dumps(parts, separators=(",", ":"))
+    return json.dumps(doc, indent=2)
+
+
+_TEMP_NAMES = itertools.count()
+
+
+def _write_temp(path: Path, text: str) -> Path:
+    """``text`` fsynced in a temporary file beside ``path``, named as
+    segment-store names its own (``<name>.<pid>.<n>.tmp``), so that opening
+    the cache removes one a killed process left."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{next(_TEMP_NAMES)}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    return tmp
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _create_durably(path: Path, text: str) -> bool:
+    """Writes ``path`` unless it exists (then False), durably, atomically."""
+    tmp = _write_temp(path, text)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink()
+    _sync_dir(path.parent)
+    return True
+
+
+def _replace_durably(path: Path, text: str) -> None:
+    tmp = _write_temp(path, text)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _sync_dir(path.parent)
+
+
+# torchcachex's type table for schema.json's strings, with pyarrow's
+# spelling of float16 (which torchcachex's parser misread as a string).
+_ARROW_TYPES = {
+    "string": "string",
+    "binary": "binary",
+    "bool": "bool_",
+    "int8": "int8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int64",
+    "uint8": "uint8",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint64",
+    "float16": "float16",
+    "halffloat": "float16",
+    "float32": "float32",
+    "float": "float32",
+    "float64": "float64",
+    "double": "float64",
+}
+
+
+def _arrow_type(pa: Any, text: str) -> Any:
+    """The pyarrow type a ``schema.json`` type string names."""
+    if text.startswith("list<") and text.endswith(">"):
+        return pa.list_(_arrow_type(pa, text[5:-1].split(": ")[-1]))
+    try:
+        return getattr(pa, _ARROW_TYPES[text])()
+    except KeyError:
+        raise CacheError(f"schema.json: unknown type {text!r}") from None
 
 
 def _move(obj: Any, device: Any) -> Any:
@@ -356,6 +531,9 @@ class ArrowIPCCacheBackend:
         cachex only, keyword: let this process write beside others as
         writer ``writer_id`` (multi-writer mode; every rank persists).
 
+    Values of different shapes and ranks share one cache (the schema fixes
+    structure, names and dtypes; each row stores its shape).
+
     Raises
     ------
     cachex.LockedError
@@ -402,18 +580,77 @@ class ArrowIPCCacheBackend:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._legacy_index_checked = False
+        # Set by _settle_schema, at the first put: schema.json then leaves
+        # every rank free, and _blobs names its blob columns.
+        self._schema_settled = False
+        self._blobs: frozenset[str] = frozenset()
         self._stackable = True  # False once a batch's values differ in shape
-        self.store = SegmentStore(
-            self.cache_dir,
-            flush_every=self.flush_every,
-            lru_bytes=0,  # the LRU is ours, bounded by count as torchcachex's
-            async_write=self.async_write,
-            queue_depth=int(max_workers),
-            writer_rank=self.writer_rank,
-            current_rank=self.current_rank,
-            writer_id=writer_id,
-        )
+        self._store_options: dict[str, Any] = {
+            "flush_every": self.flush_every,
+            "lru_bytes": 0,  # the LRU is ours, bounded by count as torchcachex's
+            "async_write": self.async_write,
+            "queue_depth": int(max_workers),
+            "writer_rank": self.writer_rank,
+            "current_rank": self.current_rank,
+            "writer_id": writer_id,
+        }
+        # Whether the store read a schema.json when it opened (see _settle_schema).
+        self._schema_seen_at_open = self.schema_path.exists()
+        self.store = SegmentStore(self.cache_dir, **self._store_options)
         _LIVE.add(self)
+
+    @property
+    def lru_enabled(self) -> bool:
+        """Whether values are kept in the in-memory LRU (``lru_size > 0``)."""
+        return self.lru_size > 0
+
+    @property
+    def output_structure(self) -> str | None:
+        """What the cache's values are: "tensor", "dict", "tuple", "list" or
+        "blob" (``schema.json``'s ``output_structure``); None before the first value."""
+        doc = self._schema_doc()
+        return None if doc is None else doc.get("output_structure")
+
+    @property
+    def schema(self) -> Any:
+        """The segments' Arrow schema (a ``pyarrow.Schema``, as torchcachex
+        rebuilds it from ``schema.json``); None before the first value.
+
+        Raises
+        ------
+        NotProvidedError
+            pyarrow is not installed (cachex itself does not need it); the
+            file it is read from is :attr:`schema_path`.
+        """
+        try:
+            import pyarrow as pa
+        except ImportError:
+            raise NotProvidedError(
+                "ArrowIPCCacheBackend.schema is a pyarrow.Schema and pyarrow is not installed: "
+                f"pip install pyarrow, or read {self.schema_path} (JSON) instead"
+            ) from None
+        doc = self._schema_doc()
+        if doc is None:
+            return None
+        fields = [pa.field(f["name"], _arrow_type(pa, f["type"])) for f in doc["fields"]]
+        return pa.schema(fields, metadata=doc.get("metadata") or None)
+
+    index = not_provided(
+        "cachex's index holds key hashes, not a dict of keys; test a key with "
+        "`key in backend.store`, count with `len(backend.store)`, read with get_batch()"
+    )
+    executor = not_provided(
+        "writes run on the store's own background thread (async_write=True); "
+        "flush() waits for them and raises their errors"
+    )
+
+    def _schema_doc(self) -> dict[str, Any] | None:
+        """``schema.json`` as a dict; None when there is none yet, or when it
+        is damaged (as torchcachex: the store re-derives it)."""
+        try:
+            return json.loads(self.schema_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
 
     @property
     def is_writer(self) -> bool:
@@ -490,16 +727,26 @@ class ArrowIPCCacheBackend:
         of two). A value then shares its batch's buffer. A cache
         whose values differ in shape is read per value from then on.
         """
+        store = self.store
+        try:
+            return self._read_from(store, keys)
+        except CacheError:
+            if self.store is store:
+                raise
+            # The first put reopened the store meanwhile (_settle_schema).
+            return self._read_from(self.store, keys)
+
+    def _read_from(self, store: SegmentStore, keys: list[str]) -> tuple[list[Any], list[int]]:
         if torch is not None and self._stackable:
             try:
-                stacked, absent = self.store.get_stacked(keys)
+                stacked, absent = store.get_stacked(keys)
             except InvalidInputError:
                 self._stackable = False
             else:
                 if stacked is None:
                     return [None] * len(keys), absent
                 return _unstack_batch(stacked, len(keys), absent), absent
-        stored, absent = self.store.get_batch(keys, copy=True)
+        stored, absent = store.get_batch(keys, copy=True)
         return _from_store_batch(stored, absent), absent
 
     def put_batch(self, items: Mapping[Any, Any]) -> None:
@@ -524,8 +771,41 @@ class ArrowIPCCacheBackend:
         pairs = [(_key(k), v) for k, v in items.items()]
         if self.is_writer:
             self._forget_legacy_index()
-            self.store.put_batch([(k, _to_store(v)) for k, v in pairs])
+            if not self._schema_settled:
+                self._settle_schema(pairs[0][0], _to_store(pairs[0][1]))
+            self.store.put_batch([(k, _to_store(v, self._blobs)) for k, v in pairs])
         self._lru_put([k for k, _ in pairs], [v for _, v in pairs])
+
+    def _settle_schema(self, key: str, first: Any) -> None:
+        """Makes ``schema.json`` take what torchcachex's schema takes, and
+        learns its blob columns (what goes there is pickled, whatever it is).
+
+        Shapes: torchcachex stores a shape per row, so any rank goes.
+
+        segment-store fixes each tensor's rank from the first value unless
+        its ``schema.json`` says none; torchcachex writes ``schema.json``
+        from the first value before anything else. So does this, once per
+        cache: a fresh cache gets the schema segment-store infers for
+        ``first`` (in a scratch store, so the inference is the engine's)
+        without ranks; a cache whose ``schema.json`` fixes ranks (written
+        by an older cachex) has them dropped. The store is then reopened
+        on that file. Segments already written keep their ranks, which
+        their rows have.
+        """
+        text = _read_text(self.schema_path)
+        if text is None:
+            inferred = _inferred_schema(key, first)
+            if not _create_durably(self.schema_path, _without_ranks(inferred) or inferred):
+                # Another writer (writer_id) fixed the schema first: use theirs.
+                text = _read_text(self.schema_path)
+        widened = None if text is None else _without_ranks(text)
+        if widened is not None:
+            _replace_durably(self.schema_path, widened)
+        if text is None or widened is not None or not self._schema_seen_at_open:
+            self.store.close()
+            self.store = SegmentStore(self.cache_dir, **self._store_options)
+        self._blobs = _blob_columns(_read_text(self.schema_path))
+        self._schema_settled = True
 
     def _forget_legacy_index(self) -> None:
         """Remove torchcachex's ``index.pkl`` before the first new segment lands."""

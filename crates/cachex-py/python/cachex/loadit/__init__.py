@@ -58,9 +58,18 @@ Kept where loadit was right; changed where it was wrong:
 - **Utilities**: see :mod:`cachex.loadit.util` (``InterleaveSequences``
   fixed, ``ConcatableSequence.__add__`` fixed, ``RepeatSequence`` length,
   ``chunk_shuffle_idx`` permutations come from shard-store's generator).
-- Not provided: loadit's internals (``ShardedDataset``, ``DictCache``,
-  ``WriterPool``, ``AsyncCacheBase``, ``size_estimator``) and
-  ``LoadIt.finalize``; ``mode`` is accepted and ignored.
+- Not provided: loadit's internal classes (``ShardedDataset``,
+  ``DictCache``, ``WriterPool``, ``AsyncCacheBase``, ``size_estimator``);
+  ``mode`` is accepted and ignored. ``loader.shards`` is a small stand-in
+  with ``max_shard_length``, ``length()``, ``info()`` and ``all_present()``.
+- Every public name of loadit's ``LoadIt`` exists. Four of them are
+  loadit's internals, which the engine replaces; reading one raises
+  :class:`NotProvidedError` (a :class:`cachex.CacheError` and an
+  ``AttributeError``) naming what to use instead: ``finalize`` (the
+  length is recorded when the source ends: ``len(loader)``,
+  ``wait_until_all_cached()``, or ``length=``), ``executor`` (use
+  ``load_async``), ``memory_cache`` (``max_cache_size`` bounds the
+  engine's) and ``writer_pool`` (``wait_until_all_cached()``).
 - Errors from the store (corrupt shard, option mismatch on reopen, an
   uncached index without a source) are :class:`cachex.CacheError`
   subclasses naming the file; loadit raised ``AssertionError`` /
@@ -69,6 +78,7 @@ Kept where loadit was right; changed where it was wrong:
 
 from __future__ import annotations
 
+from cachex._dropin import NotProvidedError
 from cachex.loadit.loadit import LoadIt, LoaditView, PreloadType, preload_next_shard
 from cachex.loadit.util import (
     ConcatableSequence,
@@ -85,6 +95,7 @@ __all__ = [
     "InterleaveSequences",
     "LoadIt",
     "LoaditView",
+    "NotProvidedError",
     "PreloadType",
     "RepeatSequence",
     "SequenceView",

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from cachex import _cachex
+from cachex._dropin import not_provided
 from cachex.loadit.util import SequenceView, is_sequence
 
 __all__ = ["LoadIt", "LoaditView", "PreloadType", "preload_next_shard"]
@@ -284,6 +285,24 @@ class LoadIt(SequenceView):
                 except IndexError:
                     pass  # it does not: the length is known now
         return range(*s.indices(len(self)))
+
+    # loadit's internals, which the Rust engine replaces (see the module docs).
+    finalize = not_provided(
+        "the length is recorded when the source ends: len(loader) or "
+        "wait_until_all_cached() finds it; pass length= when it is known"
+    )
+    executor = not_provided(
+        "background loads run on the engine's own threads (max_workers - 1 of "
+        "them); schedule them with load_async()"
+    )
+    memory_cache = not_provided(
+        "decoded shards are kept by the engine, max_cache_size of them; read "
+        "items with loader[i] / loader.get(i)"
+    )
+    writer_pool = not_provided(
+        "shards are written by the engine from create_iter; "
+        "wait_until_all_cached() writes every missing one"
+    )
 
     @property
     def seq(self) -> LoadIt:
