@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -162,3 +163,34 @@ def test_ranks_cache_into_one_store_and_hit_on_each_others_keys(tmp_path):
             keys.update(f.read_all().column("key").to_pylist())
     assert sorted(keys) == sorted(f"k{i}" for i in range(64)) and set(keys.values()) == {1}
     shutil.rmtree(store_dir)
+
+
+def test_readme_torchrun_example_resumes(tmp_path):
+    text = (REPO / "README.md").read_text()
+    script = [b for b in re.findall(r"```py\n(.*?)```", text, flags=re.DOTALL) if "train.py" in b]
+    commands = [
+        line.split("#")[0].split()
+        for b in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
+        for line in b.splitlines()
+        if line.startswith("torchrun ") and "train.py" in line
+    ]
+    assert len(script) == 1 and len(commands) == 2, "README.md lost its torchrun example"
+    (tmp_path / "train.py").write_text(script[0])
+    w = cachex.PageWriter(tmp_path / "train.pages", {"label": "int", "image": ("uint8", (8, 8))})
+    w.write_many([{"label": i % 10, "image": np.full((8, 8), i, np.uint8)} for i in range(100)])
+    w.finalize()
+    states = []
+    for cmd in commands:
+        nproc = int(cmd[cmd.index("--nproc_per_node") + 1])
+        rest = cmd[cmd.index("train.py") :]
+        argv = torchrun(nproc)[:-1]  # the launcher and its options, without the job
+        argv[argv.index("--nproc_per_node") + 1] = str(nproc)
+        proc = subprocess.run(
+            [*argv, *rest], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=TIMEOUT
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        states.append(json.loads((tmp_path / "state.json").read_text()))
+    # 2 ranks x 2 workers ran 3 steps of epoch 0; 1 rank read its other 52
+    # samples (7 batches of 8), then all of epoch 1 (13 batches).
+    assert (states[0]["epoch"], states[0]["history"]) == (0, [[2, 2, 8, 3]])
+    assert (states[1]["epoch"], states[1]["history"]) == (1, [[1, 2, 8, 13]])

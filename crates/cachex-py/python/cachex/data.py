@@ -1,16 +1,30 @@
 """Datasets over the cachex stores for training loops; torch is optional.
 
-Map-style datasets (``len`` and ``dataset[i]``) over each store, and an
-iterable one that streams a page file in FFCV's quasi-random page order:
+Map-style datasets (``len`` and ``dataset[i]``) over each store, and the
+iterable and sampler forms that read them in the order of one
+:class:`~cachex.sampling.SamplingPlan` (blocks shuffled, then the samples
+within each block; dealt evenly to ranks and DataLoader workers; resumable):
 
-=========================  ===============================================
-:class:`SegmentDataset`    a segment store, item ``i`` is the record of ``keys[i]``
-:class:`MemmapDataset`     a memmap-array cache, item ``i`` is row ``i``
-:class:`ShardDataset`      a shard store (loadit layout), item ``i`` is item ``i``
-:class:`PageDataset`       a page file, item ``i`` is sample ``i``
-:class:`PageIterableDataset`  a page file, batches in quasi-random page order,
-                           each DataLoader worker reading its own pages
-=========================  ===============================================
+=============================  ===============================================
+:class:`SegmentDataset`        a segment store, item ``i`` is the record of ``keys[i]``
+:class:`MemmapDataset`         a memmap-array cache, item ``i`` is row ``i``
+:class:`ShardDataset`          a shard store (loadit layout), item ``i`` is item ``i``
+:class:`PageDataset`           a page file, item ``i`` is sample ``i``
+:class:`IterableBatches`       batches of any of them in plan order
+                               (``dataset.iterable(batch_size)``)
+:class:`PlanSampler`           batches of indices in plan order, for a
+                               DataLoader's ``sampler`` (``dataset.sampler(batch_size)``)
+:class:`PageIterableDataset`   :class:`IterableBatches` of a page file
+=============================  ===============================================
+
+Each dataset's ``blocks()`` is the layout its plan keeps together: the
+pages of a page file, the shards of a shard store, runs of rows (about
+1 MiB) of a memmap array, runs of keys of a segment store. The rank comes
+from ``torch.distributed`` or ``RANK``/``WORLD_SIZE`` (explicit ``rank`` and
+``world_size`` override them); every rank yields the same number of batches.
+``state_dict()`` / ``load_state_dict()`` resume an epoch, also with another
+world size or worker count; with DataLoader workers, take the state from
+:class:`cachex.torchdata.ResumableDataLoader`.
 
 ``dataset[i]`` returns one item as the store gives it (read-only numpy views
 of the mapped files where the store has them). ``dataset[indices]`` (a list,
@@ -25,12 +39,8 @@ With torch installed, the classes are ``torch.utils.data.Dataset`` /
 ``IterableDataset`` subclasses. Give the DataLoader batches of indices and no
 collation of its own::
 
-    loader = DataLoader(
-        dataset,
-        sampler=BatchSampler(RandomSampler(dataset), batch_size=256, drop_last=False),
-        batch_size=None,
-        num_workers=4,
-    )
+    loader = DataLoader(dataset, sampler=dataset.sampler(256), batch_size=None, num_workers=4)
+    loader = DataLoader(dataset.iterable(256), batch_size=None, num_workers=4)
 
 ``output="torch"`` makes batches torch tensors: in a DataLoader worker they
 are allocated in shared memory (the worker's batch reaches the main process

@@ -385,7 +385,8 @@ class SamplingPlan:
 
     def state(self, progress: Progress, step: Step | None = None) -> dict[str, Any]:
         """A state dict: the plan's identity and ``progress`` (plus ``step``, this run's)."""
-        history = list(progress.history) + ([step] if step is not None and step.steps else [])
+        # A run that read nothing changes nothing: it is left out.
+        history = [s for s in [*progress.history, step] if s is not None and s.steps]
         return {
             "format": STATE_FORMAT,
             "num_samples": self.num_samples,
