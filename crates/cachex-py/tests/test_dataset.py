@@ -1,7 +1,8 @@
 """cachex.data: map-style datasets over the four stores, the page file's
-iterable dataset and its worker shares (the plan itself: test_sampling.py), batches filled into preallocated
-buffers; then the same through torch's DataLoader (skipped, with the reason,
-where torch is not installed) under fork, spawn and forkserver."""
+iterable dataset and its worker shares (the plan itself: test_sampling.py),
+batches filled into preallocated buffers; then the same through torch's
+DataLoader (skipped, with the reason, where torch is not installed) under
+fork, spawn and forkserver, and the resumable loader."""
 
 from __future__ import annotations
 
@@ -367,3 +368,34 @@ def test_set_epoch_reaches_persistent_workers(stores, method):
         assert got == want, epoch
         streams.append(got)
     assert streams[0] != streams[1]
+
+
+@pytest.mark.parametrize("form", ["sampler", "iterable"])
+def test_resumable_loader_restarts_with_another_worker_count(stores, form):
+    need_torch()
+    from cachex.torchdata import ResumableDataLoader
+
+    def loader(workers: int):
+        ds = data.MemmapDataset(stores["memmap"])
+        if form == "sampler":
+            return ResumableDataLoader(ds, sampler=ds.sampler(8, seed=6), num_workers=workers)
+        return ResumableDataLoader(ds.iterable(8, seed=6, blocks=[32] * 3), num_workers=workers)
+
+    def ids(batch) -> list[int]:
+        return batch["x"][:, 0].numpy().astype(int).tolist()
+
+    first = loader(2)
+    read = []
+    for k, batch in enumerate(first, 1):
+        read += ids(batch)
+        if k == 5:
+            state = first.state_dict()
+            break
+    assert len(read) == 40 and len(state["history"]) == 1
+    again = loader(3)
+    again.load_state_dict(state)
+    assert len(again) == (N - 40) // 8
+    read += [i for batch in again for i in ids(batch)]
+    assert sorted(read) == list(range(N))
+    again.set_epoch(1)
+    assert sorted(i for batch in again for i in ids(batch)) == list(range(N))

@@ -75,6 +75,10 @@ class ResumableDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         self.steps = 0
+        if self._IterableDataset_len_called is not None:
+            # DataLoader keeps the length it last reported and warns past
+            # it; a new epoch or a loaded state changes it.
+            self._IterableDataset_len_called = len(self.planned)
         for batch in super().__iter__():
             # Counted as handed over: a state taken after this batch's step
             # resumes with the next one.
