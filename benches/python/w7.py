@@ -184,7 +184,7 @@ def main() -> None:
         )
     agg, single = ranks["samples"] / ranks["secs"], samples / secs
     emit(
-        what="read_2x2",
+        what=f"read_2x{args.workers}",
         samples=ranks["samples"],
         secs=ranks["secs"],
         samples_per_s=agg,

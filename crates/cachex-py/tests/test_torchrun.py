@@ -146,23 +146,26 @@ def test_a_killed_job_resumes_with_the_same_and_another_world_size(stores, tmp_p
 
 def test_ranks_cache_into_one_store_and_hit_on_each_others_keys(tmp_path):
     run(2, "cache", "--out", str(tmp_path), "--samples", "64", "--batch-size", "8")
-    calls = [json.loads((tmp_path / f"cache.rank{r}.json").read_text())["calls"] for r in range(2)]
-    assert sum(c[0] for c in calls) == 64  # epoch 0: each key computed by one rank
-    assert [c[1] for c in calls] == [0, 0]  # epoch 1: every key hit, whoever wrote it
-    store_dir = tmp_path / "embed"
-    assert sorted(p.name for p in (store_dir / "writers").glob("*.log")) != []
+    results = [json.loads((tmp_path / f"cache.rank{r}.json").read_text()) for r in range(2)]
     if not CLI.exists():
         assert os.environ.get("CI") != "true", f"{CLI} missing: cargo build -p cachex-cli"
         pytest.skip(f"{CLI} is not built (cargo build -p cachex-cli)")
-    verify = subprocess.run([str(CLI), "verify", str(store_dir)], capture_output=True, text=True)
-    assert verify.returncode == 0, verify.stdout + verify.stderr
     pa = pytest.importorskip("pyarrow.ipc", reason="counting segment rows needs pyarrow")
-    keys = Counter()
-    for seg in (store_dir / "segments").glob("*.arrow"):
-        with pa.open_file(seg) as f:
-            keys.update(f.read_all().column("key").to_pylist())
-    assert sorted(keys) == sorted(f"k{i}" for i in range(64)) and set(keys.values()) == {1}
-    shutil.rmtree(store_dir)
+    facade_dir = Path(results[0]["facade_dir"])
+    for what, store_dir in (("calls", tmp_path / "embed"), ("facade_calls", facade_dir)):
+        calls = [r[what] for r in results]
+        assert sum(c[0] for c in calls) == 64, what  # epoch 0: each key computed by one rank
+        assert [c[1] for c in calls] == [0, 0], what  # epoch 1: every key hit, whoever wrote it
+        assert len(list((store_dir / "writers").iterdir())) >= 2, what  # one log per writer
+        verify = subprocess.run([CLI, "verify", store_dir], capture_output=True, text=True)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        keys: Counter = Counter()
+        for seg in (store_dir / "segments").glob("*.arrow"):
+            with pa.open_file(seg) as f:
+                keys.update(f.read_all().column("key").to_pylist())
+        assert sorted(keys) == sorted(f"k{i}" for i in range(64)), what
+        assert set(keys.values()) == {1}, what  # every key present once
+        shutil.rmtree(store_dir)
 
 
 def test_readme_torchrun_example_resumes(tmp_path):
