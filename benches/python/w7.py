@@ -4,6 +4,7 @@ reading the same bytes in the plan's order; the state's size and the time
 from a restart to its first batch.
 
     python benches/python/w7.py [--n 50000] [--seed 0] [--dir DIR] [--batch 256]
+                                [--workers 2] [--output torch]
 
 Needs torch and the built ``cachex`` package. Prints one JSON line per
 figure. Standalone: the rank side is this same file, started by torchrun
@@ -71,7 +72,9 @@ def rank_side(args: argparse.Namespace) -> None:
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    ds = data.PageIterableDataset(args.path, args.batch, seed=args.seed)
+    ds = data.PageIterableDataset(
+        args.path, args.batch, seed=args.seed, output=args.output
+    )
     loader = ResumableDataLoader(ds, num_workers=args.workers)
     if args.resume:
         loader.load_state_dict(json.loads(Path(args.resume).read_text()))
@@ -148,6 +151,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--output", choices=["torch", "numpy"], default="torch")
     ap.add_argument("--dir", default="")
     ap.add_argument("--rank-side", action="store_true")
     ap.add_argument("--path", default="")
@@ -171,7 +175,14 @@ def main() -> None:
         workers=args.workers,
     )
     common = ["--path", str(path), "--seed", str(args.seed), "--batch", str(args.batch)]
-    common += ["--workers", str(args.workers), "--out", str(root)]
+    common += [
+        "--workers",
+        str(args.workers),
+        "--out",
+        str(root),
+        "--output",
+        args.output,
+    ]
     one_process(
         path, args.batch, args.seed
     )  # warms the page cache for both sides alike
