@@ -173,6 +173,7 @@ def main() -> None:
         batch=args.batch,
         ranks=2,
         workers=args.workers,
+        output=args.output,
     )
     common = ["--path", str(path), "--seed", str(args.seed), "--batch", str(args.batch)]
     common += [
