@@ -69,9 +69,14 @@ def refresh_backend(backend: ArrowIPCCacheBackend) -> None:
     epoch boundary, not per batch.
     """
     backend.flush()
-    options = backend.store.options
-    kept = {k: options[k] for k in _REOPEN if options.get(k) is not None}
-    if options.get("read_only"):
-        kept["read_only"] = True
+    # The options the backend opened its store with, where it keeps them;
+    # else read back from the store.
+    kept = getattr(backend, "_store_options", None)
+    if kept is None:
+        options = backend.store.options
+        kept = {k: options[k] for k in _REOPEN if options.get(k) is not None}
+        kept["current_rank"] = backend.current_rank
+        if options.get("read_only"):
+            kept["read_only"] = True
     backend.store.close()
-    backend.store = SegmentStore(backend.cache_dir, current_rank=backend.current_rank, **kept)
+    backend.store = SegmentStore(backend.cache_dir, **kept)
