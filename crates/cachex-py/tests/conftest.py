@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -36,3 +37,37 @@ def fixture_copy(tmp_path: Path):
         return dst
 
     return copy
+
+
+# --- torch: skipped where it is not installed, except under CI -----------------
+
+#: The reason every torch test skips with when torch is missing.
+TORCH_MISSING = "torch is not installed"
+
+
+def _torch_skip_fails(report) -> bool:
+    """Under ``CI=true`` a torch test must run: its skip for a missing torch is a failure."""
+    return (
+        os.environ.get("CI") == "true" and report.skipped and TORCH_MISSING in str(report.longrepr)
+    )
+
+
+def _fail(report) -> None:
+    report.outcome = "failed"
+    report.longrepr = (
+        f"CI=true and {TORCH_MISSING}: install it (scripts/test-torch) ({report.longrepr})"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if _torch_skip_fails(report):
+        _fail(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    report = (yield).get_result()
+    if _torch_skip_fails(report):
+        _fail(report)

@@ -1,7 +1,8 @@
 """cachex.data: map-style datasets over the four stores, the page file's
-iterable dataset and its worker shares, batches filled into preallocated
-buffers; then the same through torch's DataLoader (skipped, with the reason,
-where torch is not installed) under fork, spawn and forkserver."""
+iterable dataset and its worker shares (the plan itself: test_sampling.py),
+batches filled into preallocated buffers; then the same through torch's
+DataLoader (skipped, with the reason, where torch is not installed) under
+fork, spawn and forkserver, and the resumable loader."""
 
 from __future__ import annotations
 
@@ -180,20 +181,24 @@ def test_memmap_load_in_memory_method_and_its_ram_guard(stores):
 
 
 def test_page_shares_are_disjoint_and_complete_for_every_epoch(stores):
-    ds = data.PageIterableDataset(stores["page"], batch_size=8, seed=3, window_pages=2)
-    assert ds.pages.reader.quasi_random_order(0) != list(range(N))
+    ds = data.PageIterableDataset(stores["page"], batch_size=8, seed=3)
     orders = {}
     for epoch in (0, 1):
+        for world in (1, 2, 3):
+            for workers in (1, 2, 5):
+                ranks = [
+                    data.PageIterableDataset(stores["page"], 8, seed=3, rank=r, world_size=world)
+                    for r in range(world)
+                ]
+                for r in ranks:
+                    r.set_epoch(epoch)
+                parts = [r.order(w, workers) for r in ranks for w in range(workers)]
+                assert sorted(i for part in parts for i in part) == list(range(N))
         ds.set_epoch(epoch)
-        for shares in (1, 2, 3, 5):
-            parts = [ds.order(k, shares) for k in range(shares)]
-            assert sorted(i for part in parts for i in part) == list(range(N))
-        orders[epoch] = ds.order(0, 1)
-    assert orders[0] != orders[1]
+        orders[epoch] = ds.order()
+    assert orders[0] != orders[1] and orders[0] != list(range(N))
     ds.set_epoch(0)
-    assert ds.order(0, 1) == orders[0]
-    with pytest.raises(cachex.InvalidInputError):
-        ds.pages.reader.quasi_random_order(0, share=2, shares=2)
+    assert ds.order() == orders[0]
 
 
 def test_page_iterable_yields_every_sample_once(stores):
@@ -339,7 +344,7 @@ def test_set_epoch_reaches_persistent_workers(stores, method):
     need_torch()
     from torch.utils.data import DataLoader
 
-    pages = data.PageIterableDataset(stores["page"], batch_size=8, seed=9, window_pages=1)
+    pages = data.PageIterableDataset(stores["page"], batch_size=8, seed=9)
     loader = DataLoader(
         pages,
         batch_size=None,
@@ -363,3 +368,34 @@ def test_set_epoch_reaches_persistent_workers(stores, method):
         assert got == want, epoch
         streams.append(got)
     assert streams[0] != streams[1]
+
+
+@pytest.mark.parametrize("form", ["sampler", "iterable"])
+def test_resumable_loader_restarts_with_another_worker_count(stores, form):
+    need_torch()
+    from cachex.torchdata import ResumableDataLoader
+
+    def loader(workers: int):
+        ds = data.MemmapDataset(stores["memmap"])
+        if form == "sampler":
+            return ResumableDataLoader(ds, sampler=ds.sampler(8, seed=6), num_workers=workers)
+        return ResumableDataLoader(ds.iterable(8, seed=6, blocks=[32] * 3), num_workers=workers)
+
+    def ids(batch) -> list[int]:
+        return batch["x"][:, 0].numpy().astype(int).tolist()
+
+    first = loader(2)
+    read = []
+    for k, batch in enumerate(first, 1):
+        read += ids(batch)
+        if k == 5:
+            state = first.state_dict()
+            break
+    assert len(read) == 40 and len(state["history"]) == 1
+    again = loader(3)
+    again.load_state_dict(state)
+    assert len(again) == (N - 40) // 8
+    read += [i for batch in again for i in ids(batch)]
+    assert sorted(read) == list(range(N))
+    again.set_epoch(1)
+    assert sorted(i for batch in again for i in ids(batch)) == list(range(N))

@@ -12,7 +12,10 @@ is closed or deleted. Copy one (``np.array(view)``) to get a writable array
 that does not keep the file mapped.
 
 :mod:`cachex.data` has datasets over every store for training loops
-(PyTorch ``Dataset`` classes when torch is installed, numpy otherwise).
+(PyTorch ``Dataset`` classes when torch is installed, numpy otherwise),
+read in the order of one :mod:`cachex.sampling` plan (partitioned across
+ranks and workers, resumable; :mod:`cachex.torchdata` has the resumable
+DataLoader, :mod:`cachex.ddp` every rank caching into one store).
 
 Every error a store raises is a :class:`cachex.CacheError` (see
 :mod:`cachex.errors`), with the store's message naming the file and the

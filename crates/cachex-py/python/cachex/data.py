@@ -1,16 +1,30 @@
 """Datasets over the cachex stores for training loops; torch is optional.
 
-Map-style datasets (``len`` and ``dataset[i]``) over each store, and an
-iterable one that streams a page file in FFCV's quasi-random page order:
+Map-style datasets (``len`` and ``dataset[i]``) over each store, and the
+iterable and sampler forms that read them in the order of one
+:class:`~cachex.sampling.SamplingPlan` (blocks shuffled, then the samples
+within each block; dealt evenly to ranks and DataLoader workers; resumable):
 
-=========================  ===============================================
-:class:`SegmentDataset`    a segment store, item ``i`` is the record of ``keys[i]``
-:class:`MemmapDataset`     a memmap-array cache, item ``i`` is row ``i``
-:class:`ShardDataset`      a shard store (loadit layout), item ``i`` is item ``i``
-:class:`PageDataset`       a page file, item ``i`` is sample ``i``
-:class:`PageIterableDataset`  a page file, batches in quasi-random page order,
-                           each DataLoader worker reading its own pages
-=========================  ===============================================
+=============================  ===============================================
+:class:`SegmentDataset`        a segment store, item ``i`` is the record of ``keys[i]``
+:class:`MemmapDataset`         a memmap-array cache, item ``i`` is row ``i``
+:class:`ShardDataset`          a shard store (loadit layout), item ``i`` is item ``i``
+:class:`PageDataset`           a page file, item ``i`` is sample ``i``
+:class:`IterableBatches`       batches of any of them in plan order
+                               (``dataset.iterable(batch_size)``)
+:class:`PlanSampler`           batches of indices in plan order, for a
+                               DataLoader's ``sampler`` (``dataset.sampler(batch_size)``)
+:class:`PageIterableDataset`   :class:`IterableBatches` of a page file
+=============================  ===============================================
+
+Each dataset's ``blocks()`` is the layout its plan keeps together: the
+pages of a page file, the shards of a shard store, runs of rows (about
+1 MiB) of a memmap array, runs of keys of a segment store. The rank comes
+from ``torch.distributed`` or ``RANK``/``WORLD_SIZE`` (explicit ``rank`` and
+``world_size`` override them); every rank yields the same number of batches.
+``state_dict()`` / ``load_state_dict()`` resume an epoch, also with another
+world size or worker count; with DataLoader workers, take the state from
+:class:`cachex.torchdata.ResumableDataLoader`.
 
 ``dataset[i]`` returns one item as the store gives it (read-only numpy views
 of the mapped files where the store has them). ``dataset[indices]`` (a list,
@@ -25,12 +39,8 @@ With torch installed, the classes are ``torch.utils.data.Dataset`` /
 ``IterableDataset`` subclasses. Give the DataLoader batches of indices and no
 collation of its own::
 
-    loader = DataLoader(
-        dataset,
-        sampler=BatchSampler(RandomSampler(dataset), batch_size=256, drop_last=False),
-        batch_size=None,
-        num_workers=4,
-    )
+    loader = DataLoader(dataset, sampler=dataset.sampler(256), batch_size=None, num_workers=4)
+    loader = DataLoader(dataset.iterable(256), batch_size=None, num_workers=4)
 
 ``output="torch"`` makes batches torch tensors: in a DataLoader worker they
 are allocated in shared memory (the worker's batch reaches the main process
@@ -48,51 +58,52 @@ No ``worker_init_fn`` is needed. Datasets open their stores read-only.
 
 from __future__ import annotations
 
-import multiprocessing
 import operator
 from collections.abc import Iterator, Sequence
-from multiprocessing.context import get_spawning_popen
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from cachex._buffers import (
+    HAS_TORCH,
+    Output,
+    _as_numpy,
+    _check_output,
+    _empty,
+    _IterableBase,
+    _MapBase,
+    _numpy_dtype,
+    _worker_info,
+    collate,
+    torch,
+)
 from cachex._cachex import MemmapArray, PageReader, SegmentStore, ShardStore
 from cachex.errors import InvalidInputError
-
-try:
-    import torch
-    from torch.utils.data import Dataset as _MapBase
-    from torch.utils.data import IterableDataset as _IterableBase
-    from torch.utils.data import get_worker_info as _worker_info
-except ImportError:  # numpy-only install
-    torch = None
-
-    class _MapBase:  # type: ignore[no-redef]
-        """Stand-in for ``torch.utils.data.Dataset`` when torch is not installed."""
-
-    class _IterableBase:  # type: ignore[no-redef]
-        """Stand-in for ``torch.utils.data.IterableDataset`` when torch is not installed."""
-
-    def _worker_info() -> None:
-        return None
-
+from cachex.sampling import (
+    Deal,
+    Policy,
+    Progress,
+    SamplingPlan,
+    SharedProgress,
+    Step,
+    distributed_rank,
+    even_blocks,
+    page_blocks,
+)
 
 __all__ = [
     "HAS_TORCH",
+    "IterableBatches",
     "MemmapDataset",
     "PageDataset",
     "PageIterableDataset",
+    "PlanSampler",
     "SegmentDataset",
     "ShardDataset",
     "batch_indices",
     "collate",
     "worker_share",
 ]
-
-#: Whether torch is importable (the dataset classes then subclass its datasets).
-HAS_TORCH = torch is not None
-
-Output = Literal["numpy", "torch"]
 
 
 def worker_share(rank: int = 0, world_size: int = 1) -> tuple[int, int]:
@@ -126,121 +137,6 @@ def batch_indices(
         yield chunk.tolist()
 
 
-# --- buffers ----------------------------------------------------------------
-
-
-def _check_output(output: str, pin_memory: bool) -> None:
-    if output not in ("numpy", "torch"):
-        raise InvalidInputError(f"output {output!r}: give 'numpy' or 'torch'")
-    if output == "torch" and torch is None:
-        raise InvalidInputError("output='torch' needs torch installed")
-    if pin_memory and output != "torch":
-        raise InvalidInputError("pin_memory=True needs output='torch'")
-
-
-def _numpy_dtype(name: str) -> np.dtype:
-    if name == "bfloat16":
-        try:
-            import ml_dtypes
-
-            return np.dtype(ml_dtypes.bfloat16)
-        except ImportError:
-            return np.dtype("<u2")
-    return np.dtype(name)
-
-
-def _torch_dtype(dtype: np.dtype) -> Any:
-    if dtype.name == "bfloat16":
-        return torch.bfloat16
-    return torch.from_numpy(np.empty(0, dtype)).dtype
-
-
-def _empty(shape: tuple[int, ...], dtype: np.dtype, output: Output, pin_memory: bool) -> Any:
-    """An uninitialised buffer; in a DataLoader worker a torch one lives in shared memory."""
-    if output == "numpy":
-        return np.empty(shape, dtype)
-    tdtype = _torch_dtype(dtype)
-    if _worker_info() is not None:
-        # As torch's default_collate: the batch goes to the main process
-        # through shared memory, so allocate it there and skip the copy.
-        numel = int(np.prod(shape, dtype=np.int64))
-        proto = torch.empty(0, dtype=tdtype)
-        storage = proto._typed_storage()._new_shared(numel, device="cpu")
-        return proto.new(storage).resize_(shape)
-    return torch.empty(shape, dtype=tdtype, pin_memory=pin_memory)
-
-
-def _as_numpy(buf: Any, dtype: np.dtype | None = None) -> np.ndarray:
-    """A numpy view of a numpy array or CPU torch tensor (no copy)."""
-    if isinstance(buf, np.ndarray):
-        return buf
-    if torch is not None and isinstance(buf, torch.Tensor):
-        if buf.dtype == torch.bfloat16:
-            return buf.view(torch.int16).numpy().view(dtype or np.dtype("<u2"))
-        return buf.numpy()
-    raise InvalidInputError(f"a batch buffer must be a numpy array or CPU tensor, not {type(buf)}")
-
-
-def _leaf(x: Any) -> np.ndarray | None:
-    if isinstance(x, np.ndarray):
-        return x
-    if torch is not None and isinstance(x, torch.Tensor):
-        return _as_numpy(x)
-    return None
-
-
-def collate(
-    samples: Sequence[Any],
-    *,
-    out: Any = None,
-    output: Output = "numpy",
-    pin_memory: bool = False,
-) -> Any:
-    """Stacks items into one batch: arrays into one buffer each (``out``'s
-    when given, with the same structure), numbers into one array, dicts,
-    tuples and lists field by field; anything else stays a list."""
-    if not samples:
-        raise InvalidInputError("cannot collate an empty batch")
-    first = samples[0]
-    arr = _leaf(first)
-    if arr is not None:
-        leaves = [_leaf(s) for s in samples]
-        if out is None:
-            out = _empty((len(samples), *arr.shape), arr.dtype, output, pin_memory)
-        try:
-            np.stack(leaves, out=_as_numpy(out, arr.dtype)[: len(samples)])
-        except (ValueError, TypeError) as e:
-            raise InvalidInputError(f"cannot stack the batch's arrays: {e}") from e
-        return out[: len(samples)]
-    if isinstance(first, (bool, int, float, np.number)):
-        values = np.asarray(samples)
-        if output == "torch":
-            return torch.as_tensor(values)
-        return values
-    if isinstance(first, dict):
-        return {
-            k: collate(
-                [s[k] for s in samples],
-                out=None if out is None else out[k],
-                output=output,
-                pin_memory=pin_memory,
-            )
-            for k in first
-        }
-    if isinstance(first, (tuple, list)):
-        parts = [
-            collate(
-                [s[j] for s in samples],
-                out=None if out is None else out[j],
-                output=output,
-                pin_memory=pin_memory,
-            )
-            for j in range(len(first))
-        ]
-        return type(first)(parts) if type(first) in (tuple, list) else parts
-    return list(samples)
-
-
 # --- map-style datasets ------------------------------------------------------
 
 
@@ -263,6 +159,18 @@ class _Batched(_MapBase):
 
     def batch(self, indices: Sequence[int], out: Any = None) -> Any:
         raise NotImplementedError
+
+    def blocks(self) -> np.ndarray:
+        """Samples per block in index order: the unit a :class:`SamplingPlan` keeps together."""
+        return even_blocks(len(self), 1)
+
+    def sampler(self, batch_size: int, **plan: Any) -> PlanSampler:
+        """A :class:`PlanSampler` over this dataset's blocks (``plan``: its keywords)."""
+        return PlanSampler(self.blocks(), batch_size, **plan)
+
+    def iterable(self, batch_size: int, **plan: Any) -> IterableBatches:
+        """An :class:`IterableBatches` over this dataset (``plan``: its keywords)."""
+        return IterableBatches(self, batch_size, **plan)
 
     def __getitem__(self, index: Any) -> Any:
         try:
@@ -324,6 +232,11 @@ class MemmapDataset(_Batched):
 
     def __len__(self) -> int:
         return len(self.cache)
+
+    def blocks(self, block_bytes: int = 1 << 20) -> np.ndarray:
+        """Runs of rows of about ``block_bytes`` (1 MiB) of the selected arrays."""
+        row = sum(d.itemsize * int(np.prod(s, dtype=np.int64)) for d, s, _ in self._specs.values())
+        return even_blocks(len(self), max(1, block_bytes // max(row, 1)))
 
     def item(self, i: int) -> dict[str, Any]:
         row = self.cache.get_row(i)
@@ -394,6 +307,14 @@ class PageDataset(_Batched):
     def __len__(self) -> int:
         return len(self.reader)
 
+    def blocks(self) -> np.ndarray:
+        """The samples of each page, in file order."""
+        return page_blocks(self.reader.path)
+
+    def prefetch(self, indices: Sequence[int]) -> None:
+        """Asks the kernel to read the pages of these samples ahead."""
+        self.reader.prefetch(indices)
+
     def item(self, i: int) -> dict[str, Any]:
         sample = self.reader.sample(i)
         return {f: sample[f] for f in self.fields}
@@ -446,6 +367,10 @@ class SegmentDataset(_Batched):
     def __len__(self) -> int:
         return len(self.keys)
 
+    def blocks(self, block_size: int = 256) -> np.ndarray:
+        """Runs of ``block_size`` consecutive keys (a writer's segments follow its put order)."""
+        return even_blocks(len(self), block_size)
+
     def _records(self, keys: list[str]) -> list[Any]:
         values, missing = self.store.get_batch(keys)
         if missing:
@@ -488,6 +413,10 @@ class ShardDataset(_Batched):
     def __len__(self) -> int:
         return self._len
 
+    def blocks(self) -> np.ndarray:
+        """The items of each shard, in order."""
+        return even_blocks(len(self), self.store.max_shard_length)
+
     def item(self, i: int) -> Any:
         return self.store[i]
 
@@ -497,60 +426,226 @@ class ShardDataset(_Batched):
         return collate(items, out=out, output=self.output, pin_memory=self.pin_memory)
 
 
-# --- iterable dataset --------------------------------------------------------
+# --- the sampling plan in a training loop ------------------------------------
 
 
-class _SharedEpoch:
-    """The epoch, in shared memory so that ``set_epoch`` in the main process
-    reaches persistent DataLoader workers too. It travels to workers as
-    shared memory (fork, spawn, forkserver) and pickles as a plain number
-    anywhere else."""
+class _Planned:
+    """What the plan-driven sampler and iterable share: the plan, this
+    process's rank, the epoch and how far it got (shared with DataLoader
+    workers), and the state dict."""
 
-    def __init__(self, epoch: int = 0) -> None:
-        self.value = multiprocessing.RawValue("q", epoch)
+    plan: SamplingPlan
+    rank: int
+    world_size: int
 
-    def get(self) -> int:
-        return int(self.value.value)
+    def _plan_setup(
+        self,
+        blocks: Any,
+        batch_size: int,
+        seed: int,
+        shuffle: bool,
+        policy: Policy,
+        rank: int | None,
+        world_size: int | None,
+    ) -> None:
+        self.plan = SamplingPlan(blocks, batch_size, seed=seed, shuffle=shuffle, policy=policy)
+        self.rank, self.world_size = distributed_rank(rank, world_size)
+        self._progress = SharedProgress()
+        self._steps = 0  # batches this process yielded in its current run
 
-    def set(self, epoch: int) -> None:
-        self.value.value = epoch
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return self._progress.get().epoch
 
-    def __reduce__(self) -> Any:
-        if get_spawning_popen() is not None:
-            return (_shared_epoch, (self.value,))
-        return (_SharedEpoch, (self.get(),))
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch of the next iterations (as ``DistributedSampler.set_epoch``).
+
+        It reaches persistent DataLoader workers too. Moving to another
+        epoch forgets how far a loaded state had got; setting the loaded
+        state's own epoch keeps it (so a loop that calls ``set_epoch`` at the
+        top of every epoch resumes where the state left off).
+        """
+        if int(epoch) != self.epoch:
+            self._progress.set(Progress(int(epoch)))
+        self._steps = 0
+
+    def _layout_workers(self, num_workers: int) -> int:
+        """The workers the plan deals batches to when the DataLoader has ``num_workers``."""
+        raise NotImplementedError
+
+    def deal(self, num_workers: int = 0) -> Deal:
+        """This epoch's unread samples dealt to the ranks (and a DataLoader's workers)."""
+        p = self._progress.get()
+        return self.plan.deal(
+            p.epoch, self.world_size, self._layout_workers(num_workers), p.history
+        )
+
+    def __len__(self) -> int:
+        """Batches every rank yields in the next iteration."""
+        return self.deal().num_batches
+
+    def state_dict(self, steps: int | None = None, num_workers: int = 0) -> dict[str, Any]:
+        """The epoch and how far it got: a few numbers, never a list of samples.
+
+        ``steps`` is how many batches this rank's training loop received in
+        this run (default: counted by this object, right when it iterates in
+        the main process; with DataLoader workers use
+        :class:`cachex.torchdata.ResumableDataLoader`, which counts them and
+        passes ``num_workers``).
+        """
+        steps = self._steps if steps is None else int(steps)
+        run = Step(self.world_size, self._layout_workers(num_workers), self.plan.batch_size, steps)
+        return self.plan.state(self._progress.get(), run)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes from :meth:`state_dict`'s output, with any world size or worker count.
+
+        The next iteration reads the samples of the state's epoch that the
+        earlier runs did not, re-dealt to this job's ranks and workers.
+        """
+        self._progress.set(self.plan.progress_of(state))
+        self._steps = 0
 
 
-def _shared_epoch(value: Any) -> _SharedEpoch:
-    epoch = _SharedEpoch.__new__(_SharedEpoch)
-    epoch.value = value
-    return epoch
+class PlanSampler(_Planned):
+    """Batches of indices of a :class:`SamplingPlan` for this rank, for a
+    map-style dataset (``dataset.sampler(batch_size)`` makes one)::
+
+        loader = DataLoader(dataset, sampler=dataset.sampler(256), batch_size=None,
+                            num_workers=4)
+
+    Every rank gets the same number of batches; each sample is read once per
+    epoch (see :mod:`cachex.sampling` for ``policy``). The rank comes from
+    ``rank``/``world_size``, else ``torch.distributed``, else the environment.
+    Call :meth:`set_epoch` before each epoch; resume with
+    :meth:`load_state_dict` (the DataLoader runs ahead of the training loop:
+    take states from :class:`cachex.torchdata.ResumableDataLoader`).
+    """
+
+    def __init__(
+        self,
+        blocks: int | Sequence[int] | np.ndarray,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        policy: Policy = "pad",
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        self._plan_setup(blocks, batch_size, seed, shuffle, policy, rank, world_size)
+
+    def _layout_workers(self, num_workers: int) -> int:
+        return 1  # the main process hands out every batch, whatever the workers
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self._steps = 0
+        for indices in self.deal().worker_batches(self.rank):
+            self._steps += 1
+            yield indices.tolist()
 
 
-class PageIterableDataset(_IterableBase):
-    """Batches of a page file in FFCV's quasi-random order, each DataLoader
-    worker (and each rank) reading its own pages.
+class IterableBatches(_IterableBase, _Planned):
+    """Batches of a map-style dataset in the order of a :class:`SamplingPlan`,
+    each DataLoader worker of each rank reading its own run of blocks.
 
-    Pages are shuffled per epoch (``seed`` and :meth:`set_epoch`), dealt out
-    whole to the ``world_size * num_workers`` shares so that the shares are
-    disjoint and together hold every sample once, and each share's samples are
-    shuffled within windows of ``window_pages`` pages: a worker keeps only a
-    few pages resident and never reads a page another worker reads. With
-    ``shuffle=False`` each share is a contiguous run of samples in file order.
+    Use ``DataLoader(it, batch_size=None, num_workers=...)``; batch ``j`` of
+    a rank comes from worker ``j % num_workers``, the order in which the
+    DataLoader takes them, so the loader yields the rank's batches in plan
+    order and a state is just a count (see :mod:`cachex.sampling`). Every
+    rank yields the same number of batches.
 
-    Iterating yields batches as :meth:`PageDataset.batch` does (``batch_size``
-    samples, the last one smaller unless ``drop_last``), or single samples
-    when ``batch_size`` is None. Use ``DataLoader(dataset, batch_size=None,
-    num_workers=...)``. The next batch's pages are prefetched
-    (``madvise(WILLNEED)``) while the current one is in use.
+    Parameters
+    ----------
+    dataset
+        A map-style dataset of :mod:`cachex.data` (anything with ``len``,
+        ``batch(indices, out=None)`` and ``blocks()``).
+    batch_size
+        Samples per batch; ``None`` yields single samples (``dataset.item``).
+    blocks
+        The block layout (default: ``dataset.blocks()``: pages, shards, row
+        or key runs).
+    seed, shuffle, policy
+        The plan's (see :class:`SamplingPlan`).
+    rank, world_size
+        Override the rank found in ``torch.distributed`` or the environment.
+    reuse_buffers
+        Outside DataLoader workers, fill the same buffers for every batch
+        (a batch is valid until the next one is requested). Inside workers
+        each batch gets its own buffer, since it goes to another process.
+    """
 
-    ``reuse_buffers=True`` fills the same buffers for every batch outside
-    DataLoader workers (no allocation per batch; a batch is valid until the
-    next one is requested). Inside workers each batch gets its own buffer,
-    since it is handed to another process.
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None,
+        *,
+        blocks: int | Sequence[int] | np.ndarray | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        policy: Policy = "pad",
+        rank: int | None = None,
+        world_size: int | None = None,
+        reuse_buffers: bool = False,
+    ) -> None:
+        if batch_size is not None and batch_size < 1:
+            raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.reuse_buffers = reuse_buffers
+        layout = dataset.blocks() if blocks is None else blocks
+        self._plan_setup(layout, batch_size or 1, seed, shuffle, policy, rank, world_size)
+        if self.plan.num_samples != len(dataset):
+            raise InvalidInputError(
+                f"the blocks hold {self.plan.num_samples} samples, the dataset {len(dataset)}"
+            )
 
-    Call ``set_epoch(e)`` before each epoch for a new order; it reaches
-    persistent workers too.
+    def _layout_workers(self, num_workers: int) -> int:
+        return max(int(num_workers), 1)
+
+    def order(self, worker: int = 0, num_workers: int = 0) -> list[int]:
+        """The sample indices that worker ``worker`` of this rank reads in the next iteration."""
+        deal = self.deal(num_workers)
+        parts = list(deal.worker_batches(self.rank, worker))
+        return np.concatenate(parts).tolist() if parts else []
+
+    def __iter__(self) -> Iterator[Any]:
+        info = _worker_info()
+        worker, workers = (0, 0) if info is None else (info.id, info.num_workers)
+        batches = self.deal(workers).worker_batches(self.rank, worker)
+        if info is None:
+            self._steps = 0
+        ds = self.dataset
+        if self.batch_size is None:
+            for indices in batches:
+                if info is None:
+                    self._steps += 1
+                yield ds.item(int(indices[0]))
+            return
+        reuse = self.reuse_buffers and info is None and hasattr(ds, "empty_batch")
+        buffers = ds.empty_batch(self.batch_size) if reuse else None
+        prefetch = getattr(ds, "prefetch", None)
+        upcoming = next(batches, None)
+        while upcoming is not None:
+            current, upcoming = upcoming, next(batches, None)
+            if prefetch is not None and upcoming is not None:
+                prefetch(upcoming.tolist())
+            batch = ds.batch(current.tolist(), out=buffers)
+            if info is None:
+                self._steps += 1
+            yield batch
+
+
+class PageIterableDataset(IterableBatches):
+    """Batches of a page file in block-shuffled order (pages shuffled, then
+    the samples within each page: FFCV's quasi-random order), each
+    DataLoader worker of each rank reading its own pages.
+
+    :class:`IterableBatches` over a :class:`PageDataset`; ``drop_last=True``
+    is ``policy="drop_last"`` (only full batches, on every rank), else
+    ``"pad"``. The next batch's pages are prefetched (``madvise(WILLNEED)``)
+    while the current one is in use.
     """
 
     def __init__(
@@ -561,10 +656,9 @@ class PageIterableDataset(_IterableBase):
         fields: Sequence[str] | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        window_pages: int = 8,
         drop_last: bool = False,
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
         output: Output = "numpy",
         pin_memory: bool = False,
         reuse_buffers: bool = False,
@@ -572,57 +666,16 @@ class PageIterableDataset(_IterableBase):
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
-        if not 0 <= rank < world_size:
-            raise InvalidInputError(f"rank {rank} of world_size {world_size}")
         self.pages = PageDataset(
             path, fields=fields, populate=populate, output=output, pin_memory=pin_memory
         )
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.window_pages = window_pages
-        self.drop_last = drop_last
-        self.rank = rank
-        self.world_size = world_size
-        self.reuse_buffers = reuse_buffers
-        self._epoch = _SharedEpoch()
-
-    @property
-    def epoch(self) -> int:
-        """The epoch whose order the next iteration reads."""
-        return self._epoch.get()
-
-    def set_epoch(self, epoch: int) -> None:
-        """Selects the order of the next iterations (as ``DistributedSampler.set_epoch``)."""
-        self._epoch.set(epoch)
-
-    def order(self, share: int | None = None, shares: int | None = None) -> list[int]:
-        """The sample indices this process (or share ``share`` of ``shares``) reads this epoch."""
-        if share is None or shares is None:
-            share, shares = worker_share(self.rank, self.world_size)
-        n = len(self.pages)
-        if not self.shuffle:
-            lo, hi = n * share // shares, n * (share + 1) // shares
-            return list(range(lo, hi))
-        seed = (self.seed * 0x9E3779B97F4A7C15 + self.epoch) % (1 << 64)
-        return self.pages.reader.quasi_random_order(
-            seed, self.window_pages, share=share, shares=shares
+        super().__init__(
+            self.pages,
+            batch_size,
+            seed=seed,
+            shuffle=shuffle,
+            policy="drop_last" if drop_last else "pad",
+            rank=rank,
+            world_size=world_size,
+            reuse_buffers=reuse_buffers,
         )
-
-    def __iter__(self) -> Iterator[Any]:
-        order = self.order()
-        if self.batch_size is None:
-            for i in order:
-                yield self.pages.item(i)
-            return
-        bs = self.batch_size
-        batches = [order[k : k + bs] for k in range(0, len(order), bs)]
-        if self.drop_last and batches and len(batches[-1]) < bs:
-            batches.pop()
-        reader = self.pages.reader
-        reuse = self.reuse_buffers and _worker_info() is None
-        buffers = self.pages.empty_batch(bs) if reuse and batches else None
-        for k, indices in enumerate(batches):
-            if k + 1 < len(batches):
-                reader.prefetch(batches[k + 1])
-            yield self.pages.batch(indices, out=buffers)

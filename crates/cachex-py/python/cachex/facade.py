@@ -49,6 +49,7 @@ class CachedFn:
         id_of: Callable[[Any], Hashable] | None = None,
     ) -> None:
         self._cache = cache
+        self._native_func = func
         self._native = _CachedFn(cache, func)
         self._id_of = id_of
         functools.update_wrapper(self, func)
@@ -88,6 +89,24 @@ class CachedFn:
     def flush(self) -> None:
         """Makes every computed output durable."""
         self._native.flush()
+
+    def refresh(self) -> None:
+        """Flushes, then reopens the cache from its config, so that it sees
+        what other writers committed since it opened.
+
+        For a segment store opened with ``"options": {"multi_writer": True}``
+        by every rank of a job (each writes as writer ``RANK``): call it at
+        the epoch boundary once every rank flushed, and each rank then hits
+        on the keys any rank wrote. Nothing else may hold the cache (the
+        ``Cache`` passed in, say): the old handle must close before the new
+        one takes this writer's lock.
+        """
+        self._native.flush()
+        config = self._cache.config
+        func = self._native_func
+        del self._native, self._cache  # closes the store: frees this writer's lock
+        self._cache = open(config)
+        self._native = _CachedFn(self._cache, func)
 
 
 def cached(
