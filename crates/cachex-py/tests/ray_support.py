@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,13 @@ def require_ray():
     return ray
 
 
-def start_cluster(ray):
-    """A local Ray of two CPUs for one test module; yields, then shuts it down."""
+def start_cluster(ray, module: str):
+    """A local Ray of two CPUs for one test module; yields, then shuts it down.
+
+    The module's functions go to Ray's workers by value: the workers cannot
+    import a test module.
+    """
+    ray.cloudpickle.register_pickle_by_value(sys.modules[module])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False

@@ -25,7 +25,7 @@ BLOCKS = 4
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    yield from start_cluster(ray)
+    yield from start_cluster(ray, __name__)
 
 
 def extract(batch: dict) -> dict:

@@ -20,7 +20,7 @@ BLOCKS = 4
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    yield from start_cluster(ray)
+    yield from start_cluster(ray, __name__)
 
 
 def features(ids: np.ndarray) -> np.ndarray:

@@ -29,6 +29,11 @@ def numpy_columns(block: Block) -> dict[str, np.ndarray]:
     return BlockAccessor.for_block(block).to_batch_format("numpy")
 
 
+def to_block(batch: dict[str, np.ndarray]) -> Block:
+    """A numpy batch as a Ray block (Arrow, tensor columns for n-d arrays)."""
+    return BlockAccessor.batch_to_block(batch)
+
+
 def _part(value: Any) -> Any:
     # A part is an array or bytes: text is stored as its UTF-8 bytes.
     if isinstance(value, str):
@@ -57,7 +62,9 @@ def keyed_values(
         arr = cols[columns]
         if arr.dtype == object:
             return [(k, _part(v)) for k, v in zip(keys, arr, strict=True)]
-        return list(zip(keys, arr, strict=True))
+        # arr[i, ...] is a 0-d array where arr[i] would be a numpy scalar,
+        # which the stores take for a one-element vector.
+        return [(k, arr[i, ...]) for i, k in enumerate(keys)]
     names = [c for c in cols if c != key_column] if columns is None else list(columns)
     missing = [c for c in names if c not in cols]
     if missing:
@@ -68,7 +75,7 @@ def keyed_values(
     objects = [a.dtype == object for a in arrays]
     columns_ = list(zip(names, arrays, objects, strict=True))
     return [
-        (k, {n: (_part(a[i]) if obj else a[i]) for n, a, obj in columns_})
+        (k, {n: (_part(a[i]) if obj else a[i, ...]) for n, a, obj in columns_})
         for i, k in enumerate(keys)
     ]
 

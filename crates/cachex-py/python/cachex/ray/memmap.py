@@ -24,7 +24,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
 from cachex._cachex import MemmapArray, MemmapWriter
 from cachex.errors import InvalidInputError, SchemaMismatchError
-from cachex.ray._blocks import numpy_columns, object_column
+from cachex.ray._blocks import numpy_columns, object_column, to_block
 from cachex.ray._staging import Job, fsync_dir, local_path, recover
 
 ArraySpecs = Mapping[str, tuple[Any, Sequence[int]]]
@@ -129,7 +129,7 @@ class MemmapSink(Datasink):
                 source = str(cols[self.source_column][i]) if self.source_column else str(rows)
                 writer.write(
                     source,
-                    {name: cols[name][i] for name in specs},
+                    {name: cols[name][i, ...] for name in specs},
                     {s: str(cols[s][i]) for s in self.sidecar_columns} or None,
                     cols[self.meta_column][i] if self.meta_column else None,
                 )
@@ -162,7 +162,8 @@ class MemmapSink(Datasink):
             for i in range(len(part)):
                 sidecars = {s: part.sidecar(s, i) for s in self.sidecar_columns}
                 source = part.source(i) if self.source_column else str(row)
-                writer.write(source, part.get_row(i), sidecars or None, part.meta(i))
+                meta = part.meta(i) if self.meta_column else None
+                writer.write(source, part.get_row(i), sidecars or None, meta)
                 row += 1
         writer.finalize()
         fsync_dir(merged)
@@ -234,7 +235,7 @@ def _row_reader(path: Path, columns: list[str], schema: Mapping[str, Any], lo: i
                 )
             else:
                 batch[name] = out[name]
-        yield batch
+        yield to_block(batch)
 
     return read
 

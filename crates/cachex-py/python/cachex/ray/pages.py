@@ -25,7 +25,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
 from cachex._cachex import BetonReader, PageReader, PageWriter, write_beton
 from cachex.errors import InvalidInputError, SchemaMismatchError
-from cachex.ray._blocks import numpy_columns, object_column
+from cachex.ray._blocks import numpy_columns, object_column, to_block
 from cachex.ray._staging import Job, fsync_dir, local_path, recover
 
 FieldSpec = Any
@@ -210,9 +210,9 @@ class PageDatasource(Datasource):
 def _page_reader(path: Path, beton: bool, lo: int, hi: int):
     def read() -> Iterable[Block]:
         if beton:
-            yield _beton_batch(BetonReader(path), lo, hi)
+            yield to_block(_beton_batch(BetonReader(path), lo, hi))
         else:
-            yield _page_batch(PageReader(path), lo, hi)
+            yield to_block(_page_batch(PageReader(path), lo, hi))
 
     return read
 

@@ -57,7 +57,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 from cachex._cachex import SegmentStore
 from cachex.errors import LockedError, SchemaMismatchError
 from cachex.ray import _segment_log as fmt
-from cachex.ray._blocks import keyed_values, object_column, segment_block
+from cachex.ray._blocks import keyed_values, object_column, segment_block, to_block
 from cachex.ray._staging import Job, flock, fsync_dir, local_path, recover, write_durable
 
 STAGING = ".staging"
@@ -344,7 +344,7 @@ def _key_reader(path: Path, keys: list[str], value_column: str):
             store.close()
         gone = set(missing)
         found = [(k, v) for i, (k, v) in enumerate(zip(keys, values, strict=True)) if i not in gone]
-        yield _values_block(found, value_column)
+        yield to_block(_values_block(found, value_column))
 
     return read
 
