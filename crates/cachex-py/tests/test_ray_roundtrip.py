@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from ray_support import cachex_verify, require_ray, start_cluster
+from ray_support import REPO, cachex_verify, require_ray, start_cluster
 
 ray = require_ray()
 
@@ -189,3 +192,19 @@ def test_memmap_sink_round_trip(tmp_path):
         np.testing.assert_array_equal(r["value"], features(np.array([i]))[0].reshape(2, 4))
         assert r["label"] == i % 7
     assert {r["source"] for r in rows} == {f"sample_{i}" for i in range(N)}
+
+
+def test_example_runs(tmp_path):
+    """examples/python/ray_feature_cache.py, joined to this module's cluster."""
+    env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    example = REPO / "examples" / "python" / "ray_feature_cache.py"
+    run = subprocess.run(
+        [sys.executable, str(example), str(tmp_path / "features")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "2000 records cached" in run.stdout
+    cachex_verify(tmp_path / "features")
