@@ -105,6 +105,7 @@ class Job:
         self.id = job_id or uuid.uuid4().hex
         self.dir = staging / self.id
         self._lock_fd: int | None = None
+        self._started = False
 
     def start(self) -> None:
         """Create the directory and take the job's lock (driver side).
@@ -112,6 +113,9 @@ class Job:
         The directory is made and locked under a hidden name, then renamed,
         so :func:`recover` never sees it unlocked.
         """
+        if self._started:
+            raise InvalidInputError(f"{self.dir}: a sink writes one dataset; make a new sink")
+        self._started = True
         hidden = self.dir.with_name("." + self.id)
         hidden.mkdir(parents=True)
         fd = os.open(hidden / JOB_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
@@ -135,7 +139,7 @@ class Job:
 
     def __getstate__(self) -> dict:
         # Write tasks get the paths, never the driver's lock.
-        return {"id": self.id, "dir": self.dir, "_lock_fd": None}
+        return {"id": self.id, "dir": self.dir, "_lock_fd": None, "_started": True}
 
     def task_attempt(self, task: int) -> Path:
         """A fresh directory for one attempt of write task ``task``."""

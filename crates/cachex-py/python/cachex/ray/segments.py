@@ -19,8 +19,9 @@ holds it: a single writer or a compaction cannot run meanwhile):
    and takes its lock, and gives the staged segments new ids in ``W``'s
    residue class above every segment id in the cache, so the commit's
    records win over older ones of the same keys;
-3. writes ``W``'s index log (every staged group, renumbered) into the
-   staging directory, durable;
+3. writes ``W``'s index log (every staged group, renumbered: new
+   ``segment_id``, checksum redone) into the staging directory, durable,
+   and, for a cache that has no ``schema.json`` yet, the tasks' one;
 4. writes the commit record ``commit.json`` (the renames of steps 5-6),
    durable — **the commit is decided**;
 5. renames each staged segment into ``segments/`` under its new id: no log
@@ -28,6 +29,13 @@ holds it: a single writer or a compaction cannot run meanwhile):
 6. renames the log to ``writers/writer-W.log`` — **the commit point**:
    one rename makes every segment of the job visible at once;
 7. deletes the job's staging directory.
+
+Each task is a writer of its own while it writes (its own store, its own
+segment ids), but the job publishes as *one* multi-writer: a log per task
+would take one rename per task to publish, and a crash between two of
+them would show part of the job. So a commit uses one writer id of the
+4096 a cache has (:meth:`cachex.SegmentStore.compact` folds the writer
+logs into the shared log and frees them).
 
 A crash before step 4 leaves the cache as it was; its staging is deleted
 by the next sink's ``on_write_start`` (or :func:`recover_segments`). A
