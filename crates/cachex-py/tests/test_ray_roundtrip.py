@@ -208,3 +208,9 @@ def test_example_runs(tmp_path):
     assert run.returncode == 0, run.stderr[-4000:]
     assert "2000 records cached" in run.stdout
     cachex_verify(tmp_path / "features")
+
+
+def test_torchcachex_segments_are_refused_by_the_driver(fixture_copy):
+    path = fixture_copy("torchcachex/tensor_f32")
+    with pytest.raises(cachex.InvalidInputError, match="cachex_parts"):
+        cray.read_segments(path)

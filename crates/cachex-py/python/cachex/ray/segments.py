@@ -65,7 +65,13 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 from cachex._cachex import SegmentStore
 from cachex.errors import LockedError, SchemaMismatchError
 from cachex.ray import _segment_log as fmt
-from cachex.ray._blocks import keyed_values, object_column, segment_block, to_block
+from cachex.ray._blocks import (
+    keyed_values,
+    object_column,
+    segment_block,
+    segment_parts,
+    to_block,
+)
 from cachex.ray._staging import Job, flock, fsync_dir, local_path, recover, write_durable
 
 STAGING = ".staging"
@@ -266,6 +272,12 @@ class SegmentDatasource(Datasource):
         finally:
             store.close()
         self.segments = self.inspection["segments"]
+        if self.segments and keys is None:
+            # A segment without cachex's part metadata (torchcachex's own) is
+            # refused here, in the driver, rather than in every read task.
+            first = self.path / fmt.SEGMENTS_DIR / fmt.segment_name(self.segments[0]["id"])
+            with pa.memory_map(str(first)) as source:
+                segment_parts(ipc.open_file(source).schema)
 
     def get_name(self) -> str:
         return "CachexSegments"
