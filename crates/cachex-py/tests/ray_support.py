@@ -48,8 +48,8 @@ def start_cluster(ray, module: str):
         ray.shutdown()
 
 
-def cachex_verify(path: Path) -> str:
-    """``cachex verify <path>``'s output; fails the test when it finds a problem.
+def run_cachex_verify(path: Path) -> subprocess.CompletedProcess:
+    """``cachex verify <path>``, run.
 
     The CLI is ``target/debug/cachex`` (``cargo build -p cachex-cli``;
     ``scripts/test`` builds it with the workspace's tests), or ``$CACHEX_BIN``.
@@ -57,6 +57,11 @@ def cachex_verify(path: Path) -> str:
     binary = Path(os.environ.get("CACHEX_BIN", REPO / "target" / "debug" / "cachex"))
     if not binary.exists():
         pytest.fail(f"{binary} is missing: cargo build -p cachex-cli", pytrace=False)
-    run = subprocess.run([str(binary), "verify", str(path)], capture_output=True, text=True)
+    return subprocess.run([str(binary), "verify", str(path)], capture_output=True, text=True)
+
+
+def cachex_verify(path: Path) -> str:
+    """``cachex verify <path>``'s output; fails the test when it finds a problem."""
+    run = run_cachex_verify(path)
     assert run.returncode == 0, f"cachex verify {path}:\n{run.stdout}{run.stderr}"
     return run.stdout

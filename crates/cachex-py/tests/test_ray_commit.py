@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ray_support import cachex_verify, require_ray, start_cluster
+from ray_support import cachex_verify, require_ray, run_cachex_verify, start_cluster
 
 ray = require_ray()
 
@@ -189,9 +190,17 @@ def test_driver_killed_after_commit_decided_rolls_forward(tmp_path):
     run_driver_until_ready(tmp_path, path, N, "after_decided")
 
     # Decided but not yet renamed: readers still see the last commit.
-    assert list((path / ".staging").glob("*/commit.json"))
+    [record] = (path / ".staging").glob("*/commit.json")
     check_values(path, range(N))
     cachex_verify(path)
+    # As if the crash came after the first segment's rename: readers ignore
+    # a segment that no log names; verify reports it as unindexed, and only it.
+    src, dst = json.loads(record.read_text())["renames"][0]
+    os.rename(src, dst)
+    check_values(path, range(N))
+    run = run_cachex_verify(path)
+    problems = [line for line in run.stdout.splitlines() if line.startswith("problem")]
+    assert problems and all(Path(dst).name in line for line in problems), run.stdout
 
     assert [line.split(": ")[1] for line in cray.recover_segments(path)] == [
         "commit rolled forward"

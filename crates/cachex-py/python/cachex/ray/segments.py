@@ -40,7 +40,8 @@ logs into the shared log and frees them).
 A crash before step 4 leaves the cache as it was; its staging is deleted
 by the next sink's ``on_write_start`` (or :func:`recover_segments`). A
 crash after step 4 leaves it as it was for every reader until that
-recovery replays steps 5-6. The one gap: a *single* (not multi-) writer
+recovery replays steps 5-6 (meanwhile ``cachex verify`` lists the segments
+already moved as in no index log, ignored). The one gap: a *single* (not multi-) writer
 opened natively on the cache between a crash in step 5 and that recovery
 adopts the segments already moved, as it adopts any segment newer than
 every log; run :func:`recover_segments` before reopening such a cache with
