@@ -1,0 +1,270 @@
+"""Ray Data's sink and source for a memmap-array cache (:class:`cachex.MemmapArray`).
+
+Write protocol (:class:`MemmapSink`): every write task writes its rows into
+a memmap cache of its own, ``<parent>/.<name>.staging/<job>/task-NNNNNN``
+(an attempt directory, renamed when finalized, so a retried task's part is
+its last attempt's). When the job completes, the driver merges the parts
+named by the write results, in task order, into one finalized cache in the
+staging directory and renames that directory to the target path: the one
+rename is the commit. A finished memmap cache is immutable, so the target
+must not exist yet.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from ray.data import Dataset, read_datasource
+from ray.data.block import Block, BlockMetadata
+from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
+
+from cachex._cachex import MemmapArray, MemmapWriter
+from cachex.errors import InvalidInputError, SchemaMismatchError
+from cachex.ray._blocks import numpy_columns, object_column, to_block
+from cachex.ray._staging import Job, fsync_dir, local_path, recover
+
+ArraySpecs = Mapping[str, tuple[Any, Sequence[int]]]
+
+
+def _staging(path: Path) -> Path:
+    return path.parent / f".{path.name}.staging"
+
+
+class MemmapSink(Datasink):
+    """Writes a dataset into a memmap-array cache (one ``.bin`` per array column).
+
+    Parameters
+    ----------
+    path_or_url : str or os.PathLike
+        The cache directory to create (URLs are not supported yet); it must
+        not exist.
+    arrays : dict, optional
+        ``{column: (dtype, shape)}``; default: every column that is not a
+        source, sidecar or meta column, with its dtype and per-row shape.
+    source_column : str, optional
+        Each row's source id (what ``MemmapArray.find`` looks up); default:
+        the row number in the finished cache.
+    sidecar_columns : sequence of str
+        Text columns stored as deduplicated sidecars.
+    meta_column : str, optional
+        A column of per-row metadata (stored as JSON).
+    nullable : sequence of str
+        Array columns whose entries may be ``None``.
+    fingerprint : JSON-able, optional
+        Stored as the cache's ``fingerprint.json``.
+    """
+
+    def __init__(
+        self,
+        path_or_url: str | os.PathLike[str],
+        arrays: ArraySpecs | None = None,
+        *,
+        source_column: str | None = None,
+        sidecar_columns: Sequence[str] = (),
+        meta_column: str | None = None,
+        nullable: Sequence[str] = (),
+        fingerprint: Any = None,
+    ) -> None:
+        self.path = local_path(path_or_url)
+        self.arrays = None if arrays is None else {k: (v[0], list(v[1])) for k, v in arrays.items()}
+        self.source_column = source_column
+        self.sidecar_columns = list(sidecar_columns)
+        self.meta_column = meta_column
+        self.nullable = list(nullable)
+        self.fingerprint = fingerprint
+        self.job = Job(_staging(self.path))
+
+    def get_name(self) -> str:
+        return "CachexMemmap"
+
+    def on_write_start(self, schema: Any = None) -> None:
+        if self.path.exists():
+            raise InvalidInputError(f"{self.path}: exists (a memmap cache is written once)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        recover(_staging(self.path))
+        self.job.start()
+
+    def _specs(self, cols: Mapping[str, np.ndarray]) -> dict[str, tuple[str, list[int]]]:
+        if self.arrays is not None:
+            return self.arrays
+        skip = {self.source_column, self.meta_column, *self.sidecar_columns}
+        specs = {}
+        for name, col in cols.items():
+            if name in skip:
+                continue
+            if col.dtype == object:
+                raise InvalidInputError(
+                    f"column {name!r} is not a fixed-shape array column: pass arrays= "
+                    "or name it as a sidecar or meta column"
+                )
+            specs[name] = (col.dtype.str, list(col.shape[1:]))
+        return specs
+
+    def _writer(self, path: Path, specs: ArraySpecs) -> MemmapWriter:
+        return MemmapWriter(
+            path,
+            specs,
+            nullable=self.nullable,
+            sidecars=self.sidecar_columns,
+            fingerprint=self.fingerprint,
+            sync_every=0,
+        )
+
+    def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any] | None:
+        attempt = self.job.task_attempt(ctx.task_idx)
+        writer = None
+        specs = None
+        rows = 0
+        for block in blocks:
+            cols = numpy_columns(block)
+            if writer is None:
+                specs = self._specs(cols)
+                writer = self._writer(attempt / "part", specs)
+            n = len(next(iter(cols.values()))) if cols else 0
+            for i in range(n):
+                source = str(cols[self.source_column][i]) if self.source_column else str(rows)
+                writer.write(
+                    source,
+                    {name: cols[name][i, ...] for name in specs},
+                    {s: str(cols[s][i]) for s in self.sidecar_columns} or None,
+                    cols[self.meta_column][i] if self.meta_column else None,
+                )
+                rows += 1
+        if writer is None:
+            return None
+        writer.finalize()
+        final = self.job.finish_task(ctx.task_idx, attempt)
+        return {"task": ctx.task_idx, "dir": final.name, "rows": rows, "arrays": specs}
+
+    def on_write_complete(self, write_result: WriteResult) -> None:
+        parts = sorted(
+            (r for r in write_result.write_returns if r is not None), key=lambda r: r["task"]
+        )
+        if not parts:
+            self.job.remove()
+            return
+        specs = parts[0]["arrays"]
+        for p in parts:
+            if p["arrays"] != specs:
+                raise SchemaMismatchError(
+                    f"{self.path}: write tasks inferred different arrays "
+                    f"({specs} and {p['arrays']}); pass arrays= explicitly"
+                )
+        merged = self.job.dir / "merged"
+        writer = self._writer(merged, specs)
+        row = 0
+        for p in parts:
+            part = MemmapArray(self.job.dir / p["dir"] / "part")
+            for i in range(len(part)):
+                sidecars = {s: part.sidecar(s, i) for s in self.sidecar_columns}
+                source = part.source(i) if self.source_column else str(row)
+                meta = part.meta(i) if self.meta_column else None
+                writer.write(source, part.get_row(i), sidecars or None, meta)
+                row += 1
+        writer.finalize()
+        fsync_dir(merged)
+        self._before_rename()
+        os.rename(merged, self.path)
+        fsync_dir(self.path.parent)
+        self.job.remove()
+
+    def on_write_failed(self, error: Exception) -> None:
+        self.job.remove()
+
+    def _before_rename(self) -> None:
+        """Called with the merged cache durable, before the commit's rename (a crash point)."""
+
+
+class MemmapDatasource(Datasource):
+    """Ray Data's source over a memmap-array cache: one read task per row range."""
+
+    def __init__(
+        self, path_or_url: str | os.PathLike[str], columns: Sequence[str] | None = None
+    ) -> None:
+        self.path = local_path(path_or_url)
+        cache = MemmapArray(self.path)
+        self.rows = len(cache)
+        self.schema = cache.schema["arrays"]
+        self.columns = list(self.schema) if columns is None else list(columns)
+        unknown = [c for c in self.columns if c not in self.schema]
+        if unknown:
+            raise InvalidInputError(f"{self.path}: no arrays named {unknown}")
+
+    def get_name(self) -> str:
+        return "CachexMemmap"
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        total = 0
+        for name in self.columns:
+            spec = self.schema[name]
+            total += int(np.prod(spec["shape"])) * np.dtype(spec["dtype"]).itemsize
+        return total * self.rows
+
+    def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:
+        tasks = []
+        n = max(1, min(parallelism, self.rows))
+        for chunk in np.array_split(np.arange(self.rows), n):
+            if not len(chunk):
+                continue
+            lo, hi = int(chunk[0]), int(chunk[-1]) + 1
+            meta = BlockMetadata(
+                num_rows=hi - lo, size_bytes=None, input_files=None, exec_stats=None
+            )
+            tasks.append(ReadTask(_row_reader(self.path, self.columns, self.schema, lo, hi), meta))
+        return tasks
+
+
+def _row_reader(path: Path, columns: list[str], schema: Mapping[str, Any], lo: int, hi: int):
+    def read() -> Iterable[Block]:
+        cache = MemmapArray(path)
+        n = hi - lo
+        out = {
+            name: np.empty((n, *schema[name]["shape"]), dtype=np.dtype(schema[name]["dtype"]))
+            for name in columns
+        }
+        present = cache.fill_batch(list(range(lo, hi)), out)
+        batch: dict[str, Any] = {"source": object_column([cache.source(i) for i in range(lo, hi)])}
+        for name in columns:
+            if name in present:
+                batch[name] = object_column(
+                    [out[name][i] if ok else None for i, ok in enumerate(present[name])]
+                )
+            else:
+                batch[name] = out[name]
+        yield to_block(batch)
+
+    return read
+
+
+def read_memmap(
+    path_or_url: str | os.PathLike[str],
+    columns: Sequence[str] | None = None,
+    *,
+    override_num_blocks: int | None = None,
+    **read_args: Any,
+) -> Dataset:
+    """A Ray Dataset of a memmap-array cache's rows.
+
+    Parameters
+    ----------
+    path_or_url : str or os.PathLike
+        The cache directory (URLs are not supported yet).
+    columns : sequence of str, optional
+        The arrays to read (default: all).
+    override_num_blocks : int, optional
+        Read tasks, each a contiguous range of rows.
+    **read_args
+        Passed to ``ray.data.read_datasource``.
+
+    Returns
+    -------
+    ray.data.Dataset
+        ``source`` and one column per array (``None`` where a nullable row
+        lacks it).
+    """
+    source = MemmapDatasource(path_or_url, columns)
+    return read_datasource(source, override_num_blocks=override_num_blocks, **read_args)

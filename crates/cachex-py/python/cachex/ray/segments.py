@@ -1,0 +1,428 @@
+"""Ray Data's sink and source for a segment store (:class:`cachex.SegmentStore`).
+
+Write protocol (:class:`SegmentSink`)
+-------------------------------------
+Every write task fills a segment store of its own, in a staging attempt
+directory ``<cache>/.staging/<job>/task-NNNNNN.attempt-<uuid>``, closes it
+(every segment durable) and renames the attempt to ``task-NNNNNN``,
+replacing what an earlier attempt of the same task left; a task that fails
+leaves only an attempt directory that no commit names. Nothing under
+``.staging`` is read by a store: segment-store reads ``segments/``,
+``writers/`` and the shared log only.
+
+``on_write_complete`` commits the tasks named by the write results, under
+the cache's ``segment-store.lock`` held *shared* (as every multi-writer
+holds it: a single writer or a compaction cannot run meanwhile):
+
+1. checks the tasks' ``schema.json`` against each other and the cache's;
+2. picks a multi-writer id ``W`` with no log in the cache (from 4095 down)
+   and takes its lock, and gives the staged segments new ids in ``W``'s
+   residue class above every segment id in the cache, so the commit's
+   records win over older ones of the same keys;
+3. writes ``W``'s index log (every staged group, renumbered: new
+   ``segment_id``, checksum redone) into the staging directory, durable,
+   and, for a cache that has no ``schema.json`` yet, the tasks' one;
+4. writes the commit record ``commit.json`` (the renames of steps 5-6),
+   durable — **the commit is decided**;
+5. renames each staged segment into ``segments/`` under its new id: no log
+   names them yet, so readers ignore them;
+6. renames the log to ``writers/writer-W.log`` — **the commit point**:
+   one rename makes every segment of the job visible at once;
+7. deletes the job's staging directory.
+
+Each task is a writer of its own while it writes (its own store, its own
+segment ids), but the job publishes as *one* multi-writer: a log per task
+would take one rename per task to publish, and a crash between two of
+them would show part of the job. So a commit uses one writer id of the
+4096 a cache has (:meth:`cachex.SegmentStore.compact` folds the writer
+logs into the shared log and frees them).
+
+A crash before step 4 leaves the cache as it was; its staging is deleted
+by the next sink's ``on_write_start`` (or :func:`recover_segments`). A
+crash after step 4 leaves it as it was for every reader until that
+recovery replays steps 5-6 (meanwhile ``cachex verify`` lists the segments
+already moved as in no index log, ignored). The one gap: a *single* (not multi-) writer
+opened natively on the cache between a crash in step 5 and that recovery
+adopts the segments already moved, as it adopts any segment newer than
+every log; run :func:`recover_segments` before reopening such a cache with
+a single writer after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from ray.data import Dataset, read_datasource
+from ray.data.block import Block, BlockMetadata
+from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
+
+from cachex._cachex import SegmentStore
+from cachex.errors import LockedError, SchemaMismatchError
+from cachex.ray import _segment_log as fmt
+from cachex.ray._blocks import (
+    keyed_values,
+    object_column,
+    segment_block,
+    segment_parts,
+    to_block,
+)
+from cachex.ray._staging import Job, flock, fsync_dir, local_path, recover, write_durable
+
+STAGING = ".staging"
+
+
+def recover_segments(path_or_url: str | os.PathLike[str]) -> list[str]:
+    """Finish the decided commits and remove the staging of dead write jobs.
+
+    Parameters
+    ----------
+    path_or_url : str or os.PathLike
+        The cache directory (URLs are not supported yet).
+
+    Returns
+    -------
+    list of str
+        One line per dead job: ``"<job>: commit rolled forward"`` or
+        ``"<job>: removed"``.
+    """
+    path = local_path(path_or_url)
+    with flock(path / fmt.LOCK_FILE, exclusive=False) as shared:
+        if not shared:
+            raise LockedError(f"{path}: a single writer or a compaction holds the cache")
+        return recover(path / STAGING)
+
+
+class SegmentSink(Datasink):
+    """Writes a dataset into a segment store, committed atomically at the end.
+
+    ``ds.write_datasink(SegmentSink(path, key_column="key"))``: each row
+    becomes one record under the key in ``key_column``. Every write task
+    writes a store of its own in the cache's staging area; the job's
+    records become visible to readers all at once when the job completes
+    (see the module's docstring for the protocol). A failed or retried
+    task's output is never committed, and a key is written once however
+    often Ray retries its task.
+
+    Parameters
+    ----------
+    path_or_url : str or os.PathLike
+        The cache directory (created if missing). URLs are not supported yet.
+    key_column : str
+        The column of keys (``str``; other values are stored as ``str(key)``).
+    columns : str, sequence of str, or None
+        A name: each record is that column's value (one tensor or blob).
+        A list: each record is a dict of those columns. ``None`` (default):
+        a dict of every column but the key. Text is stored as UTF-8 bytes.
+    flush_every : int, optional
+        Records per segment in each task's store (the store's default 4096).
+
+    Raises
+    ------
+    InvalidInputError
+        ``path_or_url`` is a URL, or a column is missing.
+    SchemaMismatchError
+        Tasks produced records of different schemas, or the cache holds
+        another schema (raised by the commit; nothing is committed).
+    LockedError
+        A single writer or a compaction holds the cache.
+    """
+
+    def __init__(
+        self,
+        path_or_url: str | os.PathLike[str],
+        *,
+        key_column: str = "key",
+        columns: str | Sequence[str] | None = None,
+        flush_every: int | None = None,
+    ) -> None:
+        self.path = local_path(path_or_url)
+        self.key_column = key_column
+        self.columns = columns if isinstance(columns, str) or columns is None else list(columns)
+        self.flush_every = flush_every
+        self.job = Job(self.path / STAGING)
+
+    def get_name(self) -> str:
+        return "CachexSegments"
+
+    def on_write_start(self, schema: pa.Schema | None = None) -> None:
+        if not (self.path / fmt.SEGMENTS_DIR).is_dir():
+            # An empty store, so that a reader of the path finds a cache.
+            SegmentStore(self.path).close()
+        recover_segments(self.path)
+        self.job.start()
+
+    def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
+        attempt = self.job.task_attempt(ctx.task_idx)
+        rows = 0
+        store = SegmentStore(attempt, flush_every=self.flush_every, lru_bytes=0)
+        try:
+            for block in blocks:
+                items = keyed_values(block, self.key_column, self.columns)
+                store.put_batch(items)
+                rows += len(items)
+        finally:
+            store.close()
+        final = self.job.finish_task(ctx.task_idx, attempt)
+        return {"task": ctx.task_idx, "dir": final.name, "rows": rows}
+
+    def on_write_complete(self, write_result: WriteResult) -> None:
+        tasks = [r for r in write_result.write_returns if r is not None and r["rows"] > 0]
+        with flock(self.path / fmt.LOCK_FILE, exclusive=False) as shared:
+            if not shared:
+                raise LockedError(f"{self.path}: a single writer or a compaction holds the cache")
+            if tasks:
+                self._commit([self.job.dir / t["dir"] for t in tasks])
+        self.job.remove()
+
+    def on_write_failed(self, error: Exception) -> None:
+        self.job.remove()
+
+    def _commit(self, staged: list[Path]) -> None:
+        schema = self._check_schema(staged)
+        groups = [(d, g) for d in staged for g in fmt.read_groups(d / fmt.SHARED_LOG)]
+        writers = self.path / fmt.WRITERS_DIR
+        writers.mkdir(exist_ok=True)
+        for writer in range(fmt.MAX_WRITER_ID, -1, -1):
+            if (writers / fmt.writer_log_name(writer)).exists():
+                continue
+            with flock(writers / fmt.writer_lock_name(writer)) as mine:
+                if not mine or (writers / fmt.writer_log_name(writer)).exists():
+                    continue
+                self._commit_as(writer, schema, groups)
+                return
+        raise LockedError(f"{writers}: every multi-writer id is in use (compact the cache)")
+
+    def _check_schema(self, staged: list[Path]) -> bytes:
+        texts = {d: (d / fmt.SCHEMA_FILE).read_bytes() for d in staged}
+        first = next(iter(texts.values()))
+        for d, text in texts.items():
+            if json.loads(text) != json.loads(first):
+                raise SchemaMismatchError(
+                    f"{d / fmt.SCHEMA_FILE}: write tasks produced records of different "
+                    "schemas; nothing was committed"
+                )
+        current = self.path / fmt.SCHEMA_FILE
+        if current.exists() and json.loads(current.read_bytes()) != json.loads(first):
+            raise SchemaMismatchError(
+                f"{current}: the cache's schema differs from the dataset's; nothing was committed"
+            )
+        return first
+
+    def _commit_as(self, writer: int, schema: bytes, groups: list[tuple[Path, Any]]) -> None:
+        segments = self.path / fmt.SEGMENTS_DIR
+        existing = [fmt.parse_segment_name(n) for n in os.listdir(segments)]
+        above = max((i for i in existing if i is not None), default=-1)
+        ids = fmt.writer_ids_after(writer, above, len(groups))
+        log = bytearray(fmt.writer_log_header(writer))
+        renames = []
+        for new_id, (staged, group) in zip(ids, groups, strict=True):
+            log += fmt.renumbered(group, new_id)
+            renames.append(
+                (
+                    staged / fmt.SEGMENTS_DIR / fmt.segment_name(group.segment_id),
+                    segments / fmt.segment_name(new_id),
+                )
+            )
+        staged_log = self.job.dir / fmt.writer_log_name(writer)
+        write_durable(staged_log, bytes(log))
+        renames.append((staged_log, self.path / fmt.WRITERS_DIR / fmt.writer_log_name(writer)))
+        if not (self.path / fmt.SCHEMA_FILE).exists():
+            write_durable(self.path / fmt.SCHEMA_FILE, schema)
+        self.job.decide(renames)
+        self._before_renames()
+        for src, dst in renames[:-1]:
+            os.rename(src, dst)
+        fsync_dir(segments)
+        src, dst = renames[-1]
+        os.rename(src, dst)
+        fsync_dir(dst.parent)
+
+    def _before_renames(self) -> None:
+        """Called once the commit is decided, before its renames (a test's crash point)."""
+
+
+class SegmentDatasource(Datasource):
+    """Ray Data's source over a segment store: one read task per group of segments.
+
+    Each task maps its segment files and hands their rows to Ray as Arrow
+    blocks over the mapped bytes (tensor columns where every row has one
+    shape). Rows a later segment overwrote are skipped. With ``keys``,
+    tasks look up slices of the key list instead.
+    """
+
+    def __init__(
+        self,
+        path_or_url: str | os.PathLike[str],
+        keys: Sequence[str] | None = None,
+        *,
+        value_column: str = "value",
+    ) -> None:
+        self.path = local_path(path_or_url)
+        self.keys = None if keys is None else [str(k) for k in keys]
+        self.value_column = value_column
+        store = SegmentStore(self.path, read_only=True)
+        try:
+            self.inspection = store.inspect()
+        finally:
+            store.close()
+        self.segments = self.inspection["segments"]
+        if self.segments and keys is None:
+            # A segment without cachex's part metadata (torchcachex's own) is
+            # refused here, in the driver, rather than in every read task.
+            first = self.path / fmt.SEGMENTS_DIR / fmt.segment_name(self.segments[0]["id"])
+            with pa.memory_map(str(first)) as source:
+                segment_parts(ipc.open_file(source).schema)
+
+    def get_name(self) -> str:
+        return "CachexSegments"
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return sum(int(s["bytes"]) for s in self.segments)
+
+    def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:
+        if self.keys is not None:
+            return self._key_tasks(parallelism)
+        live = self._live_rows()
+        segments = [s for s in self.segments if s["live_rows"] > 0]
+        chunks = np.array_split(np.arange(len(segments)), max(1, min(parallelism, len(segments))))
+        tasks = []
+        for chunk in chunks:
+            if not len(chunk):
+                continue
+            mine = [segments[i] for i in chunk]
+            paths = [self.path / fmt.SEGMENTS_DIR / fmt.segment_name(s["id"]) for s in mine]
+            rows = [live.get(s["id"]) for s in mine]
+            meta = BlockMetadata(
+                num_rows=sum(s["live_rows"] for s in mine),
+                size_bytes=sum(int(s["bytes"]) for s in mine),
+                input_files=[str(p) for p in paths],
+                exec_stats=None,
+            )
+            tasks.append(ReadTask(_segment_reader(paths, rows, self.value_column), meta))
+        return tasks
+
+    def _live_rows(self) -> dict[int, np.ndarray]:
+        """The rows to keep of each segment that holds overwritten (dead) rows."""
+        if all(s["rows"] == s["live_rows"] for s in self.segments):
+            return {}
+        winner: dict[str, tuple[int, int]] = {}
+        for s in sorted(self.segments, key=lambda s: s["id"]):
+            keys = _read_segment(self.path / fmt.SEGMENTS_DIR / fmt.segment_name(s["id"]))
+            for row, key in enumerate(keys.column("key").to_pylist()):
+                winner[key] = (s["id"], row)
+        live: dict[int, list[int]] = {}
+        for seg, row in winner.values():
+            live.setdefault(seg, []).append(row)
+        return {
+            s["id"]: np.sort(np.array(live.get(s["id"], []), dtype=np.int64))
+            for s in self.segments
+            if s["rows"] != s["live_rows"]
+        }
+
+    def _key_tasks(self, parallelism: int) -> list[ReadTask]:
+        keys = self.keys or []
+        n = max(1, min(parallelism, len(keys)))
+        tasks = []
+        for chunk in np.array_split(np.arange(len(keys)), n):
+            if not len(chunk):
+                continue
+            mine = keys[chunk[0] : chunk[-1] + 1]
+            meta = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
+            tasks.append(ReadTask(_key_reader(self.path, mine, self.value_column), meta))
+        return tasks
+
+
+def _read_segment(path: Path) -> pa.Table:
+    # The Arrow IPC file format maps: columns are views of the mapped file.
+    with pa.memory_map(str(path)) as source:
+        return ipc.open_file(source).read_all()
+
+
+def _segment_reader(paths: list[Path], rows: list[np.ndarray | None], value_column: str):
+    def read() -> Iterable[Block]:
+        for path, keep in zip(paths, rows, strict=True):
+            table = _read_segment(path)
+            if keep is not None:
+                table = table.take(pa.array(keep))
+            yield segment_block(table, value_column)
+
+    return read
+
+
+def _key_reader(path: Path, keys: list[str], value_column: str):
+    def read() -> Iterable[Block]:
+        store = SegmentStore(path, read_only=True, lru_bytes=0)
+        try:
+            values, missing = store.get_batch(keys)
+        finally:
+            store.close()
+        gone = set(missing)
+        found = [(k, v) for i, (k, v) in enumerate(zip(keys, values, strict=True)) if i not in gone]
+        yield to_block(_values_block(found, value_column))
+
+    return read
+
+
+def _values_block(found: list[tuple[str, Any]], value_column: str) -> dict[str, Any]:
+    """Looked-up values as a numpy batch: ``key`` and one column per part."""
+    columns: dict[str, Any] = {"key": object_column([k for k, _ in found])}
+    if not found:
+        return columns
+    first = found[0][1]
+    if isinstance(first, dict):
+        names = list(first)
+        parts = {n: [v[n] for _, v in found] for n in names}
+    elif isinstance(first, (tuple, list)):
+        parts = {f"item{i}": [v[i] for _, v in found] for i in range(len(first))}
+    else:
+        parts = {value_column: [v for _, v in found]}
+    for name, vals in parts.items():
+        if isinstance(vals[0], bytes):
+            columns[name] = object_column(vals)
+        elif len({np.shape(v) for v in vals}) == 1:
+            columns[name] = np.stack(vals)
+        else:
+            columns[name] = object_column(vals)
+    return columns
+
+
+def read_segments(
+    path_or_url: str | os.PathLike[str],
+    keys: Sequence[str] | None = None,
+    *,
+    value_column: str = "value",
+    override_num_blocks: int | None = None,
+    **read_args: Any,
+) -> Dataset:
+    """A Ray Dataset of a segment store's records.
+
+    Parameters
+    ----------
+    path_or_url : str or os.PathLike
+        The cache directory (URLs are not supported yet).
+    keys : sequence of str, optional
+        Only these keys (missing ones are skipped), in slices per read
+        task. Default: every record, read by whole segments.
+    value_column : str
+        The column name of a single-tensor (or single-blob) record's value.
+    override_num_blocks : int, optional
+        Read tasks (at most one per segment, or per key).
+    **read_args
+        Passed to ``ray.data.read_datasource`` (``concurrency``, ``num_cpus``...).
+
+    Returns
+    -------
+    ray.data.Dataset
+        Columns ``key`` and one per record part: a dict's names,
+        ``item0``... of a tuple or list, or ``value_column``. Tensors of one
+        shape are tensor columns, bytes are binary columns.
+    """
+    source = SegmentDatasource(path_or_url, keys, value_column=value_column)
+    return read_datasource(source, override_num_blocks=override_num_blocks, **read_args)
