@@ -318,7 +318,7 @@ impl RemoteDir {
     /// while it waits for the server.
     pub fn fetch_next(&self) -> Result<Option<Commit>> {
         let seq = self.lock().seq;
-        self.read_commit(seq + 1)
+        self.read_after(seq)
     }
 
     /// Applies `next` (an answer of [`fetch_next`](RemoteDir::fetch_next))
@@ -328,8 +328,8 @@ impl RemoteDir {
     pub fn refresh_from(&self, next: Option<Commit>) -> Result<RefreshReport> {
         let mut state = self.lock();
         let next = match next {
-            Some(c) if c.seq == state.seq + 1 => Some(c),
-            Some(_) => self.read_commit(state.seq + 1)?,
+            Some(c) if Some(c.seq) == state.seq.checked_add(1) => Some(c),
+            Some(_) => self.read_after(state.seq)?,
             None => None,
         };
         self.apply_from(&mut state, next)
@@ -385,7 +385,11 @@ impl RemoteDir {
         }
         let pieces: Vec<Piece> = pieces.into_iter().map(|(p, _)| p).collect();
         for _ in 0..MAX_COMMIT_RACES {
-            let seq = state.seq + 1;
+            let seq = state.seq.checked_add(1).ok_or_else(|| Error::Corrupt {
+                url: self.tier.url().to_string(),
+                name: commit_name(state.seq),
+                problem: "the last sequence number there is: no commit can follow".into(),
+            })?;
             let commit = Commit {
                 version: COMMIT_VERSION,
                 seq,
@@ -451,7 +455,7 @@ impl RemoteDir {
     }
 
     fn refresh_locked(&self, state: &mut State) -> Result<RefreshReport> {
-        let next = self.read_commit(state.seq + 1)?;
+        let next = self.read_after(state.seq)?;
         self.apply_from(state, next)
     }
 
@@ -472,7 +476,7 @@ impl RemoteDir {
             report.commits += 1;
             report.fetched += fetched;
             report.seq = seq;
-            next = self.read_commit(state.seq + 1)?;
+            next = self.read_after(state.seq)?;
         }
         if report.commits > 0 {
             self.prune_block_lists(state);
@@ -483,6 +487,14 @@ impl RemoteDir {
             self.tier.evict()?;
         }
         Ok(report)
+    }
+
+    /// The commit after `seq`, if published (none follows `u64::MAX`).
+    fn read_after(&self, seq: u64) -> Result<Option<Commit>> {
+        match seq.checked_add(1) {
+            Some(next) => self.read_commit(next),
+            None => Ok(None),
+        }
     }
 
     /// Reads and checks commit `seq`; `None` when it was not published.
