@@ -178,13 +178,14 @@ fn two_processes_open_one_url_on_one_tier_at_once() {
         .spawn()
         .unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    // The harness prints the test's name on the same line, before it.
     let mut line = String::new();
-    while !line.starts_with("opened") {
+    while !line.contains("opened ") {
         line.clear();
         let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
         assert!(n > 0, "the other process ended before it opened the cache");
     }
-    assert_eq!(line.trim(), "opened 10");
+    assert!(line.trim_end().ends_with("opened 10"), "{line}");
 
     // This process, same URL, same tier, while the other holds it open.
     let here = open(&config(

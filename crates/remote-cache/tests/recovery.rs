@@ -245,12 +245,10 @@ fn a_torn_line_in_the_applied_log_is_cut_and_opens_keep_advancing() {
     };
     let url = new_bucket_url(&endpoint, "torn");
     let (writer_tier, reader_tier) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A single-writer handle: the one kind that may compact.
     let writer = RemoteSegments::open(
         &s3_location(&endpoint, &url, writer_tier.path()),
-        Options {
-            writer_id: Some(1),
-            ..Options::default()
-        },
+        Options::default(),
     )
     .unwrap();
     let read_only = || Options {

@@ -133,4 +133,4 @@ pub use file::RemoteFile;
 pub use local::EvictReport;
 pub use location::build_store;
 pub use remote::RetryPolicy;
-pub use tier::{DEFAULT_BLOCK_SIZE, Expected, ObjectInfo, RemoteTier, TierConfig};
+pub use tier::{DEFAULT_BLOCK_SIZE, Expected, ObjectInfo, PROBE_DIR, RemoteTier, TierConfig};

@@ -815,8 +815,9 @@ impl Inner {
                 let dest = dest.clone();
                 async move {
                     let got = store.get_opts(&path, GetOptions::default()).await?;
-                    if got.meta.size > cap {
-                        return Ok(Streaming::TooLarge(got.meta.size));
+                    let got_size = got.meta.size;
+                    if got_size > cap {
+                        return Ok(Streaming::TooLarge(got_size));
                     }
                     let mut body = got.into_stream();
                     // Each attempt starts the file afresh.
@@ -841,6 +842,9 @@ impl Inner {
                             b.update(&chunk);
                         }
                     }
+                    if size != got_size {
+                        return Ok(Streaming::Short(got_size, size));
+                    }
                     if let Err(e) = out.sync_all() {
                         return Ok(Streaming::Io("fsync", e));
                     }
@@ -862,6 +866,11 @@ impl Inner {
                 cap,
             }),
             Streaming::Io(op, e) => Err(Error::io(op, tmp)(e)),
+            Streaming::Short(want, sent) => Err(Error::Corrupt {
+                url: remote.url.to_string(),
+                name: name.to_string(),
+                problem: format!("asked for {want} bytes, the store sent {sent}"),
+            }),
         }
     }
 
@@ -1137,5 +1146,7 @@ struct Streamed {
 enum Streaming {
     Done(Streamed),
     TooLarge(u64),
+    /// The object's size, and the bytes its body had.
+    Short(u64, u64),
     Io(&'static str, std::io::Error),
 }
