@@ -168,7 +168,12 @@ fn two_processes_open_one_url_on_one_tier_at_once() {
     writer.flush().unwrap();
 
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "holder_process_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "holder_process_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(
             HOLDER_ENV,
             format!("{endpoint}\n{bucket}\n{}", shared.path().display()),

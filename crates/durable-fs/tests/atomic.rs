@@ -213,7 +213,11 @@ fn temp_files_of_another_node_are_never_removed() {
     let ours = unique_temp_path(dir.path(), "3.7.shard.pickle");
     let name = ours.file_name().unwrap().to_str().unwrap();
     assert!(
-        name.contains(&format!(".{}.{}.", durable_fs::host_name(), std::process::id())),
+        name.contains(&format!(
+            ".{}.{}.",
+            durable_fs::host_name(),
+            std::process::id()
+        )),
         "{name} names its host and process"
     );
     remove_dead_temp_files(dir.path());

@@ -256,8 +256,12 @@ fn a_torn_line_in_the_applied_log_is_cut_and_opens_keep_advancing() {
         lru_bytes: 0,
         ..Options::default()
     };
-    let open_reader =
-        || RemoteSegments::open(&s3_location(&endpoint, &url, reader_tier.path()), read_only());
+    let open_reader = || {
+        RemoteSegments::open(
+            &s3_location(&endpoint, &url, reader_tier.path()),
+            read_only(),
+        )
+    };
     writer.put_batch(&keyed("k", 0..20, record)).unwrap();
     writer.publish().unwrap();
     drop(open_reader().unwrap());
@@ -353,7 +357,12 @@ fn a_writer_refuses_to_publish_where_conditional_puts_are_ignored() {
         small_tier(tier_dir.path(), 1 << 30),
     )
     .unwrap();
-    assert!(check.list(remote_cache::journal::COMMITS).unwrap().is_empty());
+    assert!(
+        check
+            .list(remote_cache::journal::COMMITS)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// Counts the body bytes of every GET that reach the reader.

@@ -139,7 +139,9 @@ struct Rebuild {
 impl std::fmt::Debug for Rebuild {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let keys: Vec<&str> = self.options.iter().map(|(k, _)| k.as_str()).collect();
-        f.debug_struct("Rebuild").field("option_keys", &keys).finish()
+        f.debug_struct("Rebuild")
+            .field("option_keys", &keys)
+            .finish()
     }
 }
 
@@ -566,7 +568,11 @@ impl RemoteTier {
             Ok(_) if is_ours()? => Ok(()),
             Ok(_) => Err(taken()),
             Err((Failure::Store(object_store::Error::AlreadyExists { .. }), n)) if n > 1 => {
-                if is_ours()? { Ok(()) } else { Err(taken()) }
+                if is_ours()? {
+                    Ok(())
+                } else {
+                    Err(taken())
+                }
             }
             Err((f, n)) => Err(remote.error(name, "commit", f, n)),
         }
@@ -1065,14 +1071,7 @@ impl Inner {
                 bytes = self.get(&obj.name, range.clone(), etag)?;
                 let (good, got) = h.check_block(i, &bytes);
                 if !good {
-                    return Err(block_mismatch(
-                        &self.url,
-                        &obj.name,
-                        &obj.path,
-                        h,
-                        i,
-                        got,
-                    ));
+                    return Err(block_mismatch(&self.url, &obj.name, &obj.path, h, i, got));
                 }
             }
         }

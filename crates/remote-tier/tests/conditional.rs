@@ -55,9 +55,13 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts() {
     let (store, prefix, url) = s3_store(&endpoint, "ignores");
     let t = tempfile::tempdir().unwrap();
     let ignoring = Arc::new(Intercepted::new(Arc::clone(&store), IgnoresCreate));
-    let tier =
-        RemoteTier::with_store(ignoring.clone(), prefix.clone(), &url, small_config(t.path(), 1 << 30))
-            .unwrap();
+    let tier = RemoteTier::with_store(
+        ignoring.clone(),
+        prefix.clone(),
+        &url,
+        small_config(t.path(), 1 << 30),
+    )
+    .unwrap();
     let local = cache_dir();
     let err = push_dir(&tier, local.path()).unwrap_err();
     assert!(
@@ -69,7 +73,10 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts() {
         text.contains(&url) && text.contains("single_publisher"),
         "names the server and the option: {text}"
     );
-    assert!(latest_manifest(&tier).unwrap().is_none(), "nothing published");
+    assert!(
+        latest_manifest(&tier).unwrap().is_none(),
+        "nothing published"
+    );
     // The probe object is gone again.
     assert!(tier.list("_cachex_probe").unwrap().is_empty());
 
@@ -109,7 +116,8 @@ impl Intercept for AnotherWriterWins {
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
         let manifest = location.as_ref().contains("manifests/");
-        if manifest && matches!(opts.mode, PutMode::Create) && !self.0.swap(true, Ordering::SeqCst) {
+        if manifest && matches!(opts.mode, PutMode::Create) && !self.0.swap(true, Ordering::SeqCst)
+        {
             let name = location.filename().unwrap_or_default();
             let seq: u64 = name.trim_end_matches(".json").parse().unwrap();
             let theirs = Manifest {
@@ -140,11 +148,14 @@ fn a_claimed_manifest_is_read_back_before_it_is_trusted() {
     let (store, prefix, url) = s3_store(&endpoint, "readback");
     let t = tempfile::tempdir().unwrap();
     let wrapped = Arc::new(Intercepted::new(store, AnotherWriterWins::default()));
-    let tier = RemoteTier::with_store(wrapped, prefix, &url, small_config(t.path(), 1 << 30))
-        .unwrap();
+    let tier =
+        RemoteTier::with_store(wrapped, prefix, &url, small_config(t.path(), 1 << 30)).unwrap();
     let local = cache_dir();
     let report = push_dir(&tier, local.path()).unwrap();
-    assert_eq!(report.seq, 2, "number 1 went to the other writer: {report:?}");
+    assert_eq!(
+        report.seq, 2,
+        "number 1 went to the other writer: {report:?}"
+    );
     let latest = latest_manifest(&tier).unwrap().unwrap();
     assert_eq!((latest.seq, latest.files.len()), (2, 2));
     let dest = tempfile::tempdir().unwrap();
