@@ -415,12 +415,12 @@ fn an_oversized_commit_record_is_refused_before_its_body_is_read() {
         small_tier(tier_dir.path(), 1 << 30),
     )
     .unwrap();
-    // One byte over the 64 MiB a commit record may have.
+    // A MiB over the 64 MiB a commit record may have.
     let limit = 64u64 << 20;
     admin
         .put_bytes(
             &remote_cache::journal::commit_name(1),
-            vec![b' '; limit as usize + 1],
+            vec![b' '; (limit + (1 << 20)) as usize],
         )
         .unwrap();
     let (store, prefix) = build_store(&url, s3_options(&endpoint)).unwrap();
