@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use remote_cache::{Location, RemoteDir, default_work_dir, is_url};
+use remote_cache::{Location, RemoteDir, is_url, open_in_work_dir};
 use remote_tier::RemoteTier;
 use serde::{Deserialize, Serialize};
 
@@ -55,15 +55,33 @@ pub(crate) fn localize(config: &CacheConfig) -> Result<Option<(CacheConfig, Remo
         spec.options
             .extend(r.options.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
-    let mut local = config.clone();
-    local.root = default_work_dir(&spec.tier.cache_dir, root);
-    local.create_root = true;
-    let dir = local.cache_dir()?;
-    let rel = relative(&dir, &local.root);
+    // The cache's place under the root is the same in every working
+    // directory: its URL is known before one is picked.
+    let mut probe = config.clone();
+    probe.root = PathBuf::new();
+    let rel = relative(&probe.cache_dir()?, &probe.root);
     let url = format!("{}/{rel}", root.trim_end_matches('/'));
     let tier = RemoteTier::open_with_options(&url, spec.options.clone(), spec.tier.clone())
         .map_err(|e| remote_err(e.into()))?;
-    let remote = RemoteDir::open(tier, &dir, |_, _| false, |_| false).map_err(remote_err)?;
+    // A working directory of this process's own (another process on the
+    // machine may hold the first), over the one shared tier.
+    let mut local = config.clone();
+    local.create_root = true;
+    let opened = open_in_work_dir(&spec.tier.cache_dir, root, |work| {
+        let mut candidate = config.clone();
+        candidate.root = work.to_path_buf();
+        candidate.create_root = true;
+        let dir = candidate
+            .cache_dir()
+            .map_err(|e| remote_cache::Error::BadLocation {
+                root: work.display().to_string(),
+                problem: e.to_string(),
+            })?;
+        RemoteDir::open(tier.clone(), &dir, |_, _| false, |_| false)
+    })
+    .map_err(remote_err)?;
+    let (work, remote) = opened;
+    local.root = work;
     Ok(Some((local, remote)))
 }
 

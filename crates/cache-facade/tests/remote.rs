@@ -117,3 +117,101 @@ fn built_backends_with_a_url_root_are_built_once_and_read_elsewhere() {
         assert_eq!(got, vec![row(0), row(17), row(39)], "{}", kind.name());
     }
 }
+
+const HOLDER_ENV: &str = "CACHE_FACADE_REMOTE_HOLDER";
+
+/// The other process of the test below (does nothing unless spawned by
+/// it): opens the cache through the facade, says so, and keeps it open
+/// until its stdin closes.
+#[test]
+fn holder_process_child() {
+    let Ok(args) = std::env::var(HOLDER_ENV) else {
+        return;
+    };
+    let mut parts = args.splitn(3, '\n');
+    let (endpoint, bucket, tier) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let config = config(
+        endpoint,
+        BackendKind::SegmentStore,
+        bucket,
+        std::path::Path::new(tier),
+    );
+    let cache = open(&config).unwrap();
+    println!("opened {}", cache.len().unwrap());
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest).unwrap();
+    let (values, missing) = cache.get_batch(&["k1"]).unwrap();
+    assert!(missing.is_empty() && values[0].as_ref() == Some(&row(1)));
+}
+
+#[test]
+fn two_processes_open_one_url_on_one_tier_at_once() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let bucket = new_bucket(&endpoint, "two");
+    let (a, shared) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer = open(&config(
+        &endpoint,
+        BackendKind::SegmentStore,
+        &bucket,
+        a.path(),
+    ))
+    .unwrap();
+    writer
+        .put_batch((0..10).map(|i| (format!("k{i}"), row(i))).collect())
+        .unwrap();
+    writer.flush().unwrap();
+
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "holder_process_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            HOLDER_ENV,
+            format!("{endpoint}\n{bucket}\n{}", shared.path().display()),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    // The harness prints the test's name on the same line, before it.
+    let mut line = String::new();
+    while !line.contains("opened ") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert!(n > 0, "the other process ended before it opened the cache");
+    }
+    assert!(line.trim_end().ends_with("opened 10"), "{line}");
+
+    // This process, same URL, same tier, while the other holds it open.
+    let here = open(&config(
+        &endpoint,
+        BackendKind::SegmentStore,
+        &bucket,
+        shared.path(),
+    ))
+    .unwrap();
+    assert_eq!(here.len().unwrap(), 10);
+    let (values, missing) = here.get_batch(&["k3", "k9"]).unwrap();
+    assert!(missing.is_empty());
+    assert_eq!(values[0].as_ref().unwrap(), &row(3));
+    assert_eq!(values[1].as_ref().unwrap(), &row(9));
+
+    drop(child.stdin.take());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the other process failed: {status}");
+    // One tier for both: the working directories sit side by side in it.
+    let work: Vec<_> = std::fs::read_dir(shared.path().join("work"))
+        .unwrap()
+        .collect();
+    assert_eq!(work.len(), 2, "{work:?}");
+}

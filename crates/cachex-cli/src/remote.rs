@@ -159,9 +159,12 @@ pub(crate) fn materialise(url: &str) -> Result<Materialised> {
         .map_err(remote_error)?
         .is_empty();
     if has_commits {
-        let work = remote_cache::default_work_dir(&dir, &shown);
-        let remote =
-            RemoteDir::open(tier, &work, |_, _| false, |_| false).map_err(CliError::store)?;
+        // A working directory of this command's own: another command (or
+        // a training process) may hold the first one of this URL.
+        let (work, remote) = remote_cache::open_in_work_dir(&dir, &shown, |work| {
+            RemoteDir::open(tier.clone(), work, |_, _| false, |_| false)
+        })
+        .map_err(CliError::store)?;
         return Ok(Materialised {
             path: work,
             _remote: Some(remote),

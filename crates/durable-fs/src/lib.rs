@@ -12,9 +12,10 @@
 //! steps are shared:
 //!
 //! - temporary names: [`temp_path`] (`<name>.tmp`, one writer at a time)
-//!   and [`unique_temp_path`] (`<stem>.<pid>.<n>.tmp`, many writers in one
-//!   scratch directory); [`remove_temp_files`] and
-//!   [`remove_dead_temp_files`] clean up after a crash;
+//!   and [`unique_temp_path`] (`<stem>.<host>.<pid>.<n>.tmp`, many writers
+//!   in one scratch directory, on one machine or several sharing a file
+//!   system); [`remove_temp_files`] and [`remove_dead_temp_files`] (only
+//!   this host's files of dead processes) clean up after a crash;
 //! - [`create_temp`], [`write_synced`], [`commit_temp`], [`rename`],
 //!   [`rename_and_sync`], [`write_atomic`]: the commit path, in pieces and
 //!   whole;
@@ -38,7 +39,8 @@
 //!   <name>.tmp          a write in flight; removed by the next writer
 //!   <name>.lock         (or any lock file) flock of the writer; empty
 //! <scratch>/
-//!   <stem>.<pid>.<n>.tmp  a write in flight of process <pid>; removed once <pid> is gone
+//!   <stem>.<host>.<pid>.<n>.tmp  a write in flight of process <pid> on <host>; removed
+//!                                by <host> once <pid> is gone
 //! ```
 //!
 //! # Example
@@ -73,6 +75,7 @@ pub use atomic::{
 pub use error::{Error, Result};
 pub use lock::FileLock;
 pub use temp::{
-    TMP_SUFFIX, remove_dead_temp_files, remove_temp_files, temp_path, unique_temp_path,
+    TMP_SUFFIX, host_name, host_pid_token, remove_dead_temp_files, remove_temp_files, temp_path,
+    unique_temp_path,
 };
 pub use writeback::start_writeback;

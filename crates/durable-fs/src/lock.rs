@@ -18,6 +18,8 @@ use crate::{Error, Result};
 pub struct FileLock {
     file: File,
     path: PathBuf,
+    /// Remove the lock file on drop, before unlocking.
+    remove: bool,
 }
 
 impl FileLock {
@@ -36,6 +38,7 @@ impl FileLock {
             Ok(()) => Ok(Some(FileLock {
                 file,
                 path: path.to_path_buf(),
+                remove: false,
             })),
             Err(e) if contended(&e) => Ok(None),
             Err(e) => Err(Error::io("lock", path)(e)),
@@ -50,6 +53,7 @@ impl FileLock {
             Ok(()) => Ok(Some(FileLock {
                 file,
                 path: path.to_path_buf(),
+                remove: false,
             })),
             Err(e) if contended(&e) => Ok(None),
             Err(e) => Err(Error::io("lock", path)(e)),
@@ -63,6 +67,7 @@ impl FileLock {
         Ok(FileLock {
             file,
             path: path.to_path_buf(),
+            remove: false,
         })
     }
 
@@ -73,6 +78,7 @@ impl FileLock {
         Ok(FileLock {
             file,
             path: path.to_path_buf(),
+            remove: false,
         })
     }
 
@@ -80,10 +86,73 @@ impl FileLock {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Removes the lock file when this lock is dropped, while it is still
+    /// held: for lock files that guard something short-lived (one fetch,
+    /// one local copy), so that they go with it. Everyone who may take
+    /// such a lock must take it through the `*_live` calls, which let go
+    /// of a lock file removed while they waited and take the new one.
+    pub fn remove_on_drop(mut self) -> FileLock {
+        self.remove = true;
+        self
+    }
+
+    /// [`FileLock::exclusive`] of a lock file that its holders may remove
+    /// ([`FileLock::remove_on_drop`]): waits until the lock is held on the
+    /// file `path` names now.
+    pub fn exclusive_live(path: &Path) -> Result<FileLock> {
+        loop {
+            let lock = FileLock::exclusive(path)?;
+            if lock.is_live()? {
+                return Ok(lock);
+            }
+        }
+    }
+
+    /// [`FileLock::shared`] of a lock file that its holders may remove
+    /// (see [`FileLock::exclusive_live`]).
+    pub fn shared_live(path: &Path) -> Result<FileLock> {
+        loop {
+            let lock = FileLock::shared(path)?;
+            if lock.is_live()? {
+                return Ok(lock);
+            }
+        }
+    }
+
+    /// [`FileLock::try_exclusive`] of a lock file that its holders may
+    /// remove (see [`FileLock::exclusive_live`]): `None` also when the
+    /// file was removed meanwhile.
+    pub fn try_exclusive_live(path: &Path) -> Result<Option<FileLock>> {
+        match FileLock::try_exclusive(path)? {
+            Some(lock) if lock.is_live()? => Ok(Some(lock)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether the locked file is still the one `path` names (not removed
+    /// by a holder while this waited for it).
+    fn is_live(&self) -> Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        let held = self
+            .file
+            .metadata()
+            .map_err(Error::io("stat lock file", &self.path))?;
+        match std::fs::metadata(&self.path) {
+            Ok(now) => Ok(now.ino() == held.ino() && now.dev() == held.dev()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("stat lock file", &self.path)(e)),
+        }
+    }
 }
 
 impl Drop for FileLock {
     fn drop(&mut self) {
+        if self.remove {
+            // Removed while held: whoever waits on it wakes to a removed
+            // file and takes the new one (`*_live`).
+            let _ = std::fs::remove_file(&self.path);
+        }
         let _ = FileExt::unlock(&self.file);
     }
 }

@@ -17,11 +17,62 @@ pub fn temp_path(path: &Path) -> PathBuf {
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// `<dir>/<stem>.<pid>.<n>.tmp`: a name no other thread or process uses,
-/// for a scratch directory that many writers share.
+/// The longest host name a temporary name carries.
+const MAX_HOST: usize = 64;
+
+/// This machine's name as temporary names carry it: the host name with
+/// every byte but ASCII letters, digits, `-` and `_` made `_` (so it holds
+/// no `.`, which separates the parts of a name), at most 64 bytes;
+/// `host` when the system gives none.
+pub fn host_name() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        let mut buf = [0u8; 256];
+        // SAFETY: `buf` is valid for writes of its length; gethostname
+        // writes at most that many bytes.
+        let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+        let raw = if r == 0 {
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            &buf[..end]
+        } else {
+            &[][..]
+        };
+        let name: String = raw
+            .iter()
+            .take(MAX_HOST)
+            .map(|&b| {
+                if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+                    b as char
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if name.is_empty() { "host".into() } else { name }
+    })
+}
+
+/// `<dir>/<stem>.<host>.<pid>.<n>.tmp`: a name no other thread, process
+/// or machine uses, for a scratch directory that many writers share (on
+/// a shared file system too: the host tells whose a file is, see
+/// [`remove_dead_temp_files`]).
 pub fn unique_temp_path(dir: &Path, stem: &str) -> PathBuf {
     let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-    dir.join(format!("{stem}.{}.{n}{TMP_SUFFIX}", std::process::id()))
+    dir.join(format!(
+        "{stem}.{}.{}.{n}{TMP_SUFFIX}",
+        host_name(),
+        std::process::id()
+    ))
+}
+
+/// `<host>-<pid>-<nanoseconds>-<n>`: a token no other process, machine or
+/// call uses, for naming a writer or a probe.
+pub fn host_pid_token() -> String {
+    let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{}-{nanos}-{n}", host_name(), std::process::id())
 }
 
 /// Removes every `*.tmp` file directly in `dir` (a missing `dir` has none)
@@ -48,9 +99,12 @@ pub fn remove_temp_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-/// Removes the [`unique_temp_path`] files in `dir` whose process is gone
-/// (Linux: no `/proc/<pid>`), best effort. Other files are left alone, and
-/// so is everything where `/proc` is not mounted.
+/// Removes the [`unique_temp_path`] files in `dir` that this machine's
+/// processes made and that are gone (Linux: no `/proc/<pid>`), best
+/// effort. Files of another host (a directory on a shared file system),
+/// files without a host in their name (an older build's, or another
+/// program's) and everything where `/proc` is not mounted are left alone:
+/// this machine cannot tell whether their writer lives.
 pub fn remove_dead_temp_files(dir: &Path) {
     if !Path::new("/proc/self").exists() {
         return;
@@ -60,23 +114,26 @@ pub fn remove_dead_temp_files(dir: &Path) {
     };
     for entry in entries.filter_map(|e| e.ok()) {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(temp_owner) else {
+        let Some((host, pid)) = name.to_str().and_then(temp_owner) else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        if host == host_name() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_file(entry.path());
         }
     }
 }
 
-/// The pid in a `<stem>.<pid>.<n>.tmp` name.
-fn temp_owner(name: &str) -> Option<u32> {
+/// The host and pid in a `<stem>.<host>.<pid>.<n>.tmp` name.
+fn temp_owner(name: &str) -> Option<(&str, u32)> {
     let stem = name.strip_suffix(TMP_SUFFIX)?;
     let mut parts = stem.rsplit('.');
     let n = parts.next()?;
     let pid = parts.next()?;
+    let host = parts.next()?;
+    // A stem is there too: `<host>` is never the whole rest.
+    parts.next()?;
     n.parse::<u64>().ok()?;
-    pid.parse().ok()
+    Some((host, pid.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -95,8 +152,10 @@ mod tests {
         let b = unique_temp_path(Path::new("s"), "x.pickle");
         assert_ne!(a, b);
         let name = a.file_name().and_then(|n| n.to_str()).unwrap();
-        assert_eq!(temp_owner(name), Some(std::process::id()));
+        assert_eq!(temp_owner(name), Some((host_name(), std::process::id())));
         assert_eq!(temp_owner("metadata.json"), None);
         assert_eq!(temp_owner("x.tmp"), None);
+        assert_eq!(temp_owner("x.12.3.tmp"), None, "no host: an older name");
+        assert!(!host_name().is_empty() && !host_name().contains('.'));
     }
 }

@@ -179,9 +179,10 @@ fn temp_files_of_dead_processes_are_removed_and_live_ones_kept() {
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let dead_pid = child.id();
     child.wait().unwrap();
-    let dead = dir
-        .path()
-        .join(format!("3.7.shard.pickle.{dead_pid}.0.tmp"));
+    let dead = dir.path().join(format!(
+        "3.7.shard.pickle.{}.{dead_pid}.0.tmp",
+        durable_fs::host_name()
+    ));
     std::fs::write(&dead, b"x").unwrap();
     let ours = unique_temp_path(dir.path(), "3.7.shard.pickle");
     std::fs::write(&ours, b"x").unwrap();
@@ -191,6 +192,38 @@ fn temp_files_of_dead_processes_are_removed_and_live_ones_kept() {
     assert!(!dead.exists());
     assert!(ours.exists());
     assert!(other.exists());
+}
+
+/// A scratch directory on a shared file system (NFS, Lustre): a pid that
+/// is dead here may be alive on the node that wrote the file.
+#[test]
+fn temp_files_of_another_node_are_never_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead_here = child.id();
+    child.wait().unwrap();
+    let theirs = [
+        format!("3.7.shard.pickle.node-17.{dead_here}.0.tmp"),
+        // An older build's name, which carries no host at all.
+        format!("3.7.shard.pickle.{dead_here}.0.tmp"),
+    ];
+    for name in &theirs {
+        std::fs::write(dir.path().join(name), b"x").unwrap();
+    }
+    let ours = unique_temp_path(dir.path(), "3.7.shard.pickle");
+    let name = ours.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.contains(&format!(
+            ".{}.{}.",
+            durable_fs::host_name(),
+            std::process::id()
+        )),
+        "{name} names its host and process"
+    );
+    remove_dead_temp_files(dir.path());
+    for name in &theirs {
+        assert!(dir.path().join(name).exists(), "{name} was removed");
+    }
 }
 
 #[test]

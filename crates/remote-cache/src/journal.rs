@@ -37,7 +37,7 @@
 //! list has its own version: a reader that meets a newer one refuses the
 //! commit ([`Error::Corrupt`]), as it does a list whose count does not
 //! match `size` and `block_size`, a hash that is not 32 bytes of hex, a
-//! block size outside 4 KiB..=1 GiB, or a list on bytes appended to a file.
+//! block size outside 4 KiB..=64 MiB, or a list on bytes appended to a file.
 //! A reader that links the file fetches it in the list's block size (one
 //! sparse local file, zero-copy as before) and checks every block against
 //! its hash before it is kept (see `remote_tier::RemoteTier::open_verified`);
@@ -207,6 +207,9 @@ struct State {
     files: HashMap<String, Known>,
     by_blocks: HashMap<String, RemoteFile>,
     log: File,
+    /// The length of `log`'s whole records: a failed append is cut back
+    /// to it.
+    log_len: u64,
 }
 
 /// A local working directory materialised from, and published to, a
@@ -259,12 +262,16 @@ impl RemoteDir {
                 path: dir.to_path_buf(),
             })?;
         let log_path = state_dir.join("applied.jsonl");
-        let (seq, files) = read_applied(&log_path)?;
+        let (seq, files, log_len) = read_applied(&log_path)?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .map_err(Error::io("open", &log_path))?;
+        let on_disk = log.metadata().map_err(Error::io("stat", &log_path))?.len();
+        if on_disk != log_len {
+            cut_log(&log, &log_path, log_len)?;
+        }
         let writer = format!(
             "{}-{}-{}",
             std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into()),
@@ -285,6 +292,7 @@ impl RemoteDir {
                 files,
                 by_blocks: HashMap::new(),
                 log,
+                log_len,
             }),
             _lock: lock,
         };
@@ -310,7 +318,7 @@ impl RemoteDir {
     /// while it waits for the server.
     pub fn fetch_next(&self) -> Result<Option<Commit>> {
         let seq = self.lock().seq;
-        self.read_commit(seq + 1)
+        self.read_after(seq)
     }
 
     /// Applies `next` (an answer of [`fetch_next`](RemoteDir::fetch_next))
@@ -320,8 +328,8 @@ impl RemoteDir {
     pub fn refresh_from(&self, next: Option<Commit>) -> Result<RefreshReport> {
         let mut state = self.lock();
         let next = match next {
-            Some(c) if c.seq == state.seq + 1 => Some(c),
-            Some(_) => self.read_commit(state.seq + 1)?,
+            Some(c) if Some(c.seq) == state.seq.checked_add(1) => Some(c),
+            Some(_) => self.read_after(state.seq)?,
             None => None,
         };
         self.apply_from(&mut state, next)
@@ -377,7 +385,11 @@ impl RemoteDir {
         }
         let pieces: Vec<Piece> = pieces.into_iter().map(|(p, _)| p).collect();
         for _ in 0..MAX_COMMIT_RACES {
-            let seq = state.seq + 1;
+            let seq = state.seq.checked_add(1).ok_or_else(|| Error::Corrupt {
+                url: self.tier.url().to_string(),
+                name: commit_name(state.seq),
+                problem: "the last sequence number there is: no commit can follow".into(),
+            })?;
             let commit = Commit {
                 version: COMMIT_VERSION,
                 seq,
@@ -443,7 +455,7 @@ impl RemoteDir {
     }
 
     fn refresh_locked(&self, state: &mut State) -> Result<RefreshReport> {
-        let next = self.read_commit(state.seq + 1)?;
+        let next = self.read_after(state.seq)?;
         self.apply_from(state, next)
     }
 
@@ -464,7 +476,7 @@ impl RemoteDir {
             report.commits += 1;
             report.fetched += fetched;
             report.seq = seq;
-            next = self.read_commit(state.seq + 1)?;
+            next = self.read_after(state.seq)?;
         }
         if report.commits > 0 {
             self.prune_block_lists(state);
@@ -477,10 +489,18 @@ impl RemoteDir {
         Ok(report)
     }
 
+    /// The commit after `seq`, if published (none follows `u64::MAX`).
+    fn read_after(&self, seq: u64) -> Result<Option<Commit>> {
+        match seq.checked_add(1) {
+            Some(next) => self.read_commit(next),
+            None => Ok(None),
+        }
+    }
+
     /// Reads and checks commit `seq`; `None` when it was not published.
     fn read_commit(&self, seq: u64) -> Result<Option<Commit>> {
         let name = commit_name(seq);
-        let bytes = match self.tier.read_remote(&name) {
+        let bytes = match self.tier.read_remote_capped(&name, MAX_COMMIT as u64) {
             Ok(b) => b,
             Err(remote_tier::Error::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
@@ -823,11 +843,18 @@ impl RemoteDir {
         })?;
         line.push(b'\n');
         let path = self.dir.join(STATE_DIR).join("applied.jsonl");
-        state
+        let written = state
             .log
             .write_all(&line)
-            .map_err(Error::io("append", &path))?;
-        state.log.sync_data().map_err(Error::io("fsync", &path))?;
+            .map_err(Error::io("append", &path))
+            .and_then(|()| state.log.sync_data().map_err(Error::io("fsync", &path)));
+        if let Err(e) = written {
+            // Half a record must not stay in front of the next one; if
+            // even the cut fails, the next open cuts it.
+            let _ = cut_log(&state.log, &path, state.log_len);
+            return Err(e);
+        }
+        state.log_len += line.len() as u64;
         state.seq = seq;
         Ok(())
     }
@@ -939,10 +966,13 @@ fn parse_hash(tier: &RemoteTier, hex: &str) -> Result<blake3::Hash> {
     })
 }
 
-/// The applied commits recorded in a working directory: the last seq and
-/// each file as it was left. A torn last line (a crash while recording)
-/// is ignored: that commit is applied again, finding its bytes in place.
-fn read_applied(path: &Path) -> Result<(u64, HashMap<String, Known>)> {
+/// The applied commits recorded in a working directory: the last seq,
+/// each file as it was left, and the length of the log's whole lines. A
+/// torn tail (a crash, or a failed write, while recording) ends the log
+/// there: that commit is applied again, finding its bytes in place, and
+/// the caller cuts the tail off so the next record does not land behind
+/// it.
+fn read_applied(path: &Path) -> Result<(u64, HashMap<String, Known>, u64)> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -950,17 +980,31 @@ fn read_applied(path: &Path) -> Result<(u64, HashMap<String, Known>)> {
     };
     let mut seq = 0;
     let mut files = HashMap::new();
-    for line in bytes.split(|&b| b == b'\n') {
-        if line.is_empty() {
-            continue;
+    let mut good = 0usize;
+    let mut rest = &bytes[..];
+    // Only lines ended by their newline count: a record is written with
+    // its newline in one write, so a line without one is torn.
+    while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+        let line = &rest[..end];
+        if !line.is_empty() {
+            let Ok(a) = serde_json::from_slice::<Applied>(line) else {
+                break;
+            };
+            seq = seq.max(a.seq);
+            files.extend(a.files);
         }
-        let Ok(a) = serde_json::from_slice::<Applied>(line) else {
-            break;
-        };
-        seq = seq.max(a.seq);
-        files.extend(a.files);
+        good += end + 1;
+        rest = &rest[end + 1..];
     }
-    Ok((seq, files))
+    Ok((seq, files, good as u64))
+}
+
+/// Cuts `log` (at `path`) back to `len` bytes, durably: what lies beyond
+/// is a torn record.
+fn cut_log(log: &File, path: &Path, len: u64) -> Result<()> {
+    log.set_len(len).map_err(Error::io("truncate", path))?;
+    log.sync_all().map_err(Error::io("fsync", path))?;
+    Ok(())
 }
 
 /// Every file of `dir` a commit may hold, with its relative path: not the

@@ -32,13 +32,49 @@
 //! ([`Location::with_options`]); they are never written to disk or shown
 //! in errors.
 //!
+//! # Many writers, and shared file systems without `flock` (NFS, Lustre)
+//!
+//! Writers on many machines coordinate through the object store alone:
+//! each commit number is claimed with a conditional put, on a server the
+//! tier has checked honours it (publishing is refused where it does not,
+//! unless `TierConfig::single_publisher` says one writer publishes), and
+//! read back before it is trusted. That holds whatever file system the
+//! writers' local directories are on.
+//!
+//! The local tier and the working directories are another matter: they
+//! rely on `flock` for one fetcher per block, for keeping a copy that a
+//! reader has open from eviction, for the tier's block maps, and for
+//! giving each handle a working directory of its own. So:
+//!
+//! - **Holds everywhere:** commits are whole and in order, two writers
+//!   never both claim one commit or one file, every byte read is checked
+//!   against the BLAKE3 its commit recorded; temporary files are named by
+//!   host and process, and a machine only removes those of its own dead
+//!   processes, never another node's.
+//! - **Holds where `flock` works across machines** (NFS v4 and Linux NFS
+//!   clients, which map it to byte-range locks; Lustre mounted with
+//!   `-o flock`): a tier directory may be shared by the machines too.
+//! - **Does not hold where `flock` is local to a machine or missing**
+//!   (NFS mounted with `local_lock=flock` or `local_lock=all`, Lustre
+//!   with `-o localflock`): machines that share a tier directory may evict
+//!   a copy another machine has open (its reads then fail with a stale
+//!   file handle, never return wrong bytes, on NFS), lose each other's
+//!   block-map updates (blocks fetched again), and two of them may take
+//!   the same working directory, whose record of applied commits they
+//!   then both append to. Where `flock` fails outright (Lustre with
+//!   `-o noflock`: `ENOSYS`), opening fails with an error naming the lock
+//!   file instead. Give every machine its own tier directory
+//!   (`CACHEX_TIER_DIR` on local disk, or a directory per host on the
+//!   shared file system): the object store stays the one shared place.
+//!
 //! # On disk
 //! ```text
 //! <url>/objects/<blake3>                 published bytes (content-addressed)
 //! <url>/commits/<seq>.json               commit records, applied in order (with the
 //!                                        BLAKE3 of each block of files read by blocks)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
-//! <tier dir>/work/<hash of url>/         the working directory the store opens
+//! <tier dir>/work/<hash of url>[.<n>]/   a working directory the store opens: one
+//!                                        per handle open at once (n = 0, 1, ...)
 //!   .cachex-remote/lock, applied.jsonl   which commits are applied here
 //!   .cachex-remote/blocks/<blake3>.json  block lists of the files linked into the tier
 //! ```
@@ -87,7 +123,7 @@ mod stores;
 pub use error::{Error, Result};
 pub use journal::{Commit, Piece, PublishReport, RefreshReport, RemoteDir};
 pub use location::{
-    DEFAULT_TIER_BUDGET, Location, RemoteSpec, TIER_BUDGET_ENV, TIER_DIR_ENV, default_work_dir,
-    is_url, parse_bytes,
+    DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV, TIER_DIR_ENV,
+    default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
 };
 pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};

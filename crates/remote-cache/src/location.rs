@@ -37,7 +37,8 @@ pub struct RemoteSpec {
     /// The local tier (shared by every cache and process on the machine).
     pub tier: TierConfig,
     /// The working directory the store opens: one per cache and process
-    /// at a time. Default: `<tier dir>/work/<hash of the URL>`.
+    /// at a time. Default: the first of the URL's working directories on
+    /// the tier that no other handle holds ([`open_in_work_dir`]).
     pub work_dir: Option<PathBuf>,
 }
 
@@ -119,11 +120,18 @@ impl Location {
                     spec.options.clone(),
                     spec.tier.clone(),
                 )?;
-                let work = match &spec.work_dir {
-                    Some(d) => d.clone(),
-                    None => default_work_dir(&spec.tier.cache_dir, tier.url()),
+                let (work, remote) = match &spec.work_dir {
+                    Some(d) => (
+                        d.clone(),
+                        RemoteDir::open_unapplied(tier, d, by_blocks, private)?,
+                    ),
+                    None => {
+                        let url = tier.url().to_string();
+                        open_in_work_dir(&spec.tier.cache_dir, &url, |work| {
+                            RemoteDir::open_unapplied(tier.clone(), work, by_blocks, private)
+                        })?
+                    }
                 };
-                let remote = RemoteDir::open_unapplied(tier, &work, by_blocks, private)?;
                 Ok(Opened {
                     dir: work,
                     remote: Some(remote),
@@ -154,10 +162,52 @@ pub fn is_url(root: &str) -> bool {
     }
 }
 
-/// `<tier dir>/work/<first 16 hex of BLAKE3(url)>`.
+/// `<tier dir>/work/<first 16 hex of BLAKE3(url)>`: the first working
+/// directory of `url` on the tier ([`work_dir`] 0).
 pub fn default_work_dir(tier_dir: &Path, url: &str) -> PathBuf {
+    work_dir(tier_dir, url, 0)
+}
+
+/// The most working directories one URL has on one local tier: as many
+/// processes (or handles) may hold it open at once.
+pub const MAX_WORK_DIRS: u32 = 256;
+
+/// Working directory `n` of `url` on the tier at `tier_dir`:
+/// `<tier dir>/work/<first 16 hex of BLAKE3(url)>` for 0 (the one older
+/// builds used), with `.<n>` appended for the others.
+pub fn work_dir(tier_dir: &Path, url: &str, n: u32) -> PathBuf {
     let hash = blake3::hash(url.trim_end_matches('/').as_bytes()).to_hex();
-    tier_dir.join("work").join(&hash.as_str()[..16])
+    let name = match n {
+        0 => hash.as_str()[..16].to_string(),
+        n => format!("{}.{n}", &hash.as_str()[..16]),
+    };
+    tier_dir.join("work").join(name)
+}
+
+/// Runs `open` on the working directories of `url` on the tier at
+/// `tier_dir` in turn until one is not [`Error::Busy`]: each process (or
+/// handle) that opens one URL on one tier gets a working directory of its
+/// own, all of them reading the tier's one copy of each fetched object.
+/// A directory is held by its handle's lock, which the system lets go
+/// when its process dies: the next opener takes that directory over,
+/// with the commits already applied there, so working directories never
+/// outnumber the handles once open at the same time. Returns the
+/// directory taken and what `open` made of it.
+pub fn open_in_work_dir<T>(
+    tier_dir: &Path,
+    url: &str,
+    mut open: impl FnMut(&Path) -> Result<T>,
+) -> Result<(PathBuf, T)> {
+    for n in 0..MAX_WORK_DIRS {
+        let dir = work_dir(tier_dir, url, n);
+        match open(&dir) {
+            Err(Error::Busy { .. }) => continue,
+            opened => return opened.map(|t| (dir, t)),
+        }
+    }
+    Err(Error::Busy {
+        path: work_dir(tier_dir, url, MAX_WORK_DIRS - 1),
+    })
 }
 
 fn tier_dir_from_env(root: &str) -> Result<PathBuf> {

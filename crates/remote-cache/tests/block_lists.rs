@@ -369,3 +369,27 @@ fn the_list_of_a_replaced_file_is_dropped_from_the_working_directory() {
     let view = arrays.array(rows - 1, "data").unwrap().unwrap();
     assert_eq!(view.as_slice::<i32>().unwrap(), &array_row(rows - 1)[..]);
 }
+
+#[test]
+fn a_commit_declaring_a_1_gib_block_size_is_refused() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let (_, commit) = published_arrays(&endpoint, "huge-blocks", 40);
+    let at = commit
+        .pieces
+        .iter()
+        .position(|p| p.path == "data.bin")
+        .unwrap();
+    // One hash for the whole file: a list that fits its 1 GiB blocks.
+    refused(
+        &endpoint,
+        &commit,
+        |j| {
+            let list = &mut j["pieces"][at]["blocks"];
+            list["block_size"] = (1u64 << 30).into();
+            list["blake3"].as_array_mut().unwrap().truncate(1);
+        },
+        "block size 1073741824 outside",
+    );
+}

@@ -230,3 +230,217 @@ fn a_writer_killed_mid_publish_leaves_the_last_commit_and_resumes() {
     let (_, n) = assert_committed(&endpoint, &url);
     assert_eq!(n, local, "what the killed writer flushed is published now");
 }
+
+/// The reader's record of applied commits in its working directory.
+fn applied_log(tier_dir: &std::path::Path, url: &str) -> std::path::PathBuf {
+    remote_cache::default_work_dir(tier_dir, url)
+        .join(remote_cache::journal::STATE_DIR)
+        .join("applied.jsonl")
+}
+
+#[test]
+fn a_torn_line_in_the_applied_log_is_cut_and_opens_keep_advancing() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "torn");
+    let (writer_tier, reader_tier) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A single-writer handle: the one kind that may compact.
+    let writer = RemoteSegments::open(
+        &s3_location(&endpoint, &url, writer_tier.path()),
+        Options::default(),
+    )
+    .unwrap();
+    let read_only = || Options {
+        read_only: true,
+        lru_bytes: 0,
+        ..Options::default()
+    };
+    let open_reader = || {
+        RemoteSegments::open(
+            &s3_location(&endpoint, &url, reader_tier.path()),
+            read_only(),
+        )
+    };
+    writer.put_batch(&keyed("k", 0..20, record)).unwrap();
+    writer.publish().unwrap();
+    drop(open_reader().unwrap());
+
+    // A crash while the reader recorded a commit: half a line at the end.
+    let log = applied_log(reader_tier.path(), &url);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, br#"{"seq":2,"files":{"segm"#).unwrap();
+    drop(f);
+
+    for round in 2..=4u64 {
+        let n = round as usize * 20;
+        writer.put_batch(&keyed("k", n - 20..n, record)).unwrap();
+        writer.publish().unwrap();
+        let reader = open_reader().unwrap();
+        assert_eq!(reader.remote().unwrap().seq(), round, "round {round}");
+        assert_eq!(reader.len(), n);
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+        "every line of the log whole: {text}"
+    );
+
+    // The writer compacts and publishes: the reader's next open applies it.
+    writer.compact().unwrap();
+    writer.publish().unwrap();
+    let reader = open_reader().unwrap();
+    assert_eq!(reader.len(), 80);
+    let keys: Vec<String> = (0..80).map(|i| format!("k{i}")).collect();
+    let (got, missing) = reader.get_batch(&keys).unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    for (i, r) in got.iter().enumerate() {
+        assert!(r.as_ref() == Some(&record(i)), "k{i}");
+    }
+}
+
+/// A server that takes `If-None-Match: *` and overwrites anyway.
+#[derive(Debug, Default)]
+struct IgnoresCreate;
+
+#[async_trait]
+impl Intercept for IgnoresCreate {
+    fn name(&self) -> &'static str {
+        "IgnoresCreate"
+    }
+
+    async fn put(
+        &self,
+        inner: &dyn ObjectStore,
+        location: &ObjectPath,
+        payload: PutPayload,
+        mut opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        if matches!(opts.mode, object_store::PutMode::Create) {
+            opts.mode = object_store::PutMode::Overwrite;
+        }
+        inner.put_opts(location, payload, opts).await
+    }
+}
+
+#[test]
+fn a_writer_refuses_to_publish_where_conditional_puts_are_ignored() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "ignores");
+    let (tier_dir, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (store, prefix) = build_store(&url, s3_options(&endpoint)).unwrap();
+    let ignoring = Arc::new(Intercepted::new(store, IgnoresCreate));
+    let tier = RemoteTier::with_store(ignoring, prefix, &url, small_tier(tier_dir.path(), 1 << 30))
+        .unwrap();
+    let dir = RemoteDir::open(tier, work.path(), |_, _| false, |_| false).unwrap();
+    let segments = SegmentStore::open(dir.dir(), Options::default()).unwrap();
+    put(&segments, 0..10);
+    let err = dir.publish().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            remote_cache::Error::Tier(remote_tier::Error::ConditionalPutIgnored { .. })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&url) && err.to_string().contains("single_publisher"),
+        "{err}"
+    );
+    assert_eq!(dir.seq(), 0, "nothing committed");
+    let check = RemoteTier::open_with_options(
+        &url,
+        s3_options(&endpoint),
+        small_tier(tier_dir.path(), 1 << 30),
+    )
+    .unwrap();
+    assert!(
+        check
+            .list(remote_cache::journal::COMMITS)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Counts the body bytes of every GET that reach the reader.
+#[derive(Debug, Default)]
+struct BodyBytes(Arc<AtomicU64>);
+
+#[async_trait]
+impl Intercept for BodyBytes {
+    fn name(&self) -> &'static str {
+        "BodyBytes"
+    }
+
+    async fn get(
+        &self,
+        inner: &dyn ObjectStore,
+        location: &ObjectPath,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        use futures::StreamExt;
+        let got = inner.get_opts(location, options).await?;
+        let (meta, range) = (got.meta.clone(), got.range.clone());
+        let attributes = got.attributes.clone();
+        let seen = Arc::clone(&self.0);
+        let body = got.into_stream().map(move |chunk| {
+            if let Ok(c) = &chunk {
+                seen.fetch_add(c.len() as u64, Ordering::SeqCst);
+            }
+            chunk
+        });
+        Ok(object_store::GetResult {
+            payload: object_store::GetResultPayload::Stream(Box::pin(body)),
+            meta,
+            range,
+            attributes,
+            extensions: Default::default(),
+        })
+    }
+}
+
+#[test]
+fn an_oversized_commit_record_is_refused_before_its_body_is_read() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "oversized");
+    let tier_dir = tempfile::tempdir().unwrap();
+    let admin = RemoteTier::open_with_options(
+        &url,
+        s3_options(&endpoint),
+        small_tier(tier_dir.path(), 1 << 30),
+    )
+    .unwrap();
+    // A MiB over the 64 MiB a commit record may have.
+    let limit = 64u64 << 20;
+    admin
+        .put_bytes(
+            &remote_cache::journal::commit_name(1),
+            vec![b' '; (limit + (1 << 20)) as usize],
+        )
+        .unwrap();
+    let (store, prefix) = build_store(&url, s3_options(&endpoint)).unwrap();
+    let counted = Arc::new(Intercepted::new(store, BodyBytes::default()));
+    let tier = RemoteTier::with_store(
+        counted.clone(),
+        prefix,
+        &url,
+        small_tier(tier_dir.path(), 1 << 30),
+    )
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let err = RemoteDir::open(tier, work.path(), |_, _| false, |_| false).unwrap_err();
+    match &err {
+        remote_cache::Error::Tier(remote_tier::Error::TooLarge { name, cap, .. }) => {
+            assert_eq!(name, &remote_cache::journal::commit_name(1));
+            assert_eq!(*cap, limit);
+        }
+        other => panic!("expected the commit refused as too large, got {other:?}"),
+    }
+    let read = counted.hooks.0.load(Ordering::SeqCst);
+    assert!(read <= limit + 1, "{read} bytes of the body were read");
+}

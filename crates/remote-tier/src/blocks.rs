@@ -24,9 +24,11 @@ use serde::{Deserialize, Serialize};
 pub const BLOCK_LIST_VERSION: u32 = 1;
 /// The smallest block a list may use (a page).
 pub const MIN_BLOCK_SIZE: u64 = 4 << 10;
-/// The largest block a list may use (a reader holds one block in memory
-/// per fetch in flight).
-pub const MAX_BLOCK_SIZE: u64 = 1 << 30;
+/// The largest block a list may use: a reader holds one block in memory
+/// per fetch in flight (checked before a byte of it is written), so a
+/// record must not make it ask for gigabytes. With [`MAX_BLOCKS`] this
+/// still covers objects of 16 TiB.
+pub const MAX_BLOCK_SIZE: u64 = 64 << 20;
 /// The most blocks a list may have (about 17 MB of JSON; 2 TiB in 8 MiB
 /// blocks, larger objects get larger blocks).
 pub const MAX_BLOCKS: u64 = 1 << 18;

@@ -72,6 +72,49 @@ pub enum Error {
         /// The time allowed to each attempt.
         timeout: Duration,
     },
+    /// A call waited past its bound ([`RetryPolicy::call_timeout`](crate::RetryPolicy::call_timeout))
+    /// without an answer: its request never finished (a runtime gone, a
+    /// server that holds the connection).
+    #[error("{url}: {name}: {op}: no answer within {waited:?}")]
+    NoAnswer {
+        /// The store URL.
+        url: String,
+        /// The object name concerned.
+        name: String,
+        /// The request.
+        op: &'static str,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// An object is larger than what may be read of it: nothing past
+    /// `cap + 1` bytes was read.
+    #[error("{url}: {name}: {seen} bytes or more, where at most {cap} may be read")]
+    TooLarge {
+        /// The store URL.
+        url: String,
+        /// The object name.
+        name: String,
+        /// Bytes the server announced or sent before the read stopped.
+        seen: u64,
+        /// The most bytes this object may have.
+        cap: u64,
+    },
+    /// The server accepted a second put-if-absent (`If-None-Match: *`) of
+    /// one name: it does not honour conditional puts, so two writers
+    /// could both claim one commit and one would be lost. Nothing was
+    /// published.
+    #[error(
+        "{url}: the server does not honour conditional puts (a second put-if-absent of {probe} \
+         was accepted), so two writers could claim one commit; nothing was published. Use a \
+         server that honours `If-None-Match: *`, or set `single_publisher` \
+         (TierConfig::single_publisher) if only one writer ever publishes here"
+    )]
+    ConditionalPutIgnored {
+        /// The store URL (without credentials).
+        url: String,
+        /// The probe object that was put twice.
+        probe: String,
+    },
     /// A commit record of this name exists already: another writer claimed it.
     #[error("{url}: {name}: already committed by another writer")]
     CommitTaken {

@@ -57,7 +57,7 @@ impl RemoteFile {
         expected: &Expected,
         hashes: Option<Arc<BlockHashes>>,
     ) -> Result<RemoteFile> {
-        tier.remote.path(name)?;
+        tier.remote()?.path(name)?;
         let expected = &Expected {
             size: expected.size.or(hashes.as_ref().map(|h| h.size())),
             ..*expected
@@ -193,7 +193,7 @@ impl RemoteFile {
         let s = &self.state;
         if range.start > range.end || range.end > s.size {
             return Err(Error::OutOfRange {
-                url: s.tier.remote.url.to_string(),
+                url: s.tier.url.to_string(),
                 name: s.name.clone(),
                 start: range.start,
                 end: range.end,
@@ -281,7 +281,7 @@ impl RemoteFile {
             if s.has(i) {
                 continue;
             }
-            let Ok(permit) = Arc::clone(&s.tier.prefetch).try_acquire_owned() else {
+            let Ok(permit) = s.tier.prefetch_slots().try_acquire_owned() else {
                 return;
             };
             let state = Arc::clone(&self.state);
@@ -328,7 +328,7 @@ impl RemoteFile {
 
     fn corrupt(&self, problem: String) -> Error {
         Error::Corrupt {
-            url: self.state.tier.remote.url.to_string(),
+            url: self.state.tier.url.to_string(),
             name: self.state.name.clone(),
             problem,
         }

@@ -59,9 +59,12 @@
 //!   objects/<key>.whole     a small object fetched whole and verified
 //!   objects/<key>.sparse    a large object: its full size, fetched blocks in place
 //!   objects/<key>.blocks    which blocks of <key>.sparse are there (see below)
-//!   locks/<key>.pin         shared flock of every open handle: not evicted while held
-//!   locks/<key>.<n>.fetch   flock of the one fetcher of block n (`all`: the whole object)
-//!   tmp/<key>.<pid>.<n>.tmp fetches in flight; a dead process's are removed on open
+//!   locks/<key>.pin         shared flock of every open handle: not evicted while held;
+//!                           removed with the copy when it is evicted
+//!   locks/<key>.<n>.fetch   flock of the one fetcher of block n (`all`: the whole object);
+//!                           removed by the fetcher when its fetch is done
+//!   tmp/<key>.<host>.<pid>.<n>.tmp  fetches in flight; this host's dead processes' are
+//!                           removed on open
 //! ```
 //! `<key>` is the object name with `%` and `/` escaped (`a/b` →
 //! `a%2Fb`). A block map is `CXBLKMAP`, version, block size, object size,
@@ -130,4 +133,4 @@ pub use file::RemoteFile;
 pub use local::EvictReport;
 pub use location::build_store;
 pub use remote::RetryPolicy;
-pub use tier::{DEFAULT_BLOCK_SIZE, Expected, ObjectInfo, RemoteTier, TierConfig};
+pub use tier::{DEFAULT_BLOCK_SIZE, Expected, ObjectInfo, PROBE_DIR, RemoteTier, TierConfig};

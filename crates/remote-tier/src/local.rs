@@ -86,19 +86,27 @@ impl LocalDir {
     }
 
     /// Held shared by every open handle of the object; eviction skips an
-    /// object whose pin it cannot take exclusively.
+    /// object whose pin it cannot take exclusively, and removes the pin
+    /// file with the copy it evicts.
     pub(crate) fn pin(&self, key: &str) -> Result<FileLock> {
-        Ok(FileLock::shared(&self.locks.join(format!("{key}.pin")))?)
+        Ok(FileLock::shared_live(&self.pin_path(key))?)
+    }
+
+    fn pin_path(&self, key: &str) -> PathBuf {
+        self.locks.join(format!("{key}.pin"))
     }
 
     /// The lock of whoever fetches block `block` (or the whole object):
     /// one fetch per block machine-wide, the others wait and find it done.
+    /// The lock file goes when the lock is dropped: it guards one fetch,
+    /// and a tier that kept one per block ever fetched would grow without
+    /// bound.
     pub(crate) fn fetch_lock(&self, key: &str, block: Option<u64>) -> Result<FileLock> {
         let name = match block {
             Some(i) => format!("{key}.{i}.fetch"),
             None => format!("{key}.all.fetch"),
         };
-        Ok(FileLock::exclusive(&self.locks.join(name))?)
+        Ok(FileLock::exclusive_live(&self.locks.join(name))?.remove_on_drop())
     }
 
     /// The tier lock: held (briefly) while a block map is rewritten, a
@@ -163,6 +171,7 @@ impl LocalDir {
             bytes_after: total,
             ..EvictReport::default()
         };
+        self.remove_orphan_pins(&found)?;
         if total <= budget {
             return Ok(report);
         }
@@ -172,11 +181,12 @@ impl LocalDir {
             if report.bytes_after <= budget {
                 break;
             }
-            let pin = self.locks.join(format!("{key}.pin"));
-            let Some(_held) = FileLock::try_exclusive(&pin)? else {
+            let Some(held) = FileLock::try_exclusive_live(&self.pin_path(&key))? else {
                 report.pinned += 1;
                 continue;
             };
+            // The pin goes with the copy it guards (once the copy is gone).
+            let _held = held.remove_on_drop();
             // The map goes first: a sparse file without a map is only
             // space, never mistaken for fetched blocks.
             if sparse {
@@ -188,6 +198,29 @@ impl LocalDir {
             report.evicted += 1;
         }
         Ok(report)
+    }
+}
+
+impl LocalDir {
+    /// Removes the pins of objects with no local copy that no handle
+    /// holds (a fetch that failed, a copy removed as corrupt).
+    fn remove_orphan_pins(&self, found: &HashMap<String, (u64, SystemTime, bool)>) -> Result<()> {
+        let entries =
+            std::fs::read_dir(&self.locks).map_err(Error::io("list directory", &self.locks))?;
+        for entry in entries {
+            let entry = entry.map_err(Error::io("list directory", &self.locks))?;
+            let name = entry.file_name();
+            let Some(key) = name.to_str().and_then(|n| n.strip_suffix(".pin")) else {
+                continue;
+            };
+            if found.contains_key(key) {
+                continue;
+            }
+            if let Some(held) = FileLock::try_exclusive_live(&entry.path())? {
+                drop(held.remove_on_drop());
+            }
+        }
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
 
@@ -19,6 +20,26 @@ pub struct RetryPolicy {
     pub backoff: Duration,
     /// Time allowed to one attempt, body included.
     pub request_timeout: Duration,
+}
+
+/// What a caller waits beyond the time its request's attempts and
+/// backoffs may take, before it gives up on an answer (a runtime gone, a
+/// task stuck).
+pub(crate) const WAIT_SLACK: Duration = Duration::from_secs(5);
+
+impl RetryPolicy {
+    /// The longest a caller waits for one request, retries included: every
+    /// attempt's timeout, every backoff, and a few seconds of slack. No
+    /// call of a tier blocks longer (a multipart upload allows each wave
+    /// of parts its timeout); past it the call is `Error::NoAnswer`.
+    pub fn call_timeout(&self) -> Duration {
+        let attempts = self.attempts.max(1);
+        let mut total = self.request_timeout.saturating_mul(attempts);
+        for n in 1..attempts {
+            total = total.saturating_add(self.backoff.saturating_mul(1 << (n - 1).min(10)));
+        }
+        total.saturating_add(WAIT_SLACK)
+    }
 }
 
 impl Default for RetryPolicy {
@@ -39,6 +60,25 @@ pub(crate) struct Remote {
     /// The URL as shown in errors (no credentials).
     pub(crate) url: Arc<str>,
     pub(crate) retry: RetryPolicy,
+}
+
+/// Collects `body`, at most `cap` bytes: `Err(n)` as soon as more arrived
+/// (`n` the bytes seen so far), without reading the rest.
+pub(crate) async fn collect_capped(
+    mut body: futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
+    cap: u64,
+) -> object_store::Result<std::result::Result<Bytes, u64>> {
+    use futures::StreamExt;
+    let mut out = bytes::BytesMut::with_capacity(cap.min(1 << 20) as usize);
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        let seen = out.len() as u64 + chunk.len() as u64;
+        if seen > cap {
+            return Ok(Err(seen));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(Ok(out.freeze()))
 }
 
 /// Whether a store error may go away when the request is repeated.

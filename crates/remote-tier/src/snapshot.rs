@@ -146,32 +146,85 @@ fn hash_file(path: &Path) -> Result<(blake3::Hash, u64)> {
     Ok((hasher.finalize(), size))
 }
 
-/// The current (highest) manifest of the snapshot at `tier`'s URL, if any.
+/// Manifests passed over as unreadable before a read gives up.
+const MAX_UNREADABLE: usize = 16;
+
+/// The current manifest of the snapshot at `tier`'s URL, if any: the
+/// highest-numbered one that reads and checks. An unreadable one above it
+/// (a stray object under a well-formed name, a publish cut short) is
+/// passed over, so one bad object never stops every pull.
 pub fn latest_manifest(tier: &RemoteTier) -> Result<Option<Manifest>> {
-    let Some(seq) = latest_seq(tier)? else {
-        return Ok(None);
-    };
-    read_manifest(tier, seq).map(Some)
+    Ok(latest_readable(tier, &manifest_seqs(tier)?)?.map(|(m, _)| m))
 }
 
-fn latest_seq(tier: &RemoteTier) -> Result<Option<u64>> {
-    Ok(tier
+/// The highest readable manifest among `seqs` (sorted ascending) and how
+/// many numbers above it were passed over.
+fn latest_readable(tier: &RemoteTier, seqs: &[u64]) -> Result<Option<(Manifest, usize)>> {
+    let mut first_error = None;
+    for (skipped, &seq) in seqs.iter().rev().enumerate() {
+        match read_manifest(tier, seq) {
+            Ok(m) => return Ok(Some((m, skipped))),
+            // Listed, then removed, or never a manifest: the one below.
+            Err(e @ (Error::Corrupt { .. } | Error::NotFound { .. })) => {
+                if skipped + 1 >= MAX_UNREADABLE {
+                    return Err(first_error.unwrap_or(e));
+                }
+                first_error.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// The sequence number a well-formed manifest name carries:
+/// `manifests/` + exactly 20 decimal digits + `.json`, within `u64`.
+fn parse_manifest_name(name: &str) -> Option<u64> {
+    let digits = name
+        .strip_prefix(MANIFESTS)?
+        .strip_prefix('/')?
+        .strip_suffix(".json")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The sequence numbers of every well-formed manifest name, ascending.
+fn manifest_seqs(tier: &RemoteTier) -> Result<Vec<u64>> {
+    let mut seqs: Vec<u64> = tier
         .list(MANIFESTS)?
         .iter()
-        .filter_map(|o| {
-            o.name
-                .strip_prefix(&format!("{MANIFESTS}/"))?
-                .strip_suffix(".json")?
-                .parse()
-                .ok()
-        })
-        .max())
+        .filter_map(|o| parse_manifest_name(&o.name))
+        .collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    Ok(seqs)
+}
+
+/// The number the next publish claims: the first one after the latest
+/// readable manifest that no object takes (so an unreadable object under
+/// a manifest name is stepped over, never overwritten).
+fn next_seq(tier: &RemoteTier) -> Result<u64> {
+    let seqs = manifest_seqs(tier)?;
+    let latest = latest_readable(tier, &seqs)?.map_or(0, |(m, _)| m.seq);
+    let mut next = latest.checked_add(1);
+    while let Some(n) = next
+        && seqs.binary_search(&n).is_ok()
+    {
+        next = n.checked_add(1);
+    }
+    next.ok_or_else(|| Error::Corrupt {
+        url: tier.url().to_string(),
+        name: format!("{MANIFESTS}/"),
+        problem: format!("no sequence number left after {latest}"),
+    })
 }
 
 /// Reads and checks manifest `seq`.
 pub fn read_manifest(tier: &RemoteTier, seq: u64) -> Result<Manifest> {
     let name = manifest_name(seq);
-    let bytes = tier.read_remote(&name)?;
+    let bytes = tier.read_remote_capped(&name, MAX_MANIFEST as u64)?;
     let corrupt = |problem: String| Error::Corrupt {
         url: tier.url().to_string(),
         name: name.clone(),
@@ -199,7 +252,8 @@ pub fn read_manifest(tier: &RemoteTier, seq: u64) -> Result<Manifest> {
 /// the next snapshot at `tier`'s URL: files first (those already in the
 /// store are skipped, which makes a killed publish resumable), the
 /// manifest last with a conditional put; when another publisher took the
-/// sequence number meanwhile, the next one is tried.
+/// sequence number meanwhile, the next one is tried. The number claimed
+/// is the first free one after the latest readable manifest.
 pub fn push_dir(tier: &RemoteTier, dir: &Path) -> Result<PushReport> {
     push_dir_with_progress(tier, dir, &mut |_, _| {})
 }
@@ -253,7 +307,7 @@ pub fn push_dir_with_progress(
             .unwrap_or(0)
     );
     for _ in 0..MAX_COMMIT_RACES {
-        let seq = latest_seq(tier)?.map_or(1, |s| s + 1);
+        let seq = next_seq(tier)?;
         let manifest = Manifest {
             version: MANIFEST_VERSION,
             seq,
@@ -368,4 +422,29 @@ fn copy_out(
         at += n as u64;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_well_formed_manifest_names_carry_a_number() {
+        assert_eq!(parse_manifest_name(&manifest_name(7)), Some(7));
+        assert_eq!(
+            parse_manifest_name("manifests/18446744073709551615.json"),
+            Some(u64::MAX)
+        );
+        for bad in [
+            "manifests/99999999999999999999.json",
+            "manifests/7.json",
+            "manifests/0000000000000000000x.json",
+            "manifests/+0000000000000000007.json",
+            "manifests/00000000000000000007.json.tmp",
+            "manifests/sub/00000000000000000007.json",
+            "objects/00000000000000000007.json",
+        ] {
+            assert_eq!(parse_manifest_name(bad), None, "{bad}");
+        }
+    }
 }

@@ -6,12 +6,15 @@ use std::future::Future;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetRange, ObjectStore, PutMode, PutOptions, PutPayload};
+use object_store::{
+    GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+};
 use tokio::sync::Semaphore;
 
 use crate::blocks::BlockHashes;
@@ -20,7 +23,7 @@ use crate::file::{ObjectState, RemoteFile, map_fits};
 use crate::format::{self, BlockMap};
 use crate::local::{EvictReport, LocalDir};
 use crate::location::{build_store, redact};
-use crate::remote::{Failure, Remote, RetryPolicy};
+use crate::remote::{Failure, Remote, RetryPolicy, WAIT_SLACK};
 use crate::{Error, Result};
 
 /// 8 MiB: the default block of a block-fetched object and part of a
@@ -51,6 +54,14 @@ pub struct TierConfig {
     pub part_size: u64,
     /// Timeouts and retries of requests.
     pub retry: RetryPolicy,
+    /// Only one writer ever publishes to this URL: commit records are
+    /// written even where the server does not honour conditional puts
+    /// (which are then not needed to keep two writers apart). Off by
+    /// default: [`RemoteTier::commit`] first checks, once per tier, that
+    /// the server refuses a second put-if-absent of one name, and
+    /// refuses to publish ([`Error::ConditionalPutIgnored`]) where it
+    /// does not.
+    pub single_publisher: bool,
 }
 
 impl TierConfig {
@@ -66,6 +77,7 @@ impl TierConfig {
             parallelism: 8,
             part_size: DEFAULT_BLOCK_SIZE,
             retry: RetryPolicy::default(),
+            single_publisher: false,
         }
     }
 }
@@ -90,15 +102,47 @@ pub struct ObjectInfo {
     pub e_tag: Option<String>,
 }
 
+/// Where the conditional-put probe objects go under the URL (each
+/// removed after its probe).
+pub const PROBE_DIR: &str = "_cachex_probe";
+
 /// The shared state behind a [`RemoteTier`] and its open files.
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) remote: Remote,
+    /// The URL as shown in errors (no credentials).
+    pub(crate) url: Arc<str>,
+    /// The store and its request slots, as of the process that made them.
+    conn: Mutex<Conn>,
+    /// How to build the store again in a forked child.
+    rebuild: Option<Rebuild>,
     pub(crate) dir: LocalDir,
     pub(crate) config: TierConfig,
-    /// The process's request runtime (see [`crate::shared`]).
-    runtime: Arc<tokio::runtime::Runtime>,
-    pub(crate) prefetch: Arc<Semaphore>,
+    /// Whether the server was seen to refuse a second put-if-absent.
+    conditional_checked: Mutex<bool>,
+}
+
+/// The store of one process: a forked child makes its own.
+#[derive(Debug)]
+struct Conn {
+    pid: u32,
+    remote: Remote,
+    prefetch: Arc<Semaphore>,
+}
+
+/// The URL and options a tier opened by URL was built from. Shown
+/// without the URL's credentials or the options' values.
+struct Rebuild {
+    url: String,
+    options: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Rebuild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<&str> = self.options.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Rebuild")
+            .field("option_keys", &keys)
+            .finish()
+    }
 }
 
 /// An object store URL read through a bounded local disk tier.
@@ -131,44 +175,64 @@ impl RemoteTier {
         K: AsRef<str>,
         V: Into<String>,
     {
-        let (store, prefix) = build_store(url, options)?;
+        let options: Vec<(String, String)> = options
+            .into_iter()
+            .map(|(k, v)| (k.as_ref().to_string(), v.into()))
+            .collect();
+        let (store, prefix) = build_store(url, options.clone())?;
         let shown = url::Url::parse(url).map(|u| redact(&u)).unwrap_or_default();
-        RemoteTier::with_store(store, prefix, &shown, config)
+        let mut tier = RemoteTier::with_store(store, prefix, &shown, config)?;
+        if let Some(inner) = Arc::get_mut(&mut tier.inner) {
+            inner.rebuild = Some(Rebuild {
+                url: url.to_string(),
+                options,
+            });
+        }
+        Ok(tier)
     }
 
     /// A tier over a store built by the caller (a wrapper, a test double of
-    /// the network): objects live under `prefix`, errors show `url`.
+    /// the network): objects live under `prefix`, errors show `url`. A
+    /// forked child keeps using this store as it is (a tier opened by URL
+    /// builds its own there), so a store whose connections belong to the
+    /// parent's runtime answers a child only within the tier's timeouts.
     pub fn with_store(
         store: Arc<dyn ObjectStore>,
         prefix: ObjectPath,
         url: &str,
         config: TierConfig,
     ) -> Result<RemoteTier> {
-        let runtime = crate::shared::runtime()?;
+        crate::shared::runtime()?;
         let dir = LocalDir::open(&config.cache_dir)?;
         let prefetch = Arc::new(Semaphore::new(config.parallelism.max(1)));
         let mut config = config;
         config.block_size = config.block_size.max(1);
         config.part_size = config.part_size.max(5 << 20);
+        let url: Arc<str> = url.into();
         Ok(RemoteTier {
             inner: Arc::new(Inner {
-                remote: Remote {
-                    store,
-                    prefix,
-                    url: url.into(),
-                    retry: config.retry,
-                },
+                url: Arc::clone(&url),
+                conn: Mutex::new(Conn {
+                    pid: std::process::id(),
+                    remote: Remote {
+                        store,
+                        prefix,
+                        url,
+                        retry: config.retry,
+                    },
+                    prefetch,
+                }),
+                rebuild: None,
                 dir,
                 config,
-                runtime,
-                prefetch,
+                conditional_checked: Mutex::new(false),
             }),
         })
     }
 
     /// The URL (without credentials).
     pub fn url(&self) -> &str {
-        &self.inner.remote.url
+        &self.inner.url
     }
 
     /// How the tier was configured.
@@ -189,14 +253,14 @@ impl RemoteTier {
     /// Every object whose name starts with the path `prefix` (`""` for
     /// all), from the store, sorted by name.
     pub fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        let remote = self.inner.remote.clone();
+        let remote = self.inner.remote()?;
         let path = if prefix.is_empty() {
             remote.prefix.clone()
         } else {
             remote.path(prefix)?
         };
         let r = remote.clone();
-        let listed = self.inner.block_on(async move {
+        let listed = self.inner.block_on(prefix, "list", async move {
             r.retrying(true, || r.store.list(Some(&path)).try_collect::<Vec<_>>())
                 .await
         })?;
@@ -218,11 +282,11 @@ impl RemoteTier {
     /// since a reader last looked, without listing what it saw already
     /// (stores that cannot start a listing at an offset filter theirs).
     pub fn list_after(&self, prefix: &str, after: &str) -> Result<Vec<ObjectInfo>> {
-        let remote = self.inner.remote.clone();
+        let remote = self.inner.remote()?;
         let path = remote.path(prefix)?;
         let offset = remote.path(after)?;
         let r = remote.clone();
-        let listed = self.inner.block_on(async move {
+        let listed = self.inner.block_on(prefix, "list", async move {
             r.retrying(true, || {
                 r.store
                     .list_with_offset(Some(&path), &offset)
@@ -274,37 +338,56 @@ impl RemoteTier {
     }
 
     /// Reads the object `name` straight from the store, bypassing the local
-    /// tier: for small records that are read fresh (commit records).
+    /// tier, whatever its size: prefer
+    /// [`read_remote_capped`](RemoteTier::read_remote_capped) for records
+    /// whose format bounds their size.
     pub fn read_remote(&self, name: &str) -> Result<Bytes> {
-        let remote = self.inner.remote.clone();
+        self.read_remote_capped(name, u64::MAX)
+    }
+
+    /// Reads the object `name` straight from the store, bypassing the local
+    /// tier: for small records that are read fresh (commit records). An
+    /// object larger than `cap` bytes is [`Error::TooLarge`], found from
+    /// the answer's headers or, at the latest, once `cap + 1` bytes of its
+    /// body arrived: never more than that is held in memory.
+    pub fn read_remote_capped(&self, name: &str, cap: u64) -> Result<Bytes> {
+        let remote = self.inner.remote()?;
         let path = remote.path(name)?;
         let r = remote.clone();
-        let got = self.inner.block_on(async move {
+        let got = self.inner.block_on(name, "get", async move {
             r.retrying(true, || {
                 let store = Arc::clone(&r.store);
                 let path = path.clone();
                 async move {
-                    store
-                        .get_opts(&path, GetOptions::default())
-                        .await?
-                        .bytes()
-                        .await
+                    let got = store.get_opts(&path, GetOptions::default()).await?;
+                    let size = got.meta.size;
+                    if size > cap {
+                        return Ok(Err(size));
+                    }
+                    crate::remote::collect_capped(got.into_stream(), cap).await
                 }
             })
             .await
         })?;
-        got.map(|(b, _)| b)
-            .map_err(|(f, n)| remote.error(name, "get", f, n))
+        match got.map_err(|(f, n)| remote.error(name, "get", f, n))?.0 {
+            Ok(bytes) => Ok(bytes),
+            Err(seen) => Err(Error::TooLarge {
+                url: remote.url.to_string(),
+                name: name.to_string(),
+                seen,
+                cap,
+            }),
+        }
     }
 
     /// Uploads `bytes` as the immutable object `name` (retried: putting the
     /// same bytes again is harmless).
     pub fn put_bytes(&self, name: &str, bytes: impl Into<Bytes>) -> Result<()> {
         let bytes: Bytes = bytes.into();
-        let remote = self.inner.remote.clone();
+        let remote = self.inner.remote()?;
         let path = remote.path(name)?;
         let r = remote.clone();
-        let put = self.inner.block_on(async move {
+        let put = self.inner.block_on(name, "put", async move {
             r.retrying(true, || {
                 let payload = PutPayload::from(bytes.clone());
                 r.store.put_opts(&path, payload, PutOptions::default())
@@ -337,13 +420,13 @@ impl RemoteTier {
             self.put_bytes(name, bytes)?;
             return Ok(size);
         }
-        let remote = self.inner.remote.clone();
+        let remote = self.inner.remote()?;
         let target = remote.path(name)?;
         let attempts = remote.retry.attempts.max(1);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.multipart_once(&file, path, &target, size) {
+            match self.multipart_once(&remote, &file, path, &target, size) {
                 Ok(()) => return Ok(size),
                 Err(MultipartError::Local(e)) => return Err(e),
                 Err(MultipartError::Remote(f)) => {
@@ -360,13 +443,14 @@ impl RemoteTier {
     /// One multipart upload of `file`.
     fn multipart_once(
         &self,
+        remote: &Remote,
         file: &File,
         path: &Path,
         target: &ObjectPath,
         size: u64,
     ) -> std::result::Result<(), MultipartError> {
-        let store = Arc::clone(&self.inner.remote.store);
-        let timeout = self.inner.remote.retry.request_timeout;
+        let store = Arc::clone(&remote.store);
+        let timeout = remote.retry.request_timeout;
         let part = self.inner.config.part_size;
         let in_flight = self.inner.config.parallelism.max(1);
         let target = target.clone();
@@ -374,8 +458,15 @@ impl RemoteTier {
             .try_clone()
             .map_err(|e| MultipartError::Local(Error::io("open", path)(e)))?;
         let path = path.to_path_buf();
+        let name = remote.name_of(&target);
+        // Every part is bounded by the request timeout, and so is the
+        // whole upload: its parts in waves of `in_flight`, start and end.
+        let waves = size.div_ceil(part).div_ceil(in_flight as u64);
+        let bound = timeout
+            .saturating_mul(u32::try_from(waves.saturating_add(2)).unwrap_or(u32::MAX))
+            .saturating_add(WAIT_SLACK);
         self.inner
-            .block_on(async move {
+            .block_on_within(&name, "multipart upload", bound, async move {
                 let mut upload = match tokio::time::timeout(
                     timeout,
                     store.put_multipart_opts(&target, Default::default()),
@@ -432,18 +523,27 @@ impl RemoteTier {
     /// claiming one name exactly one succeeds, the other gets
     /// [`Error::CommitTaken`]. Upload the files it points to first.
     ///
+    /// Before its first commit a tier checks that the server honours
+    /// conditional puts (it puts one probe object under [`PROBE_DIR`]
+    /// twice, and the second put must be refused); where it does not,
+    /// publishing is refused with [`Error::ConditionalPutIgnored`] unless
+    /// [`TierConfig::single_publisher`] says no other writer publishes.
+    /// The record is read back once written: a name that holds other
+    /// bytes was taken by another writer ([`Error::CommitTaken`]).
+    ///
     /// A failed attempt is retried; when a retry finds the name taken, the
     /// record there is compared with `bytes`, so an earlier attempt that
     /// landed but whose answer was lost counts as this writer's. Records
     /// should therefore name their writer (a unique token) so that two
     /// writers never send identical bytes.
     pub fn commit(&self, name: &str, bytes: impl Into<Bytes>) -> Result<()> {
+        self.inner.check_conditional_puts()?;
         let bytes: Bytes = bytes.into();
-        let remote = self.inner.remote.clone();
+        let remote = self.inner.remote()?;
         let path = remote.path(name)?;
         let r = remote.clone();
         let ours = bytes.clone();
-        let put = self.inner.block_on(async move {
+        let put = self.inner.block_on(name, "commit", async move {
             r.retrying(true, || {
                 let payload = PutPayload::from(bytes.clone());
                 let opts = PutOptions {
@@ -454,16 +554,24 @@ impl RemoteTier {
             })
             .await
         })?;
+        let taken = || Error::CommitTaken {
+            url: remote.url.to_string(),
+            name: name.to_string(),
+        };
+        let cap = ours.len() as u64;
+        let is_ours = || match self.read_remote_capped(name, cap) {
+            Ok(there) => Ok(there == ours),
+            Err(Error::TooLarge { .. }) => Ok(false),
+            Err(e) => Err(e),
+        };
         match put {
-            Ok(_) => Ok(()),
+            Ok(_) if is_ours()? => Ok(()),
+            Ok(_) => Err(taken()),
             Err((Failure::Store(object_store::Error::AlreadyExists { .. }), n)) if n > 1 => {
-                if self.read_remote(name)? == ours {
+                if is_ours()? {
                     Ok(())
                 } else {
-                    Err(Error::CommitTaken {
-                        url: remote.url.to_string(),
-                        name: name.to_string(),
-                    })
+                    Err(taken())
                 }
             }
             Err((f, n)) => Err(remote.error(name, "commit", f, n)),
@@ -489,30 +597,139 @@ enum MultipartError {
 }
 
 impl Inner {
-    /// Runs `fut` on the tier's runtime and waits for it on this thread.
-    pub(crate) fn block_on<T, F>(&self, fut: F) -> Result<T>
+    /// The store, as this process may use it: a forked child builds its
+    /// own (the parent's connections and runtime are not there) and
+    /// leaves the parent's alone (leaked, never closed: closing could
+    /// write to a socket the parent still reads).
+    pub(crate) fn remote(&self) -> Result<Remote> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        if conn.pid != pid {
+            if let Some(b) = &self.rebuild {
+                let (store, _) = build_store(&b.url, b.options.clone())?;
+                std::mem::forget(std::mem::replace(&mut conn.remote.store, store));
+            }
+            // Permits the parent's prefetches held are never given back here.
+            conn.prefetch = Arc::new(Semaphore::new(self.config.parallelism.max(1)));
+            conn.pid = pid;
+        }
+        Ok(conn.remote.clone())
+    }
+
+    /// The slots of background prefetches (this process's).
+    pub(crate) fn prefetch_slots(&self) -> Arc<Semaphore> {
+        if self.remote().is_err() {
+            return Arc::new(Semaphore::new(0));
+        }
+        let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(&conn.prefetch)
+    }
+
+    /// Runs `fut` (the request `op` of `name`) on the process's runtime and
+    /// waits for it on this thread, at most as long as the retry policy
+    /// allows the request ([`RetryPolicy::call_timeout`]).
+    pub(crate) fn block_on<T, F>(&self, name: &str, op: &'static str, fut: F) -> Result<T>
     where
         T: Send + 'static,
         F: Future<Output = T> + Send + 'static,
     {
+        self.block_on_within(name, op, self.config.retry.call_timeout(), fut)
+    }
+
+    /// [`block_on`](Inner::block_on), waiting at most `bound`: past it the
+    /// request is [`Error::NoAnswer`] (and is left to finish or time out
+    /// on its own).
+    pub(crate) fn block_on_within<T, F>(
+        &self,
+        name: &str,
+        op: &'static str,
+        bound: Duration,
+        fut: F,
+    ) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        // The runtime of this process: a forked child gets its own.
+        let runtime = crate::shared::runtime()?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.runtime.spawn(async move {
+        runtime.spawn(async move {
             let _ = tx.send(fut.await);
         });
-        rx.recv()
-            .map_err(|_| Error::Runtime("a request task stopped before answering".into()))
+        match rx.recv_timeout(bound) {
+            Ok(v) => Ok(v),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(Error::NoAnswer {
+                url: self.url.to_string(),
+                name: name.to_string(),
+                op,
+                waited: bound,
+            }),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(Error::Runtime(format!(
+                "{}: {name}: {op}: the request task stopped before answering",
+                self.url
+            ))),
+        }
     }
 
     /// Runs `job` on the runtime's blocking threads, detached.
     pub(crate) fn spawn_blocking(&self, job: impl FnOnce() + Send + 'static) {
-        self.runtime.spawn_blocking(job);
+        if let Ok(runtime) = crate::shared::runtime() {
+            runtime.spawn_blocking(job);
+        }
+    }
+
+    /// Checks, once per tier, that the server refuses a second
+    /// put-if-absent of one name (see [`RemoteTier::commit`]).
+    fn check_conditional_puts(&self) -> Result<()> {
+        if self.config.single_publisher {
+            return Ok(());
+        }
+        let mut checked = self
+            .conditional_checked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if *checked {
+            return Ok(());
+        }
+        let name = format!("{PROBE_DIR}/{}", durable_fs::host_pid_token());
+        let remote = self.remote()?;
+        let path = remote.path(&name)?;
+        let r = remote.clone();
+        let outcome = self.block_on(&name, "conditional put probe", async move {
+            let create = |body: &'static [u8]| {
+                let opts = PutOptions {
+                    mode: PutMode::Create,
+                    ..PutOptions::default()
+                };
+                r.store.put_opts(&path, PutPayload::from_static(body), opts)
+            };
+            // Neither put is repeated: a retry would find the first one.
+            r.retrying(false, || create(b"first")).await?;
+            let second = r.retrying(false, || create(b"second")).await;
+            // Best effort: a probe object left behind is only clutter.
+            let _ = tokio::time::timeout(r.retry.request_timeout, r.store.delete(&path)).await;
+            Ok(second)
+        })?;
+        let op = "conditional put probe";
+        match outcome {
+            Err((f, n)) => Err(remote.error(&name, op, f, n)),
+            Ok(Err((Failure::Store(object_store::Error::AlreadyExists { .. }), _))) => {
+                *checked = true;
+                Ok(())
+            }
+            Ok(Ok(_)) => Err(Error::ConditionalPutIgnored {
+                url: self.url.to_string(),
+                probe: name,
+            }),
+            Ok(Err((f, n))) => Err(remote.error(&name, op, f, n)),
+        }
     }
 
     pub(crate) fn head(&self, name: &str) -> Result<ObjectInfo> {
-        let remote = self.remote.clone();
+        let remote = self.remote()?;
         let path = remote.path(name)?;
         let r = remote.clone();
-        let got = self.block_on(async move {
+        let got = self.block_on(name, "head", async move {
             r.retrying(true, || {
                 let store = Arc::clone(&r.store);
                 let path = path.clone();
@@ -534,48 +751,133 @@ impl Inner {
         })
     }
 
-    /// Gets `range` of `name` (all of it for `None`), requiring the etag
-    /// `if_match` when given; checks the length that came back.
+    /// Gets `range` of `name`, requiring the etag `if_match` when given;
+    /// reads no more of the body than the range's length (a longer answer
+    /// is [`Error::Corrupt`] as soon as it shows) and checks the length.
     pub(crate) fn get(
         &self,
         name: &str,
-        range: Option<std::ops::Range<u64>>,
+        range: std::ops::Range<u64>,
         if_match: Option<String>,
-    ) -> Result<(Bytes, u64)> {
-        let remote = self.remote.clone();
+    ) -> Result<Bytes> {
+        let remote = self.remote()?;
         let path = remote.path(name)?;
         let r = remote.clone();
         let want = range.clone();
-        let got = self.block_on(async move {
+        let expect = range.end - range.start;
+        let got = self.block_on(name, "get", async move {
             r.retrying(true, || {
                 let store = Arc::clone(&r.store);
                 let path = path.clone();
                 let opts = GetOptions {
-                    range: want.clone().map(GetRange::Bounded),
+                    range: Some(GetRange::Bounded(want.clone())),
                     if_match: if_match.clone(),
                     ..GetOptions::default()
                 };
                 async move {
                     let got = store.get_opts(&path, opts).await?;
-                    let size = got.meta.size;
-                    Ok((got.bytes().await?, size))
+                    crate::remote::collect_capped(got.into_stream(), expect).await
                 }
             })
             .await
         })?;
-        let ((bytes, size), _) = got.map_err(|(f, n)| remote.error(name, "get", f, n))?;
-        let expect = match &range {
-            Some(r) => r.end - r.start,
-            None => size,
+        let (got, _) = got.map_err(|(f, n)| remote.error(name, "get", f, n))?;
+        let sent = match &got {
+            Ok(bytes) => bytes.len() as u64,
+            Err(seen) => *seen,
         };
-        if bytes.len() as u64 != expect {
-            return Err(Error::Corrupt {
+        match got {
+            Ok(bytes) if sent == expect => Ok(bytes),
+            _ => Err(Error::Corrupt {
                 url: remote.url.to_string(),
                 name: name.to_string(),
-                problem: format!("asked for {expect} bytes, the store sent {}", bytes.len()),
-            });
+                problem: format!(
+                    "asked for {expect} bytes, the store sent {}{sent}",
+                    if sent > expect { "at least " } else { "" }
+                ),
+            }),
         }
-        Ok((bytes, size))
+    }
+
+    /// Streams all of `name` into a new file at `tmp`, fsynced: at most
+    /// `cap` bytes (an object that turns out larger is
+    /// [`Error::TooLarge`] as soon as the excess arrives, and nothing more
+    /// of it is read), hashed whole and, given a block size, by blocks.
+    fn get_to_file(
+        &self,
+        name: &str,
+        tmp: &Path,
+        cap: u64,
+        block_size: Option<u64>,
+    ) -> Result<Streamed> {
+        let remote = self.remote()?;
+        let path = remote.path(name)?;
+        let r = remote.clone();
+        let dest = tmp.to_path_buf();
+        let got = self.block_on(name, "get", async move {
+            r.retrying(true, || {
+                let store = Arc::clone(&r.store);
+                let path = path.clone();
+                let dest = dest.clone();
+                async move {
+                    let got = store.get_opts(&path, GetOptions::default()).await?;
+                    let got_size = got.meta.size;
+                    if got_size > cap {
+                        return Ok(Streaming::TooLarge(got_size));
+                    }
+                    let mut body = got.into_stream();
+                    // Each attempt starts the file afresh.
+                    let out = match File::create(&dest) {
+                        Ok(f) => f,
+                        Err(e) => return Ok(Streaming::Io("create", e)),
+                    };
+                    let mut whole = blake3::Hasher::new();
+                    let mut blocks = block_size.map(crate::blocks::BlockHasher::new);
+                    let mut size = 0u64;
+                    while let Some(chunk) = body.next().await {
+                        let chunk = chunk?;
+                        size += chunk.len() as u64;
+                        if size > cap {
+                            return Ok(Streaming::TooLarge(size));
+                        }
+                        if let Err(e) = out.write_all_at(&chunk, size - chunk.len() as u64) {
+                            return Ok(Streaming::Io("write", e));
+                        }
+                        whole.update(&chunk);
+                        if let Some(b) = &mut blocks {
+                            b.update(&chunk);
+                        }
+                    }
+                    if size != got_size {
+                        return Ok(Streaming::Short(got_size, size));
+                    }
+                    if let Err(e) = out.sync_all() {
+                        return Ok(Streaming::Io("fsync", e));
+                    }
+                    Ok(Streaming::Done(Streamed {
+                        size,
+                        blake3: *whole.finalize().as_bytes(),
+                        blocks: blocks.map(|b| b.finalize()),
+                    }))
+                }
+            })
+            .await
+        })?;
+        match got.map_err(|(f, n)| remote.error(name, "get", f, n))?.0 {
+            Streaming::Done(s) => Ok(s),
+            Streaming::TooLarge(seen) => Err(Error::TooLarge {
+                url: remote.url.to_string(),
+                name: name.to_string(),
+                seen,
+                cap,
+            }),
+            Streaming::Io(op, e) => Err(Error::io(op, tmp)(e)),
+            Streaming::Short(want, sent) => Err(Error::Corrupt {
+                url: remote.url.to_string(),
+                name: name.to_string(),
+                problem: format!("asked for {want} bytes, the store sent {sent}"),
+            }),
+        }
     }
 
     /// Evicts when the local tier is over budget (after every fetch).
@@ -601,34 +903,60 @@ impl Inner {
         if dest.exists() {
             return Ok(());
         }
-        // A block that does not match is fetched once more, as by blocks.
+        // An object fetched whole is small: at most what the caller
+        // expects, or the tier's whole-file size.
+        let cap = expected.size.unwrap_or(self.config.whole_file_max);
+        let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
+        let fetched = self.fetch_whole_to(name, &tmp, &dest, cap, expected, hashes);
+        if let Err(e) = fetched {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        self.after_fetch()
+    }
+
+    /// [`fetch_whole`](Inner::fetch_whole)'s fetch into `tmp`, checked,
+    /// then renamed to `dest`. A block that does not match is fetched once
+    /// more, as by blocks.
+    fn fetch_whole_to(
+        &self,
+        name: &str,
+        tmp: &Path,
+        dest: &Path,
+        cap: u64,
+        expected: &Expected,
+        hashes: Option<&BlockHashes>,
+    ) -> Result<()> {
         let mut retried = false;
-        let bytes = loop {
-            let (bytes, _) = self.get(name, None, None)?;
-            check(&self.remote.url, name, &bytes, expected)?;
+        loop {
+            let got = match self.get_to_file(name, tmp, cap, hashes.map(|h| h.block_size())) {
+                // Larger than the caller knows it to be: not the object meant.
+                Err(Error::TooLarge { seen, .. }) if expected.size.is_some() => {
+                    return Err(Error::Corrupt {
+                        url: self.url.to_string(),
+                        name: name.to_string(),
+                        problem: format!("{seen} bytes or more, expected {cap}"),
+                    });
+                }
+                got => got?,
+            };
+            check(&self.url, name, got.size, &got.blake3, expected)?;
             let bad = hashes.and_then(|h| {
+                let mine = got.blocks.as_ref().and_then(|b| b.as_ref().ok());
                 (0..h.blocks()).find_map(|i| {
-                    let r = h.range(i);
-                    let block = bytes.get(r.start as usize..r.end as usize);
-                    let (good, got) = h.check_block(i, block.unwrap_or_default());
-                    (!good).then_some((h, i, got))
+                    let have = mine.and_then(|m| m.hash(i)).copied().unwrap_or_default();
+                    (h.hash(i) != Some(&have)).then_some((h, i, have))
                 })
             });
             match bad {
-                None => break bytes,
+                None => break,
                 Some(_) if !retried => retried = true,
                 Some((h, i, got)) => {
-                    return Err(block_mismatch(&self.remote.url, name, &dest, h, i, got));
+                    return Err(block_mismatch(&self.url, name, dest, h, i, got));
                 }
             }
-        };
-        let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
-        durable_fs::write_synced(&tmp, &bytes)?;
-        if let Err(e) = durable_fs::rename_and_sync(&tmp, &dest) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e.into());
         }
-        self.after_fetch()
+        Ok(durable_fs::rename_and_sync(tmp, dest)?)
     }
 
     /// The block map of `key` on disk, if there is a valid one.
@@ -678,7 +1006,7 @@ impl Inner {
             && h.size() != info.size
         {
             return Err(Error::Corrupt {
-                url: self.remote.url.to_string(),
+                url: self.url.to_string(),
                 name: name.to_string(),
                 problem: format!(
                     "{} bytes in the store, the block list covers {}",
@@ -733,24 +1061,17 @@ impl Inner {
         }
         let (range, etag) = obj.block(i);
         let etag = (!etag.is_empty()).then_some(etag);
-        let mut bytes = self.get(&obj.name, Some(range.clone()), etag.clone())?.0;
+        let mut bytes = self.get(&obj.name, range.clone(), etag.clone())?;
         if let Some(h) = &obj.hashes {
             // Checked before a byte is written: a bad block never reaches
             // the local file. One more fetch absorbs a corruption in
             // transit; a second mismatch is the store's bytes.
             let (good, _) = h.check_block(i, &bytes);
             if !good {
-                bytes = self.get(&obj.name, Some(range.clone()), etag)?.0;
+                bytes = self.get(&obj.name, range.clone(), etag)?;
                 let (good, got) = h.check_block(i, &bytes);
                 if !good {
-                    return Err(block_mismatch(
-                        &self.remote.url,
-                        &obj.name,
-                        &obj.path,
-                        h,
-                        i,
-                        got,
-                    ));
+                    return Err(block_mismatch(&self.url, &obj.name, &obj.path, h, i, got));
                 }
             }
         }
@@ -791,22 +1112,40 @@ fn block_mismatch(
     }))
 }
 
-/// Checks fetched bytes against what the caller knows of them.
-fn check(url: &str, name: &str, bytes: &[u8], expected: &Expected) -> Result<()> {
+/// Checks fetched bytes (their size and BLAKE3) against what the caller
+/// knows of them.
+fn check(url: &str, name: &str, size: u64, hash: &[u8; 32], expected: &Expected) -> Result<()> {
     let corrupt = |problem: String| Error::Corrupt {
         url: url.to_string(),
         name: name.to_string(),
         problem,
     };
-    if let Some(size) = expected.size
-        && bytes.len() as u64 != size
+    if let Some(want) = expected.size
+        && size != want
     {
-        return Err(corrupt(format!("{} bytes, expected {size}", bytes.len())));
+        return Err(corrupt(format!("{size} bytes, expected {want}")));
     }
-    if let Some(hash) = expected.blake3
-        && blake3::hash(bytes).as_bytes() != &hash
+    if let Some(want) = expected.blake3
+        && hash != &want
     {
         return Err(corrupt("BLAKE3 mismatch".into()));
     }
     Ok(())
+}
+
+/// What one streamed fetch of a whole object found.
+struct Streamed {
+    size: u64,
+    blake3: [u8; 32],
+    /// Its blocks' hashes, when asked for (the error: they make no list).
+    blocks: Option<std::result::Result<BlockHashes, String>>,
+}
+
+/// How one attempt of [`Inner::get_to_file`] ended, short of a store error.
+enum Streaming {
+    Done(Streamed),
+    TooLarge(u64),
+    /// The object's size, and the bytes its body had.
+    Short(u64, u64),
+    Io(&'static str, std::io::Error),
 }

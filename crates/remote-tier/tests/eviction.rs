@@ -106,3 +106,60 @@ fn an_open_object_is_not_evicted_under_its_reader() {
     f.file().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, a);
 }
+
+/// Every file in the tier's `locks/` directory.
+fn lock_files(tier_dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(tier_dir.join("locks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn lock_files_go_with_the_fetches_and_copies_they_guard() {
+    // Real files on both sides: a `file://` store and a local tier.
+    let bucket = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", bucket.path().display());
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config(dir.path(), 200 << 10);
+    config.prefetch_blocks = 0;
+    let tier = remote_tier::RemoteTier::open(&url, config).unwrap();
+    let mut objects = Vec::new();
+    for i in 0..8u64 {
+        objects.push((format!("shards/{i}.shard"), sample(30_000, i)));
+        objects.push((format!("segments/{i}.arrow"), sample(300_000, 50 + i)));
+    }
+    for (name, bytes) in &objects {
+        tier.put_bytes(name, bytes.clone()).unwrap();
+    }
+    for round in 0..3 {
+        for (name, bytes) in &objects {
+            let f = tier.open_object(name).unwrap();
+            let mut buf = vec![0u8; bytes.len()];
+            f.read_at(0, &mut buf).unwrap();
+            assert!(buf == *bytes, "round {round}: {name}");
+        }
+        tier.evict().unwrap();
+        let locks = lock_files(dir.path());
+        assert!(
+            locks.iter().all(|n| !n.ends_with(".fetch")),
+            "round {round}: fetch locks left behind: {locks:?}"
+        );
+        // Only the copies still local keep a pin (one object each).
+        let local = std::fs::read_dir(dir.path().join("objects"))
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                let name = name.to_string_lossy();
+                name.ends_with(".whole") || name.ends_with(".sparse")
+            })
+            .count();
+        assert!(
+            locks.len() <= local,
+            "round {round}: {} lock files for {local} local copies: {locks:?}",
+            locks.len()
+        );
+    }
+}

@@ -150,3 +150,36 @@ fn a_publish_that_dies_before_its_commit_leaves_the_last_snapshot() {
     assert_eq!((again.seq, again.uploaded), (2, 0));
     let _ = build_store("memory:///", Vec::<(String, String)>::new()).unwrap();
 }
+
+#[test]
+fn a_stray_manifest_named_u64_max_breaks_no_pull_and_no_push() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let (_, _, url) = s3_store(&endpoint, "stray");
+    let local = tempfile::tempdir().unwrap();
+    write_cache(local.path(), 0..30);
+    let t = tempfile::tempdir().unwrap();
+    let tier = s3_tier(&endpoint, &url, small_config(t.path(), 1 << 30));
+    assert_eq!(push_dir(&tier, local.path()).unwrap().seq, 1);
+    // Junk under the highest well-formed name, and names that are not
+    // manifest names at all (too many digits, too few).
+    tier.put_bytes("manifests/18446744073709551615.json", "not a manifest")
+        .unwrap();
+    tier.put_bytes("manifests/99999999999999999999.json", "junk")
+        .unwrap();
+    tier.put_bytes("manifests/3.json", "junk").unwrap();
+
+    let dest = tempfile::tempdir().unwrap();
+    let pulled = pull_dir(&tier, dest.path()).unwrap().unwrap();
+    assert_eq!(pulled.seq, 1, "the last readable snapshot");
+    assert_cache(dest.path(), 0..30);
+
+    write_cache(local.path(), 30..60);
+    let pushed = push_dir(&tier, local.path()).unwrap();
+    assert_eq!(pushed.seq, 2, "the number after the last readable one");
+    assert_eq!(latest_manifest(&tier).unwrap().unwrap().seq, 2);
+    let pulled = pull_dir(&tier, dest.path()).unwrap().unwrap();
+    assert_eq!(pulled.seq, 2);
+    assert_cache(dest.path(), 0..60);
+}

@@ -103,7 +103,10 @@ impl Intercept for Faults {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        let conditional = matches!(opts.mode, object_store::PutMode::Create);
+        // Faults of commits, not of the tier's check that the server
+        // honours conditional puts (its probe objects).
+        let conditional = matches!(opts.mode, object_store::PutMode::Create)
+            && !location.as_ref().contains(remote_tier::PROBE_DIR);
         if conditional && take(&self.fail_creates) {
             return Err(injected("commit refused"));
         }

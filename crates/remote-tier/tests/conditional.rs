@@ -1,0 +1,167 @@
+//! Commits are claimed with conditional puts: a server that accepts
+//! `If-None-Match: *` without honouring it is found out before anything
+//! is published, and a claimed commit is read back before it is trusted.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use common::{s3_endpoint, s3_store, small_config};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, PutResult};
+use remote_tier::snapshot::{Manifest, latest_manifest, pull_dir, push_dir};
+use remote_tier::{Error, RemoteTier};
+use test_support::intercept::{Intercept, Intercepted};
+
+/// A server that takes `If-None-Match: *` and overwrites anyway.
+#[derive(Debug, Default)]
+struct IgnoresCreate;
+
+#[async_trait]
+impl Intercept for IgnoresCreate {
+    fn name(&self) -> &'static str {
+        "IgnoresCreate"
+    }
+
+    async fn put(
+        &self,
+        inner: &dyn ObjectStore,
+        location: &ObjectPath,
+        payload: PutPayload,
+        mut opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        if matches!(opts.mode, PutMode::Create) {
+            opts.mode = PutMode::Overwrite;
+        }
+        inner.put_opts(location, payload, opts).await
+    }
+}
+
+/// A snapshot to publish: two small files.
+fn cache_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.bin"), vec![1u8; 5000]).unwrap();
+    std::fs::write(dir.path().join("meta.json"), br#"{"rows":3}"#).unwrap();
+    dir
+}
+
+#[test]
+fn publishing_refuses_a_server_that_ignores_conditional_puts() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let (store, prefix, url) = s3_store(&endpoint, "ignores");
+    let t = tempfile::tempdir().unwrap();
+    let ignoring = Arc::new(Intercepted::new(Arc::clone(&store), IgnoresCreate));
+    let tier = RemoteTier::with_store(
+        ignoring.clone(),
+        prefix.clone(),
+        &url,
+        small_config(t.path(), 1 << 30),
+    )
+    .unwrap();
+    let local = cache_dir();
+    let err = push_dir(&tier, local.path()).unwrap_err();
+    assert!(
+        matches!(err, Error::ConditionalPutIgnored { .. }),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains(&url) && text.contains("single_publisher"),
+        "names the server and the option: {text}"
+    );
+    assert!(
+        latest_manifest(&tier).unwrap().is_none(),
+        "nothing published"
+    );
+    // The probe object is gone again.
+    assert!(tier.list("_cachex_probe").unwrap().is_empty());
+
+    // One writer only, said so: publishing is safe without them.
+    let mut config = small_config(t.path(), 1 << 30);
+    config.single_publisher = true;
+    let single = RemoteTier::with_store(ignoring, prefix, &url, config).unwrap();
+    assert_eq!(push_dir(&single, local.path()).unwrap().seq, 1);
+
+    // The real server honours them: the probe passes, publishing works.
+    let honest = RemoteTier::with_store(
+        store,
+        ObjectPath::from("honest"),
+        &url,
+        small_config(t.path(), 1 << 30),
+    )
+    .unwrap();
+    assert_eq!(push_dir(&honest, local.path()).unwrap().seq, 1);
+}
+
+/// The server answers the next manifest put with success, but the name
+/// holds another writer's manifest (its answer reordered, say).
+#[derive(Debug, Default)]
+struct AnotherWriterWins(AtomicBool);
+
+#[async_trait]
+impl Intercept for AnotherWriterWins {
+    fn name(&self) -> &'static str {
+        "AnotherWriterWins"
+    }
+
+    async fn put(
+        &self,
+        inner: &dyn ObjectStore,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let manifest = location.as_ref().contains("manifests/");
+        if manifest && matches!(opts.mode, PutMode::Create) && !self.0.swap(true, Ordering::SeqCst)
+        {
+            let name = location.filename().unwrap_or_default();
+            let seq: u64 = name.trim_end_matches(".json").parse().unwrap();
+            let theirs = Manifest {
+                version: 1,
+                seq,
+                writer: "another-writer".into(),
+                files: Vec::new(),
+            };
+            let bytes = serde_json::to_vec(&theirs).unwrap();
+            inner.put_opts(location, bytes.into(), opts).await?;
+            return inner
+                .put_opts(
+                    &ObjectPath::from("unrelated"),
+                    payload,
+                    PutOptions::default(),
+                )
+                .await;
+        }
+        inner.put_opts(location, payload, opts).await
+    }
+}
+
+#[test]
+fn a_claimed_manifest_is_read_back_before_it_is_trusted() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let (store, prefix, url) = s3_store(&endpoint, "readback");
+    let t = tempfile::tempdir().unwrap();
+    let wrapped = Arc::new(Intercepted::new(store, AnotherWriterWins::default()));
+    let tier =
+        RemoteTier::with_store(wrapped, prefix, &url, small_config(t.path(), 1 << 30)).unwrap();
+    let local = cache_dir();
+    let report = push_dir(&tier, local.path()).unwrap();
+    assert_eq!(
+        report.seq, 2,
+        "number 1 went to the other writer: {report:?}"
+    );
+    let latest = latest_manifest(&tier).unwrap().unwrap();
+    assert_eq!((latest.seq, latest.files.len()), (2, 2));
+    let dest = tempfile::tempdir().unwrap();
+    pull_dir(&tier, dest.path()).unwrap().unwrap();
+    assert_eq!(
+        std::fs::read(dest.path().join("meta.json")).unwrap(),
+        br#"{"rows":3}"#
+    );
+}
