@@ -84,7 +84,7 @@ use durable_fs::FileLock;
 use remote_tier::{BlockHasher, BlockHashes, BlockList, Expected, RemoteFile, RemoteTier};
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use crate::{Error, Result, prefetch};
 
 /// Where piece objects live under the URL.
 pub const OBJECTS: &str = "objects";
@@ -549,7 +549,16 @@ impl RemoteDir {
     fn apply(&self, state: &mut State, c: &Commit) -> Result<(BTreeMap<String, Known>, u64)> {
         let mut files = BTreeMap::new();
         let mut fetched = 0;
-        for p in &c.pieces {
+        let (ahead, ahead_of) = self.fetched_whole(c);
+        let windows = prefetch::windows(&ahead, self.tier.config().budget_bytes);
+        let mut next_window = 0;
+        for (i, p) in c.pieces.iter().enumerate() {
+            if let (Some(k), Some(w)) = (ahead_of[i], windows.get(next_window))
+                && k == w.start
+            {
+                prefetch::fetch_window(&self.tier, &ahead[w.clone()]);
+                next_window += 1;
+            }
             let local = self.dir.join(&p.path);
             let end = p.offset + p.size;
             let known = state.files.get(&p.path).copied();
@@ -667,6 +676,39 @@ impl RemoteDir {
             files.insert(p.path.clone(), k);
         }
         Ok((files, fetched))
+    }
+
+    /// The objects of `c` that applying it will fetch whole (not linked to
+    /// be read by blocks, not already in place), with their sizes; and for
+    /// each piece, its index in that list.
+    fn fetched_whole(&self, c: &Commit) -> (Vec<(prefetch::Ahead, u64)>, Vec<Option<usize>>) {
+        let whole_max = self.tier_whole_max();
+        let mut ahead = Vec::new();
+        let of = c
+            .pieces
+            .iter()
+            .map(|p| {
+                let linked =
+                    p.offset == 0 && (self.by_blocks)(&p.path, p.size) && p.size > whole_max;
+                let local = self.dir.join(&p.path);
+                if p.size == 0 || linked || prefetch::in_place(&local, p.offset + p.size) {
+                    return None;
+                }
+                let hash = parse_hash(&self.tier, &p.blake3).ok()?;
+                ahead.push((
+                    prefetch::Ahead {
+                        object: format!("{OBJECTS}/{}", p.blake3),
+                        expected: Expected {
+                            size: Some(p.size),
+                            blake3: Some(*hash.as_bytes()),
+                        },
+                    },
+                    p.size,
+                ));
+                Some(ahead.len() - 1)
+            })
+            .collect();
+        (ahead, of)
     }
 
     fn tier_whole_max(&self) -> u64 {

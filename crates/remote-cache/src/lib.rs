@@ -118,6 +118,7 @@
 mod error;
 pub mod journal;
 mod location;
+mod prefetch;
 mod stores;
 
 pub use error::{Error, Result};

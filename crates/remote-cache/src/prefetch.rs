@@ -1,0 +1,103 @@
+//! Fetching a commit's whole pieces ahead of applying them, many requests
+//! at once: applying a commit copies its pieces into the working directory
+//! one at a time, in order, and each copy waits on the tier's fetch of its
+//! object; a cold open of a cache of many segments would otherwise be one
+//! round trip after another. The pieces are fetched in windows that fit
+//! half the tier's budget (so a window's objects are still in the tier
+//! when the copies reach them), each window by up to [`IN_FLIGHT`]
+//! threads. A failed fetch here is left for the in-order apply, which
+//! fetches the object again and reports the error with its commit.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use remote_tier::{Expected, RemoteTier};
+
+/// Requests in flight while a window is fetched.
+pub const IN_FLIGHT: usize = 16;
+
+/// One object a commit's apply will fetch whole.
+#[derive(Debug, Clone)]
+pub struct Ahead {
+    /// Its name in the store (`objects/<blake3>`).
+    pub object: String,
+    /// What it must be.
+    pub expected: Expected,
+}
+
+/// Windows of `pieces` (object and size): consecutive runs whose bytes fit
+/// half of `budget` (a larger object is a window of its own).
+pub fn windows(pieces: &[(Ahead, u64)], budget: u64) -> Vec<std::ops::Range<usize>> {
+    let cap = (budget / 2).max(1);
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, (_, size)) in pieces.iter().enumerate() {
+        if i > start && bytes.saturating_add(*size) > cap {
+            out.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes = bytes.saturating_add(*size);
+    }
+    if start < pieces.len() {
+        out.push(start..pieces.len());
+    }
+    out
+}
+
+/// Fetches every object of `window` into `tier`, up to [`IN_FLIGHT`] at a
+/// time; returns how many arrived (errors are left to the caller's own
+/// fetch, which names the commit).
+pub fn fetch_window(tier: &RemoteTier, window: &[(Ahead, u64)]) -> usize {
+    let next = AtomicUsize::new(0);
+    let arrived = AtomicUsize::new(0);
+    let threads = IN_FLIGHT.min(window.len());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((ahead, _)) = window.get(i) else {
+                        break;
+                    };
+                    if tier.fetch(&ahead.object, &ahead.expected).is_ok() {
+                        arrived.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    arrived.into_inner()
+}
+
+/// Whether `local` already holds `end` bytes: a re-applied piece whose
+/// bytes are in place needs no fetch (the apply checks their hash).
+pub fn in_place(local: &Path, end: u64) -> bool {
+    std::fs::symlink_metadata(local).is_ok_and(|m| m.file_type().is_file() && m.len() >= end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ahead(size: u64) -> (Ahead, u64) {
+        (
+            Ahead {
+                object: format!("objects/{size}"),
+                expected: Expected {
+                    size: Some(size),
+                    blake3: None,
+                },
+            },
+            size,
+        )
+    }
+
+    #[test]
+    fn windows_fit_half_the_budget_and_cover_every_piece() {
+        let pieces: Vec<_> = [10, 20, 30, 100, 5, 5].into_iter().map(ahead).collect();
+        let w = windows(&pieces, 80);
+        assert_eq!(w, vec![0..2, 2..3, 3..4, 4..6]);
+        assert_eq!(windows(&pieces, u64::MAX), vec![0..6]);
+        assert!(windows(&[], 10).is_empty());
+    }
+}
