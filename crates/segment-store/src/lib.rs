@@ -133,6 +133,7 @@ pub mod format;
 mod index;
 mod lru;
 mod maintenance;
+mod maps;
 mod reader;
 mod record;
 mod recover;

@@ -1,5 +1,6 @@
 //! [`SegmentStore`]: the keyed cache that ties the pieces together.
 
+use std::cell::{OnceCell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::format::{self, LOCK_FILE, SCHEMA_FILE};
 use crate::index::{KeyIndex, Loc};
 use crate::lru::Lru;
-use crate::reader::{Decoded, Row, Segment};
+use crate::reader::{Decoded, Row, Segment, SegmentMaps};
 use crate::record::{Record, part_bytes};
 use crate::recover::{LogCursor, Role, hint_of, recover};
 use crate::schema::{RecordSchema, to_schema_json};
@@ -59,6 +60,13 @@ pub struct Options {
     /// no lock between them. `None` (the default) is the single-writer
     /// mode, where only `writer_rank` persists. Ignored when `read_only`.
     pub writer_id: Option<u32>,
+    /// Segment files this store keeps memory-mapped at once (default
+    /// 4096). Segments are mapped when a read needs them; beyond this
+    /// many, the least recently used are unmapped (records already read
+    /// keep their bytes). Linux allows a process 65,530 maps, and the
+    /// stores of one process together keep at most half of that,
+    /// whatever each one's bound.
+    pub max_maps: usize,
 }
 
 impl Default for Options {
@@ -75,6 +83,7 @@ impl Default for Options {
                 .unwrap_or(0),
             read_only: false,
             writer_id: None,
+            max_maps: 4096,
         }
     }
 }
@@ -153,6 +162,8 @@ impl WriteSide {
 pub(crate) struct Inner {
     pub(crate) dir: PathBuf,
     opts: Options,
+    /// The segments' live mappings.
+    pub(crate) maps: Arc<SegmentMaps>,
     pub(crate) state: RwLock<State>,
     pending: Mutex<Pending>,
     pub(crate) write: Option<Mutex<WriteSide>>,
@@ -268,7 +279,11 @@ impl SegmentStore {
                 }
             }
         }
-        let rec = recover(&dir, role)?;
+        if opts.max_maps == 0 {
+            return Err(Error::InvalidInput("max_maps must be at least 1".into()));
+        }
+        let maps = SegmentMaps::new(opts.max_maps);
+        let rec = recover(&dir, role, &maps)?;
         let write = rec.log.map(|log| {
             Mutex::new(WriteSide {
                 log,
@@ -278,6 +293,7 @@ impl SegmentStore {
         });
         let inner = Arc::new(Inner {
             dir,
+            maps,
             state: RwLock::new(State {
                 schema: rec.schema,
                 index: rec.index,
@@ -575,7 +591,7 @@ impl SegmentStore {
             let mut hashes: Vec<u64> = Vec::with_capacity(wanted.len());
             let mut first: Vec<Option<(&Segment, &Decoded, Row<'_>)>> =
                 Vec::with_capacity(wanted.len());
-            let mut segs = SegmentTable::new(&st.segments, hint, wanted.len());
+            let segs = SegmentTable::new(&st.segments, hint, wanted.len());
             let mut hits = 0;
             let total = wanted.len();
             for step in 0..total + 3 * AHEAD {
@@ -786,7 +802,7 @@ fn lookup(inner: &Inner, st: &State, key: &str, hash: u64) -> Option<Hit> {
                     return Some(Hit {
                         loc,
                         segment: seg.clone(),
-                        decoded: d.clone(),
+                        decoded: d,
                     });
                 }
             }
@@ -887,7 +903,7 @@ fn commit_run(inner: &Inner, write: &Mutex<WriteSide>, batch: &Batch, w: Written
         let _ = std::fs::remove_file(&path);
         return Err(e);
     }
-    let seg = Arc::new(Segment::open(&path, id)?);
+    let seg = Arc::new(Segment::open(&path, id, &inner.maps)?);
     let mut st = inner.state.write();
     let State {
         index,
@@ -998,56 +1014,67 @@ fn note_bg_error(inner: &Inner, records: usize, e: Error) {
 const WARM_BYTES: usize = 512 << 10;
 
 /// The segments one `get_batch` call reads, resolved and decoded once per
-/// segment rather than once per key: a table indexed by id when the ids
-/// span not much more than the keys asked for, the map otherwise.
+/// segment rather than once per key, and held (mapped) until the call
+/// returns: a table indexed by id when the ids span not much more than the
+/// keys asked for, slots taken in order of first use otherwise.
 struct SegmentTable<'a> {
     map: &'a BTreeMap<u32, Arc<Segment>>,
     hint: Option<crate::Structure>,
     /// Smallest segment id.
     base: u32,
-    /// By `id - base`: `None` until resolved, then the segment and its
-    /// decoded columns (`None` when it is unreadable).
-    dense: Vec<Option<Option<(&'a Segment, &'a Decoded)>>>,
+    /// Whether `cells` is indexed by `id - base`.
+    dense: bool,
+    /// Each resolved once: the segment and its decoded columns (`None`
+    /// when it is absent or unreadable).
+    cells: Vec<OnceCell<Option<(&'a Segment, Arc<Decoded>)>>>,
+    /// Sparse: the cell of each id met so far.
+    sparse: RefCell<HashMap<u32, usize>>,
 }
 
 impl<'a> SegmentTable<'a> {
+    /// A table for at most `lookups` calls of [`SegmentTable::get`].
     fn new(
         map: &'a BTreeMap<u32, Arc<Segment>>,
         hint: Option<crate::Structure>,
-        keys: usize,
+        lookups: usize,
     ) -> SegmentTable<'a> {
         let (base, span) = match (map.first_key_value(), map.last_key_value()) {
             (Some((&lo, _)), Some((&hi, _))) => (lo, (hi - lo) as usize + 1),
             _ => (0, 0),
         };
-        let dense = if span <= keys.saturating_mul(4) {
-            vec![None; span]
-        } else {
-            Vec::new()
-        };
+        let dense = span <= lookups.saturating_mul(4);
+        let cells = std::iter::repeat_with(OnceCell::new)
+            .take(if dense { span } else { lookups })
+            .collect();
         SegmentTable {
             map,
             hint,
             base,
             dense,
+            cells,
+            sparse: RefCell::new(HashMap::new()),
         }
     }
 
-    fn get(&mut self, id: u32) -> Option<(&'a Segment, &'a Decoded)> {
-        let (map, hint) = (self.map, self.hint);
-        let resolve = || {
-            let seg = map.get(&id)?;
-            let d = seg.decoded(hint).ok()?;
-            Some((&**seg, &**d))
+    fn get(&self, id: u32) -> Option<(&'a Segment, &Decoded)> {
+        let cell = if self.dense {
+            self.cells.get(id.checked_sub(self.base)? as usize)?
+        } else {
+            let mut sparse = self.sparse.borrow_mut();
+            let next = sparse.len();
+            let i = *sparse.entry(id).or_insert(next);
+            // More ids than lookups cannot happen; the caller's slow path
+            // finds such a key anyway.
+            self.cells.get(i)?
         };
-        match id
-            .checked_sub(self.base)
-            .and_then(|i| self.dense.get_mut(i as usize))
-        {
-            Some(Some(hit)) => *hit,
-            Some(slot) => *slot.insert(resolve()),
-            None => resolve(),
-        }
+        let (seg, d) = cell
+            .get_or_init(|| {
+                let seg = self.map.get(&id)?;
+                let d = seg.decoded(self.hint).ok()?;
+                Some((&**seg, d))
+            })
+            .as_ref()?;
+        Some((*seg, &**d))
     }
 }
 
