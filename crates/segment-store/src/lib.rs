@@ -129,22 +129,27 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+mod flush;
 pub mod format;
 mod index;
+mod lookup;
 mod lru;
 mod maintenance;
 mod maps;
+mod options;
 mod reader;
 mod record;
 mod recover;
 mod refresh;
 mod schema;
+mod state;
 mod store;
 mod validate;
 mod writer;
 
 pub use error::{Error, Result};
 pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
+pub use options::Options;
 pub use record::{Blob, Part, Record, Structure, TensorBuf};
 pub use schema::{PartKind, PartSpec, RecordSchema, SCHEMA_FILE_CAP};
-pub use store::{Options, SegmentStore, Stats};
+pub use store::{SegmentStore, Stats};

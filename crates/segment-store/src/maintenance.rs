@@ -14,7 +14,8 @@ use crate::reader::{Segment, SegmentMaps};
 use crate::record::{Record, Structure};
 use crate::recover::{hint_of, list_segments, list_writer_logs};
 use crate::schema::parse_schema_json;
-use crate::store::{SegmentStore, note_problem};
+use crate::state::note_problem;
+use crate::store::SegmentStore;
 use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
 use crate::{Error, Result};
 

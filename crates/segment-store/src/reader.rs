@@ -75,7 +75,9 @@ impl Segment {
 
     /// [`crate::format::content_hash`] of the whole file (reads all of it).
     pub fn content_hash(&self) -> Result<u64> {
-        Ok(crate::format::content_hash(self.mapped()?.buffer.as_slice()))
+        Ok(crate::format::content_hash(
+            self.mapped()?.buffer.as_slice(),
+        ))
     }
 
     /// File length in bytes.
@@ -90,8 +92,7 @@ impl Segment {
         mapped
             .decoded
             .get_or_init(|| {
-                let r =
-                    std::panic::catch_unwind(AssertUnwindSafe(|| decode(&mapped.buffer, hint)));
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| decode(&mapped.buffer, hint)));
                 match r {
                     Ok(Ok(d)) => Ok(Arc::new(d)),
                     Ok(Err(e)) => Err(e),

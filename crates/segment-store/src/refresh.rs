@@ -78,14 +78,23 @@ impl SegmentStore {
         let mut problems = Vec::new();
         let mut st = inner.state.write();
         let hint = hint_of(st.schema.as_ref());
-        let crate::store::State {
+        let crate::state::State {
             index, segments, ..
         } = &mut *st;
         for (path, file, len, cursor) in reads {
             let Some(mut c) = cursor else { continue };
             index.reserve(usize::try_from((len - c.offset) / 8).unwrap_or(0));
             let visit = |g: &format::Group, body: &[u8]| {
-                index_group(dir, &inner.maps, segments, index, hint, g, body, &mut problems);
+                index_group(
+                    dir,
+                    &inner.maps,
+                    segments,
+                    index,
+                    hint,
+                    g,
+                    body,
+                    &mut problems,
+                );
                 added += 1;
             };
             let read = if c.offset == 0 {
