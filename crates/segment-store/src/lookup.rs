@@ -207,6 +207,10 @@ pub(crate) fn lookup(inner: &Inner, st: &State, key: &str, hash: u64) -> Option<
 /// to bring into its caches before returning (about half an L2 cache).
 const WARM_BYTES: usize = 512 << 10;
 
+/// A segment of a [`SegmentTable`] and its decoded columns (`None` when
+/// it is absent or unreadable).
+type Resolved<'a> = Option<(&'a Segment, Arc<Decoded>)>;
+
 /// The segments one `get_batch` call reads, resolved and decoded once per
 /// segment rather than once per key, and held (mapped) until the call
 /// returns: a table indexed by id when the ids span not much more than the
@@ -220,7 +224,7 @@ struct SegmentTable<'a> {
     dense: bool,
     /// Each resolved once: the segment and its decoded columns (`None`
     /// when it is absent or unreadable).
-    cells: Vec<OnceCell<Option<(&'a Segment, Arc<Decoded>)>>>,
+    cells: Vec<OnceCell<Resolved<'a>>>,
     /// Sparse: the cell of each id met so far.
     sparse: RefCell<HashMap<u32, usize>>,
 }

@@ -149,13 +149,13 @@ pub fn index_group(
     problems: &mut Vec<Problem>,
 ) {
     let path = format::segment_path(dir, g.segment_id);
-    if !segments.contains_key(&g.segment_id) {
+    if let std::collections::btree_map::Entry::Vacant(slot) = segments.entry(g.segment_id) {
         // The listing of `segments/` precedes the read of the logs: a
         // segment a writer renamed into place in between, and then
         // logged, is here now (and a refresh reaches its group only once).
         match Segment::open(&path, g.segment_id, maps) {
             Ok(seg) => {
-                segments.insert(g.segment_id, Arc::new(seg));
+                slot.insert(Arc::new(seg));
             }
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 problems.push(problem(
