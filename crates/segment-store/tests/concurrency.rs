@@ -311,15 +311,21 @@ fn a_reader_opened_during_flushes_keeps_every_committed_segment() {
         )
         .unwrap()
     };
-    // Enough segments that listing and opening them leaves the writer
-    // time to commit the next ones meanwhile.
-    let watch = read_only();
-    while watch.len() < 300 {
-        assert!(child.try_wait().unwrap().is_none(), "the writer stopped");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        watch.refresh().unwrap();
-    }
-    let mut outcome = std::panic::catch_unwind(|| {
+    let mut outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // Enough segments that listing and opening them leaves the writer
+        // time to commit the next ones meanwhile.
+        let watch = read_only();
+        while watch.len() < 300 {
+            assert!(child.try_wait().unwrap().is_none(), "the writer stopped");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            watch.refresh().unwrap();
+            let on_disk = std::fs::read_dir(dir.path().join("segments")).map_or(0, |d| d.count());
+            assert!(
+                on_disk < 3000,
+                "refreshes found {} of {on_disk} segments",
+                watch.len()
+            );
+        }
         for round in 0..40 {
             let reader = read_only();
             let before = assert_a_prefix(&reader, &format!("round {round}, opened"));
@@ -334,7 +340,7 @@ fn a_reader_opened_during_flushes_keeps_every_committed_segment() {
                 assert!(missing.is_empty(), "verify beside a writer: {missing:?}");
             }
         }
-    });
+    }));
     std::fs::write(dir.path().join("stop"), b"").unwrap();
     let status = child.wait().unwrap();
     if outcome.is_ok() && !status.success() {
