@@ -37,7 +37,11 @@ pub struct Options {
     /// many, the least recently used are unmapped (records already read
     /// keep their bytes). Linux allows a process 65,530 maps, and the
     /// stores of one process together keep at most half of that,
-    /// whatever each one's bound.
+    /// whatever each one's bound. Mapping a segment again costs an open,
+    /// an `mmap` and a decode of its footer (tens of µs): a cache of more
+    /// segments than this, read uniformly at random, pays that on the
+    /// share of reads that fall outside the bound, so raise it (or
+    /// flush fewer, larger segments) when one store is all a process maps.
     pub max_maps: usize,
 }
 
