@@ -26,8 +26,11 @@
 //!   comes back from the next call.
 //! * **Reads** try the byte-bounded LRU, then unflushed records, then the
 //!   index: a table of 12-byte slots (≤ 24 bytes per key), loaded by one
-//!   sequential read of the log without parsing any key string. Each
-//!   segment is mapped once and decoded lazily by arrow-rs' `FileDecoder`
+//!   sequential read of the log without parsing any key string. A
+//!   segment is mapped when a read needs it (at most
+//!   [`Options::max_maps`] stay mapped; the least recently used are
+//!   unmapped, while the records read from them keep their bytes) and
+//!   decoded lazily by arrow-rs' `FileDecoder`
 //!   over the mapped `Buffer`, validated before any row is read (buffer
 //!   layout, offsets, UTF-8, nulls: in vectorized passes of this crate for
 //!   the types segments hold, by Arrow for any other); a record's tensors
@@ -129,21 +132,27 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+mod flush;
 pub mod format;
 mod index;
+mod lookup;
 mod lru;
 mod maintenance;
+mod maps;
+mod options;
 mod reader;
 mod record;
 mod recover;
 mod refresh;
 mod schema;
+mod state;
 mod store;
 mod validate;
 mod writer;
 
 pub use error::{Error, Result};
 pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
+pub use options::Options;
 pub use record::{Blob, Part, Record, Structure, TensorBuf};
 pub use schema::{PartKind, PartSpec, RecordSchema, SCHEMA_FILE_CAP};
-pub use store::{Options, SegmentStore, Stats};
+pub use store::{SegmentStore, Stats};

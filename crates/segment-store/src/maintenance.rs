@@ -10,11 +10,12 @@ use serde_json::json;
 
 use crate::format::{self, INDEX_FILE, SCHEMA_FILE, WRITERS_DIR};
 use crate::index::{KeyIndex, Loc};
-use crate::reader::Segment;
+use crate::reader::{Segment, SegmentMaps};
 use crate::record::{Record, Structure};
 use crate::recover::{hint_of, list_segments, list_writer_logs};
 use crate::schema::parse_schema_json;
-use crate::store::{SegmentStore, note_problem};
+use crate::state::note_problem;
+use crate::store::SegmentStore;
 use crate::writer::{IndexLog, build_batch, split_runs, write_segment};
 use crate::{Error, Result};
 
@@ -184,6 +185,9 @@ impl Inspection {
     }
 }
 
+/// Mappings `verify` keeps while it reads every segment once.
+const VERIFY_MAPS: usize = 16;
+
 /// Opens the cache in `dir` read-only and lists everything wrong with it
 /// (empty when sound): what recovery found on open
 /// ([`SegmentStore::problems`]) and what [`SegmentStore::verify`] finds,
@@ -263,13 +267,6 @@ impl SegmentStore {
             Err(_) if st_schema.is_none() => {}
             Err(e) => push(schema_path, ProblemKind::Io, format!("unreadable: {e}")),
         }
-        let on_disk = match list_segments(dir) {
-            Ok(s) => s,
-            Err(e) => {
-                push(dir.clone(), ProblemKind::Io, e.to_string());
-                return out;
-            }
-        };
         // Every index log: the shared one and each writer's.
         let mut logs: Vec<PathBuf> = vec![dir.join(INDEX_FILE)];
         match list_writer_logs(dir) {
@@ -312,6 +309,15 @@ impl SegmentStore {
                 Err(e) => push(log.clone(), ProblemKind::Structure, e),
             }
         }
+        // Listed after the logs are read: a segment a writer renames and
+        // logs meanwhile is then found, never reported missing.
+        let on_disk = match list_segments(dir) {
+            Ok(s) => s,
+            Err(e) => {
+                push(dir.clone(), ProblemKind::Io, e.to_string());
+                return out;
+            }
+        };
         if any_log {
             for id in on_disk.keys() {
                 if !expected.contains_key(id) {
@@ -329,9 +335,12 @@ impl SegmentStore {
                 expected.insert(*id, None);
             }
         }
+        // Each segment is read once here: mappings of its own, so that
+        // the store's hot ones stay.
+        let maps = SegmentMaps::new(VERIFY_MAPS);
         for (id, want) in expected {
             let path = format::segment_path(dir, id);
-            let seg = match Segment::open(&path, id) {
+            let seg = match Segment::open(&path, id, &maps) {
                 Ok(s) => s,
                 Err(e) => {
                     let kind = if path.exists() {
@@ -359,12 +368,19 @@ impl SegmentStore {
                         kind,
                         format!("{} bytes, the index recorded {len}", seg.file_len()),
                     );
-                } else if seg.content_hash() != *content {
-                    push(
-                        path.clone(),
-                        ProblemKind::ChecksumMismatch,
-                        "content differs from the checksum the index recorded".into(),
-                    );
+                } else {
+                    match seg.content_hash() {
+                        Ok(c) if c == *content => {}
+                        Ok(_) => push(
+                            path.clone(),
+                            ProblemKind::ChecksumMismatch,
+                            "content differs from the checksum the index recorded".into(),
+                        ),
+                        Err(e) => {
+                            push(path, ProblemKind::Structure, e.to_string());
+                            continue;
+                        }
+                    }
                 }
             }
             let d = match seg.decoded(hint) {
@@ -544,7 +560,7 @@ impl SegmentStore {
                     );
                 }
                 groups.push(format::encode_group(id, len, content, &hashes));
-                new_segments.insert(id, Arc::new(Segment::open(&path, id)?));
+                new_segments.insert(id, Arc::new(Segment::open(&path, id, &inner.maps)?));
             }
         }
         let log = IndexLog::create(

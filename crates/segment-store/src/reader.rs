@@ -1,4 +1,4 @@
-//! Reading segments: memory-map once, decode lazily with arrow-rs'
+//! Reading segments: memory-map on demand, decode lazily with arrow-rs'
 //! zero-copy `FileDecoder`, hand out rows as views into the map.
 
 use std::fs::File;
@@ -19,85 +19,132 @@ use memmap2::Mmap;
 use tensor_core::{DType, Shape, SharedBytes, SharedTensor, Tensor, Value};
 
 use crate::index::prefetch;
+use crate::maps::{Maps, Slot};
 use crate::record::{Part, Record, Structure};
 use crate::schema::{PartKind, RecordSchema};
 use crate::validate::{check_layout, plain_type, validate_batch};
 use crate::{Error, Result};
 
-/// One immutable segment file, mapped into memory.
+/// One immutable segment file, mapped into memory while a read needs it
+/// (see `maps.rs`).
 pub struct Segment {
     /// Segment id (from the file name).
     pub id: u32,
     /// Path of the file.
     pub path: PathBuf,
+    len: u64,
+    maps: Arc<SegmentMaps>,
+    slot: Arc<Slot<Mapped>>,
+}
+
+/// The bounded set of a store's segment mappings.
+pub type SegmentMaps = Maps<Mapped>;
+
+/// A segment's mapping and what was decoded over it.
+pub struct Mapped {
     buffer: Buffer,
     decoded: OnceLock<std::result::Result<Arc<Decoded>, String>>,
 }
 
 impl Segment {
-    /// Maps the file. Decoding waits for the first read.
-    pub fn open(path: &Path, id: u32) -> Result<Segment> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open segment", e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io(path, "stat segment", e))?
+    /// Notes the file's length, and maps it now if `maps` has room: a
+    /// handle then keeps reading what it opened even after a compaction
+    /// unlinks the file. Otherwise the first read maps it.
+    pub fn open(path: &Path, id: u32, maps: &Arc<SegmentMaps>) -> Result<Segment> {
+        let len = std::fs::metadata(path)
+            .map_err(|e| Error::io(path, "open segment", e))?
             .len();
-        let buffer = if len == 0 {
-            Buffer::from_vec(Vec::<u8>::new())
-        } else {
-            // SAFETY: segment files are immutable once renamed into place:
-            // this crate never writes, truncates or reuses a segment name
-            // after the rename (compaction writes new ids and unlinks old
-            // files, which leaves existing maps valid). A foreign process
-            // that truncates a segment under a reader is outside the
-            // supported protocol, as with every mmap-based reader.
-            let mmap =
-                unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap segment", e))?;
-            let ptr = NonNull::new(mmap.as_ptr().cast_mut())
-                .ok_or_else(|| Error::corrupt(path, "mmap returned a null pointer"))?;
-            let n = mmap.len();
-            // Large page-cache folios may then be mapped whole: far fewer
-            // page faults for random reads in a fresh process (a hint).
-            #[cfg(target_os = "linux")]
-            let _ = mmap.advise(memmap2::Advice::HugePage);
-            let mmap = Arc::new(mmap);
-            // SAFETY: `ptr` and `n` describe the live mapping, and the Arc
-            // handed to the buffer owns the `Mmap`, so the memory stays
-            // mapped (and unmodified, see above) while any slice exists.
-            unsafe { Buffer::from_custom_allocation(ptr, n, mmap) }
-        };
-        Ok(Segment {
+        let seg = Segment {
             id,
             path: path.to_path_buf(),
-            buffer,
-            decoded: OnceLock::new(),
-        })
+            len,
+            maps: maps.clone(),
+            slot: Slot::new(),
+        };
+        if maps.has_room() {
+            seg.mapped()?;
+        }
+        Ok(seg)
+    }
+
+    /// The mapping, made now if the segment has none.
+    fn mapped(&self) -> Result<Arc<Mapped>> {
+        self.maps
+            .get_or_map(&self.slot, || map_file(&self.path, self.len))
     }
 
     /// [`crate::format::content_hash`] of the whole file (reads all of it).
-    pub fn content_hash(&self) -> u64 {
-        crate::format::content_hash(self.buffer.as_slice())
+    pub fn content_hash(&self) -> Result<u64> {
+        Ok(crate::format::content_hash(
+            self.mapped()?.buffer.as_slice(),
+        ))
     }
 
     /// File length in bytes.
     pub fn file_len(&self) -> u64 {
-        self.buffer.len() as u64
+        self.len
     }
 
-    /// The decoded segment (decoded on first call, then cached).
-    pub fn decoded(&self, hint: Option<Structure>) -> Result<&Arc<Decoded>> {
-        self.decoded
+    /// The decoded segment (decoded on the first call over a mapping, then
+    /// kept with it).
+    pub fn decoded(&self, hint: Option<Structure>) -> Result<Arc<Decoded>> {
+        let mapped = self.mapped()?;
+        mapped
+            .decoded
             .get_or_init(|| {
-                let r = std::panic::catch_unwind(AssertUnwindSafe(|| decode(&self.buffer, hint)));
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| decode(&mapped.buffer, hint)));
                 match r {
                     Ok(Ok(d)) => Ok(Arc::new(d)),
                     Ok(Err(e)) => Err(e),
                     Err(_) => Err("the Arrow decoder panicked on this file".to_owned()),
                 }
             })
-            .as_ref()
-            .map_err(|detail| Error::corrupt(&self.path, detail.clone()))
+            .clone()
+            .map_err(|detail| Error::corrupt(&self.path, detail))
     }
+}
+
+/// Maps the segment at `path`, which was `len` bytes when it was opened.
+fn map_file(path: &Path, len: u64) -> Result<Mapped> {
+    let file = File::open(path).map_err(|e| Error::io(path, "open segment", e))?;
+    let now = file
+        .metadata()
+        .map_err(|e| Error::io(path, "stat segment", e))?
+        .len();
+    if now != len {
+        return Err(Error::corrupt(
+            path,
+            format!("{now} bytes, {len} when the store opened it: segments never change"),
+        ));
+    }
+    let buffer = if len == 0 {
+        Buffer::from_vec(Vec::<u8>::new())
+    } else {
+        // SAFETY: segment files are immutable once renamed into place:
+        // this crate never writes, truncates or reuses a segment name
+        // after the rename (compaction writes new ids and unlinks old
+        // files, which leaves existing maps valid). A foreign process
+        // that truncates a segment under a reader is outside the
+        // supported protocol, as with every mmap-based reader.
+        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap segment", e))?;
+        let ptr = NonNull::new(mmap.as_ptr().cast_mut())
+            .ok_or_else(|| Error::corrupt(path, "mmap returned a null pointer"))?;
+        let n = mmap.len();
+        // Large page-cache folios may then be mapped whole: far fewer
+        // page faults for random reads in a fresh process (a hint).
+        #[cfg(target_os = "linux")]
+        let _ = mmap.advise(memmap2::Advice::HugePage);
+        let mmap = Arc::new(mmap);
+        // SAFETY: `ptr` and `n` describe the live mapping, and the Arc
+        // handed to the buffer owns the `Mmap`, so the memory stays
+        // mapped (and unmodified, see above) while any slice exists —
+        // also after the store's set of mappings let go of it.
+        unsafe { Buffer::from_custom_allocation(ptr, n, mmap) }
+    };
+    Ok(Mapped {
+        buffer,
+        decoded: OnceLock::new(),
+    })
 }
 
 /// A decoded segment: typed columns over the mapped bytes.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::format::{self, INDEX_FILE, SCHEMA_FILE, SEGMENTS_DIR, WRITERS_DIR};
 use crate::index::{KeyIndex, Loc, MAX_ROW};
-use crate::reader::Segment;
+use crate::reader::{Segment, SegmentMaps};
 use crate::record::Structure;
 use crate::schema::{RecordSchema, parse_schema_json, to_schema_json};
 use crate::writer::IndexLog;
@@ -137,8 +137,10 @@ fn key_at(
 
 /// Indexes one group of an index log: checks its segment against the
 /// group's stamp and inserts its keys; the later location of a key wins.
+#[allow(clippy::too_many_arguments)]
 pub fn index_group(
     dir: &Path,
+    maps: &Arc<SegmentMaps>,
     segments: &mut BTreeMap<u32, Arc<Segment>>,
     index: &mut KeyIndex,
     hint: Option<Structure>,
@@ -147,12 +149,33 @@ pub fn index_group(
     problems: &mut Vec<Problem>,
 ) {
     let path = format::segment_path(dir, g.segment_id);
+    if let std::collections::btree_map::Entry::Vacant(slot) = segments.entry(g.segment_id) {
+        // The listing of `segments/` precedes the read of the logs: a
+        // segment a writer renamed into place in between, and then
+        // logged, is here now (and a refresh reaches its group only once).
+        match Segment::open(&path, g.segment_id, maps) {
+            Ok(seg) => {
+                slot.insert(Arc::new(seg));
+            }
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                problems.push(problem(
+                    &path,
+                    ProblemKind::Missing,
+                    "listed in the index but missing; its keys are lost",
+                ));
+                return;
+            }
+            Err(e) => {
+                problems.push(problem(
+                    &path,
+                    ProblemKind::Structure,
+                    format!("listed in the index but unreadable; its keys are lost: {e}"),
+                ));
+                return;
+            }
+        }
+    }
     let Some(seg) = segments.get(&g.segment_id) else {
-        problems.push(problem(
-            &path,
-            ProblemKind::Missing,
-            "listed in the index but missing; its keys are lost",
-        ));
         return;
     };
     if seg.file_len() != g.segment_len {
@@ -204,6 +227,7 @@ pub fn index_group(
 #[allow(clippy::too_many_arguments)]
 fn read_log(
     dir: &Path,
+    maps: &Arc<SegmentMaps>,
     path: &Path,
     segments: &mut BTreeMap<u32, Arc<Segment>>,
     index: &mut KeyIndex,
@@ -223,7 +247,7 @@ fn read_log(
     let mut found = Vec::new();
     let visit = |g: &format::Group, body: &[u8]| {
         logged.insert(g.segment_id);
-        index_group(dir, segments, index, hint, g, body, &mut found);
+        index_group(dir, maps, segments, index, hint, g, body, &mut found);
     };
     let parsed =
         format::read_index(file, len, visit).map_err(|e| Error::io(path, "read index", e))?;
@@ -240,7 +264,7 @@ fn read_log(
 }
 
 /// Opens (and, for a writer, repairs) the cache at `dir`.
-pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
+pub fn recover(dir: &Path, role: Role, maps: &Arc<SegmentMaps>) -> Result<Recovered> {
     let mut problems = Vec::new();
     let seg_dir = dir.join(SEGMENTS_DIR);
     match role {
@@ -302,7 +326,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
         {
             max_own_seen = Some(id);
         }
-        match Segment::open(&path, id) {
+        match Segment::open(&path, id, maps) {
             Ok(s) => {
                 segments.insert(id, Arc::new(s));
             }
@@ -334,6 +358,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
     for (writer, path) in logs {
         let read = read_log(
             dir,
+            maps,
             &path,
             &mut segments,
             &mut index,
@@ -438,7 +463,7 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
             continue;
         };
         let decoded = match seg.decoded(hint) {
-            Ok(d) => d.clone(),
+            Ok(d) => d,
             Err(e) => {
                 problems.push(problem(
                     &path,
@@ -479,12 +504,19 @@ pub fn recover(dir: &Path, role: Role) -> Result<Recovered> {
                 key_at(&segments, hint, old).as_deref() == Some(key)
             });
         }
-        new_groups.push(format::encode_group(
-            id,
-            seg.file_len(),
-            seg.content_hash(),
-            &hashes,
-        ));
+        let content = match seg.content_hash() {
+            Ok(c) => c,
+            Err(e) => {
+                problems.push(problem(
+                    &path,
+                    ProblemKind::Structure,
+                    format!("excluded: {e}"),
+                ));
+                segments.remove(&id);
+                continue;
+            }
+        };
+        new_groups.push(format::encode_group(id, seg.file_len(), content, &hashes));
         if any_log {
             problems.push(problem(
                 &path,

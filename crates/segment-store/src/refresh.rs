@@ -4,11 +4,9 @@
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::format::{self, INDEX_FILE, WRITERS_DIR};
-use crate::reader::Segment;
 use crate::recover::{LogCursor, Role, file_id, hint_of, index_group, list_writer_logs, recover};
 use crate::store::SegmentStore;
 use crate::{Error, Result};
@@ -80,32 +78,23 @@ impl SegmentStore {
         let mut problems = Vec::new();
         let mut st = inner.state.write();
         let hint = hint_of(st.schema.as_ref());
-        let crate::store::State {
+        let crate::state::State {
             index, segments, ..
         } = &mut *st;
         for (path, file, len, cursor) in reads {
             let Some(mut c) = cursor else { continue };
             index.reserve(usize::try_from((len - c.offset) / 8).unwrap_or(0));
             let visit = |g: &format::Group, body: &[u8]| {
-                if let std::collections::btree_map::Entry::Vacant(slot) =
-                    segments.entry(g.segment_id)
-                {
-                    // Renamed into place before its group was appended.
-                    let path = format::segment_path(dir, g.segment_id);
-                    match Segment::open(&path, g.segment_id) {
-                        Ok(seg) => {
-                            slot.insert(Arc::new(seg));
-                        }
-                        Err(e) => problems.push(cache_check::Problem {
-                            path,
-                            kind: cache_check::ProblemKind::Missing,
-                            detail: format!(
-                                "listed in an index log but unreadable; its keys are lost: {e}"
-                            ),
-                        }),
-                    }
-                }
-                index_group(dir, segments, index, hint, g, body, &mut problems);
+                index_group(
+                    dir,
+                    &inner.maps,
+                    segments,
+                    index,
+                    hint,
+                    g,
+                    body,
+                    &mut problems,
+                );
                 added += 1;
             };
             let read = if c.offset == 0 {
@@ -155,7 +144,7 @@ impl SegmentStore {
                 inner.dir.display()
             )));
         }
-        let rec = recover(&inner.dir, Role::Reader)?;
+        let rec = recover(&inner.dir, Role::Reader, &inner.maps)?;
         let added = rec.segments.len();
         {
             let mut st = inner.state.write();

@@ -243,3 +243,110 @@ fn synchronous_flush_errors_are_returned_directly() {
     let err = store.put_batch(&[("b", rec(1))]).unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
 }
+
+/// Set in the child process that [`a_reader_opened_during_flushes_keeps_every_committed_segment`]
+/// starts: the cache directory it writes into, one record per flush.
+const FLUSH_LOOP_DIR: &str = "SEGMENT_STORE_TEST_FLUSH_LOOP_DIR";
+
+/// The child: flushes `k0`, `k1`, ... one segment each, in order, until
+/// the file `stop` appears in its directory.
+fn flush_loop(dir: &std::path::Path) {
+    let store = writer(dir, 1 << 20, false);
+    for i in 0.. {
+        store.put_batch(&keyed(i..i + 1)).unwrap();
+        store.flush().unwrap();
+        if i % 16 == 0 && dir.join("stop").exists() {
+            return;
+        }
+    }
+}
+
+/// Keys `k0..` are committed in order, so what a reader sees of them must
+/// be a prefix: a key missing below one it sees is a lost segment.
+fn assert_a_prefix(reader: &SegmentStore, when: &str) -> usize {
+    let upto = reader.len() + 256;
+    let keys: Vec<String> = (0..upto).map(|i| format!("k{i}")).collect();
+    let (got, missing) = reader.get_batch(&keys).unwrap();
+    let seen = got.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+    let lost: Vec<usize> = missing.into_iter().filter(|&i| i < seen).collect();
+    assert!(
+        lost.is_empty(),
+        "{when}: keys {lost:?} are missing below k{} (problems: {:?})",
+        seen - 1,
+        reader.problems()
+    );
+    for (i, g) in got.iter().enumerate().take(seen) {
+        assert_eq!(g.as_ref().unwrap(), &rec(i), "k{i}");
+    }
+    seen
+}
+
+#[test]
+fn a_reader_opened_during_flushes_keeps_every_committed_segment() {
+    if let Some(dir) = std::env::var_os(FLUSH_LOOP_DIR) {
+        flush_loop(std::path::Path::new(&dir));
+        return;
+    }
+    // Recovery lists `segments/` and then reads the index logs: a segment
+    // renamed and logged in between was once reported missing, and no
+    // refresh found it again. The writer is another process, as beside
+    // `cachex verify`.
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_reader_opened_during_flushes_keeps_every_committed_segment",
+            "--nocapture",
+        ])
+        .env(FLUSH_LOOP_DIR, dir.path())
+        .spawn()
+        .unwrap();
+    let read_only = || {
+        SegmentStore::open(
+            dir.path(),
+            Options {
+                read_only: true,
+                ..opts()
+            },
+        )
+        .unwrap()
+    };
+    let mut outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // Enough segments that listing and opening them leaves the writer
+        // time to commit the next ones meanwhile.
+        let watch = read_only();
+        while watch.len() < 300 {
+            assert!(child.try_wait().unwrap().is_none(), "the writer stopped");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            watch.refresh().unwrap();
+            let on_disk = std::fs::read_dir(dir.path().join("segments")).map_or(0, |d| d.count());
+            assert!(
+                on_disk < 3000,
+                "refreshes found {} of {on_disk} segments",
+                watch.len()
+            );
+        }
+        for round in 0..40 {
+            let reader = read_only();
+            let before = assert_a_prefix(&reader, &format!("round {round}, opened"));
+            reader.refresh().unwrap();
+            let after = assert_a_prefix(&reader, &format!("round {round}, refreshed"));
+            assert!(after >= before);
+            if round % 8 == 0 {
+                let missing: Vec<_> = segment_store::verify(dir.path())
+                    .into_iter()
+                    .filter(|p| p.kind == cache_check::ProblemKind::Missing)
+                    .collect();
+                assert!(missing.is_empty(), "verify beside a writer: {missing:?}");
+            }
+        }
+    }));
+    std::fs::write(dir.path().join("stop"), b"").unwrap();
+    let status = child.wait().unwrap();
+    if outcome.is_ok() && !status.success() {
+        outcome = Err(Box::new(format!("the writer failed: {status}")));
+    }
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e);
+    }
+}

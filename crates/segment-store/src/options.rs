@@ -1,0 +1,65 @@
+//! [`Options`]: how a store behaves.
+
+/// How a store behaves. `Options::default()` suits a single process.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Pending records that trigger a flush into a new segment (default 4096).
+    pub flush_every: usize,
+    /// Byte budget of the in-memory LRU of records read from segments
+    /// (and, on a rank that does not persist, of the records it puts); 0
+    /// disables it (default 64 MiB).
+    pub lru_bytes: usize,
+    /// Build and write segments on a background thread (default false),
+    /// so `put_batch` never waits for them. By default the call that
+    /// fills a segment builds and writes it, and the store's flush thread
+    /// makes it durable (fsync, rename, index group) while the caller goes
+    /// on, one segment at a time. Either way, errors there are returned by
+    /// the next call or by [`SegmentStore::flush`](crate::SegmentStore::flush), which returns once
+    /// everything is durable.
+    pub async_write: bool,
+    /// With `async_write`, flushes that may wait for the background
+    /// thread before `put_batch` blocks (default 2).
+    pub queue_depth: usize,
+    /// The rank that persists (default 0).
+    pub writer_rank: u32,
+    /// This process's rank (default: the `RANK` environment variable, else 0).
+    pub current_rank: u32,
+    /// Open without the writer lock; puts are refused (default false).
+    pub read_only: bool,
+    /// Multi-writer mode: this handle persists as writer `id` (0 to
+    /// [`format::MAX_WRITER_ID`](crate::format::MAX_WRITER_ID), typically the rank) beside any number
+    /// of other writers, each into its own segment ids and index log, with
+    /// no lock between them. `None` (the default) is the single-writer
+    /// mode, where only `writer_rank` persists. Ignored when `read_only`.
+    pub writer_id: Option<u32>,
+    /// Segment files this store keeps memory-mapped at once (default
+    /// 4096). Segments are mapped when a read needs them; beyond this
+    /// many, the least recently used are unmapped (records already read
+    /// keep their bytes). Linux allows a process 65,530 maps, and the
+    /// stores of one process together keep at most half of that,
+    /// whatever each one's bound. Mapping a segment again costs an open,
+    /// an `mmap` and a decode of its footer (tens of µs): a cache of more
+    /// segments than this, read uniformly at random, pays that on the
+    /// share of reads that fall outside the bound, so raise it (or
+    /// flush fewer, larger segments) when one store is all a process maps.
+    pub max_maps: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            flush_every: 4096,
+            lru_bytes: 64 << 20,
+            async_write: false,
+            queue_depth: 2,
+            writer_rank: 0,
+            current_rank: std::env::var("RANK")
+                .ok()
+                .and_then(|r| r.trim().parse().ok())
+                .unwrap_or(0),
+            read_only: false,
+            writer_id: None,
+            max_maps: 4096,
+        }
+    }
+}
