@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +18,29 @@ Part: TypeAlias = np.ndarray | bytes
 Value: TypeAlias = np.ndarray | bytes | dict[str, Part] | tuple[Part, ...] | list[Part]
 """A record: one tensor, named parts, a tuple or list of parts, or one blob."""
 
+class Problem(TypedDict):
+    """One thing wrong with one file, as ``cachex verify --json`` prints it."""
+
+    path: str
+    kind: str
+    """``missing``, ``truncated``, ``checksum-mismatch``, ``structure``,
+    ``stale``, ``foreign-version``, ``unindexed``, ``interrupted`` or ``io``."""
+    detail: str
+
+class VerifyReport(TypedDict):
+    """What ``verify()`` returns: ``cachex verify --json``'s object."""
+
+    kind: str
+    """The kind of cache: ``segment-store``, ``shard-store``,
+    ``memmap-array``, ``page-alloc`` or ``beton``."""
+    path: str
+    problems: list[Problem]
+    """Empty when the cache is sound."""
+
+Summary: TypeAlias = dict[str, Any]
+"""What ``inspect()`` returns: ``cachex inspect --json``'s object (``kind``,
+``path``, the store's facts, and each table as a list of row dicts)."""
+
 def bfloat16_is_native() -> bool:
     """Whether bfloat16 tensors come back as ``ml_dtypes.bfloat16``.
 
@@ -26,7 +49,7 @@ def bfloat16_is_native() -> bool:
     bool
         True when ``ml_dtypes`` is importable; otherwise bfloat16 tensors
         come back as raw ``uint16`` arrays (same bits) and the store's
-        schema (``inspect()["schema_json"]``) names their dtype.
+        schema (``inspect()["schema"]``) names their dtype.
     """
 
 class MappedValue:
@@ -189,18 +212,20 @@ class SegmentStore:
         dict
             ``segments_before``, ``segments_after``, ``live_rows``, ``dropped_rows``.
         """
-    def verify(self) -> list[dict[str, str]]:
+    def verify(self) -> VerifyReport:
         """Check every segment and index entry on disk now.
 
         Returns
         -------
-        list of dict
-            One ``{"path", "kind", "detail"}`` per problem; empty when sound.
+        VerifyReport
+            ``cachex verify --json``'s object: ``{"kind": "segment-store",
+            "path", "problems": [{"path", "kind", "detail"}, ...]}``,
+            ``problems`` empty when sound.
         """
-    def problems(self) -> list[dict[str, str]]:
+    def problems(self) -> list[Problem]:
         """What recovery found (and repaired or excluded) when the store was opened."""
-    def inspect(self) -> dict[str, Any]:
-        """Structure, schema JSON, entries, segments and sizes on disk."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object: structure, entries, sizes, schema, segments."""
     def close(self) -> None:
         """Flush (writer) and release the files and the writer lock.
 
@@ -394,6 +419,10 @@ class MemmapArray:
         """
     def index_table(self) -> Any:
         """``index.parquet`` as a ``pyarrow.Table`` (requires pyarrow)."""
+    def verify(self) -> VerifyReport:
+        """``cachex verify --json``'s object for this cache (reads every file)."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object for this cache."""
 
 def memmap_open_or_build(
     root: str | os.PathLike[str],
@@ -426,11 +455,11 @@ def memmap_open_or_build(
         committed rows"`` or ``"cache rebuilt (<why>)"``.
     """
 
-def memmap_inspect(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Sizes on disk, schema, sidecar dedup ratios and the RAM a load would take."""
+def memmap_inspect(path: str | os.PathLike[str]) -> Summary:
+    """Deprecated: ``MemmapArray(path).inspect()`` (this one reads a half-built cache too)."""
 
-def memmap_verify(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every problem of the cache (``{"path", "detail"}``); empty when sound."""
+def memmap_verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Deprecated: ``MemmapArray(path).verify()`` (this one checks what cannot open)."""
 
 FieldSpec: TypeAlias = str | tuple[DTypeLike, Sequence[int]]
 """``"int"``, ``"float"``, ``"bytes"`` (``"json"`` for .beton) or ``(dtype, shape)``."""
@@ -522,6 +551,10 @@ class PageReader:
         The shares of one seed hold whole pages, are disjoint and together
         hold every sample once (one share per DataLoader worker).
         """
+    def verify(self) -> VerifyReport:
+        """``cachex verify --json``'s object for this file (every page checksum)."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object for this file."""
 
 class BetonReader:
     """A validated FFCV ``.beton`` file, memory-mapped."""
@@ -534,6 +567,11 @@ class BetonReader:
     def fields(self) -> dict[str, FieldSpec]: ...
     def sample(self, i: int) -> dict[str, Any]:
         """Sample ``i``; JSON fields as text, RGB images as ``{mode, width, height, data}``."""
+    def verify(self) -> VerifyReport:
+        """``cachex verify --json``'s object for this file."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object for this file."""
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
 
 def write_beton(
     path: str | os.PathLike[str],
@@ -544,11 +582,11 @@ def write_beton(
 ) -> None:
     """Write an FFCV ``.beton`` (byte-identical to FFCV's one-worker writer)."""
 
-def page_verify(path: str | os.PathLike[str]) -> list[str]:
-    """Every problem of a page file; empty when sound."""
+def page_verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Deprecated: ``PageReader(path).verify()`` (this one checks what cannot open)."""
 
-def beton_verify(path: str | os.PathLike[str]) -> list[str]:
-    """Every problem of a ``.beton``; empty when sound."""
+def beton_verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Deprecated: ``BetonReader(path).verify()`` (this one checks what cannot open)."""
 
 def compute_key(config: Any) -> str:
     """The 16-hex-character key of a JSON-able config (dict order ignored)."""
@@ -700,6 +738,10 @@ class ShardStore:
         """The length if already known (no work), else ``None``."""
     def load_async(self, indices: Sequence[int]) -> None:
         """Background workers load the shards holding ``indices`` (none without workers)."""
+    def verify(self) -> VerifyReport:
+        """``cachex verify --json``'s object for this root."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object for this root."""
 
 def _reopen_shard_store(
     root: str, source: Callable[[], Iterable[Any]] | None, kwargs: dict[str, Any]
