@@ -30,7 +30,8 @@ SCENARIO = textwrap.dedent(
     for k in range(int(sys.argv[3])):
         if how.startswith("loadit"):
             loader = LoadIt(f"{root}/{how}{k}", slow_items, max_shard_length=64,
-                            max_workers=10, preload_all_async=True)
+                            max_workers=10, preload_all_async=True,
+                            iterator_thread_safe=True)
             loader[0]
         else:
             loader = cachex.ShardStore(f"{root}/{how}{k}", slow_items,

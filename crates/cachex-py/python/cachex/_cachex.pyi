@@ -154,7 +154,7 @@ class SegmentStore:
         """
     def get_batch(
         self, keys: Sequence[str], copy: bool = False
-    ) -> tuple[list[Value | None], list[int]]:
+    ) -> tuple[list[Any], list[int]]:
         """Look up values by key.
 
         Parameters
@@ -195,7 +195,7 @@ class SegmentStore:
         InvalidInputError
             The found values differ in shape (read them with :meth:`get_batch`).
         """
-    def get(self, key: str) -> Value | None:
+    def get(self, key: str) -> Any:
         """The value of one key, or ``None``."""
     def __contains__(self, key: str) -> bool: ...
     def flush(self) -> None:
@@ -620,8 +620,8 @@ class Cache:
     @property
     def backend(self) -> str:
         """The backend's name (``"segment-store"``, ``"memmap-array"``, ...)."""
-    def get_batch(self, keys: Sequence[str]) -> tuple[list[Value | None], list[int]]: ...
-    def get_indices(self, indices: Sequence[int]) -> list[Value]:
+    def get_batch(self, keys: Sequence[str]) -> tuple[list[Any], list[int]]: ...
+    def get_indices(self, indices: Sequence[int]) -> list[Any]:
         """Values by index (negative from the end): memmap-array, shard-store, page-alloc."""
     def put_batch(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
     def flush(self) -> None: ...
