@@ -157,7 +157,7 @@ def test_verify_and_inspect_are_the_command_lines(tmp_path, kind):
 
 
 def test_a_checksum_mismatch_is_named_as_the_command_line_names_it(tmp_path):
-    path, open_store, corrupt = segment_store(tmp_path)
+    _, open_store, corrupt = segment_store(tmp_path)
     store = open_store()
     corrupt()
     kinds = {p["kind"] for p in store.verify()["problems"]}

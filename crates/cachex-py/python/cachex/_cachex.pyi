@@ -6,10 +6,11 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias, TypedDict
+from typing import Any, TypeAlias, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self
 
 __version__: str
 
@@ -52,6 +53,7 @@ def bfloat16_is_native() -> bool:
         schema (``inspect()["schema"]``) names their dtype.
     """
 
+@final
 class MappedValue:
     """The ``.base`` of arrays read from a store: it owns the value they view.
 
@@ -59,6 +61,7 @@ class MappedValue:
     alive. It has no Python-visible API.
     """
 
+@final
 class SegmentStore:
     """A persistent key -> tensor-record cache (torchcachex's on-disk layout).
 
@@ -106,8 +109,8 @@ class SegmentStore:
     that took it), which is what a DataLoader worker needs.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | os.PathLike[str],
         flush_every: int | None = None,
         lru_bytes: int | None = None,
@@ -117,7 +120,7 @@ class SegmentStore:
         current_rank: int | None = None,
         read_only: bool | None = None,
         writer_id: int | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def path(self) -> Path:
         """The cache directory."""
@@ -152,9 +155,7 @@ class SegmentStore:
         ReadOnlyError
             The store was opened read-only.
         """
-    def get_batch(
-        self, keys: Sequence[str], copy: bool = False
-    ) -> tuple[list[Any], list[int]]:
+    def get_batch(self, keys: Sequence[str], copy: bool = False) -> tuple[list[Any], list[int]]:
         """Look up values by key.
 
         Parameters
@@ -197,7 +198,7 @@ class SegmentStore:
         """
     def get(self, key: str) -> Any:
         """The value of one key, or ``None``."""
-    def __contains__(self, key: str) -> bool: ...
+    def __contains__(self, key: str, /) -> bool: ...
     def flush(self) -> None:
         """Write every pending value into a new durable segment."""
     def __len__(self) -> int:
@@ -244,6 +245,7 @@ DTypeLike: TypeAlias = str | type | np.dtype[Any]
 ArraySpecs: TypeAlias = Mapping[str, tuple[DTypeLike, Sequence[int]]]
 """``{name: (dtype, shape)}``: each array's element type and per-row shape."""
 
+@final
 class MemmapWriter:
     """The streaming, resumable writer of a memmap-array cache.
 
@@ -276,16 +278,16 @@ class MemmapWriter:
         A half-built cache there was started with another fingerprint.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | os.PathLike[str],
         arrays: ArraySpecs,
         *,
         nullable: Sequence[str] = ...,
         sidecars: Sequence[str] = ...,
         fingerprint: Any = None,
-        sync_every: int = 1024,
-    ) -> None: ...
+        sync_every: int = ...,
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
     @property
@@ -330,6 +332,7 @@ class MemmapWriter:
     def finalize(self) -> int:
         """Write the index, sidecars and ``shapes.json``; mark complete; return the rows."""
 
+@final
 class MemmapArray:
     """A finished memmap-array cache, open for reading.
 
@@ -356,13 +359,13 @@ class MemmapArray:
     In a forked child the handle reopens the directory on first use.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | os.PathLike[str],
         *,
         load_in_memory: bool = False,
         ram_fraction: float = ...,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
     def __len__(self) -> int: ...
@@ -435,7 +438,7 @@ def memmap_open_or_build(
     sidecars: Sequence[str] = ...,
     sources: Sequence[str | os.PathLike[str]] = ...,
     content_hash: bool = False,
-    sync_every: int = 1024,
+    sync_every: int = ...,
 ) -> tuple[MemmapArray, str]:
     """Open the cache ``name`` of ``config`` under ``root``, building it when needed.
 
@@ -464,6 +467,7 @@ def memmap_verify(path: str | os.PathLike[str]) -> VerifyReport:
 FieldSpec: TypeAlias = str | tuple[DTypeLike, Sequence[int]]
 """``"int"``, ``"float"``, ``"bytes"`` (``"json"`` for .beton) or ``(dtype, shape)``."""
 
+@final
 class PageWriter:
     """The writer of a page file: samples of fixed fields packed into pages.
 
@@ -481,15 +485,15 @@ class PageWriter:
         Write pages with ``O_DIRECT`` where possible.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | os.PathLike[str],
         fields: Mapping[str, FieldSpec],
         *,
         page_size: int | None = None,
         alignment: int | None = None,
         direct_io: bool = False,
-    ) -> None: ...
+    ) -> Self: ...
     def __len__(self) -> int: ...
     def append(self, sample: Mapping[str, Any] | Sequence[Any]) -> int:
         """Append one sample (by field name, or in field order); return its index."""
@@ -500,6 +504,7 @@ class PageWriter:
     def finalize(self) -> dict[str, Any]:
         """Write the tables and footer, fsync, rename; return a summary."""
 
+@final
 class PageReader:
     """A validated, memory-mapped page file.
 
@@ -509,9 +514,9 @@ class PageReader:
     child the handle reopens the file on first use.
     """
 
-    def __init__(
-        self, path: str | os.PathLike[str], *, populate: bool = False, verify_pages: bool = False
-    ) -> None: ...
+    def __new__(
+        cls, path: str | os.PathLike[str], *, populate: bool = False, verify_pages: bool = False
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
     def __len__(self) -> int: ...
@@ -556,10 +561,11 @@ class PageReader:
     def inspect(self) -> Summary:
         """``cachex inspect --json``'s object for this file."""
 
+@final
 class BetonReader:
     """A validated FFCV ``.beton`` file, memory-mapped."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    def __new__(cls, path: str | os.PathLike[str]) -> Self: ...
     @property
     def path(self) -> Path: ...
     def __len__(self) -> int: ...
@@ -610,6 +616,7 @@ def validate(stored: Mapping[str, Any], current: Mapping[str, Any]) -> None:
 def check_dir(path: str | os.PathLike[str], current: Mapping[str, Any]) -> None:
     """Raise :class:`StaleError` when ``path/fingerprint.json`` is missing or differs."""
 
+@final
 class Cache:
     """A cache opened from a config by :func:`open`."""
 
@@ -648,8 +655,9 @@ def open(config: Mapping[str, Any] | str | os.PathLike[str]) -> Cache:
         A bad config (unknown backend or option).
     """
 
+@final
 class _CachedFn:
-    def __init__(self, cache: Cache, func: Callable[[list[Any]], Iterable[Any]]) -> None: ...
+    def __new__(cls, cache: Cache, func: Callable[[list[Any]], Iterable[Any]]) -> Self: ...
     def __call__(self, inputs: list[Any], ids: list[str]) -> list[Any]: ...
     def stats(self) -> dict[str, int]: ...
     def flush(self) -> None: ...
@@ -659,6 +667,7 @@ def _reopen_page_reader(path: str, populate: bool, verify_pages: bool) -> PageRe
 def _after_fork_in_child() -> None:
     """The ``os.register_at_fork(after_in_child=...)`` hook: marks every live handle."""
 
+@final
 class ShardStore:
     """Random access to the items of a deterministic iterable (loadit's layout).
 
@@ -703,8 +712,8 @@ class ShardStore:
     be picklable); the copy reopens the root.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         root: str | os.PathLike[str],
         source: Callable[[], Iterable[Any]] | None = None,
         *,
@@ -717,14 +726,14 @@ class ShardStore:
         preload_all_async: bool = False,
         length: int | None = None,
         info: Any = None,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def root(self) -> Path: ...
     @property
     def max_shard_length(self) -> int: ...
     def __len__(self) -> int:
         """The number of items (drives the source to its end when unknown)."""
-    def __getitem__(self, index: int | slice) -> Any:
+    def __getitem__(self, index: int | slice, /) -> Any:
         """Item ``index`` (negative from the end), or a list for a slice."""
     def get_many(self, indices: Sequence[int]) -> list[Any]:
         """Items at ``indices``, visiting each shard once in ascending order."""
@@ -749,10 +758,11 @@ def _reopen_shard_store(
 
 # The index arithmetic of shard-store's sequence utilities (used by
 # cachex.loadit.util; one copy of the math, in Rust).
+@final
 class InterleaveIndex:
     """Round-robin placement over parts of the given lengths."""
 
-    def __init__(self, lens: Sequence[int]) -> None: ...
+    def __new__(cls, lens: Sequence[int]) -> Self: ...
     def __len__(self) -> int: ...
     def locate(self, index: int) -> tuple[int, int]:
         """``(part, offset)`` of item ``index``; IndexError past the end."""
