@@ -3,8 +3,8 @@
 //! A thin binding: each class converts Python values to the stores' types,
 //! releases the GIL (`Python::detach`) around file I/O and decoding, calls
 //! the store, and converts back. Every class holds its store in one
-//! fork-safe [`handle::Handle`], converts values through [`convert`], and
-//! raises store errors through [`errors`]. Arrays read from mapped files come back as
+//! fork-safe `handle::Handle`, converts values through `convert`, and
+//! raises store errors through `errors`. Arrays read from mapped files come back as
 //! read-only numpy views whose `.base` (a `MappedValue`) owns the mapping,
 //! so they stay valid after the store handle is closed or deleted. Errors
 //! are raised as the `cachex.errors` hierarchy with the store's message.
