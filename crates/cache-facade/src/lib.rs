@@ -89,7 +89,7 @@ mod source;
 pub use backend::{CacheBackend, Lookup, Operation, Stats};
 pub use backends::{
     Cache, MemmapBackend, PAGE_FILE, PageBackend, SegmentBackend, ShardBackend, open,
-    open_with_source,
+    open_read_only, open_with_source,
 };
 pub use cached_fn::{CachedFn, CallStats};
 pub use config::{BackendKind, CacheConfig, OnStale, SourcesConfig};

@@ -129,6 +129,51 @@ pub unsafe fn view<'py>(
     }
 }
 
+/// A writable numpy array of `dtype` and `shape` that owns a copy of
+/// `bytes` (C order).
+pub fn copy<'py>(
+    py: Python<'py>,
+    dtype: DType,
+    shape: &[usize],
+    bytes: &[u8],
+) -> PyResult<Bound<'py, PyAny>> {
+    let descr = descr(py, dtype)?;
+    let mut dims: Vec<npy_intp> = shape
+        .iter()
+        .map(|&d| npy_intp::try_from(d).map_err(|_| errors::invalid("dimension too large")))
+        .collect::<PyResult<_>>()?;
+    // SAFETY: numpy's own array type and API table; `PyArray_NewFromDescr`
+    // steals the descriptor reference (`into_dtype_ptr`), reads `dims` only
+    // during the call, and with a null data pointer allocates a fresh
+    // C-contiguous buffer of `product(dims) * itemsize` bytes, which equals
+    // `bytes.len()` (the store checked the value's length against its
+    // dtype and shape). Nothing else refers to the new array while we fill
+    // it, and source and destination are distinct allocations.
+    unsafe {
+        let a = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, NpyTypes::PyArray_Type),
+            descr.into_dtype_ptr(),
+            dims.len() as std::ffi::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+        );
+        let a = Bound::from_owned_ptr_or_err(py, a)?;
+        if !bytes.is_empty() {
+            let raw = a.as_ptr() as *mut npyffi::PyArrayObject;
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                (*raw).fields.data as *mut u8,
+                bytes.len(),
+            );
+        }
+        Ok(a)
+    }
+}
+
 /// What keeps the memory of returned arrays alive: a store value (a
 /// record of a mapped segment, a row of mapped arrays) held by reference.
 /// It is the `.base` of every array built over that value.

@@ -8,14 +8,6 @@ use pyo3::prelude::*;
 use crate::errors::{self, Kind};
 use crate::json;
 
-fn error(e: fingerprint::FingerprintError) -> PyErr {
-    let kind = match &e {
-        fingerprint::FingerprintError::Io { .. } => Kind::Io,
-        _ => Kind::InvalidInput,
-    };
-    errors::raise(kind, e.to_string())
-}
-
 fn fingerprint_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Fingerprint> {
     let value = json::from_py(obj)?;
     serde_json::from_value(value)
@@ -28,7 +20,7 @@ fn fingerprint_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Fingerprint> 
 pub fn compute_key(config: &Bound<'_, PyAny>) -> PyResult<String> {
     let value = json::from_py(config)?;
     Ok(fingerprint::compute_key(&value)
-        .map_err(error)?
+        .map_err(errors::to_py)?
         .as_str()
         .to_owned())
 }
@@ -52,12 +44,10 @@ pub fn compute_fingerprint<'py>(
     } else {
         Mode::Metadata
     };
-    let fp = py
-        .detach(|| {
-            let stamps = fingerprint::stamp_sources(&root, &sources, mode)?;
-            fingerprint::compute_fingerprint(&value, stamps, cache_version)
-        })
-        .map_err(error)?;
+    let fp = errors::enter(py, || {
+        let stamps = fingerprint::stamp_sources(&root, &sources, mode)?;
+        fingerprint::compute_fingerprint(&value, stamps, cache_version)
+    })?;
     let value = serde_json::to_value(&fp)
         .map_err(|e| errors::raise(Kind::Other, format!("fingerprint: {e}")))?;
     json::to_py(py, &value)
@@ -80,7 +70,7 @@ pub fn stale_reason(
 pub fn validate(stored: &Bound<'_, PyAny>, current: &Bound<'_, PyAny>) -> PyResult<()> {
     let stored = fingerprint_arg(stored, "stored")?;
     let current = fingerprint_arg(current, "current")?;
-    fingerprint::validate(&stored, &current).map_err(|s| errors::raise(Kind::Stale, s.to_string()))
+    fingerprint::validate(&stored, &current).map_err(errors::to_py)
 }
 
 /// Raises `StaleError` when the cache directory `path`'s `fingerprint.json`
@@ -88,6 +78,5 @@ pub fn validate(stored: &Bound<'_, PyAny>, current: &Bound<'_, PyAny>) -> PyResu
 #[pyfunction]
 pub fn check_dir(py: Python<'_>, path: PathBuf, current: &Bound<'_, PyAny>) -> PyResult<()> {
     let current = fingerprint_arg(current, "current")?;
-    py.detach(|| fingerprint::check_dir(&path, &current))
-        .map_err(|s| errors::raise(Kind::Stale, s.to_string()))
+    errors::enter(py, || fingerprint::check_dir(&path, &current))
 }

@@ -2,7 +2,9 @@
 //!
 //! A thin binding: each class converts Python values to the stores' types,
 //! releases the GIL (`Python::detach`) around file I/O and decoding, calls
-//! the store, and converts back. Arrays read from mapped files come back as
+//! the store, and converts back. Every class holds its store in one
+//! fork-safe `handle::Handle`, converts values through `convert`, and
+//! raises store errors through `errors`. Arrays read from mapped files come back as
 //! read-only numpy views whose `.base` (a `MappedValue`) owns the mapping,
 //! so they stay valid after the store handle is closed or deleted. Errors
 //! are raised as the `cachex.errors` hierarchy with the store's message.
@@ -13,12 +15,21 @@
 //! crates/cachex-py/
 //!   Cargo.toml, pyproject.toml   cdylib `_cachex` (abi3-py310), built by maturin
 //!   src/lib.rs                   the module: classes and functions below
-//!   src/array.rs                 numpy dtypes, zero-copy views, array-likes in
-//!   src/errors.rs                store errors -> cachex.errors classes
+//!   src/errors.rs                the one error path: store error -> its kind -> its
+//!                                cachex.errors class; `enter` (release the GIL, call, map)
 //!   src/fork.rs                  the fork hook: marks every live handle in a forked child
+//!   src/handle.rs                `Handle`: the one fork-safe holder of an open store
+//!   src/array.rs                 numpy dtypes, zero-copy views and copies, array-likes in
+//!   src/convert.rs               the one conversion: Python values <-> tensor_core::Value
 //!   src/json.rs                  JSON-able Python values (configs, metadata)
-//!   src/segment.rs shard.rs memmap.rs page.rs fingerprint.rs facade.rs seq.rs
-//!                                one store (or crate) each
+//!   src/check.rs                 verify()/inspect() dicts in the command line's JSON shapes
+//!   src/segment.rs (+ segment/stack.rs)          SegmentStore
+//!   src/shard.rs                                 ShardStore
+//!   src/memmap_{schema,writer,reader,build}.rs   MemmapWriter, MemmapArray, memmap_open_or_build
+//!   src/page_{fields,writer,reader}.rs beton.rs  PageWriter, PageReader, BetonReader
+//!   src/facade.rs                cachex.open's Cache and CachedFn
+//!   src/fingerprint.rs seq.rs    cache keys and fingerprints; loadit's index arithmetic
+//!   src/legacy.rs                deprecated module-level verify/inspect functions
 //!   python/cachex/               the package: __init__, errors, facade, workload, data, loadit/,
 //!                                _cachex.pyi stubs, py.typed
 //!   tests/                       pytest, grouped by store
@@ -45,13 +56,23 @@
 //! runs after building the module with `maturin develop`.
 
 mod array;
+mod beton;
+mod check;
+mod convert;
 mod errors;
 mod facade;
 mod fingerprint;
 mod fork;
+mod handle;
 mod json;
-mod memmap;
-mod page;
+mod legacy;
+mod memmap_build;
+mod memmap_reader;
+mod memmap_schema;
+mod memmap_writer;
+mod page_fields;
+mod page_reader;
+mod page_writer;
 mod segment;
 mod seq;
 mod shard;
@@ -64,12 +85,12 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<segment::PySegmentStore>()?;
     m.add_class::<array::Keeper>()?;
-    m.add_class::<memmap::PyMemmapWriter>()?;
-    m.add_class::<memmap::PyMemmapArray>()?;
-    m.add_function(wrap_pyfunction!(memmap::_reopen_memmap_array, m)?)?;
-    m.add_function(wrap_pyfunction!(memmap::memmap_open_or_build, m)?)?;
-    m.add_function(wrap_pyfunction!(memmap::memmap_inspect, m)?)?;
-    m.add_function(wrap_pyfunction!(memmap::memmap_verify, m)?)?;
+    m.add_class::<memmap_writer::PyMemmapWriter>()?;
+    m.add_class::<memmap_reader::PyMemmapArray>()?;
+    m.add_function(wrap_pyfunction!(memmap_reader::_reopen_memmap_array, m)?)?;
+    m.add_function(wrap_pyfunction!(memmap_build::memmap_open_or_build, m)?)?;
+    m.add_function(wrap_pyfunction!(legacy::memmap_inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(legacy::memmap_verify, m)?)?;
     m.add_class::<facade::PyCache>()?;
     m.add_class::<facade::PyCachedFn>()?;
     m.add_function(wrap_pyfunction!(facade::open, m)?)?;
@@ -79,13 +100,13 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(seq::chunk_shuffle_indices, m)?)?;
     m.add_function(wrap_pyfunction!(seq::concat_locate, m)?)?;
     m.add_function(wrap_pyfunction!(seq::repeat_index, m)?)?;
-    m.add_class::<page::PyPageWriter>()?;
-    m.add_class::<page::PyPageReader>()?;
-    m.add_function(wrap_pyfunction!(page::_reopen_page_reader, m)?)?;
-    m.add_class::<page::PyBetonReader>()?;
-    m.add_function(wrap_pyfunction!(page::write_beton, m)?)?;
-    m.add_function(wrap_pyfunction!(page::page_verify, m)?)?;
-    m.add_function(wrap_pyfunction!(page::beton_verify, m)?)?;
+    m.add_class::<page_writer::PyPageWriter>()?;
+    m.add_class::<page_reader::PyPageReader>()?;
+    m.add_function(wrap_pyfunction!(page_reader::_reopen_page_reader, m)?)?;
+    m.add_class::<beton::PyBetonReader>()?;
+    m.add_function(wrap_pyfunction!(beton::write_beton, m)?)?;
+    m.add_function(wrap_pyfunction!(legacy::page_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(legacy::beton_verify, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::compute_key, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::compute_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::stale_reason, m)?)?;

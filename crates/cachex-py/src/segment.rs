@@ -4,104 +4,79 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cache_check::Problem;
-use parking_lot::RwLock;
+use cache_facade::CacheKind;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyMapping, PyString, PyTuple};
-use segment_store::{Blob, Options, Part, Record, SegmentStore, TensorBuf};
+use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
+use segment_store::{Options, SegmentStore};
+use tensor_core::Value;
 
-use crate::array::{self, Keeper};
-use crate::errors;
-use crate::fork::ForkMark;
+use crate::handle::Handle;
+use crate::{check, convert, errors};
 
 mod stack;
 
-/// A segment store handle; `close()` (or leaving a `with` block) flushes
-/// and releases the writer lock.
+/// A keyed cache of tensors and blobs on disk (segment-store): values are
+/// put in batches, flushed into immutable segments, and read back as
+/// read-only numpy views of the mapped segments. `close()` (or leaving a
+/// `with` block) flushes and releases the writer lock.
 #[pyclass(module = "cachex._cachex", name = "SegmentStore", frozen)]
 pub struct PySegmentStore {
-    path: PathBuf,
     opts: Options,
-    /// Locked only with the GIL held, and only to clone or swap the `Arc`,
-    /// never across a call that releases the GIL: a fork (made by a thread
-    /// that holds the GIL) can never find it locked by a thread that does
-    /// not exist in the child.
-    store: RwLock<Option<Arc<SegmentStore>>>,
-    /// Set in a forked child (a DataLoader worker) by the fork hook. The
-    /// child must neither flush the parent's pending records nor wait on
-    /// the parent's background writer thread, which does not exist in the
-    /// child: there the inherited store is leaked untouched and the
-    /// directory reopened read-only on first use.
-    fork: ForkMark,
+    /// In a forked child (a DataLoader worker) the directory is reopened
+    /// read-only on first use: the child must neither flush the parent's
+    /// pending records nor wait on the parent's background writer thread.
+    handle: Handle<SegmentStore>,
     /// Set when this handle was the writer in the parent and reopened
     /// read-only in a forked child: writes raise `ForkedWriterError`.
     forked_writer: AtomicBool,
 }
 
 impl PySegmentStore {
-    fn with<R>(&self, f: impl FnOnce(&SegmentStore) -> PyResult<R>) -> PyResult<R> {
-        if self.fork.forked() {
-            self.reopen_after_fork()?;
-        }
-        let store = self.store.read().clone();
-        match store {
-            Some(s) => f(&s),
-            None => Err(errors::raise(
-                errors::Kind::Other,
-                format!("{}: store is closed", self.path.display()),
-            )),
-        }
+    fn store(&self, py: Python<'_>) -> PyResult<Arc<SegmentStore>> {
+        self.handle
+            .get(py, |py, inherited| self.reopen(py, inherited))
     }
-}
 
-impl PySegmentStore {
-    /// As `with`, for the calls that write: refused in a forked child of
+    /// The store, for the calls that write: refused in a forked child of
     /// the writer.
-    fn with_writer<R>(&self, f: impl FnOnce(&SegmentStore) -> PyResult<R>) -> PyResult<R> {
-        self.with(|s| {
-            if self.forked_writer.load(Ordering::Acquire) {
-                return Err(errors::forked_writer(&self.path));
-            }
-            f(s)
-        })
+    fn writer(&self, py: Python<'_>) -> PyResult<Arc<SegmentStore>> {
+        let store = self.store(py)?;
+        if self.forked_writer.load(Ordering::Acquire) {
+            return Err(errors::forked_writer(self.handle.path()));
+        }
+        Ok(store)
     }
 
-    fn reopen_after_fork(&self) -> PyResult<()> {
-        let mut guard = self.store.write();
-        if !self.fork.forked() {
-            return Ok(()); // another thread of this child got here first
-        }
-        if let Some(inherited) = guard.take() {
-            self.forked_writer
-                .store(inherited.is_writer(), Ordering::Release);
-            // Dropping it would flush the parent's records from here.
-            std::mem::forget(inherited);
-        }
+    fn reopen(&self, py: Python<'_>, inherited: &SegmentStore) -> PyResult<Arc<SegmentStore>> {
+        self.forked_writer
+            .store(inherited.is_writer(), Ordering::Release);
         let opts = Options {
             read_only: true,
             async_write: false,
             ..self.opts.clone()
         };
-        *guard = Some(Arc::new(
-            SegmentStore::open(&self.path, opts).map_err(errors::segment)?,
-        ));
-        self.fork.reopened();
-        Ok(())
+        let path = self.handle.path();
+        Ok(Arc::new(errors::enter(py, || {
+            SegmentStore::open(path, opts)
+        })?))
     }
-}
 
-impl Drop for PySegmentStore {
-    fn drop(&mut self) {
-        if self.fork.forked()
-            && let Some(inherited) = self.store.get_mut().take()
-        {
-            std::mem::forget(inherited);
-        }
+    fn lookup(&self, py: Python<'_>, keys: &[&str]) -> PyResult<(Vec<Option<Value>>, Vec<usize>)> {
+        let store = self.store(py)?;
+        errors::enter(py, || store.get_batch(keys))
     }
 }
 
 #[pymethods]
 impl PySegmentStore {
+    /// Opens (creating, for the writer) the cache directory `path`.
+    ///
+    /// `flush_every` records go in one segment; `lru_bytes` of decoded
+    /// values are kept in memory; with `async_write` segments are written by
+    /// a background thread (`queue_depth` batches ahead). Under several
+    /// ranks only `writer_rank` persists (the current rank comes from
+    /// `RANK`, or `current_rank`); `writer_id` makes this a multi-writer;
+    /// `read_only` never writes.
     #[new]
     #[pyo3(signature = (path, flush_every=None, lru_bytes=None, async_write=None, queue_depth=None, writer_rank=None, current_rank=None, read_only=None, writer_id=None))]
     #[allow(clippy::too_many_arguments)]
@@ -129,14 +104,10 @@ impl PySegmentStore {
             writer_id: writer_id.or(d.writer_id),
         };
         let o = opts.clone();
-        let store = py
-            .detach(|| SegmentStore::open(&path, o))
-            .map_err(errors::segment)?;
+        let store = errors::enter(py, || SegmentStore::open(&path, o))?;
         Ok(PySegmentStore {
-            path,
             opts,
-            store: RwLock::new(Some(Arc::new(store))),
-            fork: ForkMark::new(py),
+            handle: Handle::new(py, path, Arc::new(store)),
             forked_writer: AtomicBool::new(false),
         })
     }
@@ -144,7 +115,7 @@ impl PySegmentStore {
     /// The cache directory.
     #[getter]
     fn path(&self) -> PathBuf {
-        self.path.clone()
+        self.handle.path().to_path_buf()
     }
 
     /// The options the store was opened with, as keyword arguments.
@@ -165,30 +136,38 @@ impl PySegmentStore {
 
     /// Whether this handle persists puts.
     #[getter]
-    fn is_writer(&self) -> PyResult<bool> {
-        self.with(|s| Ok(s.is_writer()))
+    fn is_writer(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.store(py)?.is_writer())
     }
 
+    /// Puts `items` (a mapping, or an iterable of `(key, value)` pairs):
+    /// a value is an array-like, `bytes`/`bytearray` (a blob), or a dict,
+    /// tuple or list of them. Records are persisted by the next flush.
     fn put_batch(&self, py: Python<'_>, items: &Bound<'_, PyAny>) -> PyResult<()> {
         let pairs = if let Ok(m) = items.cast::<PyMapping>() {
             m.items()?.into_any()
         } else {
             items.clone()
         };
-        let mut batch: Vec<(String, Record)> = Vec::new();
+        let mut batch: Vec<(String, Value)> = Vec::new();
         for pair in pairs.try_iter()? {
             let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
             let key: String = key.extract().map_err(|_| {
                 errors::invalid(format!("keys must be str, not {}", key.get_type()))
             })?;
-            let record = record_from_py(&value).map_err(|e| {
+            let value = convert::value_from_py(&value).map_err(|e| {
                 errors::invalid(format!("value of key {key:?}: {}", message(py, &e)))
             })?;
-            batch.push((key, record));
+            batch.push((key, value));
         }
-        self.with_writer(|s| py.detach(|| s.put_batch(&batch)).map_err(errors::segment))
+        let store = self.writer(py)?;
+        errors::enter(py, || store.put_batch(&batch))
     }
 
+    /// The values of `keys` (any iterable of `str`) and the positions of
+    /// the missing ones: `(values, missing)`, `None` in `values` where
+    /// missing. Arrays are read-only views of the mapped segments, or
+    /// writable copies with `copy=True`.
     #[pyo3(signature = (keys, copy=false))]
     fn get_batch<'py>(
         &self,
@@ -198,19 +177,19 @@ impl PySegmentStore {
     ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
         let keys = borrowed_keys(keys)?;
         let keys = key_strs(&keys)?;
-        let (records, missing) =
-            self.with(|s| py.detach(|| s.get_batch(&keys)).map_err(errors::segment))?;
+        let (values, missing) = self.lookup(py, &keys)?;
         let out = if copy {
-            records_to_owned_py(py, &records)?
+            convert::owned_values_to_py(py, &values)?
         } else {
-            records_to_py(py, records)?
+            convert::values_to_py(py, values)?
         };
         Ok((out, missing))
     }
 
     /// The batch as one array per tensor part (rows in key order, missing
     /// rows zero) and a list per blob part: one copy, made with the GIL
-    /// released, and no Python object per record.
+    /// released, and no Python object per record. Returns
+    /// `(stacked, missing)`.
     fn get_stacked<'py>(
         &self,
         py: Python<'py>,
@@ -218,40 +197,44 @@ impl PySegmentStore {
     ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
         let keys = borrowed_keys(keys)?;
         let keys = key_strs(&keys)?;
-        let (records, missing) =
-            self.with(|s| py.detach(|| s.get_batch(&keys)).map_err(errors::segment))?;
-        Ok((stack::stacked_to_py(py, &self.path, &records)?, missing))
+        let (values, missing) = self.lookup(py, &keys)?;
+        Ok((
+            stack::stacked_to_py(py, self.handle.path(), &values)?,
+            missing,
+        ))
     }
 
+    /// The value of `key` (views of the mapped segment), or `None`.
     fn get<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
-        let (mut records, _) = self.with(|s| {
-            py.detach(|| s.get_batch(std::slice::from_ref(&key)))
-                .map_err(errors::segment)
-        })?;
-        match records.pop().flatten() {
-            Some(r) => record_to_py(py, r),
+        let (mut values, _) = self.lookup(py, &[key.as_str()])?;
+        match values.pop().flatten() {
+            Some(v) => convert::value_to_py(py, v),
             None => Ok(py.None().into_bound(py)),
         }
     }
 
+    /// Whether `key` has a value.
     fn __contains__(&self, py: Python<'_>, key: String) -> PyResult<bool> {
-        let (_, missing) = self.with(|s| {
-            py.detach(|| s.get_batch(std::slice::from_ref(&key)))
-                .map_err(errors::segment)
-        })?;
+        let (_, missing) = self.lookup(py, &[key.as_str()])?;
         Ok(missing.is_empty())
     }
 
+    /// Persists every pending record (a segment and its index entries,
+    /// fsynced) and waits for the background writer.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        self.with_writer(|s| py.detach(|| s.flush()).map_err(errors::segment))
+        let store = self.writer(py)?;
+        errors::enter(py, || store.flush())
     }
 
-    fn __len__(&self) -> PyResult<usize> {
-        self.with(|s| Ok(s.len()))
+    /// The number of keys with a value.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.store(py)?.len())
     }
 
+    /// Counters: entries, segments, pending records, LRU use and hits by
+    /// tier, misses, index memory.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let st = self.with(|s| Ok(s.stats()))?;
+        let st = self.store(py)?.stats();
         let d = PyDict::new(py);
         d.set_item("entries", st.entries)?;
         d.set_item("segments", st.segments)?;
@@ -267,8 +250,11 @@ impl PySegmentStore {
         Ok(d)
     }
 
+    /// Rewrites the live rows into fresh segments and drops the rest;
+    /// returns `{segments_before, segments_after, live_rows, dropped_rows}`.
     fn compact<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let r = self.with_writer(|s| py.detach(|| s.compact()).map_err(errors::segment))?;
+        let store = self.writer(py)?;
+        let r = errors::enter(py, || store.compact())?;
         let d = PyDict::new(py);
         d.set_item("segments_before", r.segments_before)?;
         d.set_item("segments_after", r.segments_after)?;
@@ -277,63 +263,64 @@ impl PySegmentStore {
         Ok(d)
     }
 
-    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let problems = self.with(|s| Ok(py.detach(|| s.verify())))?;
-        problems_to_py(py, &problems)
+    /// Everything wrong with the cache on disk (reads every row), as
+    /// `cachex verify --json` prints it: `{"kind": "segment-store",
+    /// "path", "problems": [{"path", "kind", "detail"}, ...]}`, `problems`
+    /// empty when sound.
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let store = self.store(py)?;
+        let problems = py.detach(|| {
+            // What `segment_store::verify` (the command line's) reports:
+            // what recovery found on open, then what a full read finds.
+            let mut all = store.problems();
+            all.extend(store.verify());
+            all.sort();
+            all.dedup();
+            all
+        });
+        check::verify_to_py(py, CacheKind::SegmentStore, self.handle.path(), &problems)
     }
 
+    /// What recovery found when this handle opened the cache, as the
+    /// `problems` list of `verify()`.
     fn problems<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let problems = self.with(|s| Ok(s.problems()))?;
-        problems_to_py(py, &problems)
+        check::problems_to_py(py, &self.store(py)?.problems())
     }
 
+    /// What the cache holds, as `cachex inspect --json` prints it: `kind`,
+    /// `path`, `structure`, `entries`, `disk_bytes`,
+    /// `index_bytes_per_entry`, `schema`, and a `segments` table (one dict
+    /// per segment file).
     fn inspect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let i = self.with(|s| Ok(py.detach(|| s.inspect())))?;
-        let d = PyDict::new(py);
-        d.set_item("dir", &i.dir)?;
-        d.set_item("structure", i.structure.map(|s| s.name()))?;
-        d.set_item("schema_json", i.schema_json)?;
-        d.set_item("entries", i.entries)?;
-        d.set_item("disk_bytes", i.disk_bytes)?;
-        d.set_item("index_bytes_per_entry", i.index_bytes_per_entry)?;
-        let segs = PyList::empty(py);
-        for s in &i.segments {
-            let sd = PyDict::new(py);
-            sd.set_item("id", s.id)?;
-            sd.set_item("bytes", s.bytes)?;
-            sd.set_item("rows", s.rows)?;
-            sd.set_item("live_rows", s.live_rows)?;
-            segs.append(sd)?;
-        }
-        d.set_item("segments", segs)?;
-        Ok(d)
+        let store = self.store(py)?;
+        let summary = py.detach(|| store.inspect().summary());
+        check::summary_to_py(py, &summary)
     }
 
+    /// Flushes (the writer) and closes the handle; later calls raise.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let store = self.store.write().take();
-        if self.fork.forked() {
-            std::mem::forget(store);
-            return Ok(());
-        }
-        match store {
-            Some(s) => py.detach(|| {
+        match self.handle.close() {
+            Some(s) => errors::enter(py, move || {
                 let flushed = if s.is_writer() { s.flush() } else { Ok(()) };
                 drop(s);
-                flushed.map_err(errors::segment)
+                flushed
             }),
             None => Ok(()),
         }
     }
 
+    /// Whether `close()` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.store.read().is_none()
+        self.handle.is_closed()
     }
 
+    /// `with SegmentStore(...) as store:` closes the store on exit.
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
+    /// Closes the store (flushing the writer); exceptions propagate.
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -355,7 +342,7 @@ impl PySegmentStore {
         let this = slf.get();
         let o = &this.opts;
         let args = (
-            this.path.clone(),
+            this.handle.path().to_path_buf(),
             o.flush_every,
             o.lru_bytes,
             o.async_write,
@@ -368,10 +355,11 @@ impl PySegmentStore {
         Ok((slf.get_type().into_any(), args))
     }
 
+    /// `SegmentStore(path, read_only=...)`.
     fn __repr__(&self) -> String {
         format!(
             "SegmentStore({:?}, read_only={})",
-            self.path.display().to_string(),
+            self.handle.path().display().to_string(),
             self.opts.read_only
         )
     }
@@ -414,192 +402,4 @@ fn message(py: Python<'_>, e: &PyErr) -> String {
     e.value(py)
         .str()
         .map_or_else(|_| "?".into(), |s| s.to_string())
-}
-
-fn problems_to_py<'py>(py: Python<'py>, problems: &[Problem]) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    for p in problems {
-        let d = PyDict::new(py);
-        d.set_item("path", &p.path)?;
-        d.set_item("kind", format!("{:?}", p.kind))?;
-        d.set_item("detail", &p.detail)?;
-        out.append(d)?;
-    }
-    Ok(out)
-}
-
-fn blob_of(obj: &Bound<'_, PyAny>) -> Option<Blob> {
-    if let Ok(b) = obj.cast::<PyBytes>() {
-        return Some(Blob::from(b.as_bytes()));
-    }
-    if let Ok(b) = obj.cast::<PyByteArray>() {
-        return Some(Blob::from(b.to_vec()));
-    }
-    None
-}
-
-fn tensor_of(obj: &Bound<'_, PyAny>) -> PyResult<TensorBuf> {
-    let a = array::contiguous(obj)?;
-    array::with_tensor(&a, |v| TensorBuf::from(&v))
-}
-
-fn part_of(obj: &Bound<'_, PyAny>) -> PyResult<Part> {
-    match blob_of(obj) {
-        Some(b) => Ok(Part::Blob(b)),
-        None => Ok(Part::Tensor(tensor_of(obj)?)),
-    }
-}
-
-/// A record from a Python value: `bytes` → blob, dict → named parts,
-/// tuple/list → parts, anything array-like → one tensor.
-pub(crate) fn record_from_py(value: &Bound<'_, PyAny>) -> PyResult<Record> {
-    if let Some(b) = blob_of(value) {
-        return Ok(Record::Blob(b));
-    }
-    if let Ok(d) = value.cast::<PyDict>() {
-        let mut parts = Vec::with_capacity(d.len());
-        for (k, v) in d.iter() {
-            let name: String = k
-                .cast::<PyString>()
-                .map_err(|_| errors::invalid("dict record keys must be str"))?
-                .to_str()?
-                .to_owned();
-            parts.push((Arc::<str>::from(name), part_of(&v)?));
-        }
-        return Ok(Record::Dict(parts));
-    }
-    if let Ok(t) = value.cast::<PyTuple>() {
-        return Ok(Record::Tuple(
-            t.iter().map(|v| part_of(&v)).collect::<PyResult<_>>()?,
-        ));
-    }
-    if let Ok(l) = value.cast::<PyList>() {
-        return Ok(Record::List(
-            l.iter().map(|v| part_of(&v)).collect::<PyResult<_>>()?,
-        ));
-    }
-    Ok(Record::Tensor(tensor_of(value)?))
-}
-
-fn tensor_to_py<'py>(
-    py: Python<'py>,
-    t: &TensorBuf,
-    owner: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
-    // SAFETY: `t`'s bytes belong to a record `owner` holds (one record or
-    // the batch it came in; each part's `SharedBytes` shares ownership of
-    // its heap buffer or mapped segment), never mutated, and freed only
-    // when the last reference goes.
-    unsafe { array::view(py, t.dtype(), t.shape().dims(), t.bytes(), owner) }
-}
-
-fn part_to_py<'py>(
-    py: Python<'py>,
-    p: &Part,
-    owner: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
-    match p {
-        Part::Tensor(t) => tensor_to_py(py, t, owner),
-        Part::Blob(b) => Ok(PyBytes::new(py, b.as_slice()).into_any()),
-        // A record read from a store is one level deep.
-        other => record_view(py, other, owner),
-    }
-}
-
-/// The records of one batch (`None` for a missing key) as a list of
-/// values. One `MappedValue` holds the whole batch and is the base of every
-/// array in it (one Python object per batch, not per record): an array
-/// keeps its batch's records alive.
-pub(crate) fn records_to_py(
-    py: Python<'_>,
-    records: Vec<Option<Record>>,
-) -> PyResult<Bound<'_, PyList>> {
-    let records = Arc::new(records);
-    let owner = Keeper::wrap(py, records.clone())?;
-    let out = PyList::empty(py);
-    for r in records.iter() {
-        match r {
-            Some(r) => out.append(record_view(py, r, &owner)?)?,
-            None => out.append(py.None())?,
-        }
-    }
-    Ok(out)
-}
-
-/// The records of one batch as values whose arrays are writable copies
-/// that own their memory (`get_batch(copy=True)`).
-fn records_to_owned_py<'py>(
-    py: Python<'py>,
-    records: &[Option<Record>],
-) -> PyResult<Bound<'py, PyList>> {
-    let mut out = Vec::with_capacity(records.len());
-    for r in records {
-        out.push(match r {
-            None => py.None().into_bound(py),
-            Some(v) => owned_value_to_py(py, v)?,
-        });
-    }
-    PyList::new(py, out)
-}
-
-/// One value as Python objects that own their bytes: writable arrays,
-/// `bytes`, and dicts, tuples and lists of them.
-fn owned_value_to_py<'py>(py: Python<'py>, v: &Record) -> PyResult<Bound<'py, PyAny>> {
-    let all = |parts: &[Part]| -> PyResult<Vec<Bound<'py, PyAny>>> {
-        parts.iter().map(|p| owned_value_to_py(py, p)).collect()
-    };
-    Ok(match v {
-        Record::Tensor(t) => stack::owned_copy(py, t)?,
-        Record::Blob(b) => PyBytes::new(py, b.as_slice()).into_any(),
-        Record::Dict(parts) => {
-            let d = PyDict::new(py);
-            for (name, p) in parts {
-                d.set_item(&**name, owned_value_to_py(py, p)?)?;
-            }
-            d.into_any()
-        }
-        Record::Tuple(parts) => PyTuple::new(py, all(parts)?)?.into_any(),
-        Record::List(parts) => PyList::new(py, all(parts)?)?.into_any(),
-    })
-}
-
-/// A record as numpy views (whose base keeps the record alive), `bytes`,
-/// dicts, tuples and lists.
-pub(crate) fn record_to_py(py: Python<'_>, record: Record) -> PyResult<Bound<'_, PyAny>> {
-    let owner = Keeper::wrap(py, record.clone())?;
-    record_view(py, &record, &owner)
-}
-
-/// A record as Python values whose arrays view the record's buffers;
-/// `owner` must keep those buffers alive (it holds the record or a clone).
-fn record_view<'py>(
-    py: Python<'py>,
-    record: &Record,
-    owner: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match record {
-        Record::Tensor(t) => tensor_to_py(py, t, owner)?,
-        Record::Dict(parts) => {
-            let d = PyDict::new(py);
-            for (name, p) in parts {
-                d.set_item(&**name, part_to_py(py, p, owner)?)?;
-            }
-            d.into_any()
-        }
-        Record::Tuple(parts) => {
-            let items = parts
-                .iter()
-                .map(|p| part_to_py(py, p, owner))
-                .collect::<PyResult<Vec<_>>>()?;
-            PyTuple::new(py, items)?.into_any()
-        }
-        Record::List(parts) => {
-            let items = parts
-                .iter()
-                .map(|p| part_to_py(py, p, owner))
-                .collect::<PyResult<Vec<_>>>()?;
-            PyList::new(py, items)?.into_any()
-        }
-        Record::Blob(b) => PyBytes::new(py, b.as_slice()).into_any(),
-    })
 }

@@ -53,11 +53,13 @@ pub struct PyInterleaveIndex(shard_store::InterleaveIndex);
 
 #[pymethods]
 impl PyInterleaveIndex {
+    /// The placement over parts of lengths `lens`.
     #[new]
     fn new(lens: Vec<usize>) -> Self {
         PyInterleaveIndex(shard_store::InterleaveIndex::new(&lens))
     }
 
+    /// The number of items over all parts.
     fn __len__(&self) -> usize {
         self.0.len()
     }

@@ -9,6 +9,7 @@ import multiprocessing as mp
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -161,15 +162,16 @@ def test_load_in_memory_and_its_ram_guard(tmp_path):
 
 def test_inspect_and_verify(tmp_path):
     write_cache(tmp_path)
-    report = cachex.memmap_inspect(tmp_path)
+    cache = cachex.MemmapArray(tmp_path)
+    report = cache.inspect()
     assert report["complete"] and report["rows"] == 10
     assert {a["name"] for a in report["arrays"]} == set(ARRAYS)
     assert report["sidecars"][0]["unique_values"] == 3
-    assert cachex.memmap_verify(tmp_path) == []
+    assert cache.verify()["problems"] == []
     with open(tmp_path / "data.bin", "ab") as f:
         f.write(b"\0" * 3)
-    problems = cachex.memmap_verify(tmp_path)
-    assert any(p["path"].name == "data.bin" for p in problems)
+    problems = cache.verify()["problems"]
+    assert any(Path(p["path"]).name == "data.bin" for p in problems)
     with pytest.raises(cachex.CorruptError, match=r"data\.bin"):
         cachex.MemmapArray(tmp_path)
 

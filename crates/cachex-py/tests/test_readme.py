@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 from conftest import REPO
 
@@ -29,3 +31,28 @@ def test_readme_loadit_block_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], "README.md", "exec"), {"__name__": "__readme__"})
     assert (tmp_path / "squares-cache" / "shards" / "0.100.shard.pickle").is_file()
+
+
+def readme_as_module() -> str:
+    """The README's Python blocks as one module, each block the body of its
+    own function (blocks reuse names for values of different types)."""
+    parts = ["from __future__ import annotations\n"]
+    for k, block in enumerate(readme_python_blocks()):
+        body = "".join(f"    {line}\n" if line.strip() else "\n" for line in block.splitlines())
+        parts.append(f"\ndef readme_block_{k}() -> None:\n{body}")
+    return "".join(parts)
+
+
+def test_readme_examples_type_check_strictly(tmp_path):
+    """`mypy --strict` over the README's Python, against the package's
+    stubs (`_cachex.pyi`) and annotations: an example that a stub change
+    breaks fails here."""
+    src = tmp_path / "readme_examples.py"
+    src.write_text(readme_as_module())
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(src)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

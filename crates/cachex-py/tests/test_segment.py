@@ -220,10 +220,11 @@ def test_compact_verify_stats_inspect(tmp_path):
     report = store.compact()
     assert report["segments_before"] == before
     assert report["live_rows"] == 10 and report["dropped_rows"] == 20
-    assert store.verify() == []
+    assert store.verify() == {"kind": "segment-store", "path": str(tmp_path), "problems": []}
     info = store.inspect()
     assert info["entries"] == 10 and info["structure"] == "tensor"
-    assert "torch.int32" in info["schema_json"]
+    assert "torch.int32" in str(info["schema"])
+    assert sum(s["live_rows"] for s in info["segments"]) == 10
     assert_same(store.get("k7"), np.full(4, 2, np.int32))
 
 
@@ -236,7 +237,7 @@ def test_a_corrupt_segment_is_reported_and_its_keys_read_missing(tmp_path):
     raw[len(raw) // 2 : len(raw) // 2 + 64] = b"\xff" * 64
     segments[0].write_bytes(bytes(raw))
     store = cachex.SegmentStore(tmp_path, read_only=True)
-    problems = store.verify()
+    problems = store.verify()["problems"]
     assert problems, "a flipped segment must be reported"
     assert any(Path(p["path"]).name == segments[0].name for p in problems)
     values, _ = store.get_batch([f"k{i}" for i in range(8)])
@@ -351,7 +352,7 @@ def test_bfloat16_falls_back_to_uint16_without_ml_dtypes(tmp_path):
         "assert not cachex.bfloat16_is_native()\n"
         "s = cachex.SegmentStore(sys.argv[1], read_only=True)\n"
         "v = s.get('x')\n"
-        "assert 'torch.bfloat16' in s.inspect()['schema_json']\n"
+        "assert 'torch.bfloat16' in str(s.inspect()['schema'])\n"
         "print(v.dtype, v.tolist())\n"
     )
     out = subprocess.run(
@@ -428,5 +429,5 @@ def test_a_forked_child_of_an_async_writer_reads_and_leaves_the_parents_records_
     assert store.stats()["segments"] == 2
     store.close()
     reopened = cachex.SegmentStore(tmp_path, read_only=True)
-    assert len(reopened) == 15 and reopened.verify() == []
+    assert len(reopened) == 15 and reopened.verify()["problems"] == []
     assert "from_child" not in reopened

@@ -33,6 +33,19 @@ pub fn open(config: &CacheConfig) -> Result<Cache> {
     open_local(config.backend, config)
 }
 
+/// Opens the cache `config` names for reading only: a segment-store cache
+/// without its writer lock (puts are refused), the others as [`open`]
+/// does (they are read-only without a source). For a handle reopened in a
+/// process forked from the one that opened `config` for writing.
+pub fn open_read_only(config: &CacheConfig) -> Result<Cache> {
+    match config.backend {
+        BackendKind::SegmentStore if !config.root.to_str().is_some_and(remote_cache::is_url) => {
+            Ok(Box::new(SegmentBackend::open_read_only(config)?))
+        }
+        _ => open(config),
+    }
+}
+
 fn open_local(kind: BackendKind, config: &CacheConfig) -> Result<Cache> {
     Ok(match kind {
         BackendKind::SegmentStore => Box::new(SegmentBackend::open(config)?),

@@ -50,6 +50,16 @@ impl SegmentBackend {
 
     /// Opens (creating if needed) the cache `config` names.
     pub fn open(config: &CacheConfig) -> Result<SegmentBackend> {
+        Self::open_as(config, false)
+    }
+
+    /// Opens the cache `config` names read-only: no writer lock taken,
+    /// puts refused (what a process forked from the writer opens).
+    pub fn open_read_only(config: &CacheConfig) -> Result<SegmentBackend> {
+        Self::open_as(config, true)
+    }
+
+    fn open_as(config: &CacheConfig, read_only: bool) -> Result<SegmentBackend> {
         if config.backend != BackendKind::SegmentStore {
             return Err(FacadeError::Config(format!(
                 "SegmentBackend opened with a {} config",
@@ -67,6 +77,7 @@ impl SegmentBackend {
             writer_id: config
                 .opt("multi_writer", false)?
                 .then_some(defaults.current_rank),
+            read_only,
             ..defaults
         };
         let prepared = prepare(config, &SPEC)?;

@@ -6,10 +6,11 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import Self
 
 __version__: str
 
@@ -17,6 +18,29 @@ ArrayLike: TypeAlias = npt.ArrayLike
 Part: TypeAlias = np.ndarray | bytes
 Value: TypeAlias = np.ndarray | bytes | dict[str, Part] | tuple[Part, ...] | list[Part]
 """A record: one tensor, named parts, a tuple or list of parts, or one blob."""
+
+class Problem(TypedDict):
+    """One thing wrong with one file, as ``cachex verify --json`` prints it."""
+
+    path: str
+    kind: str
+    """``missing``, ``truncated``, ``checksum-mismatch``, ``structure``,
+    ``stale``, ``foreign-version``, ``unindexed``, ``interrupted`` or ``io``."""
+    detail: str
+
+class VerifyReport(TypedDict):
+    """What ``verify()`` returns: ``cachex verify --json``'s object."""
+
+    kind: str
+    """The kind of cache: ``segment-store``, ``shard-store``,
+    ``memmap-array``, ``page-alloc`` or ``beton``."""
+    path: str
+    problems: list[Problem]
+    """Empty when the cache is sound."""
+
+Summary: TypeAlias = dict[str, Any]
+"""What ``inspect()`` returns: ``cachex inspect --json``'s object (``kind``,
+``path``, the store's facts, and each table as a list of row dicts)."""
 
 def bfloat16_is_native() -> bool:
     """Whether bfloat16 tensors come back as ``ml_dtypes.bfloat16``.
@@ -26,9 +50,10 @@ def bfloat16_is_native() -> bool:
     bool
         True when ``ml_dtypes`` is importable; otherwise bfloat16 tensors
         come back as raw ``uint16`` arrays (same bits) and the store's
-        schema (``inspect()["schema_json"]``) names their dtype.
+        schema (``inspect()["schema"]``) names their dtype.
     """
 
+@final
 class MappedValue:
     """The ``.base`` of arrays read from a store: it owns the value they view.
 
@@ -36,6 +61,7 @@ class MappedValue:
     alive. It has no Python-visible API.
     """
 
+@final
 class SegmentStore:
     """A persistent key -> tensor-record cache (torchcachex's on-disk layout).
 
@@ -83,8 +109,8 @@ class SegmentStore:
     that took it), which is what a DataLoader worker needs.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | os.PathLike[str],
         flush_every: int | None = None,
         lru_bytes: int | None = None,
@@ -94,7 +120,7 @@ class SegmentStore:
         current_rank: int | None = None,
         read_only: bool | None = None,
         writer_id: int | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def path(self) -> Path:
         """The cache directory."""
@@ -129,9 +155,7 @@ class SegmentStore:
         ReadOnlyError
             The store was opened read-only.
         """
-    def get_batch(
-        self, keys: Sequence[str], copy: bool = False
-    ) -> tuple[list[Value | None], list[int]]:
+    def get_batch(self, keys: Sequence[str], copy: bool = False) -> tuple[list[Any], list[int]]:
         """Look up values by key.
 
         Parameters
@@ -172,9 +196,9 @@ class SegmentStore:
         InvalidInputError
             The found values differ in shape (read them with :meth:`get_batch`).
         """
-    def get(self, key: str) -> Value | None:
+    def get(self, key: str) -> Any:
         """The value of one key, or ``None``."""
-    def __contains__(self, key: str) -> bool: ...
+    def __contains__(self, key: str, /) -> bool: ...
     def flush(self) -> None:
         """Write every pending value into a new durable segment."""
     def __len__(self) -> int:
@@ -189,18 +213,20 @@ class SegmentStore:
         dict
             ``segments_before``, ``segments_after``, ``live_rows``, ``dropped_rows``.
         """
-    def verify(self) -> list[dict[str, str]]:
+    def verify(self) -> VerifyReport:
         """Check every segment and index entry on disk now.
 
         Returns
         -------
-        list of dict
-            One ``{"path", "kind", "detail"}`` per problem; empty when sound.
+        VerifyReport
+            ``cachex verify --json``'s object: ``{"kind": "segment-store",
+            "path", "problems": [{"path", "kind", "detail"}, ...]}``,
+            ``problems`` empty when sound.
         """
-    def problems(self) -> list[dict[str, str]]:
+    def problems(self) -> list[Problem]:
         """What recovery found (and repaired or excluded) when the store was opened."""
-    def inspect(self) -> dict[str, Any]:
-        """Structure, schema JSON, entries, segments and sizes on disk."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object: structure, entries, sizes, schema, segments."""
     def close(self) -> None:
         """Flush (writer) and release the files and the writer lock.
 
@@ -219,6 +245,7 @@ DTypeLike: TypeAlias = str | type | np.dtype[Any]
 ArraySpecs: TypeAlias = Mapping[str, tuple[DTypeLike, Sequence[int]]]
 """``{name: (dtype, shape)}``: each array's element type and per-row shape."""
 
+@final
 class MemmapWriter:
     """The streaming, resumable writer of a memmap-array cache.
 
@@ -251,16 +278,16 @@ class MemmapWriter:
         A half-built cache there was started with another fingerprint.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | os.PathLike[str],
         arrays: ArraySpecs,
         *,
         nullable: Sequence[str] = ...,
         sidecars: Sequence[str] = ...,
         fingerprint: Any = None,
-        sync_every: int = 1024,
-    ) -> None: ...
+        sync_every: int = ...,
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
     @property
@@ -305,6 +332,7 @@ class MemmapWriter:
     def finalize(self) -> int:
         """Write the index, sidecars and ``shapes.json``; mark complete; return the rows."""
 
+@final
 class MemmapArray:
     """A finished memmap-array cache, open for reading.
 
@@ -331,13 +359,13 @@ class MemmapArray:
     In a forked child the handle reopens the directory on first use.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | os.PathLike[str],
         *,
         load_in_memory: bool = False,
         ram_fraction: float = ...,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
     def __len__(self) -> int: ...
@@ -394,6 +422,10 @@ class MemmapArray:
         """
     def index_table(self) -> Any:
         """``index.parquet`` as a ``pyarrow.Table`` (requires pyarrow)."""
+    def verify(self) -> VerifyReport:
+        """``cachex verify --json``'s object for this cache (reads every file)."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object for this cache."""
 
 def memmap_open_or_build(
     root: str | os.PathLike[str],
@@ -406,7 +438,7 @@ def memmap_open_or_build(
     sidecars: Sequence[str] = ...,
     sources: Sequence[str | os.PathLike[str]] = ...,
     content_hash: bool = False,
-    sync_every: int = 1024,
+    sync_every: int = ...,
 ) -> tuple[MemmapArray, str]:
     """Open the cache ``name`` of ``config`` under ``root``, building it when needed.
 
@@ -426,15 +458,16 @@ def memmap_open_or_build(
         committed rows"`` or ``"cache rebuilt (<why>)"``.
     """
 
-def memmap_inspect(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Sizes on disk, schema, sidecar dedup ratios and the RAM a load would take."""
+def memmap_inspect(path: str | os.PathLike[str]) -> Summary:
+    """Deprecated: ``MemmapArray(path).inspect()`` (this one reads a half-built cache too)."""
 
-def memmap_verify(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every problem of the cache (``{"path", "detail"}``); empty when sound."""
+def memmap_verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Deprecated: ``MemmapArray(path).verify()`` (this one checks what cannot open)."""
 
 FieldSpec: TypeAlias = str | tuple[DTypeLike, Sequence[int]]
 """``"int"``, ``"float"``, ``"bytes"`` (``"json"`` for .beton) or ``(dtype, shape)``."""
 
+@final
 class PageWriter:
     """The writer of a page file: samples of fixed fields packed into pages.
 
@@ -452,15 +485,15 @@ class PageWriter:
         Write pages with ``O_DIRECT`` where possible.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | os.PathLike[str],
         fields: Mapping[str, FieldSpec],
         *,
         page_size: int | None = None,
         alignment: int | None = None,
         direct_io: bool = False,
-    ) -> None: ...
+    ) -> Self: ...
     def __len__(self) -> int: ...
     def append(self, sample: Mapping[str, Any] | Sequence[Any]) -> int:
         """Append one sample (by field name, or in field order); return its index."""
@@ -471,6 +504,7 @@ class PageWriter:
     def finalize(self) -> dict[str, Any]:
         """Write the tables and footer, fsync, rename; return a summary."""
 
+@final
 class PageReader:
     """A validated, memory-mapped page file.
 
@@ -480,9 +514,9 @@ class PageReader:
     child the handle reopens the file on first use.
     """
 
-    def __init__(
-        self, path: str | os.PathLike[str], *, populate: bool = False, verify_pages: bool = False
-    ) -> None: ...
+    def __new__(
+        cls, path: str | os.PathLike[str], *, populate: bool = False, verify_pages: bool = False
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
     def __len__(self) -> int: ...
@@ -522,11 +556,16 @@ class PageReader:
         The shares of one seed hold whole pages, are disjoint and together
         hold every sample once (one share per DataLoader worker).
         """
+    def verify(self) -> VerifyReport:
+        """``cachex verify --json``'s object for this file (every page checksum)."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object for this file."""
 
+@final
 class BetonReader:
     """A validated FFCV ``.beton`` file, memory-mapped."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    def __new__(cls, path: str | os.PathLike[str]) -> Self: ...
     @property
     def path(self) -> Path: ...
     def __len__(self) -> int: ...
@@ -534,6 +573,11 @@ class BetonReader:
     def fields(self) -> dict[str, FieldSpec]: ...
     def sample(self, i: int) -> dict[str, Any]:
         """Sample ``i``; JSON fields as text, RGB images as ``{mode, width, height, data}``."""
+    def verify(self) -> VerifyReport:
+        """``cachex verify --json``'s object for this file."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object for this file."""
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]: ...
 
 def write_beton(
     path: str | os.PathLike[str],
@@ -544,11 +588,11 @@ def write_beton(
 ) -> None:
     """Write an FFCV ``.beton`` (byte-identical to FFCV's one-worker writer)."""
 
-def page_verify(path: str | os.PathLike[str]) -> list[str]:
-    """Every problem of a page file; empty when sound."""
+def page_verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Deprecated: ``PageReader(path).verify()`` (this one checks what cannot open)."""
 
-def beton_verify(path: str | os.PathLike[str]) -> list[str]:
-    """Every problem of a ``.beton``; empty when sound."""
+def beton_verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Deprecated: ``BetonReader(path).verify()`` (this one checks what cannot open)."""
 
 def compute_key(config: Any) -> str:
     """The 16-hex-character key of a JSON-able config (dict order ignored)."""
@@ -572,6 +616,7 @@ def validate(stored: Mapping[str, Any], current: Mapping[str, Any]) -> None:
 def check_dir(path: str | os.PathLike[str], current: Mapping[str, Any]) -> None:
     """Raise :class:`StaleError` when ``path/fingerprint.json`` is missing or differs."""
 
+@final
 class Cache:
     """A cache opened from a config by :func:`open`."""
 
@@ -582,8 +627,8 @@ class Cache:
     @property
     def backend(self) -> str:
         """The backend's name (``"segment-store"``, ``"memmap-array"``, ...)."""
-    def get_batch(self, keys: Sequence[str]) -> tuple[list[Value | None], list[int]]: ...
-    def get_indices(self, indices: Sequence[int]) -> list[Value]:
+    def get_batch(self, keys: Sequence[str]) -> tuple[list[Any], list[int]]: ...
+    def get_indices(self, indices: Sequence[int]) -> list[Any]:
         """Values by index (negative from the end): memmap-array, shard-store, page-alloc."""
     def put_batch(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
     def flush(self) -> None: ...
@@ -610,8 +655,9 @@ def open(config: Mapping[str, Any] | str | os.PathLike[str]) -> Cache:
         A bad config (unknown backend or option).
     """
 
+@final
 class _CachedFn:
-    def __init__(self, cache: Cache, func: Callable[[list[Any]], Iterable[Any]]) -> None: ...
+    def __new__(cls, cache: Cache, func: Callable[[list[Any]], Iterable[Any]]) -> Self: ...
     def __call__(self, inputs: list[Any], ids: list[str]) -> list[Any]: ...
     def stats(self) -> dict[str, int]: ...
     def flush(self) -> None: ...
@@ -621,6 +667,7 @@ def _reopen_page_reader(path: str, populate: bool, verify_pages: bool) -> PageRe
 def _after_fork_in_child() -> None:
     """The ``os.register_at_fork(after_in_child=...)`` hook: marks every live handle."""
 
+@final
 class ShardStore:
     """Random access to the items of a deterministic iterable (loadit's layout).
 
@@ -665,8 +712,8 @@ class ShardStore:
     be picklable); the copy reopens the root.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         root: str | os.PathLike[str],
         source: Callable[[], Iterable[Any]] | None = None,
         *,
@@ -679,14 +726,14 @@ class ShardStore:
         preload_all_async: bool = False,
         length: int | None = None,
         info: Any = None,
-    ) -> None: ...
+    ) -> Self: ...
     @property
     def root(self) -> Path: ...
     @property
     def max_shard_length(self) -> int: ...
     def __len__(self) -> int:
         """The number of items (drives the source to its end when unknown)."""
-    def __getitem__(self, index: int | slice) -> Any:
+    def __getitem__(self, index: int | slice, /) -> Any:
         """Item ``index`` (negative from the end), or a list for a slice."""
     def get_many(self, indices: Sequence[int]) -> list[Any]:
         """Items at ``indices``, visiting each shard once in ascending order."""
@@ -700,6 +747,10 @@ class ShardStore:
         """The length if already known (no work), else ``None``."""
     def load_async(self, indices: Sequence[int]) -> None:
         """Background workers load the shards holding ``indices`` (none without workers)."""
+    def verify(self) -> VerifyReport:
+        """``cachex verify --json``'s object for this root."""
+    def inspect(self) -> Summary:
+        """``cachex inspect --json``'s object for this root."""
 
 def _reopen_shard_store(
     root: str, source: Callable[[], Iterable[Any]] | None, kwargs: dict[str, Any]
@@ -707,10 +758,11 @@ def _reopen_shard_store(
 
 # The index arithmetic of shard-store's sequence utilities (used by
 # cachex.loadit.util; one copy of the math, in Rust).
+@final
 class InterleaveIndex:
     """Round-robin placement over parts of the given lengths."""
 
-    def __init__(self, lens: Sequence[int]) -> None: ...
+    def __new__(cls, lens: Sequence[int]) -> Self: ...
     def __len__(self) -> int: ...
     def locate(self, index: int) -> tuple[int, int]:
         """``(part, offset)`` of item ``index``; IndexError past the end."""

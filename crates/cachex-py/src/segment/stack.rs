@@ -1,44 +1,42 @@
 //! Batches as fresh arrays: `SegmentStore.get_stacked` (one array per
 //! tensor part, row `i` is key `i`, copied with the GIL released, so a
-//! batch costs a few Python objects instead of one or more per record) and
-//! `get_batch(copy=True)` (one writable array per tensor, owning its bytes).
+//! batch costs a few Python objects instead of one or more per record).
 
 use std::path::Path;
 
 use numpy::npyffi;
-use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
-use segment_store::{Part, Record, TensorBuf};
-use tensor_core::DType;
+use tensor_core::{DType, SharedTensor, Value};
 
 use crate::array;
 use crate::errors;
 
 /// One part of a record, as the batch sees it.
 enum PartRef<'a> {
-    Tensor(&'a TensorBuf),
+    Tensor(&'a SharedTensor),
     Blob(&'a [u8]),
     /// A dict, tuple or list inside a record: the store refuses to write
     /// one, so a batch that has one cannot be stacked.
     Nested,
 }
 
-fn part_ref(p: &Part) -> PartRef<'_> {
+fn part_ref(p: &Value) -> PartRef<'_> {
     match p {
-        Part::Tensor(t) => PartRef::Tensor(t),
-        Part::Blob(b) => PartRef::Blob(b.as_slice()),
+        Value::Tensor(t) => PartRef::Tensor(t),
+        Value::Blob(b) => PartRef::Blob(b.as_slice()),
         _ => PartRef::Nested,
     }
 }
 
-fn parts_of(r: &Record) -> Vec<PartRef<'_>> {
+fn parts_of(r: &Value) -> Vec<PartRef<'_>> {
     match r {
-        Record::Tensor(t) => vec![PartRef::Tensor(t)],
-        Record::Blob(b) => vec![PartRef::Blob(b.as_slice())],
-        Record::Dict(ps) => ps.iter().map(|(_, p)| part_ref(p)).collect(),
-        Record::Tuple(ps) | Record::List(ps) => ps.iter().map(part_ref).collect(),
+        Value::Tensor(t) => vec![PartRef::Tensor(t)],
+        Value::Blob(b) => vec![PartRef::Blob(b.as_slice())],
+        Value::Dict(ps) => ps.iter().map(|(_, p)| part_ref(p)).collect(),
+        Value::Tuple(ps) | Value::List(ps) => ps.iter().map(part_ref).collect(),
     }
 }
 
@@ -67,7 +65,7 @@ struct Dest {
 pub(crate) fn stacked_to_py<'py>(
     py: Python<'py>,
     dir: &Path,
-    records: &[Option<Record>],
+    records: &[Option<Value>],
 ) -> PyResult<Bound<'py, PyAny>> {
     let Some(first) = records.iter().flatten().next() else {
         return Ok(py.None().into_bound(py));
@@ -178,16 +176,16 @@ pub(crate) fn stacked_to_py<'py>(
         }
     }
     Ok(match first {
-        Record::Tensor(_) | Record::Blob(_) => cols.swap_remove(0),
-        Record::Dict(ps) => {
+        Value::Tensor(_) | Value::Blob(_) => cols.swap_remove(0),
+        Value::Dict(ps) => {
             let d = PyDict::new(py);
             for ((name, _), col) in ps.iter().zip(cols) {
                 d.set_item(&**name, col)?;
             }
             d.into_any()
         }
-        Record::Tuple(_) => PyTuple::new(py, cols)?.into_any(),
-        Record::List(_) => PyList::new(py, cols)?.into_any(),
+        Value::Tuple(_) => PyTuple::new(py, cols)?.into_any(),
+        Value::List(_) => PyList::new(py, cols)?.into_any(),
     })
 }
 
@@ -224,47 +222,4 @@ fn empty<'py>(
         ));
     }
     Ok(a)
-}
-
-/// A fresh, writable numpy array holding a copy of `t` (no base object: it
-/// owns its memory and pins no segment or batch).
-pub(crate) fn owned_copy<'py>(py: Python<'py>, t: &TensorBuf) -> PyResult<Bound<'py, PyAny>> {
-    let descr = array::descr(py, t.dtype())?;
-    let mut dims: Vec<npyffi::npy_intp> = t
-        .shape()
-        .dims()
-        .iter()
-        .map(|&d| npyffi::npy_intp::try_from(d).map_err(|_| errors::invalid("dimension too large")))
-        .collect::<PyResult<_>>()?;
-    let bytes = t.bytes();
-    // SAFETY: numpy's own array type and API table; `PyArray_NewFromDescr`
-    // steals the descriptor reference (`into_dtype_ptr`), reads `dims` only
-    // during the call, and with a null data pointer allocates a fresh
-    // C-contiguous buffer of `product(dims) * itemsize` bytes, which equals
-    // `bytes.len()` (the store checked the record's length against its
-    // dtype and shape). Nothing else refers to the new array while we fill
-    // it, and source and destination are distinct allocations.
-    unsafe {
-        let a = npyffi::PY_ARRAY_API.PyArray_NewFromDescr(
-            py,
-            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
-            descr.into_dtype_ptr(),
-            dims.len() as std::ffi::c_int,
-            dims.as_mut_ptr(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-        );
-        let a = Bound::from_owned_ptr_or_err(py, a)?;
-        if !bytes.is_empty() {
-            let raw = a.as_ptr() as *mut npyffi::PyArrayObject;
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                (*raw).fields.data as *mut u8,
-                bytes.len(),
-            );
-        }
-        Ok(a)
-    }
 }

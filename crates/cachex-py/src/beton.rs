@@ -1,0 +1,210 @@
+//! FFCV `.beton` files: `cachex.BetonReader` and `cachex.write_beton`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cache_facade::CacheKind;
+use page_alloc::beton::{self, BetonField, BetonFile, BetonType, BetonValue};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::array::Keeper;
+use crate::handle::Handle;
+use crate::page_fields::{Owned, Spec, bytes_view, index_arg, sample_arg, spec_arg, tensor_view};
+use crate::{check, errors};
+
+/// A validated FFCV `.beton` file, memory-mapped.
+#[pyclass(module = "cachex._cachex", name = "BetonReader", frozen)]
+pub struct PyBetonReader {
+    /// Swapped by the reopen in a forked child (as `PageReader`'s).
+    handle: Handle<OpenedBeton>,
+}
+
+/// One opening of a `.beton` file.
+struct OpenedBeton {
+    file: Arc<BetonFile>,
+    /// The `.base` of every array returned from this opening.
+    keeper: Py<PyAny>,
+}
+
+impl OpenedBeton {
+    fn open(py: Python<'_>, path: &Path) -> PyResult<Arc<Self>> {
+        let file = Arc::new(errors::enter(py, || beton::read(path))?);
+        let keeper = Keeper::wrap(py, file.clone())?.unbind();
+        Ok(Arc::new(OpenedBeton { file, keeper }))
+    }
+}
+
+impl PyBetonReader {
+    /// The current opening; in a forked child, first a fresh one.
+    fn current(&self, py: Python<'_>) -> PyResult<Arc<OpenedBeton>> {
+        self.handle.get(py, |py, _inherited| {
+            OpenedBeton::open(py, self.handle.path())
+        })
+    }
+}
+
+#[pymethods]
+impl PyBetonReader {
+    /// Opens and validates the `.beton` file at `path` (mapped, not read).
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let opened = OpenedBeton::open(py, &path)?;
+        Ok(PyBetonReader {
+            handle: Handle::new(py, path, opened),
+        })
+    }
+
+    /// The file.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.handle.path().to_path_buf()
+    }
+
+    /// The number of samples.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.current(py)?.file.len())
+    }
+
+    /// Field names and FFCV types: `{name: "float" | "int" | "rgb_image" |
+    /// "bytes" | "json" | (dtype, shape)}`.
+    #[getter]
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
+        let d = PyDict::new(py);
+        for f in o.file.fields() {
+            match &f.ty {
+                BetonType::Float => d.set_item(&f.name, "float")?,
+                BetonType::Int => d.set_item(&f.name, "int")?,
+                BetonType::RgbImage => d.set_item(&f.name, "rgb_image")?,
+                BetonType::Bytes => d.set_item(&f.name, "bytes")?,
+                BetonType::Json => d.set_item(&f.name, "json")?,
+                BetonType::NDArray { dtype, shape } => {
+                    d.set_item(&f.name, (dtype.name(), PyTuple::new(py, shape.dims())?))?
+                }
+            }
+        }
+        Ok(d)
+    }
+
+    /// Sample `i`: ints, floats and JSON text by value; bytes as read-only
+    /// uint8 views; NDArrays as read-only views; RGB images as
+    /// `{"mode", "width", "height", "data"}` (never decoded).
+    fn sample<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
+        let i = index_arg(o.file.len(), i)?;
+        let values = o.file.sample(i).map_err(errors::to_py)?;
+        let owner = o.keeper.bind(py);
+        let d = PyDict::new(py);
+        for (f, v) in o.file.fields().iter().zip(values) {
+            let v = match v {
+                BetonValue::Float(x) => x.into_pyobject(py)?.into_any(),
+                BetonValue::Int(x) => x.into_pyobject(py)?.into_any(),
+                BetonValue::Json(s) => s.into_pyobject(py)?.into_any(),
+                // SAFETY: the slices borrow the file's mapping, kept alive
+                // by `owner` (an `Arc<BetonFile>`).
+                BetonValue::Bytes(b) => unsafe { bytes_view(py, b, owner)? },
+                // SAFETY: as above.
+                BetonValue::NDArray(t) => unsafe { tensor_view(py, &t, owner)? },
+                BetonValue::RgbImage {
+                    mode,
+                    width,
+                    height,
+                    data,
+                } => {
+                    let img = PyDict::new(py);
+                    img.set_item("mode", mode)?;
+                    img.set_item("width", width)?;
+                    img.set_item("height", height)?;
+                    // SAFETY: as above.
+                    img.set_item("data", unsafe { bytes_view(py, data, owner)? })?;
+                    img.into_any()
+                }
+            };
+            d.set_item(&f.name, v)?;
+        }
+        Ok(d)
+    }
+
+    /// Everything wrong with the file, as `cachex verify --json` prints
+    /// it: `{"kind": "beton", "path", "problems": [{"path", "kind",
+    /// "detail"}, ...]}`, `problems` empty when sound.
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let path = self.handle.path();
+        let problems = py.detach(|| beton::verify(path));
+        check::verify_to_py(py, CacheKind::Beton, path, &problems)
+    }
+
+    /// What the file holds, as `cachex inspect --json` prints it: `kind`,
+    /// `path`, counts and sizes, and a table of fields.
+    fn inspect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let summary = self.current(py)?.file.summary();
+        check::summary_to_py(py, &summary)
+    }
+
+    /// Pickles as the path; the copy reopens the file.
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let args = (slf.get().handle.path().to_path_buf(),).into_pyobject(py)?;
+        Ok((slf.get_type().into_any(), args))
+    }
+}
+
+/// Writes `samples` as an FFCV `.beton` at `path` (byte-identical to
+/// FFCV's one-worker writer for the same values). `fields` maps names to
+/// `"int"`, `"float"`, `"bytes"`, `"json"` or `(dtype, shape)`.
+#[pyfunction]
+#[pyo3(signature = (path, fields, samples, *, page_size=beton::DEFAULT_PAGE_SIZE))]
+pub fn write_beton(
+    py: Python<'_>,
+    path: PathBuf,
+    fields: &Bound<'_, PyDict>,
+    samples: &Bound<'_, PyAny>,
+    page_size: u64,
+) -> PyResult<()> {
+    let mut specs = Vec::with_capacity(fields.len());
+    let mut beton_fields = Vec::with_capacity(fields.len());
+    for (name, spec) in fields.iter() {
+        let name: String = name.extract()?;
+        let spec = spec_arg(&name, &spec)?;
+        let ty = match &spec {
+            Spec::Int => BetonType::Int,
+            Spec::Float => BetonType::Float,
+            Spec::Bytes => BetonType::Bytes,
+            Spec::Json => BetonType::Json,
+            Spec::Array(d, s) => BetonType::NDArray {
+                dtype: *d,
+                shape: s.clone(),
+            },
+        };
+        beton_fields.push(BetonField::new(name.clone(), ty));
+        specs.push((name, spec));
+    }
+    let owned: Vec<Vec<Owned>> = samples
+        .try_iter()?
+        .enumerate()
+        .map(|(k, s)| {
+            sample_arg(&specs, &s?)
+                .map_err(|e| errors::invalid(format!("sample {k}: {}", e.value(py))))
+        })
+        .collect::<PyResult<_>>()?;
+    errors::enter(py, || {
+        let rows: Vec<Vec<BetonValue<'_>>> = owned
+            .iter()
+            .map(|s| {
+                s.iter()
+                    .map(|v| match v {
+                        Owned::Int(i) => BetonValue::Int(*i),
+                        Owned::Float(f) => BetonValue::Float(*f),
+                        Owned::Bytes(b) => BetonValue::Bytes(b),
+                        Owned::Json(s) => BetonValue::Json(s),
+                        Owned::Tensor(t) => BetonValue::NDArray(t.view()),
+                    })
+                    .collect()
+            })
+            .collect();
+        beton::write_with_page_size(&path, &beton_fields, &rows, page_size)
+    })
+}
