@@ -205,13 +205,6 @@ struct Message {
 }
 
 impl Message {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
     fn head_bytes(&self) -> Vec<u8> {
         let mut out = format!("{}\r\n", self.start);
         for (k, v) in &self.headers {

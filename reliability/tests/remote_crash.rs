@@ -209,8 +209,9 @@ fn sigkill_loop_of_a_reader_applying_commits() {
             check_reader_dir(&endpoint, &cold_url, &tier, seed, COLD_BATCHES, &at);
         } else {
             let stop = AtomicBool::new(false);
+            let from = next;
             let out = std::thread::scope(|s| {
-                let writer = s.spawn(|| publish_until(&warm_writer, seed, next, &stop));
+                let writer = s.spawn(|| publish_until(&warm_writer, seed, from, &stop));
                 let out = child("child_remote", "reader", &warm_tier, cycle)
                     .env(URL_ENV, warm_url.as_str())
                     .kill_after(kill_after(cycle, 30, 700))
