@@ -23,7 +23,9 @@ fn log() -> Option<&'static CommitLog> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&which, body)) = data.split_first() else { return };
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
     let Some(log) = log() else { return };
     if which % 2 == 0 {
         let _ = log.read(body);

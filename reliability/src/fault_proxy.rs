@@ -99,9 +99,7 @@ impl FaultProxy {
     /// Starts a proxy on a free loopback port in front of `endpoint`
     /// (`http://127.0.0.1:PORT`, the S3 test server).
     pub fn start(endpoint: &str) -> std::io::Result<FaultProxy> {
-        let host = endpoint
-            .trim_start_matches("http://")
-            .trim_end_matches('/');
+        let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
         let upstream = host.to_socket_addrs()?.next().ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "no upstream address")
         })?;
@@ -235,7 +233,9 @@ fn read_head(r: &mut impl BufRead) -> std::io::Result<Option<(String, Vec<(Strin
         if line.is_empty() {
             break;
         }
-        let (k, v) = line.split_once(':').ok_or_else(|| bad("header without a colon"))?;
+        let (k, v) = line
+            .split_once(':')
+            .ok_or_else(|| bad("header without a colon"))?;
         headers.push((k.trim().to_string(), v.trim().to_string()));
     }
     Ok(Some((start.trim_end().to_string(), headers)))
@@ -416,8 +416,7 @@ fn serve(client: TcpStream, shared: &Shared) {
             }
             _ => {}
         }
-        if out.write_all(&head).is_err() || out.write_all(&body).is_err() || out.flush().is_err()
-        {
+        if out.write_all(&head).is_err() || out.write_all(&body).is_err() || out.flush().is_err() {
             return;
         }
         if answer.until_close {

@@ -109,7 +109,11 @@ pub fn publish_batch(
 /// How many leading batches `store` holds: every batch below it whole with
 /// exact values, none at or above it (up to `max_batches`), and nothing
 /// else. The error says what is wrong (lost, torn, wrong or extra data).
-pub fn whole_batches(store: &RemoteSegments, seed: u64, max_batches: usize) -> Result<usize, String> {
+pub fn whole_batches(
+    store: &RemoteSegments,
+    seed: u64,
+    max_batches: usize,
+) -> Result<usize, String> {
     let mut present_batches = 0;
     let mut ended = false;
     let mut rows = 0;

@@ -157,7 +157,10 @@ fn block_lists() -> Result<Vec<Seed>> {
 fn block_maps() -> Vec<Seed> {
     use remote_tier::fuzz_entry::encode_block_map;
     let maps = [
-        ("v1-empty-etag", encode_block_map(4096, 10_000, "", None, &[])),
+        (
+            "v1-empty-etag",
+            encode_block_map(4096, 10_000, "", None, &[]),
+        ),
         (
             "v1-etag",
             encode_block_map(65_536, 400_000, "\"0f3c-etag\"", None, &[0, 3, 6]),
@@ -166,7 +169,10 @@ fn block_maps() -> Vec<Seed> {
             "v2-checked",
             encode_block_map(4096, 70_000, "\"e\"", Some([9u8; 32]), &[0, 1, 17]),
         ),
-        ("v1-all", encode_block_map(8, 100, "x", None, &(0..13).collect::<Vec<_>>())),
+        (
+            "v1-all",
+            encode_block_map(8, 100, "x", None, &(0..13).collect::<Vec<_>>()),
+        ),
         ("v1-zero-size", encode_block_map(4096, 0, "", None, &[])),
     ];
     maps.into_iter()

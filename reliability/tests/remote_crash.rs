@@ -222,7 +222,11 @@ fn sigkill_loop_of_a_reader_applying_commits() {
             });
             assert!(out.errors.is_empty(), "{at}: {:?}", out.errors);
             reports += out.committed.len();
-            let seen: Vec<u64> = out.committed.iter().filter_map(|s| s.parse().ok()).collect();
+            let seen: Vec<u64> = out
+                .committed
+                .iter()
+                .filter_map(|s| s.parse().ok())
+                .collect();
             assert!(
                 seen.windows(2).all(|w| w[0] <= w[1]) && seen.iter().all(|&s| s <= next as u64),
                 "{at}: the reader reported commits {seen:?} of {next}"

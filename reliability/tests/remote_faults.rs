@@ -128,7 +128,11 @@ fn every_request_of_a_publish_faulted() {
             });
             assert!(proxy.disarm(), "{what}: the fault was not applied");
             tally.runs += 1;
-            eprintln!("{what}: {:?} in {:?}", result.as_ref().map(|r| r.seq), began.elapsed());
+            eprintln!(
+                "{what}: {:?} in {:?}",
+                result.as_ref().map(|r| r.seq),
+                began.elapsed()
+            );
 
             // Never wrong data: a cold reader, straight to the server, sees
             // the first batch, and the second only whole.
@@ -144,7 +148,11 @@ fn every_request_of_a_publish_faulted() {
                     if report.seq != Some(2) {
                         tally.duplicate_commits += 1;
                     }
-                    assert_eq!(report.seq, Some(seq), "{what}: {report:?}, a reader sees {seq}");
+                    assert_eq!(
+                        report.seq,
+                        Some(seq),
+                        "{what}: {report:?}, a reader sees {seq}"
+                    );
                     assert_eq!(batches, 2, "{what}: published, but a reader sees");
                 }
                 Err(e) => {
@@ -157,9 +165,10 @@ fn every_request_of_a_publish_faulted() {
             }
             // The writer carries on: the next publish, without a fault,
             // leaves both batches published.
-            let again = bounded(&format!("{what}, then a publish without fault"), move || {
-                writer.publish().map(|_| ())
-            });
+            let again = bounded(
+                &format!("{what}, then a publish without fault"),
+                move || writer.publish().map(|_| ()),
+            );
             if let Err(e) = again {
                 panic!("{what}: the writer cannot publish after it ({result:?}): {e}");
             }
@@ -214,13 +223,19 @@ fn every_request_of_a_cold_read_faulted() {
             let result = {
                 let (via, url, what2) = (via.clone(), url.clone(), what.clone());
                 bounded(&what, move || {
-                    let reader = RemoteSegments::open(&location(&via, &url, &tier), reader_options())?;
-                    Ok(whole_batches(&reader, seed, batches + 1).map_err(|e| format!("{what2}: {e}")))
+                    let reader =
+                        RemoteSegments::open(&location(&via, &url, &tier), reader_options())?;
+                    Ok(whole_batches(&reader, seed, batches + 1)
+                        .map_err(|e| format!("{what2}: {e}")))
                 })
             };
             assert!(proxy.disarm(), "{what}: the fault was not applied");
             tally.runs += 1;
-            eprintln!("{what}: {:?} in {:?}", result.as_ref().map(|_| ()), began.elapsed());
+            eprintln!(
+                "{what}: {:?} in {:?}",
+                result.as_ref().map(|_| ()),
+                began.elapsed()
+            );
             match result {
                 // Opened: every commit applied, every value right.
                 Ok(found) => {
@@ -268,7 +283,8 @@ fn a_lost_commit_answer_publishes_once() {
     assert!(proxy.disarm());
     let log = proxy.log_since(start);
     assert!(
-        log.iter().any(|l| l.contains("PUT") && l.contains("commits/") && l.contains("LostAnswer")),
+        log.iter()
+            .any(|l| l.contains("PUT") && l.contains("commits/") && l.contains("LostAnswer")),
         "the lost answer was not the commit put's: {log:?}"
     );
     let (seq, batches) = cold_read(&endpoint, &url, &tmp.path().join("r"), 15, 3).unwrap();

@@ -23,7 +23,12 @@ fn every_target_has_seeds_within_max_len_and_they_repeat() {
         assert!(mine.len() >= 3, "{target}: {} seeds", mine.len());
         for s in mine {
             assert!(s.name.starts_with("seed-"), "{}", s.name);
-            assert!(s.bytes.len() <= MAX_LEN, "{target}/{}: {}", s.name, s.bytes.len());
+            assert!(
+                s.bytes.len() <= MAX_LEN,
+                "{target}/{}: {}",
+                s.name,
+                s.bytes.len()
+            );
         }
     }
     assert_eq!(all, all_seeds(), "seeds differ from run to run");
@@ -78,6 +83,9 @@ fn a_commit_that_climbs_out_is_refused() {
         blake3::hash(p).to_hex()
     );
     let err = log.apply(body.as_bytes()).unwrap_err();
-    assert!(err.to_string().contains("not a relative path inside"), "{err}");
+    assert!(
+        err.to_string().contains("not a relative path inside"),
+        "{err}"
+    );
     assert!(!scratch.path().join("escape").exists());
 }

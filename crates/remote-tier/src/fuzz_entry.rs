@@ -27,9 +27,16 @@ pub fn block_map(bytes: &[u8]) -> Result<u64, String> {
         );
     }
     let mut copy = BlockMap::new(map.block_size, map.size, map.etag.clone(), map.checked);
-    assert!(copy.same_copy(&map), "a fresh map of the same object differs");
+    assert!(
+        copy.same_copy(&map),
+        "a fresh map of the same object differs"
+    );
     copy.merge(&map);
-    assert_eq!(copy.present(), map.present(), "merging lost or gained blocks");
+    assert_eq!(
+        copy.present(),
+        map.present(),
+        "merging lost or gained blocks"
+    );
     Ok(map.present())
 }
 

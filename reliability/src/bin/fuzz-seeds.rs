@@ -27,8 +27,13 @@ fn main() -> ExitCode {
 fn run(corpus: &std::path::Path) -> reliability::fuzz_seeds::Result<()> {
     let scratch = tempfile::tempdir()?;
     let mut all = seeds(&test_support::fixtures_dir(), scratch.path())?;
-    all.extend(reliability::remote_seeds::seeds(&scratch.path().join("remote"))?);
-    for target in TARGETS.into_iter().chain(reliability::remote_seeds::TARGETS) {
+    all.extend(reliability::remote_seeds::seeds(
+        &scratch.path().join("remote"),
+    )?);
+    for target in TARGETS
+        .into_iter()
+        .chain(reliability::remote_seeds::TARGETS)
+    {
         let dir = corpus.join(target);
         std::fs::create_dir_all(&dir)?;
         for entry in std::fs::read_dir(&dir)? {
