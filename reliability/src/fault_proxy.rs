@@ -217,8 +217,11 @@ fn bad(what: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string())
 }
 
+/// A start line and its headers.
+type Head = (String, Vec<(String, String)>);
+
 /// Reads a head; `None` at a clean end of the connection.
-fn read_head(r: &mut impl BufRead) -> std::io::Result<Option<(String, Vec<(String, String)>)>> {
+fn read_head(r: &mut impl BufRead) -> std::io::Result<Option<Head>> {
     let mut start = String::new();
     if r.read_line(&mut start)? == 0 {
         return Ok(None);
