@@ -56,7 +56,9 @@ fn bounded<T: Send + 'static>(what: &str, op: impl FnOnce() -> T + Send + 'stati
 fn indexes(fault: HttpFault, total: u64) -> Vec<u64> {
     let all = std::env::var("CACHEX_FAULT_SWEEP").is_ok_and(|v| v == "all");
     let f = HTTP_FAULTS.iter().position(|&x| x == fault).unwrap_or(0) as u64;
-    (0..total).filter(|k| all || (k + f).is_multiple_of(3)).collect()
+    (0..total)
+        .filter(|k| all || (k + f).is_multiple_of(3))
+        .collect()
 }
 
 /// What a sweep saw, for its summary line.
