@@ -17,12 +17,21 @@
 //!
 //! - **Fuzz seeds**: [`fuzz_seeds`] builds small valid files of every
 //!   format for the cargo-fuzz targets in `fuzz/` (the `fuzz-seeds`
-//!   binary writes them to `fuzz/corpus/`).
+//!   binary writes them to `fuzz/corpus/`); [`remote_seeds`] those of the
+//!   remote path's targets.
+//!
+//! - **The remote path** ([`remote`], [`fault_proxy`]): the same loops for
+//!   a segment cache published to and read from the S3 test server, and a
+//!   fault proxy on 127.0.0.1 that breaks one chosen request of a publish
+//!   or a cold read (see `tests/remote_crash.rs`, `tests/remote_faults.rs`).
 //!
 //! The store-specific writers and checks live in `tests/`.
 #![deny(missing_docs)]
 
+pub mod fault_proxy;
 pub mod fuzz_seeds;
+pub mod remote;
+pub mod remote_seeds;
 
 use std::path::{Path, PathBuf};
 

@@ -116,6 +116,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+#[doc(hidden)]
+pub mod fuzz_entry;
 pub mod journal;
 mod location;
 mod prefetch;

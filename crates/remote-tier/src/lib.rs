@@ -119,6 +119,8 @@ pub mod blocks;
 mod error;
 mod file;
 mod format;
+#[doc(hidden)]
+pub mod fuzz_entry;
 mod local;
 mod location;
 pub mod record;

@@ -1,5 +1,5 @@
 //! Writes the seed corpus of the fuzz targets: every seed of
-//! [`reliability::fuzz_seeds::seeds`] to `<corpus>/<target>/seed-<what>`,
+//! [`reliability::fuzz_seeds::seeds`] and [`reliability::remote_seeds::seeds`] to `<corpus>/<target>/seed-<what>`,
 //! after removing the `seed-*` files there (inputs libFuzzer added stay).
 //!
 //! Usage: `cargo run -p reliability --bin fuzz-seeds [CORPUS_DIR]`
@@ -26,8 +26,14 @@ fn main() -> ExitCode {
 
 fn run(corpus: &std::path::Path) -> reliability::fuzz_seeds::Result<()> {
     let scratch = tempfile::tempdir()?;
-    let all = seeds(&test_support::fixtures_dir(), scratch.path())?;
-    for target in TARGETS {
+    let mut all = seeds(&test_support::fixtures_dir(), scratch.path())?;
+    all.extend(reliability::remote_seeds::seeds(
+        &scratch.path().join("remote"),
+    )?);
+    for target in TARGETS
+        .into_iter()
+        .chain(reliability::remote_seeds::TARGETS)
+    {
         let dir = corpus.join(target);
         std::fs::create_dir_all(&dir)?;
         for entry in std::fs::read_dir(&dir)? {

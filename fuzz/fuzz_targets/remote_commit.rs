@@ -1,0 +1,35 @@
+//! remote-cache's commit record on arbitrary bytes, as a reader meets it:
+//! published as commit 1 of a commit log in memory, then read (size cap,
+//! JSON, version, sequence number, paths, hashes, ranges, block lists) and,
+//! when the first byte is odd, applied to a fresh working directory (the
+//! pieces point at the objects of `remote_cache::fuzz_entry::payloads`).
+//!
+//! The working directories live in one scratch directory under `TMPDIR`
+//! (`scripts/fuzz` points it at a tmpfs and removes it after the run).
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use remote_cache::fuzz_entry::CommitLog;
+
+fn log() -> Option<&'static CommitLog> {
+    static LOG: OnceLock<Option<CommitLog>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let dir = tempfile::tempdir().ok()?.keep();
+        CommitLog::new(&dir).ok()
+    })
+    .as_ref()
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
+    let Some(log) = log() else { return };
+    if which % 2 == 0 {
+        let _ = log.read(body);
+    } else {
+        let _ = log.apply(body);
+    }
+});
