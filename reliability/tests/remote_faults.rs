@@ -302,7 +302,6 @@ fn a_lost_commit_answer_publishes_once() {
 /// proxy removes the header): a publisher must refuse to publish there,
 /// with a typed error, instead of letting two writers claim one commit.
 #[test]
-#[ignore = "needs remote-fixes item 1"]
 fn a_server_that_ignores_if_none_match_is_refused() {
     let Some(endpoint) = endpoint() else { return };
     let proxy = FaultProxy::start(&endpoint).unwrap();

@@ -102,6 +102,7 @@ impl PySegmentStore {
             current_rank: current_rank.unwrap_or(d.current_rank),
             read_only: read_only.unwrap_or(d.read_only),
             writer_id: writer_id.or(d.writer_id),
+            ..d
         };
         let o = opts.clone();
         let store = errors::enter(py, || SegmentStore::open(&path, o))?;
