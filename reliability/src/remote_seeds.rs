@@ -125,7 +125,7 @@ fn payload_commits() -> Result<Vec<Seed>> {
             writer: "seed".into(),
             pieces,
         };
-        let body = serde_json::to_vec(&commit)?;
+        let body = remote_tier::record::encode_record(&commit)?;
         out.push(framed(&format!("read-{what}"), 0, &body));
         out.push(framed(&format!("apply-{what}"), 1, &body));
     }

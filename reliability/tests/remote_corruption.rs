@@ -99,7 +99,6 @@ fn a_flipped_byte_of_a_commit_record_never_serves_a_wrong_value() {
 /// segment's path). Found by `remote_corruption`; a checksum over the
 /// record (or its pieces) would turn each into a typed error.
 #[test]
-#[ignore = "bug in remote-cache: a flipped byte in a commit piece's path loses the commit silently"]
 fn a_flipped_byte_of_a_commit_record_never_loses_a_commit_silently() {
     let (_, _, _, lost) = flip_every_byte();
     assert!(

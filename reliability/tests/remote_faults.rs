@@ -268,7 +268,6 @@ fn every_request_of_a_cold_read_faulted() {
 /// again under the next number (commit 3 repeats commit 2). No data is
 /// wrong (the sweep above checks that); the log gains a duplicate commit.
 #[test]
-#[ignore = "bug in remote-tier: a lost answer to the commit put publishes the commit twice"]
 fn a_lost_commit_answer_publishes_once() {
     let Some(endpoint) = endpoint() else { return };
     let proxy = FaultProxy::start(&endpoint).unwrap();

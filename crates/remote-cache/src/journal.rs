@@ -14,8 +14,9 @@
 //! ```text
 //! <url>/objects/<blake3 hex>          one piece's bytes
 //! <url>/commits/<seq, 20 digits>.json
-//!     {"version":1,"seq":N,"writer":"<host-pid-time>",
-//!      "pieces":[{"path","offset","size","blake3","replace","blocks"?}]}
+//!     {"version":2,"seq":N,"writer":"<host-pid-time>",
+//!      "pieces":[{"path","offset","size","blake3","replace","blocks"?}],
+//!      "checksum":"<BLAKE3 of the record without it>"}  (version 1: none)
 //!     "blocks" (optional): {"version":1,"block_size":B,"blake3":["<hex>", ...]}
 //! <work dir>/.cachex-remote/
 //!   lock                              flock: one handle per working directory
@@ -90,8 +91,9 @@ use crate::{Error, Result, prefetch};
 pub const OBJECTS: &str = "objects";
 /// Where commit records live under the URL.
 pub const COMMITS: &str = "commits";
-/// The commit record format version.
-pub const COMMIT_VERSION: u32 = 1;
+/// The commit record format version: 2 carries a checksum of the record
+/// (`remote_tier::record`); 1, without it, is still read.
+pub const COMMIT_VERSION: u32 = 2;
 /// The local state directory inside a working directory (never published).
 pub const STATE_DIR: &str = ".cachex-remote";
 /// A commit record is never larger than this.
@@ -139,6 +141,8 @@ pub struct Commit {
 impl remote_tier::record::SeqRecord for Commit {
     const KIND: &'static str = "commit record";
     const VERSION: u32 = COMMIT_VERSION;
+    const MIN_VERSION: u32 = 1;
+    const CHECKSUMMED_FROM: u32 = 2;
     const MAX_BYTES: usize = MAX_COMMIT;
     fn version(&self) -> u32 {
         self.version
@@ -397,7 +401,7 @@ impl RemoteDir {
                 pieces: pieces.clone(),
             };
             let name = commit_name(seq);
-            let bytes = serde_json::to_vec(&commit).map_err(|e| Error::Corrupt {
+            let bytes = remote_tier::record::encode_record(&commit).map_err(|e| Error::Corrupt {
                 url: self.tier.url().to_string(),
                 name: name.clone(),
                 problem: format!("cannot encode the commit: {e}"),

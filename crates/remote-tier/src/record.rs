@@ -1,19 +1,35 @@
 //! The small JSON records a remote cache names by sequence number
-//! (snapshot manifests, remote-cache's commit records): one decoder with the
-//! checks every such record gets on read — a size cap, the format version,
-//! the sequence number its name promises, and paths that stay inside the
-//! cache.
+//! (snapshot manifests, remote-cache's commit records): one encoder and one
+//! decoder with the checks every such record gets on read — a size cap, the
+//! format version, a BLAKE3 of the record itself, the sequence number its
+//! name promises, and paths that stay inside the cache.
+//!
+//! The checksum is a `"checksum"` member: the BLAKE3 (hex) of the record's
+//! JSON without it, keys in the order `serde_json` gives them. Without it a
+//! byte flipped inside a path or a hash still parses: the reader would
+//! write a file under the wrong name and record the commit as applied.
+//! Records of a version from [`SeqRecord::CHECKSUMMED_FROM`] on must carry
+//! it; older ones are checked where they do.
 
 use std::path::{Component, Path};
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// The member that holds a record's checksum.
+pub const CHECKSUM: &str = "checksum";
 
 /// A record stored under a name that carries its sequence number.
 pub trait SeqRecord: DeserializeOwned {
     /// What the record is called in error messages (`"manifest"`).
     const KIND: &'static str;
-    /// The format version this build reads.
+    /// The format version this build writes (and the newest it reads).
     const VERSION: u32;
+    /// The oldest format version this build reads.
+    const MIN_VERSION: u32 = Self::VERSION;
+    /// From this version on a record must carry its checksum.
+    const CHECKSUMMED_FROM: u32 = u32::MAX;
     /// The largest record read, in bytes.
     const MAX_BYTES: usize;
     /// The record's format version.
@@ -22,20 +38,61 @@ pub trait SeqRecord: DeserializeOwned {
     fn seq(&self) -> u64;
 }
 
-/// Decodes record `seq` from `bytes`, checking its size, version and
-/// sequence number. The error is the problem, for the caller's own
-/// `Corrupt` error (which names the URL and the object).
+/// The BLAKE3 (hex) of `value`'s JSON, which holds no checksum.
+fn digest(value: &Value) -> Result<String, String> {
+    let bytes = serde_json::to_vec(value).map_err(|e| format!("cannot encode: {e}"))?;
+    Ok(blake3::hash(&bytes).to_hex().to_string())
+}
+
+/// `record` as the bytes to store: its JSON with its checksum.
+pub fn encode_record<T: SeqRecord + Serialize>(record: &T) -> Result<Vec<u8>, String> {
+    let mut value = serde_json::to_value(record).map_err(|e| format!("cannot encode: {e}"))?;
+    let sum = digest(&value)?;
+    match &mut value {
+        Value::Object(map) => {
+            map.insert(CHECKSUM.into(), Value::String(sum));
+        }
+        _ => return Err(format!("a {} is not a JSON object", T::KIND)),
+    }
+    serde_json::to_vec(&value).map_err(|e| format!("cannot encode: {e}"))
+}
+
+/// Decodes record `seq` from `bytes`, checking its size, version,
+/// checksum and sequence number. The error is the problem, for the
+/// caller's own `Corrupt` error (which names the URL and the object).
 pub fn decode_record<T: SeqRecord>(bytes: &[u8], seq: u64) -> std::result::Result<T, String> {
     if bytes.len() > T::MAX_BYTES {
         return Err(format!("{} bytes, limit {}", bytes.len(), T::MAX_BYTES));
     }
-    let record: T = serde_json::from_slice(bytes).map_err(|e| format!("not a {}: {e}", T::KIND))?;
-    if record.version() != T::VERSION {
+    let mut value: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a {}: {e}", T::KIND))?;
+    let sum = match &mut value {
+        Value::Object(map) => map.remove(CHECKSUM),
+        _ => None,
+    };
+    let record: T = T::deserialize(&value).map_err(|e| format!("not a {}: {e}", T::KIND))?;
+    let version = record.version();
+    if !(T::MIN_VERSION..=T::VERSION).contains(&version) {
         return Err(format!(
-            "version {}, this build reads {}",
-            record.version(),
+            "version {version}, this build reads {}..={}",
+            T::MIN_VERSION,
             T::VERSION
         ));
+    }
+    match sum {
+        Some(Value::String(sum)) => {
+            let want = digest(&value)?;
+            if sum != want {
+                return Err(format!(
+                    "checksum {sum} does not match its contents (BLAKE3 {want})"
+                ));
+            }
+        }
+        Some(other) => return Err(format!("checksum {other} is not a string")),
+        None if version >= T::CHECKSUMMED_FROM => {
+            return Err(format!("version {version} without its checksum"));
+        }
+        None => {}
     }
     if record.seq() != seq {
         return Err(format!("says seq {} under the name of {seq}", record.seq()));

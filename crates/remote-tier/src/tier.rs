@@ -567,7 +567,10 @@ impl RemoteTier {
         match put {
             Ok(_) if is_ours()? => Ok(()),
             Ok(_) => Err(taken()),
-            Err((Failure::Store(object_store::Error::AlreadyExists { .. }), n)) if n > 1 => {
+            // Taken, maybe by this very put: the client repeats a request
+            // whose answer was lost inside one attempt of ours, so even a
+            // first attempt may find its own bytes there.
+            Err((Failure::Store(object_store::Error::AlreadyExists { .. }), _)) => {
                 if is_ours()? {
                     Ok(())
                 } else {
