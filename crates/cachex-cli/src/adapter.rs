@@ -1,4 +1,5 @@
-//! One adapter per kind of cache, and the registry the commands loop over.
+//! What an adapter is (one per kind of cache), and the argument and number
+//! conventions every adapter shares. The registry is in `adapters/`.
 
 use std::path::Path;
 
@@ -29,39 +30,6 @@ pub trait CacheAdapter: Sync {
     /// Counters and ratios `inspect` does not print: bytes per item,
     /// dead or absent data, fill and dedup ratios.
     fn stats(&self, path: &Path) -> Result<Summary>;
-}
-
-/// Every adapter, one per [`CacheKind`].
-pub static ADAPTERS: &[&dyn CacheAdapter] = &[
-    &crate::adapters::segments::SEGMENT_STORE,
-    &crate::adapters::segments::TORCHCACHEX,
-    &crate::adapters::memmap::MemmapArray,
-    &crate::adapters::shards::ShardStore,
-    &crate::adapters::pages::PageAlloc,
-    &crate::adapters::beton::Beton,
-];
-
-/// The adapter for the cache at `path`, or `None` when it is no cache we know.
-pub fn detect(path: &Path) -> Option<&'static dyn CacheAdapter> {
-    let kind = cache_facade::detect(path)?;
-    ADAPTERS.iter().copied().find(|a| a.kind() == kind)
-}
-
-/// The adapter for `path`, or the usage error saying why there is none.
-pub fn adapter_for(path: &Path) -> Result<&'static dyn CacheAdapter> {
-    if !path.exists() {
-        return Err(CliError::NoSuchPath(path.to_path_buf()));
-    }
-    detect(path).ok_or_else(|| CliError::NotACache(path.to_path_buf()))
-}
-
-/// The kinds we know, for messages.
-pub(crate) fn known_kinds() -> String {
-    ADAPTERS
-        .iter()
-        .map(|a| a.kind().name())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// An index argument: `0 <= i < len`, or negative from the end.

@@ -14,7 +14,8 @@ use cache_check::{Problem, Summary};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use crate::adapter::{CacheKind, adapter_for};
+use crate::adapter::CacheKind;
+use crate::adapters::adapter_for;
 use crate::error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};
 use crate::json::value_table;
 

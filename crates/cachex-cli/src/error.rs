@@ -18,8 +18,13 @@ pub enum CliError {
     #[error("{}: no such file or directory", .0.display())]
     NoSuchPath(PathBuf),
     /// The path exists but holds no cache of a kind `cachex` knows.
-    #[error("{}: not a cache cachex knows ({})", .0.display(), crate::adapter::known_kinds())]
-    NotACache(PathBuf),
+    #[error("{}: not a cache cachex knows ({known})", path.display())]
+    NotACache {
+        /// The path.
+        path: PathBuf,
+        /// The kinds `cachex` knows, for the message.
+        known: String,
+    },
     /// The command does not apply to this kind of cache.
     #[error("{}: {command} works on {works_on} caches, this is {found}", path.display())]
     WrongKind {
@@ -73,7 +78,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::NoSuchPath(_)
-            | CliError::NotACache(_)
+            | CliError::NotACache { .. }
             | CliError::WrongKind { .. }
             | CliError::BadKey { .. }
             | CliError::Usage(_) => EXIT_USAGE,

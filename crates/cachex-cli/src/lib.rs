@@ -60,7 +60,8 @@ mod error;
 pub mod json;
 mod remote;
 
-pub use adapter::{ADAPTERS, CacheAdapter, CacheKind, adapter_for, detect};
+pub use adapter::{CacheAdapter, CacheKind};
+pub use adapters::{ADAPTERS, adapter_for, detect};
 pub use cache_check::{Problem, ProblemKind, Summary};
 pub use cli::{Cli, Command, main, run, verify_path};
 pub use error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};

@@ -7,7 +7,6 @@ tensors); ``as_np`` compares either way.
 from __future__ import annotations
 
 import inspect
-import json
 import multiprocessing as mp
 import subprocess
 import sys
@@ -474,31 +473,3 @@ def test_numpy_only_backend_and_a_typed_error_for_the_decorator(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok ") and "needs PyTorch" in out.stdout
-
-
-def test_workload_w1_runs_through_the_drop_in(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cachex.workload",
-            "w1",
-            "--api",
-            "torchcachex",
-            "--n",
-            "300",
-            "--dir",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    lines = [json.loads(line) for line in out.stdout.splitlines()]
-    assert {line["phase"] for line in lines} == {
-        "write",
-        "read_random",
-        "write_dict",
-        "read_random_dict",
-    }
-    assert all(line["api"] == "cachex.torchcachex" and line["items_per_s"] > 0 for line in lines)

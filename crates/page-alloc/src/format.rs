@@ -71,7 +71,9 @@ use std::path::Path;
 
 use tensor_core::{DType, Shape};
 
+// The schema's limits are the header's too: its field descriptors are sized by them.
 use crate::schema::{Field, FieldType, Schema};
+pub use crate::schema::{MAX_DIMS, MAX_FIELDS, MAX_NAME_LEN};
 use crate::{Error, Result};
 
 /// Magic bytes that open a page file.
@@ -102,12 +104,6 @@ pub const MIN_ALIGNMENT: u32 = 8;
 pub const MAX_ALIGNMENT: u32 = 4096;
 /// Default allocation alignment.
 pub const DEFAULT_ALIGNMENT: u32 = 512;
-/// Most fields a schema may have.
-pub const MAX_FIELDS: usize = 256;
-/// Longest field name, in bytes.
-pub const MAX_NAME_LEN: usize = 40;
-/// Most dimensions of an array field.
-pub const MAX_DIMS: usize = 6;
 
 /// Reads a little-endian u64 at `at`; 0 past the end (callers check lengths
 /// first, so this never decides anything on its own).

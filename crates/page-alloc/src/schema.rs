@@ -4,8 +4,14 @@ use std::path::Path;
 
 use tensor_core::{DType, Shape};
 
-use crate::format::{MAX_DIMS, MAX_FIELDS, MAX_NAME_LEN};
 use crate::{Error, Result};
+
+/// Most fields a schema may have.
+pub const MAX_FIELDS: usize = 256;
+/// Longest field name, in bytes.
+pub const MAX_NAME_LEN: usize = 40;
+/// Most dimensions of an array field.
+pub const MAX_DIMS: usize = 6;
 
 /// The type of one field of every sample.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -90,7 +90,10 @@
 
 mod error;
 pub mod format;
+mod inner;
+mod iter;
 mod options;
+mod pickle_check;
 mod reader;
 mod recover;
 mod seq;
@@ -100,12 +103,13 @@ mod value;
 mod writer;
 
 pub use error::{Error, Result};
-pub use format::{Compression, Metadata, ShardName};
+pub use format::{Compression, Metadata, ShardName, StoreItem};
+pub use iter::{Iter, ShardIter};
 pub use options::{Options, Preload, ShardLength};
 pub use recover::{Summary, inspect, verify};
 pub use seq::{
     Concat, ConcatStep, Indices, Interleave, InterleaveIndex, RandomAccess, Repeat, SequenceView,
     chunk_shuffle, chunk_shuffle_indices, concat_locate, repeat_index,
 };
-pub use store::{Item, Iter, ShardIter, ShardStore, StoreItem};
+pub use store::{Item, ShardStore};
 pub use value::{Bytes, PickleValue, bytes};

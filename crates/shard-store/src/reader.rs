@@ -8,9 +8,9 @@ use durable_fs::FileLock;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    self, Compression, MAX_METADATA_BYTES, MAX_SHARD_FILE_BYTES, Metadata, ShardName,
+    self, Compression, MAX_METADATA_BYTES, MAX_SHARD_FILE_BYTES, Metadata, ShardName, StoreItem,
 };
-use crate::store::{Inner, StoreItem};
+use crate::inner::Inner;
 
 /// Reads and decodes one shard file (`name` parsed from its file name).
 pub(crate) fn read_shard<T: StoreItem>(

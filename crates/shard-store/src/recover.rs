@@ -9,10 +9,10 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::format::{
     self, COMPLETED_FILE, METADATA_FILE, Metadata, QUARANTINE_DIR, SCRATCH_DIR, SHARDS_DIR,
-    ShardName,
+    ShardName, StoreItem,
 };
+use crate::inner::Inner;
 use crate::reader::{list_shards, read_metadata_file, read_shard};
-use crate::store::{Inner, StoreItem};
 use crate::value::PickleValue;
 
 impl<T: StoreItem> Inner<T> {

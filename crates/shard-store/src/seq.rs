@@ -5,7 +5,8 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
-use crate::store::{Item, ShardStore, StoreItem};
+use crate::format::StoreItem;
+use crate::store::{Item, ShardStore};
 
 /// A sequence with a length and random access by index.
 pub trait RandomAccess {

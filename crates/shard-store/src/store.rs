@@ -1,145 +1,24 @@
 //! [`ShardStore`]: the public handle, its in-memory shard cache and workers.
+//! (What its handles share is in `inner.rs`.)
 
 use std::collections::{HashMap, HashSet};
 use std::ops::Deref;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
 use durable_fs::FileLock;
 use parking_lot::Mutex;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 use crate::format::{
     self, Compression, FORMAT_VERSION, LOCKS_DIR, METADATA_FILE, Metadata, SCRATCH_DIR, SHARDS_DIR,
-    SIZE_ESTIMATE_ITEMS, WRITER_LOCK_FILE,
+    SIZE_ESTIMATE_ITEMS, StoreItem, WRITER_LOCK_FILE,
 };
+use crate::inner::{Cursor, Inner, Job, Paths, Source, StartMap, State};
+use crate::iter::{Iter, ShardIter, ShardRef};
 use crate::options::{Options, Preload, ShardLength};
 use crate::reader::read_metadata_file;
-
-/// What a store item must be: shareable across threads, and encodable as
-/// the pickle of a shard (a list of items) and back — the store's codec.
-///
-/// Every `Serialize + DeserializeOwned` type is a store item through
-/// serde-pickle (plain data only; shards holding Python objects are
-/// refused). A type that pickles some other way — e.g. a language
-/// binding's handle to a foreign object, pickled by the foreign runtime —
-/// implements the two methods itself; the store still does the files,
-/// compression, locks, eviction and bookkeeping.
-pub trait StoreItem: Send + Sync + Sized + 'static {
-    /// The uncompressed bytes of a shard file holding `items`: a pickled
-    /// list. `path` names the shard for errors.
-    fn encode_shard_items(path: &Path, items: &[Self]) -> Result<Vec<u8>>;
-
-    /// The items of shard `name` from its uncompressed bytes; exactly
-    /// `name.len()` of them, else [`Error::CorruptShard`].
-    fn decode_shard_items(path: &Path, name: format::ShardName, pickle: &[u8])
-    -> Result<Vec<Self>>;
-}
-
-impl<T: Serialize + DeserializeOwned + Send + Sync + 'static> StoreItem for T {
-    fn encode_shard_items(path: &Path, items: &[T]) -> Result<Vec<u8>> {
-        format::encode_pickle(path, items)
-    }
-
-    fn decode_shard_items(path: &Path, name: format::ShardName, pickle: &[u8]) -> Result<Vec<T>> {
-        format::decode_pickle(path, name, pickle)
-    }
-}
-
-type StartAt<T> = Box<dyn Fn(u64) -> Box<dyn Iterator<Item = T> + Send> + Send + Sync>;
-
-/// The source of items: a factory of iterators, either restartable only
-/// from item 0 or seekable to any item.
-pub(crate) struct Source<T> {
-    start_at: StartAt<T>,
-    /// Whether `start_at` honours its argument (else it always starts at 0).
-    pub(crate) seekable: bool,
-}
-
-impl<T> Source<T> {
-    /// A fresh iterator whose first item is item `start` (a plain source
-    /// is only ever asked for `start == 0`).
-    pub(crate) fn iter_from(&self, start: u64) -> Box<dyn Iterator<Item = T> + Send> {
-        (self.start_at)(start)
-    }
-}
-
-/// A replayable position in the source.
-pub(crate) struct Cursor<T> {
-    pub(crate) iter: Box<dyn Iterator<Item = T> + Send>,
-    pub(crate) pos: u64,
-    pub(crate) done: bool,
-}
-
-pub(crate) struct Paths {
-    pub(crate) shards: PathBuf,
-    pub(crate) locks: PathBuf,
-    pub(crate) scratch: PathBuf,
-    pub(crate) metadata: PathBuf,
-    pub(crate) writer_lock: PathBuf,
-}
-
-/// Hashes shard starts cheaply: the memory cache lookup is on every `get`.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct StartHasher(u64);
-
-impl std::hash::Hasher for StartHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        // SplitMix64's finalizer: starts are multiples of the shard length
-        // (many trailing zeros), and the table indexes by the low bits.
-        let mut z = v;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        self.0 = z ^ (z >> 31);
-    }
-}
-
-type StartMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<StartHasher>>;
-
-pub(crate) struct State<T> {
-    /// Decoded shards by start, with their last-use tick.
-    cache: StartMap<(Arc<Vec<T>>, u64)>,
-    /// The final length once known.
-    pub(crate) length: Option<u64>,
-    /// Last use of each shard file by this process (disk LRU).
-    pub(crate) disk_access: HashMap<u64, u64>,
-    /// Sizes of the shard files seen by eviction (a shard file is
-    /// immutable once under its name), so it stats only new ones.
-    pub(crate) disk_size: HashMap<crate::format::ShardName, u64>,
-    /// Shards queued for or being preloaded.
-    pending: HashSet<u64>,
-}
-
-pub(crate) struct Inner<T> {
-    pub(crate) root: PathBuf,
-    pub(crate) paths: Paths,
-    pub(crate) shard_len: u64,
-    pub(crate) compression: Compression,
-    pub(crate) opts: Options,
-    pub(crate) source: Option<Source<T>>,
-    pub(crate) state: Mutex<State<T>>,
-    cursors: Vec<Mutex<Option<Cursor<T>>>>,
-    tick: AtomicU64,
-    jobs: Option<Mutex<mpsc::Sender<Job>>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-}
-
-enum Job {
-    Shard(u64),
-    All,
-    Stop,
-}
 
 /// Random access to the items of a deterministic iterator, cached on disk
 /// in loadit's sharded layout (see the [crate docs](crate)).
@@ -495,19 +374,12 @@ impl<T: StoreItem> ShardStore<T> {
     where
         T: Clone,
     {
-        Iter {
-            shards: self.iter_shards(),
-            current: Current::None,
-        }
+        Iter::new(self.iter_shards())
     }
 
     /// Sequential iteration over whole decoded shards (no per-item copy).
     pub fn iter_shards(&self) -> ShardIter<T> {
-        ShardIter {
-            inner: Arc::clone(&self.inner),
-            next_start: 0,
-            done: false,
-        }
+        ShardIter::new(Arc::clone(&self.inner))
     }
 
     /// Schedules the shards holding `indices` to be loaded into the memory
@@ -899,112 +771,4 @@ fn estimate_shard_len<T: StoreItem>(
     let bytes = format::encode_shard(root, &sample, compression)?;
     let per_item = (bytes.len() as f64 / sample.len() as f64).max(1.0);
     Ok(((target as f64 / per_item) as u64).max(1))
-}
-
-/// Iterator of [`ShardStore::iter`].
-pub struct Iter<T> {
-    shards: ShardIter<T>,
-    current: Current<T>,
-}
-
-enum Current<T> {
-    None,
-    Shared(Arc<Vec<T>>, usize),
-    Owned(std::vec::IntoIter<T>),
-}
-
-impl<T: StoreItem + Clone> Iterator for Iter<T> {
-    type Item = Result<T>;
-    fn next(&mut self) -> Option<Result<T>> {
-        loop {
-            match &mut self.current {
-                Current::Shared(shard, offset) => {
-                    if let Some(x) = shard.get(*offset) {
-                        *offset += 1;
-                        return Some(Ok(x.clone()));
-                    }
-                }
-                Current::Owned(items) => {
-                    if let Some(x) = items.next() {
-                        return Some(Ok(x));
-                    }
-                }
-                Current::None => {}
-            }
-            match self.shards.next_ref(true)? {
-                Ok(ShardRef::Shared(shard)) => self.current = Current::Shared(shard, 0),
-                Ok(ShardRef::Owned(items)) => self.current = Current::Owned(items.into_iter()),
-                Err(e) => return Some(Err(e)),
-            }
-        }
-    }
-}
-
-/// A decoded shard: shared with the memory cache, or read privately.
-pub(crate) enum ShardRef<T> {
-    Shared(Arc<Vec<T>>),
-    Owned(Vec<T>),
-}
-
-impl<T> ShardRef<T> {
-    fn len(&self) -> usize {
-        match self {
-            ShardRef::Shared(s) => s.len(),
-            ShardRef::Owned(v) => v.len(),
-        }
-    }
-}
-
-/// Iterator of [`ShardStore::iter_shards`]: each decoded shard in order.
-pub struct ShardIter<T> {
-    inner: Arc<Inner<T>>,
-    next_start: u64,
-    done: bool,
-}
-
-impl<T: StoreItem> ShardIter<T> {
-    /// The next shard; with `private`, a shard that is not in the memory
-    /// cache is read from disk for the caller alone (not cached, not shared).
-    fn next_ref(&mut self, private: bool) -> Option<Result<ShardRef<T>>> {
-        if self.done {
-            return None;
-        }
-        let start = self.next_start;
-        let got = if private {
-            self.inner.shard_for_iteration(start)
-        } else {
-            self.inner
-                .shard(start, start)
-                .map(|s| s.map(ShardRef::Shared))
-        };
-        match got {
-            Ok(Some(shard)) => {
-                self.next_start = start + shard.len() as u64;
-                if (shard.len() as u64) < self.inner.shard_len {
-                    self.done = true;
-                }
-                Some(Ok(shard))
-            }
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
-        }
-    }
-}
-
-impl<T: StoreItem> Iterator for ShardIter<T> {
-    type Item = Result<Arc<Vec<T>>>;
-    fn next(&mut self) -> Option<Result<Arc<Vec<T>>>> {
-        self.next_ref(false).map(|r| {
-            r.map(|s| match s {
-                ShardRef::Shared(a) => a,
-                ShardRef::Owned(v) => Arc::new(v),
-            })
-        })
-    }
 }

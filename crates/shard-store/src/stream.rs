@@ -5,7 +5,7 @@
 //!
 //! It builds no intermediate value tree (serde-pickle builds one for the
 //! whole shard first), which makes decoding several times faster. It only
-//! runs on streams that [`plan_pickle`](crate::format) marked streamable
+//! runs on streams that [`plan_pickle`](crate::pickle_check) marked streamable
 //! (so no memo reads, postfix tuples or globals), with the closing opcode of
 //! every MARK known in advance. Any surprise makes it give up ([`Bail`]);
 //! the caller then decodes with serde-pickle, so results and errors are
@@ -380,7 +380,7 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use crate::format::plan_pickle;
+    use crate::pickle_check::plan_pickle;
     use crate::value::Bytes;
 
     type Rich = (

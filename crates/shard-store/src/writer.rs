@@ -15,8 +15,8 @@ use std::sync::Arc;
 use durable_fs::FileLock;
 
 use crate::error::{Error, Result};
-use crate::format::{self, COMPLETED_FILE, Metadata, ShardName};
-use crate::store::{Cursor, Inner, StoreItem};
+use crate::format::{self, COMPLETED_FILE, Metadata, ShardName, StoreItem};
+use crate::inner::{Cursor, Inner};
 
 /// Atomically replaces `dest` by `bytes`: a unique temporary file in
 /// `scratch` (loadit's layout keeps temporaries out of the root), fsync,

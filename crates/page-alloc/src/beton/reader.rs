@@ -6,7 +6,7 @@ use cache_check::{Problem, Summary};
 use serde_json::json;
 use tensor_core::{DType, Shape, TensorView};
 
-use super::{
+use super::format::{
     ALLOC_ROW_LEN, BETON_VERSION, BetonField, BetonType, BetonValue, FIELD_DESC_LEN, HEADER_LEN,
     NAME_LEN, ND_MAX_DIMS, ND_TYPE_AT, row_layout,
 };

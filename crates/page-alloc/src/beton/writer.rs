@@ -4,7 +4,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::{
+use super::format::{
     ALLOC_ROW_LEN, BETON_VERSION, BetonField, BetonType, BetonValue, DEFAULT_PAGE_SIZE,
     FIELD_DESC_LEN, HEADER_LEN, MIN_PAGE_SIZE, NAME_LEN, ND_MAX_DIMS, ND_TYPE_AT, row_layout,
 };

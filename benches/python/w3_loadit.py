@@ -1,6 +1,6 @@
 """W3 (``BENCHMARKS.md``) through ``cachex.loadit`` and through the real loadit.
 
-``python -m cachex.workload w3 --api loadit`` runs W3 through the drop-in
+``python benches/python/workload.py w3 --api loadit`` runs W3 through the drop-in
 (lines with ``"api": "cachex.loadit"``); ``--api loadit-original`` runs
 the same user code on the real loadit 0.0.8, when installed (lines with
 ``"api": "loadit"``), so the two are measured in the same hour. Both get
@@ -23,16 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from cachex.workload import (
-    W3_PAYLOAD,
-    W3_RANDOM_READS,
-    W3_SHARD_ITEMS,
-    W3Source,
-    WrongValueError,
-    emit,
-    progress,
-    w3_record,
-)
+from report import WrongValueError, emit, progress
+from w3 import W3_PAYLOAD, W3_RANDOM_READS, W3_SHARD_ITEMS, W3Source, w3_record
 
 APIS = {"loadit": "cachex.loadit", "loadit-original": "loadit"}
 # Reads under the budget: each miss replays the source from item 0 in

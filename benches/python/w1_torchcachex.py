@@ -1,6 +1,6 @@
 """W1 (``BENCHMARKS.md``) through a torchcachex-style backend.
 
-``python -m cachex.workload w1 --api torchcachex`` drives
+``python benches/python/workload.py w1 --api torchcachex`` drives
 :mod:`cachex.torchcachex` (lines with ``"api": "cachex.torchcachex"``);
 ``--api torchcachex-original`` drives the real torchcachex 0.2.0 on the
 same workload (lines with ``"api": "torchcachex"``), imported from wherever
@@ -26,18 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from cachex.workload import (
-    W1_BATCH,
-    W1_DIM,
-    W1_LOGITS,
-    W1_PASSES,
-    W1_READ_BATCHES,
-    WrongValueError,
-    emit,
-    progress,
-    w1_features,
-    w1_logits,
-)
+from report import WrongValueError, emit, progress
+from w1 import W1_BATCH, W1_DIM, W1_LOGITS, W1_PASSES, W1_READ_BATCHES, w1_features, w1_logits
 
 try:
     import torch
