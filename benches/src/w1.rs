@@ -22,7 +22,7 @@ use std::time::Instant;
 use cache_facade::{BackendKind, CacheBackend, CacheConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use segment_store::{Options, Part, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::{Tensor, Value, f16};
 
 use crate::limits::MemcpyProbe;
@@ -52,26 +52,26 @@ fn logits(seed: u64, i: usize) -> Vec<f16> {
         .collect()
 }
 
-fn record(seed: u64, i: usize, dict: bool) -> Result<Record, RunError> {
+fn record(seed: u64, i: usize, dict: bool) -> Result<Value, RunError> {
     let f = Tensor::from_vec([DIM], features(seed, i)).map_err(err)?;
     if !dict {
-        return Ok(Record::from(f));
+        return Ok(Value::from(f));
     }
     let l = Tensor::from_vec([LOGITS], logits(seed, i)).map_err(err)?;
-    Ok(Record::dict([
-        ("features", Part::from(f)),
-        ("logits", Part::from(l)),
+    Ok(Value::dict([
+        ("features", Value::from(f)),
+        ("logits", Value::from(l)),
     ]))
 }
 
-fn check(seed: u64, i: usize, rec: Option<&Record>, dict: bool) -> Result<(), RunError> {
+fn check(seed: u64, i: usize, rec: Option<&Value>, dict: bool) -> Result<(), RunError> {
     let wrong = |detail: String| RunError::WrongValue {
         workload: "w1",
         detail,
     };
     let rec = rec.ok_or_else(|| wrong(format!("sample_{i} missing")))?;
     let f = if dict {
-        rec.get("features").and_then(Part::as_tensor)
+        rec.get("features").and_then(Value::as_tensor)
     } else {
         rec.as_tensor()
     }
@@ -82,7 +82,7 @@ fn check(seed: u64, i: usize, rec: Option<&Record>, dict: bool) -> Result<(), Ru
     if dict {
         let l = rec
             .get("logits")
-            .and_then(Part::as_tensor)
+            .and_then(Value::as_tensor)
             .ok_or_else(|| wrong(format!("sample_{i}: no logits")))?;
         if l.view().as_slice::<f16>().map_err(err)? != logits(seed, i).as_slice() {
             return Err(wrong(format!("sample_{i}: logits differ")));
@@ -288,9 +288,9 @@ fn read_pass(
         open_ms,
         "",
         |keys| store.get_batch(keys).map_err(err),
-        |r: &Record| {
+        |r: &Value| {
             let f = if dict {
-                r.get("features").and_then(Part::as_tensor)
+                r.get("features").and_then(Value::as_tensor)
             } else {
                 r.as_tensor()
             };

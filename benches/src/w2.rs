@@ -21,8 +21,9 @@
 //! `refresh_ms` is a reader's refresh after one writer flushed 1,000 more.
 
 use std::time::Instant;
+use tensor_core::Value;
 
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
 use crate::{Ctx, Line, RunError, median, progress};
@@ -41,11 +42,11 @@ fn value(seed: u64, i: usize) -> Vec<f32> {
 }
 
 /// Samples `s{k}` for `k` in `range`.
-fn items(seed: u64, range: std::ops::Range<usize>) -> Result<Vec<(String, Record)>, RunError> {
+fn items(seed: u64, range: std::ops::Range<usize>) -> Result<Vec<(String, Value)>, RunError> {
     range
         .map(|k| {
             Tensor::from_vec([DIM], value(seed, k))
-                .map(|t| (format!("s{k}"), Record::from(t)))
+                .map(|t| (format!("s{k}"), Value::from(t)))
                 .map_err(err)
         })
         .collect()
@@ -252,7 +253,7 @@ fn child(spec: &str) -> Result<(), RunError> {
     )
     .map_err(err)?;
     let base = writer_id.map_or(0, |w| w as usize) * 100_000_000;
-    let batches: Vec<Vec<(String, Record)>> = (0..FLUSHES)
+    let batches: Vec<Vec<(String, Value)>> = (0..FLUSHES)
         .map(|f| items(0, base + f * NEW..base + (f + 1) * NEW))
         .collect::<Result<_, _>>()?;
     while !std::path::Path::new(go).exists() {

@@ -506,7 +506,7 @@ const SCHEMA: u8 = 3;
 
 fn segment_seeds(fixtures: &Path, dir: &Path) -> Result<Vec<Seed>> {
     use segment_store::format::{INDEX_FILE, SCHEMA_FILE, segment_path};
-    use segment_store::{Options, Part, Record, SegmentStore};
+    use segment_store::{Options, SegmentStore};
     let mut out = Vec::new();
     let target = "segment_parsers";
     for module in [
@@ -538,21 +538,27 @@ fn segment_seeds(fixtures: &Path, dir: &Path) -> Result<Vec<Seed>> {
         [2, 2],
         &[0x80, 0x3f, 0, 0x40, 0x40, 0x40, 0x80, 0x40],
     )?;
-    let stores: Vec<(&str, Vec<Record>)> = vec![
+    let stores: Vec<(&str, Vec<tensor_core::Value>)> = vec![
         (
             "tensor",
             (1..4)
-                .map(|n| Ok(Record::from(f32s(n)?)))
+                .map(|n| Ok(tensor_core::Value::from(f32s(n)?)))
                 .collect::<Result<_>>()?,
         ),
-        ("bf16", vec![Record::from(bf16.clone()), Record::from(bf16)]),
+        (
+            "bf16",
+            vec![
+                tensor_core::Value::from(bf16.clone()),
+                tensor_core::Value::from(bf16),
+            ],
+        ),
         (
             "dict",
             (0..3)
                 .map(|i| {
-                    Ok(Record::dict([
-                        ("feat", Part::from(f32s(2)?)),
-                        ("label", Part::Blob(vec![b'c'; i].into())),
+                    Ok(tensor_core::Value::dict([
+                        ("feat", tensor_core::Value::from(f32s(2)?)),
+                        ("label", tensor_core::Value::Blob(vec![b'c'; i].into())),
                     ]))
                 })
                 .collect::<Result<_>>()?,
@@ -561,22 +567,24 @@ fn segment_seeds(fixtures: &Path, dir: &Path) -> Result<Vec<Seed>> {
             "tuple",
             (0..2)
                 .map(|i| {
-                    Ok(Record::Tuple(vec![
-                        Part::from(Tensor::from_vec([2], vec![i as i64, -1])?),
-                        Part::from(Tensor::from_vec([3], vec![true, false, i == 0])?),
+                    Ok(tensor_core::Value::Tuple(vec![
+                        tensor_core::Value::from(Tensor::from_vec([2], vec![i as i64, -1])?),
+                        tensor_core::Value::from(Tensor::from_vec([3], vec![true, false, i == 0])?),
                     ]))
                 })
                 .collect::<Result<_>>()?,
         ),
         (
             "blob",
-            (0..3).map(|i| Record::blob(vec![i as u8; i])).collect(),
+            (0..3)
+                .map(|i| tensor_core::Value::blob(vec![i as u8; i]))
+                .collect(),
         ),
     ];
     for (what, records) in stores {
         let root = dir.join(what);
         let store = SegmentStore::open(&root, Options::default())?;
-        let items: Vec<(String, Record)> = records
+        let items: Vec<(String, tensor_core::Value)> = records
             .into_iter()
             .enumerate()
             .map(|(i, r)| (format!("sample_{i}"), r))

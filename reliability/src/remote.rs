@@ -9,10 +9,11 @@
 
 use std::path::Path;
 use std::time::Duration;
+use tensor_core::Value;
 
 use remote_cache::{Location, RemoteSegments};
 use remote_tier::TierConfig;
-use segment_store::{Options, Record};
+use segment_store::Options;
 use tensor_core::Tensor;
 
 /// Records per batch.
@@ -87,11 +88,11 @@ pub fn value(seed: u64, b: usize, j: usize) -> Vec<f32> {
 }
 
 /// Batch `b` of stream `seed`.
-pub fn batch(seed: u64, b: usize) -> Vec<(String, Record)> {
+pub fn batch(seed: u64, b: usize) -> Vec<(String, Value)> {
     (0..ROWS)
         .map(|j| {
             let t = Tensor::from_vec([8], value(seed, b, j)).expect("an 8-value tensor");
-            (key(b, j), Record::from(t))
+            (key(b, j), Value::from(t))
         })
         .collect()
 }
@@ -139,7 +140,7 @@ pub fn whole_batches(
         for (j, v) in values.iter().enumerate() {
             let got = v
                 .as_ref()
-                .and_then(Record::as_tensor)
+                .and_then(Value::as_tensor)
                 .ok_or_else(|| format!("batch {b} row {j}: not a tensor"))?
                 .to_tensor();
             let got = got

@@ -10,12 +10,13 @@
 //! | `tier_block_map` | a block map | maps of version 1 (with and without an etag) and 2, some blocks present |
 
 use std::path::Path;
+use tensor_core::Value;
 
 use remote_cache::fuzz_entry::payloads;
 use remote_cache::journal::{COMMIT_VERSION, commit_name};
 use remote_cache::{Commit, Location, Piece, RemoteSegments};
 use remote_tier::{BlockHasher, TierConfig};
-use segment_store::{Options, Record};
+use segment_store::Options;
 use tensor_core::Tensor;
 
 use crate::fuzz_seeds::{Result, Seed};
@@ -62,7 +63,7 @@ fn published_commits(scratch: &Path) -> Result<Vec<Seed>> {
     )?;
     for batch in 0..2u8 {
         let t = Tensor::from_vec([2], vec![f32::from(batch), 0.5])?;
-        writer.put_batch(&[(format!("k{batch}"), Record::from(t))])?;
+        writer.put_batch(&[(format!("k{batch}"), Value::from(t))])?;
         writer.publish()?;
     }
     drop(writer);

@@ -136,13 +136,13 @@ fn assert_flips_flagged(cache: &Path, which: impl Fn(&Path) -> bool) -> usize {
 }
 
 fn segment_cache(dir: &Path) {
-    use segment_store::{Options, Record, SegmentStore};
+    use segment_store::{Options, SegmentStore};
     let store = SegmentStore::open(dir, Options::default()).unwrap();
     for b in 0..3 {
-        let items: Vec<(String, Record)> = (0..5)
+        let items: Vec<(String, tensor_core::Value)> = (0..5)
             .map(|j| {
                 let t = tensor_core::Tensor::from_vec([4], vec![(b * 5 + j) as f32; 4]).unwrap();
-                (format!("k{b}_{j}"), Record::from(t))
+                (format!("k{b}_{j}"), tensor_core::Value::from(t))
             })
             .collect();
         store.put_batch(&items).unwrap();

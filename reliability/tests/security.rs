@@ -123,7 +123,7 @@ fn huge_counts_from_disk_are_refused_before_allocating() {
             segment_store::SegmentStore::open(&seg, segment_store::Options::default()).unwrap();
         let t = Tensor::from_vec([1], vec![1.0f32]).unwrap();
         store
-            .put_batch(&[("k", segment_store::Record::from(t))])
+            .put_batch(&[("k", tensor_core::Value::from(t))])
             .unwrap();
         store.flush().unwrap();
     }

@@ -1,9 +1,10 @@
 //! segment-store under SIGKILL and injected I/O failures.
 
 use std::path::Path;
+use tensor_core::Value;
 
 use reliability::{Fault, crash_loop, sweep};
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 use test_support::crash::{child_args, report_commit, report_error};
 
@@ -18,11 +19,11 @@ fn value(seed: u64, b: usize, j: usize) -> Vec<f32> {
     (0..16).map(|k| base + k as f32 * 0.5).collect()
 }
 
-fn batch(seed: u64, b: usize) -> Vec<(String, Record)> {
+fn batch(seed: u64, b: usize) -> Vec<(String, Value)> {
     (0..ROWS)
         .map(|j| {
             let t = Tensor::from_vec([16], value(seed, b, j)).expect("tensor");
-            (key(b, j), Record::from(t))
+            (key(b, j), Value::from(t))
         })
         .collect()
 }
@@ -182,7 +183,7 @@ fn readers_in_another_process_see_whole_batches() {
                 for (j, v) in values.iter().enumerate().filter(|(_, v)| v.is_some()) {
                     let t = v
                         .as_ref()
-                        .and_then(Record::as_tensor)
+                        .and_then(Value::as_tensor)
                         .expect("tensor")
                         .to_tensor();
                     assert_eq!(t.as_slice::<f32>().unwrap(), &value(3, b, j)[..]);

@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use cache_facade::{BackendKind, CacheBackend, CacheConfig, SegmentBackend, Value};
-use segment_store::{Options, Part, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
 const N: usize = 50_000;
@@ -76,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let (records, _) = store.get_batch(&keys)?;
             for r in records.iter().flatten() {
                 let f = if dict {
-                    r.get("features").and_then(Part::as_tensor)
+                    r.get("features").and_then(tensor_core::Value::as_tensor)
                 } else {
                     r.as_tensor()
                 };

@@ -2,12 +2,13 @@
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tensor_core::Value;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use remote_cache::{RemoteDir, RemoteSegments};
 use remote_tier::{RemoteTier, TierConfig, build_store};
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
 use super::server::Server;
@@ -41,11 +42,11 @@ fn write(
     let store = RemoteSegments::with_remote(remote, Options::default()).map_err(err)?;
     let keys: Vec<String> = (0..n).map(|i| format!("sample_{i}")).collect();
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
-        let items: Vec<(&str, Record)> = chunk
+        let items: Vec<(&str, Value)> = chunk
             .iter()
             .map(|&i| {
                 let t = Tensor::from_vec([DIM], features(ctx.seed, i)).map_err(err)?;
-                Ok((keys[i].as_str(), Record::from(t)))
+                Ok((keys[i].as_str(), Value::from(t)))
             })
             .collect::<Result<_, RunError>>()?;
         store.put_batch(&items).map_err(err)?;

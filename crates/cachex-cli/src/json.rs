@@ -92,9 +92,8 @@ pub fn pickle_to_json(v: &serde_pickle::Value) -> Value {
 }
 
 /// A segment-store record as JSON.
-pub fn record_json(record: &segment_store::Record) -> Value {
-    use segment_store::{Part, Record};
-    fn part(p: &Part) -> Value {
+pub fn record_json(record: &tensor_core::Value) -> Value {
+    fn part(p: &tensor_core::Value) -> Value {
         match (p.as_tensor(), p.as_blob()) {
             (Some(t), _) => tensor_json(&t.view()),
             (None, Some(b)) => bytes_json(b),
@@ -102,15 +101,17 @@ pub fn record_json(record: &segment_store::Record) -> Value {
         }
     }
     match record {
-        Record::Tensor(t) => tensor_json(&t.view()),
-        Record::Blob(b) => bytes_json(b.as_slice()),
-        Record::Dict(parts) => Value::Object(
+        tensor_core::Value::Tensor(t) => tensor_json(&t.view()),
+        tensor_core::Value::Blob(b) => bytes_json(b.as_slice()),
+        tensor_core::Value::Dict(parts) => Value::Object(
             parts
                 .iter()
                 .map(|(name, p)| (name.to_string(), part(p)))
                 .collect(),
         ),
-        Record::Tuple(parts) | Record::List(parts) => parts.iter().map(part).collect(),
+        tensor_core::Value::Tuple(parts) | tensor_core::Value::List(parts) => {
+            parts.iter().map(part).collect()
+        }
     }
 }
 

@@ -33,12 +33,12 @@
 //! # Example
 //! ```
 //! use cachex_cli::{CacheKind, adapter_for, verify_path};
-//! use segment_store::{Options, Record, SegmentStore};
+//! use segment_store::{Options, SegmentStore};
 //! use tensor_core::Tensor;
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store = SegmentStore::open(dir.path(), Options::default())?;
-//! store.put_batch(&[("a", Record::from(Tensor::from_vec([2], vec![1.0f32, 2.0])?))])?;
+//! store.put_batch(&[("a", Value::from(Tensor::from_vec([2], vec![1.0f32, 2.0])?))])?;
 //! store.flush()?;
 //! drop(store);
 //!

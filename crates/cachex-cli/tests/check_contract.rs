@@ -69,12 +69,12 @@ fn cases(tmp: &Path) -> Vec<Case> {
 
     let seg = tmp.join("segments");
     {
-        use segment_store::{Options, Record, SegmentStore};
+        use segment_store::{Options, SegmentStore};
         let store = SegmentStore::open(&seg, Options::default()).unwrap();
         for i in 0..20 {
             let t = Tensor::from_vec([4], vec![i as f32; 4]).unwrap();
             store
-                .put_batch(&[(format!("k{i}").as_str(), Record::from(t))])
+                .put_batch(&[(format!("k{i}").as_str(), tensor_core::Value::from(t))])
                 .unwrap();
         }
         store.flush().unwrap();

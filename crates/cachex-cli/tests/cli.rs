@@ -85,7 +85,7 @@ fn demo_then_inspect_verify_get_stats_compact() {
 
 #[test]
 fn multi_writer_caches_inspect_verify_and_compact() {
-    use segment_store::{Options, Record, SegmentStore};
+    use segment_store::{Options, SegmentStore};
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("ranks");
     for w in 0..3u32 {
@@ -97,10 +97,10 @@ fn multi_writer_caches_inspect_verify_and_compact() {
             },
         )
         .unwrap();
-        let items: Vec<(String, Record)> = (0..5)
+        let items: Vec<(String, tensor_core::Value)> = (0..5)
             .map(|i| {
                 let t = tensor_core::Tensor::from_vec([2], vec![w as f32, i as f32]).unwrap();
-                (format!("r{w}_{i}"), Record::from(t))
+                (format!("r{w}_{i}"), tensor_core::Value::from(t))
             })
             .collect();
         s.put_batch(&items).unwrap();

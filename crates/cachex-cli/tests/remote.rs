@@ -3,8 +3,9 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
+use tensor_core::Value;
 
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
 /// The S3 test server, or `None` (said on stderr) outside CI.
@@ -54,11 +55,11 @@ fn push_then_pull_through_s3_gives_a_sound_cache() {
     let local = tempfile::tempdir().unwrap();
     let store = SegmentStore::open(local.path(), Options::default()).unwrap();
     for batch in 0..4 {
-        let items: Vec<(String, Record)> = (0..20)
+        let items: Vec<(String, Value)> = (0..20)
             .map(|i| {
                 let n = batch * 20 + i;
                 let t = Tensor::from_vec([4], vec![n as f32; 4]).unwrap();
-                (format!("k{n}"), Record::from(t))
+                (format!("k{n}"), Value::from(t))
             })
             .collect();
         store.put_batch(&items).unwrap();
@@ -113,10 +114,10 @@ fn inspect_verify_and_get_read_a_cache_at_its_url() {
                 ("aws_region", "us-east-1"),
             ]);
     let store = remote_cache::RemoteSegments::open(&location, Options::default()).unwrap();
-    let items: Vec<(String, Record)> = (0..30)
+    let items: Vec<(String, Value)> = (0..30)
         .map(|n| {
             let t = Tensor::from_vec([4], vec![n as f32; 4]).unwrap();
-            (format!("k{n}"), Record::from(t))
+            (format!("k{n}"), Value::from(t))
         })
         .collect();
     store.put_batch(&items).unwrap();

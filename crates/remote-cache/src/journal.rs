@@ -401,11 +401,12 @@ impl RemoteDir {
                 pieces: pieces.clone(),
             };
             let name = commit_name(seq);
-            let bytes = remote_tier::record::encode_record(&commit).map_err(|e| Error::Corrupt {
-                url: self.tier.url().to_string(),
-                name: name.clone(),
-                problem: format!("cannot encode the commit: {e}"),
-            })?;
+            let bytes =
+                remote_tier::record::encode_record(&commit).map_err(|e| Error::Corrupt {
+                    url: self.tier.url().to_string(),
+                    name: name.clone(),
+                    problem: format!("cannot encode the commit: {e}"),
+                })?;
             match self.tier.commit(&name, bytes) {
                 Ok(()) => {
                     self.record(&mut state, seq, after)?;

@@ -83,7 +83,7 @@
 //! ```
 //! use remote_cache::{Location, RemoteSegments};
 //! use remote_tier::TierConfig;
-//! use segment_store::{Options, Record};
+//! use segment_store::Options;
 //! use tensor_core::Tensor;
 //!
 //! let bucket = tempfile::tempdir()?; // stands for s3://bucket/prefix
@@ -95,7 +95,7 @@
 //!     &Location::remote(&url, TierConfig::new(tier_a.path(), 1 << 30)),
 //!     Options { writer_id: Some(0), ..Options::default() },
 //! )?;
-//! let record = Record::from(Tensor::from_vec([2, 2], vec![1.0f32, 2.0, 3.0, 4.0])?);
+//! let record = Value::from(Tensor::from_vec([2, 2], vec![1.0f32, 2.0, 3.0, 4.0])?);
 //! writer.put_batch(&[("a", record.clone())])?;
 //! assert_eq!(writer.publish()?.seq, Some(1));
 //!

@@ -10,6 +10,7 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
+use tensor_core::Value;
 
 use async_trait::async_trait;
 use common::{
@@ -24,7 +25,7 @@ use object_store::{
 use remote_cache::journal::commit_name;
 use remote_cache::{RemoteDir, RemoteSegments};
 use remote_tier::{RemoteTier, build_store};
-use segment_store::{Options, Record};
+use segment_store::Options;
 use tensor_core::Tensor;
 use test_support::intercept::{Intercept, Intercepted};
 
@@ -32,8 +33,8 @@ const CHILD_ENV: &str = "REMOTE_CACHE_PUBLISHER_CHILD";
 const COMMITS: usize = 12;
 const PER_COMMIT: usize = 20;
 
-fn record(i: usize) -> Record {
-    Record::from(Tensor::from_vec([16], vec![i as u16; 16]).unwrap())
+fn record(i: usize) -> Value {
+    Value::from(Tensor::from_vec([16], vec![i as u16; 16]).unwrap())
 }
 
 /// The publisher process (does nothing unless spawned by the test below).

@@ -6,6 +6,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tensor_core::Value;
 
 use async_trait::async_trait;
 use common::{
@@ -16,7 +17,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutOptions, PutPayload, PutResult};
 use remote_cache::{RemoteDir, RemoteSegments};
 use remote_tier::{RemoteTier, build_store};
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 use test_support::intercept::{Intercept, Intercepted};
 
@@ -52,8 +53,8 @@ impl Intercept for RefuseCreates {
     }
 }
 
-fn record(i: usize) -> Record {
-    Record::from(Tensor::from_vec([4], vec![i as f32; 4]).unwrap())
+fn record(i: usize) -> Value {
+    Value::from(Tensor::from_vec([4], vec![i as f32; 4]).unwrap())
 }
 
 fn put(store: &SegmentStore, range: std::ops::Range<usize>) {

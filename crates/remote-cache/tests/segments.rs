@@ -7,12 +7,13 @@ mod common;
 
 use common::{keyed, new_bucket_url, s3_endpoint, s3_location};
 use remote_cache::{Error, RemoteSegments};
-use segment_store::{Options, Record};
+use segment_store::Options;
 use tensor_core::Tensor;
+use tensor_core::Value;
 
-fn record(i: usize) -> Record {
+fn record(i: usize) -> Value {
     let values: Vec<f32> = (0..64).map(|j| (i * 64 + j) as f32).collect();
-    Record::from(Tensor::from_vec([8, 8], values).unwrap())
+    Value::from(Tensor::from_vec([8, 8], values).unwrap())
 }
 
 fn writer_options(id: Option<u32>) -> Options {

@@ -5,16 +5,17 @@
 mod common;
 
 use std::sync::atomic::Ordering;
+use tensor_core::Value;
 
 use common::{faulty_tier, s3_endpoint, s3_store, s3_tier, small_config};
 use remote_tier::snapshot::{latest_manifest, pull_dir, push_dir};
 use remote_tier::{Error, build_store};
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
-fn record(i: usize) -> Record {
+fn record(i: usize) -> Value {
     let values: Vec<f32> = (0..64).map(|j| (i * 64 + j) as f32).collect();
-    Record::from(Tensor::from_vec([8, 8], values).unwrap())
+    Value::from(Tensor::from_vec([8, 8], values).unwrap())
 }
 
 /// Writes records `range` into the segment store at `dir`, one segment per
@@ -23,7 +24,7 @@ fn write_cache(dir: &std::path::Path, range: std::ops::Range<usize>) {
     let store = SegmentStore::open(dir, Options::default()).unwrap();
     let keys: Vec<String> = range.clone().map(|i| format!("sample_{i}")).collect();
     for chunk in keys.chunks(25) {
-        let items: Vec<(&str, Record)> = chunk
+        let items: Vec<(&str, Value)> = chunk
             .iter()
             .map(|k| (k.as_str(), record(k["sample_".len()..].parse().unwrap())))
             .collect();

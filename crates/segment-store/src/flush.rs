@@ -8,13 +8,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
+use tensor_core::Value;
 
 use parking_lot::Mutex;
 
 use crate::format::{self, SCHEMA_FILE};
 use crate::index::Loc;
 use crate::reader::Segment;
-use crate::record::Record;
 use crate::recover::hint_of;
 use crate::schema::{RecordSchema, to_schema_json};
 use crate::state::{Batch, Inner, Pending, State, WriteSide};
@@ -82,7 +82,7 @@ impl Background {
 pub(crate) fn put<K: AsRef<str>>(
     inner: &Inner,
     bg: Option<&Background>,
-    items: &[(K, Record)],
+    items: &[(K, Value)],
 ) -> Result<()> {
     inner.take_bg_error()?;
     if inner.opts.read_only {
@@ -234,8 +234,8 @@ fn take_batch(p: &mut Pending, every: usize) -> Arc<Batch> {
         let by_key = std::mem::replace(&mut p.by_key, HashMap::with_capacity(room));
         return Arc::new(Batch { records, by_key });
     }
-    let records: Vec<(String, Record)> = p.records.drain(..n).collect();
-    let rest: Vec<(String, Record)> = std::mem::take(&mut p.records);
+    let records: Vec<(String, Value)> = p.records.drain(..n).collect();
+    let rest: Vec<(String, Value)> = std::mem::take(&mut p.records);
     p.by_key.clear();
     for (i, (k, r)) in rest.into_iter().enumerate() {
         p.by_key.insert(k.clone(), i);

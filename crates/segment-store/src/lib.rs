@@ -3,7 +3,7 @@
 //! does in Python, in its on-disk layout, without its costs that grow with
 //! the cache.
 //!
-//! A [`Record`] is a [`tensor_core::Value`] one level deep: a single
+//! A [`Value`] is a [`tensor_core::Value`] one level deep: a single
 //! tensor, named tensors and blobs (a dict), a tuple or list of tensors
 //! and blobs, or one opaque blob; tensors carry every
 //! [`tensor_core::DType`], bf16 included. Records read back are values
@@ -59,8 +59,8 @@
 //!
 //! # API at a glance
 //! [`SegmentStore::open`]`(dir, `[`Options`]`)`, then
-//! [`put_batch`](SegmentStore::put_batch)`(&[(key, Record)])`,
-//! [`get_batch`](SegmentStore::get_batch)`(&[key]) -> (Vec<Option<Record>>, missing)`,
+//! [`put_batch`](SegmentStore::put_batch)`(&[(key, Value)])`,
+//! [`get_batch`](SegmentStore::get_batch)`(&[key]) -> (Vec<Option<Value>>, missing)`,
 //! [`flush`](SegmentStore::flush), [`len`](SegmentStore::len),
 //! [`stats`](SegmentStore::stats); maintenance:
 //! [`compact`](SegmentStore::compact), [`verify`](SegmentStore::verify)
@@ -88,13 +88,13 @@
 //!
 //! # Example
 //! ```
-//! use segment_store::{Options, Part, Record, SegmentStore};
+//! use segment_store::{Options, SegmentStore};
 //! use tensor_core::Tensor;
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store = SegmentStore::open(dir.path(), Options::default())?;
 //! let t = Tensor::from_vec([2, 2], vec![1.0f32, 2.0, 3.0, 4.0])?;
-//! store.put_batch(&[("sample_0", Record::from(t))])?;
+//! store.put_batch(&[("sample_0", Value::from(t))])?;
 //! store.flush()?;
 //! drop(store);
 //!
@@ -107,9 +107,9 @@
 //! // Named tensors and blobs need a cache of their own.
 //! let other = tempfile::tempdir()?;
 //! let dicts = SegmentStore::open(other.path(), Options::default())?;
-//! let rec = Record::dict([
-//!     ("features", Part::from(Tensor::from_vec([3], vec![0.5f32; 3])?)),
-//!     ("label", Part::Blob(b"cat".to_vec().into())),
+//! let rec = Value::dict([
+//!     ("features", Value::from(Tensor::from_vec([3], vec![0.5f32; 3])?)),
+//!     ("label", Value::Blob(b"cat".to_vec().into())),
 //! ]);
 //! dicts.put_batch(&[("a", rec)])?;
 //! assert_eq!(dicts.len(), 1);
@@ -120,8 +120,8 @@
 //! let (r0, r1) = (SegmentStore::open(shared.path(), rank(0))?, SegmentStore::open(shared.path(), rank(1))?);
 //! let reader = SegmentStore::open(shared.path(), Options { read_only: true, ..Options::default() })?;
 //! let t = |v: f32| Tensor::from_vec([1], vec![v]);
-//! r0.put_batch(&[("a", Record::from(t(0.0)?))])?;
-//! r1.put_batch(&[("b", Record::from(t(1.0)?))])?;
+//! r0.put_batch(&[("a", Value::from(t(0.0)?))])?;
+//! r1.put_batch(&[("b", Value::from(t(1.0)?))])?;
 //! r0.flush()?;
 //! r1.flush()?;
 //! reader.refresh()?;
@@ -153,6 +153,6 @@ mod writer;
 pub use error::{Error, Result};
 pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
 pub use options::Options;
-pub use record::{Blob, Part, Record, Structure, TensorBuf};
+pub use record::Structure;
 pub use schema::{PartKind, PartSpec, RecordSchema, SCHEMA_FILE_CAP};
 pub use store::{SegmentStore, Stats};

@@ -7,11 +7,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use tensor_core::Value;
 
 use crate::format;
 use crate::index::Loc;
 use crate::reader::{Decoded, Row, Segment};
-use crate::record::{Record, part_bytes};
+use crate::record::part_bytes;
 use crate::recover::hint_of;
 use crate::state::{Inner, State, note_problem};
 use crate::{Error, Result};
@@ -27,9 +28,9 @@ const AHEAD: usize = 16;
 pub(crate) fn get<K: AsRef<str>>(
     inner: &Inner,
     keys: &[K],
-) -> Result<(Vec<Option<Record>>, Vec<usize>)> {
+) -> Result<(Vec<Option<Value>>, Vec<usize>)> {
     inner.take_bg_error()?;
-    let mut out: Vec<Option<Record>> = keys.iter().map(|_| None).collect();
+    let mut out: Vec<Option<Value>> = keys.iter().map(|_| None).collect();
     let use_lru = inner.opts.lru_bytes > 0;
     if use_lru {
         let mut lru = inner.lru.lock();
@@ -280,7 +281,7 @@ impl<'a> SegmentTable<'a> {
 /// [`WARM_BYTES`], in one tight pass: the caller reads them next, and
 /// requests issued back to back overlap their misses far better than the
 /// caller's pass, which waits for each record's first lines in turn.
-fn warm(out: &[Option<Record>]) {
+fn warm(out: &[Option<Value>]) {
     let mut budget = WARM_BYTES;
     for rec in out.iter().flatten() {
         let mut each = |bytes: &[u8]| {
@@ -289,14 +290,14 @@ fn warm(out: &[Option<Record>]) {
             crate::index::prefetch_lines(&bytes[..n]);
         };
         match rec {
-            Record::Dict(parts) => parts
+            Value::Dict(parts) => parts
                 .iter()
                 .filter_map(|(_, p)| part_bytes(p))
                 .for_each(&mut each),
-            Record::Tuple(parts) | Record::List(parts) => {
+            Value::Tuple(parts) | Value::List(parts) => {
                 parts.iter().filter_map(part_bytes).for_each(&mut each)
             }
-            Record::Tensor(_) | Record::Blob(_) => part_bytes(rec).into_iter().for_each(&mut each),
+            Value::Tensor(_) | Value::Blob(_) => part_bytes(rec).into_iter().for_each(&mut each),
         }
         if budget == 0 {
             return;

@@ -7,15 +7,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-
-use crate::Record;
+use tensor_core::Value;
 
 /// No slot (the end of the list).
 const NIL: usize = usize::MAX;
 
 struct Slot {
     key: Arc<str>,
-    record: Record,
+    record: Value,
     size: usize,
     /// Toward the most recently used.
     prev: usize,
@@ -62,7 +61,7 @@ impl Lru {
     }
 
     /// The record of `key`, marked most recently used.
-    pub fn get(&mut self, key: &str) -> Option<Record> {
+    pub fn get(&mut self, key: &str) -> Option<Value> {
         let i = *self.map.get(key)?;
         self.unlink(i);
         self.push_front(i);
@@ -77,7 +76,7 @@ impl Lru {
     }
 
     /// Stores `record` under `key`, evicting the least recently used.
-    pub fn put(&mut self, key: &str, record: &Record) {
+    pub fn put(&mut self, key: &str, record: &Value) {
         if self.cap == 0 {
             return;
         }
@@ -187,8 +186,8 @@ mod tests {
     use tensor_core::Tensor;
 
     /// A record of `n` f32s (4n bytes).
-    fn rec(n: usize) -> Record {
-        Record::from(Tensor::from_vec([n], vec![n as f32; n]).unwrap())
+    fn rec(n: usize) -> Value {
+        Value::from(Tensor::from_vec([n], vec![n as f32; n]).unwrap())
     }
 
     fn held(lru: &mut Lru, keys: &[&str]) -> Vec<bool> {

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tensor_core::Value;
 
 use cache_check::{Problem, ProblemKind, Summary};
 use serde_json::json;
@@ -11,7 +12,7 @@ use serde_json::json;
 use crate::format::{self, INDEX_FILE, SCHEMA_FILE, WRITERS_DIR};
 use crate::index::{KeyIndex, Loc};
 use crate::reader::{Segment, SegmentMaps};
-use crate::record::{Record, Structure};
+use crate::record::Structure;
 use crate::recover::{hint_of, list_segments, list_writer_logs};
 use crate::schema::parse_schema_json;
 use crate::state::note_problem;
@@ -511,7 +512,7 @@ impl SegmentStore {
         };
         locs.sort_unstable();
         let hint = Some(schema.structure);
-        let mut records: Vec<(String, Record)> = Vec::with_capacity(locs.len());
+        let mut records: Vec<(String, Value)> = Vec::with_capacity(locs.len());
         for loc in &locs {
             let Some(seg) = old.get(&loc.seg) else {
                 continue;

@@ -20,7 +20,7 @@ use tensor_core::{DType, Shape, SharedBytes, SharedTensor, Tensor, Value};
 
 use crate::index::prefetch;
 use crate::maps::{Maps, Slot};
-use crate::record::{Part, Record, Structure};
+use crate::record::Structure;
 use crate::schema::{PartKind, RecordSchema};
 use crate::validate::{check_layout, plain_type, validate_batch};
 use crate::{Error, Result};
@@ -343,7 +343,7 @@ impl Decoded {
     }
 
     /// The record of `row`, its tensors borrowing the mapped file.
-    pub fn record(&self, path: &Path, row: usize, structure: Structure) -> Result<Record> {
+    pub fn record(&self, path: &Path, row: usize, structure: Structure) -> Result<Value> {
         let at = self
             .row(row)
             .ok_or_else(|| Error::corrupt(path, format!("row {row} beyond {} rows", self.rows)))?;
@@ -351,7 +351,7 @@ impl Decoded {
     }
 
     /// The record of a located row, its tensors borrowing the mapped file.
-    pub fn record_of(&self, path: &Path, at: &Row<'_>, structure: Structure) -> Result<Record> {
+    pub fn record_of(&self, path: &Path, at: &Row<'_>, structure: Structure) -> Result<Value> {
         let (b, r, row) = (at.batch, at.r, at.row);
         if let (Structure::Tensor, [p]) = (self.schema.structure, b.parts.as_slice()) {
             return match read_part(path, row, p, r)? {
@@ -381,10 +381,10 @@ impl Decoded {
                 for (name, p) in self.names.iter().zip(&b.parts) {
                     v.push((name.clone(), read_part(path, row, p, r)?));
                 }
-                Record::Dict(v)
+                Value::Dict(v)
             }
-            Structure::Tuple => Record::Tuple(parts().collect::<Result<_>>()?),
-            Structure::List => Record::List(parts().collect::<Result<_>>()?),
+            Structure::Tuple => Value::Tuple(parts().collect::<Result<_>>()?),
+            Structure::List => Value::List(parts().collect::<Result<_>>()?),
         })
     }
 }
@@ -394,7 +394,7 @@ impl Decoded {
 /// column, the common case, is located inline: no call, and no result
 /// passed back through memory for each part.
 #[inline(always)]
-fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> {
+fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Value> {
     if let PartColumn::Tensor {
         dtype,
         values,
@@ -416,7 +416,7 @@ fn read_part(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> 
 
 /// [`read_part`] for blobs, bool tensors and columns of mixed shapes.
 #[inline(never)]
-fn read_part_general(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Part> {
+fn read_part_general(path: &Path, row: usize, p: &PartColumn, r: usize) -> Result<Value> {
     let outside = |column: &str, start: usize, end: usize| {
         Error::corrupt(
             path,

@@ -7,27 +7,7 @@
 //! blobs (a deeper value is refused by the schema check with
 //! [`crate::Error::SchemaMismatch`]).
 
-use tensor_core::{SharedBytes, SharedTensor, Value};
-
-/// One cached value: [`Value`] under the name this crate's API uses.
-///
-/// Records read from a store hold their tensors and blobs as slices of the
-/// memory-mapped segment ([`SharedTensor::view`] borrows them without
-/// copying); the mapping stays alive while any record (or clone) refers
-/// to it. [`Value::detach`] copies everything to the heap.
-pub type Record = Value;
-
-/// One member of a dict, tuple or list record: a [`Value`] that is a
-/// tensor or a blob.
-pub type Part = Value;
-
-/// A tensor whose bytes are shared: a slice of a mapped segment when read
-/// from disk ([`SharedTensor`] under this crate's older name).
-pub type TensorBuf = SharedTensor;
-
-/// Opaque bytes (for torchcachex caches: a Python pickle), shared like a
-/// tensor's ([`SharedBytes`] under this crate's older name).
-pub type Blob = SharedBytes;
+use tensor_core::Value;
 
 /// The shape of a record, as stored in `schema.json`'s `output_structure`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -46,7 +26,7 @@ pub enum Structure {
 
 impl Structure {
     /// The structure of `record`.
-    pub fn of(record: &Record) -> Structure {
+    pub fn of(record: &Value) -> Structure {
         match record {
             Value::Tensor(_) => Structure::Tensor,
             Value::Dict(_) => Structure::Dict,
@@ -82,7 +62,7 @@ impl Structure {
 
 /// The bytes of a part (a tensor's elements or a blob); `None` for a part
 /// that is itself a dict, tuple or list (never stored).
-pub(crate) fn part_bytes(part: &Part) -> Option<&[u8]> {
+pub(crate) fn part_bytes(part: &Value) -> Option<&[u8]> {
     match part {
         Value::Tensor(t) => Some(t.bytes()),
         Value::Blob(b) => Some(b.as_slice()),

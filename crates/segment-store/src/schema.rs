@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tensor_core::{DType, Value};
 
 use crate::format::SEGMENT_FORMAT;
-use crate::record::{Part, Record, Structure};
+use crate::record::Structure;
 use crate::{Error, Result};
 
 /// What one part of a record holds.
@@ -91,8 +91,8 @@ struct PartMeta {
 impl RecordSchema {
     /// The schema a record implies. A member that is itself a dict, tuple
     /// or list gets a blob spec here; [`RecordSchema::check`] refuses it.
-    pub fn infer(record: &Record) -> RecordSchema {
-        let spec = |name: String, part: &Part| PartSpec {
+    pub fn infer(record: &Value) -> RecordSchema {
+        let spec = |name: String, part: &Value| PartSpec {
             name,
             kind: match part {
                 Value::Tensor(t) => PartKind::Tensor {
@@ -124,7 +124,7 @@ impl RecordSchema {
     /// Checks that `record` (stored under `key`) fits this schema: its
     /// structure, every member's name, kind, dtype and rank, and that it
     /// is one level deep.
-    pub fn check(&self, key: &str, record: &Record) -> Result<()> {
+    pub fn check(&self, key: &str, record: &Value) -> Result<()> {
         let mismatch = |field: &str, detail: String| Error::SchemaMismatch {
             key: key.to_owned(),
             field: field.to_owned(),
@@ -146,7 +146,7 @@ impl RecordSchema {
                 ),
             ));
         }
-        let check_part = |spec: &PartSpec, part: &Part| -> Result<()> {
+        let check_part = |spec: &PartSpec, part: &Value| -> Result<()> {
             match (spec.kind, part) {
                 (_, Value::Dict(_) | Value::Tuple(_) | Value::List(_)) => Err(mismatch(
                     &spec.name,

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
+use tensor_core::Value;
 
 use durable_fs::FileLock;
 use parking_lot::{Mutex, RwLock};
@@ -14,7 +15,6 @@ use crate::index::KeyIndex;
 use crate::lru::Lru;
 use crate::options::Options;
 use crate::reader::{Segment, SegmentMaps};
-use crate::record::Record;
 use crate::recover::LogCursor;
 use crate::schema::RecordSchema;
 use crate::writer::IndexLog;
@@ -23,14 +23,14 @@ use cache_check::{Problem, ProblemKind};
 
 /// Records of one flush, readable until their segment is indexed.
 pub(crate) struct Batch {
-    pub(crate) records: Vec<(String, Record)>,
+    pub(crate) records: Vec<(String, Value)>,
     pub(crate) by_key: HashMap<String, usize>,
 }
 
 /// Records put and not yet handed to a flush.
 #[derive(Default)]
 pub(crate) struct Pending {
-    pub(crate) records: Vec<(String, Record)>,
+    pub(crate) records: Vec<(String, Value)>,
     pub(crate) by_key: HashMap<String, usize>,
 }
 

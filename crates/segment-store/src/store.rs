@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use tensor_core::Value;
 
 use durable_fs::FileLock;
 use parking_lot::{Mutex, RwLock};
@@ -16,7 +17,6 @@ use crate::lookup::{self, lookup};
 use crate::lru::Lru;
 use crate::options::Options;
 use crate::reader::SegmentMaps;
-use crate::record::Record;
 use crate::recover::{Role, recover};
 use crate::schema::RecordSchema;
 use crate::state::{Inner, Pending, State, WriteSide};
@@ -50,7 +50,7 @@ pub struct Stats {
     pub index_bytes_per_entry: f64,
 }
 
-/// A persistent key → [`Record`] map on immutable Arrow IPC segments.
+/// A persistent key → [`Value`] map on immutable Arrow IPC segments.
 ///
 /// All methods take `&self`; share a store between threads with `Arc`.
 /// By default one process per directory writes (it holds an `fs2` lock);
@@ -193,7 +193,7 @@ impl SegmentStore {
     /// record ever stored fixes it); one mismatch refuses the whole batch.
     /// Every `flush_every` pending records become a new segment. On a rank
     /// other than the writer, records only fill the LRU.
-    pub fn put_batch<K: AsRef<str>>(&self, items: &[(K, Record)]) -> Result<()> {
+    pub fn put_batch<K: AsRef<str>>(&self, items: &[(K, Value)]) -> Result<()> {
         flush::put(&self.inner, self.bg.as_ref(), items)
     }
 
@@ -210,10 +210,7 @@ impl SegmentStore {
     /// positions of the keys not found. Records from segments are
     /// zero-copy views; the first 512 KiB of their bytes are prefetched
     /// into the CPU caches before the call returns.
-    pub fn get_batch<K: AsRef<str>>(
-        &self,
-        keys: &[K],
-    ) -> Result<(Vec<Option<Record>>, Vec<usize>)> {
+    pub fn get_batch<K: AsRef<str>>(&self, keys: &[K]) -> Result<(Vec<Option<Value>>, Vec<usize>)> {
         lookup::get(&self.inner, keys)
     }
 

@@ -18,12 +18,11 @@ use tensor_core::{DType, SharedTensor, Value};
 
 use crate::format::{self, INDEX_HEADER_LEN};
 use crate::index::MAX_ROW;
-use crate::record::{Part, Record};
 use crate::schema::{PartKind, RecordSchema, arrow_type};
 use crate::{Error, Result};
 
 /// The `idx`-th part of a record that matches `schema` (checked before).
-fn part_of<'a>(record: &'a Record, spec_name: &str, idx: usize) -> Option<PartRef<'a>> {
+fn part_of<'a>(record: &'a Value, spec_name: &str, idx: usize) -> Option<PartRef<'a>> {
     match record {
         // Parts usually come in the schema's order: try that slot first.
         Value::Dict(p) => p
@@ -42,7 +41,7 @@ enum PartRef<'a> {
 }
 
 impl<'a> PartRef<'a> {
-    fn of(p: &'a Part) -> Option<PartRef<'a>> {
+    fn of(p: &'a Value) -> Option<PartRef<'a>> {
         match p {
             Value::Tensor(t) => Some(PartRef::Tensor(t)),
             Value::Blob(b) => Some(PartRef::Blob(b.as_slice())),
@@ -61,7 +60,7 @@ impl<'a> PartRef<'a> {
 /// Splits `records` into runs that fit one segment each: fewer than
 /// 2^24 rows and under 2^31 elements / bytes in every list or binary column.
 pub fn split_runs(
-    records: &[(String, Record)],
+    records: &[(String, Value)],
     schema: &RecordSchema,
 ) -> Vec<std::ops::Range<usize>> {
     split_within(records, schema, i32::MAX as usize, MAX_ROW as usize)
@@ -69,7 +68,7 @@ pub fn split_runs(
 
 /// [`split_runs`] with `limit` per column and `max_rows` per run.
 fn split_within(
-    records: &[(String, Record)],
+    records: &[(String, Value)],
     schema: &RecordSchema,
     limit: usize,
     max_rows: usize,
@@ -117,7 +116,7 @@ fn split_within(
 
 /// No column gains more from `value` than its bytes plus one shape entry
 /// per dimension of each tensor.
-fn weight_bound(value: &Record) -> usize {
+fn weight_bound(value: &Value) -> usize {
     match value {
         Value::Tensor(t) => t.bytes().len().saturating_add(t.shape().rank()),
         Value::Blob(b) => b.len(),
@@ -133,7 +132,7 @@ fn weight_bound(value: &Record) -> usize {
 /// Builds the record batch of `records` (all checked against `schema`).
 pub fn build_batch(
     schema: &RecordSchema,
-    records: &[(String, Record)],
+    records: &[(String, Value)],
 ) -> Result<RecordBatch, ArrowError> {
     let arrow = schema.to_arrow();
     let mut columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from_iter_values(
@@ -536,7 +535,7 @@ mod tests {
 
     /// The runs of `split_within`, checked: in order, covering every
     /// record, each within the limits.
-    fn check_runs(records: &[(String, Record)], limit: usize, max_rows: usize) -> usize {
+    fn check_runs(records: &[(String, Value)], limit: usize, max_rows: usize) -> usize {
         let schema = RecordSchema::infer(&records[0].1);
         let runs = split_within(records, &schema, limit, max_rows);
         let mut next = 0;
@@ -565,14 +564,14 @@ mod tests {
 
     #[test]
     fn runs_stay_within_the_column_and_row_limits() {
-        let records: Vec<(String, Record)> = (0..50)
+        let records: Vec<(String, Value)> = (0..50)
             .map(|i| {
                 let t =
                     tensor_core::Tensor::from_vec([i % 7 + 1], vec![i as u32; i % 7 + 1]).unwrap();
                 let b = vec![i as u8; i % 5];
                 (
                     format!("k{i}"),
-                    Record::dict([("t", Part::from(t)), ("b", Value::Blob(b.into()))]),
+                    Value::dict([("t", Value::from(t)), ("b", Value::Blob(b.into()))]),
                 )
             })
             .collect();

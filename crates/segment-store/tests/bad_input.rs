@@ -3,6 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use tensor_core::Value;
 
 use arrow_array::builder::{Float32Builder, Int64Builder, ListBuilder};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
@@ -10,7 +11,7 @@ use arrow_ipc::writer::FileWriter;
 use cache_check::ProblemKind;
 use proptest::prelude::*;
 use segment_store::format::{INDEX_FILE, SCHEMA_FILE, segment_path};
-use segment_store::{Error, Options, Part, Record, SegmentStore};
+use segment_store::{Error, Options, SegmentStore};
 use tensor_core::Tensor;
 
 fn opts() -> Options {
@@ -21,13 +22,13 @@ fn opts() -> Options {
     }
 }
 
-fn rec(i: usize) -> Record {
-    Record::from(Tensor::from_vec([2, 2], vec![i as f32; 4]).unwrap())
+fn rec(i: usize) -> Value {
+    Value::from(Tensor::from_vec([2, 2], vec![i as f32; 4]).unwrap())
 }
 
 fn build(dir: &Path, n: usize) {
     let store = SegmentStore::open(dir, opts()).unwrap();
-    let items: Vec<(String, Record)> = (0..n).map(|i| (format!("k{i}"), rec(i))).collect();
+    let items: Vec<(String, Value)> = (0..n).map(|i| (format!("k{i}"), rec(i))).collect();
     store.put_batch(&items).unwrap();
     store.flush().unwrap();
 }
@@ -216,9 +217,9 @@ fn bad_arguments_are_typed_errors() {
     let (got, missing) = store.get_batch::<&str>(&[]).unwrap();
     assert!(got.is_empty() && missing.is_empty());
     // A dict naming one part twice.
-    let t = || Part::from(Tensor::from_vec([1], vec![1u8]).unwrap());
+    let t = || Value::from(Tensor::from_vec([1], vec![1u8]).unwrap());
     let err = store
-        .put_batch(&[("k", Record::dict([("a", t()), ("a", t())]))])
+        .put_batch(&[("k", Value::dict([("a", t()), ("a", t())]))])
         .unwrap_err();
     assert!(matches!(err, Error::SchemaMismatch { .. }), "{err}");
     assert!(store.is_empty());
@@ -273,8 +274,8 @@ fn field_node_of_i64_max_rows_is_refused_by_the_layout_check() {
 fn a_record_deeper_than_one_level_is_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    let t = || Part::from(Tensor::from_vec([2], vec![1.0f32, 2.0]).unwrap());
-    let nested = Record::dict([("outer", Record::Tuple(vec![t()]))]);
+    let t = || Value::from(Tensor::from_vec([2], vec![1.0f32, 2.0]).unwrap());
+    let nested = Value::dict([("outer", Value::Tuple(vec![t()]))]);
     let err = store.put_batch(&[("deep", nested)]).unwrap_err();
     assert!(
         matches!(&err, Error::SchemaMismatch { key, field, .. } if key == "deep" && field == "outer"),
@@ -284,7 +285,7 @@ fn a_record_deeper_than_one_level_is_refused_and_nothing_is_written() {
     assert_eq!(store.len(), 0);
     // The cache still takes a record of the right depth afterwards.
     store
-        .put_batch(&[("flat", Record::dict([("outer", t())]))])
+        .put_batch(&[("flat", Value::dict([("outer", t())]))])
         .unwrap();
     store.flush().unwrap();
     assert_eq!(store.len(), 1);

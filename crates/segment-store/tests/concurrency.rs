@@ -3,12 +3,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tensor_core::Value;
 
-use segment_store::{Error, Options, Record, SegmentStore};
+use segment_store::{Error, Options, SegmentStore};
 use tensor_core::Tensor;
 
-fn rec(i: usize) -> Record {
-    Record::from(Tensor::from_vec([4], vec![i as u32, 1, 2, 3]).unwrap())
+fn rec(i: usize) -> Value {
+    Value::from(Tensor::from_vec([4], vec![i as u32, 1, 2, 3]).unwrap())
 }
 
 fn opts() -> Options {
@@ -40,7 +41,7 @@ fn one_segment_in(async_write: bool) -> (tempfile::TempDir, SegmentStore) {
 }
 
 /// Records `k{i}` for `range`.
-fn keyed(range: std::ops::Range<usize>) -> Vec<(String, Record)> {
+fn keyed(range: std::ops::Range<usize>) -> Vec<(String, Value)> {
     range.map(|i| (format!("k{i}"), rec(i))).collect()
 }
 
@@ -113,7 +114,7 @@ fn readers_see_every_committed_record_while_a_writer_writes() {
             })
             .collect();
         for start in (0..N).step_by(10) {
-            let items: Vec<(String, Record)> = (start..start + 10)
+            let items: Vec<(String, Value)> = (start..start + 10)
                 .map(|i| (format!("k{i}"), rec(i)))
                 .collect();
             store.put_batch(&items).unwrap();

@@ -4,8 +4,9 @@
 //! counts panics through the process-wide hook.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tensor_core::Value;
 
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
@@ -19,12 +20,12 @@ fn no_single_byte_flip_of_a_segment_panics() {
     let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
     {
         let store = SegmentStore::open(src.path(), Options::default()).unwrap();
-        let items: Vec<(String, Record)> = keys
+        let items: Vec<(String, Value)> = keys
             .iter()
             .enumerate()
             .map(|(i, k)| {
                 let t = Tensor::from_vec([3], vec![i as f32, 1.0, 2.0]).unwrap();
-                (k.clone(), Record::from(t))
+                (k.clone(), Value::from(t))
             })
             .collect();
         store.put_batch(&items).unwrap();

@@ -1,7 +1,7 @@
 //! Interop: torchcachex's caches open here and read back exactly
 //! `expected.json`; pyarrow reads the segments this crate writes.
 
-use segment_store::{Options, Part, Record, SegmentStore, Structure};
+use segment_store::{Options, SegmentStore, Structure};
 use serde_json::Value;
 use tensor_core::{DType, Tensor, TensorView, bf16, f16};
 
@@ -35,10 +35,10 @@ fn check_tensor(what: &str, view: &TensorView<'_>, want: &Value) {
     assert_eq!(view.to_f64_vec().unwrap(), data, "{what}: data");
 }
 
-fn check_part(what: &str, part: &Part, want: &Value) {
+fn check_part(what: &str, part: &tensor_core::Value, want: &Value) {
     match part {
-        Part::Tensor(t) => check_tensor(what, &t.view(), want),
-        Part::Blob(b) => {
+        tensor_core::Value::Tensor(t) => check_tensor(what, &t.view(), want),
+        tensor_core::Value::Blob(b) => {
             let got: Value = serde_pickle::from_slice(b.as_slice(), serde_pickle::DeOptions::new())
                 .unwrap_or_else(|e| panic!("{what}: blob is not a pickle: {e}"));
             assert_eq!(&got, want, "{what}: blob");
@@ -47,24 +47,24 @@ fn check_part(what: &str, part: &Part, want: &Value) {
     }
 }
 
-fn check_record(what: &str, rec: &Record, want: &Value) {
+fn check_record(what: &str, rec: &tensor_core::Value, want: &Value) {
     match rec {
-        Record::Tensor(t) => check_tensor(what, &t.view(), want),
-        Record::Dict(parts) => {
+        tensor_core::Value::Tensor(t) => check_tensor(what, &t.view(), want),
+        tensor_core::Value::Dict(parts) => {
             let obj = want.as_object().unwrap();
             assert_eq!(parts.len(), obj.len(), "{what}: dict size");
             for (name, part) in parts {
                 check_part(&format!("{what}.{name}"), part, &obj[&**name]);
             }
         }
-        Record::Tuple(items) | Record::List(items) => {
+        tensor_core::Value::Tuple(items) | tensor_core::Value::List(items) => {
             let arr = want.as_array().unwrap();
             assert_eq!(items.len(), arr.len(), "{what}: items");
             for (i, (p, w)) in items.iter().zip(arr).enumerate() {
                 check_part(&format!("{what}[{i}]"), p, w);
             }
         }
-        Record::Blob(_) => panic!("{what}: no blob records in the fixtures"),
+        tensor_core::Value::Blob(_) => panic!("{what}: no blob records in the fixtures"),
     }
 }
 
@@ -120,18 +120,20 @@ fn fixture_cache_accepts_new_records_in_its_schema() {
     let dir = test_support::copy_fixture("torchcachex/dict_mixed", tmp.path());
     {
         let store = SegmentStore::open(&dir, Options::default()).unwrap();
-        let rec = Record::dict([
+        let rec = tensor_core::Value::dict([
             (
                 "features",
-                Part::from(Tensor::from_vec([4], vec![9.0f32; 4]).unwrap()),
+                tensor_core::Value::from(Tensor::from_vec([4], vec![9.0f32; 4]).unwrap()),
             ),
             (
                 "logits",
-                Part::from(Tensor::from_vec([2], vec![f16::from_f32(1.5); 2]).unwrap()),
+                tensor_core::Value::from(
+                    Tensor::from_vec([2], vec![f16::from_f32(1.5); 2]).unwrap(),
+                ),
             ),
             (
                 "label",
-                Part::Blob(
+                tensor_core::Value::Blob(
                     b"\x80\x04\x95\x08\x00\x00\x00\x00\x00\x00\x00\x8c\x04cls9\x94."
                         .to_vec()
                         .into(),
@@ -183,7 +185,7 @@ fn pyarrow_reads_segments_we_write() {
     let store = SegmentStore::open(&dir, Options::default()).unwrap();
     let mut items = Vec::new();
     for i in 0..3u8 {
-        let mut parts: Vec<(std::sync::Arc<str>, Part)> = Vec::new();
+        let mut parts: Vec<(std::sync::Arc<str>, tensor_core::Value)> = Vec::new();
         for d in DType::ALL {
             let n = 2 + usize::from(i);
             let bytes: Vec<u8> = match d {
@@ -203,10 +205,13 @@ fn pyarrow_reads_segments_we_write() {
                 _ => (0..n * d.size()).map(|j| (j % 7) as u8 + i).collect(),
             };
             let t = Tensor::new(d, [1, n], &bytes).unwrap();
-            parts.push((d.name().into(), Part::from(t)));
+            parts.push((d.name().into(), tensor_core::Value::from(t)));
         }
-        parts.push(("meta".into(), Part::Blob(vec![i, 0xff].into())));
-        items.push((format!("k{i}"), Record::Dict(parts)));
+        parts.push((
+            "meta".into(),
+            tensor_core::Value::Blob(vec![i, 0xff].into()),
+        ));
+        items.push((format!("k{i}"), tensor_core::Value::Dict(parts)));
     }
     store.put_batch(&items).unwrap();
     store.flush().unwrap();
@@ -222,12 +227,12 @@ fn pyarrow_reads_segments_we_write() {
     );
     for (key, rec) in &items {
         let row = &got[key];
-        let Record::Dict(parts) = rec else {
+        let tensor_core::Value::Dict(parts) = rec else {
             unreachable!()
         };
         for (name, part) in parts {
             match part {
-                Part::Tensor(t) => {
+                tensor_core::Value::Tensor(t) => {
                     let v = t.view();
                     let want: Vec<f64> = if v.dtype() == DType::BF16 {
                         // pyarrow sees the raw uint16 bits.
@@ -258,7 +263,7 @@ fn pyarrow_reads_segments_we_write() {
                     let dims: Vec<u64> = v.shape().dims().iter().map(|&d| d as u64).collect();
                     assert_eq!(shape, dims, "{key}.{name} shape");
                 }
-                Part::Blob(b) => {
+                tensor_core::Value::Blob(b) => {
                     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
                     assert_eq!(row[format!("{name}_blob")], Value::String(hex));
                 }
@@ -277,7 +282,9 @@ fn pyarrow_reads_a_single_tensor_cache_like_torchcachex() {
     let dir = tmp.path().join("single");
     let store = SegmentStore::open(&dir, Options::default()).unwrap();
     let t = Tensor::from_vec([2, 2], vec![1i64, -2, 3, -4]).unwrap();
-    store.put_batch(&[("a", Record::from(t))]).unwrap();
+    store
+        .put_batch(&[("a", tensor_core::Value::from(t))])
+        .unwrap();
     store.flush().unwrap();
     let out = test_support::run_python(&py, PYARROW_DUMP, &[&dir]);
     let got: Value = serde_json::from_str(out.trim()).unwrap();
@@ -303,10 +310,10 @@ fn pyarrow_reads_tuple_and_blob_caches() {
     let tmp = tempfile::tempdir().unwrap();
     let tuples = tmp.path().join("tuples");
     let store = SegmentStore::open(&tuples, Options::default()).unwrap();
-    let rec = Record::Tuple(vec![
-        Part::from(Tensor::from_vec([3], vec![0.5f64, 1.5, 2.5]).unwrap()),
-        Part::from(Tensor::new(DType::Bool, [2], &[1, 0]).unwrap()),
-        Part::Blob(vec![7, 8].into()),
+    let rec = tensor_core::Value::Tuple(vec![
+        tensor_core::Value::from(Tensor::from_vec([3], vec![0.5f64, 1.5, 2.5]).unwrap()),
+        tensor_core::Value::from(Tensor::new(DType::Bool, [2], &[1, 0]).unwrap()),
+        tensor_core::Value::Blob(vec![7, 8].into()),
     ]);
     store.put_batch(&[("t", rec)]).unwrap();
     store.flush().unwrap();
@@ -320,7 +327,7 @@ fn pyarrow_reads_tuple_and_blob_caches() {
     let blobs = tmp.path().join("blobs");
     let store = SegmentStore::open(&blobs, Options::default()).unwrap();
     store
-        .put_batch(&[("b", Record::blob(vec![1, 2, 255]))])
+        .put_batch(&[("b", tensor_core::Value::blob(vec![1, 2, 255]))])
         .unwrap();
     store.flush().unwrap();
     let out = test_support::run_python(&py, PYARROW_DUMP, &[&blobs]);
@@ -377,9 +384,14 @@ fn torchcachex_rebuild_reads_a_multi_writer_cache() {
                 items.push((format!("w{w}_r{round}_{i}"), v.clone()));
                 items.push((format!("shared_{i}"), v));
             }
-            let items: Vec<(String, Record)> = items
+            let items: Vec<(String, tensor_core::Value)> = items
                 .into_iter()
-                .map(|(k, v)| (k, Record::from(Tensor::from_vec([3], v).unwrap())))
+                .map(|(k, v)| {
+                    (
+                        k,
+                        tensor_core::Value::from(Tensor::from_vec([3], v).unwrap()),
+                    )
+                })
                 .collect();
             s.put_batch(&items).unwrap();
             s.flush().unwrap();

@@ -7,8 +7,9 @@
 //! CI may run a smaller one). This file holds one test: it counts the
 //! maps of its whole process, which other tests would disturb.
 
-use segment_store::{Options, Record, SegmentStore, format};
+use segment_store::{Options, SegmentStore, format};
 use tensor_core::Tensor;
+use tensor_core::Value;
 
 /// What the template segment holds in place of the record's number.
 const MARK: u32 = 0xC0FF_EE42;
@@ -17,8 +18,8 @@ fn key(i: usize) -> String {
     format!("k{i:07}")
 }
 
-fn rec(i: usize) -> Record {
-    Record::from(Tensor::from_vec([2], vec![i as u32, 7]).unwrap())
+fn rec(i: usize) -> Value {
+    Value::from(Tensor::from_vec([2], vec![i as u32, 7]).unwrap())
 }
 
 fn segments() -> usize {
@@ -56,7 +57,7 @@ fn only(hay: &[u8], needle: &[u8]) -> usize {
 fn build(dir: &std::path::Path, n: usize) {
     {
         let store = SegmentStore::open(dir, Options::default()).unwrap();
-        let template = Record::from(Tensor::from_vec([2], vec![MARK, 7]).unwrap());
+        let template = Value::from(Tensor::from_vec([2], vec![MARK, 7]).unwrap());
         store.put_batch(&[(key(0), template)]).unwrap();
         store.flush().unwrap();
     }

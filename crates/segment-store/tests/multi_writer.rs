@@ -5,9 +5,10 @@
 
 use std::path::Path;
 use std::time::Duration;
+use tensor_core::Value;
 
 use segment_store::format::{self, WRITER_STRIDE};
-use segment_store::{Error, Options, Record, SegmentStore};
+use segment_store::{Error, Options, SegmentStore};
 use tensor_core::Tensor;
 use test_support::crash::{child, child_args, report_commit, report_error};
 
@@ -27,14 +28,14 @@ fn value(w: u32, b: usize, j: usize) -> Vec<f32> {
     vec![w as f32, b as f32, j as f32, 0.5]
 }
 
-fn record(w: u32, b: usize, j: usize) -> Record {
-    Record::from(Tensor::from_vec([4], value(w, b, j)).expect("tensor"))
+fn record(w: u32, b: usize, j: usize) -> Value {
+    Value::from(Tensor::from_vec([4], value(w, b, j)).expect("tensor"))
 }
 
 /// Batch `b` of writer `w`: its own rows, and on even batches the shared
 /// rows of batch `b / 2` too.
-fn batch(w: u32, b: usize) -> Vec<(String, Record)> {
-    let mut out: Vec<(String, Record)> = (0..ROWS)
+fn batch(w: u32, b: usize) -> Vec<(String, Value)> {
+    let mut out: Vec<(String, Value)> = (0..ROWS)
         .map(|j| (own_key(w, b, j), record(w, b, j)))
         .collect();
     if b.is_multiple_of(2) {

@@ -3,10 +3,11 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use tensor_core::Value;
 
 use cache_check::ProblemKind;
 use segment_store::format::{INDEX_FILE, SCHEMA_FILE, segment_path};
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
 fn opts() -> Options {
@@ -17,8 +18,8 @@ fn opts() -> Options {
     }
 }
 
-fn rec(i: usize) -> Record {
-    Record::from(Tensor::from_vec([3], vec![i as f32, 1.0, 2.0]).unwrap())
+fn rec(i: usize) -> Value {
+    Value::from(Tensor::from_vec([3], vec![i as f32, 1.0, 2.0]).unwrap())
 }
 
 fn keys(n: usize) -> Vec<String> {
@@ -301,7 +302,7 @@ fn corrupt_schema_json_is_rederived_from_the_segments() {
     let rewritten = std::fs::read_to_string(dir.path().join(SCHEMA_FILE)).unwrap();
     assert_eq!(rewritten, original);
     // And the schema still guards puts.
-    let bad = Record::from(Tensor::from_vec([3], vec![1u8, 2, 3]).unwrap());
+    let bad = Value::from(Tensor::from_vec([3], vec![1u8, 2, 3]).unwrap());
     assert!(store.put_batch(&[("x", bad)]).is_err());
 }
 

@@ -2,7 +2,8 @@
 //! ranks, schema drift, compaction.
 
 use proptest::prelude::*;
-use segment_store::{Error, Options, Part, Record, SegmentStore, Structure};
+use segment_store::{Error, Options, SegmentStore, Structure};
+use tensor_core::Value;
 use tensor_core::{DType, Tensor};
 
 fn opts() -> Options {
@@ -26,7 +27,7 @@ fn tensor(dtype: DType, dims: &[usize], seed: u8) -> Tensor {
     Tensor::new(dtype, dims.to_vec(), &bytes).unwrap()
 }
 
-fn same(a: &Record, b: &Record) -> bool {
+fn same(a: &Value, b: &Value) -> bool {
     // Compare through detached copies: dtype, shape and bytes.
     a.detach() == b.detach()
 }
@@ -71,17 +72,17 @@ fn arb_layout() -> impl Strategy<Value = Layout> {
     ]
 }
 
-fn make(layout: &Layout, seed: u8) -> Record {
+fn make(layout: &Layout, seed: u8) -> Value {
     let dim = usize::from(seed % 3) + 1;
     let part = |p: &Option<(DType, usize)>| match p {
-        Some((d, rank)) => Part::from(tensor(*d, &vec![dim; *rank], seed)),
-        None => Part::Blob(vec![seed; usize::from(seed % 5)].into()),
+        Some((d, rank)) => Value::from(tensor(*d, &vec![dim; *rank], seed)),
+        None => Value::Blob(vec![seed; usize::from(seed % 5)].into()),
     };
     match layout.structure {
         // A tensor part is a tensor record (both are values).
         Structure::Tensor => part(&layout.parts[0]),
-        Structure::Blob => Record::blob(vec![seed, 1, 2]),
-        Structure::Dict => Record::Dict(
+        Structure::Blob => Value::blob(vec![seed, 1, 2]),
+        Structure::Dict => Value::Dict(
             layout
                 .parts
                 .iter()
@@ -89,8 +90,8 @@ fn make(layout: &Layout, seed: u8) -> Record {
                 .map(|(i, p)| (format!("f{i}").into(), part(p)))
                 .collect(),
         ),
-        Structure::Tuple => Record::Tuple(layout.parts.iter().map(part).collect()),
-        Structure::List => Record::List(layout.parts.iter().map(part).collect()),
+        Structure::Tuple => Value::Tuple(layout.parts.iter().map(part).collect()),
+        Structure::List => Value::List(layout.parts.iter().map(part).collect()),
     }
 }
 
@@ -101,7 +102,7 @@ proptest! {
     fn every_shape_and_dtype_round_trips(layout in arb_layout(), n in 1usize..20, lru in any::<bool>()) {
         let dir = tempfile::tempdir().unwrap();
         let o = Options { lru_bytes: if lru { 1 << 20 } else { 0 }, ..opts() };
-        let records: Vec<(String, Record)> = (0..n).map(|i| (format!("k{i}"), make(&layout, i as u8))).collect();
+        let records: Vec<(String, Value)> = (0..n).map(|i| (format!("k{i}"), make(&layout, i as u8))).collect();
         {
             let store = SegmentStore::open(dir.path(), o.clone()).unwrap();
             store.put_batch(&records).unwrap();
@@ -129,9 +130,9 @@ proptest! {
 #[test]
 fn duplicate_keys_last_write_wins_before_and_after_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let a = Record::from(tensor(DType::F32, &[2], 1));
-    let b = Record::from(tensor(DType::F32, &[2], 2));
-    let c = Record::from(tensor(DType::F32, &[2], 3));
+    let a = Value::from(tensor(DType::F32, &[2], 1));
+    let b = Value::from(tensor(DType::F32, &[2], 2));
+    let c = Value::from(tensor(DType::F32, &[2], 3));
     {
         let store = SegmentStore::open(dir.path(), opts()).unwrap();
         store
@@ -179,7 +180,7 @@ fn views_borrow_the_mapped_segment_and_detach_copies() {
     )
     .unwrap();
     let t = Tensor::from_vec([4], vec![1.0f64, 2.0, 3.0, 4.0]).unwrap();
-    store.put_batch(&[("k", Record::from(t))]).unwrap();
+    store.put_batch(&[("k", Value::from(t))]).unwrap();
     store.flush().unwrap();
     let (got, _) = store.get_batch(&["k"]).unwrap();
     let rec = got[0].clone().unwrap();
@@ -200,24 +201,24 @@ fn views_borrow_the_mapped_segment_and_detach_copies() {
 fn schema_drift_is_refused_and_nothing_of_the_batch_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    let good = Record::dict([("a", Part::from(tensor(DType::F32, &[2, 2], 0)))]);
+    let good = Value::dict([("a", Value::from(tensor(DType::F32, &[2, 2], 0)))]);
     store.put_batch(&[("k0", good.clone())]).unwrap();
     let cases = [
         (
-            Record::dict([("b", Part::from(tensor(DType::F32, &[2, 2], 0)))]),
+            Value::dict([("b", Value::from(tensor(DType::F32, &[2, 2], 0)))]),
             "b",
         ),
         (
-            Record::dict([("a", Part::from(tensor(DType::F64, &[2, 2], 0)))]),
+            Value::dict([("a", Value::from(tensor(DType::F64, &[2, 2], 0)))]),
             "a_data",
         ),
         (
-            Record::dict([("a", Part::from(tensor(DType::F32, &[4], 0)))]),
+            Value::dict([("a", Value::from(tensor(DType::F32, &[4], 0)))]),
             "a_data",
         ),
-        (Record::dict([("a", Part::Blob(vec![1].into()))]), "a_data"),
+        (Value::dict([("a", Value::Blob(vec![1].into()))]), "a_data"),
         (
-            Record::from(tensor(DType::F32, &[2, 2], 0)),
+            Value::from(tensor(DType::F32, &[2, 2], 0)),
             "output_structure",
         ),
     ];
@@ -241,7 +242,7 @@ fn schema_drift_is_refused_and_nothing_of_the_batch_is_written() {
     assert_eq!(store.get_batch(&["k1", "k2"]).unwrap().1, vec![0, 1]);
     // The schema survives a reopen.
     let err = store
-        .put_batch(&[("k3", Record::from(tensor(DType::I8, &[1], 0)))])
+        .put_batch(&[("k3", Value::from(tensor(DType::I8, &[1], 0)))])
         .unwrap_err();
     assert!(matches!(err, Error::SchemaMismatch { .. }));
 }
@@ -258,11 +259,11 @@ fn lru_disabled_and_enabled_give_the_same_answers() {
             },
         )
         .unwrap();
-        let recs: Vec<(String, Record)> = (0..30)
+        let recs: Vec<(String, Value)> = (0..30)
             .map(|i| {
                 (
                     format!("k{i}"),
-                    Record::from(tensor(DType::I32, &[3], i as u8)),
+                    Value::from(tensor(DType::I32, &[3], i as u8)),
                 )
             })
             .collect();
@@ -297,8 +298,8 @@ fn a_value_read_into_the_lru_is_never_served_after_a_put_replaced_it() {
         },
     )
     .unwrap();
-    let old = Record::from(tensor(DType::I32, &[3], 1));
-    let new = Record::from(tensor(DType::I32, &[3], 2));
+    let old = Value::from(tensor(DType::I32, &[3], 1));
+    let new = Value::from(tensor(DType::I32, &[3], 2));
     store.put_batch(&[("k", old.clone())]).unwrap();
     // The writer's puts do not fill the LRU; a read from a segment does.
     assert_eq!(store.stats().lru_entries, 0);
@@ -320,7 +321,7 @@ fn a_value_read_into_the_lru_is_never_served_after_a_put_replaced_it() {
 #[test]
 fn only_the_writer_rank_persists() {
     let dir = tempfile::tempdir().unwrap();
-    let rec = Record::from(tensor(DType::U8, &[2], 5));
+    let rec = Value::from(tensor(DType::U8, &[2], 5));
     {
         let other = SegmentStore::open(
             dir.path(),
@@ -362,7 +363,7 @@ fn only_the_writer_rank_persists() {
     .unwrap();
     assert!(reader.get_batch(&["k"]).unwrap().1.is_empty());
     assert!(matches!(
-        reader.put_batch(&[("z", Record::from(tensor(DType::U8, &[2], 1)))]),
+        reader.put_batch(&[("z", Value::from(tensor(DType::U8, &[2], 1)))]),
         Err(Error::ReadOnly { .. })
     ));
 }
@@ -381,7 +382,7 @@ fn compaction_drops_dead_rows_and_keeps_every_live_value() {
     let mut latest = std::collections::BTreeMap::new();
     for round in 0..3u8 {
         for i in 0..10u8 {
-            let r = Record::from(tensor(DType::I16, &[2], i.wrapping_add(round * 50)));
+            let r = Value::from(tensor(DType::I16, &[2], i.wrapping_add(round * 50)));
             store.put_batch(&[(format!("k{i}"), r.clone())]).unwrap();
             latest.insert(format!("k{i}"), r);
             // Small flushes make small segments.
@@ -434,11 +435,11 @@ fn compaction_drops_dead_rows_and_keeps_every_live_value() {
 fn inspect_reports_entries_and_segments() {
     let dir = tempfile::tempdir().unwrap();
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
-    let recs: Vec<(String, Record)> = (0..10)
+    let recs: Vec<(String, Value)> = (0..10)
         .map(|i| {
             (
                 format!("k{i}"),
-                Record::from(tensor(DType::F16, &[2], i as u8)),
+                Value::from(tensor(DType::F16, &[2], i as u8)),
             )
         })
         .collect();
@@ -466,7 +467,7 @@ fn lookups_agree_however_far_apart_the_segment_ids_are() {
     let store = SegmentStore::open(dir.path(), opts()).unwrap();
     let mut want = Vec::new();
     for i in 0..40u8 {
-        let r = Record::from(tensor(DType::U16, &[3], i));
+        let r = Value::from(tensor(DType::U16, &[3], i));
         store.put_batch(&[(format!("k{i}"), r.clone())]).unwrap();
         store.flush().unwrap();
         want.push((format!("k{i}"), r));

@@ -12,10 +12,11 @@
 
 use std::path::Path;
 use std::process::Command;
+use tensor_core::Value;
 
 use memmap_array::{NewRow, RowWriter, Schema};
 use page_alloc::beton::{self, BetonField, BetonType, BetonValue};
-use segment_store::{Options, Record, SegmentStore};
+use segment_store::{Options, SegmentStore};
 use shard_store::ShardStore;
 use tensor_core::{DType, Shape, Tensor};
 
@@ -66,11 +67,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seg = dir.join("features");
     {
         let store = SegmentStore::open(&seg, Options::default())?;
-        let items: Vec<(String, Record)> = (0..10)
+        let items: Vec<(String, Value)> = (0..10)
             .map(|i| {
                 Ok((
                     format!("sample_{i}"),
-                    Record::from(Tensor::from_vec([2, 3], vec![i as f32; 6])?),
+                    Value::from(Tensor::from_vec([2, 3], vec![i as f32; 6])?),
                 ))
             })
             .collect::<Result<_, tensor_core::TensorError>>()?;

@@ -6,10 +6,10 @@
 use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
+use tensor_core::Value;
 
 use remote_cache::Location;
 use remote_tier::TierConfig;
-use segment_store::Record;
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
 
 /// Creates a bucket no other test uses; returns `s3://<bucket>/<prefix>`.
@@ -81,8 +81,8 @@ pub fn child_writer(env: &str, writer_id: u32) -> Option<remote_cache::RemoteSeg
 pub fn keyed(
     prefix: &str,
     range: Range<usize>,
-    record: impl Fn(usize) -> Record,
-) -> Vec<(String, Record)> {
+    record: impl Fn(usize) -> Value,
+) -> Vec<(String, Value)> {
     range.map(|i| (format!("{prefix}{i}"), record(i))).collect()
 }
 
