@@ -24,6 +24,15 @@ pub enum Error {
         /// The lock file.
         lock_path: PathBuf,
     },
+    /// A lock stayed held by someone else for longer than the caller waits
+    /// (its holder stopped, or is far slower than any request it guards).
+    #[error("{}: still held by another process after {waited:?}", lock_path.display())]
+    LockTimeout {
+        /// The lock file.
+        lock_path: PathBuf,
+        /// How long this waited.
+        waited: std::time::Duration,
+    },
     /// A file the format keeps small is larger than its limit.
     #[error("{}: larger than the {cap}-byte limit for this file", path.display())]
     TooLarge {
@@ -51,7 +60,7 @@ impl Error {
     pub fn path(&self) -> &std::path::Path {
         match self {
             Error::Io { path, .. } | Error::TooLarge { path, .. } => path,
-            Error::Locked { lock_path } => lock_path,
+            Error::Locked { lock_path } | Error::LockTimeout { lock_path, .. } => lock_path,
         }
     }
 }

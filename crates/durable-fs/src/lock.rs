@@ -2,6 +2,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use fs2::FileExt;
 
@@ -120,6 +121,28 @@ impl FileLock {
         }
     }
 
+    /// [`FileLock::exclusive`], waiting at most `wait`: past it,
+    /// [`Error::LockTimeout`] (a holder that stopped never blocks a waiter
+    /// for good).
+    pub fn exclusive_within(path: &Path, wait: Duration) -> Result<FileLock> {
+        poll(path, wait, FileLock::try_exclusive)
+    }
+
+    /// [`FileLock::exclusive_live`], waiting at most `wait` (see
+    /// [`FileLock::exclusive_within`]).
+    pub fn exclusive_live_within(path: &Path, wait: Duration) -> Result<FileLock> {
+        poll(path, wait, FileLock::try_exclusive_live)
+    }
+
+    /// [`FileLock::shared_live`], waiting at most `wait` (see
+    /// [`FileLock::exclusive_within`]).
+    pub fn shared_live_within(path: &Path, wait: Duration) -> Result<FileLock> {
+        poll(path, wait, |p| match FileLock::try_shared(p)? {
+            Some(lock) if lock.is_live()? => Ok(Some(lock)),
+            _ => Ok(None),
+        })
+    }
+
     /// [`FileLock::try_exclusive`] of a lock file that its holders may
     /// remove (see [`FileLock::exclusive_live`]): `None` also when the
     /// file was removed meanwhile.
@@ -143,6 +166,31 @@ impl FileLock {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(Error::io("stat lock file", &self.path)(e)),
         }
+    }
+}
+
+/// Takes a lock with `try_take` until it succeeds or `wait` has passed;
+/// the pauses between tries grow from 1 ms to 20 ms.
+fn poll(
+    path: &Path,
+    wait: Duration,
+    try_take: impl Fn(&Path) -> Result<Option<FileLock>>,
+) -> Result<FileLock> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if let Some(lock) = try_take(path)? {
+            return Ok(lock);
+        }
+        let waited = start.elapsed();
+        if waited >= wait {
+            return Err(Error::LockTimeout {
+                lock_path: path.to_path_buf(),
+                waited,
+            });
+        }
+        std::thread::sleep(pause.min(wait - waited));
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
 }
 

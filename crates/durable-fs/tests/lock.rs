@@ -86,3 +86,38 @@ fn a_read_only_lock_file_still_locks() {
     assert!(FileLock::try_exclusive(&path).unwrap().is_none());
     drop(held);
 }
+
+/// A lock whose holder never lets go (a stopped process) is a typed error
+/// naming the lock file after the caller's bound, never a wait for good;
+/// once it is let go the same call takes it.
+#[test]
+fn bounded_waits_end_in_a_lock_timeout_naming_the_file() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("block.fetch");
+    let held = FileLock::exclusive(&path).unwrap();
+    let wait = Duration::from_millis(60);
+    for taken in [
+        FileLock::exclusive_within(&path, wait),
+        FileLock::exclusive_live_within(&path, wait),
+        FileLock::shared_live_within(&path, wait),
+    ] {
+        match taken {
+            Err(durable_fs::Error::LockTimeout { lock_path, waited }) => {
+                assert_eq!(lock_path, path);
+                assert!(waited >= wait);
+            }
+            other => panic!("expected LockTimeout, got {other:?}"),
+        }
+    }
+    let message = FileLock::exclusive_within(&path, wait)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("block.fetch") && message.contains("still held"),
+        "{message}"
+    );
+    drop(held);
+    FileLock::exclusive_within(&path, wait).unwrap();
+    FileLock::shared_live_within(&path, wait).unwrap();
+}

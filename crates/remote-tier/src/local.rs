@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use std::time::SystemTime;
 
 use durable_fs::FileLock;
@@ -26,6 +27,9 @@ pub(crate) struct LocalDir {
     objects: PathBuf,
     locks: PathBuf,
     pub(crate) tmp: PathBuf,
+    /// The longest wait for a lock another process holds: a fetch it
+    /// guards ends within a call's bound, so a holder past it has stopped.
+    wait: Duration,
 }
 
 /// What one eviction pass did.
@@ -44,12 +48,13 @@ pub struct EvictReport {
 impl LocalDir {
     /// Opens (creating) the tier directory and removes the temporary files
     /// of processes that died mid-fetch.
-    pub(crate) fn open(root: &Path) -> Result<LocalDir> {
+    pub(crate) fn open(root: &Path, wait: Duration) -> Result<LocalDir> {
         let dir = LocalDir {
             root: root.to_path_buf(),
             objects: root.join("objects"),
             locks: root.join("locks"),
             tmp: root.join("tmp"),
+            wait,
         };
         for d in [&dir.root, &dir.objects, &dir.locks, &dir.tmp] {
             std::fs::create_dir_all(d).map_err(Error::io("create directory", d))?;
@@ -89,7 +94,10 @@ impl LocalDir {
     /// object whose pin it cannot take exclusively, and removes the pin
     /// file with the copy it evicts.
     pub(crate) fn pin(&self, key: &str) -> Result<FileLock> {
-        Ok(FileLock::shared_live(&self.pin_path(key))?)
+        Ok(FileLock::shared_live_within(
+            &self.pin_path(key),
+            self.wait,
+        )?)
     }
 
     fn pin_path(&self, key: &str) -> PathBuf {
@@ -106,13 +114,16 @@ impl LocalDir {
             Some(i) => format!("{key}.{i}.fetch"),
             None => format!("{key}.all.fetch"),
         };
-        Ok(FileLock::exclusive_live(&self.locks.join(name))?.remove_on_drop())
+        Ok(FileLock::exclusive_live_within(&self.locks.join(name), self.wait)?.remove_on_drop())
     }
 
     /// The tier lock: held (briefly) while a block map is rewritten, a
     /// sparse file created, or objects evicted.
     pub(crate) fn lock_tier(&self) -> Result<FileLock> {
-        Ok(FileLock::exclusive(&self.root.join("tier.lock"))?)
+        Ok(FileLock::exclusive_within(
+            &self.root.join("tier.lock"),
+            self.wait,
+        )?)
     }
 
     /// Local objects by key: allocated bytes and last use.

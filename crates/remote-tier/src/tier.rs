@@ -203,7 +203,7 @@ impl RemoteTier {
         config: TierConfig,
     ) -> Result<RemoteTier> {
         crate::shared::runtime()?;
-        let dir = LocalDir::open(&config.cache_dir)?;
+        let dir = LocalDir::open(&config.cache_dir, config.retry.call_timeout())?;
         let prefetch = Arc::new(Semaphore::new(config.parallelism.max(1)));
         let mut config = config;
         config.block_size = config.block_size.max(1);

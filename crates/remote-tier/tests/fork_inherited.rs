@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::{s3_endpoint, s3_store, s3_tier, sample, small_config};
 
 #[test]
@@ -48,30 +46,8 @@ fn a_forked_child_uses_the_tier_its_parent_opened() {
         // SAFETY: leaves the child without running the parent's destructors.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
-    // A child stuck on its parent's runtime never exits: give up on it
-    // after a minute (a hang, not a measurement).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        let mut status = 0;
-        // SAFETY: waits for our own child; `status` is a valid out pointer.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            break status;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: our own child, which we then reap.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("the forked child hung on the tier its parent opened");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the child read wrong bytes or failed (status {status:#x})"
-    );
+    // A child stuck on its parent's runtime never exits.
+    common::expect_child_ok(pid, "the forked child hung on the tier its parent opened");
     // The parent's tier is unharmed by the child.
     assert_eq!(tier.read_remote("small").unwrap(), small);
     assert_eq!(&tier.read_remote("from-child").unwrap()[..], &[7u8; 10]);

@@ -170,3 +170,32 @@ pub fn faulty_tier(
     let tier = RemoteTier::with_store(wrapped, prefix, url, config).expect("open the tier");
     (tier, faults)
 }
+
+/// Waits for the forked child `pid` and asserts it exited 0; a child
+/// still running after a minute hung (on its parent's runtime, say): it is
+/// killed and the test fails with `hung`.
+pub fn expect_child_ok(pid: libc::pid_t, hung: &str) {
+    use std::time::Instant;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break status;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: our own child, which we then reap.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!("{hung}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child read wrong bytes or failed (status {status:#x})"
+    );
+}
