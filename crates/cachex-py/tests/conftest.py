@@ -55,7 +55,7 @@ def _torch_skip_fails(report) -> bool:
 def _fail(report) -> None:
     report.outcome = "failed"
     report.longrepr = (
-        f"CI=true and {TORCH_MISSING}: install it (scripts/test-torch) ({report.longrepr})"
+        f"CI=true and {TORCH_MISSING}: install it (scripts/test does) ({report.longrepr})"
     )
 
 

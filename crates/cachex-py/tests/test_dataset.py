@@ -252,7 +252,7 @@ def test_bad_dataset_arguments_are_typed_errors(stores):
 
 # --- torch ----------------------------------------------------------------------
 
-TORCH_REASON = "torch is not installed (run scripts/test-torch)"
+TORCH_REASON = "torch is not installed (scripts/test installs it)"
 
 
 def need_torch():

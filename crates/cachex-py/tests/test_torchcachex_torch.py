@@ -1,14 +1,13 @@
 """``cachex.torchcachex.CacheModuleDecorator`` and torch values (needs torch).
 
-Run with torch installed: ``scripts/test-torch`` (installs a pinned CPU
-torch into its own venv and runs these).
+``scripts/test`` installs the pinned torch into its venv and runs these.
 """
 
 from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (run scripts/test-torch)")
+torch = pytest.importorskip("torch", reason="torch is not installed (scripts/test installs it)")
 nn = torch.nn
 
 from cachex.torchcachex import ArrowIPCCacheBackend, CacheModuleDecorator  # noqa: E402

@@ -23,7 +23,7 @@ import pytest
 
 import cachex
 
-torch = pytest.importorskip("torch", reason="torch is not installed (run scripts/test-torch)")
+torch = pytest.importorskip("torch", reason="torch is not installed (scripts/test installs it)")
 
 from conftest import REPO  # noqa: E402
 
