@@ -5,7 +5,9 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&which, body)) = data.split_first() else { return };
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
     match which % 3 {
         0 => drop(memmap_array::fuzz_entry::shapes_json(body)),
         1 => drop(memmap_array::fuzz_entry::manifest_jsonl(body)),

@@ -3,6 +3,10 @@
 //! JSON, version, sequence number, paths, hashes, ranges, block lists) and,
 //! when the first byte is odd, applied to a fresh working directory (the
 //! pieces point at the objects of `remote_cache::fuzz_entry::payloads`).
+//! When bit 1 of the first byte is set, a body that is a JSON object is
+//! sealed with its checksum first (`remote_tier::record::seal`), so that
+//! mutations reach the checks behind the checksum instead of all stopping
+//! at it.
 //!
 //! The working directories live in one scratch directory under `TMPDIR`
 //! (`scripts/fuzz` points it at a tmpfs and removes it after the run).
@@ -27,6 +31,17 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let Some(log) = log() else { return };
+    let sealed;
+    let body = match serde_json::from_slice(body) {
+        Ok(value) if which & 2 != 0 => match remote_tier::record::seal(value) {
+            Ok(bytes) => {
+                sealed = bytes;
+                &sealed[..]
+            }
+            Err(_) => body,
+        },
+        _ => body,
+    };
     if which % 2 == 0 {
         let _ = log.read(body);
     } else {

@@ -48,7 +48,9 @@ fn clear(dir: &Path) -> std::io::Result<()> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&which, body)) = data.split_first() else { return };
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
     if which % 4 == 0 {
         let _ = segment_store::format::parse_index(body, |_, _| {});
         return;

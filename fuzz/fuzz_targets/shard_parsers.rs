@@ -9,13 +9,18 @@ use libfuzzer_sys::fuzz_target;
 use shard_store::format::{self, ShardName};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&which, body)) = data.split_first() else { return };
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
     let path = Path::new("fuzz");
     if which % 2 == 0 {
         let _ = format::Metadata::parse(path, body);
     } else {
         let _ = format::check_pickle(path, body);
-        let name = ShardName { start: 0, end: u64::from(which / 2) };
+        let name = ShardName {
+            start: 0,
+            end: u64::from(which / 2),
+        };
         let _ = format::decode_shard::<shard_store::PickleValue>(path, name, body);
     }
 });

@@ -73,7 +73,7 @@ fn published_commits(scratch: &Path) -> Result<Vec<Seed>> {
         let mut commit: Commit = serde_json::from_slice(&bytes)?;
         commit.seq = 1;
         commit.writer = "seed".into();
-        let body = serde_json::to_vec(&commit)?;
+        let body = remote_tier::record::encode_record(&commit)?;
         out.push(framed(&format!("segments-commit-{seq}"), 0, &body));
     }
     Ok(out)
