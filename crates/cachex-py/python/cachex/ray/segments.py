@@ -63,9 +63,9 @@ from ray.data import Dataset, read_datasource
 from ray.data.block import Block, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
+import cachex.ray._segment_log as fmt
 from cachex._cachex import SegmentStore
 from cachex.errors import LockedError, SchemaMismatchError
-from cachex.ray import _segment_log as fmt
 from cachex.ray._blocks import (
     keyed_values,
     object_column,
