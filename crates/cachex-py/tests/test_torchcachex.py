@@ -7,6 +7,7 @@ tensors); ``as_np`` compares either way.
 from __future__ import annotations
 
 import inspect
+import json
 import multiprocessing as mp
 import subprocess
 import sys
