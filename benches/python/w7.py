@@ -67,14 +67,13 @@ def rank_side(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     import torch
     import torch.distributed as dist
+
     from cachex import data
     from cachex.torchdata import ResumableDataLoader
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    ds = data.PageIterableDataset(
-        args.path, args.batch, seed=args.seed, output=args.output
-    )
+    ds = data.PageIterableDataset(args.path, args.batch, seed=args.seed, output=args.output)
     loader = ResumableDataLoader(ds, num_workers=args.workers)
     if args.resume:
         loader.load_state_dict(json.loads(Path(args.resume).read_text()))
@@ -184,16 +183,12 @@ def main() -> None:
         "--output",
         args.output,
     ]
-    one_process(
-        path, args.batch, args.seed
-    )  # warms the page cache for both sides alike
+    one_process(path, args.batch, args.seed)  # warms the page cache for both sides alike
     launch_secs = launch(common, 2)
     ranks = json.loads((root / "rank0.json").read_text())
     samples, nbytes, secs = one_process(path, args.batch, args.seed)
     if nbytes != total or ranks["bytes"] != total:
-        raise SystemExit(
-            f"w7: read {nbytes} / {ranks['bytes']} bytes, the file holds {total}"
-        )
+        raise SystemExit(f"w7: read {nbytes} / {ranks['bytes']} bytes, the file holds {total}")
     agg, single = ranks["samples"] / ranks["secs"], samples / secs
     emit(
         what=f"read_2x{args.workers}",
