@@ -216,8 +216,10 @@ fn refused(
     let admin = tier(endpoint, &url, t.path());
     let mut json = serde_json::to_value(commit).unwrap();
     edit(&mut json);
+    // Sealed with its checksum as a publisher would: the block list, not
+    // the checksum, is what is wrong.
     admin
-        .commit(&commit_name(1), serde_json::to_vec(&json).unwrap())
+        .commit(&commit_name(1), remote_tier::record::seal(json).unwrap())
         .unwrap();
     let tier_dir = tempfile::tempdir().unwrap();
     match RemoteArrays::open(&s3_location(endpoint, &url, tier_dir.path())) {
@@ -292,7 +294,9 @@ fn a_commit_without_block_lists_still_reads() {
     };
     let rows = 200u64;
     let (url, mut commit) = published_arrays(&endpoint, "old-style", rows);
-    // Commit 1 as a build from before block lists wrote it.
+    // Commit 1 as a build from before block lists wrote it: version 1,
+    // without a checksum of itself.
+    commit.version = 1;
     for p in &mut commit.pieces {
         p.blocks = None;
     }
