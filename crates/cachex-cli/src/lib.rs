@@ -34,7 +34,7 @@
 //! ```
 //! use cachex_cli::{CacheKind, adapter_for, verify_path};
 //! use segment_store::{Options, SegmentStore};
-//! use tensor_core::Tensor;
+//! use tensor_core::{Tensor, Value};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store = SegmentStore::open(dir.path(), Options::default())?;

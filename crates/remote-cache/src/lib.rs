@@ -84,7 +84,7 @@
 //! use remote_cache::{Location, RemoteSegments};
 //! use remote_tier::TierConfig;
 //! use segment_store::Options;
-//! use tensor_core::Tensor;
+//! use tensor_core::{Tensor, Value};
 //!
 //! let bucket = tempfile::tempdir()?; // stands for s3://bucket/prefix
 //! let url = format!("file://{}", bucket.path().display());

@@ -89,7 +89,7 @@
 //! # Example
 //! ```
 //! use segment_store::{Options, SegmentStore};
-//! use tensor_core::Tensor;
+//! use tensor_core::{Tensor, Value};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let store = SegmentStore::open(dir.path(), Options::default())?;

@@ -38,9 +38,13 @@ fn scratch_leftovers_of_a_crash_mid_shard_are_ignored() {
     filled(dir, 30, 10);
     // A writer died after writing half a shard into scratch/ (ours and loadit's names).
     let full = std::fs::read(shard_path(dir, 10, 20)).unwrap();
-    // (pid 4294967290 cannot exist: the leftover of a dead writer.)
+    // (pid 4294967290 cannot exist: the leftover of a dead writer of this
+    // host; temp names carry the host, so another node's are never taken.)
     std::fs::write(
-        dir.join("scratch/10.20.shard.pickle.4294967290.0.tmp"),
+        dir.join(format!(
+            "scratch/10.20.shard.pickle.{}.4294967290.0.tmp",
+            durable_fs::host_name()
+        )),
         &full[..full.len() / 2],
     )
     .unwrap();
