@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import sys
@@ -36,6 +37,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+# Ray's cluster on the loopback address (read when Ray is imported).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import ray
 
 import cachex.ray

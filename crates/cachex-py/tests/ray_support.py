@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+# Ray's single-node cluster on the loopback address: Ray binds to the
+# machine's own network address otherwise, and these tests send traffic to
+# 127.0.0.1 only. Read when Ray is imported, so set before that.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 REPO = Path(__file__).resolve().parents[3]
 
 

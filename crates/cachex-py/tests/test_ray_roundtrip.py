@@ -124,7 +124,7 @@ def test_page_sink_round_trip(tmp_path):
     reader = cachex.PageReader(path)
     assert len(reader) == N
     assert reader.fields["label"] == "int" and reader.fields["name"] == "bytes"
-    assert cachex.page_verify(path) == []
+    assert cachex.PageReader(path).verify()["problems"] == []
 
     rows = cray.read_pages(path, override_num_blocks=5).take_all()
     assert len(rows) == N
@@ -150,7 +150,7 @@ def test_beton_sink_round_trip(tmp_path):
         }
     )
     ds.write_datasink(cray.PageSink(path, fields))
-    assert cachex.beton_verify(path) == []
+    assert cachex.BetonReader(path).verify()["problems"] == []
     reader = cachex.BetonReader(path)
     assert len(reader) == N
     rows = cray.read_pages(path, override_num_blocks=3).take_all()
@@ -176,7 +176,7 @@ def test_memmap_sink_round_trip(tmp_path):
     ds.write_datasink(cray.MemmapSink(path, source_column="key"))
     cache = cachex.MemmapArray(path)
     assert len(cache) == N
-    assert cachex.memmap_verify(path) == []
+    assert cachex.MemmapArray(path).verify()["problems"] == []
     for i in range(N):
         row = cache.find(f"sample_{i}")
         assert row is not None

@@ -290,7 +290,7 @@ def test_values_of_different_ranks_and_shapes_share_one_cache(tmp_path, make):
     b.close()
     assert b.store.closed
     store = cachex.SegmentStore(tmp_path / "features_v1", read_only=True)
-    assert store.verify() == []
+    assert store.verify()["problems"] == []
 
 
 def stored_parts(root) -> list[dict]:

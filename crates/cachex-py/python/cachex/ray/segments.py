@@ -65,7 +65,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
 import cachex.ray._segment_log as fmt
 from cachex._cachex import SegmentStore
-from cachex.errors import LockedError, SchemaMismatchError
+from cachex.errors import CorruptError, LockedError, SchemaMismatchError
 from cachex.ray._blocks import (
     keyed_values,
     object_column,
@@ -248,6 +248,15 @@ class SegmentSink(Datasink):
         """Called once the commit is decided, before its renames (a test's crash point)."""
 
 
+def _segment_id(segment: dict[str, Any]) -> int:
+    """The id of a segment of ``SegmentStore.inspect()`` (from its file name,
+    ``segment_<id>.arrow``): later ids win for a key written twice."""
+    found = fmt.parse_segment_name(str(segment["file"]))
+    if found is None:
+        raise CorruptError(f"{segment['file']}: not a segment file name")
+    return found
+
+
 class SegmentDatasource(Datasource):
     """Ray Data's source over a segment store: one read task per group of segments.
 
@@ -276,7 +285,7 @@ class SegmentDatasource(Datasource):
         if self.segments and keys is None:
             # A segment without cachex's part metadata (torchcachex's own) is
             # refused here, in the driver, rather than in every read task.
-            first = self.path / fmt.SEGMENTS_DIR / fmt.segment_name(self.segments[0]["id"])
+            first = self.path / fmt.SEGMENTS_DIR / self.segments[0]["file"]
             with pa.memory_map(str(first)) as source:
                 segment_parts(ipc.open_file(source).schema)
 
@@ -297,8 +306,8 @@ class SegmentDatasource(Datasource):
             if not len(chunk):
                 continue
             mine = [segments[i] for i in chunk]
-            paths = [self.path / fmt.SEGMENTS_DIR / fmt.segment_name(s["id"]) for s in mine]
-            rows = [live.get(s["id"]) for s in mine]
+            paths = [self.path / fmt.SEGMENTS_DIR / s["file"] for s in mine]
+            rows = [live.get(_segment_id(s)) for s in mine]
             meta = BlockMetadata(
                 num_rows=sum(s["live_rows"] for s in mine),
                 size_bytes=sum(int(s["bytes"]) for s in mine),
@@ -313,15 +322,15 @@ class SegmentDatasource(Datasource):
         if all(s["rows"] == s["live_rows"] for s in self.segments):
             return {}
         winner: dict[str, tuple[int, int]] = {}
-        for s in sorted(self.segments, key=lambda s: s["id"]):
-            keys = _read_segment(self.path / fmt.SEGMENTS_DIR / fmt.segment_name(s["id"]))
+        for s in sorted(self.segments, key=_segment_id):
+            keys = _read_segment(self.path / fmt.SEGMENTS_DIR / s["file"])
             for row, key in enumerate(keys.column("key").to_pylist()):
-                winner[key] = (s["id"], row)
+                winner[key] = (_segment_id(s), row)
         live: dict[int, list[int]] = {}
         for seg, row in winner.values():
             live.setdefault(seg, []).append(row)
         return {
-            s["id"]: np.sort(np.array(live.get(s["id"], []), dtype=np.int64))
+            _segment_id(s): np.sort(np.array(live.get(_segment_id(s), []), dtype=np.int64))
             for s in self.segments
             if s["rows"] != s["live_rows"]
         }
