@@ -93,10 +93,7 @@ pub unsafe fn view<'py>(
     owner: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let descr = descr(py, dtype)?;
-    let mut dims: Vec<npy_intp> = shape
-        .iter()
-        .map(|&d| npy_intp::try_from(d).map_err(|_| errors::invalid("dimension too large")))
-        .collect::<PyResult<_>>()?;
+    let mut dims = npy_dims(shape)?;
     // SAFETY: the array type object comes from numpy's own API table;
     // `PyArray_NewFromDescr` steals the descriptor reference we hand it
     // (`into_dtype_ptr`), reads `dims` only during the call, and with
@@ -129,6 +126,15 @@ pub unsafe fn view<'py>(
     }
 }
 
+/// `shape` as numpy's dimension type (a dimension past `npy_intp` is an
+/// invalid input, not a wrap).
+fn npy_dims(shape: &[usize]) -> PyResult<Vec<npy_intp>> {
+    shape
+        .iter()
+        .map(|&d| npy_intp::try_from(d).map_err(|_| errors::invalid("dimension too large")))
+        .collect()
+}
+
 /// A writable numpy array of `dtype` and `shape` that owns a copy of
 /// `bytes` (C order).
 pub fn copy<'py>(
@@ -138,10 +144,7 @@ pub fn copy<'py>(
     bytes: &[u8],
 ) -> PyResult<Bound<'py, PyAny>> {
     let descr = descr(py, dtype)?;
-    let mut dims: Vec<npy_intp> = shape
-        .iter()
-        .map(|&d| npy_intp::try_from(d).map_err(|_| errors::invalid("dimension too large")))
-        .collect::<PyResult<_>>()?;
+    let mut dims = npy_dims(shape)?;
     // SAFETY: numpy's own array type and API table; `PyArray_NewFromDescr`
     // steals the descriptor reference (`into_dtype_ptr`), reads `dims` only
     // during the call, and with a null data pointer allocates a fresh

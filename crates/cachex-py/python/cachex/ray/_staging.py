@@ -29,8 +29,9 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from cachex.errors import CacheIOError, InvalidInputError
 
@@ -160,6 +161,12 @@ class Job:
         """Write the commit record: from here on the commit happens, even after a crash."""
         record = {"renames": [[str(s), str(d)] for s, d in renames]}
         write_durable(self.dir / COMMIT_RECORD, json.dumps(record).encode())
+
+
+def task_parts(write_returns: Iterable[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The parts the write tasks staged (what their ``write`` returned), in
+    task order; tasks that wrote nothing returned ``None``."""
+    return sorted((r for r in write_returns if r is not None), key=lambda r: r["task"])
 
 
 def roll_forward(job_dir: Path) -> bool:

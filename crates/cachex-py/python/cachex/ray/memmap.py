@@ -25,7 +25,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 from cachex._cachex import MemmapArray, MemmapWriter
 from cachex.errors import InvalidInputError, SchemaMismatchError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
-from cachex.ray._staging import Job, fsync_dir, local_path, recover
+from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts
 
 ArraySpecs = Mapping[str, tuple[Any, Sequence[int]]]
 
@@ -141,9 +141,7 @@ class MemmapSink(Datasink):
         return {"task": ctx.task_idx, "dir": final.name, "rows": rows, "arrays": specs}
 
     def on_write_complete(self, write_result: WriteResult) -> None:
-        parts = sorted(
-            (r for r in write_result.write_returns if r is not None), key=lambda r: r["task"]
-        )
+        parts = task_parts(write_result.write_returns)
         if not parts:
             self.job.remove()
             return

@@ -26,7 +26,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 from cachex._cachex import BetonReader, PageReader, PageWriter, write_beton
 from cachex.errors import InvalidInputError, SchemaMismatchError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
-from cachex.ray._staging import Job, fsync_dir, local_path, recover
+from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts
 
 FieldSpec = Any
 
@@ -132,9 +132,7 @@ class PageSink(Datasink):
         return {"task": ctx.task_idx, "dir": final.name, "rows": rows, "fields": fields}
 
     def on_write_complete(self, write_result: WriteResult) -> None:
-        parts = sorted(
-            (r for r in write_result.write_returns if r is not None), key=lambda r: r["task"]
-        )
+        parts = task_parts(write_result.write_returns)
         if parts:
             fields = parts[0]["fields"]
             for p in parts:
