@@ -1,0 +1,109 @@
+//! [`RemoteArrays`]: a finished memmap-array cache on a location, read by
+//! block ranges.
+
+use std::ops::Range;
+
+use memmap_array::{ArrayCache, Row};
+use remote_tier::RemoteFile;
+use tensor_core::TensorView;
+
+use super::nothing_private;
+use crate::Result;
+use crate::journal::RemoteDir;
+use crate::location::Location;
+
+fn bin_by_blocks(path: &str, _: u64) -> bool {
+    !path.contains('/') && path.ends_with(".bin")
+}
+
+/// A finished memmap-array cache on a [`Location`], read by block ranges:
+/// the `.bin` arrays of a remote cache stay sparse files in the local
+/// tier (linked into the working directory, mapped by the reader as
+/// usual), and each read first fetches the blocks of its rows.
+#[derive(Debug)]
+pub struct RemoteArrays {
+    cache: ArrayCache,
+    remote: Option<RemoteDir>,
+    /// Per array (schema order): the tier object its file maps (`None`
+    /// when copied whole or local) and bytes per row.
+    bins: Vec<(Option<RemoteFile>, u64)>,
+}
+
+impl RemoteArrays {
+    /// Opens the finished cache at `location`.
+    pub fn open(location: &Location) -> Result<RemoteArrays> {
+        let opened = location.open(bin_by_blocks, nothing_private)?;
+        let cache = ArrayCache::open(&opened.dir)?;
+        // The objects the arrays map (nothing refreshes the commit log in
+        // between: this handle is its only owner yet).
+        let bins = cache
+            .schema()
+            .arrays()
+            .iter()
+            .map(|a| {
+                let file = memmap_array::bin_file(a.name());
+                let object = opened.remote.as_ref().and_then(|r| r.object(&file));
+                (object, a.row_bytes() as u64)
+            })
+            .collect::<Vec<_>>();
+        // The reader maps each array on its first read, by name. Map every
+        // remote one now, while its link still names the object held above:
+        // after a refresh that relinks the name, a first read would map the
+        // new object while ensures fetch into this one (zeros served).
+        for (k, (object, _)) in bins.iter().enumerate() {
+            if object.is_some() {
+                for i in 0..cache.len() {
+                    if cache.array_at(i, k)?.is_some() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(RemoteArrays {
+            cache,
+            remote: opened.remote,
+            bins,
+        })
+    }
+
+    /// The cache. Its rows are local only after
+    /// [`ensure_rows`](Self::ensure_rows) (or through [`row`](Self::row),
+    /// [`array`](Self::array)); bytes not fetched read as zeros.
+    pub fn cache(&self) -> &ArrayCache {
+        &self.cache
+    }
+
+    /// The commit log behind a remote cache (`None` for a local one).
+    pub fn remote(&self) -> Option<&RemoteDir> {
+        self.remote.as_ref()
+    }
+
+    /// Makes rows `rows` of every array local (their blocks fetched in
+    /// parallel, the next ones prefetched).
+    pub fn ensure_rows(&self, rows: Range<u64>) -> Result<()> {
+        let rows = rows.start.min(self.cache.len())..rows.end.min(self.cache.len());
+        for (object, row_bytes) in &self.bins {
+            if let Some(object) = object {
+                object.ensure(rows.start * row_bytes..rows.end * row_bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Row `i`, fetched first (see [`ArrayCache::row`]).
+    pub fn row(&self, i: u64) -> Result<Row<'_>> {
+        self.ensure_rows(i..i.saturating_add(1))?;
+        Ok(self.cache.row(i)?)
+    }
+
+    /// Array `name` of row `i`, fetched first (see [`ArrayCache::array`]).
+    pub fn array(&self, i: u64, name: &str) -> Result<Option<TensorView<'_>>> {
+        if let Some(k) = self.cache.schema().array_index(name)
+            && let Some((Some(object), row_bytes)) = self.bins.get(k)
+            && i < self.cache.len()
+        {
+            object.ensure(i * row_bytes..(i + 1) * row_bytes)?;
+        }
+        Ok(self.cache.array(i, name)?)
+    }
+}

@@ -1,0 +1,29 @@
+//! The four stores opened on a [`Location`](crate::Location): each keeps
+//! reading and writing its local directory; a remote location
+//! materialises it first and publishes what the store wrote. One file per
+//! store.
+
+mod arrays;
+mod pages;
+mod segments;
+mod shards;
+
+pub use arrays::RemoteArrays;
+pub use pages::RemotePages;
+pub use segments::{Refresher, RemoteSegments};
+pub use shards::RemoteShards;
+
+use crate::journal::PublishReport;
+
+fn nothing_private(_: &str) -> bool {
+    false
+}
+
+fn nothing_by_blocks(_: &str, _: u64) -> bool {
+    false
+}
+
+/// What a local location publishes or refreshes: nothing.
+fn local_publish() -> PublishReport {
+    PublishReport::default()
+}

@@ -1,0 +1,96 @@
+//! [`RemoteShards`]: a shard-store root on a location.
+
+use std::ops::Deref;
+
+use shard_store::{ShardStore, StoreItem};
+
+use super::{local_publish, nothing_by_blocks};
+use crate::Result;
+use crate::journal::{PublishReport, RefreshReport, RemoteDir};
+use crate::location::Location;
+
+/// Shard-store's scratch space, locks and quarantine never travel.
+fn shard_private(path: &str) -> bool {
+    ["locks", "scratch", "quarantine"]
+        .iter()
+        .any(|d| path == *d || path.starts_with(&format!("{d}/")))
+}
+
+/// A shard-store root on a [`Location`]: shards published by others are
+/// materialised before the store opens; shards this process generates
+/// from its source are uploaded by [`publish`](Self::publish).
+///
+/// One process generates a remote root at a time: two that both write
+/// `metadata.json` get [`Error::Conflict`] at the second publish.
+#[derive(Debug)]
+pub struct RemoteShards<T> {
+    store: ShardStore<T>,
+    remote: Option<RemoteDir>,
+}
+
+impl<T: StoreItem> RemoteShards<T> {
+    /// Opens the published root at `location` without a source.
+    pub fn open(location: &Location, options: shard_store::Options) -> Result<RemoteShards<T>> {
+        let opened = location.open(nothing_by_blocks, shard_private)?;
+        let store = ShardStore::open(&opened.dir, options)?;
+        Ok(RemoteShards {
+            store,
+            remote: opened.remote,
+        })
+    }
+
+    /// Opens the root at `location` over `source`, which generates the
+    /// shards not published yet (see [`ShardStore::open_with_source`]).
+    pub fn open_with_source<F, I>(
+        location: &Location,
+        options: shard_store::Options,
+        source: F,
+    ) -> Result<RemoteShards<T>>
+    where
+        F: Fn() -> I + Send + Sync + 'static,
+        I: IntoIterator<Item = T>,
+        I::IntoIter: Send + 'static,
+    {
+        let opened = location.open(nothing_by_blocks, shard_private)?;
+        let store = ShardStore::open_with_source(&opened.dir, options, source)?;
+        Ok(RemoteShards {
+            store,
+            remote: opened.remote,
+        })
+    }
+
+    /// The store (also reachable through `Deref`).
+    pub fn store(&self) -> &ShardStore<T> {
+        &self.store
+    }
+
+    /// The commit log behind a remote root (`None` for a local one).
+    pub fn remote(&self) -> Option<&RemoteDir> {
+        self.remote.as_ref()
+    }
+
+    /// Publishes the shards (and metadata) generated since the last
+    /// publish. Shards are written by rename once whole, so any moment
+    /// is a consistent one to publish.
+    pub fn publish(&self) -> Result<PublishReport> {
+        match &self.remote {
+            Some(r) => r.publish(),
+            None => Ok(local_publish()),
+        }
+    }
+
+    /// Applies the commits published since (more shards, a longer length).
+    pub fn refresh(&self) -> Result<RefreshReport> {
+        match &self.remote {
+            Some(r) => r.refresh(),
+            None => Ok(RefreshReport::default()),
+        }
+    }
+}
+
+impl<T> Deref for RemoteShards<T> {
+    type Target = ShardStore<T>;
+    fn deref(&self) -> &ShardStore<T> {
+        &self.store
+    }
+}
