@@ -118,7 +118,7 @@ impl Published {
         dir: &Path,
         budget: u64,
         latency: Duration,
-        by_blocks: remote_cache::journal::ReadByBlocks,
+        files: remote_cache::StoreFiles,
     ) -> Result<(RemoteDir, Tier), RunError> {
         let (inner, prefix) = build_store(&self.url, self.options.clone()).map_err(err)?;
         let (store, metered) = Meter::wrap(inner, latency);
@@ -126,8 +126,7 @@ impl Published {
         let tier =
             RemoteTier::with_store(store, prefix, &self.url, TierConfig::new(&tier_dir, budget))
                 .map_err(err)?;
-        let remote = RemoteDir::open_unapplied(tier, &dir.join("work"), by_blocks, |_| false)
-            .map_err(err)?;
+        let remote = RemoteDir::open_unapplied(tier, &dir.join("work"), files).map_err(err)?;
         Ok((
             remote,
             Tier {
@@ -149,7 +148,7 @@ fn publish_dir(
     let (inner, prefix) = build_store(url, options).map_err(err)?;
     let tier = RemoteTier::with_store(inner, prefix, url, TierConfig::new(scratch, 1 << 30))
         .map_err(err)?;
-    let remote = RemoteDir::open(tier, dir, |_, _| false, |_| false).map_err(err)?;
+    let remote = RemoteDir::open(tier, dir, remote_cache::StoreFiles::PLAIN).map_err(err)?;
     remote.publish().map_err(err)?;
     Ok(())
 }

@@ -38,7 +38,7 @@ fn write(
     let (inner, prefix) = build_store(&url, options).map_err(err)?;
     let tier =
         RemoteTier::with_store(inner, prefix, &url, TierConfig::new(&t, 1 << 30)).map_err(err)?;
-    let remote = RemoteDir::open(tier, &dir, |_, _| false, |_| false).map_err(err)?;
+    let remote = RemoteDir::open(tier, &dir, remote_cache::StoreFiles::PLAIN).map_err(err)?;
     let store = RemoteSegments::with_remote(remote, Options::default()).map_err(err)?;
     let keys: Vec<String> = (0..n).map(|i| format!("sample_{i}")).collect();
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
@@ -157,7 +157,6 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
         Some(local_open),
     );
 
-    let never = |_: &str, _: u64| false;
     for (phase, budget, latency) in [
         ("read_cold", 1u64 << 40, Duration::ZERO),
         ("read_budget", published.bytes / 4, Duration::ZERO),
@@ -165,7 +164,8 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
     ] {
         let dir = ctx.fresh_dir(&format!("w6-w1-{phase}")).map_err(err)?;
         let start = Instant::now();
-        let (remote, tier) = published.open(&dir, budget, latency, never)?;
+        let (remote, tier) =
+            published.open(&dir, budget, latency, remote_cache::StoreFiles::PLAIN)?;
         let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
         let open_secs = start.elapsed().as_secs_f64();
         let secs = read(ctx, &store, n, open_secs)?;
@@ -187,7 +187,8 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
         if phase == "read_cold" {
             // The same working directory and tier again: everything local.
             let start = Instant::now();
-            let (remote, tier) = published.open(&dir, budget, latency, never)?;
+            let (remote, tier) =
+                published.open(&dir, budget, latency, remote_cache::StoreFiles::PLAIN)?;
             let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
             let open_secs = start.elapsed().as_secs_f64();
             let secs = read(ctx, &store, n, open_secs)?;
@@ -220,7 +221,12 @@ fn first_batch(ctx: &Ctx, published: &Published, n: usize) -> Result<(), RunErro
     let batch = batches(ctx, n).swap_remove(0);
     let keys = names(&batch);
     let start = Instant::now();
-    let (remote, tier) = published.open(&dir, 1 << 40, Duration::ZERO, |_, _| false)?;
+    let (remote, tier) = published.open(
+        &dir,
+        1 << 40,
+        Duration::ZERO,
+        remote_cache::StoreFiles::PLAIN,
+    )?;
     let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
     let (records, _) = store.get_batch(&keys).map_err(err)?;
     let secs = start.elapsed().as_secs_f64();

@@ -118,7 +118,12 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
         let runs = if phase == "read_cold" { 2 } else { 1 };
         for run in 0..runs {
             let start = Instant::now();
-            let (remote, tier) = published.open(&dir, budget, latency, RemotePages::BY_BLOCKS)?;
+            let (remote, tier) = published.open(
+                &dir,
+                budget,
+                latency,
+                remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::Pages),
+            )?;
             remote.refresh().map_err(err)?;
             let pages = RemotePages::with_remote(remote, PAGE_FILE).map_err(err)?;
             let open_secs = start.elapsed().as_secs_f64();

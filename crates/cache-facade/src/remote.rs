@@ -7,8 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use remote_cache::{Location, RemoteDir, is_url, open_in_work_dir};
-use remote_tier::RemoteTier;
+use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -33,56 +32,45 @@ pub struct RemoteConfig {
     /// (`AWS_ACCESS_KEY_ID`, ...), not in a config file.
     #[serde(default)]
     pub options: BTreeMap<String, String>,
+    /// Only this writer ever publishes to the URL: publishing works on a
+    /// server that ignores conditional puts (see remote-tier's
+    /// `TierConfig::single_publisher`).
+    #[serde(default)]
+    pub single_publisher: bool,
 }
 
 /// The local config and the commit log of a config whose root is a URL,
-/// or `None` for a local root.
-pub(crate) fn localize(config: &CacheConfig) -> Result<Option<(CacheConfig, RemoteDir)>> {
+/// or `None` for a local root: the cache at `<root>/<name>/<key>` opened
+/// by remote-cache's one road, in a working directory of this handle's
+/// own over the machine's shared tier.
+pub(crate) fn localize(config: &CacheConfig) -> Result<Option<(CacheConfig, CacheDir)>> {
     let Some(root) = config.root.to_str().filter(|r| is_url(r)) else {
         return Ok(None);
     };
     let remote_err = |e: remote_cache::Error| FacadeError::Remote(Box::new(e));
-    let Location::Remote(mut spec) = Location::parse(root).map_err(remote_err)? else {
-        return Ok(None);
-    };
-    if let Some(r) = &config.remote {
-        if let Some(d) = &r.tier_dir {
-            spec.tier.cache_dir = d.clone();
-        }
-        if let Some(b) = r.tier_budget {
-            spec.tier.budget_bytes = b;
-        }
-        spec.options
-            .extend(r.options.iter().map(|(k, v)| (k.clone(), v.clone())));
-    }
+    let options = config
+        .remote
+        .as_ref()
+        .map(|r| TierOptions {
+            dir: r.tier_dir.clone(),
+            budget: r.tier_budget,
+            storage_options: r.options.clone().into_iter().collect(),
+            single_publisher: r.single_publisher,
+        })
+        .unwrap_or_default();
+    let location = Location::parse_with(root, &options).map_err(remote_err)?;
     // The cache's place under the root is the same in every working
-    // directory: its URL is known before one is picked.
+    // directory: it is known before one is picked.
     let mut probe = config.clone();
     probe.root = PathBuf::new();
     let rel = relative(&probe.cache_dir()?, &probe.root);
-    let url = format!("{}/{rel}", root.trim_end_matches('/'));
-    let tier = RemoteTier::open_with_options(&url, spec.options.clone(), spec.tier.clone())
-        .map_err(|e| remote_err(e.into()))?;
-    // A working directory of this process's own (another process on the
-    // machine may hold the first), over the one shared tier.
+    let opened = location
+        .open_dir_under(&rel, StoreKind::Any)
+        .map_err(remote_err)?;
     let mut local = config.clone();
     local.create_root = true;
-    let opened = open_in_work_dir(&spec.tier.cache_dir, root, |work| {
-        let mut candidate = config.clone();
-        candidate.root = work.to_path_buf();
-        candidate.create_root = true;
-        let dir = candidate
-            .cache_dir()
-            .map_err(|e| remote_cache::Error::BadLocation {
-                root: work.display().to_string(),
-                problem: e.to_string(),
-            })?;
-        RemoteDir::open(tier.clone(), &dir, |_, _| false, |_| false)
-    })
-    .map_err(remote_err)?;
-    let (work, remote) = opened;
-    local.root = work;
-    Ok(Some((local, remote)))
+    local.root = opened.root().to_path_buf();
+    Ok(Some((local, opened)))
 }
 
 fn relative(dir: &Path, root: &Path) -> String {
@@ -97,11 +85,11 @@ fn relative(dir: &Path, root: &Path) -> String {
 pub(crate) struct RemoteBackend {
     // Dropped before the commit log: the store's files stay while it lives.
     inner: Cache,
-    remote: RemoteDir,
+    remote: CacheDir,
 }
 
 impl RemoteBackend {
-    pub(crate) fn new(inner: Cache, remote: RemoteDir) -> RemoteBackend {
+    pub(crate) fn new(inner: Cache, remote: CacheDir) -> RemoteBackend {
         RemoteBackend { inner, remote }
     }
 

@@ -36,6 +36,7 @@ fn config(endpoint: &str, kind: BackendKind, bucket: &str, tier: &std::path::Pat
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
+        single_publisher: false,
     })
 }
 

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use remote_cache::{DEFAULT_TIER_BUDGET, RemoteDir, TIER_BUDGET_ENV, TIER_DIR_ENV};
+use remote_cache::{CacheDir, Location, StoreKind};
 use remote_tier::snapshot::{latest_manifest, pull_dir_with_progress, push_dir_with_progress};
 use remote_tier::{RemoteTier, TierConfig};
 
@@ -133,55 +133,54 @@ pub(crate) fn pull(
 pub(crate) struct Materialised {
     /// The local copy the adapters read.
     pub(crate) path: PathBuf,
-    _remote: Option<RemoteDir>,
-    _tmp: Option<tempfile::TempDir>,
+    _opened: Option<CacheDir>,
 }
 
-/// Materialises the cache at `url`: a commit log (`commits/`, written by
-/// the stores opened on a URL) in a working directory, else the latest
-/// `push` snapshot (`manifests/`). The local tier is `CACHEX_TIER_DIR`
-/// (kept, so a second command fetches only what is new) or a temporary
-/// directory; its budget `CACHEX_TIER_BUDGET`.
+/// Materialises the cache at `url`: its commit log (written by the stores
+/// opened on a URL) applied in a working directory of this command's own
+/// — another command, or a training process, may hold the first one —
+/// on the local tier remote-cache's road picks (`CACHEX_TIER_DIR`, kept,
+/// so a second command fetches only what is new); else the latest `push`
+/// snapshot (`manifests/`).
 pub(crate) fn materialise(url: &str) -> Result<Materialised> {
-    let (dir, tmp) = tier_dir(std::env::var_os(TIER_DIR_ENV).map(PathBuf::from))?;
-    let budget = match std::env::var(TIER_BUDGET_ENV) {
-        Ok(v) => remote_cache::parse_bytes(&v).ok_or_else(|| {
-            CliError::Usage(format!(
-                "{TIER_BUDGET_ENV}={v:?} is not a size (e.g. 500M, 20G)"
-            ))
-        })?,
-        Err(_) => DEFAULT_TIER_BUDGET,
+    let location = Location::parse(url).map_err(remote_cache_error)?;
+    let Location::Remote(spec) = &location else {
+        return Err(CliError::Usage(format!("{url}: not a URL")));
     };
-    let tier = RemoteTier::open(url, TierConfig::new(&dir, budget)).map_err(remote_error)?;
-    let shown = tier.url().to_string();
-    let has_commits = !tier
-        .list(remote_cache::journal::COMMITS)
-        .map_err(remote_error)?
-        .is_empty();
-    if has_commits {
-        // A working directory of this command's own: another command (or
-        // a training process) may hold the first one of this URL.
-        let (work, remote) = remote_cache::open_in_work_dir(&dir, &shown, |work| {
-            RemoteDir::open(tier.clone(), work, |_, _| false, |_| false)
-        })
-        .map_err(CliError::store)?;
+    let opened = location
+        .open_dir(StoreKind::Any)
+        .map_err(remote_cache_error)?;
+    if opened.remote().is_some_and(|r| r.seq() > 0) {
         return Ok(Materialised {
-            path: work,
-            _remote: Some(remote),
-            _tmp: tmp,
+            path: opened.path().to_path_buf(),
+            _opened: Some(opened),
         });
     }
+    let tier = opened
+        .remote()
+        .map(|r| r.tier().clone())
+        .ok_or_else(|| CliError::Usage(format!("{url}: not a URL")))?;
+    let shown = tier.url().to_string();
     if latest_manifest(&tier).map_err(remote_error)?.is_none() {
         return Err(CliError::NotFound {
             path: PathBuf::from(shown),
             what: "nothing published here (no commits/ or manifests/)".into(),
         });
     }
-    let dest = remote_cache::default_work_dir(&dir.join("snapshots"), &shown);
+    let dest = remote_cache::default_work_dir(&spec.tier.cache_dir.join("snapshots"), &shown);
     pull_dir_with_progress(&tier, &dest, &mut |_, _| {}).map_err(remote_error)?;
     Ok(Materialised {
         path: dest,
-        _remote: None,
-        _tmp: tmp,
+        _opened: None,
     })
+}
+
+/// A location remote-cache cannot parse or open: a usage error when the
+/// URL itself is wrong, a store problem otherwise.
+fn remote_cache_error(e: remote_cache::Error) -> CliError {
+    match e {
+        remote_cache::Error::BadLocation { .. } => CliError::Usage(e.to_string()),
+        remote_cache::Error::Tier(t) => remote_error(t),
+        e => CliError::store(e),
+    }
 }

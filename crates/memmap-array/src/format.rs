@@ -99,6 +99,13 @@ pub fn bin_file(name: &str) -> String {
     format!("{name}.bin")
 }
 
+/// Whether `path` (relative to the cache directory) is an array file,
+/// which a reader maps and reads rows of: readers that fetch files in
+/// parts (remote-cache) read these by blocks.
+pub fn is_array_file(path: &str) -> bool {
+    !path.contains('/') && path.ends_with(".bin")
+}
+
 /// The file of sidecar `name`.
 pub fn sidecar_file(name: &str) -> String {
     format!("{name}.json")

@@ -111,8 +111,8 @@ pub use build::{
 pub use error::{Error, Result};
 pub use format::{
     ArraySpec, COMPLETE_FILE, FINGERPRINT_FILE, FORMAT_VERSION, INDEX_FILE, LOCK_FILE,
-    MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, key_column,
-    sidecar_file,
+    MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, is_array_file,
+    key_column, sidecar_file,
 };
 pub use inspect::{ArrayReport, FileReport, Report, SidecarReport, inspect, verify};
 pub use reader::{ArrayCache, DEFAULT_RAM_FRACTION, Row, physical_ram};

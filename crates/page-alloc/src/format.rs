@@ -311,6 +311,48 @@ impl Run {
     }
 }
 
+/// The file name ending of a page file: readers that fetch files in parts
+/// (remote-cache) read these by blocks, a sample's pages at a time.
+pub const FILE_SUFFIX: &str = ".pages";
+
+/// Whether `path` (inside a cache directory) is a page file.
+pub fn is_page_file(path: &str) -> bool {
+    path.ends_with(FILE_SUFFIX)
+}
+
+/// The byte ranges of a page file of `file_len` bytes that a reader opens
+/// before any sample — the header and the tables with the footer — found
+/// from the file's first [`HEADER_FIXED_LEN`] bytes `fixed` (fewer when
+/// the file is shorter). For a reader that fetches the file in parts:
+/// values that do not fit the file are clamped, left for
+/// [`PageReader::open`](crate::PageReader::open) to report.
+pub fn open_ranges(fixed: &[u8], file_len: u64) -> [std::ops::Range<u64>; 2] {
+    let header_len = if fixed.len() >= 16 {
+        u64::from(rd_u32(fixed, 12))
+    } else {
+        0
+    };
+    let meta_offset = if fixed.len() >= 72 {
+        rd_u64(fixed, 64)
+    } else {
+        0
+    };
+    [
+        0..header_len.min(file_len),
+        meta_offset.min(file_len)..file_len,
+    ]
+}
+
+/// Where the samples of one run lie in a page file: for a reader that
+/// fetches a sample's pages before reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSpan {
+    /// The run's first sample.
+    pub first_sample: u64,
+    /// The run's byte range in the file.
+    pub bytes: std::ops::Range<u64>,
+}
+
 /// The footer bytes for a header hash and the final file length.
 pub(crate) fn encode_footer(header_hash: &[u8; 32], file_len: u64) -> [u8; FOOTER_LEN] {
     let mut f = [0u8; FOOTER_LEN];

@@ -187,6 +187,30 @@ impl PageReader {
             .ok_or_else(|| Error::field(&self.path, format!("{name:?}"), "no such field"))
     }
 
+    /// Where each run's samples lie, in file order (validated at open).
+    pub fn run_spans(&self) -> Vec<crate::format::RunSpan> {
+        let h = &self.layout.header;
+        let bytes = self.data.bytes();
+        (0..h.num_runs)
+            .filter_map(|k| {
+                let at = h
+                    .runs_offset
+                    .checked_add(k.checked_mul(format::RUN_LEN as u64)?)?;
+                let entry = bytes
+                    .get(usize::try_from(at).ok()?..)?
+                    .get(..format::RUN_LEN)?;
+                let run = format::Run::decode(entry);
+                let start = h
+                    .data_offset
+                    .checked_add(run.first_page.checked_mul(h.page_size)?)?;
+                Some(crate::format::RunSpan {
+                    first_sample: run.first_sample,
+                    bytes: start..start.checked_add(run.len)?,
+                })
+            })
+            .collect()
+    }
+
     /// The whole file's bytes (the mapping).
     pub fn bytes(&self) -> &[u8] {
         self.data.bytes()

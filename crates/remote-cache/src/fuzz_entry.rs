@@ -35,6 +35,14 @@ fn private(path: &str) -> bool {
     path.ends_with(".private")
 }
 
+fn files() -> crate::StoreFiles {
+    crate::StoreFiles {
+        private,
+        by_blocks,
+        ..crate::StoreFiles::PLAIN
+    }
+}
+
 /// The local tier of [`CommitLog`]: 4 KiB blocks, objects up to 16 KiB
 /// fetched whole.
 pub fn tier_config(dir: &Path) -> TierConfig {
@@ -74,7 +82,7 @@ impl CommitLog {
     pub fn read(&self, bytes: &[u8]) -> Result<Option<Commit>> {
         self.tier.put_bytes(&commit_name(1), bytes.to_vec())?;
         let dir = self.scratch.join("read");
-        let remote = RemoteDir::open_unapplied(self.tier.clone(), &dir, by_blocks, private)?;
+        let remote = RemoteDir::open_unapplied(self.tier.clone(), &dir, files())?;
         remote.fetch_next()
     }
 
@@ -86,7 +94,7 @@ impl CommitLog {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(crate::Error::io("remove", &dir))?;
         }
-        let remote = RemoteDir::open_unapplied(self.tier.clone(), &dir, by_blocks, private)?;
+        let remote = RemoteDir::open_unapplied(self.tier.clone(), &dir, files())?;
         let next = remote.fetch_next()?;
         Ok(remote.refresh_from(next)?.seq)
     }

@@ -85,6 +85,7 @@ use durable_fs::FileLock;
 use remote_tier::{BlockHasher, BlockHashes, BlockList, Expected, RemoteFile, RemoteTier};
 use serde::{Deserialize, Serialize};
 
+use crate::files::StoreFiles;
 use crate::{Error, Result, prefetch};
 
 /// Where piece objects live under the URL.
@@ -177,13 +178,6 @@ pub struct PublishReport {
     pub bytes_uploaded: u64,
 }
 
-/// Which files a store maps and reads in parts: `(path, size)` → read by
-/// blocks from the local tier instead of copied whole.
-pub type ReadByBlocks = fn(&str, u64) -> bool;
-
-/// Which files never travel (locks, scratch space): `path` → skip.
-pub type Private = fn(&str) -> bool;
-
 /// A local file as this handle last left it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Known {
@@ -223,8 +217,7 @@ pub struct RemoteDir {
     tier: RemoteTier,
     dir: PathBuf,
     writer: String,
-    by_blocks: ReadByBlocks,
-    private: Private,
+    files: StoreFiles,
     state: Mutex<State>,
     _lock: FileLock,
 }
@@ -232,16 +225,10 @@ pub struct RemoteDir {
 impl RemoteDir {
     /// Opens the working directory `dir` (created if needed) for the
     /// commit log at `tier`'s URL and applies every commit not applied
-    /// there yet. `by_blocks` picks the files read by blocks, `private`
-    /// the files never published (besides locks, temporary files and the
-    /// state directory, which never are).
-    pub fn open(
-        tier: RemoteTier,
-        dir: &Path,
-        by_blocks: ReadByBlocks,
-        private: Private,
-    ) -> Result<RemoteDir> {
-        let remote = RemoteDir::open_unapplied(tier, dir, by_blocks, private)?;
+    /// there yet. `files` says which of the store's files are read by
+    /// blocks and which never travel.
+    pub fn open(tier: RemoteTier, dir: &Path, files: StoreFiles) -> Result<RemoteDir> {
+        let remote = RemoteDir::open_unapplied(tier, dir, files)?;
         remote.refresh()?;
         Ok(remote)
     }
@@ -256,8 +243,7 @@ impl RemoteDir {
     pub fn open_unapplied(
         tier: RemoteTier,
         dir: &Path,
-        by_blocks: ReadByBlocks,
-        private: Private,
+        store_files: StoreFiles,
     ) -> Result<RemoteDir> {
         let state_dir = dir.join(STATE_DIR);
         std::fs::create_dir_all(&state_dir).map_err(Error::io("create directory", &state_dir))?;
@@ -289,8 +275,7 @@ impl RemoteDir {
             tier,
             dir: dir.to_path_buf(),
             writer,
-            by_blocks,
-            private,
+            files: store_files,
             state: Mutex::new(State {
                 seq,
                 files,
@@ -613,7 +598,7 @@ impl RemoteDir {
             if new_file
                 && p.offset == 0
                 && p.size > 0
-                && (self.by_blocks)(&p.path, p.size)
+                && (self.files.by_blocks)(&p.path, p.size)
                 && p.size > self.tier_whole_max()
             {
                 let hashes = match &p.blocks {
@@ -694,7 +679,7 @@ impl RemoteDir {
             .iter()
             .map(|p| {
                 let linked =
-                    p.offset == 0 && (self.by_blocks)(&p.path, p.size) && p.size > whole_max;
+                    p.offset == 0 && (self.files.by_blocks)(&p.path, p.size) && p.size > whole_max;
                 let local = self.dir.join(&p.path);
                 if p.size == 0 || linked || prefetch::in_place(&local, p.offset + p.size) {
                     return None;
@@ -915,7 +900,7 @@ impl RemoteDir {
     ) -> Result<(Vec<(Piece, (File, PathBuf))>, BTreeMap<String, Known>)> {
         let mut pieces = Vec::new();
         let mut after = BTreeMap::new();
-        for (rel, path) in local_files(&self.dir, self.private)? {
+        for (rel, path) in local_files(&self.dir, self.files.private)? {
             let file = File::open(&path).map_err(Error::io("open", &path))?;
             let m = file.metadata().map_err(Error::io("stat", &path))?;
             let (len, ino) = (m.len(), m.ino());
@@ -933,7 +918,7 @@ impl RemoteDir {
             // Which files a reader links is its own choice (its store, its
             // tier's whole-file size), so every whole file this tier would
             // not fetch whole gets one, besides those `by_blocks` picks.
-            let may_link = (self.by_blocks)(&rel, size) || size > self.tier_whole_max();
+            let may_link = (self.files.by_blocks)(&rel, size) || size > self.tier_whole_max();
             let block_size = if offset == 0 && size > 0 && may_link {
                 BlockHashes::block_size_for(size, self.tier.config().block_size)
             } else {
@@ -1057,7 +1042,7 @@ fn cut_log(log: &File, path: &Path, len: u64) -> Result<()> {
 /// Every file of `dir` a commit may hold, with its relative path: not the
 /// state directory, locks, temporary files, links into the tier, or what
 /// `private` names.
-fn local_files(dir: &Path, private: Private) -> Result<Vec<(String, PathBuf)>> {
+fn local_files(dir: &Path, private: fn(&str) -> bool) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

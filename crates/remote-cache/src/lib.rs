@@ -116,6 +116,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+mod files;
 #[doc(hidden)]
 pub mod fuzz_entry;
 pub mod journal;
@@ -124,9 +125,11 @@ mod prefetch;
 mod stores;
 
 pub use error::{Error, Result};
+pub use files::{StoreFiles, StoreKind};
 pub use journal::{Commit, Piece, PublishReport, RefreshReport, RemoteDir};
 pub use location::{
-    DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV, TIER_DIR_ENV,
-    default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
+    CacheDir, DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV,
+    TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
 };
+pub use remote_tier::redact_url;
 pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};

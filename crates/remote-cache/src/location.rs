@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use remote_tier::{RemoteTier, TierConfig};
+use remote_tier::{RemoteTier, TierConfig, redact_url};
 
-use crate::journal::{Private, ReadByBlocks, RemoteDir};
+use crate::files::{StoreFiles, StoreKind};
+use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::{Error, Result};
 
 /// The environment variable naming the local tier directory.
@@ -16,6 +17,45 @@ pub const TIER_BUDGET_ENV: &str = "CACHEX_TIER_BUDGET";
 /// The local tier's budget when neither the caller nor the environment
 /// gives one: 20 GiB.
 pub const DEFAULT_TIER_BUDGET: u64 = 20 << 30;
+
+/// Tier settings a caller gives (a Python keyword, a facade config, a
+/// `cachex` flag); what it leaves unset comes from the environment
+/// (`CACHEX_TIER_DIR`, `CACHEX_TIER_BUDGET`), read here and nowhere else.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TierOptions {
+    /// The local tier directory (default: `CACHEX_TIER_DIR`, else
+    /// `$XDG_CACHE_HOME/cachex/tier`, else `~/.cache/cachex/tier`).
+    pub dir: Option<PathBuf>,
+    /// The local tier's budget in bytes (default: `CACHEX_TIER_BUDGET`,
+    /// else [`DEFAULT_TIER_BUDGET`]).
+    pub budget: Option<u64>,
+    /// `object_store` options over the environment's (`aws_endpoint`,
+    /// `aws_allow_http`, ...). Credentials belong in the environment;
+    /// options are never written to disk nor shown.
+    pub storage_options: Vec<(String, String)>,
+    /// Only one writer ever publishes to the URL
+    /// ([`TierConfig::single_publisher`]): publishing works on servers
+    /// that ignore conditional puts.
+    pub single_publisher: bool,
+}
+
+impl TierOptions {
+    /// The tier these settings describe for the cache root `root` (named
+    /// in errors, redacted).
+    pub fn tier_config(&self, root: &str) -> Result<TierConfig> {
+        let dir = match &self.dir {
+            Some(d) => d.clone(),
+            None => tier_dir_from_env(root)?,
+        };
+        let budget = match self.budget {
+            Some(b) => b,
+            None => tier_budget_from_env(root)?,
+        };
+        let mut config = TierConfig::new(dir, budget);
+        config.single_publisher = self.single_publisher;
+        Ok(config)
+    }
+}
 
 /// Where a cache lives.
 #[derive(Debug, Clone)]
@@ -48,11 +88,17 @@ impl Location {
     /// `CACHEX_TIER_BUDGET` describe (default: `~/.cache/cachex/tier`,
     /// 20 GiB); anything else is a local path.
     pub fn parse(root: &str) -> Result<Location> {
+        Location::parse_with(root, &TierOptions::default())
+    }
+
+    /// As [`parse`](Location::parse), with the caller's tier settings
+    /// over the environment's.
+    pub fn parse_with(root: &str, options: &TierOptions) -> Result<Location> {
         if !is_url(root) {
             return Ok(Location::Local(PathBuf::from(root)));
         }
-        let tier = TierConfig::new(tier_dir_from_env(root)?, tier_budget_from_env(root)?);
-        Ok(Location::remote(root, tier))
+        let tier = options.tier_config(root)?;
+        Ok(Location::remote(root, tier).with_options(options.storage_options.clone()))
     }
 
     /// A remote location with the local tier `tier`.
@@ -92,10 +138,67 @@ impl Location {
         matches!(self, Location::Remote(_))
     }
 
+    /// The location as it may be shown: a path, or the URL redacted
+    /// ([`redact_url`]).
+    pub fn shown(&self) -> String {
+        match self {
+            Location::Local(dir) => dir.display().to_string(),
+            Location::Remote(spec) => redact_url(&spec.url),
+        }
+    }
+
+    /// Opens the location for a store of `kind`: the local directory
+    /// itself, or a working directory of this handle's own with every
+    /// published commit applied.
+    pub fn open_dir(&self, kind: StoreKind) -> Result<CacheDir> {
+        self.open(StoreFiles::for_kind(kind))
+    }
+
+    /// Opens the cache at `rel` (a `/`-separated path) under this root for
+    /// a store of `kind`: `<dir>/<rel>`, or, for a URL, the commit log at
+    /// `<url>/<rel>` in `<work>/<rel>`, where `<work>` is a working
+    /// directory of the root's own ([`CacheDir::root`]) — for a caller
+    /// that lays out several caches under one root (the facade).
+    pub fn open_dir_under(&self, rel: &str, kind: StoreKind) -> Result<CacheDir> {
+        let files = StoreFiles::for_kind(kind);
+        match self {
+            Location::Local(dir) => Ok(CacheDir {
+                root: dir.clone(),
+                dir: dir.join(rel),
+                remote: None,
+            }),
+            Location::Remote(spec) => {
+                let rel = rel.trim_matches('/');
+                if rel.split('/').any(|c| c == ".." || c == ".") {
+                    return Err(Error::BadLocation {
+                        root: redact_url(&spec.url),
+                        problem: format!("{rel:?} leaves the root"),
+                    });
+                }
+                let url = format!("{}/{rel}", spec.url.trim_end_matches('/'));
+                let tier =
+                    RemoteTier::open_with_options(&url, spec.options.clone(), spec.tier.clone())?;
+                let open = |work: &Path| {
+                    let dir = work.join(rel);
+                    RemoteDir::open(tier.clone(), &dir, files).map(|r| (dir, r))
+                };
+                let (root, (dir, remote)) = match &spec.work_dir {
+                    Some(w) => (w.clone(), open(w)?),
+                    None => open_in_work_dir(&spec.tier.cache_dir, &spec.url, open)?,
+                };
+                Ok(CacheDir {
+                    root,
+                    dir,
+                    remote: Some(remote),
+                })
+            }
+        }
+    }
+
     /// Opens the location for a store: the local directory itself, or the
     /// working directory with every published commit applied.
-    pub(crate) fn open(&self, by_blocks: ReadByBlocks, private: Private) -> Result<Opened> {
-        let opened = self.open_unapplied(by_blocks, private)?;
+    pub(crate) fn open(&self, files: StoreFiles) -> Result<CacheDir> {
+        let opened = self.open_unapplied(files)?;
         if let Some(r) = &opened.remote {
             r.refresh()?;
         }
@@ -104,13 +207,10 @@ impl Location {
 
     /// As [`open`](Location::open), but the working directory holds only
     /// the commits applied there before ([`RemoteDir::open_unapplied`]).
-    pub(crate) fn open_unapplied(
-        &self,
-        by_blocks: ReadByBlocks,
-        private: Private,
-    ) -> Result<Opened> {
+    pub(crate) fn open_unapplied(&self, files: StoreFiles) -> Result<CacheDir> {
         match self {
-            Location::Local(dir) => Ok(Opened {
+            Location::Local(dir) => Ok(CacheDir {
+                root: dir.clone(),
                 dir: dir.clone(),
                 remote: None,
             }),
@@ -121,18 +221,16 @@ impl Location {
                     spec.tier.clone(),
                 )?;
                 let (work, remote) = match &spec.work_dir {
-                    Some(d) => (
-                        d.clone(),
-                        RemoteDir::open_unapplied(tier, d, by_blocks, private)?,
-                    ),
+                    Some(d) => (d.clone(), RemoteDir::open_unapplied(tier, d, files)?),
                     None => {
                         let url = tier.url().to_string();
                         open_in_work_dir(&spec.tier.cache_dir, &url, |work| {
-                            RemoteDir::open_unapplied(tier.clone(), work, by_blocks, private)
+                            RemoteDir::open_unapplied(tier.clone(), work, files)
                         })?
                     }
                 };
-                Ok(Opened {
+                Ok(CacheDir {
+                    root: work.clone(),
                     dir: work,
                     remote: Some(remote),
                 })
@@ -141,12 +239,57 @@ impl Location {
     }
 }
 
-/// An opened location: the directory the store opens, and the commit log
-/// behind it when remote.
+/// An opened location: the directory a store opens, and, when remote,
+/// the commit log behind it, which [`publish`](CacheDir::publish) and
+/// [`refresh`](CacheDir::refresh) keep in step. The working directory is
+/// this handle's while it lives.
 #[derive(Debug)]
-pub(crate) struct Opened {
+pub struct CacheDir {
+    pub(crate) root: PathBuf,
     pub(crate) dir: PathBuf,
     pub(crate) remote: Option<RemoteDir>,
+}
+
+impl CacheDir {
+    /// The directory the store opens.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The root it lies under ([`Location::open_dir_under`]); the
+    /// directory itself otherwise.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether a commit log is behind the directory.
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// The commit log behind a remote cache.
+    pub fn remote(&self) -> Option<&RemoteDir> {
+        self.remote.as_ref()
+    }
+
+    /// Publishes what the store wrote in the directory since the last
+    /// publish, as one commit (nothing for a local cache). The store
+    /// must have made it durable first (its flush or close).
+    pub fn publish(&self) -> Result<PublishReport> {
+        match &self.remote {
+            Some(r) => r.publish(),
+            None => Ok(PublishReport::default()),
+        }
+    }
+
+    /// Applies the commits published since (whole commits only; nothing
+    /// for a local cache).
+    pub fn refresh(&self) -> Result<RefreshReport> {
+        match &self.remote {
+            Some(r) => r.refresh(),
+            None => Ok(RefreshReport::default()),
+        }
+    }
 }
 
 /// Whether `root` is a URL (`scheme://…`), not a path.
@@ -259,15 +402,12 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     (bytes < u64::MAX as f64).then_some(bytes as u64)
 }
 
-/// A root as it may be shown: a URL without credentials or query.
+/// A root as it may be shown: a URL redacted, a path as written.
 fn shown(root: &str) -> String {
-    match root.split_once("://") {
-        Some((scheme, rest)) => {
-            let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-            let rest = rest.split_once('?').map_or(rest, |(r, _)| r);
-            format!("{scheme}://{rest}")
-        }
-        None => root.to_string(),
+    if is_url(root) {
+        redact_url(root)
+    } else {
+        root.to_string()
     }
 }
 

@@ -32,8 +32,7 @@ fn published_arrays(endpoint: &str, name: &str, rows: u64) -> (String, Commit) {
     let remote = RemoteDir::open(
         tier(endpoint, &url, t.path()),
         built.path(),
-        |_, _| false,
-        |_| false,
+        remote_cache::StoreFiles::PLAIN,
     )
     .unwrap();
     assert_eq!(remote.publish().unwrap().seq, Some(1));
@@ -339,8 +338,7 @@ fn the_list_of_a_replaced_file_is_dropped_from_the_working_directory() {
     let publisher = RemoteDir::open(
         tier(&endpoint, &url, t.path()),
         built.path(),
-        |_, _| false,
-        |_| false,
+        remote_cache::StoreFiles::PLAIN,
     )
     .unwrap();
     assert_eq!(publisher.publish().unwrap().seq, Some(1));

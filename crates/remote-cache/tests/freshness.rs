@@ -224,7 +224,8 @@ fn recorded_reader(
     let tier =
         RemoteTier::with_store(store, prefix, url, small_tier(&dir.join("tier"), 1 << 30)).unwrap();
     let remote =
-        RemoteDir::open_unapplied(tier, &dir.join("work"), |_, _| false, |_| false).unwrap();
+        RemoteDir::open_unapplied(tier, &dir.join("work"), remote_cache::StoreFiles::PLAIN)
+            .unwrap();
     let options = Options {
         read_only: true,
         lru_bytes: 0,

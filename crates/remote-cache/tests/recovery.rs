@@ -74,7 +74,7 @@ fn a_publish_that_fails_before_its_commit_leaves_the_last_commit() {
     let refusing = Arc::new(Intercepted::new(store, Arc::clone(&fail_creates)));
     let tier = RemoteTier::with_store(refusing, prefix, &url, small_tier(tier_dir.path(), 1 << 30))
         .unwrap();
-    let dir = RemoteDir::open(tier, work.path(), |_, _| false, |_| false).unwrap();
+    let dir = RemoteDir::open(tier, work.path(), remote_cache::StoreFiles::PLAIN).unwrap();
     let segments = SegmentStore::open(dir.dir(), Options::default()).unwrap();
     put(&segments, 0..40);
     assert_eq!(dir.publish().unwrap().seq, Some(1));
@@ -336,7 +336,7 @@ fn a_writer_refuses_to_publish_where_conditional_puts_are_ignored() {
     let ignoring = Arc::new(Intercepted::new(store, IgnoresCreate));
     let tier = RemoteTier::with_store(ignoring, prefix, &url, small_tier(tier_dir.path(), 1 << 30))
         .unwrap();
-    let dir = RemoteDir::open(tier, work.path(), |_, _| false, |_| false).unwrap();
+    let dir = RemoteDir::open(tier, work.path(), remote_cache::StoreFiles::PLAIN).unwrap();
     let segments = SegmentStore::open(dir.dir(), Options::default()).unwrap();
     put(&segments, 0..10);
     let err = dir.publish().unwrap_err();
@@ -434,7 +434,7 @@ fn an_oversized_commit_record_is_refused_before_its_body_is_read() {
     )
     .unwrap();
     let work = tempfile::tempdir().unwrap();
-    let err = RemoteDir::open(tier, work.path(), |_, _| false, |_| false).unwrap_err();
+    let err = RemoteDir::open(tier, work.path(), remote_cache::StoreFiles::PLAIN).unwrap_err();
     match &err {
         remote_cache::Error::Tier(remote_tier::Error::TooLarge { name, cap, .. }) => {
             assert_eq!(name, &remote_cache::journal::commit_name(1));

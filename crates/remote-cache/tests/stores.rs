@@ -48,7 +48,7 @@ fn publisher(endpoint: &str, url: &str, dir: &std::path::Path) -> (RemoteDir, Te
         RemoteTier::open_with_options(url, s3_options(endpoint), small_tier(t.path(), 1 << 30))
             .unwrap();
     (
-        RemoteDir::open(tier, dir, |_, _| false, |_| false).unwrap(),
+        RemoteDir::open(tier, dir, remote_cache::StoreFiles::PLAIN).unwrap(),
         t,
     )
 }

@@ -133,6 +133,6 @@ pub use blocks::{BlockHasher, BlockHashes, BlockList};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
-pub use location::build_store;
+pub use location::{build_store, redact_url};
 pub use remote::RetryPolicy;
 pub use tier::{DEFAULT_BLOCK_SIZE, Expected, ObjectInfo, PROBE_DIR, RemoteTier, TierConfig};

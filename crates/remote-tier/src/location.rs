@@ -21,6 +21,17 @@ pub(crate) fn redact(url: &Url) -> String {
     shown.to_string().trim_end_matches('/').to_string()
 }
 
+/// `url` as it may be shown in errors, logs and reports — the one
+/// redaction every cachex crate uses: no user, password, query or
+/// fragment; a URL that does not parse is withheld when it may carry
+/// credentials.
+pub fn redact_url(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(parsed) => redact(&parsed),
+        Err(_) => unparsed_shown(url),
+    }
+}
+
 /// A URL that did not parse, as it may be shown: withheld when it may
 /// carry credentials (`user:secret@`) or a query (tokens).
 fn unparsed_shown(url: &str) -> String {

@@ -22,7 +22,7 @@ use crate::error::BlockMismatch;
 use crate::file::{ObjectState, RemoteFile, map_fits};
 use crate::format::{self, BlockMap};
 use crate::local::{EvictReport, LocalDir};
-use crate::location::{build_store, redact};
+use crate::location::{build_store, redact_url};
 use crate::remote::{Failure, Remote, RetryPolicy, WAIT_SLACK};
 use crate::{Error, Result};
 
@@ -180,7 +180,7 @@ impl RemoteTier {
             .map(|(k, v)| (k.as_ref().to_string(), v.into()))
             .collect();
         let (store, prefix) = build_store(url, options.clone())?;
-        let shown = url::Url::parse(url).map(|u| redact(&u)).unwrap_or_default();
+        let shown = redact_url(url);
         let mut tier = RemoteTier::with_store(store, prefix, &shown, config)?;
         if let Some(inner) = Arc::get_mut(&mut tier.inner) {
             inner.rebuild = Some(Rebuild {

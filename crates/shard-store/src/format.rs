@@ -54,6 +54,26 @@ pub const LOCKS_DIR: &str = "locks";
 pub const SCRATCH_DIR: &str = "scratch";
 /// Where corrupt shards are moved.
 pub const QUARANTINE_DIR: &str = "quarantine";
+/// Whether `path` (relative to a root, `/`-separated) is the machine's
+/// own — locks, scratch space, quarantined shards — never published when
+/// the root is kept in object storage.
+pub fn is_private(path: &str) -> bool {
+    [LOCKS_DIR, SCRATCH_DIR, QUARANTINE_DIR].iter().any(|d| {
+        path == *d
+            || path
+                .strip_prefix(d)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+/// Whether `path` is a shard file, which a disk budget may evict from one
+/// machine (and the source regenerate): its removal there is local, never
+/// a removal of the published shard.
+pub fn is_shard(path: &str) -> bool {
+    path.strip_prefix(SHARDS_DIR)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// The root-wide lock file (shared with loadit).
 pub const WRITER_LOCK_FILE: &str = "writer_lock.lock";
 /// The suffix of an uncompressed shard file.

@@ -7,14 +7,10 @@ use memmap_array::{ArrayCache, Row};
 use remote_tier::RemoteFile;
 use tensor_core::TensorView;
 
-use super::nothing_private;
 use crate::Result;
+use crate::files::{StoreFiles, StoreKind};
 use crate::journal::RemoteDir;
 use crate::location::Location;
-
-fn bin_by_blocks(path: &str, _: u64) -> bool {
-    !path.contains('/') && path.ends_with(".bin")
-}
 
 /// A finished memmap-array cache on a [`Location`], read by block ranges:
 /// the `.bin` arrays of a remote cache stay sparse files in the local
@@ -32,7 +28,7 @@ pub struct RemoteArrays {
 impl RemoteArrays {
     /// Opens the finished cache at `location`.
     pub fn open(location: &Location) -> Result<RemoteArrays> {
-        let opened = location.open(bin_by_blocks, nothing_private)?;
+        let opened = location.open(StoreFiles::for_kind(StoreKind::Arrays))?;
         let cache = ArrayCache::open(&opened.dir)?;
         // The objects the arrays map (nothing refreshes the commit log in
         // between: this handle is its only owner yet).

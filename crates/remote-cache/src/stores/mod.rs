@@ -15,14 +15,6 @@ pub use shards::RemoteShards;
 
 use crate::journal::PublishReport;
 
-fn nothing_private(_: &str) -> bool {
-    false
-}
-
-fn nothing_by_blocks(_: &str, _: u64) -> bool {
-    false
-}
-
 /// What a local location publishes or refreshes: nothing.
 fn local_publish() -> PublishReport {
     PublishReport::default()

@@ -4,8 +4,9 @@ use std::ops::Deref;
 
 use segment_store::SegmentStore;
 
-use super::{local_publish, nothing_by_blocks, nothing_private};
+use super::local_publish;
 use crate::Result;
+use crate::files::{StoreFiles, StoreKind};
 use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
 
@@ -31,7 +32,7 @@ impl RemoteSegments {
     /// the request that learns what was published since is in flight
     /// ([`with_unapplied`](RemoteSegments::with_unapplied)).
     pub fn open(location: &Location, options: segment_store::Options) -> Result<RemoteSegments> {
-        let opened = location.open_unapplied(nothing_by_blocks, nothing_private)?;
+        let opened = location.open_unapplied(StoreFiles::for_kind(StoreKind::Segments))?;
         match opened.remote {
             Some(remote) => RemoteSegments::with_unapplied(remote, options),
             None => Ok(RemoteSegments {

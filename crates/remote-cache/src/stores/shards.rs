@@ -4,17 +4,11 @@ use std::ops::Deref;
 
 use shard_store::{ShardStore, StoreItem};
 
-use super::{local_publish, nothing_by_blocks};
+use super::local_publish;
 use crate::Result;
+use crate::files::{StoreFiles, StoreKind};
 use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
-
-/// Shard-store's scratch space, locks and quarantine never travel.
-fn shard_private(path: &str) -> bool {
-    ["locks", "scratch", "quarantine"]
-        .iter()
-        .any(|d| path == *d || path.starts_with(&format!("{d}/")))
-}
 
 /// A shard-store root on a [`Location`]: shards published by others are
 /// materialised before the store opens; shards this process generates
@@ -31,7 +25,7 @@ pub struct RemoteShards<T> {
 impl<T: StoreItem> RemoteShards<T> {
     /// Opens the published root at `location` without a source.
     pub fn open(location: &Location, options: shard_store::Options) -> Result<RemoteShards<T>> {
-        let opened = location.open(nothing_by_blocks, shard_private)?;
+        let opened = location.open(StoreFiles::for_kind(StoreKind::Shards))?;
         let store = ShardStore::open(&opened.dir, options)?;
         Ok(RemoteShards {
             store,
@@ -51,7 +45,7 @@ impl<T: StoreItem> RemoteShards<T> {
         I: IntoIterator<Item = T>,
         I::IntoIter: Send + 'static,
     {
-        let opened = location.open(nothing_by_blocks, shard_private)?;
+        let opened = location.open(StoreFiles::for_kind(StoreKind::Shards))?;
         let store = ShardStore::open_with_source(&opened.dir, options, source)?;
         Ok(RemoteShards {
             store,
