@@ -227,3 +227,26 @@ impl Error {
         move |source| Error::Io { op, path, source }
     }
 }
+
+/// The error for block `i` of `name` whose bytes hash to `got`.
+pub(crate) fn block_mismatch(
+    url: &str,
+    name: &str,
+    path: &std::path::Path,
+    hashes: &crate::BlockHashes,
+    i: u64,
+    got: [u8; 32],
+) -> Error {
+    let hex = |h: [u8; 32]| blake3::Hash::from_bytes(h).to_hex().to_string();
+    let range = hashes.range(i);
+    Error::BlockMismatch(Box::new(BlockMismatch {
+        url: url.to_string(),
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        block: i,
+        start: range.start,
+        end: range.end,
+        expected: hashes.hash(i).map(|h| hex(*h)).unwrap_or_default(),
+        got: hex(got),
+    }))
+}

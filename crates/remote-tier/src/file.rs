@@ -10,9 +10,10 @@ use std::time::SystemTime;
 use durable_fs::FileLock;
 
 use crate::blocks::BlockHashes;
+use crate::engine::{Expected, Inner, map_fits};
+use crate::error::block_mismatch;
 use crate::format::BlockMap;
 use crate::local::LocalDir;
-use crate::tier::{Expected, Inner};
 use crate::{Error, Result};
 
 /// An object of the store open through the local tier: a local file that
@@ -235,7 +236,7 @@ impl RemoteFile {
         let s = &self.state;
         match blocks {
             [] => Ok(()),
-            [one] => s.tier.fetch_block(s, *one),
+            [one] => s.fetch_block(*one),
             many => {
                 let next = std::sync::atomic::AtomicUsize::new(0);
                 let workers = s.tier.config.parallelism.clamp(1, many.len());
@@ -249,7 +250,7 @@ impl RemoteFile {
                                     let Some(&i) = many.get(at) else {
                                         return Ok(());
                                     };
-                                    s.tier.fetch_block(s, i)?;
+                                    s.fetch_block(i)?;
                                 }
                             })
                         })
@@ -288,7 +289,7 @@ impl RemoteFile {
             // A failed prefetch is only a miss: the read that needs the
             // block fetches it again and reports the error.
             s.tier.spawn_blocking(move || {
-                let _ = state.tier.fetch_block(&state, i);
+                let _ = state.fetch_block(i);
                 drop(permit);
             });
         }
@@ -418,22 +419,6 @@ impl ObjectState {
     }
 }
 
-/// Whether a handle checking blocks against `hashes` (or against nothing)
-/// may use the local copy `map` describes: a copy made under one block
-/// list serves only handles of that list, and a copy made without one
-/// only handles without one, so that no unchecked block ever lands in a
-/// copy whose map says its blocks were checked.
-pub(crate) fn map_fits(map: &BlockMap, hashes: Option<&BlockHashes>) -> bool {
-    match hashes {
-        None => map.checked.is_none(),
-        Some(h) => {
-            map.checked == Some(h.digest())
-                && map.block_size == h.block_size()
-                && map.size == h.size()
-        }
-    }
-}
-
 /// Opens `path` read-only if it exists.
 fn open_existing(path: &Path) -> Result<Option<File>> {
     match File::open(path) {
@@ -447,4 +432,53 @@ fn open_existing(path: &Path) -> Result<Option<File>> {
 /// (updates are single bit sets), so a poisoned lock is taken as is.
 fn lock(m: &Mutex<BlockMap>) -> MutexGuard<'_, BlockMap> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ObjectState {
+    /// Fetches block `i` of `obj` unless it is present: one fetcher per
+    /// block machine-wide; bytes fsynced before the block map says so.
+    pub(crate) fn fetch_block(&self, i: u64) -> Result<()> {
+        if self.has(i) {
+            return Ok(());
+        }
+        let _fetching = self.tier.dir.fetch_lock(&self.key, Some(i))?;
+        self.refresh();
+        if self.has(i) {
+            return Ok(());
+        }
+        let (range, etag) = self.block(i);
+        let etag = (!etag.is_empty()).then_some(etag);
+        let mut bytes = self.tier.get(&self.name, range.clone(), etag.clone())?;
+        if let Some(h) = &self.hashes {
+            // Checked before a byte is written: a bad block never reaches
+            // the local file. One more fetch absorbs a corruption in
+            // transit; a second mismatch is the store's bytes.
+            let (good, _) = h.check_block(i, &bytes);
+            if !good {
+                bytes = self.tier.get(&self.name, range.clone(), etag)?;
+                let (good, got) = h.check_block(i, &bytes);
+                if !good {
+                    return Err(block_mismatch(
+                        &self.tier.url,
+                        &self.name,
+                        &self.path,
+                        h,
+                        i,
+                        got,
+                    ));
+                }
+            }
+        }
+        self.file
+            .write_all_at(&bytes, range.start)
+            .map_err(Error::io("write block", &self.path))?;
+        self.file
+            .sync_data()
+            .map_err(Error::io("fsync", &self.path))?;
+        {
+            let _tier = self.tier.dir.lock_tier()?;
+            self.mark(i)?;
+        }
+        self.tier.after_fetch()
+    }
 }

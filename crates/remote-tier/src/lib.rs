@@ -116,6 +116,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod blocks;
+mod config;
+mod engine;
 mod error;
 mod file;
 mod format;
@@ -130,9 +132,11 @@ pub mod snapshot;
 mod tier;
 
 pub use blocks::{BlockHasher, BlockHashes, BlockList};
+pub use config::{DEFAULT_BLOCK_SIZE, TierConfig};
+pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
 pub use location::{build_store, redact_url};
 pub use remote::RetryPolicy;
-pub use tier::{DEFAULT_BLOCK_SIZE, Expected, ObjectInfo, PROBE_DIR, RemoteTier, TierConfig};
+pub use tier::RemoteTier;

@@ -27,7 +27,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::tier::{Expected, RemoteTier};
+use crate::engine::Expected;
+use crate::tier::RemoteTier;
 use crate::{Error, Result};
 
 /// Where content-addressed files live under the URL.

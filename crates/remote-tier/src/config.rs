@@ -1,0 +1,61 @@
+//! [`TierConfig`]: how a tier uses its local directory and the network.
+
+use std::path::PathBuf;
+
+use crate::remote::RetryPolicy;
+
+/// 8 MiB: the default block of a block-fetched object and part of a
+/// multipart upload (S3 parts are at least 5 MiB).
+pub const DEFAULT_BLOCK_SIZE: u64 = 8 << 20;
+
+/// How a [`RemoteTier`] uses its local directory and the network.
+#[derive(Debug, Clone)]
+pub struct TierConfig {
+    /// The local tier: fetched copies, block maps, locks. Several
+    /// processes may share one.
+    pub cache_dir: PathBuf,
+    /// Bytes the local tier may hold before least-recently-used copies
+    /// are evicted. Objects open in some reader are kept even over budget.
+    pub budget_bytes: u64,
+    /// Large objects are fetched in blocks of this many bytes (those
+    /// opened with a block list, in the list's block size), and a
+    /// publisher records block lists in blocks of this size.
+    pub block_size: u64,
+    /// Objects up to this size are fetched whole (one request).
+    pub whole_file_max: u64,
+    /// Blocks fetched ahead of a read, in the background.
+    pub prefetch_blocks: u64,
+    /// Requests in flight at once for one call (a whole-object fetch, a
+    /// multipart upload) and, separately, for all prefetches of the tier.
+    pub parallelism: usize,
+    /// Files larger than this are uploaded in parts of this size.
+    pub part_size: u64,
+    /// Timeouts and retries of requests.
+    pub retry: RetryPolicy,
+    /// Only one writer ever publishes to this URL: commit records are
+    /// written even where the server does not honour conditional puts
+    /// (which are then not needed to keep two writers apart). Off by
+    /// default: [`RemoteTier::commit`] first checks, once per tier, that
+    /// the server refuses a second put-if-absent of one name, and
+    /// refuses to publish ([`Error::ConditionalPutIgnored`]) where it
+    /// does not.
+    pub single_publisher: bool,
+}
+
+impl TierConfig {
+    /// The defaults (8 MiB blocks, 4 blocks of prefetch, 8 requests in
+    /// flight) for a local tier at `cache_dir` of at most `budget_bytes`.
+    pub fn new(cache_dir: impl Into<PathBuf>, budget_bytes: u64) -> TierConfig {
+        TierConfig {
+            cache_dir: cache_dir.into(),
+            budget_bytes,
+            block_size: DEFAULT_BLOCK_SIZE,
+            whole_file_max: DEFAULT_BLOCK_SIZE,
+            prefetch_blocks: 4,
+            parallelism: 8,
+            part_size: DEFAULT_BLOCK_SIZE,
+            retry: RetryPolicy::default(),
+            single_publisher: false,
+        }
+    }
+}
