@@ -23,8 +23,12 @@ pub struct TierConfig {
     pub block_size: u64,
     /// Objects up to this size are fetched whole (one request).
     pub whole_file_max: u64,
-    /// Blocks fetched ahead of a read, in the background.
+    /// Blocks fetched ahead of a read, in the background (0: none). The
+    /// window starts here and doubles while reads of an object stay
+    /// sequential, up to [`max_prefetch_blocks`](Self::max_prefetch_blocks).
     pub prefetch_blocks: u64,
+    /// The largest read-ahead window, in blocks.
+    pub max_prefetch_blocks: u64,
     /// Requests in flight at once for one call (a whole-object fetch, a
     /// multipart upload) and, separately, for all prefetches of the tier.
     pub parallelism: usize,
@@ -43,8 +47,8 @@ pub struct TierConfig {
 }
 
 impl TierConfig {
-    /// The defaults (8 MiB blocks, 4 blocks of prefetch, 8 requests in
-    /// flight) for a local tier at `cache_dir` of at most `budget_bytes`.
+    /// The defaults (8 MiB blocks, a read-ahead of 4 blocks growing to
+    /// 64, 8 requests in flight) for a local tier at `cache_dir` of at most `budget_bytes`.
     pub fn new(cache_dir: impl Into<PathBuf>, budget_bytes: u64) -> TierConfig {
         TierConfig {
             cache_dir: cache_dir.into(),
@@ -52,6 +56,7 @@ impl TierConfig {
             block_size: DEFAULT_BLOCK_SIZE,
             whole_file_max: DEFAULT_BLOCK_SIZE,
             prefetch_blocks: 4,
+            max_prefetch_blocks: 64,
             parallelism: 8,
             part_size: DEFAULT_BLOCK_SIZE,
             retry: RetryPolicy::default(),

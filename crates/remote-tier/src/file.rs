@@ -14,6 +14,7 @@ use crate::engine::{Expected, Inner, map_fits};
 use crate::error::block_mismatch;
 use crate::format::BlockMap;
 use crate::local::LocalDir;
+use crate::warm::Warming;
 use crate::{Error, Result};
 
 /// An object of the store open through the local tier: a local file that
@@ -45,7 +46,37 @@ pub(crate) struct ObjectState {
     ino: u64,
     /// The second (since the epoch) of the last touch.
     touched: std::sync::atomic::AtomicU64,
+    /// Where the next sequential read would start, and the read-ahead
+    /// window it gets, in blocks.
+    ahead: Mutex<ReadAhead>,
     _pin: FileLock,
+}
+
+/// The read-ahead of one open object: the window doubles while reads
+/// continue where the last one ended (or inside what was read ahead),
+/// and starts over at a jump.
+#[derive(Debug, Default, Clone, Copy)]
+struct ReadAhead {
+    next: u64,
+    window: u64,
+}
+
+impl ReadAhead {
+    /// The window after a read of blocks `first..=last`: doubled (up to
+    /// `most`) when the read continues the last one or starts inside its
+    /// window, back to `initial` otherwise (0 turns read-ahead off).
+    fn after_read(&mut self, first: u64, last: u64, initial: u64, most: u64) -> u64 {
+        let sequential = self.window > 0
+            && first >= self.next.saturating_sub(1)
+            && first <= self.next.saturating_add(self.window);
+        self.window = if sequential {
+            self.window.saturating_mul(2).min(most.max(initial))
+        } else {
+            initial
+        };
+        self.next = last.saturating_add(1);
+        self.window
+    }
 }
 
 impl RemoteFile {
@@ -101,6 +132,7 @@ impl RemoteFile {
                     hashes: None,
                     ino: 0,
                     touched: Default::default(),
+                    ahead: Default::default(),
                     _pin: pin,
                 }
             }
@@ -119,6 +151,7 @@ impl RemoteFile {
                     hashes,
                     ino,
                     touched: Default::default(),
+                    ahead: Default::default(),
                     _pin: pin,
                 }
             }
@@ -216,9 +249,48 @@ impl RemoteFile {
             missing.retain(|&i| !s.has(i));
         }
         self.fetch_blocks(&missing)?;
-        self.prefetch(last + 1);
+        let window = s.read_ahead(first, last);
+        self.prefetch(last + 1, window);
         self.touch();
         Ok(())
+    }
+
+    /// Starts filling the local tier with the blocks that cover `ranges`,
+    /// in their order, in the background (up to the tier's parallelism at
+    /// once), and stops after `max_bytes` of blocks fetched — the caller's
+    /// share of the budget — or when the returned [`Warming`] is dropped.
+    /// Blocks already local cost nothing; a failed fetch is only a miss
+    /// (the read that needs the block fetches it again), counted in
+    /// [`Warming::failed`].
+    pub fn warm(&self, ranges: &[Range<u64>], max_bytes: u64) -> Warming {
+        let s = &self.state;
+        let mut order = Vec::new();
+        if let Some(blocks) = &s.blocks {
+            let bs = lock(blocks).block_size;
+            let mut seen = std::collections::HashSet::new();
+            for r in ranges {
+                let r = r.start.min(s.size)..r.end.min(s.size);
+                if r.is_empty() {
+                    continue;
+                }
+                for i in r.start / bs..=(r.end - 1) / bs {
+                    if seen.insert(i) {
+                        order.push(i);
+                    }
+                }
+            }
+        }
+        let state = Arc::clone(&self.state);
+        let block_bytes = move |i: u64| state.block(i).0.end - state.block(i).0.start;
+        let state = Arc::clone(&self.state);
+        let fetch = move |i: u64| {
+            if state.has(i) {
+                return Ok(false);
+            }
+            state.fetch_block(i).map(|()| true)
+        };
+        let workers = s.tier.config.parallelism.max(1);
+        Warming::start(order, max_bytes, workers, block_bytes, fetch)
     }
 
     /// Reads `buf.len()` bytes at `offset`, fetching them first.
@@ -269,15 +341,13 @@ impl RemoteFile {
         }
     }
 
-    /// Starts background fetches of the blocks after `from`, as far as the
-    /// prefetch window and the tier's free request slots allow.
-    fn prefetch(&self, from: u64) {
+    /// Starts background fetches of the `window` blocks after `from`, as
+    /// far as the tier's free request slots allow.
+    fn prefetch(&self, from: u64, window: u64) {
         let s = &self.state;
         let Some(blocks) = &s.blocks else { return };
         let total = lock(blocks).blocks();
-        let until = from
-            .saturating_add(s.tier.config.prefetch_blocks)
-            .min(total);
+        let until = from.saturating_add(window).min(total);
         for i in from..until {
             if s.has(i) {
                 continue;
@@ -435,6 +505,18 @@ fn lock(m: &Mutex<BlockMap>) -> MutexGuard<'_, BlockMap> {
 }
 
 impl ObjectState {
+    /// The read-ahead window after a read of blocks `first..=last`.
+    fn read_ahead(&self, first: u64, last: u64) -> u64 {
+        let config = &self.tier.config;
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        ahead.after_read(
+            first,
+            last,
+            config.prefetch_blocks,
+            config.max_prefetch_blocks,
+        )
+    }
+
     /// Fetches block `i` of `obj` unless it is present: one fetcher per
     /// block machine-wide; bytes fsynced before the block map says so.
     pub(crate) fn fetch_block(&self, i: u64) -> Result<()> {
@@ -480,5 +562,25 @@ impl ObjectState {
             self.mark(i)?;
         }
         self.tier.after_fetch()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadAhead;
+
+    #[test]
+    fn the_read_ahead_grows_while_reads_stay_sequential() {
+        let mut ahead = ReadAhead::default();
+        let windows: Vec<u64> = (0..7).map(|b| ahead.after_read(b, b, 2, 16)).collect();
+        assert_eq!(windows, [2, 4, 8, 16, 16, 16, 16]);
+        // A read inside the window read ahead still counts as sequential.
+        assert_eq!(ahead.after_read(12, 13, 2, 16), 16);
+        // A jump starts over.
+        assert_eq!(ahead.after_read(500, 500, 2, 16), 2);
+        assert_eq!(ahead.after_read(100, 100, 2, 16), 2);
+        // Off stays off.
+        let mut off = ReadAhead::default();
+        assert_eq!((0..4).map(|b| off.after_read(b, b, 0, 16)).sum::<u64>(), 0);
     }
 }

@@ -130,6 +130,7 @@ mod remote;
 mod shared;
 pub mod snapshot;
 mod tier;
+mod warm;
 
 pub use blocks::{BlockHasher, BlockHashes, BlockList};
 pub use config::{DEFAULT_BLOCK_SIZE, TierConfig};
@@ -140,3 +141,4 @@ pub use local::EvictReport;
 pub use location::{build_store, redact_url};
 pub use remote::RetryPolicy;
 pub use tier::RemoteTier;
+pub use warm::{Warming, WarmingSet};

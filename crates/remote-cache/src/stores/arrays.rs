@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use memmap_array::{ArrayCache, Row};
-use remote_tier::RemoteFile;
+use remote_tier::{RemoteFile, Warming, WarmingSet};
 use tensor_core::TensorView;
 
 use crate::Result;
@@ -29,7 +29,19 @@ impl RemoteArrays {
     /// Opens the finished cache at `location`.
     pub fn open(location: &Location) -> Result<RemoteArrays> {
         let opened = location.open(StoreFiles::for_kind(StoreKind::Arrays))?;
-        let cache = ArrayCache::open(&opened.dir)?;
+        RemoteArrays::open_in(&opened.dir, opened.remote)
+    }
+
+    /// Opens the finished cache in the working directory of `remote` (a
+    /// commit log opened by the caller with the files of
+    /// [`StoreKind::Arrays`], e.g. over a wrapped object store).
+    pub fn with_remote(remote: RemoteDir) -> Result<RemoteArrays> {
+        let dir = remote.dir().to_path_buf();
+        RemoteArrays::open_in(&dir, Some(remote))
+    }
+
+    fn open_in(dir: &std::path::Path, remote: Option<RemoteDir>) -> Result<RemoteArrays> {
+        let cache = ArrayCache::open(dir)?;
         // The objects the arrays map (nothing refreshes the commit log in
         // between: this handle is its only owner yet).
         let bins = cache
@@ -38,7 +50,7 @@ impl RemoteArrays {
             .iter()
             .map(|a| {
                 let file = memmap_array::bin_file(a.name());
-                let object = opened.remote.as_ref().and_then(|r| r.object(&file));
+                let object = remote.as_ref().and_then(|r| r.object(&file));
                 (object, a.row_bytes() as u64)
             })
             .collect::<Vec<_>>();
@@ -57,7 +69,7 @@ impl RemoteArrays {
         }
         Ok(RemoteArrays {
             cache,
-            remote: opened.remote,
+            remote,
             bins,
         })
     }
@@ -84,6 +96,33 @@ impl RemoteArrays {
             }
         }
         Ok(())
+    }
+
+    /// Starts fetching rows `rows` of every array into the local tier in
+    /// the background, in that order (the next epoch's), at most the
+    /// tier's budget of bytes in all. Reads meanwhile fetch what they need
+    /// first; a row whose blocks arrived sends no request. Nothing to do
+    /// for a local cache.
+    pub fn prefetch(&self, rows: &[u64]) -> WarmingSet {
+        let budget = self
+            .remote
+            .as_ref()
+            .map_or(0, |r| r.tier().config().budget_bytes);
+        let objects = self.bins.iter().filter(|(o, _)| o.is_some()).count().max(1) as u64;
+        let fills = self
+            .bins
+            .iter()
+            .filter_map(|(object, row_bytes)| {
+                let object = object.as_ref()?;
+                let ranges: Vec<Range<u64>> = rows
+                    .iter()
+                    .filter(|&&i| i < self.cache.len())
+                    .map(|&i| i * row_bytes..(i + 1) * row_bytes)
+                    .collect();
+                Some(object.warm(&ranges, budget / objects))
+            })
+            .collect();
+        Warming::all(fills)
     }
 
     /// Row `i`, fetched first (see [`ArrayCache::row`]).

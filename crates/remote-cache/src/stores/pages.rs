@@ -2,7 +2,7 @@
 
 use page_alloc::format::RunSpan;
 use page_alloc::{PageReader, Sample};
-use remote_tier::RemoteFile;
+use remote_tier::{RemoteFile, Warming, WarmingSet};
 
 use crate::files::{StoreFiles, StoreKind};
 use crate::journal::RemoteDir;
@@ -107,6 +107,32 @@ impl RemotePages {
             self.ready[k].store(true, std::sync::atomic::Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Starts fetching the pages of samples `indices` into the local tier
+    /// in the background, in that order (the next epoch's), at most the
+    /// tier's budget of bytes — MosaicML's `predownload`. Reads meanwhile
+    /// fetch what they need first; a sample whose pages arrived sends no
+    /// request. Nothing to do for a local file.
+    pub fn prefetch(&self, indices: &[usize]) -> WarmingSet {
+        let Some(object) = &self.object else {
+            return WarmingSet::default();
+        };
+        let mut ranges: Vec<std::ops::Range<u64>> = Vec::new();
+        let mut last = None;
+        for &i in indices {
+            let k = self.runs.partition_point(|r| r.first_sample <= i as u64);
+            let Some(k) = k.checked_sub(1) else { continue };
+            if last != Some(k) && !self.ready[k].load(std::sync::atomic::Ordering::Acquire) {
+                ranges.push(self.runs[k].bytes.clone());
+            }
+            last = Some(k);
+        }
+        let budget = self
+            .remote
+            .as_ref()
+            .map_or(0, |r| r.tier().config().budget_bytes);
+        Warming::all(vec![object.warm(&ranges, budget)])
     }
 
     /// Sample `index`, its page fetched first (see [`PageReader::sample`]).
