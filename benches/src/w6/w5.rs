@@ -68,6 +68,10 @@ fn read(
     order.shuffle(&mut StdRng::seed_from_u64(ctx.seed ^ 0x55));
     let mut got = vec![0u64; sums.len()];
     let start = Instant::now();
+    // The epoch's order is known before its first read: a remote reader
+    // warms the tier in that order, many blocks in flight, while the
+    // reads below take each sample as soon as its block is local.
+    let _warming = remote.map(|r| r.prefetch(&order));
     for &i in &order {
         if let Some(r) = remote {
             r.ensure_samples(&[i]).map_err(err)?;
