@@ -27,6 +27,20 @@
 //!   [`RemoteSegments::refresh_every`]) applies what other processes
 //!   published since, whole commits only.
 //!
+//! # One road from a URL
+//!
+//! Every caller — the stores' `Remote*` types here, the facade, the
+//! `cachex` tool, the Python binding — goes from a cache root to an opened
+//! directory the same way: [`Location::parse_with`] (a URL or a path, with
+//! the caller's [`TierOptions`] over the environment's `CACHEX_TIER_DIR`
+//! and `CACHEX_TIER_BUDGET`, which are read there and nowhere else), then
+//! [`Location::open_dir`] for a [`StoreKind`], which yields a [`CacheDir`]
+//! to open the store in and to [`publish`](CacheDir::publish) and
+//! [`refresh`](CacheDir::refresh). Which files of a store stay on the
+//! machine, which are read by blocks and whose removal is only a local
+//! eviction, each store crate declares ([`StoreFiles`]); a URL is shown
+//! only through [`redact_url`].
+//!
 //! Credentials and endpoints come from `object_store`'s environment
 //! variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) or options
 //! ([`Location::with_options`]); they are never written to disk or shown
