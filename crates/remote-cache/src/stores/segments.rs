@@ -18,7 +18,7 @@ use crate::location::Location;
 /// bytes written since, then the commit record. Several writers append to
 /// one remote cache when each has its own
 /// [`writer_id`](segment_store::Options::writer_id); two writers that
-/// write the same segment id cannot both publish it ([`Error::Conflict`]).
+/// write the same segment id cannot both publish it ([`Error::Conflict`](crate::Error::Conflict)).
 #[derive(Debug)]
 pub struct RemoteSegments {
     // Dropped before the commit log: the store's files stay while it lives.

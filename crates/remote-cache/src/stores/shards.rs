@@ -15,7 +15,7 @@ use crate::location::Location;
 /// from its source are uploaded by [`publish`](Self::publish).
 ///
 /// One process generates a remote root at a time: two that both write
-/// `metadata.json` get [`Error::Conflict`] at the second publish.
+/// `metadata.json` get [`Error::Conflict`](crate::Error::Conflict) at the second publish.
 #[derive(Debug)]
 pub struct RemoteShards<T> {
     store: ShardStore<T>,
