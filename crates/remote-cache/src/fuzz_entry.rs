@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use remote_tier::{RemoteTier, TierConfig};
 
 use crate::journal::{OBJECTS, commit_name};
-use crate::{Commit, RemoteDir, Result};
+use crate::{Next, RemoteDir, Result};
 
 /// The bytes of the objects every input may point at (`objects/<blake3>`):
 /// empty, small, a few blocks, and larger than the tier fetches whole.
@@ -79,7 +79,7 @@ impl CommitLog {
     }
 
     /// Publishes `bytes` as commit 1 and reads it back as a reader does.
-    pub fn read(&self, bytes: &[u8]) -> Result<Option<Commit>> {
+    pub fn read(&self, bytes: &[u8]) -> Result<Option<Next>> {
         self.tier.put_bytes(&commit_name(1), bytes.to_vec())?;
         let dir = self.scratch.join("read");
         let remote = RemoteDir::open_unapplied(self.tier.clone(), &dir, files())?;

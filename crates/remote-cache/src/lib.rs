@@ -115,6 +115,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod commit;
 mod error;
 mod files;
 #[doc(hidden)]
@@ -123,10 +124,12 @@ pub mod journal;
 mod location;
 mod prefetch;
 mod stores;
+mod workdir;
 
+pub use commit::{Checkpoint, Commit, Piece};
 pub use error::{Error, Result};
 pub use files::{StoreFiles, StoreKind};
-pub use journal::{Commit, Piece, PublishReport, RefreshReport, RemoteDir};
+pub use journal::{Next, PublishReport, RefreshReport, RemoteDir};
 pub use location::{
     CacheDir, DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV,
     TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,

@@ -100,6 +100,8 @@ pub struct ObjectInfo {
     pub size: u64,
     /// Its entity tag, where the store gives one.
     pub e_tag: Option<String>,
+    /// When the store last wrote it (its clock, not this machine's).
+    pub last_modified: std::time::SystemTime,
 }
 
 /// Where the conditional-put probe objects go under the URL (each
@@ -271,6 +273,7 @@ impl RemoteTier {
                 name: remote.name_of(&m.location),
                 size: m.size,
                 e_tag: m.e_tag,
+                last_modified: m.last_modified.into(),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -301,6 +304,7 @@ impl RemoteTier {
                 name: remote.name_of(&m.location),
                 size: m.size,
                 e_tag: m.e_tag,
+                last_modified: m.last_modified.into(),
             })
             .filter(|o| o.name.as_str() > after)
             .collect();
@@ -396,6 +400,21 @@ impl RemoteTier {
         })?;
         put.map(|_| ())
             .map_err(|(f, n)| remote.error(name, "put", f, n))
+    }
+
+    /// Deletes the object `name` (one already gone is no error): for a
+    /// garbage collector that knows nothing references it.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let remote = self.inner.remote()?;
+        let path = remote.path(name)?;
+        let r = remote.clone();
+        let deleted = self.inner.block_on(name, "delete", async move {
+            r.retrying(true, || r.store.delete(&path)).await
+        })?;
+        match deleted {
+            Ok(_) | Err((Failure::Store(object_store::Error::NotFound { .. }), _)) => Ok(()),
+            Err((f, n)) => Err(remote.error(name, "delete", f, n)),
+        }
     }
 
     /// Uploads the local file `path` as the immutable object `name`: one
@@ -751,6 +770,7 @@ impl Inner {
             name: name.to_string(),
             size: meta.size,
             e_tag: meta.e_tag,
+            last_modified: meta.last_modified.into(),
         })
     }
 
