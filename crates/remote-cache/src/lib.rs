@@ -120,8 +120,10 @@ mod error;
 mod files;
 #[doc(hidden)]
 pub mod fuzz_entry;
+pub mod gc;
 pub mod journal;
 mod location;
+mod log_state;
 mod prefetch;
 mod stores;
 mod workdir;
@@ -129,10 +131,12 @@ mod workdir;
 pub use commit::{Checkpoint, Commit, Piece};
 pub use error::{Error, Result};
 pub use files::{StoreFiles, StoreKind};
+pub use gc::{GcOptions, GcReport, Usage};
 pub use journal::{Next, PublishReport, RefreshReport, RemoteDir};
 pub use location::{
     CacheDir, DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV,
     TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
 };
+pub use log_state::LogState;
 pub use remote_tier::redact_url;
 pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};
