@@ -117,14 +117,20 @@ fn payload_commits() -> Result<Vec<Seed>> {
         ("empty-file", vec![piece("empty", 0, &p[0], false)]),
         ("read-by-blocks", vec![by_blocks]),
         ("no-pieces", Vec::new()),
+        ("new-and-removed", vec![piece("kept.dat", 0, &p[1], false)]),
     ];
     let mut out = Vec::new();
     for (what, pieces) in commits {
+        let removed = match what {
+            "new-and-removed" => vec!["segments/old.arrow".to_string()],
+            _ => Vec::new(),
+        };
         let commit = Commit {
             version: COMMIT_VERSION,
             seq: 1,
             writer: "seed".into(),
             pieces,
+            removed,
         };
         let body = remote_tier::record::encode_record(&commit)?;
         out.push(framed(&format!("read-{what}"), 0, &body));

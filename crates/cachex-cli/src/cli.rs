@@ -1,5 +1,5 @@
 //! The `cachex` command line: `inspect`, `verify`, `get`, `stats`,
-//! `compact`, `push`, `pull` and `demo`. Each command finds the cache's adapter
+//! `compact`, `push`, `pull`, `gc`, `du` and `demo`. Each command finds the cache's adapter
 //! ([`adapter_for`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
 //! sound, [`EXIT_PROBLEMS`] (1) problems found or the cache could not be
 //! read, [`EXIT_USAGE`] (2) usage errors and paths that are no cache we
@@ -106,6 +106,39 @@ pub enum Command {
         #[arg(long, default_value_t = 1024)]
         tier_budget_mib: u64,
     },
+    /// Delete the objects of a cache in object storage that no commit
+    /// inside the retention window needs, and fold the commits up to the
+    /// window's first into a checkpoint (so an open stays a few requests).
+    /// Objects younger than the grace period are never deleted (a
+    /// publisher's uploads before its commit); a reader opened on a
+    /// commit inside the window keeps working. Safe while writers publish.
+    Gc {
+        /// Where the cache was published (`s3://bucket/prefix`, ...).
+        url: String,
+        /// The retention window: commits written within it stay readable
+        /// (`30s`, `15m`, `1h`, `7d`, `2w`; `0s` keeps the last commit only).
+        #[arg(long, default_value = "7d", value_parser = crate::garbage::parse_duration)]
+        keep: std::time::Duration,
+        /// Objects written within it are never deleted, referenced or not.
+        #[arg(long, default_value = "1h", value_parser = crate::garbage::parse_duration)]
+        grace: std::time::Duration,
+        /// Print JSON instead of a line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a cache in object storage holds: live bytes, garbage
+    /// (what `cachex gc` with the same window would delete, past its grace
+    /// period), commits and checkpoints.
+    Du {
+        /// Where the cache was published (`s3://bucket/prefix`, ...).
+        url: String,
+        /// The retention window live bytes are counted for (as `gc --keep`).
+        #[arg(long, default_value = "7d", value_parser = crate::garbage::parse_duration)]
+        keep: std::time::Duration,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Two epochs of a slow feature extractor through a cache.
     Demo {
         /// Where the demo cache goes.
@@ -192,6 +225,21 @@ pub fn run(command: Command) -> Result<u8> {
         } => {
             let (code, text) =
                 crate::remote::pull(&url, &local, tier_dir, tier_budget_mib, progress())?;
+            print(&text)?;
+            Ok(code)
+        }
+        Command::Gc {
+            url,
+            keep,
+            grace,
+            json,
+        } => {
+            let (code, text) = crate::garbage::run_gc(&url, keep, grace, json)?;
+            print(&text)?;
+            Ok(code)
+        }
+        Command::Du { url, keep, json } => {
+            let (code, text) = crate::garbage::run_du(&url, keep, json)?;
             print(&text)?;
             Ok(code)
         }

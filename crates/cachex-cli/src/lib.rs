@@ -57,6 +57,7 @@ mod adapters;
 mod cli;
 pub mod demo;
 mod error;
+mod garbage;
 pub mod json;
 mod remote;
 

@@ -182,10 +182,15 @@ pub(crate) fn writer_name() -> String {
 }
 
 /// Whether `path` may name a file of a working directory in a record: a
-/// relative path inside it (no `..`, no root, no `.`), not in the state
-/// directory.
+/// relative path inside it (no `..`, no root, no `.`, no empty
+/// component, no backslash), not in the state directory.
 pub(crate) fn is_cache_path(path: &str) -> bool {
+    // Written as publishers write them: no empty or `.` components either,
+    // so one file has one name.
     remote_tier::record::is_relative_inside(path)
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..")
         && path.split('/').next() != Some(STATE_DIR)
         && !path.contains('\\')
 }
@@ -381,6 +386,8 @@ mod tests {
         for bad in [
             "../x",
             "/etc/passwd",
+            "a/./b",
+            "a//b",
             "a/../../x",
             "",
             ".",
