@@ -1,5 +1,5 @@
 //! The `cachex` command line: `inspect`, `verify`, `get`, `stats`,
-//! `compact`, `push`, `pull`, `gc`, `du` and `demo`. Each command finds the cache's adapter
+//! `compact`, `push`, `pull`, `migrate`, `gc`, `du` and `demo`. Each command finds the cache's adapter
 //! ([`adapter_for`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
 //! sound, [`EXIT_PROBLEMS`] (1) problems found or the cache could not be
 //! read, [`EXIT_USAGE`] (2) usage errors and paths that are no cache we
@@ -82,17 +82,21 @@ pub enum Command {
         path: PathBuf,
     },
     /// Publish a cache directory to object storage (`s3://bucket/prefix`,
-    /// `gs://…`, `az://…`, `file:///…`): files first, then a manifest
-    /// committed last, so readers never see a half-published cache.
-    /// Credentials and endpoints come from the environment (`AWS_*`, ...).
+    /// `gs://…`, `az://…`, `file:///…`) as the next commit of the commit
+    /// log the stores publish to: the files new or changed since the last
+    /// commit, uploaded first, and the files it no longer has as removed;
+    /// the commit is written last, so readers never see a half-published
+    /// cache. Credentials and endpoints come from the environment
+    /// (`AWS_*`, ...).
     Push {
         /// The cache directory.
         local: PathBuf,
         /// Where to publish it.
         url: String,
     },
-    /// Materialise the latest published snapshot at URL into a local
-    /// directory (files already right are kept: a killed pull resumes).
+    /// Materialise the commit log at URL into a local directory (which
+    /// keeps a record of what it applied in `.cachex-remote/`: pulling
+    /// again applies only what was published since, removals included).
     Pull {
         /// Where the cache was published.
         url: String,
@@ -105,6 +109,13 @@ pub enum Command {
         /// The local tier's budget, in MiB.
         #[arg(long, default_value_t = 1024)]
         tier_budget_mib: u64,
+    },
+    /// Convert a cache pushed by an older `cachex` (a snapshot under
+    /// `manifests/`) into the first commit of a commit log: the files
+    /// stay where they are, one record is written.
+    Migrate {
+        /// Where the cache was pushed.
+        url: String,
     },
     /// Delete the objects of a cache in object storage that no commit
     /// inside the retention window needs, and fold the commits up to the
@@ -223,8 +234,12 @@ pub fn run(command: Command) -> Result<u8> {
             tier_dir,
             tier_budget_mib,
         } => {
-            let (code, text) =
-                crate::remote::pull(&url, &local, tier_dir, tier_budget_mib, progress())?;
+            let (code, text) = crate::remote::pull(&url, &local, tier_dir, tier_budget_mib)?;
+            print(&text)?;
+            Ok(code)
+        }
+        Command::Migrate { url } => {
+            let (code, text) = crate::remote::migrate(&url)?;
             print(&text)?;
             Ok(code)
         }

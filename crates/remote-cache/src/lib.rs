@@ -125,6 +125,7 @@ pub mod journal;
 mod location;
 mod log_state;
 mod prefetch;
+pub mod snapshot;
 mod stores;
 mod workdir;
 
