@@ -19,7 +19,8 @@ use crate::adapters::adapter_for;
 use crate::error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};
 use crate::json::value_table;
 
-/// Inspect, verify and read cachex caches (and the Python tools' caches).
+/// Inspect, verify and read cachex caches (and the Python tools' caches);
+/// publish them to object storage, pull them back, collect their garbage.
 #[derive(Debug, Parser)]
 #[command(name = "cachex", version, about)]
 pub struct Cli {
@@ -81,9 +82,12 @@ pub enum Command {
         /// The cache directory.
         path: PathBuf,
     },
-    /// Publish a cache directory to object storage (`s3://bucket/prefix`,
-    /// `gs://…`, `az://…`, `file:///…`) as the next commit of the commit
-    /// log the stores publish to: the files new or changed since the last
+    /// Publish a cache directory to object storage as the next commit of
+    /// its commit log.
+    ///
+    /// URLs: `s3://bucket/prefix`, `gs://…`, `az://…`, `file:///…`. The
+    /// commit log is the one the stores publish to: the files new or
+    /// changed since the last
     /// commit, uploaded first, and the files it no longer has as removed;
     /// the commit is written last, so readers never see a half-published
     /// cache. Credentials and endpoints come from the environment
@@ -94,9 +98,11 @@ pub enum Command {
         /// Where to publish it.
         url: String,
     },
-    /// Materialise the commit log at URL into a local directory (which
-    /// keeps a record of what it applied in `.cachex-remote/`: pulling
-    /// again applies only what was published since, removals included).
+    /// Materialise the commit log at URL into a local directory.
+    ///
+    /// The directory keeps a record of what it applied in
+    /// `.cachex-remote/`: pulling again applies only what was published
+    /// since, removals included.
     Pull {
         /// Where the cache was published.
         url: String,
@@ -110,16 +116,23 @@ pub enum Command {
         #[arg(long, default_value_t = 1024)]
         tier_budget_mib: u64,
     },
-    /// Convert a cache pushed by an older `cachex` (a snapshot under
-    /// `manifests/`) into the first commit of a commit log: the files
-    /// stay where they are, one record is written.
+    /// Convert a cache pushed by an older `cachex` (`manifests/`) into a
+    /// commit.
+    ///
+    /// The latest snapshot under `manifests/` becomes the first commit of
+    /// the commit log: the files stay where they are, one record is
+    /// written.
     Migrate {
         /// Where the cache was pushed.
         url: String,
     },
-    /// Delete the objects of a cache in object storage that no commit
-    /// inside the retention window needs, and fold the commits up to the
-    /// window's first into a checkpoint (so an open stays a few requests).
+    /// Delete what no commit inside the retention window needs, and fold
+    /// old commits into a checkpoint.
+    ///
+    /// Objects of a cache in object storage that no commit inside the
+    /// retention window needs are deleted; the commits up to the window's
+    /// first are folded into a checkpoint (so an open stays a few
+    /// requests).
     /// Objects younger than the grace period are never deleted (a
     /// publisher's uploads before its commit); a reader opened on a
     /// commit inside the window keeps working. Safe while writers publish.
@@ -137,9 +150,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show what a cache in object storage holds: live bytes, garbage
-    /// (what `cachex gc` with the same window would delete, past its grace
-    /// period), commits and checkpoints.
+    /// Show what a cache in object storage holds: live bytes, garbage,
+    /// commits, checkpoints.
+    ///
+    /// Garbage is what `cachex gc` with the same window would delete, once
+    /// past its grace period.
     Du {
         /// Where the cache was published (`s3://bucket/prefix`, ...).
         url: String,

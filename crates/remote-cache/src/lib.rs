@@ -6,7 +6,8 @@
 //! The stores are unchanged: each keeps reading and writing a local
 //! directory. For a remote location that directory is a *working
 //! directory* that a [`RemoteDir`] keeps in step with a commit log in
-//! object storage (see [`mod@journal`] for the format and its rules):
+//! object storage (see [`mod@commit`] for the records and [`mod@journal`]
+//! for the rules):
 //!
 //! - **Open** applies every published commit: files are fetched through
 //!   the shared, bounded local tier of `remote-tier`, verified against
@@ -26,6 +27,19 @@
 //! - **Refresh** ([`RemoteSegments::refresh`], or on a period with
 //!   [`RemoteSegments::refresh_every`]) applies what other processes
 //!   published since, whole commits only.
+//! - **Removals.** What a writer removes (a compaction's old segments, a
+//!   file deleted) is published in its commit, and readers remove those
+//!   files on refresh; a store's local evictions (shard-store's disk
+//!   budget, [`StoreFiles::evicted_locally`]) are never published.
+//! - **Garbage** ([`mod@gc`]: `cachex gc`, `cachex du`): objects that no
+//!   commit inside a retention window needs are deleted after a grace
+//!   period, and the commits up to the window are folded into a
+//!   checkpoint, from which a cold open starts: an open costs the same
+//!   few requests after a million commits as after ten.
+//! - **Whole directories** ([`mod@snapshot`]: `cachex push`, `pull`,
+//!   `migrate`): a directory published as one commit of the same log, a
+//!   log materialised into a directory, and a bucket of the older
+//!   `manifests/` push layout converted into a commit.
 //!
 //! Credentials and endpoints come from `object_store`'s environment
 //! variables (`AWS_*`, `GOOGLE_*`, `AZURE_*`) or options
@@ -70,14 +84,21 @@
 //! # On disk
 //! ```text
 //! <url>/objects/<blake3>                 published bytes (content-addressed)
-//! <url>/commits/<seq>.json               commit records, applied in order (with the
-//!                                        BLAKE3 of each block of files read by blocks)
+//! <url>/commits/<seq>.json               commit records, applied in order: pieces (with the
+//!                                        BLAKE3 of each block of files read by blocks), then
+//!                                        `removed`, the files the writer removed (version 3)
+//! <url>/checkpoints/<seq>.json           every file after commit seq, written by gc: where a
+//!                                        cold open starts (the newest one)
+//! <url>/manifests/<seq>.json             the older push layout: read by `migrate` (and gc keeps
+//!                                        the objects its latest manifest names)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
 //! <tier dir>/work/<hash of url>[.<n>]/   a working directory the store opens: one
 //!                                        per handle open at once (n = 0, 1, ...)
-//!   .cachex-remote/lock, applied.jsonl   which commits are applied here
+//!   .cachex-remote/lock, applied.jsonl   which commits are applied here (files written, removed)
 //!   .cachex-remote/blocks/<blake3>.json  block lists of the files linked into the tier
 //! ```
+//! The records' formats and checks are in [`mod@commit`]; how a working
+//! directory applies and publishes them in [`mod@journal`].
 //!
 //! # Example
 //! ```
