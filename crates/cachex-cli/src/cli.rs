@@ -143,7 +143,9 @@ pub enum Command {
         /// (`30s`, `15m`, `1h`, `7d`, `2w`; `0s` keeps the last commit only).
         #[arg(long, default_value = "7d", value_parser = crate::garbage::parse_duration)]
         keep: std::time::Duration,
-        /// Objects written within it are never deleted, referenced or not.
+        /// Objects written within it are never deleted, referenced or not
+        /// (a publisher's uploads before its commit). Below 30m, run gc
+        /// only while nobody publishes.
         #[arg(long, default_value = "1h", value_parser = crate::garbage::parse_duration)]
         grace: std::time::Duration,
         /// Print JSON instead of a line.

@@ -338,3 +338,27 @@ fn a_bucket_of_the_older_push_layout_is_migrated_into_a_commit() {
     let out = cachex(&endpoint, &["migrate", &format!("{url}-none")]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn push_refuses_a_directory_with_symbolic_links() {
+    let bucket = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", bucket.path().display());
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(local.path().join("meta.json"), b"{}").unwrap();
+    std::os::unix::fs::symlink(
+        local.path().join("meta.json"),
+        local.path().join("linked.json"),
+    )
+    .unwrap();
+    let out = cachex("", &["push", p(local.path()), &url]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("linked.json is a symbolic link"), "{err}");
+    // Without the link, a local URL takes the push and gives it back.
+    std::fs::remove_file(local.path().join("linked.json")).unwrap();
+    let text = ok("", &["push", p(local.path()), &url]);
+    assert!(text.contains("as commit 1"), "{text}");
+    let dest = tempfile::tempdir().unwrap();
+    ok("", &["pull", &url, p(dest.path())]);
+    assert_eq!(std::fs::read(dest.path().join("meta.json")).unwrap(), b"{}");
+}

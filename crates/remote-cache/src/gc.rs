@@ -33,8 +33,9 @@
 //! [`REUSE_WITHIN`](crate::journal::REUSE_WITHIN) (30 minutes) and
 //! uploads it again otherwise, so with the default grace (an hour) a
 //! publisher that finds an old unreferenced object and commits it never
-//! loses it to a gc running meanwhile. A shorter grace is safe when no
-//! publish takes longer than it.
+//! loses it to a gc running meanwhile. A grace shorter than that reuse
+//! window is safe only when no publisher runs during the gc (as in
+//! `--grace 0s` on a cache nobody writes).
 //!
 //! Objects named by a push snapshot of the older `manifests/` layout (its
 //! latest manifest) are live too, so a bucket not yet migrated loses

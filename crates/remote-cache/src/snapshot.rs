@@ -22,7 +22,7 @@ use crate::commit::{COMMIT_VERSION, Commit, Piece, STATE_DIR, commit_name, encod
 use crate::files::{StoreFiles, StoreKind};
 use crate::journal::{RefreshReport, RemoteDir, is_recent};
 use crate::log_state::LogState;
-use crate::workdir::{hash_open, local_files};
+use crate::workdir::{hash_open, local_entries};
 use crate::{Error, Result};
 
 /// How often a push tries the next number when others take its own.
@@ -62,14 +62,27 @@ pub struct MigrateReport {
 /// the next commit of the commit log at `tier`'s URL; `progress(files
 /// hashed, files in all)` is called after each file. Files the store
 /// keeps private (locks, scratch space) and a pulled directory's state
-/// directory are not published.
+/// directory are not published; a symbolic link is refused
+/// ([`Error::BadLocation`]), since what it points at may be a sparse copy
+/// of a file not all fetched.
 pub fn push_dir(
     tier: &RemoteTier,
     dir: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PushReport> {
     let private = StoreFiles::for_kind(StoreKind::Any).private;
-    let listed = local_files(dir, private)?;
+    let (listed, links) = local_entries(dir, private)?;
+    // A link may stand for a file not all there (a working directory's
+    // links into its tier are sparse): its bytes cannot be trusted.
+    if let Some(link) = links.first() {
+        return Err(Error::BadLocation {
+            root: dir.display().to_string(),
+            problem: format!(
+                "{link} is a symbolic link: push publishes regular files (copy the cache, or pull \
+                 it, into a directory of its own first)"
+            ),
+        });
+    }
     let total = listed.len() as u64;
     let mut entries: Vec<(Piece, PathBuf)> = Vec::with_capacity(listed.len());
     for (done, (rel, path)) in listed.into_iter().enumerate() {

@@ -94,7 +94,19 @@ pub(crate) fn cut_log(log: &File, path: &Path, len: u64) -> Result<()> {
 /// state directory, locks, temporary files, links into the tier, or what
 /// `private` names.
 pub(crate) fn local_files(dir: &Path, private: fn(&str) -> bool) -> Result<Vec<(String, PathBuf)>> {
+    Ok(local_entries(dir, private)?.0)
+}
+
+/// [`local_files`], and the symbolic links the walk passed over (their
+/// relative paths): links into the tier in a working directory, links of
+/// the user's own in a directory pushed.
+#[allow(clippy::type_complexity)]
+pub(crate) fn local_entries(
+    dir: &Path,
+    private: fn(&str) -> bool,
+) -> Result<(Vec<(String, PathBuf)>, Vec<String>)> {
     let mut out = Vec::new();
+    let mut links = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let entries = std::fs::read_dir(&d).map_err(Error::io("list directory", &d))?;
@@ -118,15 +130,19 @@ pub(crate) fn local_files(dir: &Path, private: fn(&str) -> bool) -> Result<Vec<(
                 continue;
             }
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !kind.is_file() || name.ends_with(".lock") || name.ends_with(durable_fs::TMP_SUFFIX)
-            {
+            if name.ends_with(".lock") || name.ends_with(durable_fs::TMP_SUFFIX) {
                 continue;
             }
-            out.push((rel, path));
+            if kind.is_symlink() {
+                links.push(rel);
+            } else if kind.is_file() {
+                out.push((rel, path));
+            }
         }
     }
     out.sort();
-    Ok(out)
+    links.sort();
+    Ok((out, links))
 }
 
 /// BLAKE3 (hex) of `size` bytes of `path` at `offset`.
