@@ -16,7 +16,7 @@ use common::{keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetResult, ObjectStore, PutOptions, PutPayload, PutResult};
 use remote_cache::gc::{GcOptions, du, gc};
-use remote_cache::{RemoteDir, RemoteSegments, StoreFiles};
+use remote_cache::{RemoteDir, RemoteSegments, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, SegmentStore};
 use tensor_core::{Tensor, Value};
@@ -304,4 +304,60 @@ fn a_cold_open_after_gc_costs_the_same_few_requests_after_forty_commits_as_after
         assert_values(&reader, 0..commits, 0);
     }
     assert_eq!(seen[0], seen[1]);
+}
+
+fn open_dir(endpoint: &str, url: &str, tier_dir: &Path, work: &Path, kind: StoreKind) -> RemoteDir {
+    RemoteDir::open(
+        tier(endpoint, url, tier_dir),
+        work,
+        StoreFiles::for_kind(kind),
+    )
+    .unwrap()
+}
+
+fn bytes(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn a_working_directory_whose_linked_file_lost_its_object_reopens_onto_the_checkpoint() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "relinked");
+    let (wt, w) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer = open_dir(&endpoint, &url, wt.path(), w.path(), StoreKind::Arrays);
+    // Larger than the tier fetches whole: readers link it, read by blocks.
+    let first = bytes(300_000, 1);
+    std::fs::write(w.path().join("data.bin"), &first).unwrap();
+    assert_eq!(writer.publish().unwrap().seq, Some(1));
+
+    let (rt, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let reader = open_dir(&endpoint, &url, rt.path(), r.path(), StoreKind::Arrays);
+    assert!(reader.is_by_blocks("data.bin"));
+    reader.ensure("data.bin", 0..first.len() as u64).unwrap();
+    assert_eq!(std::fs::read(r.path().join("data.bin")).unwrap(), first);
+    drop(reader);
+
+    // The file is rewritten and published; gc deletes the old object; the
+    // reader's tier loses its copy too.
+    let second = bytes(300_000, 2);
+    let tmp = w.path().join("data.bin.new");
+    std::fs::write(&tmp, &second).unwrap();
+    std::fs::rename(&tmp, w.path().join("data.bin")).unwrap();
+    assert_eq!(writer.publish().unwrap().seq, Some(2));
+    std::thread::sleep(Duration::from_secs(2));
+    let g = tempfile::tempdir().unwrap();
+    let report = gc(&tier(&endpoint, &url, g.path()), NOW).unwrap();
+    assert!(report.deleted_objects > 0, "{report:?}");
+    std::fs::remove_dir_all(rt.path().join("objects")).unwrap();
+
+    // Reopened, the working directory cannot link its file again, and
+    // moves to the checkpoint of commit 2.
+    let reader = open_dir(&endpoint, &url, rt.path(), r.path(), StoreKind::Arrays);
+    assert_eq!(reader.seq(), 2);
+    reader.ensure("data.bin", 0..second.len() as u64).unwrap();
+    assert_eq!(std::fs::read(r.path().join("data.bin")).unwrap(), second);
 }
