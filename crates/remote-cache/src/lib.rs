@@ -143,6 +143,7 @@ mod files;
 pub mod fuzz_entry;
 pub mod gc;
 pub mod journal;
+mod links;
 mod location;
 mod log_state;
 mod prefetch;
