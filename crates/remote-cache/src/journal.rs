@@ -309,16 +309,19 @@ impl RemoteDir {
     /// Applies the commits published since the last one applied: their
     /// files appear in the working directory, whole commits at a time.
     /// Cost: one GET per new commit and one for the number after the last
-    /// (the answer that nothing newer was published), plus the new bytes.
+    /// (the answer that nothing newer was published), plus the new bytes;
+    /// a directory with nothing applied yet first lists `checkpoints/`
+    /// and reads the newest, if any (then the commits after it).
     pub fn refresh(&self) -> Result<RefreshReport> {
         let mut state = self.lock();
         self.refresh_locked(&mut state)
     }
 
     /// Publishes what the store wrote in the working directory since the
-    /// last commit (new files, bytes appended, files replaced): pieces
-    /// first, then the commit record, conditionally, under the next
-    /// sequence number. Call it only after the store made its files
+    /// last commit (new files, bytes appended, files replaced, files
+    /// removed — but not those the store evicts locally): pieces first,
+    /// then the commit record, conditionally, under the next sequence
+    /// number. Call it only after the store made its files
     /// durable (a flush). Commits of other writers are applied first;
     /// one that wrote a file this writer also changed is an
     /// [`Error::Conflict`] and nothing of this writer's is committed.
