@@ -201,19 +201,33 @@ fn survey(tier: &RemoteTier, keep: Duration) -> Result<Survey> {
     let mut commits: Vec<Commit> = Vec::new();
     last.read_after(tier, &mut |c| commits.push(c.clone()))?;
     let window_from = now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH);
-    // A commit not in the listing was written after it: inside the window.
-    let first_inside = commits.iter().position(|c| {
-        written
-            .get(&c.seq)
-            .is_none_or(|&when| when + CLOCK_SLACK >= window_from)
-    });
+    let inside = |when: SystemTime| when + CLOCK_SLACK >= window_from;
+    // The window's first commit, among every record (those below the
+    // checkpoint too); one not in the listing was written after it.
+    let first_inside = written
+        .iter()
+        .filter(|&(_, &when)| inside(when))
+        .map(|(&seq, _)| seq)
+        .chain(
+            commits
+                .iter()
+                .filter(|c| !written.contains_key(&c.seq))
+                .map(|c| c.seq),
+        )
+        .min();
+    let base_seq = base.as_ref().map_or(0, |c| c.seq);
+    // The checkpoint is of the window's first commit (or the last one):
+    // a reader opened on it needs exactly its state. A window that starts
+    // at or below the newest checkpoint moves nothing.
+    let cut = match first_inside {
+        Some(first) => first.max(base_seq).min(last.seq),
+        None => last.seq,
+    };
     let mut at_cut = base
         .as_ref()
         .map(LogState::from_checkpoint)
         .unwrap_or_default();
-    // The checkpoint is of the window's first commit (or the last one):
-    // a reader opened on it needs exactly its state.
-    let cut_index = first_inside.map_or(commits.len(), |i| i + 1);
+    let cut_index = commits.iter().take_while(|c| c.seq <= cut).count();
     for c in &commits[..cut_index] {
         at_cut.apply(tier.url(), c)?;
     }

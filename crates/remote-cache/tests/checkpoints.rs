@@ -302,6 +302,18 @@ fn a_cold_open_after_gc_costs_the_same_few_requests_after_forty_commits_as_after
         let reader =
             RemoteSegments::open(&s3_location(&endpoint, &url, r.path()), read_only()).unwrap();
         assert_values(&reader, 0..commits, 0);
+
+        // A window reaching below the checkpoint moves nothing.
+        writer
+            .put_batch(&keyed("k", commits..commits + 1, |i| record(i, 0)))
+            .unwrap();
+        writer.publish().unwrap();
+        let again = gc(&tier(&endpoint, &url, g.path()), GcOptions::default()).unwrap();
+        assert_eq!(
+            (again.checkpoint, again.deleted_objects, again.seq),
+            (None, 0, commits as u64 + 1),
+            "{again:?}"
+        );
     }
     assert_eq!(seen[0], seen[1]);
 }
