@@ -6,7 +6,8 @@
 //! When bit 1 of the first byte is set, a body that is a JSON object is
 //! sealed with its checksum first (`remote_tier::record::seal`), so that
 //! mutations reach the checks behind the checksum instead of all stopping
-//! at it.
+//! at it. When bit 2 is set, the body is published as a checkpoint
+//! instead, and a fresh working directory starts from it.
 //!
 //! The working directories live in one scratch directory under `TMPDIR`
 //! (`scripts/fuzz` points it at a tmpfs and removes it after the run).
@@ -42,7 +43,9 @@ fuzz_target!(|data: &[u8]| {
         },
         _ => body,
     };
-    if which % 2 == 0 {
+    if which & 4 != 0 {
+        let _ = log.apply_checkpoint(body);
+    } else if which % 2 == 0 {
         let _ = log.read(body);
     } else {
         let _ = log.apply(body);

@@ -5,16 +5,17 @@
 //!
 //! | target | input | seeds |
 //! |---|---|---|
-//! | `remote_commit` | selector byte (even: read, odd: read and apply) + a commit record | commits published by a real segment writer; commits over [`remote_cache::fuzz_entry::payloads`]: new files, appends, a replace, an empty file, a file read by blocks with its block list |
+//! | `remote_commit` | selector byte (even: read, odd: read and apply; bit 2: a checkpoint, applied) + a record | commits published by a real segment writer; commits over [`remote_cache::fuzz_entry::payloads`]: new files, appends, a replace, an empty file, a file read by blocks with its block list, a removal; a checkpoint |
 //! | `remote_block_list` | object size (u64 LE) + a block list's JSON | lists of the payloads in 4 KiB blocks and of a multi-block object in 8 KiB blocks |
 //! | `tier_block_map` | a block map | maps of version 1 (with and without an etag) and 2, some blocks present |
 
 use std::path::Path;
 use tensor_core::Value;
 
+use remote_cache::commit::CHECKPOINT_VERSION;
 use remote_cache::fuzz_entry::payloads;
 use remote_cache::journal::{COMMIT_VERSION, commit_name};
-use remote_cache::{Commit, Location, Piece, RemoteSegments};
+use remote_cache::{Checkpoint, Commit, Location, Piece, RemoteSegments};
 use remote_tier::{BlockHasher, TierConfig};
 use segment_store::Options;
 use tensor_core::Tensor;
@@ -117,19 +118,44 @@ fn payload_commits() -> Result<Vec<Seed>> {
         ("empty-file", vec![piece("empty", 0, &p[0], false)]),
         ("read-by-blocks", vec![by_blocks]),
         ("no-pieces", Vec::new()),
+        ("new-and-removed", vec![piece("kept.dat", 0, &p[1], false)]),
     ];
     let mut out = Vec::new();
     for (what, pieces) in commits {
+        let removed = match what {
+            "new-and-removed" => vec!["segments/old.arrow".to_string()],
+            _ => Vec::new(),
+        };
         let commit = Commit {
             version: COMMIT_VERSION,
             seq: 1,
             writer: "seed".into(),
             pieces,
+            removed,
         };
         let body = remote_tier::record::encode_record(&commit)?;
         out.push(framed(&format!("read-{what}"), 0, &body));
         out.push(framed(&format!("apply-{what}"), 1, &body));
     }
+    // A checkpoint (selector bit 2): a file of two pieces, a file read by
+    // blocks, an empty file.
+    let mut by_blocks = piece("arrays/data.bin", 0, &p[3], false);
+    let mut hasher = BlockHasher::new(4 << 10);
+    hasher.update(&p[3]);
+    by_blocks.blocks = Some(hasher.finalize()?.to_list());
+    let checkpoint = Checkpoint {
+        version: CHECKPOINT_VERSION,
+        seq: 1,
+        writer: "seed".into(),
+        pieces: vec![
+            piece("index.log", 0, &p[1], false),
+            piece("index.log", 11, &p[2], false),
+            by_blocks,
+            piece("empty", 0, &p[0], false),
+        ],
+    };
+    let body = remote_tier::record::encode_record(&checkpoint)?;
+    out.push(framed("checkpoint", 4, &body));
     Ok(out)
 }
 

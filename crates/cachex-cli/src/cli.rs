@@ -1,5 +1,5 @@
 //! The `cachex` command line: `inspect`, `verify`, `get`, `stats`,
-//! `compact`, `push`, `pull` and `demo`. Each command finds the cache's adapter
+//! `compact`, `push`, `pull`, `migrate`, `gc`, `du` and `demo`. Each command finds the cache's adapter
 //! ([`adapter_for`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
 //! sound, [`EXIT_PROBLEMS`] (1) problems found or the cache could not be
 //! read, [`EXIT_USAGE`] (2) usage errors and paths that are no cache we
@@ -19,7 +19,8 @@ use crate::adapters::adapter_for;
 use crate::error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};
 use crate::json::value_table;
 
-/// Inspect, verify and read cachex caches (and the Python tools' caches).
+/// Inspect, verify and read cachex caches (and the Python tools' caches);
+/// publish them to object storage, pull them back, collect their garbage.
 #[derive(Debug, Parser)]
 #[command(name = "cachex", version, about)]
 pub struct Cli {
@@ -81,18 +82,27 @@ pub enum Command {
         /// The cache directory.
         path: PathBuf,
     },
-    /// Publish a cache directory to object storage (`s3://bucket/prefix`,
-    /// `gs://…`, `az://…`, `file:///…`): files first, then a manifest
-    /// committed last, so readers never see a half-published cache.
-    /// Credentials and endpoints come from the environment (`AWS_*`, ...).
+    /// Publish a cache directory to object storage as the next commit of
+    /// its commit log.
+    ///
+    /// URLs: `s3://bucket/prefix`, `gs://…`, `az://…`, `file:///…`. The
+    /// commit log is the one the stores publish to: the files new or
+    /// changed since the last
+    /// commit, uploaded first, and the files it no longer has as removed;
+    /// the commit is written last, so readers never see a half-published
+    /// cache. Credentials and endpoints come from the environment
+    /// (`AWS_*`, ...).
     Push {
         /// The cache directory.
         local: PathBuf,
         /// Where to publish it.
         url: String,
     },
-    /// Materialise the latest published snapshot at URL into a local
-    /// directory (files already right are kept: a killed pull resumes).
+    /// Materialise the commit log at URL into a local directory.
+    ///
+    /// The directory keeps a record of what it applied in
+    /// `.cachex-remote/`: pulling again applies only what was published
+    /// since, removals included.
     Pull {
         /// Where the cache was published.
         url: String,
@@ -105,6 +115,57 @@ pub enum Command {
         /// The local tier's budget, in MiB.
         #[arg(long, default_value_t = 1024)]
         tier_budget_mib: u64,
+    },
+    /// Convert a cache pushed by an older `cachex` (`manifests/`) into a
+    /// commit.
+    ///
+    /// The latest snapshot under `manifests/` becomes the first commit of
+    /// the commit log: the files stay where they are, one record is
+    /// written.
+    Migrate {
+        /// Where the cache was pushed.
+        url: String,
+    },
+    /// Delete what no commit inside the retention window needs, and fold
+    /// old commits into a checkpoint.
+    ///
+    /// Objects of a cache in object storage that no commit inside the
+    /// retention window needs are deleted; the commits up to the window's
+    /// first are folded into a checkpoint (so an open stays a few
+    /// requests).
+    /// Objects younger than the grace period are never deleted (a
+    /// publisher's uploads before its commit); a reader opened on a
+    /// commit inside the window keeps working. Safe while writers publish.
+    Gc {
+        /// Where the cache was published (`s3://bucket/prefix`, ...).
+        url: String,
+        /// The retention window: commits written within it stay readable
+        /// (`30s`, `15m`, `1h`, `7d`, `2w`; `0s` keeps the last commit only).
+        #[arg(long, default_value = "7d", value_parser = crate::garbage::parse_duration)]
+        keep: std::time::Duration,
+        /// Objects written within it are never deleted, referenced or not
+        /// (a publisher's uploads before its commit). Below 30m, run gc
+        /// only while nobody publishes.
+        #[arg(long, default_value = "1h", value_parser = crate::garbage::parse_duration)]
+        grace: std::time::Duration,
+        /// Print JSON instead of a line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a cache in object storage holds: live bytes, garbage,
+    /// commits, checkpoints.
+    ///
+    /// Garbage is what `cachex gc` with the same window would delete, once
+    /// past its grace period.
+    Du {
+        /// Where the cache was published (`s3://bucket/prefix`, ...).
+        url: String,
+        /// The retention window live bytes are counted for (as `gc --keep`).
+        #[arg(long, default_value = "7d", value_parser = crate::garbage::parse_duration)]
+        keep: std::time::Duration,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Two epochs of a slow feature extractor through a cache.
     Demo {
@@ -190,8 +251,27 @@ pub fn run(command: Command) -> Result<u8> {
             tier_dir,
             tier_budget_mib,
         } => {
-            let (code, text) =
-                crate::remote::pull(&url, &local, tier_dir, tier_budget_mib, progress())?;
+            let (code, text) = crate::remote::pull(&url, &local, tier_dir, tier_budget_mib)?;
+            print(&text)?;
+            Ok(code)
+        }
+        Command::Migrate { url } => {
+            let (code, text) = crate::remote::migrate(&url)?;
+            print(&text)?;
+            Ok(code)
+        }
+        Command::Gc {
+            url,
+            keep,
+            grace,
+            json,
+        } => {
+            let (code, text) = crate::garbage::run_gc(&url, keep, grace, json)?;
+            print(&text)?;
+            Ok(code)
+        }
+        Command::Du { url, keep, json } => {
+            let (code, text) = crate::garbage::run_du(&url, keep, json)?;
             print(&text)?;
             Ok(code)
         }

@@ -1,9 +1,12 @@
 //! `cachex-cli`: the `cachex` command-line tool over every cachex store
 //! and the Python tools' caches they read — `inspect`, `verify`, `get`,
 //! `stats`, `compact` and `demo` — and moves caches to and from object
-//! storage: `push LOCAL URL`, `pull URL LOCAL` (see `remote-tier`). It is a crate of its own so that an
-//! application using `cache-facade` compiles no command-line parser or
-//! progress bar.
+//! storage through the commit log the stores publish to (see
+//! `remote-cache`): `push LOCAL URL` (a directory as one commit), `pull
+//! URL LOCAL`, `migrate URL` (a bucket of the older `manifests/` push
+//! layout into a commit), `gc URL [--keep 7d] [--grace 1h]` and `du URL`.
+//! It is a crate of its own so that an application using `cache-facade`
+//! compiles no command-line parser or progress bar.
 //!
 //! Each kind of cache has one [`CacheAdapter`] (detect / inspect / verify /
 //! get / stats) in the [`ADAPTERS`] registry; a command finds the adapter
@@ -27,8 +30,9 @@
 //! [`EXIT_PROBLEMS`] 1 (problems found, or the cache or record could not
 //! be read), [`EXIT_USAGE`] 2 (usage error, or no cache `cachex` knows).
 //! The tool writes nothing of its own to disk (`compact` and `demo` write
-//! through the stores, `pull` writes the files of the snapshot, and its
-//! local tier is temporary unless `--tier-dir` is given).
+//! through the stores, `pull` writes the files of the commit log and its
+//! record of them in `.cachex-remote/`, and its local tier is temporary
+//! unless `--tier-dir` is given).
 //!
 //! # Example
 //! ```
@@ -57,6 +61,7 @@ mod adapters;
 mod cli;
 pub mod demo;
 mod error;
+mod garbage;
 pub mod json;
 mod remote;
 

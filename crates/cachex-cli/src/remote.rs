@@ -1,7 +1,10 @@
-//! `cachex push LOCAL URL` and `cachex pull URL LOCAL`: a cache directory
-//! published to object storage as a snapshot, and materialised back
-//! (through `remote-tier`; credentials and endpoints from the usual
-//! environment variables of `object_store`: `AWS_*`, `GOOGLE_*`, `AZURE_*`).
+//! `cachex push LOCAL URL`, `cachex pull URL LOCAL` and `cachex migrate
+//! URL`: a cache directory published to object storage as one commit of
+//! its commit log (the log the stores opened on a URL publish to), the
+//! log materialised back, and a bucket of the older push layout
+//! (`manifests/`) converted into a commit (through `remote-cache`;
+//! credentials and endpoints from the usual environment variables of
+//! `object_store`: `AWS_*`, `GOOGLE_*`, `AZURE_*`).
 //! And `inspect`, `verify`, `get`, `stats` on a URL: the cache published
 //! there (a `remote-cache` commit log, or a `push` snapshot) is
 //! materialised locally first.
@@ -9,8 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use remote_cache::snapshot::{migrate as migrate_manifests, pull_dir, push_dir};
 use remote_cache::{CacheDir, Location, StoreKind};
-use remote_tier::snapshot::{latest_manifest, pull_dir_with_progress, push_dir_with_progress};
+use remote_tier::snapshot::{latest_manifest, pull_dir_with_progress};
 use remote_tier::{RemoteTier, TierConfig};
 
 use crate::error::{CliError, EXIT_SOUND, Result};
@@ -58,7 +62,8 @@ fn bar(what: &str, progress: bool) -> ProgressBar {
     bar
 }
 
-/// Publishes the cache directory `local` at `url`.
+/// Publishes the cache directory `local` at `url` as the next commit of
+/// its commit log.
 pub(crate) fn push(local: &Path, url: &str, progress: bool) -> Result<(u8, String)> {
     if !local.exists() {
         return Err(CliError::NoSuchPath(local.to_path_buf()));
@@ -72,60 +77,100 @@ pub(crate) fn push(local: &Path, url: &str, progress: bool) -> Result<(u8, Strin
     let (dir, _tmp) = tier_dir(None)?;
     let tier = open(url, &dir, 64)?;
     let bar = bar("push", progress);
-    let report = push_dir_with_progress(&tier, local, &mut |done, total| {
+    let report = push_dir(&tier, local, &mut |done, total| {
         bar.set_length(total);
         bar.set_position(done);
     })
-    .map_err(remote_error)?;
+    .map_err(remote_cache_error)?;
     bar.finish_and_clear();
-    Ok((
-        EXIT_SOUND,
-        format!(
-            "pushed {} to {} as snapshot {}: {} files, {} uploaded ({} bytes), the rest already there",
+    let text = match report.seq {
+        Some(seq) => format!(
+            "pushed {} to {} as commit {seq}: {} files, {} new or changed, {} removed, {} uploaded \
+             ({} bytes), the rest already there",
             local.display(),
             tier.url(),
-            report.seq,
             report.files,
+            report.changed,
+            report.removed,
             report.uploaded,
             report.bytes_uploaded
         ),
-    ))
+        None => format!(
+            "{} already holds {} as it is ({} files): nothing pushed",
+            tier.url(),
+            local.display(),
+            report.files
+        ),
+    };
+    Ok((EXIT_SOUND, text))
 }
 
-/// Materialises the snapshot at `url` into `local`.
+/// Materialises the commit log at `url` into `local`.
 pub(crate) fn pull(
     url: &str,
     local: &Path,
     tier: Option<PathBuf>,
     budget_mib: u64,
-    progress: bool,
 ) -> Result<(u8, String)> {
     let (dir, _tmp) = tier_dir(tier)?;
     let tier = open(url, &dir, budget_mib)?;
-    let bar = bar("pull", progress);
-    let report = pull_dir_with_progress(&tier, local, &mut |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    })
-    .map_err(remote_error)?;
-    bar.finish_and_clear();
-    let Some(report) = report else {
+    let report = pull_dir(&tier, local).map_err(remote_cache_error)?;
+    if report.seq == 0 {
+        let old = latest_manifest(&tier).map_err(remote_error)?;
         return Err(CliError::NotFound {
             path: PathBuf::from(tier.url()),
-            what: "nothing published here (no manifests/)".into(),
+            what: match old {
+                Some(m) => format!(
+                    "no commits/ here, only a snapshot of the older push layout (manifests/, \
+                     snapshot {}): `cachex migrate {}` converts it into a commit",
+                    m.seq,
+                    tier.url()
+                ),
+                None => "nothing published here (no commits/)".into(),
+            },
         });
-    };
+    }
     Ok((
         EXIT_SOUND,
         format!(
-            "pulled snapshot {} of {} into {}: {} files, {} written, the rest already right",
+            "pulled commit {} of {} into {}: {} commits and {} checkpoints applied, {} files \
+             written, {} removed",
             report.seq,
             tier.url(),
             local.display(),
-            report.files,
-            report.written
+            report.commits,
+            report.checkpoints,
+            report.fetched,
+            report.removed
         ),
     ))
+}
+
+/// Converts the older push layout's latest snapshot at `url` into a
+/// commit.
+pub(crate) fn migrate(url: &str) -> Result<(u8, String)> {
+    let (dir, _tmp) = tier_dir(None)?;
+    let tier = open(url, &dir, 64)?;
+    let Some(report) = migrate_manifests(&tier).map_err(remote_cache_error)? else {
+        return Err(CliError::NotFound {
+            path: PathBuf::from(tier.url()),
+            what: "no snapshot of the older push layout here (no manifests/)".into(),
+        });
+    };
+    let text = match report.seq {
+        Some(seq) => format!(
+            "migrated snapshot {} of {} into commit {seq} ({} files; no bytes copied)",
+            report.manifest,
+            tier.url(),
+            report.files
+        ),
+        None => format!(
+            "{} has a commit log already: snapshot {} of manifests/ left as it is",
+            tier.url(),
+            report.manifest
+        ),
+    };
+    Ok((EXIT_SOUND, text))
 }
 
 /// A cache published at a URL, materialised in a local directory for a

@@ -1,5 +1,6 @@
-//! `cachex push` and `cachex pull` against the S3 test server that
-//! `scripts/test` starts (CACHEX_S3_ENDPOINT), as real processes.
+//! `cachex push`, `pull`, `migrate`, `gc` and `du` against the S3 test
+//! server that `scripts/test` starts (CACHEX_S3_ENDPOINT), as real
+//! processes.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -68,23 +69,34 @@ fn push_then_pull_through_s3_gives_a_sound_cache() {
     drop(store);
 
     let text = ok(&endpoint, &["push", p(local.path()), &url]);
-    assert!(text.contains("as snapshot 1"), "{text}");
+    assert!(text.contains("as commit 1"), "{text}");
     let dest = tempfile::tempdir().unwrap();
     let pulled = dest.path().join("features");
     let text = ok(&endpoint, &["pull", &url, p(&pulled)]);
-    assert!(text.contains("pulled snapshot 1"), "{text}");
+    assert!(text.contains("pulled commit 1"), "{text}");
     let text = ok(&endpoint, &["verify", p(&pulled)]);
     assert!(text.contains("sound"), "{text}");
     let text = ok(&endpoint, &["get", p(&pulled), "k77", "--json"]);
     assert!(text.contains("77"), "{text}");
     // Pulling again finds everything right and writes nothing.
     let text = ok(&endpoint, &["pull", &url, p(&pulled)]);
-    assert!(text.contains(", 0 written"), "{text}");
+    assert!(
+        text.contains("0 commits and 0 checkpoints applied, 0 files written"),
+        "{text}"
+    );
+    // Pushing again with nothing changed publishes nothing.
+    let text = ok(&endpoint, &["push", p(local.path()), &url]);
+    assert!(text.contains("nothing pushed"), "{text}");
 
     // Nothing published at another prefix: a problem (exit 1), named.
-    let out = cachex(&endpoint, &["pull", &format!("{url}-none"), p(&pulled)]);
+    let elsewhere = dest.path().join("elsewhere");
+    let out = cachex(&endpoint, &["pull", &format!("{url}-none"), p(&elsewhere)]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published"));
+    // A directory pulled from one URL does not take another's commits.
+    let out = cachex(&endpoint, &["pull", &format!("{url}-none"), p(&pulled)]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds a pull of"));
     // A URL no store opens: a usage error (exit 2).
     let out = cachex(&endpoint, &["push", p(local.path()), "ftp://host/x"]);
     assert_eq!(
@@ -141,4 +153,212 @@ fn inspect_verify_and_get_read_a_cache_at_its_url() {
     let out = cachex(&endpoint, &["inspect", &format!("s3://{bucket}/none")]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published"));
+}
+
+fn segment_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("segments"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn put_rounds(dir: &Path, rounds: usize) {
+    let store = SegmentStore::open(dir, Options::default()).unwrap();
+    for round in 0..rounds {
+        let items: Vec<(String, Value)> = (0..40)
+            .map(|n| {
+                let t = Tensor::from_vec([256], vec![(n + round) as f32; 256]).unwrap();
+                (format!("k{n}"), Value::from(t))
+            })
+            .collect();
+        store.put_batch(&items).unwrap();
+        store.flush().unwrap();
+    }
+}
+
+#[test]
+fn a_compacted_cache_pushed_again_removes_its_old_segments_and_gc_frees_them() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = format!("s3://{}/pushed", new_bucket(&endpoint));
+    let local = tempfile::tempdir().unwrap();
+    put_rounds(local.path(), 3);
+    ok(&endpoint, &["push", p(local.path()), &url]);
+    let dest = tempfile::tempdir().unwrap();
+    ok(&endpoint, &["pull", &url, p(dest.path())]);
+    let old = segment_names(dest.path());
+
+    let text = ok(&endpoint, &["compact", p(local.path())]);
+    assert!(text.contains("compacted"), "{text}");
+    let text = ok(&endpoint, &["push", p(local.path()), &url]);
+    assert!(text.contains("as commit 2"), "{text}");
+    assert!(text.contains(&format!("{} removed", old.len())), "{text}");
+    let text = ok(&endpoint, &["pull", &url, p(dest.path())]);
+    assert!(text.contains(&format!("{} removed", old.len())), "{text}");
+    let now = segment_names(dest.path());
+    assert_eq!(now, segment_names(local.path()));
+    assert!(old.iter().all(|s| !now.contains(s)), "{old:?} {now:?}");
+    let text = ok(&endpoint, &["get", p(dest.path()), "k7", "--json"]);
+    assert!(text.contains("9"), "{text}");
+
+    // The listing's times are whole seconds: past them, the first push's
+    // commit is out of a window of 0s, and its objects past a grace of 0s.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+
+    let du: serde_json::Value =
+        serde_json::from_str(&ok(&endpoint, &["du", &url, "--keep", "0s", "--json"])).unwrap();
+    assert_eq!(du["seq"], 2, "{du}");
+    assert!(du["garbage_bytes"].as_u64().unwrap() > 0, "{du}");
+    // The default grace period keeps objects this young.
+    let gc: serde_json::Value =
+        serde_json::from_str(&ok(&endpoint, &["gc", &url, "--keep", "0s", "--json"])).unwrap();
+    assert_eq!(
+        (gc["deleted_objects"].as_u64(), gc["checkpoint"].as_u64()),
+        (Some(0), Some(2)),
+        "{gc}"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let gc: serde_json::Value = serde_json::from_str(&ok(
+        &endpoint,
+        &["gc", &url, "--keep", "0s", "--grace", "0s", "--json"],
+    ))
+    .unwrap();
+    assert!(gc["deleted_objects"].as_u64().unwrap() > 0, "{gc}");
+    let du: serde_json::Value =
+        serde_json::from_str(&ok(&endpoint, &["du", &url, "--keep", "0s", "--json"])).unwrap();
+    assert_eq!(
+        (du["garbage_bytes"].as_u64(), du["checkpoints"].as_u64()),
+        (Some(0), Some(1)),
+        "{du}"
+    );
+    let text = ok(&endpoint, &["du", &url]);
+    assert!(text.contains("garbage          0 objects"), "{text}");
+
+    // A fresh pull starts from the checkpoint and reads right.
+    let fresh = tempfile::tempdir().unwrap();
+    let text = ok(&endpoint, &["pull", &url, p(fresh.path())]);
+    assert!(
+        text.contains("0 commits and 1 checkpoints applied"),
+        "{text}"
+    );
+    let text = ok(&endpoint, &["verify", p(fresh.path())]);
+    assert!(text.contains("sound"), "{text}");
+    let text = ok(&endpoint, &["get", p(fresh.path()), "k39", "--json"]);
+    assert!(text.contains("41"), "{text}");
+    // Bad durations are usage errors.
+    let out = cachex(&endpoint, &["gc", &url, "--keep", "a week"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_bucket_of_the_older_push_layout_is_migrated_into_a_commit() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = format!("s3://{}/old", new_bucket(&endpoint));
+    let local = tempfile::tempdir().unwrap();
+    put_rounds(local.path(), 2);
+    // What an older `cachex push` wrote: objects, then manifests/<seq>.json.
+    let t = tempfile::tempdir().unwrap();
+    let tier = remote_tier::RemoteTier::open_with_options(
+        &url,
+        [
+            ("aws_endpoint", endpoint.as_str()),
+            ("aws_allow_http", "true"),
+            ("aws_access_key_id", "cachex-test"),
+            ("aws_secret_access_key", "cachex-test"),
+            ("aws_region", "us-east-1"),
+        ],
+        remote_tier::TierConfig::new(t.path(), 1 << 30),
+    )
+    .unwrap();
+    let mut files = Vec::new();
+    let mut stack = vec![local.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            // An older push skipped lock files too.
+            if path.extension().is_some_and(|x| x == "lock") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            let hash = blake3::hash(&bytes).to_hex().to_string();
+            tier.put_bytes(&format!("objects/{hash}"), bytes.clone())
+                .unwrap();
+            let rel = path
+                .strip_prefix(local.path())
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .to_string();
+            files.push(remote_tier::snapshot::ManifestEntry {
+                path: rel,
+                size: bytes.len() as u64,
+                blake3: hash,
+            });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let manifest = remote_tier::snapshot::Manifest {
+        version: 1,
+        seq: 1,
+        writer: "an-older-cachex".into(),
+        files,
+    };
+    tier.put_bytes(
+        "manifests/00000000000000000001.json",
+        serde_json::to_vec(&manifest).unwrap(),
+    )
+    .unwrap();
+
+    // Pull says what to do; migrate does it; pull and push then work.
+    let dest = tempfile::tempdir().unwrap();
+    let out = cachex(&endpoint, &["pull", &url, p(dest.path())]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cachex migrate"));
+    let text = ok(&endpoint, &["migrate", &url]);
+    assert!(text.contains("into commit 1"), "{text}");
+    let text = ok(&endpoint, &["migrate", &url]);
+    assert!(text.contains("has a commit log already"), "{text}");
+    let text = ok(&endpoint, &["pull", &url, p(dest.path())]);
+    assert!(text.contains("pulled commit 1"), "{text}");
+    let text = ok(&endpoint, &["verify", p(dest.path())]);
+    assert!(text.contains("sound"), "{text}");
+    let text = ok(&endpoint, &["push", p(local.path()), &url]);
+    assert!(text.contains("nothing pushed"), "{text}");
+    // And a bucket with nothing of either layout: named.
+    let out = cachex(&endpoint, &["migrate", &format!("{url}-none")]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn push_refuses_a_directory_with_symbolic_links() {
+    let bucket = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", bucket.path().display());
+    let local = tempfile::tempdir().unwrap();
+    std::fs::write(local.path().join("meta.json"), b"{}").unwrap();
+    std::os::unix::fs::symlink(
+        local.path().join("meta.json"),
+        local.path().join("linked.json"),
+    )
+    .unwrap();
+    let out = cachex("", &["push", p(local.path()), &url]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("linked.json is a symbolic link"), "{err}");
+    // Without the link, a local URL takes the push and gives it back.
+    std::fs::remove_file(local.path().join("linked.json")).unwrap();
+    let text = ok("", &["push", p(local.path()), &url]);
+    assert!(text.contains("as commit 1"), "{text}");
+    let dest = tempfile::tempdir().unwrap();
+    ok("", &["pull", &url, p(dest.path())]);
+    assert_eq!(std::fs::read(dest.path().join("meta.json")).unwrap(), b"{}");
 }

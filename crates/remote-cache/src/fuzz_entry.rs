@@ -1,19 +1,21 @@
 //! Entry points of the fuzz targets (`fuzz/`), public so that ordinary
-//! tests run the same code over their seeds: a commit record read and
-//! applied as a reader reads and applies one.
+//! tests run the same code over their seeds: a commit record (or a
+//! checkpoint) read and applied as a reader reads and applies one.
 //!
 //! The commit log lives in memory (`memory:///`), holding the objects of
 //! [`payloads`]; each input is published as commit 1 and read (every check
 //! a fetched commit gets), or read and applied to a fresh working
-//! directory. Must return (an error or a result) — never panic, never
-//! write outside the working directory.
+//! directory, or published as checkpoint 1 and applied to a fresh working
+//! directory (which starts from the newest checkpoint). Must return (an
+//! error or a result) — never panic, never write outside the working
+//! directory.
 
 use std::path::{Path, PathBuf};
 
 use remote_tier::{RemoteTier, TierConfig};
 
-use crate::journal::{OBJECTS, commit_name};
-use crate::{Commit, RemoteDir, Result};
+use crate::journal::{OBJECTS, checkpoint_name, commit_name};
+use crate::{Next, RemoteDir, Result};
 
 /// The bytes of the objects every input may point at (`objects/<blake3>`):
 /// empty, small, a few blocks, and larger than the tier fetches whole.
@@ -79,7 +81,7 @@ impl CommitLog {
     }
 
     /// Publishes `bytes` as commit 1 and reads it back as a reader does.
-    pub fn read(&self, bytes: &[u8]) -> Result<Option<Commit>> {
+    pub fn read(&self, bytes: &[u8]) -> Result<Option<Next>> {
         self.tier.put_bytes(&commit_name(1), bytes.to_vec())?;
         let dir = self.scratch.join("read");
         let remote = RemoteDir::open_unapplied(self.tier.clone(), &dir, files())?;
@@ -90,7 +92,27 @@ impl CommitLog {
     /// working directory; returns the commit applied there (0: none).
     pub fn apply(&self, bytes: &[u8]) -> Result<u64> {
         self.tier.put_bytes(&commit_name(1), bytes.to_vec())?;
-        let dir = self.scratch.join("apply");
+        self.apply_fresh()
+    }
+
+    /// Publishes `bytes` as checkpoint 1 (over a commit 1 that is not
+    /// there), then applies the log to a fresh working directory, which
+    /// starts from it; returns the commit applied there (0: none).
+    pub fn apply_checkpoint(&self, bytes: &[u8]) -> Result<u64> {
+        self.tier.delete(&commit_name(1))?;
+        self.tier.put_bytes(&checkpoint_name(1), bytes.to_vec())?;
+        let applied = self.apply_fresh();
+        self.tier.delete(&checkpoint_name(1))?;
+        applied
+    }
+
+    /// The working directory `apply` makes afresh for each input.
+    pub fn apply_dir(&self) -> PathBuf {
+        self.scratch.join("apply")
+    }
+
+    fn apply_fresh(&self) -> Result<u64> {
+        let dir = self.apply_dir();
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(crate::Error::io("remove", &dir))?;
         }

@@ -5,46 +5,28 @@
 //!
 //! The stores write files that are immutable (segments, shards, `.bin`
 //! arrays, page files), append-only (index logs) or replaced whole by a
-//! rename (`metadata.json`). A commit therefore lists *pieces*: the bytes
-//! `offset..offset + size` of a file, stored under their BLAKE3, either
-//! extending the file or (`replace`) standing for all of it. Publishing
-//! costs O(new bytes); a reader applies only the commits after the last
-//! one it saw.
+//! rename (`metadata.json`), and remove files they no longer need (a
+//! compaction's old segments). A commit therefore lists *pieces* — the
+//! bytes `offset..offset + size` of a file, stored under their BLAKE3,
+//! either extending the file or (`replace`) standing for all of it — and
+//! the files removed. Publishing costs O(new bytes); a reader applies only
+//! the commits after the last one it saw. The records are described in
+//! [`mod@crate::commit`]:
 //!
 //! ```text
 //! <url>/objects/<blake3 hex>          one piece's bytes
-//! <url>/commits/<seq, 20 digits>.json
-//!     {"version":2,"seq":N,"writer":"<host-pid-time>",
-//!      "pieces":[{"path","offset","size","blake3","replace","blocks"?}],
-//!      "checksum":"<BLAKE3 of the record without it>"}  (version 1: none)
-//!     "blocks" (optional): {"version":1,"block_size":B,"blake3":["<hex>", ...]}
+//! <url>/commits/<seq, 20 digits>.json a commit: pieces, then removals
+//! <url>/checkpoints/<seq>.json        the whole file state after commit seq (gc)
 //! <work dir>/.cachex-remote/
 //!   lock                              flock: one handle per working directory
-//!   applied.jsonl                     per applied commit: seq, each file's length and inode
+//!   applied.jsonl                     per applied commit: seq, each file's length and
+//!                                     inode, the files removed
 //!   blocks/<blake3>.json              the block list of each linked file that has one
 //! ```
 //!
-//! **Block lists.** A piece that is a whole file readers may read by
-//! blocks (`.bin` arrays, page files: any whole file larger than the
-//! publisher's tier fetches whole, and those its `by_blocks` picks — which
-//! files a reader links is the reader's choice, so the publisher does not
-//! rely on knowing it) carries the BLAKE3 of each `block_size`-byte block
-//! of it: the last may be short; `block_size` is the publisher's tier
-//! block size, doubled as needed to keep at most
-//! `remote_tier::blocks::MAX_BLOCKS` blocks. It lives inside the piece,
-//! so it is committed atomically with it and read with the one GET of the
-//! commit; the field is optional, so commits without it (published before
-//! it existed) still read, and readers that do not know it ignore it. The
-//! list has its own version: a reader that meets a newer one refuses the
-//! commit ([`Error::Corrupt`]), as it does a list whose count does not
-//! match `size` and `block_size`, a hash that is not 32 bytes of hex, a
-//! block size outside 4 KiB..=64 MiB, or a list on bytes appended to a file.
-//! A reader that links the file fetches it in the list's block size (one
-//! sparse local file, zero-copy as before) and checks every block against
-//! its hash before it is kept (see `remote_tier::RemoteTier::open_verified`);
-//! a file without a list is checked by size and etag as its blocks arrive.
-//! The list is kept in the state directory so that the file, linked again
-//! on the next open, is checked the same way without reading its commit.
+//! A whole file a reader may read by blocks carries a BLAKE3 per block in
+//! its commit ([`Piece::blocks`]), checked as each block is fetched; the
+//! list is kept in the state directory for when the file is linked again.
 //!
 //! Rules that make it safe:
 //! - **Commit last, conditionally.** Pieces are uploaded first; the commit
@@ -68,6 +50,21 @@
 //!   size and etag, for commits without a block list), and records each
 //!   applied commit only after its files are durable; re-applying one
 //!   after a crash finds the bytes in place and skips them.
+//! - **Removals are meant, evictions are not.** A file this handle had
+//!   and no longer finds is published as removed, unless the store says
+//!   its removal is a local eviction ([`StoreFiles::evicted_locally`]:
+//!   shard-store's disk budget), which stays on this machine. A reader
+//!   removes a removed file from its working directory after the commit's
+//!   pieces are in place (its store still maps what it had open), checked
+//!   as a piece is: a file changed here and not published is a
+//!   [`Error::Conflict`], and paths are checked to stay inside the
+//!   working directory.
+//! - **Checkpoints.** A working directory with nothing applied yet starts
+//!   from the newest checkpoint, if gc wrote one, and applies the commits
+//!   after it. One that is behind a checkpoint and finds an object of its
+//!   next commit gone (gc keeps only what the retention window needs)
+//!   moves to the checkpoint instead: every file of it written, every file
+//!   it had and the checkpoint has not removed.
 //! - **Read by blocks.** Large files a store maps and reads in parts
 //!   (`.bin` arrays, page files) may be left in the local tier as sparse
 //!   files, linked into the working directory; [`RemoteDir::ensure`]
@@ -79,77 +76,51 @@ use std::io::Write;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
 
 use durable_fs::FileLock;
-use remote_tier::{BlockHasher, BlockHashes, BlockList, Expected, RemoteFile, RemoteTier};
-use serde::{Deserialize, Serialize};
+use remote_tier::{BlockHashes, Expected, RemoteFile, RemoteTier};
 
+pub use crate::commit::{
+    CHECKPOINTS, COMMIT_VERSION, COMMITS, Checkpoint, Commit, OBJECTS, Piece, STATE_DIR,
+    checkpoint_name, commit_name,
+};
+use crate::commit::{newest_checkpoint_after, read_commit, writer_name};
 use crate::files::StoreFiles;
+use crate::workdir::{
+    Applied, Known, append, changed, cut_log, hash_open, hash_range, local_files, read_applied,
+    write_new,
+};
 use crate::{Error, Result, prefetch};
 
-/// Where piece objects live under the URL.
-pub const OBJECTS: &str = "objects";
-/// Where commit records live under the URL.
-pub const COMMITS: &str = "commits";
-/// The commit record format version: 2 carries a checksum of the record
-/// (`remote_tier::record`); 1, without it, is still read.
-pub const COMMIT_VERSION: u32 = 2;
-/// The local state directory inside a working directory (never published).
-pub const STATE_DIR: &str = ".cachex-remote";
-/// A commit record is never larger than this.
-const MAX_COMMIT: usize = 64 << 20;
 /// How often a publisher tries the next number when others take its own.
 const MAX_COMMIT_RACES: u32 = 64;
 /// Pieces up to this size are read into memory and sent in one request.
 const IN_MEMORY_PIECE: u64 = 64 << 20;
+/// A publisher reuses an object already in the store only when the store
+/// wrote it this recently; an older one is uploaded again, which renews
+/// it, so that a gc running meanwhile (with at least its default grace
+/// period, [`crate::gc::DEFAULT_GRACE`]) never takes it for garbage.
+pub const REUSE_WITHIN: Duration = Duration::from_secs(30 * 60);
 
-/// Bytes of one file in a commit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Piece {
-    /// The file, relative to the cache directory, `/`-separated.
-    pub path: String,
-    /// Where the bytes start in the file.
-    pub offset: u64,
-    /// How many bytes.
-    pub size: u64,
-    /// BLAKE3 of the bytes, hex: the object `objects/<blake3>` holds them.
-    pub blake3: String,
-    /// The bytes are the whole file (offset 0), replacing what it held.
-    #[serde(default)]
-    pub replace: bool,
-    /// For a whole file that readers read by blocks: the BLAKE3 of each
-    /// fixed-size block, checked as each block is fetched. Absent in
-    /// commits published before it existed (those blocks are checked by
-    /// size and etag, the file by its BLAKE3 once all of it is local).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub blocks: Option<BlockList>,
+/// What a reader applies next: a commit, or the checkpoint that stands
+/// for the commits it missed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// The commit after the last one applied.
+    Commit(Commit),
+    /// A checkpoint after the last one applied: the whole file state.
+    Checkpoint(Checkpoint),
 }
 
-/// One commit record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Commit {
-    /// Format version ([`COMMIT_VERSION`]).
-    pub version: u32,
-    /// Its sequence number (commits apply in this order).
-    pub seq: u64,
-    /// Who published it (host, process, time): unique per publish.
-    pub writer: String,
-    /// The pieces, in the order they apply.
-    pub pieces: Vec<Piece>,
-}
-
-impl remote_tier::record::SeqRecord for Commit {
-    const KIND: &'static str = "commit record";
-    const VERSION: u32 = COMMIT_VERSION;
-    const MIN_VERSION: u32 = 1;
-    const CHECKSUMMED_FROM: u32 = 2;
-    const MAX_BYTES: usize = MAX_COMMIT;
-    fn version(&self) -> u32 {
-        self.version
-    }
-    fn seq(&self) -> u64 {
-        self.seq
+impl Next {
+    /// Its sequence number.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Next::Commit(c) => c.seq,
+            Next::Checkpoint(c) => c.seq,
+        }
     }
 }
 
@@ -163,6 +134,10 @@ pub struct RefreshReport {
     /// Pieces whose bytes were written locally (the others were in place
     /// or are read by blocks).
     pub fetched: u64,
+    /// Files removed from the working directory.
+    pub removed: u64,
+    /// Checkpoints applied (a cold open, or a reader that fell behind).
+    pub checkpoints: u64,
 }
 
 /// What [`RemoteDir::publish`] did.
@@ -176,48 +151,36 @@ pub struct PublishReport {
     pub uploaded: u64,
     /// Bytes uploaded.
     pub bytes_uploaded: u64,
+    /// Files published as removed.
+    pub removed: u64,
 }
 
-/// A local file as this handle last left it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Known {
-    /// Its length.
-    len: u64,
-    /// Its inode; 0 for a file read by blocks (a link into the tier).
-    ino: u64,
-    /// A file read by blocks whose commit recorded a block list: kept in
-    /// `.cachex-remote/blocks/<blake3>.json` for when the file is linked
-    /// again.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    blocks: bool,
-}
-
-/// One line of `applied.jsonl`.
-#[derive(Debug, Serialize, Deserialize)]
-struct Applied {
-    seq: u64,
-    files: BTreeMap<String, Known>,
-}
-
+/// What a handle knows of its working directory, under its lock.
 #[derive(Debug)]
-struct State {
-    seq: u64,
-    files: HashMap<String, Known>,
-    by_blocks: HashMap<String, RemoteFile>,
+pub(crate) struct State {
+    /// The last commit applied.
+    pub(crate) seq: u64,
+    /// Every file as this handle last left it.
+    pub(crate) files: HashMap<String, Known>,
+    /// The files read by blocks: their tier objects, open (pinned).
+    pub(crate) by_blocks: HashMap<String, RemoteFile>,
     log: File,
     /// The length of `log`'s whole records: a failed append is cut back
     /// to it.
     log_len: u64,
+    /// An object this directory needs is gone from the store (gc): the
+    /// next refresh moves to the newest checkpoint.
+    behind: bool,
 }
 
 /// A local working directory materialised from, and published to, a
 /// commit log at an object-store URL (see the [module docs](self)).
 #[derive(Debug)]
 pub struct RemoteDir {
-    tier: RemoteTier,
-    dir: PathBuf,
+    pub(crate) tier: RemoteTier,
+    pub(crate) dir: PathBuf,
     writer: String,
-    files: StoreFiles,
+    pub(crate) files: StoreFiles,
     state: Mutex<State>,
     _lock: FileLock,
 }
@@ -262,15 +225,7 @@ impl RemoteDir {
         if on_disk != log_len {
             cut_log(&log, &log_path, log_len)?;
         }
-        let writer = format!(
-            "{}-{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into()),
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0)
-        );
+        let writer = writer_name();
         let remote = RemoteDir {
             tier,
             dir: dir.to_path_buf(),
@@ -282,6 +237,7 @@ impl RemoteDir {
                 by_blocks: HashMap::new(),
                 log,
                 log_len,
+                behind: false,
             }),
             _lock: lock,
         };
@@ -296,16 +252,24 @@ impl RemoteDir {
                 .map(|(p, _)| p.clone())
                 .collect();
             for path in linked {
-                remote.relink(&mut state, &path)?;
+                match remote.relink(&mut state, &path) {
+                    Ok(()) => {}
+                    // gc removed its object: this directory is behind the
+                    // retention window, and moves to the newest checkpoint
+                    // on its next refresh.
+                    Err(e) if is_gone(&e) => state.behind = true,
+                    Err(e) => return Err(e),
+                }
             }
         }
         Ok(remote)
     }
 
-    /// The commit after the last one applied, fetched and checked but not
-    /// applied (`None`: nothing newer was published). No lock is held
-    /// while it waits for the server.
-    pub fn fetch_next(&self) -> Result<Option<Commit>> {
+    /// What follows the last commit applied — the next commit, or, for a
+    /// directory with nothing applied yet, the newest checkpoint —
+    /// fetched and checked but not applied (`None`: nothing newer was
+    /// published). No lock is held while it waits for the server.
+    pub fn fetch_next(&self) -> Result<Option<Next>> {
         let seq = self.lock().seq;
         self.read_after(seq)
     }
@@ -314,10 +278,13 @@ impl RemoteDir {
     /// and every commit published after it, as
     /// [`refresh`](RemoteDir::refresh) does; `None` applies nothing. A
     /// commit this handle applied meanwhile is not applied twice.
-    pub fn refresh_from(&self, next: Option<Commit>) -> Result<RefreshReport> {
+    pub fn refresh_from(&self, next: Option<Next>) -> Result<RefreshReport> {
         let mut state = self.lock();
         let next = match next {
-            Some(c) if Some(c.seq) == state.seq.checked_add(1) => Some(c),
+            Some(Next::Commit(c)) if Some(c.seq) == state.seq.checked_add(1) => {
+                Some(Next::Commit(c))
+            }
+            Some(Next::Checkpoint(c)) if c.seq > state.seq => Some(Next::Checkpoint(c)),
             Some(_) => self.read_after(state.seq)?,
             None => None,
         };
@@ -342,28 +309,31 @@ impl RemoteDir {
     /// Applies the commits published since the last one applied: their
     /// files appear in the working directory, whole commits at a time.
     /// Cost: one GET per new commit and one for the number after the last
-    /// (the answer that nothing newer was published), plus the new bytes.
+    /// (the answer that nothing newer was published), plus the new bytes;
+    /// a directory with nothing applied yet first lists `checkpoints/`
+    /// and reads the newest, if any (then the commits after it).
     pub fn refresh(&self) -> Result<RefreshReport> {
         let mut state = self.lock();
         self.refresh_locked(&mut state)
     }
 
     /// Publishes what the store wrote in the working directory since the
-    /// last commit (new files, bytes appended, files replaced): pieces
-    /// first, then the commit record, conditionally, under the next
-    /// sequence number. Call it only after the store made its files
+    /// last commit (new files, bytes appended, files replaced, files
+    /// removed — but not those the store evicts locally): pieces first,
+    /// then the commit record, conditionally, under the next sequence
+    /// number. Call it only after the store made its files
     /// durable (a flush). Commits of other writers are applied first;
     /// one that wrote a file this writer also changed is an
     /// [`Error::Conflict`] and nothing of this writer's is committed.
     pub fn publish(&self) -> Result<PublishReport> {
         let mut state = self.lock();
         self.refresh_locked(&mut state)?;
-        let (pieces, after) = self.changes(&state)?;
+        let (pieces, after, mut removed) = self.changes(&state)?;
         let mut report = PublishReport {
             pieces: pieces.len() as u64,
             ..PublishReport::default()
         };
-        if pieces.is_empty() {
+        if pieces.is_empty() && removed.is_empty() {
             return Ok(report);
         }
         for (piece, source) in &pieces {
@@ -384,17 +354,14 @@ impl RemoteDir {
                 seq,
                 writer: self.writer.clone(),
                 pieces: pieces.clone(),
+                removed: removed.clone(),
             };
             let name = commit_name(seq);
-            let bytes =
-                remote_tier::record::encode_record(&commit).map_err(|e| Error::Corrupt {
-                    url: self.tier.url().to_string(),
-                    name: name.clone(),
-                    problem: format!("cannot encode the commit: {e}"),
-                })?;
+            let bytes = crate::commit::encode(&self.tier, &name, &commit)?;
             match self.tier.commit(&name, bytes) {
                 Ok(()) => {
-                    self.record(&mut state, seq, after)?;
+                    report.removed = removed.len() as u64;
+                    self.record(&mut state, seq, after, removed)?;
                     report.seq = Some(seq);
                     return Ok(report);
                 }
@@ -403,6 +370,12 @@ impl RemoteDir {
                 // the next.
                 Err(remote_tier::Error::CommitTaken { .. }) => {
                     self.refresh_locked(&mut state)?;
+                    // A removal stands only for a file this handle still
+                    // had and still does not find.
+                    removed.retain(|p| {
+                        state.files.contains_key(p)
+                            && std::fs::symlink_metadata(self.dir.join(p)).is_err()
+                    });
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -449,26 +422,52 @@ impl RemoteDir {
         self.apply_from(state, next)
     }
 
-    /// Applies `next`, the commit after `state`'s last, and the ones after.
-    fn apply_from(&self, state: &mut State, mut next: Option<Commit>) -> Result<RefreshReport> {
+    /// Applies `next`, the commit after `state`'s last (or a checkpoint
+    /// after it), and the ones after.
+    fn apply_from(&self, state: &mut State, mut next: Option<Next>) -> Result<RefreshReport> {
         let mut report = RefreshReport {
             seq: state.seq,
             ..RefreshReport::default()
         };
+        if state.behind
+            && !matches!(next, Some(Next::Checkpoint(_)))
+            && let Some(cp) = newest_checkpoint_after(&self.tier, state.seq)?
+        {
+            next = Some(Next::Checkpoint(cp));
+        }
         // Commits are numbered without gaps (a writer claims `seq + 1` only
         // once it has applied `seq`), so the first number that is not there
         // ends the log: one GET finds the next commit, or that there is
         // none, where a listing would cost a LIST and then a GET.
-        while let Some(commit) = next {
+        while let Some(item) = next {
+            let (commit, checkpoint) = match item {
+                Next::Commit(c) => (c, false),
+                Next::Checkpoint(cp) => (self.checkpoint_commit(state, cp), true),
+            };
             let seq = commit.seq;
-            let (files, fetched) = self.apply(state, &commit)?;
-            self.record(state, seq, files)?;
-            report.commits += 1;
+            let (files, removed, fetched) = match self.apply(state, &commit) {
+                Ok(applied) => applied,
+                // gc removed an object of this commit: it lies before the
+                // retention window, and a checkpoint stands for it.
+                Err(e) if is_gone(&e) => match newest_checkpoint_after(&self.tier, state.seq)? {
+                    Some(cp) if cp.seq > seq || (!checkpoint && cp.seq == seq) => {
+                        next = Some(Next::Checkpoint(cp));
+                        continue;
+                    }
+                    _ => return Err(e),
+                },
+                Err(e) => return Err(e),
+            };
+            report.removed += removed.len() as u64;
+            self.record(state, seq, files, removed)?;
+            state.behind = false;
+            report.commits += u64::from(!checkpoint);
+            report.checkpoints += u64::from(checkpoint);
             report.fetched += fetched;
             report.seq = seq;
             next = self.read_after(state.seq)?;
         }
-        if report.commits > 0 {
+        if report.commits + report.checkpoints > 0 {
             self.prune_block_lists(state);
         }
         if report.fetched > 0 {
@@ -479,64 +478,60 @@ impl RemoteDir {
         Ok(report)
     }
 
-    /// The commit after `seq`, if published (none follows `u64::MAX`).
-    fn read_after(&self, seq: u64) -> Result<Option<Commit>> {
+    /// What follows `seq`: the commit after it (none follows `u64::MAX`);
+    /// for a directory with nothing applied (`seq` 0), the newest
+    /// checkpoint first, if gc wrote one.
+    fn read_after(&self, seq: u64) -> Result<Option<Next>> {
+        if seq == 0
+            && let Some(cp) = newest_checkpoint_after(&self.tier, 0)?
+        {
+            return Ok(Some(Next::Checkpoint(cp)));
+        }
         match seq.checked_add(1) {
-            Some(next) => self.read_commit(next),
+            Some(next) => Ok(read_commit(&self.tier, next)?.map(Next::Commit)),
             None => Ok(None),
         }
     }
 
-    /// Reads and checks commit `seq`; `None` when it was not published.
-    fn read_commit(&self, seq: u64) -> Result<Option<Commit>> {
-        let name = commit_name(seq);
-        let bytes = match self.tier.read_remote_capped(&name, MAX_COMMIT as u64) {
-            Ok(b) => b,
-            Err(remote_tier::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let corrupt = |problem: String| Error::Corrupt {
-            url: self.tier.url().to_string(),
-            name: name.clone(),
-            problem,
-        };
-        let c: Commit = remote_tier::record::decode_record(&bytes, seq).map_err(corrupt)?;
-        for p in &c.pieces {
-            if !remote_tier::record::is_relative_inside(&p.path) || p.path.starts_with(STATE_DIR) {
-                return Err(corrupt(format!(
-                    "`{}` is not a relative path inside the cache",
-                    p.path
-                )));
-            }
-            if blake3::Hash::from_hex(&p.blake3).is_err() {
-                return Err(corrupt(format!(
-                    "{}: `{}` is not a BLAKE3 hash",
-                    p.path, p.blake3
-                )));
-            }
-            if p.offset.checked_add(p.size).is_none() || (p.replace && p.offset != 0) {
-                return Err(corrupt(format!(
-                    "{}: bad range {}+{}",
-                    p.path, p.offset, p.size
-                )));
-            }
-            if let Some(list) = &p.blocks {
-                if p.offset != 0 {
-                    return Err(corrupt(format!(
-                        "{}: a block list on bytes that do not start the file (offset {})",
-                        p.path, p.offset
-                    )));
-                }
-                list.check(p.size)
-                    .map_err(|problem| corrupt(format!("{}: {problem}", p.path)))?;
-            }
+    /// The checkpoint `cp` as a commit applied to this directory: every
+    /// file of it written whole (the first piece of each replacing what
+    /// the file held), every file known here and not in it removed.
+    fn checkpoint_commit(&self, state: &State, cp: Checkpoint) -> Commit {
+        let paths: HashSet<&str> = cp.pieces.iter().map(|p| p.path.as_str()).collect();
+        let mut removed: Vec<String> = state
+            .files
+            .keys()
+            .filter(|p| !paths.contains(p.as_str()))
+            .cloned()
+            .collect();
+        removed.sort();
+        let mut seen = HashSet::new();
+        let pieces = cp
+            .pieces
+            .into_iter()
+            .map(|mut p| {
+                p.replace = seen.insert(p.path.clone());
+                p
+            })
+            .collect();
+        Commit {
+            version: COMMIT_VERSION,
+            seq: cp.seq,
+            writer: cp.writer,
+            pieces,
+            removed,
         }
-        Ok(Some(c))
     }
 
-    /// Applies one commit's pieces; returns the files it left and how many
-    /// pieces were written locally.
-    fn apply(&self, state: &mut State, c: &Commit) -> Result<(BTreeMap<String, Known>, u64)> {
+    /// Applies one commit: its pieces, then its removals. Returns the
+    /// files it left, the files it removed and how many pieces were
+    /// written locally.
+    #[allow(clippy::type_complexity)]
+    fn apply(
+        &self,
+        state: &mut State,
+        c: &Commit,
+    ) -> Result<(BTreeMap<String, Known>, Vec<String>, u64)> {
         let mut files = BTreeMap::new();
         let mut fetched = 0;
         let (ahead, ahead_of) = self.fetched_whole(c);
@@ -665,7 +660,53 @@ impl RemoteDir {
             state.files.insert(p.path.clone(), k);
             files.insert(p.path.clone(), k);
         }
-        Ok((files, fetched))
+        let removed = self.remove(state, c)?;
+        Ok((files, removed, fetched))
+    }
+
+    /// Removes the files commit `c` removed from the working directory
+    /// (after its pieces are in place: a store still maps what it had
+    /// open). Each is checked as a piece is: a file this handle does not
+    /// know as it left it is local work, not to be lost
+    /// ([`Error::Conflict`]).
+    fn remove(&self, state: &mut State, c: &Commit) -> Result<Vec<String>> {
+        let mut dirs = HashSet::new();
+        for path in &c.removed {
+            let local = self.dir.join(path);
+            let known = state.files.get(path).copied();
+            match std::fs::symlink_metadata(&local) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("stat", &local)(e)),
+                Ok(m) => {
+                    let link = m.file_type().is_symlink();
+                    let as_left = match known {
+                        Some(k) if k.ino == 0 => link,
+                        Some(k) => m.is_file() && m.ino() == k.ino && m.len() == k.len,
+                        None => false,
+                    };
+                    if !as_left {
+                        return Err(Error::Conflict {
+                            url: self.tier.url().to_string(),
+                            path: path.clone(),
+                            seq: c.seq,
+                            writer: c.writer.clone(),
+                        });
+                    }
+                    match std::fs::remove_file(&local) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(Error::io("remove", &local)(e)),
+                    }
+                    dirs.insert(durable_fs::parent_dir(&local).to_path_buf());
+                }
+            }
+            state.files.remove(path);
+            state.by_blocks.remove(path);
+        }
+        for d in dirs {
+            durable_fs::sync_dir(&d)?;
+        }
+        Ok(c.removed.clone())
     }
 
     /// The objects of `c` that applying it will fetch whole (not linked to
@@ -701,174 +742,34 @@ impl RemoteDir {
         (ahead, of)
     }
 
-    fn tier_whole_max(&self) -> u64 {
+    pub(crate) fn tier_whole_max(&self) -> u64 {
         // The tier fetches objects up to its whole-file size in one piece;
         // only larger ones are worth reading by blocks.
         self.tier.config().whole_file_max
     }
 
-    /// Keeps the checked block list of piece `p` (of commit `seq`) in the
-    /// state directory, durably, for when its file is linked again after
-    /// this commit was recorded as applied.
-    fn keep_block_list(&self, seq: u64, p: &Piece, list: &BlockList) -> Result<Arc<BlockHashes>> {
-        let hashes = list.check(p.size).map_err(|problem| Error::Corrupt {
-            url: self.tier.url().to_string(),
-            name: commit_name(seq),
-            problem: format!("{}: {problem}", p.path),
-        })?;
-        let path = self.block_list_path(&p.blake3);
-        let dir = durable_fs::parent_dir(&path).to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
-        let bytes = serde_json::to_vec(list).map_err(|e| Error::Corrupt {
-            url: self.dir.display().to_string(),
-            name: path.display().to_string(),
-            problem: format!("cannot encode the block list: {e}"),
-        })?;
-        durable_fs::write_atomic(&path, &bytes)?;
-        Ok(Arc::new(hashes))
-    }
-
-    /// Where the block list of the piece `blake3` is kept locally.
-    fn block_list_path(&self, blake3: &str) -> PathBuf {
-        self.dir
-            .join(STATE_DIR)
-            .join("blocks")
-            .join(format!("{blake3}.json"))
-    }
-
-    /// The block list kept for the piece `blake3` of `size` bytes.
-    fn kept_block_list(&self, blake3: &str, size: u64) -> Result<Arc<BlockHashes>> {
-        let path = self.block_list_path(blake3);
-        let corrupt = |problem: String| Error::Corrupt {
-            url: self.dir.display().to_string(),
-            name: path.display().to_string(),
-            problem,
-        };
-        let bytes = durable_fs::read_capped(&path, MAX_COMMIT as u64)
-            .map_err(|e| corrupt(format!("the block list of a linked file: {e}")))?;
-        let list: BlockList = serde_json::from_slice(&bytes)
-            .map_err(|e| corrupt(format!("not a block list: {e}")))?;
-        Ok(Arc::new(list.check(size).map_err(corrupt)?))
-    }
-
-    /// Removes the kept block lists that no linked file uses any more (a
-    /// commit replaced the file). Only once every linked file with a list
-    /// is open here, so a list still needed is never taken for garbage.
-    fn prune_block_lists(&self, state: &State) {
-        let mut used = HashSet::new();
-        for (path, k) in &state.files {
-            if !k.blocks {
-                continue;
-            }
-            let object = state.by_blocks.get(path).map(|f| f.name());
-            match object.and_then(|o| o.strip_prefix(&format!("{OBJECTS}/"))) {
-                Some(blake3) => used.insert(format!("{blake3}.json")),
-                None => return,
-            };
-        }
-        let dir = self.dir.join(STATE_DIR).join("blocks");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".json") && !used.contains(&name) {
-                // Garbage either way: a failed removal is retried by the
-                // next commit applied.
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    }
-
-    /// Opens `object` through the tier (pinned while this handle lives;
-    /// every block checked against `hashes` when given) and links `path`
-    /// to its local file.
-    fn link(
-        &self,
-        state: &mut State,
-        path: &str,
-        object: &str,
-        known: Known,
-        hashes: Option<Arc<BlockHashes>>,
-    ) -> Result<()> {
-        let size = known.len;
-        let file = match hashes {
-            Some(h) => self.tier.open_verified(object, h)?,
-            None => self.tier.open_object(object)?,
-        };
-        if file.len() != size {
-            return Err(remote_tier::Error::Corrupt {
-                url: self.tier.url().to_string(),
-                name: object.to_string(),
-                problem: format!("{} bytes, the commit says {size}", file.len()),
-            }
-            .into());
-        }
-        let local = self.dir.join(path);
-        // An absolute target: the working directory and the tier may be
-        // named relative to different places.
-        let target =
-            std::fs::canonicalize(file.path()).map_err(Error::io("resolve", file.path()))?;
-        // A warm open finds the link in place (made durable when it was
-        // made): no new link, no directory fsync.
-        if std::fs::read_link(&local).ok().as_deref() != Some(target.as_path()) {
-            let parent = durable_fs::parent_dir(&local).to_path_buf();
-            std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
-            let tmp = durable_fs::unique_temp_path(&parent, "link");
-            std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
-            durable_fs::rename_and_sync(&tmp, &local)?;
-        }
-        state.files.insert(path.to_string(), known);
-        state.by_blocks.insert(path.to_string(), file);
-        Ok(())
-    }
-
-    /// Re-opens a file read by blocks (on open: the tier may have evicted
-    /// it, or moved it) and points its link at the local copy.
-    fn relink(&self, state: &mut State, path: &str) -> Result<()> {
-        let local = self.dir.join(path);
-        let target = std::fs::read_link(&local).ok();
-        let name = target
-            .as_ref()
-            .and_then(|t| t.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        // The tier names local copies by the escaped object name.
-        let object = name
-            .strip_suffix(".sparse")
-            .or_else(|| name.strip_suffix(".whole"))
-            .map(|k| k.replace("%2F", "/").replace("%25", "%"))
-            .filter(|o| o.starts_with(&format!("{OBJECTS}/")));
-        let Some(object) = object else {
-            return Err(Error::Corrupt {
-                url: self.dir.display().to_string(),
-                name: path.to_string(),
-                problem: "a file read by blocks that is no longer a link into the tier".into(),
-            });
-        };
-        let known = state.files.get(path).copied().unwrap_or(Known {
-            len: 0,
-            ino: 0,
-            blocks: false,
-        });
-        let hashes = if known.blocks {
-            let blake3 = object
-                .strip_prefix(&format!("{OBJECTS}/"))
-                .unwrap_or_default();
-            Some(self.kept_block_list(blake3, known.len)?)
-        } else {
-            None
-        };
-        self.link(state, path, &object, known, hashes)
-    }
-
     /// Appends the applied commit to the local record (after its files are
     /// durable) and takes its files as known.
-    fn record(&self, state: &mut State, seq: u64, files: BTreeMap<String, Known>) -> Result<()> {
+    fn record(
+        &self,
+        state: &mut State,
+        seq: u64,
+        files: BTreeMap<String, Known>,
+        removed: Vec<String>,
+    ) -> Result<()> {
         for (path, k) in &files {
             state.files.insert(path.clone(), *k);
         }
-        let mut line = serde_json::to_vec(&Applied { seq, files }).map_err(|e| Error::Corrupt {
+        for path in &removed {
+            state.files.remove(path);
+            state.by_blocks.remove(path);
+        }
+        let applied = Applied {
+            seq,
+            files,
+            removed,
+        };
+        let mut line = serde_json::to_vec(&applied).map_err(|e| Error::Corrupt {
             url: self.dir.display().to_string(),
             name: "applied.jsonl".into(),
             problem: e.to_string(),
@@ -892,15 +793,36 @@ impl RemoteDir {
     }
 
     /// The pieces that publish what changed locally, with the file handle
-    /// each is read from, and the files as they will be once committed.
+    /// each is read from; the files as they will be once committed; and
+    /// the files removed (not those the store evicts locally).
     #[allow(clippy::type_complexity)]
     fn changes(
         &self,
         state: &State,
-    ) -> Result<(Vec<(Piece, (File, PathBuf))>, BTreeMap<String, Known>)> {
+    ) -> Result<(
+        Vec<(Piece, (File, PathBuf))>,
+        BTreeMap<String, Known>,
+        Vec<String>,
+    )> {
         let mut pieces = Vec::new();
         let mut after = BTreeMap::new();
-        for (rel, path) in local_files(&self.dir, self.files.private)? {
+        let listed = local_files(&self.dir, self.files.private)?;
+        let present: HashSet<&str> = listed.iter().map(|(rel, _)| rel.as_str()).collect();
+        let mut removed: Vec<String> = state
+            .files
+            .keys()
+            .filter(|rel| {
+                !present.contains(rel.as_str())
+                    && !(self.files.evicted_locally)(rel)
+                    && !(self.files.private)(rel)
+                    // Links into the tier are not listed: gone only when
+                    // the link is.
+                    && std::fs::symlink_metadata(self.dir.join(rel)).is_err()
+            })
+            .cloned()
+            .collect();
+        removed.sort();
+        for (rel, path) in listed {
             let file = File::open(&path).map_err(Error::io("open", &path))?;
             let m = file.metadata().map_err(Error::io("stat", &path))?;
             let (len, ino) = (m.len(), m.ino());
@@ -948,14 +870,17 @@ impl RemoteDir {
         // Whole new files before the bytes appended to logs that point at
         // them (readers apply in order).
         pieces.sort_by_key(|(p, _)| (p.offset != 0, p.path.clone()));
-        Ok((pieces, after))
+        Ok((pieces, after, removed))
     }
 
-    /// Uploads a piece unless its object exists; returns the bytes sent.
+    /// Uploads a piece unless its object exists and was written recently
+    /// ([`REUSE_WITHIN`]); returns the bytes sent.
     fn upload(&self, piece: &Piece, (file, path): &(File, PathBuf)) -> Result<Option<u64>> {
         let object = format!("{OBJECTS}/{}", piece.blake3);
         match self.tier.head(&object) {
-            Ok(info) if info.size == piece.size => return Ok(None),
+            Ok(info) if info.size == piece.size && is_recent(info.last_modified) => {
+                return Ok(None);
+            }
             Ok(_) | Err(remote_tier::Error::NotFound { .. }) => {}
             Err(e) => return Err(e.into()),
         }
@@ -979,15 +904,19 @@ impl RemoteDir {
     }
 }
 
-fn changed(path: &Path) -> Error {
-    Error::io("read (the file changed while it was published)", path)(
-        std::io::ErrorKind::InvalidData.into(),
-    )
+/// Whether the store wrote an object at `when` recently enough to be
+/// reused without uploading it again ([`REUSE_WITHIN`]). A time ahead of
+/// this machine's clock counts as recent.
+pub(crate) fn is_recent(when: SystemTime) -> bool {
+    SystemTime::now()
+        .duration_since(when)
+        .map_or(true, |age| age < REUSE_WITHIN)
 }
 
-/// The name of commit `seq`.
-pub fn commit_name(seq: u64) -> String {
-    format!("{COMMITS}/{seq:020}.json")
+/// Whether `e` says an object the commit log names is gone from the
+/// store (gc removed it).
+fn is_gone(e: &Error) -> bool {
+    matches!(e, Error::Tier(remote_tier::Error::NotFound { .. }))
 }
 
 fn parse_hash(tier: &RemoteTier, hex: &str) -> Result<blake3::Hash> {
@@ -996,178 +925,4 @@ fn parse_hash(tier: &RemoteTier, hex: &str) -> Result<blake3::Hash> {
         name: hex.to_string(),
         problem: format!("not a BLAKE3 hash: {e}"),
     })
-}
-
-/// The applied commits recorded in a working directory: the last seq,
-/// each file as it was left, and the length of the log's whole lines. A
-/// torn tail (a crash, or a failed write, while recording) ends the log
-/// there: that commit is applied again, finding its bytes in place, and
-/// the caller cuts the tail off so the next record does not land behind
-/// it.
-fn read_applied(path: &Path) -> Result<(u64, HashMap<String, Known>, u64)> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(Error::io("read", path)(e)),
-    };
-    let mut seq = 0;
-    let mut files = HashMap::new();
-    let mut good = 0usize;
-    let mut rest = &bytes[..];
-    // Only lines ended by their newline count: a record is written with
-    // its newline in one write, so a line without one is torn.
-    while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-        let line = &rest[..end];
-        if !line.is_empty() {
-            let Ok(a) = serde_json::from_slice::<Applied>(line) else {
-                break;
-            };
-            seq = seq.max(a.seq);
-            files.extend(a.files);
-        }
-        good += end + 1;
-        rest = &rest[end + 1..];
-    }
-    Ok((seq, files, good as u64))
-}
-
-/// Cuts `log` (at `path`) back to `len` bytes, durably: what lies beyond
-/// is a torn record.
-fn cut_log(log: &File, path: &Path, len: u64) -> Result<()> {
-    log.set_len(len).map_err(Error::io("truncate", path))?;
-    log.sync_all().map_err(Error::io("fsync", path))?;
-    Ok(())
-}
-
-/// Every file of `dir` a commit may hold, with its relative path: not the
-/// state directory, locks, temporary files, links into the tier, or what
-/// `private` names.
-fn local_files(dir: &Path, private: fn(&str) -> bool) -> Result<Vec<(String, PathBuf)>> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).map_err(Error::io("list directory", &d))?;
-        for entry in entries {
-            let entry = entry.map_err(Error::io("list directory", &d))?;
-            let path = entry.path();
-            let kind = entry.file_type().map_err(Error::io("stat", &path))?;
-            let Ok(rel) = path.strip_prefix(dir) else {
-                continue;
-            };
-            let rel: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            let rel = rel.join("/");
-            if rel == STATE_DIR || private(&rel) {
-                continue;
-            }
-            if kind.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !kind.is_file() || name.ends_with(".lock") || name.ends_with(durable_fs::TMP_SUFFIX)
-            {
-                continue;
-            }
-            out.push((rel, path));
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// BLAKE3 (hex) of `size` bytes of `path` at `offset`.
-fn hash_range(path: &Path, offset: u64, size: u64) -> Result<String> {
-    let file = File::open(path).map_err(Error::io("open", path))?;
-    Ok(hash_open(&file, path, offset, size, None)?.0)
-}
-
-/// BLAKE3 (hex) of `size` bytes of `file` at `offset` and, given a block
-/// size, the BLAKE3 of each block of them, in one read.
-fn hash_open(
-    file: &File,
-    path: &Path,
-    offset: u64,
-    size: u64,
-    block_size: Option<u64>,
-) -> Result<(String, Option<BlockHashes>)> {
-    let mut by_block = block_size.map(BlockHasher::new);
-    let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; (1 << 20).min(size.max(1)) as usize];
-    let mut at = offset;
-    let end = offset + size;
-    while at < end {
-        let n = (end - at).min(buf.len() as u64) as usize;
-        file.read_exact_at(&mut buf[..n], at)
-            .map_err(Error::io("read", path))?;
-        hasher.update(&buf[..n]);
-        if let Some(b) = &mut by_block {
-            b.update(&buf[..n]);
-        }
-        at += n as u64;
-    }
-    let blocks = match by_block {
-        Some(b) => Some(b.finalize().map_err(|problem| {
-            Error::io("hash by blocks", path)(std::io::Error::other(problem))
-        })?),
-        None => None,
-    };
-    Ok((hasher.finalize().to_hex().to_string(), blocks))
-}
-
-/// Writes a new file (temp, fsync, rename, dir fsync) from `source`;
-/// returns its inode.
-fn write_new(dest: &Path, source: Option<&RemoteFile>, size: u64) -> Result<u64> {
-    let parent = durable_fs::parent_dir(dest).to_path_buf();
-    std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
-    let name = dest
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = durable_fs::unique_temp_path(&parent, &name);
-    let out = durable_fs::create_temp(&tmp)?;
-    let copied = match source {
-        Some(src) => copy_at(src, &out, &tmp, 0, size),
-        None => Ok(()),
-    };
-    let ino = out.metadata().map_err(Error::io("stat", &tmp))?.ino();
-    if let Err(e) = copied.and_then(|()| Ok(durable_fs::commit_temp(out, &tmp, dest)?)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    durable_fs::sync_dir(&parent)?;
-    Ok(ino)
-}
-
-/// Appends `size` bytes of `source` at `offset` of `dest`, fsynced;
-/// returns its inode.
-fn append(dest: &Path, source: Option<&RemoteFile>, offset: u64, size: u64) -> Result<u64> {
-    let out = std::fs::OpenOptions::new()
-        .write(true)
-        .open(dest)
-        .map_err(Error::io("open", dest))?;
-    if let Some(src) = source {
-        copy_at(src, &out, dest, offset, size)?;
-    }
-    out.sync_data().map_err(Error::io("fsync", dest))?;
-    Ok(out.metadata().map_err(Error::io("stat", dest))?.ino())
-}
-
-/// Copies the object `from` (whole, `size` bytes) to `offset` of `to`.
-fn copy_at(from: &RemoteFile, to: &File, to_path: &Path, offset: u64, size: u64) -> Result<()> {
-    let mut buf = vec![0u8; (4 << 20).min(size.max(1)) as usize];
-    let mut at = 0u64;
-    while at < size {
-        let n = (size - at).min(buf.len() as u64) as usize;
-        from.file()
-            .read_exact_at(&mut buf[..n], at)
-            .map_err(Error::io("read", from.path()))?;
-        to.write_all_at(&buf[..n], offset + at)
-            .map_err(Error::io("write", to_path))?;
-        at += n as u64;
-    }
-    to.sync_data().map_err(Error::io("fsync", to_path))?;
-    Ok(())
 }

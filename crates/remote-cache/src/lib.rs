@@ -6,7 +6,8 @@
 //! The stores are unchanged: each keeps reading and writing a local
 //! directory. For a remote location that directory is a *working
 //! directory* that a [`RemoteDir`] keeps in step with a commit log in
-//! object storage (see [`mod@journal`] for the format and its rules):
+//! object storage (see [`mod@commit`] for the records and [`mod@journal`]
+//! for the rules):
 //!
 //! - **Open** applies every published commit: files are fetched through
 //!   the shared, bounded local tier of `remote-tier`, verified against
@@ -26,6 +27,19 @@
 //! - **Refresh** ([`RemoteSegments::refresh`], or on a period with
 //!   [`RemoteSegments::refresh_every`]) applies what other processes
 //!   published since, whole commits only.
+//! - **Removals.** What a writer removes (a compaction's old segments, a
+//!   file deleted) is published in its commit, and readers remove those
+//!   files on refresh; a store's local evictions (shard-store's disk
+//!   budget, [`StoreFiles::evicted_locally`]) are never published.
+//! - **Garbage** ([`mod@gc`]: `cachex gc`, `cachex du`): objects that no
+//!   commit inside a retention window needs are deleted after a grace
+//!   period, and the commits up to the window are folded into a
+//!   checkpoint, from which a cold open starts: an open costs the same
+//!   few requests after a million commits as after ten.
+//! - **Whole directories** ([`mod@snapshot`]: `cachex push`, `pull`,
+//!   `migrate`): a directory published as one commit of the same log, a
+//!   log materialised into a directory, and a bucket of the older
+//!   `manifests/` push layout converted into a commit.
 //!
 //! # One road from a URL
 //!
@@ -84,14 +98,21 @@
 //! # On disk
 //! ```text
 //! <url>/objects/<blake3>                 published bytes (content-addressed)
-//! <url>/commits/<seq>.json               commit records, applied in order (with the
-//!                                        BLAKE3 of each block of files read by blocks)
+//! <url>/commits/<seq>.json               commit records, applied in order: pieces (with the
+//!                                        BLAKE3 of each block of files read by blocks), then
+//!                                        `removed`, the files the writer removed (version 3)
+//! <url>/checkpoints/<seq>.json           every file after commit seq, written by gc: where a
+//!                                        cold open starts (the newest one)
+//! <url>/manifests/<seq>.json             the older push layout: read by `migrate` (and gc keeps
+//!                                        the objects its latest manifest names)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
 //! <tier dir>/work/<hash of url>[.<n>]/   a working directory the store opens: one
 //!                                        per handle open at once (n = 0, 1, ...)
-//!   .cachex-remote/lock, applied.jsonl   which commits are applied here
+//!   .cachex-remote/lock, applied.jsonl   which commits are applied here (files written, removed)
 //!   .cachex-remote/blocks/<blake3>.json  block lists of the files linked into the tier
 //! ```
+//! The records' formats and checks are in [`mod@commit`]; how a working
+//! directory applies and publishes them in [`mod@journal`].
 //!
 //! # Example
 //! ```
@@ -129,21 +150,30 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod commit;
 mod error;
 mod files;
 #[doc(hidden)]
 pub mod fuzz_entry;
+pub mod gc;
 pub mod journal;
+mod links;
 mod location;
+mod log_state;
 mod prefetch;
+pub mod snapshot;
 mod stores;
+mod workdir;
 
+pub use commit::{Checkpoint, Commit, Piece};
 pub use error::{Error, Result};
 pub use files::{StoreFiles, StoreKind};
-pub use journal::{Commit, Piece, PublishReport, RefreshReport, RemoteDir};
+pub use gc::{GcOptions, GcReport, Usage};
+pub use journal::{Next, PublishReport, RefreshReport, RemoteDir};
 pub use location::{
     CacheDir, DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV,
     TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
 };
+pub use log_state::LogState;
 pub use remote_tier::redact_url;
 pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};

@@ -44,6 +44,8 @@ pub struct ObjectInfo {
     pub size: u64,
     /// Its entity tag, where the store gives one.
     pub e_tag: Option<String>,
+    /// When the store last wrote it (its clock, not this machine's).
+    pub last_modified: std::time::SystemTime,
 }
 
 /// Where the conditional-put probe objects go under the URL (each
@@ -241,6 +243,7 @@ impl Inner {
             name: name.to_string(),
             size: meta.size,
             e_tag: meta.e_tag,
+            last_modified: meta.last_modified.into(),
         })
     }
 

@@ -38,10 +38,11 @@
 //!   (multipart above [`TierConfig::part_size`]); [`RemoteTier::commit`]
 //!   writes a commit record with a conditional put, so two writers can
 //!   never both claim one name.
-//! - **Snapshots.** [`snapshot::push_dir`] publishes any store's cache
-//!   directory (files under their BLAKE3, then a manifest committed with a
-//!   conditional put); [`snapshot::pull_dir`] materialises the current one
-//!   locally, where the store opens it as it opens any cache.
+//! - **Snapshots of the older push layout.** [`snapshot::latest_manifest`]
+//!   and [`snapshot::pull_dir`] read a bucket that an older `cachex push`
+//!   wrote under `manifests/` (push now publishes a commit of
+//!   remote-cache's commit log, and `cachex migrate` converts such a
+//!   bucket into one).
 //! - **Requests** run on one runtime that every tier of the process
 //!   shares (callers stay synchronous), each under a timeout, and those
 //!   safe to repeat are retried with backoff ([`RetryPolicy`]). Stores

@@ -1,19 +1,16 @@
-//! Publishing a local cache directory as a snapshot, and pulling one.
+//! Reading the snapshots of the older push layout: `cachex push` used to
+//! publish a cache directory as a manifest under `manifests/`, beside
+//! the commit log that the stores publish to. Push now publishes a commit
+//! of that log (`remote_cache::snapshot`), and a bucket of the older
+//! layout is converted into a commit by `cachex migrate`
+//! (`remote_cache::snapshot::migrate`); what is left here reads such a
+//! bucket: its latest manifest, and a pull of it into a directory.
 //!
-//! Works for any store's directory: every file is uploaded under the
-//! BLAKE3 of its bytes (so it is immutable by construction, deduplicated
-//! across snapshots, and verified on fetch), then a manifest listing each
-//! file's path, size and hash is committed with a conditional put under
-//! the next free sequence number. Readers take the highest manifest, so
-//! they see the last complete publish, never a half-published one; a
-//! publisher killed midway leaves only unreferenced objects, and its next
-//! run skips the ones already uploaded.
-//!
-//! A pull copies every file whole into its directory, and checks each
-//! against its BLAKE3 before a byte of it is written there; nothing is
-//! read by blocks, so manifests carry no per-block hashes (those are for
-//! remote-cache's commit log, whose readers map files linked into the
-//! tier while their blocks arrive).
+//! A snapshot's files are stored under the BLAKE3 of their bytes (the
+//! same `objects/<blake3>` a commit log names), and its manifest lists
+//! each file's path, size and hash. Readers take the highest readable
+//! manifest. A pull copies every file whole into its directory, and
+//! checks each against its BLAKE3 before a byte of it is written there.
 //!
 //! ```text
 //! <url>/objects/<blake3 hex>         one file's bytes
@@ -23,7 +20,7 @@
 
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -39,8 +36,6 @@ pub const MANIFESTS: &str = "manifests";
 pub const MANIFEST_VERSION: u32 = 1;
 /// A manifest is never larger than this.
 const MAX_MANIFEST: usize = 64 << 20;
-/// How often a publisher retries when other writers take its sequence number.
-const MAX_COMMIT_RACES: u32 = 64;
 
 /// One file of a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +48,7 @@ pub struct ManifestEntry {
     pub blake3: String,
 }
 
-/// A published snapshot: the commit record of one publish.
+/// A published snapshot: the record of one push of the older layout.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     /// Format version ([`MANIFEST_VERSION`]).
@@ -78,19 +73,6 @@ impl crate::record::SeqRecord for Manifest {
     }
 }
 
-/// What [`push_dir`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PushReport {
-    /// The sequence number of the manifest committed.
-    pub seq: u64,
-    /// Files in the snapshot.
-    pub files: u64,
-    /// Files uploaded (the others were in the store already).
-    pub uploaded: u64,
-    /// Bytes uploaded.
-    pub bytes_uploaded: u64,
-}
-
 /// What [`pull_dir`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PullReport {
@@ -104,39 +86,6 @@ pub struct PullReport {
 
 fn manifest_name(seq: u64) -> String {
     format!("{MANIFESTS}/{seq:020}.json")
-}
-
-/// Files of `dir` that a snapshot holds: all but locks and temporary files.
-fn local_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).map_err(Error::io("list directory", &d))?;
-        for entry in entries {
-            let entry = entry.map_err(Error::io("list directory", &d))?;
-            let path = entry.path();
-            let kind = entry.file_type().map_err(Error::io("stat", &path))?;
-            if kind.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !kind.is_file() || name.ends_with(".lock") || name.ends_with(durable_fs::TMP_SUFFIX)
-            {
-                continue;
-            }
-            let rel = path.strip_prefix(dir).map_err(|_| {
-                Error::io("relative path", &path)(std::io::ErrorKind::InvalidInput.into())
-            })?;
-            let rel: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            out.push((rel.join("/"), path));
-        }
-    }
-    out.sort();
-    Ok(out)
 }
 
 /// The BLAKE3 and size of the file at `path`.
@@ -203,25 +152,6 @@ fn manifest_seqs(tier: &RemoteTier) -> Result<Vec<u64>> {
     Ok(seqs)
 }
 
-/// The number the next publish claims: the first one after the latest
-/// readable manifest that no object takes (so an unreadable object under
-/// a manifest name is stepped over, never overwritten).
-fn next_seq(tier: &RemoteTier) -> Result<u64> {
-    let seqs = manifest_seqs(tier)?;
-    let latest = latest_readable(tier, &seqs)?.map_or(0, |(m, _)| m.seq);
-    let mut next = latest.checked_add(1);
-    while let Some(n) = next
-        && seqs.binary_search(&n).is_ok()
-    {
-        next = n.checked_add(1);
-    }
-    next.ok_or_else(|| Error::Corrupt {
-        url: tier.url().to_string(),
-        name: format!("{MANIFESTS}/"),
-        problem: format!("no sequence number left after {latest}"),
-    })
-}
-
 /// Reads and checks manifest `seq`.
 pub fn read_manifest(tier: &RemoteTier, seq: u64) -> Result<Manifest> {
     let name = manifest_name(seq);
@@ -247,94 +177,6 @@ pub fn read_manifest(tier: &RemoteTier, seq: u64) -> Result<Manifest> {
         }
     }
     Ok(m)
-}
-
-/// Publishes the cache directory `dir` (no writer may be changing it) as
-/// the next snapshot at `tier`'s URL: files first (those already in the
-/// store are skipped, which makes a killed publish resumable), the
-/// manifest last with a conditional put; when another publisher took the
-/// sequence number meanwhile, the next one is tried. The number claimed
-/// is the first free one after the latest readable manifest.
-pub fn push_dir(tier: &RemoteTier, dir: &Path) -> Result<PushReport> {
-    push_dir_with_progress(tier, dir, &mut |_, _| {})
-}
-
-/// [`push_dir`], calling `progress(files done, files in all)` after each
-/// file (for a progress bar).
-pub fn push_dir_with_progress(
-    tier: &RemoteTier,
-    dir: &Path,
-    progress: &mut dyn FnMut(u64, u64),
-) -> Result<PushReport> {
-    let files = local_files(dir)?;
-    let total = files.len() as u64;
-    let present: HashSet<String> = tier.list(OBJECTS)?.into_iter().map(|o| o.name).collect();
-    let mut entries = Vec::with_capacity(files.len());
-    let mut report = PushReport {
-        seq: 0,
-        files: files.len() as u64,
-        uploaded: 0,
-        bytes_uploaded: 0,
-    };
-    let mut uploaded_now = HashSet::new();
-    for (rel, path) in files {
-        let (hash, size) = hash_file(&path)?;
-        let object = format!("{OBJECTS}/{}", hash.to_hex());
-        if !present.contains(&object) && uploaded_now.insert(object.clone()) {
-            let sent = tier.put_file(&object, &path)?;
-            if sent != size {
-                return Err(Error::io(
-                    "read (the file changed while it was published)",
-                    &path,
-                )(std::io::ErrorKind::InvalidData.into()));
-            }
-            report.uploaded += 1;
-            report.bytes_uploaded += size;
-        }
-        entries.push(ManifestEntry {
-            path: rel,
-            size,
-            blake3: hash.to_hex().to_string(),
-        });
-        progress(entries.len() as u64, total);
-    }
-    let writer = format!(
-        "{}-{}-{}",
-        std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into()),
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-    );
-    for _ in 0..MAX_COMMIT_RACES {
-        let seq = next_seq(tier)?;
-        let manifest = Manifest {
-            version: MANIFEST_VERSION,
-            seq,
-            writer: writer.clone(),
-            files: entries.clone(),
-        };
-        let bytes = serde_json::to_vec(&manifest).map_err(|e| Error::Corrupt {
-            url: tier.url().to_string(),
-            name: manifest_name(seq),
-            problem: format!("cannot encode the manifest: {e}"),
-        })?;
-        match tier.commit(&manifest_name(seq), bytes) {
-            Ok(()) => {
-                report.seq = seq;
-                return Ok(report);
-            }
-            Err(Error::CommitTaken { .. }) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(Error::CommitTaken {
-        url: tier.url().to_string(),
-        name: format!(
-            "{MANIFESTS}/ ({MAX_COMMIT_RACES} sequence numbers taken by other publishers meanwhile)"
-        ),
-    })
 }
 
 /// Materialises the current snapshot at `tier`'s URL into `dest`: each

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload};
+use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use tokio::sync::Semaphore;
 
 use crate::blocks::BlockHashes;
@@ -148,6 +148,7 @@ impl RemoteTier {
                 name: remote.name_of(&m.location),
                 size: m.size,
                 e_tag: m.e_tag,
+                last_modified: m.last_modified.into(),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -178,6 +179,7 @@ impl RemoteTier {
                 name: remote.name_of(&m.location),
                 size: m.size,
                 e_tag: m.e_tag,
+                last_modified: m.last_modified.into(),
             })
             .filter(|o| o.name.as_str() > after)
             .collect();
@@ -273,6 +275,21 @@ impl RemoteTier {
         })?;
         put.map(|_| ())
             .map_err(|(f, n)| remote.error(name, "put", f, n))
+    }
+
+    /// Deletes the object `name` (one already gone is no error): for a
+    /// garbage collector that knows nothing references it.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let remote = self.inner.remote()?;
+        let path = remote.path(name)?;
+        let r = remote.clone();
+        let deleted = self.inner.block_on(name, "delete", async move {
+            r.retrying(true, || r.store.delete(&path)).await
+        })?;
+        match deleted {
+            Ok(_) | Err((Failure::Store(object_store::Error::NotFound { .. }), _)) => Ok(()),
+            Err((f, n)) => Err(remote.error(name, "delete", f, n)),
+        }
     }
 
     /// Uploads the local file `path` as the immutable object `name`: one

@@ -1,6 +1,8 @@
 //! Commits are claimed with conditional puts: a server that accepts
 //! `If-None-Match: *` without honouring it is found out before anything
 //! is published, and a claimed commit is read back before it is trusted.
+//! (Records here are snapshots of the older push layout, which the tier
+//! still reads.)
 
 mod common;
 
@@ -8,10 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use common::{s3_endpoint, s3_store, small_config};
+use common::{s3_endpoint, s3_store, small_config, write_snapshot};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, PutResult};
-use remote_tier::snapshot::{Manifest, latest_manifest, pull_dir, push_dir};
+use remote_tier::snapshot::{Manifest, latest_manifest, pull_dir};
 use remote_tier::{Error, RemoteTier};
 use test_support::intercept::{Intercept, Intercepted};
 
@@ -63,7 +65,7 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts() {
     )
     .unwrap();
     let local = cache_dir();
-    let err = push_dir(&tier, local.path()).unwrap_err();
+    let err = write_snapshot(&tier, local.path(), 1).unwrap_err();
     assert!(
         matches!(err, Error::ConditionalPutIgnored { .. }),
         "{err:?}"
@@ -84,7 +86,7 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts() {
     let mut config = small_config(t.path(), 1 << 30);
     config.single_publisher = true;
     let single = RemoteTier::with_store(ignoring, prefix, &url, config).unwrap();
-    assert_eq!(push_dir(&single, local.path()).unwrap().seq, 1);
+    assert_eq!(write_snapshot(&single, local.path(), 1).unwrap().seq, 1);
 
     // The real server honours them: the probe passes, publishing works.
     let honest = RemoteTier::with_store(
@@ -94,7 +96,7 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts() {
         small_config(t.path(), 1 << 30),
     )
     .unwrap();
-    assert_eq!(push_dir(&honest, local.path()).unwrap().seq, 1);
+    assert_eq!(write_snapshot(&honest, local.path(), 1).unwrap().seq, 1);
 }
 
 /// The server answers the next manifest put with success, but the name
@@ -151,11 +153,10 @@ fn a_claimed_manifest_is_read_back_before_it_is_trusted() {
     let tier =
         RemoteTier::with_store(wrapped, prefix, &url, small_config(t.path(), 1 << 30)).unwrap();
     let local = cache_dir();
-    let report = push_dir(&tier, local.path()).unwrap();
-    assert_eq!(
-        report.seq, 2,
-        "number 1 went to the other writer: {report:?}"
-    );
+    // Number 1 goes to the other writer: read back, it is not ours.
+    let err = write_snapshot(&tier, local.path(), 1).unwrap_err();
+    assert!(matches!(err, Error::CommitTaken { .. }), "{err:?}");
+    write_snapshot(&tier, local.path(), 2).unwrap();
     let latest = latest_manifest(&tier).unwrap().unwrap();
     assert_eq!((latest.seq, latest.files.len()), (2, 2));
     let dest = tempfile::tempdir().unwrap();

@@ -1,0 +1,463 @@
+//! Garbage collection of a commit log: [`gc`] deletes the objects that no
+//! commit inside the retention window references, and folds the commits
+//! up to the window's first into a checkpoint; [`du`] reports what a bucket
+//! holds without changing it.
+//!
+//! **The window.** The commits whose records the store wrote within
+//! `keep` of now (by the listing's last-modified time, the server's clock)
+//! are inside the retention window, and so is everything after the first
+//! of them. Let `C` be the window's first commit (the last commit when
+//! none is inside). Live are: the objects of every file after commit
+//! `C`, and the pieces of every commit after `C`. A reader opened on any
+//! commit inside the window holds a state made of those, so gc never
+//! breaks it: its refresh applies commits that are all still there, and
+//! the files it reads by blocks are still in the store.
+//!
+//! **The checkpoint.** gc writes `checkpoints/<C>.json`: every file after
+//! commit `C`. A file made of several pieces (an index log appended by
+//! many commits) is folded into one object first, so a checkpoint holds
+//! one piece a file and the appended pieces before the window become
+//! garbage. A cold open reads the newest checkpoint and the commits after
+//! it: the same few requests after a million commits as after ten. Older
+//! checkpoints are deleted once a newer one is written. Commit records
+//! are kept (a few hundred bytes each; `du` counts them): a reader that is
+//! behind catches up one GET a commit, and one whose next commit lost an
+//! object to gc moves to the checkpoint instead.
+//!
+//! **The grace period.** An object the store wrote less than `grace` ago
+//! is never deleted, referenced or not: a publisher uploads its pieces
+//! before its commit, and those must survive a gc that runs in between.
+//! Commits published while gc runs are read again before anything is
+//! deleted, and their pieces kept. A publisher reuses an object already
+//! in the store only when the store wrote it within
+//! [`REUSE_WITHIN`](crate::journal::REUSE_WITHIN) (30 minutes) and
+//! uploads it again otherwise, so with the default grace (an hour) a
+//! publisher that finds an old unreferenced object and commits it never
+//! loses it to a gc running meanwhile. A grace shorter than that reuse
+//! window is safe only when no publisher runs during the gc (as in
+//! `--grace 0s` on a cache nobody writes).
+//!
+//! Objects named by a push snapshot of the older `manifests/` layout (its
+//! latest manifest) are live too, so a bucket not yet migrated loses
+//! nothing.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use remote_tier::{BlockHashes, Expected, ObjectInfo, RemoteTier};
+
+use crate::commit::{
+    CHECKPOINT_VERSION, CHECKPOINTS, COMMITS, Checkpoint, Commit, OBJECTS, Piece, checkpoint_name,
+    encode, parse_record_name, read_checkpoint, read_commit, writer_name,
+};
+use crate::journal::is_recent;
+use crate::log_state::LogState;
+use crate::workdir::hash_open;
+use crate::{Error, Result};
+
+/// The retention window when none is given: a week.
+pub const DEFAULT_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The grace period when none is given: an hour.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
+/// Listings give last-modified times in whole seconds: an object may have
+/// been written up to this much after the time shown.
+const CLOCK_SLACK: Duration = Duration::from_secs(1);
+
+/// How [`gc`] chooses what to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcOptions {
+    /// The retention window: every commit written within it stays
+    /// readable, with every object its state needs.
+    pub keep: Duration,
+    /// No object written within it is deleted, referenced or not.
+    pub grace: Duration,
+}
+
+impl Default for GcOptions {
+    fn default() -> GcOptions {
+        GcOptions {
+            keep: DEFAULT_KEEP,
+            grace: DEFAULT_GRACE,
+        }
+    }
+}
+
+/// What a commit log holds, as [`du`] finds it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// The last commit (0: none).
+    pub seq: u64,
+    /// The newest checkpoint, if gc wrote one.
+    pub checkpoint: Option<u64>,
+    /// The retention window's first commit (the last one when none is
+    /// inside): what a gc now would checkpoint.
+    pub window_start: u64,
+    /// Files after the last commit, and their bytes.
+    pub files: u64,
+    /// The bytes of those files.
+    pub file_bytes: u64,
+    /// Objects the retention window needs, and their bytes.
+    pub live_objects: u64,
+    /// Their bytes.
+    pub live_bytes: u64,
+    /// Objects nothing in the window needs (a gc deletes those older than
+    /// its grace period).
+    pub garbage_objects: u64,
+    /// Their bytes.
+    pub garbage_bytes: u64,
+    /// Commit records.
+    pub commits: u64,
+    /// Their bytes.
+    pub commit_bytes: u64,
+    /// Checkpoints.
+    pub checkpoints: u64,
+    /// Their bytes.
+    pub checkpoint_bytes: u64,
+}
+
+impl Usage {
+    /// Every byte under the URL that this layout accounts for: objects,
+    /// commit records and checkpoints.
+    pub fn total_bytes(&self) -> u64 {
+        self.live_bytes + self.garbage_bytes + self.commit_bytes + self.checkpoint_bytes
+    }
+}
+
+/// What [`gc`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// The last commit seen.
+    pub seq: u64,
+    /// The checkpoint written by this run (`None`: the newest one was
+    /// already at the window's start, or nothing was committed).
+    pub checkpoint: Option<u64>,
+    /// Files folded from several pieces into one object for it.
+    pub folded: u64,
+    /// Objects kept, and their bytes.
+    pub live_objects: u64,
+    /// Their bytes.
+    pub live_bytes: u64,
+    /// Objects deleted.
+    pub deleted_objects: u64,
+    /// Their bytes.
+    pub deleted_bytes: u64,
+    /// Unreferenced objects kept because they are younger than the grace
+    /// period.
+    pub young_objects: u64,
+    /// Older checkpoints deleted.
+    pub deleted_checkpoints: u64,
+}
+
+/// The commit log as gc and du see it.
+struct Survey {
+    now: SystemTime,
+    /// The newest checkpoint that reads.
+    base: Option<Checkpoint>,
+    /// Every checkpoint listed.
+    checkpoints: Vec<(u64, ObjectInfo)>,
+    /// Every commit record listed.
+    commit_records: Vec<ObjectInfo>,
+    /// The window's first commit (the last one when none is inside).
+    cut: u64,
+    /// The files after commit `cut`.
+    at_cut: LogState,
+    /// The files after the last commit.
+    last: LogState,
+    /// The objects of the pieces of the commits after `cut`.
+    after_cut: HashSet<String>,
+    /// The objects a push snapshot of the older layout names.
+    manifest: HashSet<String>,
+    /// Every object listed.
+    objects: Vec<ObjectInfo>,
+}
+
+fn survey(tier: &RemoteTier, keep: Duration) -> Result<Survey> {
+    let now = SystemTime::now();
+    let mut checkpoints: Vec<(u64, ObjectInfo)> = tier
+        .list(CHECKPOINTS)?
+        .into_iter()
+        .filter_map(|o| parse_record_name(CHECKPOINTS, &o.name).map(|s| (s, o)))
+        .collect();
+    checkpoints.sort_by_key(|(s, _)| *s);
+    let mut base = None;
+    for (seq, _) in checkpoints.iter().rev() {
+        if let Some(cp) = read_checkpoint(tier, *seq)? {
+            base = Some(cp);
+            break;
+        }
+    }
+    let commit_records = tier.list(COMMITS)?;
+    let written: HashMap<u64, SystemTime> = commit_records
+        .iter()
+        .filter_map(|o| parse_record_name(COMMITS, &o.name).map(|s| (s, o.last_modified)))
+        .collect();
+    let mut last = base
+        .as_ref()
+        .map(LogState::from_checkpoint)
+        .unwrap_or_default();
+    let mut commits: Vec<Commit> = Vec::new();
+    last.read_after(tier, &mut |c| commits.push(c.clone()))?;
+    let window_from = now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH);
+    let inside = |when: SystemTime| when + CLOCK_SLACK >= window_from;
+    // The window's first commit, among every record (those below the
+    // checkpoint too); one not in the listing was written after it.
+    let first_inside = written
+        .iter()
+        .filter(|&(_, &when)| inside(when))
+        .map(|(&seq, _)| seq)
+        .chain(
+            commits
+                .iter()
+                .filter(|c| !written.contains_key(&c.seq))
+                .map(|c| c.seq),
+        )
+        .min();
+    let base_seq = base.as_ref().map_or(0, |c| c.seq);
+    // The checkpoint is of the window's first commit (or the last one):
+    // a reader opened on it needs exactly its state. A window that starts
+    // at or below the newest checkpoint moves nothing.
+    let cut = match first_inside {
+        Some(first) => first.max(base_seq).min(last.seq),
+        None => last.seq,
+    };
+    let mut at_cut = base
+        .as_ref()
+        .map(LogState::from_checkpoint)
+        .unwrap_or_default();
+    let cut_index = commits.iter().take_while(|c| c.seq <= cut).count();
+    for c in &commits[..cut_index] {
+        at_cut.apply(tier.url(), c)?;
+    }
+    let after_cut = commits[cut_index..]
+        .iter()
+        .flat_map(|c| c.pieces.iter().map(Piece::object))
+        .collect();
+    let manifest = match remote_tier::snapshot::latest_manifest(tier)? {
+        Some(m) => m
+            .files
+            .iter()
+            .map(|f| format!("{OBJECTS}/{}", f.blake3))
+            .collect(),
+        None => HashSet::new(),
+    };
+    Ok(Survey {
+        now,
+        base,
+        checkpoints,
+        commit_records,
+        cut: at_cut.seq,
+        at_cut,
+        last,
+        after_cut,
+        manifest,
+        objects: tier.list(OBJECTS)?,
+    })
+}
+
+/// What the commit log at `tier`'s URL holds, with a retention window of
+/// `keep`: live and garbage objects, commit records, checkpoints. Writes
+/// nothing.
+pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
+    let s = survey(tier, keep)?;
+    let mut live = s.at_cut.objects();
+    live.extend(s.after_cut.iter().cloned());
+    live.extend(s.manifest.iter().cloned());
+    let mut usage = Usage {
+        seq: s.last.seq,
+        checkpoint: s.base.as_ref().map(|c| c.seq),
+        window_start: s.cut,
+        files: s.last.files.len() as u64,
+        file_bytes: s.last.bytes(),
+        commits: s.commit_records.len() as u64,
+        commit_bytes: s.commit_records.iter().map(|o| o.size).sum(),
+        checkpoints: s.checkpoints.len() as u64,
+        checkpoint_bytes: s.checkpoints.iter().map(|(_, o)| o.size).sum(),
+        ..Usage::default()
+    };
+    for o in &s.objects {
+        if live.contains(&o.name) {
+            usage.live_objects += 1;
+            usage.live_bytes += o.size;
+        } else {
+            usage.garbage_objects += 1;
+            usage.garbage_bytes += o.size;
+        }
+    }
+    Ok(usage)
+}
+
+/// Collects the garbage of the commit log at `tier`'s URL (see the
+/// [module docs](self)): writes the checkpoint of the retention window's
+/// first commit (folding files of several pieces into one object
+/// each, fetched through the tier), reads the commits published
+/// meanwhile, then deletes every object that nothing in the window needs
+/// and the grace period does not protect, and the older checkpoints.
+/// Safe to run while writers publish and readers refresh.
+pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
+    let s = survey(tier, options.keep)?;
+    let mut report = GcReport {
+        seq: s.last.seq,
+        ..GcReport::default()
+    };
+    let base_seq = s.base.as_ref().map_or(0, |c| c.seq);
+    let newest = if s.cut > base_seq {
+        let (cp, folded) = write_checkpoint(tier, &s.at_cut)?;
+        report.checkpoint = Some(cp.seq);
+        report.folded = folded;
+        Some(cp)
+    } else {
+        s.base.clone()
+    };
+    let mut live: HashSet<String> = match &newest {
+        Some(cp) => cp.pieces.iter().map(Piece::object).collect(),
+        None => HashSet::new(),
+    };
+    live.extend(s.after_cut.iter().cloned());
+    live.extend(s.manifest.iter().cloned());
+    // Commits published since the survey: their pieces stay.
+    let mut seq = s.last.seq;
+    while let Some(next) = seq.checked_add(1) {
+        let Some(c) = read_commit(tier, next)? else {
+            break;
+        };
+        live.extend(c.pieces.iter().map(Piece::object));
+        seq = next;
+    }
+    report.seq = seq;
+    let young_from = s
+        .now
+        .checked_sub(options.grace + CLOCK_SLACK)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    for o in &s.objects {
+        if live.contains(&o.name) {
+            report.live_objects += 1;
+            report.live_bytes += o.size;
+        } else if o.last_modified >= young_from {
+            report.young_objects += 1;
+        } else {
+            tier.delete(&o.name)?;
+            report.deleted_objects += 1;
+            report.deleted_bytes += o.size;
+        }
+    }
+    if let Some(cp) = &newest {
+        for (seq, o) in &s.checkpoints {
+            if *seq < cp.seq {
+                tier.delete(&o.name)?;
+                report.deleted_checkpoints += 1;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Writes the checkpoint of `state` (conditionally: a gc running at the
+/// same time may have written it, whose record is then read and used).
+/// Returns it and how many files were folded.
+fn write_checkpoint(tier: &RemoteTier, state: &LogState) -> Result<(Checkpoint, u64)> {
+    let mut pieces = Vec::with_capacity(state.files.len());
+    let mut folded = 0;
+    for (path, parts) in &state.files {
+        match parts.as_slice() {
+            [one] => pieces.push(one.clone()),
+            [] => {}
+            many => {
+                pieces.push(fold(tier, path, many)?);
+                folded += 1;
+            }
+        }
+    }
+    let cp = Checkpoint {
+        version: CHECKPOINT_VERSION,
+        seq: state.seq,
+        writer: writer_name(),
+        pieces,
+    };
+    let name = checkpoint_name(cp.seq);
+    match tier.commit(&name, encode(tier, &name, &cp)?) {
+        Ok(()) => Ok((cp, folded)),
+        Err(remote_tier::Error::CommitTaken { .. }) => match read_checkpoint(tier, cp.seq)? {
+            Some(theirs) => Ok((theirs, folded)),
+            None => Err(Error::Corrupt {
+                url: tier.url().to_string(),
+                name,
+                problem: "taken by another gc, then gone".into(),
+            }),
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The file `path`, made of `parts`, as one object (uploaded unless the
+/// store has it, recently written): its piece, with a block list when a
+/// reader may read it by blocks.
+fn fold(tier: &RemoteTier, path: &str, parts: &[Piece]) -> Result<Piece> {
+    let dir = tier.cache_dir().join("tmp");
+    std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
+    let tmp = durable_fs::unique_temp_path(&dir, "gc-fold");
+    let folded = fold_into(tier, path, parts, &tmp);
+    let _ = std::fs::remove_file(&tmp);
+    folded
+}
+
+fn fold_into(tier: &RemoteTier, path: &str, parts: &[Piece], tmp: &Path) -> Result<Piece> {
+    let out = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .map_err(Error::io("create", tmp))?;
+    let mut buf = vec![0u8; 4 << 20];
+    for p in parts {
+        let hash = blake3::Hash::from_hex(&p.blake3).map_err(|e| Error::Corrupt {
+            url: tier.url().to_string(),
+            name: p.object(),
+            problem: format!("not a BLAKE3 hash: {e}"),
+        })?;
+        let expected = Expected {
+            size: Some(p.size),
+            blake3: Some(*hash.as_bytes()),
+        };
+        if p.size == 0 {
+            continue;
+        }
+        let src = tier.fetch(&p.object(), &expected)?;
+        let mut at = 0u64;
+        while at < p.size {
+            let n = (p.size - at).min(buf.len() as u64) as usize;
+            src.file()
+                .read_exact_at(&mut buf[..n], at)
+                .map_err(Error::io("read", src.path()))?;
+            out.write_all_at(&buf[..n], p.offset + at)
+                .map_err(Error::io("write", tmp))?;
+            at += n as u64;
+        }
+    }
+    let size = parts.last().map_or(0, |p| p.offset + p.size);
+    let block_size = if size > tier.config().whole_file_max {
+        BlockHashes::block_size_for(size, tier.config().block_size)
+    } else {
+        None
+    };
+    let (blake3, blocks) = hash_open(&out, tmp, 0, size, block_size)?;
+    let object = format!("{OBJECTS}/{blake3}");
+    let there = match tier.head(&object) {
+        Ok(info) => info.size == size && is_recent(info.last_modified),
+        Err(remote_tier::Error::NotFound { .. }) => false,
+        Err(e) => return Err(e.into()),
+    };
+    if !there {
+        tier.put_file(&object, tmp)?;
+    }
+    Ok(Piece {
+        path: path.to_string(),
+        offset: 0,
+        size,
+        blake3,
+        replace: false,
+        blocks: blocks.map(|b| b.to_list()),
+    })
+}

@@ -1,0 +1,200 @@
+//! Files read by blocks: the links a working directory holds into the
+//! local tier (sparse copies fetched as a store reads them), and the
+//! block lists kept beside them so each block is checked against the
+//! BLAKE3 its commit recorded (see [`mod@crate::journal`]).
+//!
+//! **Block lists.** A piece that is a whole file readers may read by
+//! blocks (`.bin` arrays, page files: any whole file larger than the
+//! publisher's tier fetches whole, and those its `by_blocks` picks — which
+//! files a reader links is the reader's choice, so the publisher does not
+//! rely on knowing it) carries the BLAKE3 of each `block_size`-byte block
+//! of it: the last may be short; `block_size` is the publisher's tier
+//! block size, doubled as needed to keep at most
+//! `remote_tier::blocks::MAX_BLOCKS` blocks. It lives inside the piece,
+//! so it is committed atomically with it and read with the one GET of the
+//! commit; the field is optional, so commits without it (published before
+//! it existed) still read, and readers that do not know it ignore it. The
+//! list has its own version: a reader that meets a newer one refuses the
+//! commit ([`Error::Corrupt`]), as it does a list whose count does not
+//! match `size` and `block_size`, a hash that is not 32 bytes of hex, a
+//! block size outside 4 KiB..=64 MiB, or a list on bytes appended to a file.
+//! A reader that links the file fetches it in the list's block size (one
+//! sparse local file, zero-copy as before) and checks every block against
+//! its hash before it is kept (see `remote_tier::RemoteTier::open_verified`);
+//! a file without a list is checked by size and etag as its blocks arrive.
+//! The list is kept in the state directory so that the file, linked again
+//! on the next open, is checked the same way without reading its commit.
+//!
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use remote_tier::{BlockHashes, BlockList};
+
+use crate::commit::{MAX_RECORD, OBJECTS, Piece, STATE_DIR, commit_name};
+use crate::journal::{RemoteDir, State};
+use crate::workdir::Known;
+use crate::{Error, Result};
+
+impl RemoteDir {
+    /// Keeps the checked block list of piece `p` (of commit `seq`) in the
+    /// state directory, durably, for when its file is linked again after
+    /// this commit was recorded as applied.
+    pub(crate) fn keep_block_list(
+        &self,
+        seq: u64,
+        p: &Piece,
+        list: &BlockList,
+    ) -> Result<Arc<BlockHashes>> {
+        let hashes = list.check(p.size).map_err(|problem| Error::Corrupt {
+            url: self.tier.url().to_string(),
+            name: commit_name(seq),
+            problem: format!("{}: {problem}", p.path),
+        })?;
+        let path = self.block_list_path(&p.blake3);
+        let dir = durable_fs::parent_dir(&path).to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
+        let bytes = serde_json::to_vec(list).map_err(|e| Error::Corrupt {
+            url: self.dir.display().to_string(),
+            name: path.display().to_string(),
+            problem: format!("cannot encode the block list: {e}"),
+        })?;
+        durable_fs::write_atomic(&path, &bytes)?;
+        Ok(Arc::new(hashes))
+    }
+
+    /// Where the block list of the piece `blake3` is kept locally.
+    pub(crate) fn block_list_path(&self, blake3: &str) -> PathBuf {
+        self.dir
+            .join(STATE_DIR)
+            .join("blocks")
+            .join(format!("{blake3}.json"))
+    }
+
+    /// The block list kept for the piece `blake3` of `size` bytes.
+    pub(crate) fn kept_block_list(&self, blake3: &str, size: u64) -> Result<Arc<BlockHashes>> {
+        let path = self.block_list_path(blake3);
+        let corrupt = |problem: String| Error::Corrupt {
+            url: self.dir.display().to_string(),
+            name: path.display().to_string(),
+            problem,
+        };
+        let bytes = durable_fs::read_capped(&path, MAX_RECORD as u64)
+            .map_err(|e| corrupt(format!("the block list of a linked file: {e}")))?;
+        let list: BlockList = serde_json::from_slice(&bytes)
+            .map_err(|e| corrupt(format!("not a block list: {e}")))?;
+        Ok(Arc::new(list.check(size).map_err(corrupt)?))
+    }
+
+    /// Removes the kept block lists that no linked file uses any more (a
+    /// commit replaced the file). Only once every linked file with a list
+    /// is open here, so a list still needed is never taken for garbage.
+    pub(crate) fn prune_block_lists(&self, state: &State) {
+        let mut used = HashSet::new();
+        for (path, k) in &state.files {
+            if !k.blocks {
+                continue;
+            }
+            let object = state.by_blocks.get(path).map(|f| f.name());
+            match object.and_then(|o| o.strip_prefix(&format!("{OBJECTS}/"))) {
+                Some(blake3) => used.insert(format!("{blake3}.json")),
+                None => return,
+            };
+        }
+        let dir = self.dir.join(STATE_DIR).join("blocks");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") && !used.contains(&name) {
+                // Garbage either way: a failed removal is retried by the
+                // next commit applied.
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Opens `object` through the tier (pinned while this handle lives;
+    /// every block checked against `hashes` when given) and links `path`
+    /// to its local file.
+    pub(crate) fn link(
+        &self,
+        state: &mut State,
+        path: &str,
+        object: &str,
+        known: Known,
+        hashes: Option<Arc<BlockHashes>>,
+    ) -> Result<()> {
+        let size = known.len;
+        let file = match hashes {
+            Some(h) => self.tier.open_verified(object, h)?,
+            None => self.tier.open_object(object)?,
+        };
+        if file.len() != size {
+            return Err(remote_tier::Error::Corrupt {
+                url: self.tier.url().to_string(),
+                name: object.to_string(),
+                problem: format!("{} bytes, the commit says {size}", file.len()),
+            }
+            .into());
+        }
+        let local = self.dir.join(path);
+        // An absolute target: the working directory and the tier may be
+        // named relative to different places.
+        let target =
+            std::fs::canonicalize(file.path()).map_err(Error::io("resolve", file.path()))?;
+        // A warm open finds the link in place (made durable when it was
+        // made): no new link, no directory fsync.
+        if std::fs::read_link(&local).ok().as_deref() != Some(target.as_path()) {
+            let parent = durable_fs::parent_dir(&local).to_path_buf();
+            std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
+            let tmp = durable_fs::unique_temp_path(&parent, "link");
+            std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
+            durable_fs::rename_and_sync(&tmp, &local)?;
+        }
+        state.files.insert(path.to_string(), known);
+        state.by_blocks.insert(path.to_string(), file);
+        Ok(())
+    }
+
+    /// Re-opens a file read by blocks (on open: the tier may have evicted
+    /// it, or moved it) and points its link at the local copy.
+    pub(crate) fn relink(&self, state: &mut State, path: &str) -> Result<()> {
+        let local = self.dir.join(path);
+        let target = std::fs::read_link(&local).ok();
+        let name = target
+            .as_ref()
+            .and_then(|t| t.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // The tier names local copies by the escaped object name.
+        let object = name
+            .strip_suffix(".sparse")
+            .or_else(|| name.strip_suffix(".whole"))
+            .map(|k| k.replace("%2F", "/").replace("%25", "%"))
+            .filter(|o| o.starts_with(&format!("{OBJECTS}/")));
+        let Some(object) = object else {
+            return Err(Error::Corrupt {
+                url: self.dir.display().to_string(),
+                name: path.to_string(),
+                problem: "a file read by blocks that is no longer a link into the tier".into(),
+            });
+        };
+        let known = state.files.get(path).copied().unwrap_or(Known {
+            len: 0,
+            ino: 0,
+            blocks: false,
+        });
+        let hashes = if known.blocks {
+            let blake3 = object
+                .strip_prefix(&format!("{OBJECTS}/"))
+                .unwrap_or_default();
+            Some(self.kept_block_list(blake3, known.len)?)
+        } else {
+            None
+        };
+        self.link(state, path, &object, known, hashes)
+    }
+}

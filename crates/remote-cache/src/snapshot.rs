@@ -1,0 +1,287 @@
+//! A whole cache directory published as one commit of the commit log
+//! ([`push_dir`]: a snapshot is a commit), a commit log materialised into
+//! a directory ([`pull_dir`]), and a bucket of the older push layout
+//! (`manifests/`) converted into a commit ([`migrate`]).
+//!
+//! A push publishes the directory as it is: every file whose bytes differ
+//! from the log's file of that name (each a whole-file piece, `replace`),
+//! and as removed every file the log holds and the directory does not.
+//! Its commit is claimed like any other (conditionally, the next number,
+//! again after another writer's); readers of the log apply it like any
+//! other. A pull is a working directory of its own, in the destination:
+//! pulling again applies only what was published since, and removes what
+//! commits removed.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use remote_tier::{BlockHashes, RemoteTier};
+
+use crate::commit::{COMMIT_VERSION, Commit, Piece, STATE_DIR, commit_name, encode, writer_name};
+use crate::files::{StoreFiles, StoreKind};
+use crate::journal::{RefreshReport, RemoteDir, is_recent};
+use crate::log_state::LogState;
+use crate::workdir::{hash_open, local_entries};
+use crate::{Error, Result};
+
+/// How often a push tries the next number when others take its own.
+const MAX_COMMIT_RACES: u32 = 64;
+
+/// What [`push_dir`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PushReport {
+    /// The commit written (`None`: the log already held the directory as
+    /// it is).
+    pub seq: Option<u64>,
+    /// Files in the directory.
+    pub files: u64,
+    /// Files published (new or changed).
+    pub changed: u64,
+    /// Files published as removed.
+    pub removed: u64,
+    /// Objects uploaded (the others were in the store already).
+    pub uploaded: u64,
+    /// Bytes uploaded.
+    pub bytes_uploaded: u64,
+}
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// The manifest converted (the latest readable one).
+    pub manifest: u64,
+    /// The commit written (`None`: the commit log was not empty, and is
+    /// left as it is).
+    pub seq: Option<u64>,
+    /// Files in the commit.
+    pub files: u64,
+}
+
+/// Publishes the cache directory `dir` (no writer may be changing it) as
+/// the next commit of the commit log at `tier`'s URL; `progress(files
+/// hashed, files in all)` is called after each file. Files the store
+/// keeps private (locks, scratch space) and a pulled directory's state
+/// directory are not published; a symbolic link is refused
+/// ([`Error::BadLocation`]), since what it points at may be a sparse copy
+/// of a file not all fetched.
+pub fn push_dir(
+    tier: &RemoteTier,
+    dir: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<PushReport> {
+    let private = StoreFiles::for_kind(StoreKind::Any).private;
+    let (listed, links) = local_entries(dir, private)?;
+    // A link may stand for a file not all there (a working directory's
+    // links into its tier are sparse): its bytes cannot be trusted.
+    if let Some(link) = links.first() {
+        return Err(Error::BadLocation {
+            root: dir.display().to_string(),
+            problem: format!(
+                "{link} is a symbolic link: push publishes regular files (copy the cache, or pull \
+                 it, into a directory of its own first)"
+            ),
+        });
+    }
+    let total = listed.len() as u64;
+    let mut entries: Vec<(Piece, PathBuf)> = Vec::with_capacity(listed.len());
+    for (done, (rel, path)) in listed.into_iter().enumerate() {
+        let file = File::open(&path).map_err(Error::io("open", &path))?;
+        let size = file.metadata().map_err(Error::io("stat", &path))?.len();
+        // As a store's publish does: a file a reader's tier would not
+        // fetch whole gets a hash per block.
+        let block_size = if size > tier.config().whole_file_max {
+            BlockHashes::block_size_for(size, tier.config().block_size)
+        } else {
+            None
+        };
+        let (blake3, blocks) = hash_open(&file, &path, 0, size, block_size)?;
+        let piece = Piece {
+            path: rel,
+            offset: 0,
+            size,
+            blake3,
+            replace: true,
+            blocks: blocks.map(|b| b.to_list()),
+        };
+        entries.push((piece, path));
+        progress(done as u64 + 1, total);
+    }
+    let names: HashSet<&str> = entries.iter().map(|(p, _)| p.path.as_str()).collect();
+    let mut report = PushReport {
+        files: total,
+        ..PushReport::default()
+    };
+    let mut state = LogState::read(tier)?;
+    let mut uploaded = HashSet::new();
+    let writer = writer_name();
+    for _ in 0..MAX_COMMIT_RACES {
+        let changed: Vec<&(Piece, PathBuf)> =
+            entries.iter().filter(|(p, _)| !holds(&state, p)).collect();
+        let removed: Vec<String> = state
+            .files
+            .keys()
+            .filter(|p| !names.contains(p.as_str()) && !private(p))
+            .cloned()
+            .collect();
+        if changed.is_empty() && removed.is_empty() {
+            return Ok(report);
+        }
+        for (piece, path) in &changed {
+            if uploaded.insert(piece.object()) && upload(tier, piece, path)? {
+                report.uploaded += 1;
+                report.bytes_uploaded += piece.size;
+            }
+        }
+        let seq = state.seq.checked_add(1).ok_or_else(|| Error::Corrupt {
+            url: tier.url().to_string(),
+            name: commit_name(state.seq),
+            problem: "the last sequence number there is: no commit can follow".into(),
+        })?;
+        let commit = Commit {
+            version: COMMIT_VERSION,
+            seq,
+            writer: writer.clone(),
+            pieces: changed.iter().map(|(p, _)| p.clone()).collect(),
+            removed,
+        };
+        let name = commit_name(seq);
+        match tier.commit(&name, encode(tier, &name, &commit)?) {
+            Ok(()) => {
+                report.seq = Some(seq);
+                report.changed = commit.pieces.len() as u64;
+                report.removed = commit.removed.len() as u64;
+                return Ok(report);
+            }
+            // Another writer took the number: publish against its state.
+            Err(remote_tier::Error::CommitTaken { .. }) => state.read_after(tier, &mut |_| {})?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(remote_tier::Error::CommitTaken {
+        url: tier.url().to_string(),
+        name: format!(
+            "{} ({MAX_COMMIT_RACES} sequence numbers taken by other writers meanwhile)",
+            crate::commit::COMMITS
+        ),
+    }
+    .into())
+}
+
+/// Whether the log's file of `piece`'s name holds exactly its bytes.
+fn holds(state: &LogState, piece: &Piece) -> bool {
+    matches!(
+        state.files.get(&piece.path).map(Vec::as_slice),
+        Some([one]) if one.blake3 == piece.blake3 && one.size == piece.size
+    )
+}
+
+/// Uploads `piece` from `path` unless the store has its object, written
+/// recently; returns whether it sent it.
+fn upload(tier: &RemoteTier, piece: &Piece, path: &Path) -> Result<bool> {
+    let object = piece.object();
+    match tier.head(&object) {
+        Ok(info) if info.size == piece.size && is_recent(info.last_modified) => return Ok(false),
+        Ok(_) | Err(remote_tier::Error::NotFound { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let sent = tier.put_file(&object, path)?;
+    if sent != piece.size {
+        return Err(crate::workdir::changed(path));
+    }
+    Ok(true)
+}
+
+/// Materialises the commit log at `tier`'s URL into `dest` (created if
+/// needed): a working directory of its own there (`.cachex-remote/`
+/// records what was applied), every file copied whole and checked
+/// against its BLAKE3. Pulling again applies only the commits published
+/// since. Files of `dest` that no commit names are left alone; one that a
+/// commit writes or removes and that is not as a pull left it is an
+/// [`Error::Conflict`].
+pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<RefreshReport> {
+    let dir = RemoteDir::open_unapplied(tier.clone(), dest, StoreFiles::for_kind(StoreKind::Any))?;
+    // The directory holds the commits of one URL: another's would be
+    // taken for this one's.
+    let source = dest.join(STATE_DIR).join(PULLED_FROM);
+    match std::fs::read(&source) {
+        Ok(url) if url == tier.url().as_bytes() => {}
+        Ok(url) => return Err(pulled_from_elsewhere(dest, &String::from_utf8_lossy(&url))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if dir.seq() > 0 {
+                return Err(pulled_from_elsewhere(dest, "another URL"));
+            }
+            durable_fs::write_atomic(&source, tier.url().as_bytes())?;
+        }
+        Err(e) => return Err(Error::io("read", &source)(e)),
+    }
+    dir.refresh()
+}
+
+/// The file of a pulled directory's state that names the URL it holds.
+const PULLED_FROM: &str = "pulled-from";
+
+fn pulled_from_elsewhere(dest: &Path, other: &str) -> Error {
+    Error::BadLocation {
+        root: dest.display().to_string(),
+        problem: format!(
+            "holds a pull of {other}: pull into a directory of its own (or an empty one)"
+        ),
+    }
+}
+
+/// Converts the latest snapshot of the older push layout
+/// (`manifests/<seq>.json`, see `remote_tier::snapshot`) at `tier`'s URL
+/// into commit 1 of an empty commit log: the objects are already where
+/// commits name them (`objects/<blake3>`), so only the commit record is
+/// written. `None` when there is no manifest; a log that holds commits
+/// already is left alone ([`MigrateReport::seq`] `None`).
+pub fn migrate(tier: &RemoteTier) -> Result<Option<MigrateReport>> {
+    let Some(manifest) = remote_tier::snapshot::latest_manifest(tier)? else {
+        return Ok(None);
+    };
+    let mut report = MigrateReport {
+        manifest: manifest.seq,
+        seq: None,
+        files: manifest.files.len() as u64,
+    };
+    if LogState::read(tier)?.seq > 0 {
+        return Ok(Some(report));
+    }
+    let pieces = manifest
+        .files
+        .iter()
+        .map(|f| Piece {
+            path: f.path.clone(),
+            offset: 0,
+            size: f.size,
+            blake3: f.blake3.clone(),
+            replace: true,
+            blocks: None,
+        })
+        .collect();
+    let commit = Commit {
+        version: COMMIT_VERSION,
+        seq: 1,
+        writer: writer_name(),
+        pieces,
+        removed: Vec::new(),
+    };
+    crate::commit::check_commit(&commit).map_err(|problem| Error::Corrupt {
+        url: tier.url().to_string(),
+        name: format!(
+            "{}/{:020}.json",
+            remote_tier::snapshot::MANIFESTS,
+            manifest.seq
+        ),
+        problem,
+    })?;
+    let name = commit_name(1);
+    match tier.commit(&name, encode(tier, &name, &commit)?) {
+        Ok(()) => report.seq = Some(1),
+        // Another writer started the log meanwhile: it stays as it is.
+        Err(remote_tier::Error::CommitTaken { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Some(report))
+}
