@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 
 use tensor_core::Value;
 
+use crate::Result;
 use crate::format;
 use crate::lookup;
 use crate::ranged::{Layout, SegmentRanges};
@@ -20,7 +21,6 @@ use crate::record::Structure;
 use crate::recover::hint_of;
 use crate::state::Inner;
 use crate::store::SegmentStore;
-use crate::Result;
 
 /// A key to read through ranges: its position in the call and its
 /// candidate locations (segment, row), the index's order.
@@ -105,7 +105,8 @@ impl SegmentStore {
                 .map(|(seg, members)| {
                     let far = &far;
                     s.spawn(move || {
-                        let rows: Vec<usize> = members.iter().map(|&n| far[n].candidates[0].1).collect();
+                        let rows: Vec<usize> =
+                            members.iter().map(|&n| far[n].candidates[0].1).collect();
                         read_rows(inner, seg, &rows, src, hint, structure)
                     })
                 })

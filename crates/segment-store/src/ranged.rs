@@ -47,8 +47,11 @@ pub trait SegmentRanges: Sync {
     /// The bytes of each of `ranges` of the segment at `path`, fetched as
     /// needed and checked against what their publisher recorded; all of a
     /// call's ranges may be fetched at once.
-    fn read_ranges(&self, path: &Path, ranges: &[Range<u64>])
-    -> std::result::Result<Vec<Vec<u8>>, BoxError>;
+    fn read_ranges(
+        &self,
+        path: &Path,
+        ranges: &[Range<u64>],
+    ) -> std::result::Result<Vec<Vec<u8>>, BoxError>;
 }
 
 /// How much of a file's tail the first read takes: the footer of a
@@ -149,15 +152,18 @@ impl Layout {
         } else {
             read(path, src, &[footer_start..len - 10])?.remove(0)
         };
-        let footer = arrow_ipc::root_as_footer(&footer_bytes)
-            .map_err(|e| bad(format!("footer: {e}")))?;
-        let fb_schema = footer.schema().ok_or_else(|| bad("footer has no schema".into()))?;
+        let footer =
+            arrow_ipc::root_as_footer(&footer_bytes).map_err(|e| bad(format!("footer: {e}")))?;
+        let fb_schema = footer
+            .schema()
+            .ok_or_else(|| bad("footer has no schema".into()))?;
         if footer.dictionaries().is_some_and(|d| !d.is_empty())
             || fb_schema.endianness() != arrow_ipc::Endianness::Little
         {
             return Ok(None);
         }
-        let schema = arrow_ipc::convert::try_fb_to_schema(fb_schema).map_err(|e| bad(e.to_string()))?;
+        let schema =
+            arrow_ipc::convert::try_fb_to_schema(fb_schema).map_err(|e| bad(e.to_string()))?;
         if !schema.fields().iter().all(|f| plain_type(f.data_type())) {
             return Ok(None);
         }
@@ -166,7 +172,9 @@ impl Layout {
         let mut blocks = Vec::new();
         for (i, block) in footer.recordBatches().iter().flatten().enumerate() {
             let off = u64::try_from(block.offset()).ok();
-            let meta = u64::try_from(block.metaDataLength()).ok().filter(|&m| m >= 8);
+            let meta = u64::try_from(block.metaDataLength())
+                .ok()
+                .filter(|&m| m >= 8);
             let body = u64::try_from(block.bodyLength()).ok();
             let (Some(off), Some(meta), Some(body)) = (off, meta, body) else {
                 return Err(bad(format!(
@@ -282,7 +290,9 @@ impl Layout {
         let mut second = Reads::default();
         let mut spans = Vec::with_capacity(plans.len());
         for (plan, &(b, r, row)) in plans.iter().zip(&located) {
-            let key = second.values(b, &self.key, &plan.key, &got, r, row).map_err(&bad)?;
+            let key = second
+                .values(b, &self.key, &plan.key, &got, r, row)
+                .map_err(&bad)?;
             let parts: Vec<Result<PartSpan>> = self
                 .parts
                 .iter()
@@ -292,9 +302,9 @@ impl Layout {
                         .values(b, c, bounds, &got, r, row)
                         .map(PartSpan::Blob)
                         .map_err(&bad),
-                    (PartAt::Tensor(t), PartPlan::Tensor(data, shape)) => second
-                        .tensor(b, t, data, shape, &got, r, row)
-                        .map_err(&bad),
+                    (PartAt::Tensor(t), PartPlan::Tensor(data, shape)) => {
+                        second.tensor(b, t, data, shape, &got, r, row).map_err(&bad)
+                    }
                     _ => Err(bad("a part planned as another kind".into())),
                 })
                 .collect();
@@ -481,9 +491,15 @@ fn batch_at(
         return Err("short message".into());
     }
     let (size, start) = if header[..4] == [0xff; 4] {
-        (u32::from_le_bytes([header[4], header[5], header[6], header[7]]), 8)
+        (
+            u32::from_le_bytes([header[4], header[5], header[6], header[7]]),
+            8,
+        )
     } else {
-        (u32::from_le_bytes([header[0], header[1], header[2], header[3]]), 4)
+        (
+            u32::from_le_bytes([header[0], header[1], header[2], header[3]]),
+            4,
+        )
     };
     let message = header
         .get(start..start + size as usize)
@@ -516,14 +532,16 @@ fn batch_at(
         .nodes()
         .into_iter()
         .flatten()
-        .map(|n| match (u64::try_from(n.length()), u64::try_from(n.null_count())) {
-            (Ok(l), Ok(z)) if z <= l => Ok((l, z)),
-            _ => Err(format!(
-                "field node of length {} with {} nulls",
-                n.length(),
-                n.null_count()
-            )),
-        })
+        .map(
+            |n| match (u64::try_from(n.length()), u64::try_from(n.null_count())) {
+                (Ok(l), Ok(z)) if z <= l => Ok((l, z)),
+                _ => Err(format!(
+                    "field node of length {} with {} nulls",
+                    n.length(),
+                    n.null_count()
+                )),
+            },
+        )
         .collect::<std::result::Result<_, _>>()?;
     let (mut node, mut buffer) = (0, 0);
     for f in schema.fields() {
@@ -535,7 +553,10 @@ fn batch_at(
             ));
         }
         if !f.is_nullable() && nodes[node].1 > 0 {
-            return Err(format!("column {:?} is not nullable but holds nulls", f.name()));
+            return Err(format!(
+                "column {:?} is not nullable but holds nulls",
+                f.name()
+            ));
         }
         sizes(f.data_type(), &nodes, &buffers, &mut node, &mut buffer)?;
     }
@@ -564,7 +585,8 @@ fn sizes(
             .ok_or("fewer buffers than the fields need")?
             .1;
         *buffer += 1;
-        let need = need.ok_or_else(|| format!("{what} of a field node of length {len} overflow"))?;
+        let need =
+            need.ok_or_else(|| format!("{what} of a field node of length {len} overflow"))?;
         if have < need {
             return Err(format!("{what} buffer of {have} bytes, {need} needed"));
         }
@@ -629,10 +651,7 @@ enum PartPlan {
 /// Where a row's values are among the second stage's reads.
 enum PartSpan {
     Blob(Option<usize>),
-    Tensor {
-        elements: ElementSpan,
-        dims: usize,
-    },
+    Tensor { elements: ElementSpan, dims: usize },
 }
 
 /// A tensor's elements: `count` elements from bit `bit` of read `read`
@@ -686,7 +705,9 @@ impl Reads {
         }
         let (data_off, data_len) = b.buffers[c.at.buffer + 2];
         let (start, end) = offsets(bounds, got, data_len, &c.name, row)?;
-        Ok(Some(self.add(b.body + data_off + start..b.body + data_off + end)))
+        Ok(Some(
+            self.add(b.body + data_off + start..b.body + data_off + end),
+        ))
     }
 
     /// Asks for a tensor row's elements and dims.
@@ -822,14 +843,15 @@ fn part_value(
                     })
                     .collect(),
             };
-            let tensor = SharedTensor::new(t.dtype, shape, SharedBytes::from(bytes)).map_err(
-                |source| Error::Tensor {
-                    path: path.to_path_buf(),
-                    row,
-                    column: t.name.clone(),
-                    source,
-                },
-            )?;
+            let tensor =
+                SharedTensor::new(t.dtype, shape, SharedBytes::from(bytes)).map_err(|source| {
+                    Error::Tensor {
+                        path: path.to_path_buf(),
+                        row,
+                        column: t.name.clone(),
+                        source,
+                    }
+                })?;
             Ok(Value::Tensor(tensor))
         }
         _ => Err(Error::corrupt(path, "a part read as another kind")),
