@@ -595,12 +595,7 @@ impl RemoteDir {
             }
             let object = format!("{OBJECTS}/{}", p.blake3);
             let new_file = meta.is_none() || p.replace;
-            if new_file
-                && p.offset == 0
-                && p.size > 0
-                && (self.files.by_blocks)(&p.path, p.size)
-                && p.size > self.tier_whole_max()
-            {
+            if new_file && self.linked(p) {
                 let hashes = match &p.blocks {
                     Some(list) => Some(self.keep_block_list(c.seq, p, list)?),
                     None => None,
@@ -672,14 +667,12 @@ impl RemoteDir {
     /// be read by blocks, not already in place), with their sizes; and for
     /// each piece, its index in that list.
     fn fetched_whole(&self, c: &Commit) -> (Vec<(prefetch::Ahead, u64)>, Vec<Option<usize>>) {
-        let whole_max = self.tier_whole_max();
         let mut ahead = Vec::new();
         let of = c
             .pieces
             .iter()
             .map(|p| {
-                let linked =
-                    p.offset == 0 && (self.files.by_blocks)(&p.path, p.size) && p.size > whole_max;
+                let linked = self.linked(p);
                 let local = self.dir.join(&p.path);
                 if p.size == 0 || linked || prefetch::in_place(&local, p.offset + p.size) {
                     return None;
@@ -699,6 +692,16 @@ impl RemoteDir {
             })
             .collect();
         (ahead, of)
+    }
+
+    /// Whether piece `p` is linked into the tier and read by blocks rather
+    /// than copied whole: a whole file the store reads by blocks, larger
+    /// than the tier fetches whole or read in blocks of its own size.
+    fn linked(&self, p: &Piece) -> bool {
+        p.offset == 0
+            && p.size > 0
+            && (self.files.by_blocks)(&p.path, p.size)
+            && (p.size > self.tier_whole_max() || (self.files.block_size)(&p.path, p.size).is_some())
     }
 
     fn tier_whole_max(&self) -> u64 {
@@ -920,7 +923,8 @@ impl RemoteDir {
             // not fetch whole gets one, besides those `by_blocks` picks.
             let may_link = (self.files.by_blocks)(&rel, size) || size > self.tier_whole_max();
             let block_size = if offset == 0 && size > 0 && may_link {
-                BlockHashes::block_size_for(size, self.tier.config().block_size)
+                let wanted = (self.files.block_size)(&rel, size);
+                BlockHashes::block_size_for(size, wanted.unwrap_or(self.tier.config().block_size))
             } else {
                 None
             };

@@ -71,12 +71,15 @@ impl RemoteFile {
             .read_map(&key)
             .is_some_and(|m| map_fits(&m, hashes.as_deref()));
         if opened.is_none() && !usable_map {
-            // Not local: small objects are fetched whole right away.
+            // Not local: small objects are fetched whole right away, but
+            // for one its publisher cut into several blocks (a file read
+            // in small parts, row by row): that one is read by blocks.
+            let cut = hashes.as_ref().is_some_and(|h| h.blocks() > 1);
             let small = match expected.size {
-                Some(s) => s <= tier.config.whole_file_max,
+                Some(s) => s <= tier.config.whole_file_max && !cut,
                 None => {
                     let info = tier.head(name)?;
-                    let small = info.size <= tier.config.whole_file_max;
+                    let small = info.size <= tier.config.whole_file_max && !cut;
                     head = Some(info);
                     small
                 }
@@ -190,34 +193,60 @@ impl RemoteFile {
     /// block on this machine), then starts fetching the next blocks in the
     /// background.
     pub fn ensure(&self, range: Range<u64>) -> Result<()> {
+        if let Some(last) = self.fetch_missing(std::slice::from_ref(&range))? {
+            self.prefetch(last + 1);
+            self.touch();
+        }
+        Ok(())
+    }
+
+    /// Makes the bytes of every range of `ranges` local, their missing
+    /// blocks fetched at once, and nothing more: no read-ahead, for
+    /// reads that jump (a row here, a row there) rather than stream.
+    pub fn ensure_exact(&self, ranges: &[Range<u64>]) -> Result<()> {
+        if self.fetch_missing(ranges)?.is_some() {
+            self.touch();
+        }
+        Ok(())
+    }
+
+    /// Fetches the missing blocks that cover `ranges`; the last block they
+    /// cover (`None`: a whole object, or no bytes asked).
+    fn fetch_missing(&self, ranges: &[Range<u64>]) -> Result<Option<u64>> {
         let s = &self.state;
-        if range.start > range.end || range.end > s.size {
+        if let Some(r) = ranges
+            .iter()
+            .find(|r| r.start > r.end || r.end > s.size)
+        {
             return Err(Error::OutOfRange {
                 url: s.tier.url.to_string(),
                 name: s.name.clone(),
-                start: range.start,
-                end: range.end,
+                start: r.start,
+                end: r.end,
                 size: s.size,
             });
         }
         let Some(blocks) = &s.blocks else {
-            return Ok(());
+            return Ok(None);
         };
-        if range.is_empty() {
-            return Ok(());
-        }
         let bs = lock(blocks).block_size;
-        let first = range.start / bs;
-        let last = (range.end - 1) / bs;
-        let mut missing: Vec<u64> = (first..=last).filter(|&i| !s.has(i)).collect();
+        let mut wanted: Vec<u64> = ranges
+            .iter()
+            .filter(|r| !r.is_empty())
+            .flat_map(|r| r.start / bs..=(r.end - 1) / bs)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let Some(&last) = wanted.last() else {
+            return Ok(None);
+        };
+        let mut missing: Vec<u64> = wanted.into_iter().filter(|&i| !s.has(i)).collect();
         if !missing.is_empty() {
             s.refresh();
             missing.retain(|&i| !s.has(i));
         }
         self.fetch_blocks(&missing)?;
-        self.prefetch(last + 1);
-        self.touch();
-        Ok(())
+        Ok(Some(last))
     }
 
     /// Reads `buf.len()` bytes at `offset`, fetching them first.
