@@ -701,7 +701,8 @@ impl RemoteDir {
         p.offset == 0
             && p.size > 0
             && (self.files.by_blocks)(&p.path, p.size)
-            && (p.size > self.tier_whole_max() || (self.files.block_size)(&p.path, p.size).is_some())
+            && (p.size > self.tier_whole_max()
+                || (self.files.block_size)(&p.path, p.size).is_some())
     }
 
     fn tier_whole_max(&self) -> u64 {

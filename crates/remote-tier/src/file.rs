@@ -214,10 +214,7 @@ impl RemoteFile {
     /// cover (`None`: a whole object, or no bytes asked).
     fn fetch_missing(&self, ranges: &[Range<u64>]) -> Result<Option<u64>> {
         let s = &self.state;
-        if let Some(r) = ranges
-            .iter()
-            .find(|r| r.start > r.end || r.end > s.size)
-        {
+        if let Some(r) = ranges.iter().find(|r| r.start > r.end || r.end > s.size) {
             return Err(Error::OutOfRange {
                 url: s.tier.url.to_string(),
                 name: s.name.clone(),

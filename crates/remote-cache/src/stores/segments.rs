@@ -12,10 +12,10 @@ use segment_store::{BoxError, SegmentRanges, SegmentStore, WholeSegment};
 use tensor_core::Value;
 
 use super::local_publish;
+use crate::Result;
 use crate::files::{StoreFiles, StoreKind};
 use crate::journal::{OBJECTS, PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
-use crate::Result;
 
 /// A segment-store cache on a [`Location`]: read, and append.
 ///
@@ -137,10 +137,10 @@ impl SegmentRanges for Fetched<'_> {
         ranges: &[Range<u64>],
     ) -> std::result::Result<Vec<Vec<u8>>, BoxError> {
         let rel = relative(self.remote.dir(), path);
-        let held = rel.as_deref().and_then(|r| self.whole.get(r)).or_else(|| {
-            rel.as_deref()
-                .and_then(|r| self.remote.object(r))
-        });
+        let held = rel
+            .as_deref()
+            .and_then(|r| self.whole.get(r))
+            .or_else(|| rel.as_deref().and_then(|r| self.remote.object(r)));
         let opened;
         let file = match &held {
             Some(f) => {
@@ -245,7 +245,8 @@ impl RemoteSegments {
     ) -> Result<RemoteSegments> {
         let remote = Arc::new(remote);
         let whole = Arc::default();
-        let store = SegmentStore::open(remote.dir(), with_whole_segments(options, &remote, &whole))?;
+        let store =
+            SegmentStore::open(remote.dir(), with_whole_segments(options, &remote, &whole))?;
         Ok(RemoteSegments {
             store,
             remote: Some(remote),
