@@ -855,6 +855,13 @@ impl RemoteDir {
             ino: 0,
             blocks: false,
         });
+        // Linked by a handle whose store reads it by blocks, opened now by
+        // one whose store maps it whole (another store kind on the URL's
+        // working directory: `cachex inspect` after a Python reader): made
+        // whole here, so no store maps bytes never fetched.
+        if !(self.files.by_blocks)(path, known.len) {
+            return self.make_whole(state, path, &object, known.len);
+        }
         let hashes = if known.blocks {
             let blake3 = object
                 .strip_prefix(&format!("{OBJECTS}/"))
@@ -864,6 +871,29 @@ impl RemoteDir {
             None
         };
         self.link(state, path, &object, known, hashes)
+    }
+
+    /// Replaces the link `path` to `object` (`len` bytes) by a whole local
+    /// copy, verified against the BLAKE3 the object is named by, and
+    /// records it as a file of the working directory.
+    fn make_whole(&self, state: &mut State, path: &str, object: &str, len: u64) -> Result<()> {
+        let blake3 = object
+            .strip_prefix(&format!("{OBJECTS}/"))
+            .unwrap_or_default();
+        let expected = Expected {
+            size: Some(len),
+            blake3: Some(*parse_hash(&self.tier, blake3)?.as_bytes()),
+        };
+        let copy = self.tier.fetch(object, &expected)?;
+        let ino = write_new(&self.dir.join(path), Some(&copy), len)?;
+        state.by_blocks.remove(path);
+        let known = Known {
+            len,
+            ino,
+            blocks: false,
+        };
+        let seq = state.seq;
+        self.record(state, seq, BTreeMap::from([(path.to_string(), known)]))
     }
 
     /// Appends the applied commit to the local record (after its files are

@@ -305,3 +305,62 @@ fn a_corrupt_block_is_an_error_naming_its_object_never_a_record() {
         reader.problems()
     );
 }
+
+#[test]
+fn a_working_directory_left_by_ranged_reads_opens_whole_for_other_stores() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let n = 600;
+    let url = publish(&endpoint, "rangedthenwhole", n, 200);
+    let tier = tempfile::tempdir().unwrap();
+    let location = s3_location(&endpoint, &url, tier.path());
+    let reader = RemoteSegments::open(
+        &location,
+        Options {
+            read_only: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let (got, _) = reader.get_batch(&["sample_5", "sample_450"]).unwrap();
+    assert!(got.iter().all(Option::is_some));
+    let work = reader.remote().unwrap().dir().to_path_buf();
+    let segment = work.join("segments/segment_000000.arrow");
+    assert!(std::fs::symlink_metadata(&segment).unwrap().is_symlink());
+    drop(reader);
+
+    // `cachex inspect URL` after a Python reader: the same working
+    // directory, opened for a store that maps every segment whole.
+    let opened = location.open_dir(StoreKind::Any).unwrap();
+    assert_eq!(opened.path(), work);
+    assert!(!std::fs::symlink_metadata(&segment).unwrap().is_symlink());
+    let store = segment_store::SegmentStore::open(
+        opened.path(),
+        Options {
+            read_only: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let keys: Vec<String> = (0..n).map(|i| format!("sample_{i}")).collect();
+    let (got, missing) = store.get_batch(&keys).unwrap();
+    assert!(missing.is_empty(), "{:?}", store.problems());
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(v.as_ref(), Some(&w1_record(i)));
+    }
+    assert!(store.verify().is_empty());
+    drop(store);
+    drop(opened);
+    // And opened again by blocks, the copies stay whole and read.
+    let reader = RemoteSegments::open(
+        &location,
+        Options {
+            read_only: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let (got, _) = reader.get_batch(&keys).unwrap();
+    assert!(got.iter().enumerate().all(|(i, v)| v.as_ref() == Some(&w1_record(i))));
+}
