@@ -161,9 +161,19 @@ pub fn run(command: Command) -> Result<u8> {
             verify(local.as_ref().map_or(&path, |m| &m.path), json)
         }
         Command::Get { path, key, json } => {
-            let local = local_copy(&path)?;
-            let path = local.as_ref().map_or(path, |m| m.path.clone());
-            let value = adapter_for(&path)?.get(&path, &key)?;
+            // A segment store at a URL: the key's row, not the whole cache.
+            let keyed = match path.to_str().filter(|p| remote_cache::is_url(p)) {
+                Some(url) => crate::keyed::get(url, &key)?,
+                None => None,
+            };
+            let value = match keyed {
+                Some(value) => value,
+                None => {
+                    let local = local_copy(&path)?;
+                    let path = local.as_ref().map_or(path, |m| m.path.clone());
+                    adapter_for(&path)?.get(&path, &key)?
+                }
+            };
             print(&if json {
                 value.to_string()
             } else {

@@ -58,6 +58,7 @@ mod cli;
 pub mod demo;
 mod error;
 pub mod json;
+mod keyed;
 mod remote;
 
 pub use adapter::{CacheAdapter, CacheKind};

@@ -362,5 +362,9 @@ fn a_working_directory_left_by_ranged_reads_opens_whole_for_other_stores() {
     )
     .unwrap();
     let (got, _) = reader.get_batch(&keys).unwrap();
-    assert!(got.iter().enumerate().all(|(i, v)| v.as_ref() == Some(&w1_record(i))));
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(i, v)| v.as_ref() == Some(&w1_record(i)))
+    );
 }
