@@ -16,7 +16,11 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Called with the segment's path and length each time the store is about
 /// to map it; returns the file to map (`None`: the path itself).
 #[derive(Clone)]
-pub struct WholeSegment(Arc<dyn Fn(&Path, u64) -> Result<Option<File>, BoxError> + Send + Sync>);
+pub struct WholeSegment(Arc<MakeWhole>);
+
+/// What a [`WholeSegment`] calls: the segment's path and length in, the
+/// file to map out.
+type MakeWhole = dyn Fn(&Path, u64) -> Result<Option<File>, BoxError> + Send + Sync;
 
 impl WholeSegment {
     /// A hook calling `f`.

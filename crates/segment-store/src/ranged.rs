@@ -54,8 +54,9 @@ pub trait SegmentRanges: Sync {
     ) -> std::result::Result<Vec<Vec<u8>>, BoxError>;
 }
 
-/// How much of a file's tail the first read takes: the footer of a
-/// segment (its schema, one block) fits in a page.
+/// The first read takes the file's tail from a boundary of this many
+/// bytes (a page): the footer of a segment (its schema, one block) most
+/// often fits.
 const TAIL: u64 = 4 << 10;
 
 /// Where one top-level column's arrays are in every batch: its field
@@ -134,8 +135,10 @@ impl Layout {
         if len < 18 {
             return Err(bad(format!("{len} bytes, too short for an Arrow IPC file")));
         }
-        let tail_start = len - TAIL.min(len);
-        let tail = read(path, src, &[tail_start..len])?.remove(0);
+        // The tail from a page boundary: where blocks are pages, one
+        // block (two when the trailer straddles one) rather than two.
+        let tail_start = (len - 10) / TAIL * TAIL;
+        let tail = read_one(path, src, tail_start..len)?;
         let mut trailer = [0u8; 10];
         trailer.copy_from_slice(&tail[tail.len() - 10..]);
         let footer_len = read_footer_length(trailer).map_err(|e| bad(e.to_string()))? as u64;
@@ -150,7 +153,9 @@ impl Layout {
         let footer_bytes = if footer_start >= tail_start {
             tail[(footer_start - tail_start) as usize..tail.len() - 10].to_vec()
         } else {
-            read(path, src, &[footer_start..len - 10])?.remove(0)
+            let mut head = read_one(path, src, footer_start..tail_start)?;
+            head.extend_from_slice(&tail[..tail.len() - 10]);
+            head
         };
         let footer =
             arrow_ipc::root_as_footer(&footer_bytes).map_err(|e| bad(format!("footer: {e}")))?;
@@ -191,7 +196,8 @@ impl Layout {
                 })?;
             blocks.push((off, meta, body));
         }
-        let mut ranges = vec![0..8];
+        let mut ranges = Vec::with_capacity(blocks.len() + 1);
+        ranges.push(0..8);
         ranges.extend(blocks.iter().map(|&(off, meta, _)| off..off + meta));
         let got = read(path, src, &ranges)?;
         if &got[0][..6] != b"ARROW1" {
@@ -387,6 +393,12 @@ fn read(path: &Path, src: &dyn SegmentRanges, ranges: &[Range<u64>]) -> Result<V
         });
     }
     Ok(got)
+}
+
+/// [`read`] of one range.
+fn read_one(path: &Path, src: &dyn SegmentRanges, range: Range<u64>) -> Result<Vec<u8>> {
+    let mut got = read(path, src, std::slice::from_ref(&range))?;
+    Ok(got.pop().unwrap_or_default())
 }
 
 /// The key column and each part's columns, as the full read finds them.
