@@ -101,6 +101,10 @@ pub const STATE_DIR: &str = ".cachex-remote";
 const MAX_COMMIT: usize = 64 << 20;
 /// How often a publisher tries the next number when others take its own.
 const MAX_COMMIT_RACES: u32 = 64;
+/// The most block hashes one commit lists in the block sizes stores ask
+/// for (`StoreFiles::block_size`): about 17 MB of the record (a quarter of
+/// [`MAX_COMMIT`]), 1 GiB of segments in 4 KiB blocks.
+const STORE_BLOCK_HASHES: u64 = 1 << 18;
 /// Pieces up to this size are read into memory and sent in one request.
 const IN_MEMORY_PIECE: u64 = 64 << 20;
 
@@ -797,6 +801,10 @@ impl RemoteDir {
     ) -> Result<()> {
         let size = known.len;
         let file = match hashes {
+            // Read in blocks of the store's own size: sparse whatever its size.
+            Some(h) if (self.files.block_size)(path, size).is_some() => {
+                self.tier.open_by_blocks(object, h)?
+            }
             Some(h) => self.tier.open_verified(object, h)?,
             None => self.tier.open_object(object)?,
         };
@@ -934,6 +942,8 @@ impl RemoteDir {
     ) -> Result<(Vec<(Piece, (File, PathBuf))>, BTreeMap<String, Known>)> {
         let mut pieces = Vec::new();
         let mut after = BTreeMap::new();
+        // Block hashes listed in this commit in a store's own block size.
+        let mut listed = 0u64;
         for (rel, path) in local_files(&self.dir, self.files.private)? {
             let file = File::open(&path).map_err(Error::io("open", &path))?;
             let m = file.metadata().map_err(Error::io("stat", &path))?;
@@ -954,7 +964,12 @@ impl RemoteDir {
             // not fetch whole gets one, besides those `by_blocks` picks.
             let may_link = (self.files.by_blocks)(&rel, size) || size > self.tier_whole_max();
             let block_size = if offset == 0 && size > 0 && may_link {
-                let wanted = (self.files.block_size)(&rel, size);
+                // A store's small blocks cost a hash each in the record:
+                // past a budget the rest get the tier's, so that a large
+                // publish stays a record every reader accepts.
+                let wanted = (self.files.block_size)(&rel, size)
+                    .filter(|b| listed + size.div_ceil(*b) <= STORE_BLOCK_HASHES);
+                listed += wanted.map_or(0, |b| size.div_ceil(b));
                 BlockHashes::block_size_for(size, wanted.unwrap_or(self.tier.config().block_size))
             } else {
                 None

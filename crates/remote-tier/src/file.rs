@@ -50,12 +50,14 @@ pub(crate) struct ObjectState {
 impl RemoteFile {
     /// Opens `name`; with `hashes`, every block fetched from now on is
     /// checked against them before it is kept, and a local copy made
-    /// without them is not trusted.
+    /// without them is not trusted. With `by_blocks`, a small object not
+    /// local yet is left sparse too, not fetched whole.
     pub(crate) fn open(
         tier: &Arc<Inner>,
         name: &str,
         expected: &Expected,
         hashes: Option<Arc<BlockHashes>>,
+        by_blocks: bool,
     ) -> Result<RemoteFile> {
         tier.remote()?.path(name)?;
         let expected = &Expected {
@@ -71,15 +73,15 @@ impl RemoteFile {
             .read_map(&key)
             .is_some_and(|m| map_fits(&m, hashes.as_deref()));
         if opened.is_none() && !usable_map {
-            // Not local: small objects are fetched whole right away, but
-            // for one its publisher cut into several blocks (a file read
-            // in small parts, row by row): that one is read by blocks.
-            let cut = hashes.as_ref().is_some_and(|h| h.blocks() > 1);
+            // Not local: small objects are fetched whole right away (unless
+            // the caller reads it in small parts: by blocks, whatever its
+            // size).
             let small = match expected.size {
-                Some(s) => s <= tier.config.whole_file_max && !cut,
+                _ if by_blocks => false,
+                Some(s) => s <= tier.config.whole_file_max,
                 None => {
                     let info = tier.head(name)?;
-                    let small = info.size <= tier.config.whole_file_max && !cut;
+                    let small = info.size <= tier.config.whole_file_max;
                     head = Some(info);
                     small
                 }
