@@ -30,8 +30,11 @@
 //! files a reader links is the reader's choice, so the publisher does not
 //! rely on knowing it) carries the BLAKE3 of each `block_size`-byte block
 //! of it: the last may be short; `block_size` is the publisher's tier
-//! block size, doubled as needed to keep at most
-//! `remote_tier::blocks::MAX_BLOCKS` blocks. It lives inside the piece,
+//! block size, or the store's own for files it reads in small parts
+//! (`StoreFiles::block_size`: segments, 4 KiB, up to 2^18 hashes a
+//! commit), doubled as needed to keep at most
+//! `remote_tier::blocks::MAX_BLOCKS` blocks. A reader links a file with
+//! a block size of its store's own whatever its size. It lives inside the piece,
 //! so it is committed atomically with it and read with the one GET of the
 //! commit; the field is optional, so commits without it (published before
 //! it existed) still read, and readers that do not know it ignore it. The

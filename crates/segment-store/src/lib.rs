@@ -3,7 +3,7 @@
 //! does in Python, in its on-disk layout, without its costs that grow with
 //! the cache.
 //!
-//! A [`Value`] is a [`tensor_core::Value`] one level deep: a single
+//! A `Value` is a [`tensor_core::Value`] one level deep: a single
 //! tensor, named tensors and blobs (a dict), a tuple or list of tensors
 //! and blobs, or one opaque blob; tensors carry every
 //! [`tensor_core::DType`], bf16 included. Records read back are values
