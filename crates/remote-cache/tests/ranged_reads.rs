@@ -234,7 +234,7 @@ fn a_corrupt_block_is_an_error_naming_its_object_never_a_record() {
     let Some(endpoint) = s3_endpoint() else {
         return;
     };
-    let n = 300;
+    let n = 4096;
     let url = publish(&endpoint, "rangedcorrupt", n, n);
     let admin_tier = tempfile::tempdir().unwrap();
     let admin = RemoteTier::open_with_options(
@@ -256,7 +256,8 @@ fn a_corrupt_block_is_an_error_naming_its_object_never_a_record() {
         .unwrap();
     let object = format!("objects/{}", piece.blake3);
     let mut bytes = admin.read_remote(&object).unwrap().to_vec();
-    // A byte in the middle of the elements: what a bad disk would serve.
+    // A byte in the middle of the elements (those of the rows near the
+    // middle): what a bad disk would serve.
     let at = bytes.len() / 2;
     bytes[at] ^= 0x10;
     admin.put_bytes(&object, bytes).unwrap();
@@ -264,7 +265,7 @@ fn a_corrupt_block_is_an_error_naming_its_object_never_a_record() {
     let tier = tempfile::tempdir().unwrap();
     let (reader, _) = cold_reader(&endpoint, &url, tier.path());
     let (mut good, mut refused) = (0, Vec::new());
-    for i in 0..n {
+    for i in n / 2 - 8..n / 2 + 8 {
         let key = format!("sample_{i}");
         match reader.get_batch(&[&key]) {
             Ok((got, missing)) => {
@@ -291,9 +292,23 @@ fn a_corrupt_block_is_an_error_naming_its_object_never_a_record() {
         (1..=3).contains(&refused.len()),
         "{refused:?} refused, {good} read"
     );
-    // The whole read refuses the segment too (its BLAKE3 does not match):
-    // its keys read as missing (those read before come from memory), the
-    // problem names the fetch.
+    // Many keys at once read the segment whole: its BLAKE3 does not match,
+    // an error naming the object too.
+    let many: Vec<String> = (0..n).step_by(8).map(|i| format!("sample_{i}")).collect();
+    let e = reader.get_batch(&many).unwrap_err();
+    let Error::Segment(segment_store::Error::Fetch { source, .. }) = &e else {
+        panic!("expected a failed fetch, got {e:?}");
+    };
+    assert!(
+        matches!(
+            source.downcast_ref::<remote_tier::Error>(),
+            Some(remote_tier::Error::Corrupt { .. })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&object), "{e}");
+    // The store's own read refuses it as well: its keys read as missing,
+    // the problem names the fetch.
     let (_, missing) = reader.store().get_batch(&refused[..1]).unwrap();
     assert_eq!(missing, vec![0]);
     assert!(
@@ -367,4 +382,33 @@ fn a_working_directory_left_by_ranged_reads_opens_whole_for_other_stores() {
             .enumerate()
             .all(|(i, v)| v.as_ref() == Some(&w1_record(i)))
     );
+}
+
+#[test]
+fn many_keys_of_a_segment_fetch_it_whole_not_row_by_row() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let n = 600;
+    let url = publish(&endpoint, "rangedmany", n, n);
+    let tier = tempfile::tempdir().unwrap();
+    let (reader, meter) = cold_reader(&endpoint, &url, tier.path());
+    let opened = meter.requests();
+    // A sixth of the rows: one request for the segment (it is smaller
+    // than the tier fetches whole), after its footer and batch metadata.
+    let keys: Vec<String> = (0..n).step_by(6).map(|i| format!("sample_{i}")).collect();
+    let (got, missing) = reader.get_batch(&keys).unwrap();
+    assert!(missing.is_empty());
+    for (k, v) in keys.iter().zip(&got) {
+        let i: usize = k["sample_".len()..].parse().unwrap();
+        assert_eq!(v.as_ref(), Some(&w1_record(i)), "{k}");
+    }
+    let requests = meter.requests() - opened;
+    assert!(requests <= 4, "{requests} requests for {} keys", keys.len());
+    // Every other key of it now reads locally.
+    let before = meter.requests();
+    let rest: Vec<String> = (1..n).step_by(6).map(|i| format!("sample_{i}")).collect();
+    let (got, _) = reader.get_batch(&rest).unwrap();
+    assert!(got.iter().all(Option::is_some));
+    assert_eq!(meter.requests(), before);
 }

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tensor_core::Value;
 
@@ -99,26 +99,12 @@ impl SegmentStore {
                     .push(n);
             }
         }
-        let passes: Vec<Result<Pass>> = std::thread::scope(|s| {
-            let handles: Vec<_> = by_segment
-                .values()
-                .map(|(seg, members)| {
-                    let far = &far;
-                    s.spawn(move || {
-                        let rows: Vec<usize> =
-                            members.iter().map(|&n| far[n].candidates[0].1).collect();
-                        read_rows(inner, seg, &rows, src, hint, structure)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect()
-        });
+        let groups: Vec<&(Arc<Segment>, Vec<usize>)> = by_segment.values().collect();
+        let read = |(seg, members): &(Arc<Segment>, Vec<usize>)| {
+            let rows: Vec<usize> = members.iter().map(|&n| far[n].candidates[0].1).collect();
+            read_rows(inner, seg, &rows, src, hint, structure)
+        };
+        let passes = each_at_once(&groups, |g| read(*g));
         let mut found: Vec<usize> = Vec::new();
         let mut collided: Vec<usize> = Vec::new();
         for ((_, members), pass) in by_segment.values().zip(passes) {
@@ -187,6 +173,46 @@ impl SegmentStore {
     }
 }
 
+/// Segments read through ranges at once by one call: each waits on its
+/// requests, so a few threads keep many in flight (the tier fetches the
+/// blocks of each in parallel too).
+const SEGMENTS_AT_ONCE: usize = 8;
+
+/// `f` of each of `items`, up to [`SEGMENTS_AT_ONCE`] at once; the
+/// answers in `items`' order.
+fn each_at_once<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if items.len() <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let workers = SEGMENTS_AT_ONCE.min(items.len());
+    let mut answers: Vec<(usize, R)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    answers.sort_unstable_by_key(|(i, _)| *i);
+    answers.into_iter().map(|(_, r)| r).collect()
+}
+
 /// What reading rows of one segment came to.
 enum Pass {
     /// Each row's key and record.
@@ -196,7 +222,8 @@ enum Pass {
 }
 
 /// Reads `rows` of `seg`: through ranges when it is not whole locally and
-/// its layout allows, else [`Pass::Whole`].
+/// its layout and the reader allow, else [`Pass::Whole`] (made whole now
+/// when it was not).
 fn read_rows(
     inner: &Inner,
     seg: &Segment,
@@ -209,8 +236,16 @@ fn read_rows(
         return Ok(Pass::Whole);
     }
     match layout(inner, seg, src, hint)? {
-        Some(l) => Ok(Pass::Rows(l.rows_at(&seg.path, src, rows, structure)?)),
-        None => Ok(Pass::Whole),
+        Some(l) if !src.read_whole(&seg.path, rows.len(), l.rows()) => {
+            Ok(Pass::Rows(l.rows_at(&seg.path, src, rows, structure)?))
+        }
+        _ => {
+            // Made whole and decoded here, so that a failed fetch is this
+            // call's error, as on the ranged path (the usual lookup would
+            // read its keys as missing), and segments are fetched at once.
+            seg.decoded(hint)?;
+            Ok(Pass::Whole)
+        }
     }
 }
 

@@ -52,6 +52,15 @@ pub trait SegmentRanges: Sync {
         path: &Path,
         ranges: &[Range<u64>],
     ) -> std::result::Result<Vec<Vec<u8>>, BoxError>;
+
+    /// Whether to read the segment at `path` whole (made whole, then
+    /// mapped, as the usual read does) rather than `rows` of its `of`
+    /// rows through ranges: where many of its rows are read, a few large
+    /// requests beat many small ones. Never, unless the reader says so.
+    fn read_whole(&self, path: &Path, rows: usize, of: usize) -> bool {
+        let _ = (path, rows, of);
+        false
+    }
 }
 
 /// The first read takes the file's tail from a boundary of this many

@@ -19,6 +19,8 @@ struct Ranges {
     read: Mutex<Vec<(PathBuf, Range<u64>)>>,
     /// Fail every read of this file.
     fail: Option<PathBuf>,
+    /// Read a segment whole from this many rows a call.
+    whole_from: Option<usize>,
 }
 
 impl Ranges {
@@ -31,6 +33,10 @@ impl Ranges {
 impl SegmentRanges for Ranges {
     fn is_local(&self, _: &Path) -> bool {
         false
+    }
+
+    fn read_whole(&self, _: &Path, rows: usize, _: usize) -> bool {
+        self.whole_from.is_some_and(|n| rows >= n)
     }
 
     fn read_ranges(&self, path: &Path, ranges: &[Range<u64>]) -> Result<Vec<Vec<u8>>, BoxError> {
@@ -326,4 +332,31 @@ fn the_whole_segment_hook_runs_before_a_map_never_on_open() {
             .iter()
             .any(|p| p.detail.contains("offline"))
     );
+}
+
+#[test]
+fn a_segment_the_reader_wants_whole_is_read_as_usual() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<(String, Value)> = (0..64)
+        .map(|i| (format!("k{i}"), tensor(DType::F32, &[8], i)))
+        .collect();
+    let store = written(dir.path(), &records, 32);
+    let src = Ranges {
+        whole_from: Some(3),
+        ..Ranges::default()
+    };
+    // Two keys of segment 0 through ranges, four of segment 1 whole.
+    let keys = ["k1", "k2", "k40", "k41", "k42", "k43"];
+    let (got, missing) = store.get_batch_ranged(&keys, &src).unwrap();
+    assert!(missing.is_empty());
+    for (k, v) in keys.iter().zip(&got) {
+        let i: usize = k[1..].parse().unwrap();
+        assert_eq!(v.as_ref(), Some(&records[i].1));
+    }
+    let read = src.read.lock().unwrap();
+    let of = |seg: &str| read.iter().filter(|(p, _)| p.ends_with(seg)).count();
+    // Segment 1: its footer and batch metadata only (the layout says how
+    // many rows it has); segment 0: those and its rows' ranges too.
+    assert_eq!(of("segment_000001.arrow"), 3);
+    assert!(of("segment_000000.arrow") > 3);
 }

@@ -49,12 +49,19 @@ pub struct RemoteSegments {
 struct WholeCopies(Mutex<HashMap<String, RemoteFile>>);
 
 impl WholeCopies {
-    fn get(&self, rel: &str) -> Option<RemoteFile> {
-        self.0
+    /// What stands for `rel` now: `None` for a file copied whole (read
+    /// its path), else the object it is linked to and the whole copy
+    /// fetched of that very object, if any.
+    fn linked(&self, remote: &RemoteDir, rel: &str) -> Option<(RemoteFile, Option<RemoteFile>)> {
+        let linked = remote.object(rel)?;
+        let copy = self
+            .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(rel)
-            .cloned()
+            .filter(|c| c.name() == linked.name())
+            .cloned();
+        Some((linked, copy))
     }
 }
 
@@ -77,39 +84,38 @@ fn whole_segment(
     let Some(rel) = relative(remote.dir(), path) else {
         return Ok(None);
     };
-    let copy = match whole.get(&rel) {
-        Some(f) => f,
-        None => {
-            let Some(linked) = remote.object(&rel) else {
-                return Ok(None);
+    let copy = match whole.linked(remote, &rel) {
+        None => return Ok(None),
+        Some((_, Some(copy))) => copy,
+        Some((linked, None)) if linked.is_complete() => linked,
+        Some((linked, None)) => {
+            // Its blocks one by one would be a request per 4 KiB: one copy
+            // in the tier's blocks instead, checked against the BLAKE3 the
+            // object is named by.
+            let hash = linked
+                .name()
+                .strip_prefix(&format!("{OBJECTS}/"))
+                .and_then(|h| blake3::Hash::from_hex(h).ok())
+                .ok_or_else(|| format!("{}: not a published object", linked.name()))?;
+            let expected = Expected {
+                size: Some(linked.len()),
+                blake3: Some(*hash.as_bytes()),
             };
-            if linked.is_complete() {
-                linked
-            } else {
-                // Its blocks one by one would be a request per 4 KiB: one
-                // copy in the tier's blocks instead, checked against the
-                // BLAKE3 the object is named by.
-                let hash = linked
-                    .name()
-                    .strip_prefix(&format!("{OBJECTS}/"))
-                    .and_then(|h| blake3::Hash::from_hex(h).ok())
-                    .ok_or_else(|| format!("{}: not a published object", linked.name()))?;
-                let expected = Expected {
-                    size: Some(linked.len()),
-                    blake3: Some(*hash.as_bytes()),
-                };
-                let copy = remote.tier().fetch(linked.name(), &expected)?;
-                whole
-                    .0
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(rel, copy.clone());
-                copy
-            }
+            let copy = remote.tier().fetch(linked.name(), &expected)?;
+            whole
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(rel, copy.clone());
+            copy
         }
     };
     Ok(Some(copy.file().try_clone()?))
 }
+
+/// A segment of which one call reads a sixteenth of the rows, or of
+/// which a sixteenth of the blocks were fetched, is read whole.
+const WHOLE_AT: usize = 16;
 
 /// The segments of a working directory as the store's ranged reads see
 /// them (see [`SegmentRanges`]).
@@ -123,12 +129,24 @@ impl SegmentRanges for Fetched<'_> {
         let Some(rel) = relative(self.remote.dir(), path) else {
             return true;
         };
-        if self.whole.get(&rel).is_some() {
-            return true;
+        match self.whole.linked(self.remote, &rel) {
+            None | Some((_, Some(_))) => true,
+            Some((linked, None)) => linked.is_complete(),
         }
-        self.remote
-            .object(&rel)
-            .is_none_or(|linked| linked.is_complete())
+    }
+
+    fn read_whole(&self, path: &Path, rows: usize, of: usize) -> bool {
+        // A row costs about six blocks: past a sixteenth of the rows (or of
+        // the blocks already), the whole segment in a request or two costs
+        // less than the rows in a request each.
+        let many_rows = rows.saturating_mul(WHOLE_AT) >= of;
+        let many_blocks = relative(self.remote.dir(), path)
+            .and_then(|rel| self.remote.object(&rel))
+            .is_some_and(|linked| {
+                let (have, total) = linked.blocks_present();
+                have.saturating_mul(WHOLE_AT as u64) >= total
+            });
+        many_rows || many_blocks
     }
 
     fn read_ranges(
@@ -136,11 +154,9 @@ impl SegmentRanges for Fetched<'_> {
         path: &Path,
         ranges: &[Range<u64>],
     ) -> std::result::Result<Vec<Vec<u8>>, BoxError> {
-        let rel = relative(self.remote.dir(), path);
-        let held = rel
-            .as_deref()
-            .and_then(|r| self.whole.get(r))
-            .or_else(|| rel.as_deref().and_then(|r| self.remote.object(r)));
+        let held = relative(self.remote.dir(), path)
+            .and_then(|rel| self.whole.linked(self.remote, &rel))
+            .map(|(linked, copy)| copy.unwrap_or(linked));
         let opened;
         let file = match &held {
             Some(f) => {
