@@ -104,7 +104,7 @@ impl SegmentStore {
             let rows: Vec<usize> = members.iter().map(|&n| far[n].candidates[0].1).collect();
             read_rows(inner, seg, &rows, src, hint, structure)
         };
-        let passes = each_at_once(&groups, |g| read(*g));
+        let passes = each_at_once(&groups, |g| read(g));
         let mut found: Vec<usize> = Vec::new();
         let mut collided: Vec<usize> = Vec::new();
         for ((_, members), pass) in by_segment.values().zip(passes) {
