@@ -54,8 +54,10 @@ pub enum Command {
     /// Print one record, by key or index.
     Get {
         /// The cache directory or file, or the URL it was published at
-        /// (`s3://bucket/prefix`, ...; materialised in `CACHEX_TIER_DIR`
-        /// or a temporary directory first).
+        /// (`s3://bucket/prefix`, ...: a segment store's record is read
+        /// through byte ranges of its segment on the local tier
+        /// (`CACHEX_TIER_DIR`, by default `~/.cache/cachex/tier`); other
+        /// caches are materialised there first).
         path: PathBuf,
         /// A key (keyed caches) or an index (row / item / sample caches;
         /// negative counts from the end).
