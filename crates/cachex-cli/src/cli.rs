@@ -55,8 +55,10 @@ pub enum Command {
     /// Print one record, by key or index.
     Get {
         /// The cache directory or file, or the URL it was published at
-        /// (`s3://bucket/prefix`, ...; materialised in `CACHEX_TIER_DIR`
-        /// or a temporary directory first).
+        /// (`s3://bucket/prefix`, ...: a segment store's record is read
+        /// through byte ranges of its segment on the local tier
+        /// (`CACHEX_TIER_DIR`, by default `~/.cache/cachex/tier`); other
+        /// caches are materialised there first).
         path: PathBuf,
         /// A key (keyed caches) or an index (row / item / sample caches;
         /// negative counts from the end).
@@ -222,9 +224,19 @@ pub fn run(command: Command) -> Result<u8> {
             verify(local.as_ref().map_or(&path, |m| &m.path), json)
         }
         Command::Get { path, key, json } => {
-            let local = local_copy(&path)?;
-            let path = local.as_ref().map_or(path, |m| m.path.clone());
-            let value = adapter_for(&path)?.get(&path, &key)?;
+            // A segment store at a URL: the key's row, not the whole cache.
+            let keyed = match path.to_str().filter(|p| remote_cache::is_url(p)) {
+                Some(url) => crate::keyed::get(url, &key)?,
+                None => None,
+            };
+            let value = match keyed {
+                Some(value) => value,
+                None => {
+                    let local = local_copy(&path)?;
+                    let path = local.as_ref().map_or(path, |m| m.path.clone());
+                    adapter_for(&path)?.get(&path, &key)?
+                }
+            };
             print(&if json {
                 value.to_string()
             } else {

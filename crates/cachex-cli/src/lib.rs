@@ -63,6 +63,7 @@ pub mod demo;
 mod error;
 mod garbage;
 pub mod json;
+mod keyed;
 mod remote;
 
 pub use adapter::{CacheAdapter, CacheKind};

@@ -222,7 +222,7 @@ pub(crate) fn materialise(url: &str) -> Result<Materialised> {
 
 /// A location remote-cache cannot parse or open: a usage error when the
 /// URL itself is wrong, a store problem otherwise.
-fn remote_cache_error(e: remote_cache::Error) -> CliError {
+pub(crate) fn remote_cache_error(e: remote_cache::Error) -> CliError {
     match e {
         remote_cache::Error::BadLocation { .. } => CliError::Usage(e.to_string()),
         remote_cache::Error::Tier(t) => remote_error(t),

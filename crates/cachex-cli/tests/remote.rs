@@ -362,3 +362,92 @@ fn push_refuses_a_directory_with_symbolic_links() {
     ok("", &["pull", &url, p(dest.path())]);
     assert_eq!(std::fs::read(dest.path().join("meta.json")).unwrap(), b"{}");
 }
+
+/// Bytes the files under `dir` whose name ends with `suffix` take on disk
+/// (sparse files: only the blocks written).
+fn allocated(dir: &Path, suffix: &str) -> (usize, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = (0, 0);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if entry.file_name().to_string_lossy().ends_with(suffix) {
+                found.0 += 1;
+                found.1 += meta.blocks() * 512;
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn get_of_a_key_at_a_url_fetches_its_row_not_the_segments() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = format!("s3://{}/keyed/features", new_bucket(&endpoint));
+    let work = tempfile::tempdir().unwrap();
+    let location =
+        remote_cache::Location::remote(&url, remote_tier::TierConfig::new(work.path(), 1 << 30))
+            .with_options(test_support::s3::options(&endpoint));
+    let writer = remote_cache::RemoteSegments::open(
+        &location,
+        Options {
+            flush_every: 1000,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    // Three segments of 1,000 f32[512] records: 2 MB each.
+    let items: Vec<(String, Value)> = (0..3000)
+        .map(|n| {
+            let t = Tensor::from_vec([512], vec![n as f32; 512]).unwrap();
+            (format!("sample_{n}"), Value::from(t))
+        })
+        .collect();
+    writer.put_batch(&items).unwrap();
+    assert_eq!(writer.publish().unwrap().seq, Some(1));
+
+    let tier = tempfile::tempdir().unwrap();
+    let get = |key: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cachex"))
+            .args(["get", &url, key, "--json"])
+            .env("CACHEX_TIER_DIR", tier.path())
+            .env("AWS_ENDPOINT", &endpoint)
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_ACCESS_KEY_ID", "cachex-test")
+            .env("AWS_SECRET_ACCESS_KEY", "cachex-test")
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("spawn cachex");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "cachex get {key}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let text = get("sample_1234");
+    assert!(text.contains("1234"), "{text}");
+    // The segments stay sparse in the tier: of 6 MB, the blocks of one
+    // row (and of one segment's footer and batch metadata).
+    let (files, bytes) = allocated(tier.path(), ".sparse");
+    assert_eq!(files, 3, "one sparse copy per segment");
+    assert!(
+        bytes <= 64 << 10,
+        "{bytes} bytes of segments fetched for one key"
+    );
+    // A second call reads the same working directory and tier.
+    let text = get("sample_2999");
+    assert!(text.contains("2999"), "{text}");
+    let (_, bytes) = allocated(tier.path(), ".sparse");
+    assert!(
+        bytes <= 2 * (64 << 10),
+        "{bytes} bytes of segments for two keys"
+    );
+}

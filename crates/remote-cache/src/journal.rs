@@ -27,6 +27,10 @@
 //! A whole file a reader may read by blocks carries a BLAKE3 per block in
 //! its commit ([`Piece::blocks`]), checked as each block is fetched; the
 //! list is kept in the state directory for when the file is linked again.
+//! Its block size is the publisher's tier block size, or the store's own
+//! for files it reads in small parts (`StoreFiles::block_size`: segments,
+//! 4 KiB, up to 2^18 hashes a commit); a reader links a file with a block
+//! size of its store's own whatever its size.
 //!
 //! Rules that make it safe:
 //! - **Commit last, conditionally.** Pieces are uploaded first; the commit
@@ -96,6 +100,10 @@ use crate::{Error, Result, prefetch};
 
 /// How often a publisher tries the next number when others take its own.
 const MAX_COMMIT_RACES: u32 = 64;
+/// The most block hashes one commit lists in the block sizes stores ask
+/// for (`StoreFiles::block_size`): about 17 MB of the record (a quarter of
+/// [`MAX_COMMIT`]), 1 GiB of segments in 4 KiB blocks.
+const STORE_BLOCK_HASHES: u64 = 1 << 18;
 /// Pieces up to this size are read into memory and sent in one request.
 const IN_MEMORY_PIECE: u64 = 64 << 20;
 /// A publisher reuses an object already in the store only when the store
@@ -590,12 +598,7 @@ impl RemoteDir {
             }
             let object = format!("{OBJECTS}/{}", p.blake3);
             let new_file = meta.is_none() || p.replace;
-            if new_file
-                && p.offset == 0
-                && p.size > 0
-                && (self.files.by_blocks)(&p.path, p.size)
-                && p.size > self.tier_whole_max()
-            {
+            if new_file && self.linked(p) {
                 let hashes = match &p.blocks {
                     Some(list) => Some(self.keep_block_list(c.seq, p, list)?),
                     None => None,
@@ -713,14 +716,12 @@ impl RemoteDir {
     /// be read by blocks, not already in place), with their sizes; and for
     /// each piece, its index in that list.
     fn fetched_whole(&self, c: &Commit) -> (Vec<(prefetch::Ahead, u64)>, Vec<Option<usize>>) {
-        let whole_max = self.tier_whole_max();
         let mut ahead = Vec::new();
         let of = c
             .pieces
             .iter()
             .map(|p| {
-                let linked =
-                    p.offset == 0 && (self.files.by_blocks)(&p.path, p.size) && p.size > whole_max;
+                let linked = self.linked(p);
                 let local = self.dir.join(&p.path);
                 if p.size == 0 || linked || prefetch::in_place(&local, p.offset + p.size) {
                     return None;
@@ -742,10 +743,55 @@ impl RemoteDir {
         (ahead, of)
     }
 
+    /// Whether piece `p` is linked into the tier and read by blocks rather
+    /// than copied whole: a whole file the store reads by blocks, larger
+    /// than the tier fetches whole or read in blocks of its own size.
+    pub(crate) fn linked(&self, p: &Piece) -> bool {
+        p.offset == 0
+            && p.size > 0
+            && (self.files.by_blocks)(&p.path, p.size)
+            && (p.size > self.tier_whole_max()
+                || (self.files.block_size)(&p.path, p.size).is_some())
+    }
+
     pub(crate) fn tier_whole_max(&self) -> u64 {
         // The tier fetches objects up to its whole-file size in one piece;
         // only larger ones are worth reading by blocks.
         self.tier.config().whole_file_max
+    }
+
+    /// Replaces the link `path` to `object` (`len` bytes) by a whole local
+    /// copy, verified against the BLAKE3 the object is named by, and
+    /// records it as a file of the working directory.
+    pub(crate) fn make_whole(
+        &self,
+        state: &mut State,
+        path: &str,
+        object: &str,
+        len: u64,
+    ) -> Result<()> {
+        let blake3 = object
+            .strip_prefix(&format!("{OBJECTS}/"))
+            .unwrap_or_default();
+        let expected = Expected {
+            size: Some(len),
+            blake3: Some(*parse_hash(&self.tier, blake3)?.as_bytes()),
+        };
+        let copy = self.tier.fetch(object, &expected)?;
+        let ino = write_new(&self.dir.join(path), Some(&copy), len)?;
+        state.by_blocks.remove(path);
+        let known = Known {
+            len,
+            ino,
+            blocks: false,
+        };
+        let seq = state.seq;
+        self.record(
+            state,
+            seq,
+            BTreeMap::from([(path.to_string(), known)]),
+            Vec::new(),
+        )
     }
 
     /// Appends the applied commit to the local record (after its files are
@@ -806,6 +852,8 @@ impl RemoteDir {
     )> {
         let mut pieces = Vec::new();
         let mut after = BTreeMap::new();
+        // Block hashes listed in this commit in a store's own block size.
+        let mut store_hashes = 0u64;
         let listed = local_files(&self.dir, self.files.private)?;
         let present: HashSet<&str> = listed.iter().map(|(rel, _)| rel.as_str()).collect();
         let mut removed: Vec<String> = state
@@ -842,7 +890,13 @@ impl RemoteDir {
             // not fetch whole gets one, besides those `by_blocks` picks.
             let may_link = (self.files.by_blocks)(&rel, size) || size > self.tier_whole_max();
             let block_size = if offset == 0 && size > 0 && may_link {
-                BlockHashes::block_size_for(size, self.tier.config().block_size)
+                // A store's small blocks cost a hash each in the record:
+                // past a budget the rest get the tier's, so that a large
+                // publish stays a record every reader accepts.
+                let wanted = (self.files.block_size)(&rel, size)
+                    .filter(|b| store_hashes + size.div_ceil(*b) <= STORE_BLOCK_HASHES);
+                store_hashes += wanted.map_or(0, |b| size.div_ceil(b));
+                BlockHashes::block_size_for(size, wanted.unwrap_or(self.tier.config().block_size))
             } else {
                 None
             };

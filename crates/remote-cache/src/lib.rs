@@ -13,11 +13,12 @@
 //!   the shared, bounded local tier of `remote-tier`, verified against
 //!   their BLAKE3 and written into the working directory — or, for the
 //!   large files a store maps and reads in parts (memmap-array's `.bin`
-//!   arrays, page-alloc's page file), left as sparse files in the tier,
-//!   linked into the working directory and fetched by block ranges as
-//!   rows and samples are read ([`RemoteArrays`], [`RemotePages`]), each
-//!   block checked against the BLAKE3 its commit recorded for it before
-//!   it is kept.
+//!   arrays, page-alloc's page file) and for segments (read row by row
+//!   in 4 KiB blocks, whatever their size), left as sparse files in the
+//!   tier, linked into the working directory and fetched by block ranges
+//!   as rows, samples and keys are read ([`RemoteArrays`],
+//!   [`RemotePages`], [`RemoteSegments::get_batch`]), each block checked
+//!   against the BLAKE3 its commit recorded for it before it is kept.
 //! - **Publish** ([`RemoteSegments::publish`], [`RemoteShards::publish`])
 //!   uploads what the store wrote since — new segments and the bytes
 //!   appended to index logs, new shards, replaced metadata — then writes

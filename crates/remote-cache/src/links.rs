@@ -129,6 +129,10 @@ impl RemoteDir {
     ) -> Result<()> {
         let size = known.len;
         let file = match hashes {
+            // Read in blocks of the store's own size: sparse whatever its size.
+            Some(h) if (self.files.block_size)(path, size).is_some() => {
+                self.tier.open_by_blocks(object, h)?
+            }
             Some(h) => self.tier.open_verified(object, h)?,
             None => self.tier.open_object(object)?,
         };
@@ -187,6 +191,13 @@ impl RemoteDir {
             ino: 0,
             blocks: false,
         });
+        // Linked by a handle whose store reads it by blocks, opened now by
+        // one whose store maps it whole (another store kind on the URL's
+        // working directory: `cachex inspect` after a Python reader): made
+        // whole here, so no store maps bytes never fetched.
+        if !(self.files.by_blocks)(path, known.len) {
+            return self.make_whole(state, path, &object, known.len);
+        }
         let hashes = if known.blocks {
             let blake3 = object
                 .strip_prefix(&format!("{OBJECTS}/"))

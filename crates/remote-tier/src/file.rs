@@ -82,12 +82,14 @@ impl ReadAhead {
 impl RemoteFile {
     /// Opens `name`; with `hashes`, every block fetched from now on is
     /// checked against them before it is kept, and a local copy made
-    /// without them is not trusted.
+    /// without them is not trusted. With `by_blocks`, a small object not
+    /// local yet is left sparse too, not fetched whole.
     pub(crate) fn open(
         tier: &Arc<Inner>,
         name: &str,
         expected: &Expected,
         hashes: Option<Arc<BlockHashes>>,
+        by_blocks: bool,
     ) -> Result<RemoteFile> {
         tier.remote()?.path(name)?;
         let expected = &Expected {
@@ -103,8 +105,11 @@ impl RemoteFile {
             .read_map(&key)
             .is_some_and(|m| map_fits(&m, hashes.as_deref()));
         if opened.is_none() && !usable_map {
-            // Not local: small objects are fetched whole right away.
+            // Not local: small objects are fetched whole right away (unless
+            // the caller reads it in small parts: by blocks, whatever its
+            // size).
             let small = match expected.size {
+                _ if by_blocks => false,
                 Some(s) => s <= tier.config.whole_file_max,
                 None => {
                     let info = tier.head(name)?;
@@ -224,35 +229,58 @@ impl RemoteFile {
     /// block on this machine), then starts fetching the next blocks in the
     /// background.
     pub fn ensure(&self, range: Range<u64>) -> Result<()> {
+        if let Some((first, last)) = self.fetch_missing(std::slice::from_ref(&range))? {
+            let window = self.state.read_ahead(first, last);
+            self.prefetch(last + 1, window);
+            self.touch();
+        }
+        Ok(())
+    }
+
+    /// Makes the bytes of every range of `ranges` local, their missing
+    /// blocks fetched at once, and nothing more: no read-ahead, for
+    /// reads that jump (a row here, a row there) rather than stream.
+    pub fn ensure_exact(&self, ranges: &[Range<u64>]) -> Result<()> {
+        if self.fetch_missing(ranges)?.is_some() {
+            self.touch();
+        }
+        Ok(())
+    }
+
+    /// Fetches the missing blocks that cover `ranges`; the first and last
+    /// block they cover (`None`: a whole object, or no bytes asked).
+    fn fetch_missing(&self, ranges: &[Range<u64>]) -> Result<Option<(u64, u64)>> {
         let s = &self.state;
-        if range.start > range.end || range.end > s.size {
+        if let Some(r) = ranges.iter().find(|r| r.start > r.end || r.end > s.size) {
             return Err(Error::OutOfRange {
                 url: s.tier.url.to_string(),
                 name: s.name.clone(),
-                start: range.start,
-                end: range.end,
+                start: r.start,
+                end: r.end,
                 size: s.size,
             });
         }
         let Some(blocks) = &s.blocks else {
-            return Ok(());
+            return Ok(None);
         };
-        if range.is_empty() {
-            return Ok(());
-        }
         let bs = lock(blocks).block_size;
-        let first = range.start / bs;
-        let last = (range.end - 1) / bs;
-        let mut missing: Vec<u64> = (first..=last).filter(|&i| !s.has(i)).collect();
+        let mut wanted: Vec<u64> = ranges
+            .iter()
+            .filter(|r| !r.is_empty())
+            .flat_map(|r| r.start / bs..=(r.end - 1) / bs)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let (Some(&first), Some(&last)) = (wanted.first(), wanted.last()) else {
+            return Ok(None);
+        };
+        let mut missing: Vec<u64> = wanted.into_iter().filter(|&i| !s.has(i)).collect();
         if !missing.is_empty() {
             s.refresh();
             missing.retain(|&i| !s.has(i));
         }
         self.fetch_blocks(&missing)?;
-        let window = s.read_ahead(first, last);
-        self.prefetch(last + 1, window);
-        self.touch();
-        Ok(())
+        Ok(Some((first, last)))
     }
 
     /// Starts filling the local tier with the blocks that cover `ranges`,

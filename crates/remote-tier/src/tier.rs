@@ -191,7 +191,7 @@ impl RemoteTier {
     /// fetched whole now; a large one gets a sparse local file whose
     /// blocks [`RemoteFile::ensure`] fetches on demand.
     pub fn open_object(&self, name: &str) -> Result<RemoteFile> {
-        RemoteFile::open(&self.inner, name, &Expected::default(), None)
+        RemoteFile::open(&self.inner, name, &Expected::default(), None, false)
     }
 
     /// [`open_object`](Self::open_object) for an object whose publisher
@@ -203,14 +203,21 @@ impl RemoteTier {
     /// with another) is not trusted: the object gets a fresh sparse file.
     /// Warm reads of blocks already local hash nothing.
     pub fn open_verified(&self, name: &str, hashes: Arc<BlockHashes>) -> Result<RemoteFile> {
-        RemoteFile::open(&self.inner, name, &Expected::default(), Some(hashes))
+        RemoteFile::open(&self.inner, name, &Expected::default(), Some(hashes), false)
+    }
+
+    /// [`open_verified`](Self::open_verified) for an object read in small
+    /// parts (a row here, a row there): left sparse whatever its size, so
+    /// that a small object is not fetched whole on open either.
+    pub fn open_by_blocks(&self, name: &str, hashes: Arc<BlockHashes>) -> Result<RemoteFile> {
+        RemoteFile::open(&self.inner, name, &Expected::default(), Some(hashes), true)
     }
 
     /// Fetches all of `name` into the local tier (blocks in parallel) and
     /// checks it against `expected`: a copy that does not match is removed
     /// and reported as [`Error::Corrupt`].
     pub fn fetch(&self, name: &str, expected: &Expected) -> Result<RemoteFile> {
-        let file = RemoteFile::open(&self.inner, name, expected, None)?;
+        let file = RemoteFile::open(&self.inner, name, expected, None, false)?;
         file.ensure(0..file.len())?;
         file.verify(expected)?;
         Ok(file)

@@ -75,6 +75,16 @@ pub enum Error {
         #[source]
         source: arrow_schema::ArrowError,
     },
+    /// Fetching a segment's bytes from where they live (object storage)
+    /// failed; the source names the object and what went wrong.
+    #[error("{}: fetching segment bytes: {source}", path.display())]
+    Fetch {
+        /// The segment file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: crate::options::BoxError,
+    },
     /// A tensor read back has an inconsistent dtype, shape or length.
     #[error("{}: row {row}: bad tensor in column {column:?}: {source}", path.display())]
     Tensor {

@@ -132,6 +132,14 @@ pub fn segment_path(dir: &Path, id: u32) -> PathBuf {
     dir.join(SEGMENTS_DIR).join(segment_name(id))
 }
 
+/// Whether `path` (relative to a cache directory, `/`-separated) names a
+/// segment file: what a reader may read in parts, row by row.
+pub fn is_segment_file(path: &str) -> bool {
+    path.strip_prefix(SEGMENTS_DIR)
+        .and_then(|p| p.strip_prefix('/'))
+        .is_some_and(|name| parse_segment_name(name).is_some())
+}
+
 /// The id of a segment file name, or `None` for any other name.
 pub fn parse_segment_name(name: &str) -> Option<u32> {
     let digits = name.strip_prefix("segment_")?.strip_suffix(".arrow")?;

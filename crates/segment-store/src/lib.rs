@@ -3,7 +3,7 @@
 //! does in Python, in its on-disk layout, without its costs that grow with
 //! the cache.
 //!
-//! A [`Value`] is a [`tensor_core::Value`] one level deep: a single
+//! A `Value` is a [`tensor_core::Value`] one level deep: a single
 //! tensor, named tensors and blobs (a dict), a tuple or list of tensors
 //! and blobs, or one opaque blob; tensors carry every
 //! [`tensor_core::DType`], bf16 included. Records read back are values
@@ -136,10 +136,12 @@ mod flush;
 pub mod format;
 mod index;
 mod lookup;
+mod lookup_ranged;
 mod lru;
 mod maintenance;
 mod maps;
 mod options;
+pub mod ranged;
 mod reader;
 mod record;
 mod recover;
@@ -152,7 +154,8 @@ mod writer;
 
 pub use error::{Error, Result};
 pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
-pub use options::Options;
+pub use options::{BoxError, Options, WholeSegment};
+pub use ranged::SegmentRanges;
 pub use record::Structure;
 pub use schema::{PartKind, PartSpec, RecordSchema, SCHEMA_FILE_CAP};
 pub use store::{SegmentStore, Stats};

@@ -338,7 +338,7 @@ impl SegmentStore {
         }
         // Each segment is read once here: mappings of its own, so that
         // the store's hot ones stay.
-        let maps = SegmentMaps::new(VERIFY_MAPS);
+        let maps = SegmentMaps::new(VERIFY_MAPS, inner.opts.whole_segment.clone());
         for (id, want) in expected {
             let path = format::segment_path(dir, id);
             let seg = match Segment::open(&path, id, &maps) {

@@ -1,5 +1,47 @@
 //! [`Options`]: how a store behaves.
 
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+/// An error of code outside this crate (a fetch from object storage),
+/// carried as the source of [`Error::Fetch`](crate::Error::Fetch).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Makes a segment file whole on local disk before the store maps it.
+///
+/// For a cache whose segments are fetched on demand (one in object
+/// storage, left sparse in a local tier): the store maps and validates a
+/// whole segment, so one with bytes not fetched yet must never reach it.
+/// Called with the segment's path and length each time the store is about
+/// to map it; returns the file to map (`None`: the path itself).
+#[derive(Clone)]
+pub struct WholeSegment(Arc<MakeWhole>);
+
+/// What a [`WholeSegment`] calls: the segment's path and length in, the
+/// file to map out.
+type MakeWhole = dyn Fn(&Path, u64) -> Result<Option<File>, BoxError> + Send + Sync;
+
+impl WholeSegment {
+    /// A hook calling `f`.
+    pub fn new(
+        f: impl Fn(&Path, u64) -> Result<Option<File>, BoxError> + Send + Sync + 'static,
+    ) -> WholeSegment {
+        WholeSegment(Arc::new(f))
+    }
+
+    /// Makes the segment at `path` (of `len` bytes) whole; the file to map.
+    pub(crate) fn call(&self, path: &Path, len: u64) -> Result<Option<File>, BoxError> {
+        (self.0)(path, len)
+    }
+}
+
+impl std::fmt::Debug for WholeSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WholeSegment(..)")
+    }
+}
+
 /// How a store behaves. `Options::default()` suits a single process.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -43,6 +85,10 @@ pub struct Options {
     /// share of reads that fall outside the bound, so raise it (or
     /// flush fewer, larger segments) when one store is all a process maps.
     pub max_maps: usize,
+    /// Called before a segment is mapped, for segments that may not be
+    /// whole on local disk (default `None`: every segment is). With it,
+    /// segments are mapped only when a read needs them, never on open.
+    pub whole_segment: Option<WholeSegment>,
 }
 
 impl Default for Options {
@@ -60,6 +106,7 @@ impl Default for Options {
             read_only: false,
             writer_id: None,
             max_maps: 4096,
+            whole_segment: None,
         }
     }
 }

@@ -20,6 +20,7 @@ use tensor_core::{DType, Shape, SharedBytes, SharedTensor, Tensor, Value};
 
 use crate::index::prefetch;
 use crate::maps::{Maps, Slot};
+use crate::options::WholeSegment;
 use crate::record::Structure;
 use crate::schema::{PartKind, RecordSchema};
 use crate::validate::{check_layout, plain_type, validate_batch};
@@ -37,8 +38,22 @@ pub struct Segment {
     slot: Arc<Slot<Mapped>>,
 }
 
-/// The bounded set of a store's segment mappings.
-pub type SegmentMaps = Maps<Mapped>;
+/// The bounded set of a store's segment mappings, and how a segment is
+/// made whole before it is mapped (see [`WholeSegment`]).
+pub struct SegmentMaps {
+    maps: Arc<Maps<Mapped>>,
+    whole: Option<WholeSegment>,
+}
+
+impl SegmentMaps {
+    /// A set of at most `cap` mappings; `whole` runs before each mapping.
+    pub fn new(cap: usize, whole: Option<WholeSegment>) -> Arc<SegmentMaps> {
+        Arc::new(SegmentMaps {
+            maps: Maps::new(cap),
+            whole,
+        })
+    }
+}
 
 /// A segment's mapping and what was decoded over it.
 pub struct Mapped {
@@ -61,7 +76,9 @@ impl Segment {
             maps: maps.clone(),
             slot: Slot::new(),
         };
-        if maps.has_room() {
+        // A segment that may not be whole locally is mapped only when a
+        // read needs it: making it whole may fetch all of it.
+        if maps.whole.is_none() && maps.maps.has_room() {
             seg.mapped()?;
         }
         Ok(seg)
@@ -69,8 +86,18 @@ impl Segment {
 
     /// The mapping, made now if the segment has none.
     fn mapped(&self) -> Result<Arc<Mapped>> {
-        self.maps
-            .get_or_map(&self.slot, || map_file(&self.path, self.len))
+        self.maps.maps.get_or_map(&self.slot, || {
+            let file = match &self.maps.whole {
+                Some(whole) => whole
+                    .call(&self.path, self.len)
+                    .map_err(|source| Error::Fetch {
+                        path: self.path.clone(),
+                        source,
+                    })?,
+                None => None,
+            };
+            map_file(&self.path, self.len, file)
+        })
     }
 
     /// [`crate::format::content_hash`] of the whole file (reads all of it).
@@ -104,9 +131,13 @@ impl Segment {
     }
 }
 
-/// Maps the segment at `path`, which was `len` bytes when it was opened.
-fn map_file(path: &Path, len: u64) -> Result<Mapped> {
-    let file = File::open(path).map_err(|e| Error::io(path, "open segment", e))?;
+/// Maps the segment at `path`, which was `len` bytes when it was opened
+/// (from `file`, when given: the whole copy standing for it).
+fn map_file(path: &Path, len: u64, file: Option<File>) -> Result<Mapped> {
+    let file = match file {
+        Some(f) => f,
+        None => File::open(path).map_err(|e| Error::io(path, "open segment", e))?,
+    };
     let now = file
         .metadata()
         .map_err(|e| Error::io(path, "stat segment", e))?

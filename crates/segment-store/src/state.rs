@@ -83,6 +83,9 @@ pub(crate) struct Inner {
     /// segments (the default mode), so segments commit in id order.
     pub(crate) preparing: Mutex<()>,
     pub(crate) lru: Mutex<Lru>,
+    /// The layouts of segments read through byte ranges, by id (`None`:
+    /// read whole).
+    pub(crate) layouts: Mutex<HashMap<u32, Option<Arc<crate::ranged::Layout>>>>,
     pub(crate) bg_error: Mutex<Option<Error>>,
     pub(crate) problems: Mutex<Vec<Problem>>,
     /// Where this handle stopped reading each other index log.

@@ -122,7 +122,7 @@ impl SegmentStore {
         if opts.max_maps == 0 {
             return Err(Error::InvalidInput("max_maps must be at least 1".into()));
         }
-        let maps = SegmentMaps::new(opts.max_maps);
+        let maps = SegmentMaps::new(opts.max_maps, opts.whole_segment.clone());
         let rec = recover(&dir, role, &maps)?;
         let write = rec.log.map(|log| {
             Mutex::new(WriteSide {
@@ -144,6 +144,7 @@ impl SegmentStore {
             write,
             preparing: Mutex::new(()),
             lru: Mutex::new(Lru::new(opts.lru_bytes)),
+            layouts: Mutex::new(Default::default()),
             bg_error: Mutex::new(None),
             problems: Mutex::new(rec.problems),
             cursors: Mutex::new(rec.cursors),

@@ -1,29 +1,196 @@
 //! [`RemoteSegments`]: a segment-store cache on a location.
 
-use std::ops::Deref;
+use std::collections::HashMap;
+use std::fs::File;
+use std::ops::{Deref, Range};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
-use segment_store::SegmentStore;
+use remote_tier::{Expected, RemoteFile};
+use segment_store::{BoxError, SegmentRanges, SegmentStore, WholeSegment};
+use tensor_core::Value;
 
 use super::local_publish;
 use crate::Result;
 use crate::files::{StoreFiles, StoreKind};
-use crate::journal::{PublishReport, RefreshReport, RemoteDir};
+use crate::journal::{OBJECTS, PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
 
 /// A segment-store cache on a [`Location`]: read, and append.
 ///
-/// Remote: every published segment and index log is materialised in the
-/// working directory before the store opens it (the store maps every
-/// segment); [`publish`](Self::publish) uploads the segments and index
-/// bytes written since, then the commit record. Several writers append to
-/// one remote cache when each has its own
+/// Remote: index logs and `schema.json` are copied into the working
+/// directory before the store opens it; segments are linked into the
+/// local tier and left sparse, fetched as reads need them.
+/// [`get_batch`](RemoteSegments::get_batch) reads a key of a segment not
+/// whole locally through byte ranges: the blocks (4 KiB) that hold its
+/// row, and once per segment its footer and batch metadata, each block
+/// checked against the BLAKE3 its commit recorded. Anything that reads a
+/// segment whole (the store's own `get_batch` through `Deref`, `verify`,
+/// `compact`) first fetches it whole, verified, and maps that copy.
+/// [`publish`](Self::publish) uploads the segments and index bytes
+/// written since, then the commit record. Several writers append to one
+/// remote cache when each has its own
 /// [`writer_id`](segment_store::Options::writer_id); two writers that
-/// write the same segment id cannot both publish it ([`Error::Conflict`](crate::Error::Conflict)).
+/// write the same segment id cannot both publish it
+/// ([`Error::Conflict`](crate::Error::Conflict)).
 #[derive(Debug)]
 pub struct RemoteSegments {
     // Dropped before the commit log: the store's files stay while it lives.
     store: SegmentStore,
-    remote: Option<RemoteDir>,
+    remote: Option<Arc<RemoteDir>>,
+    whole: Arc<WholeCopies>,
+}
+
+/// Whole, verified copies of segments read by blocks, fetched for the
+/// store to map, by path in the working directory: kept open so the tier
+/// does not evict a copy the store maps.
+#[derive(Debug, Default)]
+struct WholeCopies(Mutex<HashMap<String, RemoteFile>>);
+
+impl WholeCopies {
+    /// What stands for `rel` now: `None` for a file copied whole (read
+    /// its path), else the object it is linked to and the whole copy
+    /// fetched of that very object, if any.
+    fn linked(&self, remote: &RemoteDir, rel: &str) -> Option<(RemoteFile, Option<RemoteFile>)> {
+        let linked = remote.object(rel)?;
+        let copy = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(rel)
+            .filter(|c| c.name() == linked.name())
+            .cloned();
+        Some((linked, copy))
+    }
+}
+
+/// `path` relative to the working directory `dir`, `/`-separated, as the
+/// commit log names files.
+fn relative(dir: &Path, path: &Path) -> Option<String> {
+    let rel = path.strip_prefix(dir).ok()?;
+    let parts: Vec<&str> = rel.iter().map(|c| c.to_str()).collect::<Option<_>>()?;
+    Some(parts.join("/"))
+}
+
+/// The segment at `path` whole, for the store to map: a whole copy
+/// fetched (one verified fetch, in the tier's blocks) if the file is read
+/// by blocks and not all of it is local; `None` for a file copied whole.
+fn whole_segment(
+    remote: &RemoteDir,
+    whole: &WholeCopies,
+    path: &Path,
+) -> std::result::Result<Option<File>, BoxError> {
+    let Some(rel) = relative(remote.dir(), path) else {
+        return Ok(None);
+    };
+    let copy = match whole.linked(remote, &rel) {
+        None => return Ok(None),
+        Some((_, Some(copy))) => copy,
+        Some((linked, None)) if linked.is_complete() => linked,
+        Some((linked, None)) => {
+            // Its blocks one by one would be a request per 4 KiB: one copy
+            // in the tier's blocks instead, checked against the BLAKE3 the
+            // object is named by.
+            let hash = linked
+                .name()
+                .strip_prefix(&format!("{OBJECTS}/"))
+                .and_then(|h| blake3::Hash::from_hex(h).ok())
+                .ok_or_else(|| format!("{}: not a published object", linked.name()))?;
+            let expected = Expected {
+                size: Some(linked.len()),
+                blake3: Some(*hash.as_bytes()),
+            };
+            let copy = remote.tier().fetch(linked.name(), &expected)?;
+            whole
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(rel, copy.clone());
+            copy
+        }
+    };
+    Ok(Some(copy.file().try_clone()?))
+}
+
+/// A segment of which one call reads a sixteenth of the rows, or of
+/// which a sixteenth of the blocks were fetched, is read whole.
+const WHOLE_AT: usize = 16;
+
+/// The segments of a working directory as the store's ranged reads see
+/// them (see [`SegmentRanges`]).
+struct Fetched<'a> {
+    remote: &'a RemoteDir,
+    whole: &'a WholeCopies,
+}
+
+impl SegmentRanges for Fetched<'_> {
+    fn is_local(&self, path: &Path) -> bool {
+        let Some(rel) = relative(self.remote.dir(), path) else {
+            return true;
+        };
+        match self.whole.linked(self.remote, &rel) {
+            None | Some((_, Some(_))) => true,
+            Some((linked, None)) => linked.is_complete(),
+        }
+    }
+
+    fn read_whole(&self, path: &Path, rows: usize, of: usize) -> bool {
+        // A row costs about six blocks: past a sixteenth of the rows (or of
+        // the blocks already), the whole segment in a request or two costs
+        // less than the rows in a request each.
+        let many_rows = rows.saturating_mul(WHOLE_AT) >= of;
+        let many_blocks = relative(self.remote.dir(), path)
+            .and_then(|rel| self.remote.object(&rel))
+            .is_some_and(|linked| {
+                let (have, total) = linked.blocks_present();
+                have.saturating_mul(WHOLE_AT as u64) >= total
+            });
+        many_rows || many_blocks
+    }
+
+    fn read_ranges(
+        &self,
+        path: &Path,
+        ranges: &[Range<u64>],
+    ) -> std::result::Result<Vec<Vec<u8>>, BoxError> {
+        let held = relative(self.remote.dir(), path)
+            .and_then(|rel| self.whole.linked(self.remote, &rel))
+            .map(|(linked, copy)| copy.unwrap_or(linked));
+        let opened;
+        let file = match &held {
+            Some(f) => {
+                f.ensure_exact(ranges)?;
+                f.file()
+            }
+            None => {
+                opened = File::open(path)?;
+                &opened
+            }
+        };
+        ranges
+            .iter()
+            .map(|r| {
+                let mut buf = vec![0u8; usize::try_from(r.end - r.start)?];
+                file.read_exact_at(&mut buf, r.start)?;
+                Ok(buf)
+            })
+            .collect()
+    }
+}
+
+/// `options` with the hook that makes a segment whole before the store
+/// maps it.
+fn with_whole_segments(
+    mut options: segment_store::Options,
+    remote: &Arc<RemoteDir>,
+    whole: &Arc<WholeCopies>,
+) -> segment_store::Options {
+    let (remote, whole) = (Arc::clone(remote), Arc::clone(whole));
+    options.whole_segment = Some(WholeSegment::new(move |path: &Path, _len: u64| {
+        whole_segment(&remote, &whole, path)
+    }));
+    options
 }
 
 impl RemoteSegments {
@@ -38,6 +205,7 @@ impl RemoteSegments {
             None => Ok(RemoteSegments {
                 store: SegmentStore::open(&opened.dir, options)?,
                 remote: None,
+                whole: Arc::default(),
             }),
         }
     }
@@ -62,6 +230,9 @@ impl RemoteSegments {
             remote.refresh()?;
             return RemoteSegments::with_remote(remote, options);
         }
+        let remote = Arc::new(remote);
+        let whole = Arc::default();
+        let options = with_whole_segments(options, &remote, &whole);
         let (next, store) = std::thread::scope(|s| {
             let next = s.spawn(|| remote.fetch_next());
             let store = SegmentStore::open(remote.dir(), options);
@@ -78,6 +249,7 @@ impl RemoteSegments {
         Ok(RemoteSegments {
             store,
             remote: Some(remote),
+            whole,
         })
     }
 
@@ -87,11 +259,48 @@ impl RemoteSegments {
         remote: RemoteDir,
         options: segment_store::Options,
     ) -> Result<RemoteSegments> {
-        let store = SegmentStore::open(remote.dir(), options)?;
+        let remote = Arc::new(remote);
+        let whole = Arc::default();
+        let store =
+            SegmentStore::open(remote.dir(), with_whole_segments(options, &remote, &whole))?;
         Ok(RemoteSegments {
             store,
             remote: Some(remote),
+            whole,
         })
+    }
+
+    /// The records of `keys` (`None` where missing) and the positions of
+    /// the keys not found, as [`SegmentStore::get_batch`] returns them. A
+    /// key in a segment not whole locally costs only the blocks that hold
+    /// its row (and, once per segment, those of its footer and batch
+    /// metadata), fetched for all keys of a segment at once, the segments
+    /// at once; its record comes back owned. A block that does not match
+    /// its recorded BLAKE3 is an error naming the object
+    /// ([`remote_tier::Error::BlockMismatch`] inside
+    /// [`segment_store::Error::Fetch`]), never a record.
+    pub fn get_batch<K: AsRef<str>>(&self, keys: &[K]) -> Result<(Vec<Option<Value>>, Vec<usize>)> {
+        match &self.remote {
+            Some(remote) => {
+                let src = Fetched {
+                    remote,
+                    whole: &self.whole,
+                };
+                Ok(self.store.get_batch_ranged(keys, &src)?)
+            }
+            None => Ok(self.store.get_batch(keys)?),
+        }
+    }
+
+    /// Number of distinct keys, persisted or pending (the index's count:
+    /// no segment is fetched for it).
+    pub fn len(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Whether the store holds no key.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// The store (also reachable through `Deref`).
@@ -101,7 +310,7 @@ impl RemoteSegments {
 
     /// The commit log behind a remote cache (`None` for a local one).
     pub fn remote(&self) -> Option<&RemoteDir> {
-        self.remote.as_ref()
+        self.remote.as_deref()
     }
 
     /// Flushes the store, then publishes what it wrote since the last
