@@ -21,6 +21,7 @@
 //!   src/handle.rs                `Handle`: the one fork-safe holder of an open store
 //!   src/array.rs                 numpy dtypes, zero-copy views and copies, array-likes in
 //!   src/convert.rs               the one conversion: Python values <-> tensor_core::Value
+//!   src/root.rs                  cache roots: a path, or a URL with the tier keywords
 //!   src/json.rs                  JSON-able Python values (configs, metadata)
 //!   src/check.rs                 verify()/inspect() dicts in the command line's JSON shapes
 //!   src/segment.rs (+ segment/stack.rs)          SegmentStore
@@ -73,6 +74,7 @@ mod memmap_writer;
 mod page_fields;
 mod page_reader;
 mod page_writer;
+mod root;
 mod segment;
 mod seq;
 mod shard;
@@ -84,6 +86,7 @@ use pyo3::prelude::*;
 fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<segment::PySegmentStore>()?;
+    m.add_function(wrap_pyfunction!(segment::_reopen_segment_store, m)?)?;
     m.add_class::<array::Keeper>()?;
     m.add_class::<memmap_writer::PyMemmapWriter>()?;
     m.add_class::<memmap_reader::PyMemmapArray>()?;
