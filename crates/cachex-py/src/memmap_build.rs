@@ -81,7 +81,7 @@ pub fn memmap_open_or_build<'py>(
         Ok(o) => {
             let outcome = o.outcome.to_string();
             Ok((
-                PyMemmapArray::wrap(py, o.cache, false, memmap_array::DEFAULT_RAM_FRACTION)?,
+                PyMemmapArray::local(py, o.cache)?,
                 outcome,
             ))
         }

@@ -150,21 +150,16 @@ impl Root {
 
     /// The root at URL `url`.
     pub fn url(url: &str, tier: TierArgs) -> PyResult<Root> {
-        let location = Location::parse_with(url, tier.options()).map_err(errors::to_py)?;
+        Root::parse_url(url, tier).map_err(errors::to_py)
+    }
+
+    fn parse_url(url: &str, tier: TierArgs) -> remote_cache::Result<Root> {
+        let location = Location::parse_with(url, tier.options())?;
         Ok(Root {
             location,
             tier,
             url: Some(url.to_string()),
         })
-    }
-
-    /// A root a local path.
-    pub fn local(path: PathBuf) -> Root {
-        Root {
-            location: Location::Local(path),
-            tier: TierArgs::default(),
-            url: None,
-        }
     }
 
     /// Where the cache lives, for remote-cache.
@@ -175,11 +170,6 @@ impl Root {
     /// The tier keywords it was given.
     pub fn tier(&self) -> &TierArgs {
         &self.tier
-    }
-
-    /// Whether the root is a URL.
-    pub fn is_remote(&self) -> bool {
-        self.url.is_some()
     }
 
     /// The URL redacted (`None` for a path): what `url` properties show.
@@ -204,20 +194,20 @@ impl Root {
 
     /// A URL naming one file (`s3://bucket/prefix/data.pages`) split into
     /// the root of its directory and the file's name; `None` for a path.
-    pub fn split_file(&self) -> PyResult<Option<(Root, String)>> {
+    pub fn split_file(&self) -> remote_cache::Result<Option<(Root, String)>> {
         let Some(url) = &self.url else {
             return Ok(None);
         };
         let trimmed = url.split(['?', '#']).next().unwrap_or(url);
-        let (dir, file) = match trimmed.rsplit_once('/') {
-            Some((dir, file)) if !file.is_empty() && !dir.ends_with('/') => (dir, file),
-            _ => {
-                return Err(errors::invalid(format!(
-                    "{}: name a file under a prefix (s3://bucket/prefix/data.pages)",
-                    redact_url(url)
-                )));
-            }
-        };
-        Ok(Some((Root::url(dir, self.tier.clone())?, file.to_string())))
+        match trimmed.rsplit_once('/') {
+            Some((dir, file)) if !file.is_empty() && !dir.ends_with('/') => Ok(Some((
+                Root::parse_url(dir, self.tier.clone())?,
+                file.to_string(),
+            ))),
+            _ => Err(remote_cache::Error::BadLocation {
+                root: redact_url(url),
+                problem: "name a file under a prefix (s3://bucket/prefix/data.pages)".into(),
+            }),
+        }
     }
 }
