@@ -12,7 +12,6 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import S3_ENV
 
 import cachex
 from cachex import data
@@ -160,7 +159,7 @@ def test_loadit_round_trip(s3):
     assert repr(loader) == f"LoadIt({url!r})"
     reader = LoadIt(url, None, **s3.tier("reader"))
     assert reader.url == url and len(reader) == N
-    assert list(reader)[: 3] == [{"i": i, "sq": i * i} for i in range(3)]
+    assert list(reader)[:3] == [{"i": i, "sq": i * i} for i in range(3)]
     assert reader[-1] == {"i": N - 1, "sq": (N - 1) ** 2}
 
 

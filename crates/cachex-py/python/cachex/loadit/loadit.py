@@ -167,9 +167,9 @@ class LoadIt(SequenceView):
             raise TypeError("create_iter must be a function returning an iterable")
         if source is None:
             max_shard_length = None
-        remote = is_url(root_dir)
-        metadata = None if remote else Path(root_dir) / "metadata.json"
-        if compression is None and source is not None and metadata is not None and metadata.exists():
+        # On a URL, metadata.json is known only once the store has opened.
+        metadata = None if is_url(root_dir) else Path(root_dir) / "metadata.json"
+        if compression is None and source is not None and metadata and metadata.exists():
             # loadit treats None as "whatever the root has". A damaged
             # metadata.json is left for the store to report (typed, named).
             try:
