@@ -80,10 +80,7 @@ pub fn memmap_open_or_build<'py>(
     match opened {
         Ok(o) => {
             let outcome = o.outcome.to_string();
-            Ok((
-                PyMemmapArray::local(py, o.cache)?,
-                outcome,
-            ))
+            Ok((PyMemmapArray::local(py, o.cache)?, outcome))
         }
         Err(BuildError::Store(e)) => Err(errors::to_py(e)),
         Err(BuildError::Py(e)) => Err(e),

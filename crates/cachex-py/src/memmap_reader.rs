@@ -21,6 +21,8 @@ use crate::{check, errors, json};
 /// A cache as opened: a local directory, or a URL whose `.bin` arrays are
 /// read by the blocks the rows asked for lie in (fetched through the
 /// local tier before they are read: bytes not fetched read as zeros).
+// One value per opening, behind an `Arc`: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Arrays {
     Local(ArrayCache),
     Remote(RemoteArrays),
@@ -314,11 +316,7 @@ impl PyMemmapArray {
     fn get<'py>(&self, py: Python<'py>, i: i64, name: &str) -> PyResult<Bound<'py, PyAny>> {
         let i = self.current(py)?.row_index(i)?;
         let o = self.ready(py, &[i])?;
-        match o
-            .cache()
-            .array(i, name)
-            .map_err(errors::to_py)?
-        {
+        match o.cache().array(i, name).map_err(errors::to_py)? {
             // SAFETY: as in `get_row`.
             Some(v) => unsafe { numpy_view(py, &v, o.keeper.bind(py)) },
             None => Ok(py.None().into_bound(py)),

@@ -20,6 +20,8 @@ use crate::{check, errors};
 /// A page file as opened: a local file, or a file at a URL read by the
 /// pages its samples lie in (each fetched through the local tier before
 /// it is read: the bytes not fetched read as zeros).
+// One value per opening, behind an `Arc`: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Pages {
     Local(PageReader),
     Remote(RemotePages),
@@ -59,10 +61,11 @@ impl Pages {
 
 /// A URL root split into its prefix and file.
 fn split(root: &Root) -> remote_cache::Result<(Root, String)> {
-    root.split_file()?.ok_or_else(|| remote_cache::Error::BadLocation {
-        root: root.shown(),
-        problem: "not a URL".into(),
-    })
+    root.split_file()?
+        .ok_or_else(|| remote_cache::Error::BadLocation {
+            root: root.shown(),
+            problem: "not a URL".into(),
+        })
 }
 
 /// One opening of a page file.
@@ -214,7 +217,13 @@ impl PyPageReader {
     fn max_sizes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let o = self.current(py)?;
         let d = PyDict::new(py);
-        for (f, size) in o.reader().schema().fields().iter().zip(o.reader().max_sizes()) {
+        for (f, size) in o
+            .reader()
+            .schema()
+            .fields()
+            .iter()
+            .zip(o.reader().max_sizes())
+        {
             d.set_item(&f.name, size)?;
         }
         Ok(d)
@@ -321,15 +330,17 @@ impl PyPageReader {
                             FieldValue::Array(t) => t.bytes(),
                         };
                         if !sink.write(k, src) {
-                            return Err(remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
-                                path: reader.path().to_path_buf(),
-                                reason: format!(
-                                    "sample {i}: field {} holds {} bytes, the buffer row {}",
-                                    schema.fields()[field].name,
-                                    src.len(),
-                                    sink.stride()
-                                ),
-                            }));
+                            return Err(remote_cache::Error::Page(
+                                page_alloc::Error::PoolTooSmall {
+                                    path: reader.path().to_path_buf(),
+                                    reason: format!(
+                                        "sample {i}: field {} holds {} bytes, the buffer row {}",
+                                        schema.fields()[field].name,
+                                        src.len(),
+                                        sink.stride()
+                                    ),
+                                },
+                            ));
                         }
                         lens.push(src.len());
                     }

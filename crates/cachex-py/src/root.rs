@@ -36,7 +36,9 @@ impl TierArgs {
             None => None,
             Some(b) if b.is_none() => None,
             Some(b) if b.is_instance_of::<PyBool>() => {
-                return Err(errors::invalid("tier_budget: give bytes or a size such as \"20G\""));
+                return Err(errors::invalid(
+                    "tier_budget: give bytes or a size such as \"20G\"",
+                ));
             }
             Some(b) => Some(match b.extract::<u64>() {
                 Ok(n) => n,
@@ -66,7 +68,12 @@ impl TierArgs {
                 })?;
                 // Only the key is named: the value may be a secret.
                 let value = if v.is_instance_of::<PyBool>() {
-                    if v.extract::<bool>()? { "true" } else { "false" }.to_string()
+                    if v.extract::<bool>()? {
+                        "true"
+                    } else {
+                        "false"
+                    }
+                    .to_string()
                 } else if v.is_instance_of::<PyString>() {
                     v.extract::<String>()?
                 } else if let Ok(n) = v.extract::<i64>() {

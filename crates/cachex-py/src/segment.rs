@@ -59,11 +59,7 @@ impl PySegmentStore {
     /// a URL, a working directory of the child's own over the same tier;
     /// the parent's, locked, is skipped without waiting). The child never
     /// publishes.
-    fn reopen(
-        &self,
-        py: Python<'_>,
-        inherited: &RemoteSegments,
-    ) -> PyResult<Arc<RemoteSegments>> {
+    fn reopen(&self, py: Python<'_>, inherited: &RemoteSegments) -> PyResult<Arc<RemoteSegments>> {
         self.forked_writer
             .store(inherited.is_writer(), Ordering::Release);
         let opts = Options {

@@ -381,7 +381,11 @@ impl PyShardStore {
         let in_child = self.in_child.load(Ordering::Acquire);
         match self.handle.close() {
             Some(s) => errors::enter(py, move || {
-                let published = if in_child { Ok(()) } else { s.publish().map(drop) };
+                let published = if in_child {
+                    Ok(())
+                } else {
+                    s.publish().map(drop)
+                };
                 drop(s);
                 published
             }),
