@@ -80,6 +80,12 @@ Differences from torchcachex (deliberate)
   dict, tuple nor list), anything is pickled, as torchcachex does.
 * A batch's tensors are views of one buffer per tensor part (see above);
   torchcachex copied each value's tensor on its own.
+* ``cache_dir`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+  ``file://``; torchcachex took local directories only), with the
+  keyword-only ``tier_dir``, ``tier_budget`` and ``storage_options``: the
+  cache is read and written in a working directory over the machine's
+  local tier, ``flush()`` / ``close()`` publish, ``refresh()`` applies
+  what other writers published.
 
 Attributes: torchcachex 0.2.0's public ones all exist. ``schema`` is a
 ``pyarrow.Schema`` read from ``schema.json`` as torchcachex reads it (it
@@ -96,7 +102,8 @@ Two are internals cachex has no equivalent of; reading them raises
   thread; ``flush()`` waits for the queued writes.
 
 cachex adds ``lru_size``, ``store`` (the :class:`cachex.SegmentStore`),
-``is_writer``, ``close()`` and the context-manager protocol.
+``is_writer``, ``url``, ``refresh()``, ``close()`` and the context-manager
+protocol.
 :class:`CacheModuleDecorator` keeps every public name of torchcachex's
 (it is the same kind of ``nn.Module``).
 """
