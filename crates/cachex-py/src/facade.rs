@@ -123,10 +123,41 @@ impl PyCache {
         errors::enter(py, || b.put_batch(batch))
     }
 
-    /// Persists what was put.
+    /// Persists what was put (on a URL root, then publishes it).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let b = self.writer()?;
         errors::enter(py, || b.flush())
+    }
+
+    /// Reopens the cache from its config, so that it sees what other
+    /// writers published (on a URL root) or flushed since. A writer
+    /// flushes first, and its old handle is closed before the new one
+    /// opens (a `CachedFn` over it keeps the old one: use its own
+    /// `refresh()`). In a forked child the cache reopens read-only.
+    fn refresh(&self, py: Python<'_>) -> PyResult<()> {
+        let current = self.backend(py)?;
+        let config = &self.config;
+        if self.in_child.load(Ordering::Acquire) {
+            drop(current);
+            let reader = errors::enter(py, || cache_facade::open_read_only(config))?;
+            self.handle.replace(py, Arc::from(reader));
+            return Ok(());
+        }
+        drop(current);
+        if let Some(old) = self.handle.close() {
+            errors::enter(py, move || {
+                let flushed = if old.supports(cache_facade::Operation::Put) {
+                    old.flush()
+                } else {
+                    Ok(())
+                };
+                drop(old);
+                flushed
+            })?;
+        }
+        let fresh = errors::enter(py, || cache_facade::open(config))?;
+        self.handle.replace(py, Arc::from(fresh));
+        Ok(())
     }
 
     /// The number of values.

@@ -107,6 +107,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<page_reader::PyPageReader>()?;
     m.add_function(wrap_pyfunction!(page_reader::_reopen_page_reader, m)?)?;
     m.add_class::<beton::PyBetonReader>()?;
+    m.add_function(wrap_pyfunction!(beton::_reopen_beton_reader, m)?)?;
     m.add_function(wrap_pyfunction!(beton::write_beton, m)?)?;
     m.add_function(wrap_pyfunction!(legacy::page_verify, m)?)?;
     m.add_function(wrap_pyfunction!(legacy::beton_verify, m)?)?;

@@ -143,6 +143,14 @@ impl PyMemmapArray {
         PyMemmapArray::wrap(py, root, Arrays::Local(cache), false, fraction)
     }
 
+    /// A reader of the finished cache at the URL root `root`.
+    pub(crate) fn remote(py: Python<'_>, root: Root) -> PyResult<Self> {
+        let fraction = memmap_array::DEFAULT_RAM_FRACTION;
+        let location = root.location();
+        let arrays = errors::enter(py, || open_arrays(location, false, fraction))?;
+        PyMemmapArray::wrap(py, root, arrays, false, fraction)
+    }
+
     /// The current opening; in a forked child, first a fresh one from the
     /// root and options (nothing of the parent's is used; for a URL, a
     /// working directory of the child's own over the same tier).

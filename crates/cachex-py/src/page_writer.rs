@@ -114,17 +114,7 @@ impl PyPageWriter {
         if let Some(a) = alignment {
             opts = opts.alignment(a);
         }
-        let (path, remote) = match (root.split_file().map_err(errors::to_py)?, root.location()) {
-            (Some((dir, file)), _) => {
-                let location = dir.location();
-                let opened = errors::enter(py, || location.open_dir(StoreKind::Pages))?;
-                (opened.path().join(file), Some(opened))
-            }
-            (None, remote_cache::Location::Local(p)) => (p.clone(), None),
-            (None, remote_cache::Location::Remote(_)) => {
-                return Err(errors::invalid(format!("{}: not a file", root.shown())));
-            }
-        };
+        let (path, remote) = errors::enter(py, || root.open_file(StoreKind::Pages))?;
         let w = errors::enter(py, || PageWriter::create(&path, schema, opts))?;
         Ok(PyPageWriter {
             fields: specs,

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
-use remote_cache::{Location, TierOptions, is_url, parse_bytes, redact_url};
+use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url, parse_bytes, redact_url};
 
 use crate::errors;
 
@@ -196,6 +196,40 @@ impl Root {
             (Some(u), _) => Ok(PyString::new(py, u).into_any()),
             (None, Location::Local(p)) => p.into_pyobject(py).map(Bound::into_any),
             (None, Location::Remote(_)) => Ok(py.None().into_bound(py)),
+        }
+    }
+
+    /// The root `<url>/<rel>` of a cache laid out under this URL root
+    /// (`rel` `/`-separated), with the same tier keywords.
+    pub fn url_under(&self, rel: &str) -> PyResult<Root> {
+        match &self.url {
+            Some(url) => {
+                let base = url.split(['?', '#']).next().unwrap_or(url);
+                Root::url(
+                    &format!("{}/{rel}", base.trim_end_matches('/')),
+                    self.tier.clone(),
+                )
+            }
+            None => Err(errors::invalid(format!("{}: not a URL", self.shown()))),
+        }
+    }
+
+    /// The local file this root names: the path itself, or for a URL
+    /// naming a file under a prefix, the file in a working directory over
+    /// the local tier that the prefix opened in for a store of `kind`
+    /// (returned too: it holds the directory, and publishes what is
+    /// written there).
+    pub fn open_file(&self, kind: StoreKind) -> remote_cache::Result<(PathBuf, Option<CacheDir>)> {
+        match (self.split_file()?, &self.location) {
+            (Some((dir, file)), _) => {
+                let opened = dir.location().open_dir(kind)?;
+                Ok((opened.path().join(file), Some(opened)))
+            }
+            (None, Location::Local(path)) => Ok((path.clone(), None)),
+            (None, Location::Remote(_)) => Err(remote_cache::Error::BadLocation {
+                root: self.shown(),
+                problem: "name a file under a prefix".into(),
+            }),
         }
     }
 
