@@ -117,6 +117,41 @@ def test_page_round_trip(s3):
     assert pickle.loads(pickle.dumps(reader)).sample(-1)["i"] == N - 1
 
 
+def test_beton_round_trip(s3):
+    url = s3.url("ffcv/data.beton")
+    fields = {"label": "int", "x": ("float32", (2, 3))}
+    cachex.write_beton(url, fields, [{"label": i, "x": x_of(i)} for i in range(N)], **s3.tier("w"))
+    reader = cachex.BetonReader(url, **s3.tier("reader"))
+    assert reader.url == url and len(reader) == N
+    assert reader.sample(6)["label"] == 6
+    np.testing.assert_array_equal(reader.sample(6)["x"], x_of(6))
+    assert reader.verify()["problems"] == []
+    assert pickle.loads(pickle.dumps(reader)).sample(-1)["label"] == N - 1
+
+
+def test_memmap_open_or_build_round_trip(s3):
+    url = s3.url("built")
+    arrays = {"x": ("float32", (2, 3))}
+    calls = []
+
+    def build(w):
+        calls.append(1)
+        for i in range(N):
+            w.write(f"s{i}", {"x": x_of(i)})
+
+    cache, outcome = cachex.memmap_open_or_build(
+        url, "feats", {"v": 1}, build, arrays, **s3.tier("builder")
+    )
+    assert "built" in outcome and len(cache) == N and calls == [1]
+    # Another machine finds it published: a hit, nothing built.
+    cache, outcome = cachex.memmap_open_or_build(
+        url, "feats", {"v": 1}, build, arrays, **s3.tier("reader")
+    )
+    assert outcome == "cache hit" and calls == [1]
+    assert cache.url is not None and cache.url.startswith(url + "/feats/")
+    np.testing.assert_array_equal(cache.get_row(13)["x"], x_of(13))
+
+
 def test_page_url_must_name_a_file(s3):
     with pytest.raises(cachex.InvalidInputError, match="name a file"):
         cachex.PageReader(f"s3://{s3.bucket}", **s3.tier("reader"))
@@ -135,6 +170,12 @@ def test_open_round_trip(s3):
     values, missing = reader.get_batch(["k4", "k9"])
     assert missing == [1]
     np.testing.assert_array_equal(values[0], x_of(4))
+    writer = cachex.open(config, **s3.tier("writer"))
+    writer.put_batch({"k9": x_of(9)})
+    writer.flush()
+    assert reader.get_batch(["k9"])[1] == [0]
+    reader.refresh()
+    np.testing.assert_array_equal(reader.get_batch(["k9"])[0][0], x_of(9))
 
 
 def test_torchcachex_backend_round_trip(s3):

@@ -510,8 +510,16 @@ def memmap_open_or_build(
     sources: Sequence[str | os.PathLike[str]] = ...,
     content_hash: bool = False,
     sync_every: int = ...,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, str | bool | int | float] | None = None,
 ) -> tuple[MemmapArray, str]:
     """Open the cache ``name`` of ``config`` under ``root``, building it when needed.
+
+    ``root`` may be a URL (with the tier keywords of :class:`MemmapArray`):
+    a cache published at ``<root>/<name>/<key>`` is a hit, read through the
+    local tier; one built here is published (``sources`` are then stamped
+    relative to the current directory).
 
     The cache lives in ``root/<name>/<key of backend, name, config>``, the
     directory :func:`open` uses for a memmap-array config with the same
@@ -690,11 +698,27 @@ class PageReader:
 
 @final
 class BetonReader:
-    """A validated FFCV ``.beton`` file, memory-mapped."""
+    """A validated FFCV ``.beton`` file, memory-mapped.
 
-    def __new__(cls, path: str | os.PathLike[str]) -> Self: ...
+    ``path`` may be a URL naming the file under a prefix
+    (``s3://bucket/prefix/data.beton``), with the tier keywords of
+    :class:`PageReader`: the file is copied whole into a working directory
+    over the local tier first.
+    """
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
+    @property
+    def url(self) -> str | None:
+        """The URL the file was opened on, without credentials (None for a local file)."""
     def __len__(self) -> int: ...
     @property
     def fields(self) -> dict[str, FieldSpec]: ...
@@ -712,8 +736,16 @@ def write_beton(
     samples: Iterable[Mapping[str, Any] | Sequence[Any]],
     *,
     page_size: int = ...,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, str | bool | int | float] | None = None,
 ) -> None:
-    """Write an FFCV ``.beton`` (byte-identical to FFCV's one-worker writer)."""
+    """Write an FFCV ``.beton`` (byte-identical to FFCV's one-worker writer).
+
+    ``path`` may be a URL naming the file under a prefix (with the tier
+    keywords of :class:`PageReader`): it is written over the local tier,
+    then published.
+    """
 
 def page_verify(path: str | os.PathLike[str]) -> VerifyReport:
     """Deprecated: ``PageReader(path).verify()`` (this one checks what cannot open)."""
@@ -758,7 +790,11 @@ class Cache:
     def get_indices(self, indices: Sequence[int]) -> list[Any]:
         """Values by index (negative from the end): memmap-array, shard-store, page-alloc."""
     def put_batch(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Persist what was put (on a URL root, then publish it)."""
+    def refresh(self) -> None:
+        """Reopen the cache from its config: it then sees what others published or
+        flushed since (a writer flushes first)."""
     def __len__(self) -> int: ...
     def stats(self) -> dict[str, float]: ...
 
@@ -809,6 +845,7 @@ class _CachedFn:
 
 def _reopen_memmap_array(path: str | os.PathLike[str], kwargs: dict[str, Any]) -> MemmapArray: ...
 def _reopen_page_reader(path: str | os.PathLike[str], kwargs: dict[str, Any]) -> PageReader: ...
+def _reopen_beton_reader(path: str | os.PathLike[str], kwargs: dict[str, Any]) -> BetonReader: ...
 def _reopen_segment_store(path: str | os.PathLike[str], kwargs: dict[str, Any]) -> SegmentStore: ...
 def _after_fork_in_child() -> None:
     """The ``os.register_at_fork(after_in_child=...)`` hook: marks every live handle."""
