@@ -281,7 +281,10 @@ impl PySegmentStore {
 
     /// The number of keys with a value.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.store(py)?.len())
+        let store = self.store(py)?;
+        // Through the remote store, whose count of a cold cache may wait
+        // for the server: without the GIL.
+        Ok(py.detach(|| store.len()))
     }
 
     /// Counters: entries, segments, pending records, LRU use and hits by
