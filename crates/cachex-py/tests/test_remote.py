@@ -193,6 +193,27 @@ def test_torchcachex_backend_round_trip(s3):
     np.testing.assert_array_equal(np.asarray(values[2]), x_of(33))
 
 
+def test_ranks_write_one_url_cache(s3):
+    from cachex.ddp import rank_backend, refresh_backend
+
+    url = s3.url("ranks")
+    ranks = [
+        rank_backend(url, "enc", rank=r, async_write=False, lru_size=0, **s3.tier(f"rank{r}"))
+        for r in range(2)
+    ]
+    for r, backend in enumerate(ranks):
+        backend.put_batch({f"r{r}-{i}": x_of(10 * r + i) for i in range(3)})
+        backend.flush()
+    for backend in ranks:
+        refresh_backend(backend)
+    for backend in ranks:
+        values, missing = backend.get_batch(["r0-2", "r1-1"])
+        assert missing == []
+        np.testing.assert_array_equal(np.asarray(values[1]), x_of(11))
+    for backend in ranks:
+        backend.close()
+
+
 def test_loadit_round_trip(s3):
     url = s3.url("loadit")
     with LoadIt(url, squares, max_shard_length=16, **s3.tier("writer")) as loader:
