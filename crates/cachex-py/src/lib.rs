@@ -8,6 +8,10 @@
 //! read-only numpy views whose `.base` (a `MappedValue`) owns the mapping,
 //! so they stay valid after the store handle is closed or deleted. Errors
 //! are raised as the `cachex.errors` hierarchy with the store's message.
+//! Every class that takes a cache path also takes a URL: `root.rs` turns
+//! it, with the tier keywords, into a `remote_cache::Location` (remote-cache
+//! is the one road from a URL to an opened store), and each class opens
+//! its store through that road, local or remote alike.
 //! The binding writes no format of its own: each store's on-disk layout is
 //! documented in its crate.
 //!

@@ -298,7 +298,7 @@ def test_writer_process_publishes_while_reader_process_refreshes(s3):
 # --- DataLoader workers over s3:// -------------------------------------------------
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_dataloader_workers_read_every_sample_of_urls(s3, method):
     torch = pytest.importorskip("torch", reason=TORCH_REASON)
     from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
