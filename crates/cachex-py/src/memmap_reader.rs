@@ -489,7 +489,11 @@ impl PyMemmapArray {
 
     /// `index.parquet` as a `pyarrow.Table` (needs pyarrow installed).
     fn index_table<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let path = self.handle.path().join(memmap_array::INDEX_FILE);
+        let path = self
+            .current(py)?
+            .cache()
+            .dir()
+            .join(memmap_array::INDEX_FILE);
         py.import("pyarrow.parquet")?
             .call_method1("read_table", (path,))
     }
@@ -504,7 +508,7 @@ impl PyMemmapArray {
         // The check reads every row: on a URL, fetched first.
         let n = o.cache().len();
         errors::enter(py, || arrays.ensure(0..n))?;
-        let dir = self.handle.path();
+        let dir = o.cache().dir();
         let problems = py.detach(|| memmap_array::verify(dir));
         check::verify_to_py(py, CacheKind::MemmapArray, dir, &problems)
     }
@@ -513,7 +517,8 @@ impl PyMemmapArray {
     /// `path`, rows, completeness, sizes and the RAM a load would take, and
     /// tables of arrays, sidecars and files.
     fn inspect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dir = self.handle.path();
+        let o = self.current(py)?;
+        let dir = o.cache().dir();
         let report = errors::enter(py, || memmap_array::inspect(dir))?;
         check::summary_to_py(py, &report.summary())
     }

@@ -17,8 +17,9 @@ use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url, parse_byt
 
 use crate::errors;
 
-/// The tier keywords every URL-taking class accepts.
-#[derive(Debug, Clone, Default)]
+/// The tier keywords every URL-taking class accepts. No `Debug`: the
+/// options may hold secrets.
+#[derive(Clone, Default)]
 pub struct TierArgs {
     options: TierOptions,
 }
@@ -122,8 +123,9 @@ impl TierArgs {
     }
 }
 
-/// A cache root: a local path, or a URL read through the local tier.
-#[derive(Debug, Clone)]
+/// A cache root: a local path, or a URL read through the local tier. No
+/// `Debug`: the URL and options may hold secrets (see [`Root::shown`]).
+#[derive(Clone)]
 pub struct Root {
     location: Location,
     tier: TierArgs,

@@ -219,6 +219,16 @@ impl PyShardStore {
             .ok_or_else(|| errors::closed(self.handle.path()))
     }
 
+    /// The directory the store reads now: for a URL, the working
+    /// directory (a forked child's own once it reopened).
+    fn local_root(&self, py: Python<'_>) -> PyResult<PathBuf> {
+        let store = self.handle.get(py, |py, _inherited| self.reopen(py))?;
+        Ok(match store.remote() {
+            Some(r) => r.dir().to_path_buf(),
+            None => self.handle.path().to_path_buf(),
+        })
+    }
+
     fn object(py: Python<'_>, item: &PyItem) -> PyResult<Py<PyAny>> {
         Ok(item.bind(py)?.unbind())
     }
@@ -496,17 +506,17 @@ impl PyShardStore {
     /// prints it: `{"kind": "shard-store", "path", "problems": [{"path",
     /// "kind", "detail"}, ...]}`, `problems` empty when sound.
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let root = self.handle.path();
-        let problems = py.detach(|| shard_store::verify(root));
-        check::verify_to_py(py, CacheKind::ShardStore, root, &problems)
+        let root = self.local_root(py)?;
+        let problems = py.detach(|| shard_store::verify(&root));
+        check::verify_to_py(py, CacheKind::ShardStore, &root, &problems)
     }
 
     /// What the root holds, as `cachex inspect --json` prints it: `kind`,
     /// `path`, the items cached, length and shards, and a table of shard
     /// files.
     fn inspect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let root = self.handle.path();
-        let summary = errors::enter(py, || shard_store::inspect(root))?;
+        let root = self.local_root(py)?;
+        let summary = errors::enter(py, || shard_store::inspect(&root))?;
         check::summary_to_py(py, &summary.summary())
     }
 
