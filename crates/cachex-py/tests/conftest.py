@@ -110,6 +110,13 @@ class S3:
 
 _BUCKETS = iter(range(1 << 30))
 
+# Set for the whole session, before any worker pool starts: a forkserver
+# (started by the first DataLoader that asks for one) hands its children
+# the environment it started with, not the one of the process asking.
+if os.environ.get("CACHEX_S3_ENDPOINT"):
+    for _key, _value in S3_ENV.items():
+        os.environ.setdefault(_key, _value)
+
 
 def s3_endpoint() -> str:
     """The test server's endpoint; a test without one skips, with the reason,

@@ -63,7 +63,9 @@ Every dataset takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
 credentials stay in the environment). Blocks are fetched into the
 machine's local tier as samples are read; every worker (``fork``,
 ``spawn``, ``forkserver``) opens its own working directory over that one
-tier, so no block is fetched twice on a machine.
+tier, so no block is fetched twice on a machine. Credentials come from
+the environment: a ``forkserver`` worker has the environment the fork
+server started with (set them before the first DataLoader starts it).
 """
 
 from __future__ import annotations
