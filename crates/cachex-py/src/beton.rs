@@ -1,21 +1,27 @@
 //! FFCV `.beton` files: `cachex.BetonReader` and `cachex.write_beton`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::CacheKind;
 use page_alloc::beton::{self, BetonField, BetonFile, BetonType, BetonValue};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
+use remote_cache::{CacheDir, StoreKind};
 
 use crate::array::Keeper;
 use crate::handle::Handle;
 use crate::page_fields::{Owned, Spec, bytes_view, index_arg, sample_arg, spec_arg, tensor_view};
+use crate::root::{Root, TierArgs};
 use crate::{check, errors};
 
 /// A validated FFCV `.beton` file, memory-mapped.
+///
+/// A URL naming the file under a prefix (`s3://bucket/prefix/data.beton`)
+/// is copied whole into a working directory over the local tier first.
 #[pyclass(module = "cachex._cachex", name = "BetonReader", frozen)]
 pub struct PyBetonReader {
+    root: Root,
     /// Swapped by the reopen in a forked child (as `PageReader`'s).
     handle: Handle<OpenedBeton>,
 }
@@ -25,40 +31,71 @@ struct OpenedBeton {
     file: Arc<BetonFile>,
     /// The `.base` of every array returned from this opening.
     keeper: Py<PyAny>,
+    /// The file read.
+    path: PathBuf,
+    /// For a URL, the working directory the file was copied into, held
+    /// while the file is mapped.
+    _remote: Option<CacheDir>,
 }
 
 impl OpenedBeton {
-    fn open(py: Python<'_>, path: &Path) -> PyResult<Arc<Self>> {
-        let file = Arc::new(errors::enter(py, || beton::read(path))?);
+    fn open(py: Python<'_>, root: &Root) -> PyResult<Arc<Self>> {
+        let (path, remote) = errors::enter(py, || root.open_file(StoreKind::Any))?;
+        let file = Arc::new(errors::enter(py, || beton::read(&path))?);
         let keeper = Keeper::wrap(py, file.clone())?.unbind();
-        Ok(Arc::new(OpenedBeton { file, keeper }))
+        Ok(Arc::new(OpenedBeton {
+            file,
+            keeper,
+            path,
+            _remote: remote,
+        }))
     }
 }
 
 impl PyBetonReader {
-    /// The current opening; in a forked child, first a fresh one.
+    /// The current opening; in a forked child, first a fresh one (for a
+    /// URL, in a working directory of the child's own).
     fn current(&self, py: Python<'_>) -> PyResult<Arc<OpenedBeton>> {
-        self.handle.get(py, |py, _inherited| {
-            OpenedBeton::open(py, self.handle.path())
-        })
+        self.handle
+            .get(py, |py, _inherited| OpenedBeton::open(py, &self.root))
     }
 }
 
 #[pymethods]
 impl PyBetonReader {
     /// Opens and validates the `.beton` file at `path` (mapped, not read).
+    ///
+    /// `path` may be a URL naming the file under a prefix, with the tier
+    /// keywords of `PageReader`.
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let opened = OpenedBeton::open(py, &path)?;
+    #[pyo3(signature = (path, *, tier_dir=None, tier_budget=None, storage_options=None))]
+    fn new(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        tier_dir: Option<PathBuf>,
+        tier_budget: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
+        let opened = OpenedBeton::open(py, &root)?;
+        let file = opened.path.clone();
         Ok(PyBetonReader {
-            handle: Handle::new(py, path, opened),
+            root,
+            handle: Handle::new(py, file, opened),
         })
     }
 
-    /// The file.
+    /// The file read (for a URL, its copy in the working directory).
     #[getter]
     fn path(&self) -> PathBuf {
         self.handle.path().to_path_buf()
+    }
+
+    /// The URL the file was opened on, without credentials (`None` for a
+    /// local file).
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.root.shown_url()
     }
 
     /// The number of samples.
@@ -130,7 +167,8 @@ impl PyBetonReader {
     /// it: `{"kind": "beton", "path", "problems": [{"path", "kind",
     /// "detail"}, ...]}`, `problems` empty when sound.
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let path = self.handle.path();
+        let o = self.current(py)?;
+        let path = &o.path;
         let problems = py.detach(|| beton::verify(path));
         check::verify_to_py(py, CacheKind::Beton, path, &problems)
     }
@@ -142,28 +180,54 @@ impl PyBetonReader {
         check::summary_to_py(py, &summary)
     }
 
-    /// Pickles as the path; the copy reopens the file.
+    /// Pickles as the path (or URL) and tier keywords; the copy reopens
+    /// the file.
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
-        let args = (slf.get().handle.path().to_path_buf(),).into_pyobject(py)?;
-        Ok((slf.get_type().into_any(), args))
+        let this = slf.get();
+        let kwargs = PyDict::new(py);
+        this.root.tier().to_kwargs(&kwargs)?;
+        let args = (this.root.to_py(py)?, kwargs).into_pyobject(py)?;
+        Ok((
+            py.import("cachex._cachex")?
+                .getattr("_reopen_beton_reader")?,
+            args,
+        ))
     }
+}
+
+/// Unpickles a `BetonReader` (see `BetonReader.__reduce__`).
+#[pyfunction]
+pub fn _reopen_beton_reader<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+    kwargs: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    py.get_type::<PyBetonReader>().call((path,), Some(kwargs))
 }
 
 /// Writes `samples` as an FFCV `.beton` at `path` (byte-identical to
 /// FFCV's one-worker writer for the same values). `fields` maps names to
-/// `"int"`, `"float"`, `"bytes"`, `"json"` or `(dtype, shape)`.
+/// `"int"`, `"float"`, `"bytes"`, `"json"` or `(dtype, shape)`. `path`
+/// may be a URL naming the file under a prefix (with the tier keywords of
+/// `PageReader`): the file is written in a working directory over the
+/// local tier, then published.
 #[pyfunction]
-#[pyo3(signature = (path, fields, samples, *, page_size=beton::DEFAULT_PAGE_SIZE))]
+#[pyo3(signature = (path, fields, samples, *, page_size=beton::DEFAULT_PAGE_SIZE, tier_dir=None, tier_budget=None, storage_options=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn write_beton(
     py: Python<'_>,
-    path: PathBuf,
+    path: &Bound<'_, PyAny>,
     fields: &Bound<'_, PyDict>,
     samples: &Bound<'_, PyAny>,
     page_size: u64,
+    tier_dir: Option<PathBuf>,
+    tier_budget: Option<&Bound<'_, PyAny>>,
+    storage_options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<()> {
+    let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
     let mut specs = Vec::with_capacity(fields.len());
     let mut beton_fields = Vec::with_capacity(fields.len());
     for (name, spec) in fields.iter() {
@@ -190,7 +254,8 @@ pub fn write_beton(
                 .map_err(|e| errors::invalid(format!("sample {k}: {}", e.value(py))))
         })
         .collect::<PyResult<_>>()?;
-    errors::enter(py, || {
+    errors::enter(py, || -> remote_cache::Result<()> {
+        let (path, remote) = root.open_file(StoreKind::Any)?;
         let rows: Vec<Vec<BetonValue<'_>>> = owned
             .iter()
             .map(|s| {
@@ -205,6 +270,10 @@ pub fn write_beton(
                     .collect()
             })
             .collect();
-        beton::write_with_page_size(&path, &beton_fields, &rows, page_size)
+        beton::write_with_page_size(&path, &beton_fields, &rows, page_size)?;
+        if let Some(dir) = remote {
+            dir.publish()?;
+        }
+        Ok(())
     })
 }

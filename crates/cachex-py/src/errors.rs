@@ -270,6 +270,7 @@ impl StoreError for cache_facade::FacadeError {
             E::Memmap(e) => e.kind(),
             E::Shard(e) => e.kind(),
             E::Page(e) => e.kind(),
+            E::Remote(e) => e.kind(),
             E::Fingerprint(e) => e.kind(),
             E::Stale { .. } => Kind::Stale,
             E::Io { .. } | E::MissingRoot(_) => Kind::Io,
@@ -293,6 +294,7 @@ impl StoreError for cache_facade::FacadeError {
             E::Memmap(e) => e.into_py_err(),
             E::Shard(e) => e.into_py_err(),
             E::Page(e) => e.into_py_err(),
+            E::Remote(e) => e.into_py_err(),
             // A failure of the wrapped Python function comes back as the
             // function's own exception.
             E::Compute(source) => match source.downcast::<PyErr>() {
@@ -301,5 +303,64 @@ impl StoreError for cache_facade::FacadeError {
             },
             e => raise(e.kind(), e.to_string()),
         }
+    }
+}
+
+impl StoreError for durable_fs::Error {
+    fn kind(&self) -> Kind {
+        use durable_fs::Error as E;
+        match self {
+            E::Locked { .. } | E::LockTimeout { .. } => Kind::Locked,
+            E::TooLarge { .. } => Kind::Corrupt,
+            _ => Kind::Io,
+        }
+    }
+}
+
+impl StoreError for remote_cache::Error {
+    fn kind(&self) -> Kind {
+        use remote_cache::Error as E;
+        match self {
+            E::Tier(e) => tier_kind(e),
+            E::Local(e) => e.kind(),
+            E::Io { .. } => Kind::Io,
+            E::Corrupt { .. } => Kind::Corrupt,
+            E::Busy { .. } | E::Conflict { .. } => Kind::Locked,
+            E::BadLocation { .. } => Kind::InvalidInput,
+            E::Segment(e) => e.kind(),
+            E::Shard(e) => e.kind(),
+            E::Array(e) => e.kind(),
+            E::Page(e) => e.kind(),
+            _ => Kind::Other,
+        }
+    }
+
+    fn into_py_err(self) -> PyErr {
+        use remote_cache::Error as E;
+        match self {
+            // The store's own class and message (a shard index past the
+            // end is an IndexError, as on a list).
+            E::Segment(e) => e.into_py_err(),
+            E::Shard(e) => e.into_py_err(),
+            E::Array(e) => e.into_py_err(),
+            E::Page(e) => e.into_py_err(),
+            e => raise(e.kind(), e.to_string()),
+        }
+    }
+}
+
+/// The class of an object-store or local-tier failure: a request the
+/// server refused or never answered is I/O, as a failed local read is.
+fn tier_kind(e: &remote_tier::Error) -> Kind {
+    use remote_tier::Error as E;
+    match e {
+        E::BadUrl { .. } | E::BadOption { .. } | E::BadName { .. } => Kind::InvalidInput,
+        E::Corrupt { .. } | E::BlockMismatch(_) | E::OutOfRange { .. } | E::TooLarge { .. } => {
+            Kind::Corrupt
+        }
+        E::CommitTaken { .. } => Kind::Locked,
+        E::Local(e) => e.kind(),
+        E::Unsupported { .. } | E::ConditionalPutIgnored { .. } => Kind::Other,
+        _ => Kind::Io,
     }
 }

@@ -13,6 +13,7 @@ use tensor_core::Value;
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
+use crate::root::TierArgs;
 use crate::{convert, json};
 
 /// One backend shared by a `Cache` handle and the `CachedFn`s over it.
@@ -122,10 +123,41 @@ impl PyCache {
         errors::enter(py, || b.put_batch(batch))
     }
 
-    /// Persists what was put.
+    /// Persists what was put (on a URL root, then publishes it).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let b = self.writer()?;
         errors::enter(py, || b.flush())
+    }
+
+    /// Reopens the cache from its config, so that it sees what other
+    /// writers published (on a URL root) or flushed since. A writer
+    /// flushes first, and its old handle is closed before the new one
+    /// opens (a `CachedFn` over it keeps the old one: use its own
+    /// `refresh()`). In a forked child the cache reopens read-only.
+    fn refresh(&self, py: Python<'_>) -> PyResult<()> {
+        let current = self.backend(py)?;
+        let config = &self.config;
+        if self.in_child.load(Ordering::Acquire) {
+            drop(current);
+            let reader = errors::enter(py, || cache_facade::open_read_only(config))?;
+            self.handle.replace(py, Arc::from(reader));
+            return Ok(());
+        }
+        drop(current);
+        if let Some(old) = self.handle.close() {
+            errors::enter(py, move || {
+                let flushed = if old.supports(cache_facade::Operation::Put) {
+                    old.flush()
+                } else {
+                    Ok(())
+                };
+                drop(old);
+                flushed
+            })?;
+        }
+        let fresh = errors::enter(py, || cache_facade::open(config))?;
+        self.handle.replace(py, Arc::from(fresh));
+        Ok(())
     }
 
     /// The number of values.
@@ -154,9 +186,35 @@ impl PyCache {
 /// `{"backend": "segment-store", "root": "cache", "name": "features",
 /// "options": {...}, "sources": {...}, "create_root": true, "on_stale":
 /// "rebuild"}`, or the path of a JSON file holding one.
+///
+/// A `root` may be a URL (`s3://bucket/prefix`, ...): the cache is read
+/// through the local tier at `tier_dir` within `tier_budget` (bytes, or
+/// a size such as `"20G"`), with `storage_options` for the object store
+/// (credentials stay in the environment); `flush()` publishes. The
+/// keywords override the config's `"remote"` entry.
 #[pyfunction]
-pub fn open(py: Python<'_>, config: &Bound<'_, PyAny>) -> PyResult<PyCache> {
-    let config = config_arg(config)?;
+#[pyo3(signature = (config, *, tier_dir=None, tier_budget=None, storage_options=None))]
+pub fn open(
+    py: Python<'_>,
+    config: &Bound<'_, PyAny>,
+    tier_dir: Option<PathBuf>,
+    tier_budget: Option<&Bound<'_, PyAny>>,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyCache> {
+    let mut config = config_arg(config)?;
+    if tier_dir.is_some() || tier_budget.is_some() || storage_options.is_some() {
+        let tier = TierArgs::new(tier_dir, tier_budget, storage_options)?;
+        let t = tier.options();
+        let mut remote = config.remote.clone().unwrap_or_default();
+        if t.dir.is_some() {
+            remote.tier_dir = t.dir.clone();
+        }
+        if t.budget.is_some() {
+            remote.tier_budget = t.budget;
+        }
+        remote.options.extend(t.storage_options.iter().cloned());
+        config.remote = Some(remote);
+    }
     let backend = errors::enter(py, || cache_facade::open(&config))?;
     let backend: Shared = Arc::from(backend);
     Ok(PyCache {

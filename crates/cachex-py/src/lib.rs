@@ -8,6 +8,10 @@
 //! read-only numpy views whose `.base` (a `MappedValue`) owns the mapping,
 //! so they stay valid after the store handle is closed or deleted. Errors
 //! are raised as the `cachex.errors` hierarchy with the store's message.
+//! Every class that takes a cache path also takes a URL: `root.rs` turns
+//! it, with the tier keywords, into a `remote_cache::Location` (remote-cache
+//! is the one road from a URL to an opened store), and each class opens
+//! its store through that road, local or remote alike.
 //! The binding writes no format of its own: each store's on-disk layout is
 //! documented in its crate.
 //!
@@ -21,6 +25,7 @@
 //!   src/handle.rs                `Handle`: the one fork-safe holder of an open store
 //!   src/array.rs                 numpy dtypes, zero-copy views and copies, array-likes in
 //!   src/convert.rs               the one conversion: Python values <-> tensor_core::Value
+//!   src/root.rs                  cache roots: a path, or a URL with the tier keywords
 //!   src/json.rs                  JSON-able Python values (configs, metadata)
 //!   src/check.rs                 verify()/inspect() dicts in the command line's JSON shapes
 //!   src/segment.rs (+ segment/stack.rs)          SegmentStore
@@ -73,6 +78,7 @@ mod memmap_writer;
 mod page_fields;
 mod page_reader;
 mod page_writer;
+mod root;
 mod segment;
 mod seq;
 mod shard;
@@ -84,6 +90,7 @@ use pyo3::prelude::*;
 fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<segment::PySegmentStore>()?;
+    m.add_function(wrap_pyfunction!(segment::_reopen_segment_store, m)?)?;
     m.add_class::<array::Keeper>()?;
     m.add_class::<memmap_writer::PyMemmapWriter>()?;
     m.add_class::<memmap_reader::PyMemmapArray>()?;
@@ -104,6 +111,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<page_reader::PyPageReader>()?;
     m.add_function(wrap_pyfunction!(page_reader::_reopen_page_reader, m)?)?;
     m.add_class::<beton::PyBetonReader>()?;
+    m.add_function(wrap_pyfunction!(beton::_reopen_beton_reader, m)?)?;
     m.add_function(wrap_pyfunction!(beton::write_beton, m)?)?;
     m.add_function(wrap_pyfunction!(legacy::page_verify, m)?)?;
     m.add_function(wrap_pyfunction!(legacy::beton_verify, m)?)?;

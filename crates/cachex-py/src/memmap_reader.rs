@@ -1,6 +1,7 @@
 //! `cachex.MemmapArray`: a finished memmap-array cache, open for reading.
 
-use std::path::{Path, PathBuf};
+use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::CacheKind;
@@ -8,16 +9,68 @@ use memmap_array::ArrayCache;
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
+use remote_cache::{Location, RemoteArrays};
 use tensor_core::TensorView;
 
 use crate::array::{self, Keeper, RowSink};
 use crate::handle::Handle;
 use crate::memmap_schema::schema_to_py;
+use crate::root::{Root, TierArgs};
 use crate::{check, errors, json};
+
+/// A cache as opened: a local directory, or a URL whose `.bin` arrays are
+/// read by the blocks the rows asked for lie in (fetched through the
+/// local tier before they are read: bytes not fetched read as zeros).
+// One value per opening, behind an `Arc`: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Arrays {
+    Local(ArrayCache),
+    Remote(RemoteArrays),
+}
+
+impl Arrays {
+    fn cache(&self) -> &ArrayCache {
+        match self {
+            Arrays::Local(c) => c,
+            Arrays::Remote(r) => r.cache(),
+        }
+    }
+
+    fn is_remote(&self) -> bool {
+        matches!(self, Arrays::Remote(_))
+    }
+
+    /// Makes rows `rows` local (nothing for a local cache).
+    fn ensure(&self, rows: Range<u64>) -> remote_cache::Result<()> {
+        match self {
+            Arrays::Local(_) => Ok(()),
+            Arrays::Remote(r) => r.ensure_rows(rows),
+        }
+    }
+
+    /// Makes the rows `rows` local, one fetch per run of consecutive rows.
+    fn ensure_each(&self, rows: &[u64]) -> remote_cache::Result<()> {
+        if !self.is_remote() {
+            return Ok(());
+        }
+        let mut k = 0;
+        while k < rows.len() {
+            let start = rows[k];
+            let mut end = start + 1;
+            k += 1;
+            while k < rows.len() && rows[k] == end {
+                end += 1;
+                k += 1;
+            }
+            self.ensure(start..end)?;
+        }
+        Ok(())
+    }
+}
 
 /// One opening of a memmap-array cache.
 struct Opening {
-    cache: Arc<ArrayCache>,
+    arrays: Arc<Arrays>,
     /// The `.base` of every array returned from this opening: it holds the
     /// cache (and so its mappings) alive.
     keeper: Py<PyAny>,
@@ -26,19 +79,23 @@ struct Opening {
 }
 
 impl Opening {
-    fn new(py: Python<'_>, cache: ArrayCache, load: bool, fraction: f64) -> PyResult<Arc<Self>> {
-        let cache = Arc::new(cache);
-        let keeper = Keeper::wrap(py, cache.clone())?.unbind();
+    fn new(py: Python<'_>, arrays: Arrays, load: bool, fraction: f64) -> PyResult<Arc<Self>> {
+        let arrays = Arc::new(arrays);
+        let keeper = Keeper::wrap(py, arrays.clone())?.unbind();
         Ok(Arc::new(Opening {
-            cache,
+            arrays,
             keeper,
             load_in_memory: load,
             ram_fraction: fraction,
         }))
     }
 
+    fn cache(&self) -> &ArrayCache {
+        self.arrays.cache()
+    }
+
     fn row_index(&self, i: i64) -> PyResult<u64> {
-        let n = self.cache.len();
+        let n = self.cache().len();
         let j = if i < 0 { i + n as i64 } else { i };
         u64::try_from(j).ok().filter(|&j| j < n).ok_or_else(|| {
             pyo3::exceptions::PyIndexError::new_err(format!(
@@ -49,44 +106,93 @@ impl Opening {
 }
 
 /// A finished memmap-array cache, open for reading.
+///
+/// On a URL the `.bin` arrays stay sparse files in the machine's local
+/// tier, fetched by the blocks the rows read lie in; every process of the
+/// machine (DataLoader workers too) shares the tier's one copy of each.
 #[pyclass(module = "cachex._cachex", name = "MemmapArray", frozen)]
 pub struct PyMemmapArray {
+    root: Root,
     /// Swapped whole by `load_in_memory` and by the reopen in a forked
     /// child; arrays returned earlier keep their own opening alive.
     handle: Handle<Opening>,
 }
 
 impl PyMemmapArray {
-    pub(crate) fn wrap(
+    fn wrap(
         py: Python<'_>,
-        cache: ArrayCache,
+        root: Root,
+        arrays: Arrays,
         load: bool,
         fraction: f64,
     ) -> PyResult<Self> {
-        let dir = cache.dir().to_path_buf();
+        let dir = arrays.cache().dir().to_path_buf();
         Ok(PyMemmapArray {
-            handle: Handle::new(py, dir, Opening::new(py, cache, load, fraction)?),
+            root,
+            handle: Handle::new(py, dir, Opening::new(py, arrays, load, fraction)?),
         })
+    }
+
+    /// A reader of the finished cache `cache` in a local directory.
+    pub(crate) fn local(py: Python<'_>, cache: ArrayCache) -> PyResult<Self> {
+        let root = Root::new(
+            &cache.dir().into_pyobject(py)?.into_any(),
+            TierArgs::default(),
+        )?;
+        let fraction = memmap_array::DEFAULT_RAM_FRACTION;
+        PyMemmapArray::wrap(py, root, Arrays::Local(cache), false, fraction)
+    }
+
+    /// A reader of the finished cache at the URL root `root`.
+    pub(crate) fn remote(py: Python<'_>, root: Root) -> PyResult<Self> {
+        let fraction = memmap_array::DEFAULT_RAM_FRACTION;
+        let location = root.location();
+        let arrays = errors::enter(py, || open_arrays(location, false, fraction))?;
+        PyMemmapArray::wrap(py, root, arrays, false, fraction)
     }
 
     /// The current opening; in a forked child, first a fresh one from the
-    /// path and options (nothing of the parent's is used).
+    /// root and options (nothing of the parent's is used; for a URL, a
+    /// working directory of the child's own over the same tier).
     fn current(&self, py: Python<'_>) -> PyResult<Arc<Opening>> {
         self.handle.get(py, |py, inherited| {
             let (load, fraction) = (inherited.load_in_memory, inherited.ram_fraction);
-            let dir = self.handle.path();
-            let cache = errors::enter(py, || open_cache(dir, load, fraction))?;
-            Opening::new(py, cache, load, fraction)
+            let location = self.root.location();
+            let arrays = errors::enter(py, || open_arrays(location, load, fraction))?;
+            Opening::new(py, arrays, load, fraction)
         })
+    }
+
+    /// The opening with rows `rows` made local (GIL released).
+    fn ready(&self, py: Python<'_>, rows: &[u64]) -> PyResult<Arc<Opening>> {
+        let o = self.current(py)?;
+        if o.arrays.is_remote() {
+            let arrays = &o.arrays;
+            errors::enter(py, || arrays.ensure_each(rows))?;
+        }
+        Ok(o)
     }
 }
 
-fn open_cache(dir: &Path, load: bool, fraction: f64) -> memmap_array::Result<ArrayCache> {
-    let mut cache = ArrayCache::open(dir)?;
-    if load {
-        cache.load_in_memory_with(fraction)?;
+/// Opens the finished cache at `location`; `load` copies a local one into
+/// RAM (refused for a URL, whose arrays are read by blocks).
+fn open_arrays(location: &Location, load: bool, fraction: f64) -> remote_cache::Result<Arrays> {
+    match location {
+        Location::Local(dir) => {
+            let mut cache = ArrayCache::open(dir)?;
+            if load {
+                cache.load_in_memory_with(fraction)?;
+            }
+            Ok(Arrays::Local(cache))
+        }
+        Location::Remote(_) if load => Err(remote_cache::Error::BadLocation {
+            root: location.shown(),
+            problem: "load_in_memory is for a local cache: a URL's arrays are read by blocks \
+                      through the local tier"
+                .into(),
+        }),
+        Location::Remote(_) => Ok(Arrays::Remote(RemoteArrays::open(location)?)),
     }
-    Ok(cache)
 }
 
 /// A numpy array of `dtype` over `view`'s bytes, owned by `owner`.
@@ -106,39 +212,70 @@ unsafe fn numpy_view<'py>(
 impl PyMemmapArray {
     /// Opens the finished cache in `path`; with `load_in_memory` its arrays
     /// are copied into RAM (refused beyond `ram_fraction` of physical RAM).
+    ///
+    /// `path` may be a URL (`s3://bucket/prefix`, ...), read through the
+    /// local tier at `tier_dir` within `tier_budget` (bytes, or a size
+    /// such as `"20G"`), with `storage_options` for the object store
+    /// (credentials stay in the environment).
     #[new]
-    #[pyo3(signature = (path, *, load_in_memory=false, ram_fraction=memmap_array::DEFAULT_RAM_FRACTION))]
+    #[pyo3(signature = (path, *, load_in_memory=false, ram_fraction=memmap_array::DEFAULT_RAM_FRACTION, tier_dir=None, tier_budget=None, storage_options=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         load_in_memory: bool,
         ram_fraction: f64,
+        tier_dir: Option<PathBuf>,
+        tier_budget: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        let cache = errors::enter(py, || open_cache(&path, load_in_memory, ram_fraction))?;
-        Self::wrap(py, cache, load_in_memory, ram_fraction)
+        let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
+        let location = root.location();
+        let arrays = errors::enter(py, || open_arrays(location, load_in_memory, ram_fraction))?;
+        Self::wrap(py, root, arrays, load_in_memory, ram_fraction)
     }
 
-    /// The cache directory.
+    /// The directory read: the cache directory, or for a URL the working
+    /// directory over the local tier.
     #[getter]
     fn path(&self) -> PathBuf {
         self.handle.path().to_path_buf()
     }
 
+    /// The URL the cache was opened on, without credentials (`None` for a
+    /// local directory).
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.root.shown_url()
+    }
+
+    /// Opens the cache again as published now (a rebuilt cache; on a URL,
+    /// a new commit). Arrays returned before keep the old opening.
+    fn refresh(&self, py: Python<'_>) -> PyResult<()> {
+        let o = self.current(py)?;
+        let (load, fraction) = (o.load_in_memory, o.ram_fraction);
+        let location = self.root.location();
+        let arrays = errors::enter(py, || open_arrays(location, load, fraction))?;
+        self.handle
+            .replace(py, Opening::new(py, arrays, load, fraction)?);
+        Ok(())
+    }
+
     /// The number of rows.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.current(py)?.cache.len() as usize)
+        Ok(self.current(py)?.cache().len() as usize)
     }
 
     /// The schema: `{"arrays": {name: {dtype, shape, nullable}}, "sidecars": [...]}`.
     #[getter]
     fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        schema_to_py(py, self.current(py)?.cache.schema())
+        schema_to_py(py, self.current(py)?.cache().schema())
     }
 
     /// `fingerprint.json` as a Python value.
     #[getter]
     fn fingerprint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        json::to_py(py, self.current(py)?.cache.fingerprint())
+        json::to_py(py, self.current(py)?.cache().fingerprint())
     }
 
     /// Whether the arrays are read from RAM (`load_in_memory`) rather than
@@ -155,21 +292,22 @@ impl PyMemmapArray {
     #[pyo3(signature = (ram_fraction=memmap_array::DEFAULT_RAM_FRACTION))]
     fn load_in_memory(&self, py: Python<'_>, ram_fraction: f64) -> PyResult<()> {
         self.current(py)?;
-        let dir = self.handle.path();
-        let cache = errors::enter(py, || open_cache(dir, true, ram_fraction))?;
+        let location = self.root.location();
+        let arrays = errors::enter(py, || open_arrays(location, true, ram_fraction))?;
         self.handle
-            .replace(py, Opening::new(py, cache, true, ram_fraction)?);
+            .replace(py, Opening::new(py, arrays, true, ram_fraction)?);
         Ok(())
     }
 
     /// Row `i`'s arrays as read-only numpy views of the mapped files
     /// (`None` for a null entry of a nullable array).
     fn get_row<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
-        let o = self.current(py)?;
-        let row = o.cache.row(o.row_index(i)?).map_err(errors::to_py)?;
+        let i = self.current(py)?.row_index(i)?;
+        let o = self.ready(py, &[i])?;
+        let row = o.cache().row(i).map_err(errors::to_py)?;
         let owner = o.keeper.bind(py);
         let out = PyDict::new(py);
-        for (spec, view) in o.cache.schema().arrays().iter().zip(row.arrays()) {
+        for (spec, view) in o.cache().schema().arrays().iter().zip(row.arrays()) {
             let value = match view {
                 // SAFETY: the view borrows the cache's mapping (or its
                 // in-memory copy), which `owner` (an `Arc<ArrayCache>`)
@@ -184,12 +322,9 @@ impl PyMemmapArray {
 
     /// Array `name` of row `i` as a read-only view (or `None`).
     fn get<'py>(&self, py: Python<'py>, i: i64, name: &str) -> PyResult<Bound<'py, PyAny>> {
-        let o = self.current(py)?;
-        match o
-            .cache
-            .array(o.row_index(i)?, name)
-            .map_err(errors::to_py)?
-        {
+        let i = self.current(py)?.row_index(i)?;
+        let o = self.ready(py, &[i])?;
+        match o.cache().array(i, name).map_err(errors::to_py)? {
             // SAFETY: as in `get_row`.
             Some(v) => unsafe { numpy_view(py, &v, o.keeper.bind(py)) },
             None => Ok(py.None().into_bound(py)),
@@ -210,7 +345,8 @@ impl PyMemmapArray {
         out: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let o = self.current(py)?;
-        let cache = &o.cache;
+        let arrays = &o.arrays;
+        let cache = o.cache();
         let rows: Vec<u64> = indices
             .iter()
             .map(|&i| o.row_index(i))
@@ -252,7 +388,8 @@ impl PyMemmapArray {
             .collect::<PyResult<Vec<_>>>()?;
         let positions: Vec<usize> = names.iter().map(|(_, k, _)| *k).collect();
         let (rows, positions) = (&rows, &positions);
-        let present = errors::enter(py, move || -> memmap_array::Result<Vec<Vec<bool>>> {
+        let present = errors::enter(py, move || -> remote_cache::Result<Vec<Vec<bool>>> {
+            arrays.ensure_each(rows)?;
             let mut present = vec![Vec::with_capacity(rows.len()); sinks.len()];
             for (r, &i) in rows.iter().enumerate() {
                 for ((sink, &k), p) in sinks.iter().zip(positions).zip(&mut present) {
@@ -276,7 +413,7 @@ impl PyMemmapArray {
     /// The source id of row `i`.
     fn source(&self, py: Python<'_>, i: i64) -> PyResult<String> {
         let o = self.current(py)?;
-        Ok(o.cache
+        Ok(o.cache()
             .source(o.row_index(i)?)
             .map_err(errors::to_py)?
             .to_owned())
@@ -285,7 +422,7 @@ impl PyMemmapArray {
     /// The metadata JSON of row `i`, parsed (or `None`).
     fn meta<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyAny>> {
         let o = self.current(py)?;
-        let row = o.cache.row(o.row_index(i)?).map_err(errors::to_py)?;
+        let row = o.cache().row(o.row_index(i)?).map_err(errors::to_py)?;
         match row.meta_json() {
             Some(text) => json::text_to_py(py, text),
             None => Ok(py.None().into_bound(py)),
@@ -295,7 +432,7 @@ impl PyMemmapArray {
     /// Sidecar `name`'s value for row `i` (or `None`).
     fn sidecar(&self, py: Python<'_>, name: &str, i: i64) -> PyResult<Option<String>> {
         let o = self.current(py)?;
-        Ok(o.cache
+        Ok(o.cache()
             .sidecar(name, o.row_index(i)?)
             .map_err(errors::to_py)?
             .map(str::to_owned))
@@ -304,21 +441,23 @@ impl PyMemmapArray {
     /// Every distinct value of sidecar `name`, indexed by key.
     fn sidecar_values(&self, py: Python<'_>, name: &str) -> PyResult<Vec<String>> {
         let o = self.current(py)?;
-        let cache = &o.cache;
+        let cache = o.cache();
         errors::enter(py, || cache.sidecar_values(name).map(<[String]>::to_vec))
     }
 
     /// The row whose source id is `source`, or `None`.
     fn find(&self, py: Python<'_>, source: &str) -> PyResult<Option<u64>> {
         let o = self.current(py)?;
-        let cache = &o.cache;
+        let cache = o.cache();
         Ok(py.detach(|| cache.find(source)))
     }
 
-    /// Asks the kernel to read row `i` ahead (`madvise(WILLNEED)`).
+    /// Asks the kernel to read row `i` ahead (`madvise(WILLNEED)`; on a
+    /// URL, fetches its blocks into the local tier first).
     fn prefetch(&self, py: Python<'_>, i: i64) -> PyResult<()> {
-        let o = self.current(py)?;
-        o.cache.prefetch(o.row_index(i)?);
+        let i = self.current(py)?.row_index(i)?;
+        let o = self.ready(py, &[i])?;
+        o.cache().prefetch(i);
         Ok(())
     }
 
@@ -327,9 +466,9 @@ impl PyMemmapArray {
     fn index<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let o = self.current(py)?;
         let out = PyList::empty(py);
-        let sidecars = o.cache.schema().sidecars();
-        for i in 0..o.cache.len() {
-            let row = o.cache.row(i).map_err(errors::to_py)?;
+        let sidecars = o.cache().schema().sidecars();
+        for i in 0..o.cache().len() {
+            let row = o.cache().row(i).map_err(errors::to_py)?;
             let d = PyDict::new(py);
             d.set_item("row", i)?;
             d.set_item("source", row.source())?;
@@ -350,7 +489,11 @@ impl PyMemmapArray {
 
     /// `index.parquet` as a `pyarrow.Table` (needs pyarrow installed).
     fn index_table<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let path = self.handle.path().join(memmap_array::INDEX_FILE);
+        let path = self
+            .current(py)?
+            .cache()
+            .dir()
+            .join(memmap_array::INDEX_FILE);
         py.import("pyarrow.parquet")?
             .call_method1("read_table", (path,))
     }
@@ -360,7 +503,12 @@ impl PyMemmapArray {
     /// "problems": [{"path", "kind", "detail"}, ...]}`, `problems` empty
     /// when sound.
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dir = self.handle.path();
+        let o = self.current(py)?;
+        let arrays = &o.arrays;
+        // The check reads every row: on a URL, fetched first.
+        let n = o.cache().len();
+        errors::enter(py, || arrays.ensure(0..n))?;
+        let dir = o.cache().dir();
         let problems = py.detach(|| memmap_array::verify(dir));
         check::verify_to_py(py, CacheKind::MemmapArray, dir, &problems)
     }
@@ -369,12 +517,14 @@ impl PyMemmapArray {
     /// `path`, rows, completeness, sizes and the RAM a load would take, and
     /// tables of arrays, sidecars and files.
     fn inspect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let dir = self.handle.path();
+        let o = self.current(py)?;
+        let dir = o.cache().dir();
         let report = errors::enter(py, || memmap_array::inspect(dir))?;
         check::summary_to_py(py, &report.summary())
     }
 
-    /// Pickles as the path and load options; the copy reopens the cache.
+    /// Pickles as the path (or URL), load options and tier keywords; the
+    /// copy reopens the cache.
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
@@ -389,27 +539,27 @@ impl PyMemmapArray {
         let reopen = py
             .import("cachex._cachex")?
             .getattr("_reopen_memmap_array")?;
-        let args = (this.handle.path().to_path_buf(), load, fraction).into_pyobject(py)?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("load_in_memory", load)?;
+        kwargs.set_item("ram_fraction", fraction)?;
+        this.root.tier().to_kwargs(&kwargs)?;
+        let args = (this.root.to_py(py)?, kwargs).into_pyobject(py)?;
         Ok((reopen, args))
     }
 
-    /// `MemmapArray(path, rows=n)`.
+    /// `MemmapArray(path, rows=n)` (a URL shown without credentials).
     fn __repr__(&self) -> String {
-        let rows = self.handle.peek().map_or(0, |o| o.cache.len());
-        format!(
-            "MemmapArray({:?}, rows={rows})",
-            self.handle.path().display().to_string(),
-        )
+        let rows = self.handle.peek().map_or(0, |o| o.cache().len());
+        format!("MemmapArray({:?}, rows={rows})", self.root.shown())
     }
 }
 
 /// Unpickles a `MemmapArray` (see `MemmapArray.__reduce__`).
 #[pyfunction]
-pub fn _reopen_memmap_array(
-    py: Python<'_>,
-    path: PathBuf,
-    load_in_memory: bool,
-    ram_fraction: f64,
-) -> PyResult<PyMemmapArray> {
-    PyMemmapArray::new(py, path, load_in_memory, ram_fraction)
+pub fn _reopen_memmap_array<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+    kwargs: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    py.get_type::<PyMemmapArray>().call((path,), Some(kwargs))
 }

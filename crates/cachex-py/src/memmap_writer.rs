@@ -8,11 +8,13 @@ use memmap_array::{NewRow, RowWriter, WriterOptions};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use remote_cache::{CacheDir, StoreKind};
 use tensor_core::Tensor;
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
 use crate::memmap_schema::{schema_arg, schema_to_py};
+use crate::root::{Root, TierArgs};
 use crate::{array, json};
 
 /// Where a writer lives: owned by the Python object, or lent to it by
@@ -33,8 +35,16 @@ struct LentWriter(*mut RowWriter);
 unsafe impl Send for LentWriter {}
 
 /// The streaming, resumable writer of a memmap-array cache.
+///
+/// On a URL the cache is written in a working directory of the writer's
+/// own over the machine's local tier (a resume on the same machine finds
+/// the rows committed there) and published whole by `finalize()`.
 #[pyclass(module = "cachex._cachex", name = "MemmapWriter", frozen)]
 pub struct PyMemmapWriter {
+    /// The URL shown without credentials (`None` for a local directory).
+    url: Option<String>,
+    /// The working directory of a URL's writer, published by `finalize()`.
+    remote: Option<CacheDir>,
     /// A forked child refuses every call and leaks the parent's writer.
     handle: Handle<Mutex<WriterSlot>>,
 }
@@ -45,6 +55,8 @@ impl PyMemmapWriter {
     pub(crate) fn lent(py: Python<'_>, dir: PathBuf, writer: *mut RowWriter) -> PyMemmapWriter {
         let slot = Mutex::new(WriterSlot::Lent(LentWriter(writer)));
         PyMemmapWriter {
+            url: None,
+            remote: None,
             handle: Handle::new(py, dir, Arc::new(slot)),
         }
     }
@@ -82,17 +94,29 @@ impl PyMemmapWriter {
     /// `nullable` ones may be `None` in a row, `sidecars` are per-row strings
     /// stored deduplicated), or resumes the one there with the same schema
     /// and `fingerprint`; rows are committed every `sync_every` rows.
+    ///
+    /// `path` may be a URL (`s3://bucket/prefix`, ...) with the tier
+    /// keywords of `MemmapArray`: `finalize()` then publishes the cache.
     #[new]
-    #[pyo3(signature = (path, arrays, *, nullable=Vec::new(), sidecars=Vec::new(), fingerprint=None, sync_every=WriterOptions::DEFAULT_SYNC_EVERY))]
+    #[pyo3(signature = (path, arrays, *, nullable=Vec::new(), sidecars=Vec::new(), fingerprint=None, sync_every=WriterOptions::DEFAULT_SYNC_EVERY, tier_dir=None, tier_budget=None, storage_options=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         arrays: &Bound<'_, PyDict>,
         nullable: Vec<String>,
         sidecars: Vec<String>,
         fingerprint: Option<&Bound<'_, PyAny>>,
         sync_every: usize,
+        tier_dir: Option<PathBuf>,
+        tier_budget: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
+        let location = root.location();
+        let opened = errors::enter(py, || location.open_dir(StoreKind::Arrays))?;
+        let path = opened.path().to_path_buf();
+        let remote = opened.is_remote().then_some(opened);
         let schema = schema_arg(arrays, &nullable, &sidecars)?;
         let fp = match fingerprint {
             Some(f) => json::from_py(f)?,
@@ -104,14 +128,23 @@ impl PyMemmapWriter {
         })?;
         let slot = Mutex::new(WriterSlot::Owned(Box::new(w)));
         Ok(PyMemmapWriter {
+            url: root.shown_url(),
+            remote,
             handle: Handle::new(py, path, Arc::new(slot)),
         })
     }
 
-    /// The cache directory.
+    /// The directory written: the cache directory, or for a URL the
+    /// writer's working directory over the local tier.
     #[getter]
     fn path(&self) -> PathBuf {
         self.handle.path().to_path_buf()
+    }
+
+    /// The URL written, without credentials (`None` for a local directory).
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.url.clone()
     }
 
     /// Sources already committed by an earlier writer (skip them on resume).
@@ -195,18 +228,29 @@ impl PyMemmapWriter {
         })
     }
 
-    /// Commits every row written so far (fsync data, then the manifest).
+    /// Commits every row written so far (fsync data, then the manifest;
+    /// on a URL locally: a cache is published once finalized).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         self.with(|w| errors::enter(py, || w.flush()))
     }
 
     /// Writes the index, sidecars and `shapes.json`, marks the cache
-    /// complete, and returns its row count. The writer is closed after.
+    /// complete (on a URL, then publishes it), and returns its row count.
+    /// The writer is closed after.
     fn finalize(&self, py: Python<'_>) -> PyResult<u64> {
         let slot = self.handle.get_writer()?;
         let mut slot = slot.lock();
         match std::mem::replace(&mut *slot, WriterSlot::Closed) {
-            WriterSlot::Owned(w) => errors::enter(py, || w.finalize()),
+            WriterSlot::Owned(w) => {
+                let remote = &self.remote;
+                errors::enter(py, || -> remote_cache::Result<u64> {
+                    let rows = w.finalize()?;
+                    if let Some(dir) = remote {
+                        dir.publish()?;
+                    }
+                    Ok(rows)
+                })
+            }
             lent @ WriterSlot::Lent(_) => {
                 *slot = lent;
                 Err(errors::invalid(
@@ -223,11 +267,12 @@ impl PyMemmapWriter {
         }
     }
 
-    /// `MemmapWriter(path)`.
+    /// `MemmapWriter(path)` (a URL shown without credentials).
     fn __repr__(&self) -> String {
-        format!(
-            "MemmapWriter({:?})",
-            self.handle.path().display().to_string()
-        )
+        let shown = match &self.url {
+            Some(u) => u.clone(),
+            None => self.handle.path().display().to_string(),
+        };
+        format!("MemmapWriter({shown:?})")
     }
 }

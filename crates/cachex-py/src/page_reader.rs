@@ -1,6 +1,6 @@
 //! `cachex.PageReader`: a validated, memory-mapped page-alloc file.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::CacheKind;
@@ -8,78 +8,189 @@ use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use page_alloc::{FieldType, FieldValue, PageReader};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
+use remote_cache::RemotePages;
 use tensor_core::DType;
 
 use crate::array::{self, Keeper, RowSink};
 use crate::handle::Handle;
 use crate::page_fields::{bytes_view, index_arg, tensor_view};
+use crate::root::{Root, TierArgs};
 use crate::{check, errors};
+
+/// A page file as opened: a local file, or a file at a URL read by the
+/// pages its samples lie in (each fetched through the local tier before
+/// it is read: the bytes not fetched read as zeros).
+// One value per opening, behind an `Arc`: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Pages {
+    Local(PageReader),
+    Remote(RemotePages),
+}
+
+impl Pages {
+    /// Opens the file `root` names (for a URL, the file under its prefix).
+    fn open(root: &Root, options: &page_alloc::ReadOptions) -> remote_cache::Result<Pages> {
+        if let remote_cache::Location::Local(path) = root.location() {
+            return Ok(Pages::Local(PageReader::open_with(path, options)?));
+        }
+        let (dir, file) = split(root)?;
+        Ok(Pages::Remote(RemotePages::open(dir.location(), &file)?))
+    }
+
+    fn reader(&self) -> &PageReader {
+        match self {
+            Pages::Local(r) => r,
+            Pages::Remote(r) => r.reader(),
+        }
+    }
+
+    /// Makes the pages of samples `indices` local (nothing for a local file).
+    fn ensure(&self, indices: &[usize]) -> remote_cache::Result<()> {
+        match self {
+            Pages::Local(_) => Ok(()),
+            Pages::Remote(r) => r.ensure_samples(indices),
+        }
+    }
+
+    /// Makes every sample local (before a whole-file check).
+    fn ensure_all(&self) -> remote_cache::Result<()> {
+        let all: Vec<usize> = (0..self.reader().len()).collect();
+        self.ensure(&all)
+    }
+}
+
+/// A URL root split into its prefix and file.
+fn split(root: &Root) -> remote_cache::Result<(Root, String)> {
+    root.split_file()?
+        .ok_or_else(|| remote_cache::Error::BadLocation {
+            root: root.shown(),
+            problem: "not a URL".into(),
+        })
+}
 
 /// One opening of a page file.
 struct Opening {
-    reader: Arc<PageReader>,
+    pages: Arc<Pages>,
     /// The `.base` of every array returned from this opening.
     keeper: Py<PyAny>,
     options: page_alloc::ReadOptions,
 }
 
 impl Opening {
-    fn open(py: Python<'_>, path: &Path, options: page_alloc::ReadOptions) -> PyResult<Arc<Self>> {
-        let reader = errors::enter(py, || PageReader::open_with(path, &options))?;
-        let reader = Arc::new(reader);
-        let keeper = Keeper::wrap(py, reader.clone())?.unbind();
+    fn open(py: Python<'_>, root: &Root, options: page_alloc::ReadOptions) -> PyResult<Arc<Self>> {
+        let pages = Arc::new(errors::enter(py, || Pages::open(root, &options))?);
+        let keeper = Keeper::wrap(py, pages.clone())?.unbind();
         Ok(Arc::new(Opening {
-            reader,
+            pages,
             keeper,
             options,
         }))
     }
+
+    fn reader(&self) -> &PageReader {
+        self.pages.reader()
+    }
 }
 
 /// A validated, memory-mapped page file.
+///
+/// A URL (`s3://bucket/prefix/data.pages`, ...) is read through the local
+/// tier by the pages its samples lie in, fetched on first read; every
+/// process of the machine (DataLoader workers too) shares the tier's one
+/// copy of each page.
 #[pyclass(module = "cachex._cachex", name = "PageReader", frozen)]
 pub struct PyPageReader {
-    /// Swapped by the reopen in a forked child; arrays returned earlier
-    /// keep their own opening alive.
+    root: Root,
+    /// Swapped by the reopen in a forked child and by `refresh()`; arrays
+    /// returned earlier keep their own opening alive.
     handle: Handle<Opening>,
 }
 
 impl PyPageReader {
     /// The current opening; in a forked child, first a fresh one from the
-    /// path and options (nothing of the parent's is used).
+    /// root and options (nothing of the parent's is used; for a URL, a
+    /// working directory of the child's own over the same tier).
     fn current(&self, py: Python<'_>) -> PyResult<Arc<Opening>> {
         self.handle.get(py, |py, inherited| {
-            Opening::open(py, self.handle.path(), inherited.options.clone())
+            Opening::open(py, &self.root, inherited.options.clone())
         })
+    }
+
+    /// The opening with samples `indices` made local (GIL released).
+    fn ready(&self, py: Python<'_>, indices: &[usize]) -> PyResult<Arc<Opening>> {
+        let o = self.current(py)?;
+        if matches!(*o.pages, Pages::Remote(_)) {
+            let pages = &o.pages;
+            errors::enter(py, || pages.ensure(indices))?;
+        }
+        Ok(o)
     }
 }
 
 #[pymethods]
 impl PyPageReader {
     /// Opens and validates the page file at `path` (`populate` reads it
-    /// into the page cache, `verify_pages` checks every page checksum).
+    /// into the page cache, `verify_pages` checks every page checksum;
+    /// both for a local file only).
+    ///
+    /// `path` may be a URL naming the file under a prefix
+    /// (`s3://bucket/prefix/data.pages`), read through the local tier at
+    /// `tier_dir` within `tier_budget` (bytes, or a size such as `"20G"`),
+    /// with `storage_options` for the object store (credentials stay in
+    /// the environment).
     #[new]
-    #[pyo3(signature = (path, *, populate=false, verify_pages=false))]
-    fn new(py: Python<'_>, path: PathBuf, populate: bool, verify_pages: bool) -> PyResult<Self> {
+    #[pyo3(signature = (path, *, populate=false, verify_pages=false, tier_dir=None, tier_budget=None, storage_options=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        populate: bool,
+        verify_pages: bool,
+        tier_dir: Option<PathBuf>,
+        tier_budget: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
+        root.split_file().map_err(errors::to_py)?;
         let options = page_alloc::ReadOptions {
             populate,
             verify_pages,
         };
-        let opened = Opening::open(py, &path, options)?;
+        let opened = Opening::open(py, &root, options)?;
+        let file = opened.reader().path().to_path_buf();
         Ok(PyPageReader {
-            handle: Handle::new(py, path, opened),
+            root,
+            handle: Handle::new(py, file, opened),
         })
     }
 
-    /// The file.
+    /// The file read: the page file, or for a URL its link in the
+    /// working directory over the local tier.
     #[getter]
     fn path(&self) -> PathBuf {
         self.handle.path().to_path_buf()
     }
 
+    /// The URL the file was opened on, without credentials (`None` for a
+    /// local file).
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.root.shown_url()
+    }
+
+    /// Opens the file again, as published now (a writer that finalizes
+    /// renames a new file over the old one; on a URL, publishes a new
+    /// commit). Arrays returned before keep the old opening.
+    fn refresh(&self, py: Python<'_>) -> PyResult<()> {
+        let options = self.current(py)?.options.clone();
+        let fresh = Opening::open(py, &self.root, options)?;
+        self.handle.replace(py, fresh);
+        Ok(())
+    }
+
     /// The number of samples.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.current(py)?.reader.len())
+        Ok(self.current(py)?.reader().len())
     }
 
     /// Field names and types: `{name: "int" | "float" | "bytes" | (dtype, shape)}`.
@@ -87,7 +198,7 @@ impl PyPageReader {
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let o = self.current(py)?;
         let d = PyDict::new(py);
-        for f in o.reader.schema().fields() {
+        for f in o.reader().schema().fields() {
             match &f.ty {
                 FieldType::Int => d.set_item(&f.name, "int")?,
                 FieldType::Float => d.set_item(&f.name, "float")?,
@@ -106,7 +217,13 @@ impl PyPageReader {
     fn max_sizes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let o = self.current(py)?;
         let d = PyDict::new(py);
-        for (f, size) in o.reader.schema().fields().iter().zip(o.reader.max_sizes()) {
+        for (f, size) in o
+            .reader()
+            .schema()
+            .fields()
+            .iter()
+            .zip(o.reader().max_sizes())
+        {
             d.set_item(&f.name, size)?;
         }
         Ok(d)
@@ -115,12 +232,13 @@ impl PyPageReader {
     /// Sample `i`: ints and floats by value, bytes fields as read-only
     /// uint8 views and array fields as read-only views of the mapped file.
     fn sample<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
-        let o = self.current(py)?;
-        let i = index_arg(o.reader.len(), i)?;
-        let s = o.reader.sample(i).map_err(errors::to_py)?;
+        let len = self.current(py)?.reader().len();
+        let i = index_arg(len, i)?;
+        let o = self.ready(py, &[i])?;
+        let s = o.reader().sample(i).map_err(errors::to_py)?;
         let owner = o.keeper.bind(py);
         let d = PyDict::new(py);
-        for (k, f) in o.reader.schema().fields().iter().enumerate() {
+        for (k, f) in o.reader().schema().fields().iter().enumerate() {
             let v = match s.get(k).map_err(errors::to_py)? {
                 FieldValue::Int(x) => x.into_pyobject(py)?.into_any(),
                 FieldValue::Float(x) => x.into_pyobject(py)?.into_any(),
@@ -150,7 +268,8 @@ impl PyPageReader {
         out: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let o = self.current(py)?;
-        let reader = &o.reader;
+        let pages = &o.pages;
+        let reader = o.reader();
         let n = indices.len();
         let schema = reader.schema();
         let mut names = Vec::with_capacity(out.len());
@@ -190,7 +309,8 @@ impl PyPageReader {
         let fields: Vec<usize> = names.iter().map(|(_, f)| *f).collect();
         let (fields, indices) = (&fields, &indices);
         let lengths: Vec<Vec<usize>> =
-            errors::enter(py, move || -> page_alloc::Result<Vec<Vec<usize>>> {
+            errors::enter(py, move || -> remote_cache::Result<Vec<Vec<usize>>> {
+                pages.ensure(indices)?;
                 let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
                 for (k, &i) in indices.iter().enumerate() {
                     let s = reader.sample(i)?;
@@ -210,15 +330,17 @@ impl PyPageReader {
                             FieldValue::Array(t) => t.bytes(),
                         };
                         if !sink.write(k, src) {
-                            return Err(page_alloc::Error::PoolTooSmall {
-                                path: reader.path().to_path_buf(),
-                                reason: format!(
-                                    "sample {i}: field {} holds {} bytes, the buffer row {}",
-                                    schema.fields()[field].name,
-                                    src.len(),
-                                    sink.stride()
-                                ),
-                            });
+                            return Err(remote_cache::Error::Page(
+                                page_alloc::Error::PoolTooSmall {
+                                    path: reader.path().to_path_buf(),
+                                    reason: format!(
+                                        "sample {i}: field {} holds {} bytes, the buffer row {}",
+                                        schema.fields()[field].name,
+                                        src.len(),
+                                        sink.stride()
+                                    ),
+                                },
+                            ));
                         }
                         lens.push(src.len());
                     }
@@ -234,11 +356,15 @@ impl PyPageReader {
         Ok(result)
     }
 
-    /// Asks the kernel to read ahead the pages of these samples.
+    /// Asks the kernel to read ahead the pages of these samples (on a
+    /// URL, fetches them into the local tier first).
     fn prefetch(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<()> {
         let o = self.current(py)?;
-        let reader = &o.reader;
-        errors::enter(py, || reader.prefetch(&indices))
+        let pages = &o.pages;
+        errors::enter(py, || -> remote_cache::Result<()> {
+            pages.ensure(&indices)?;
+            Ok(pages.reader().prefetch(&indices)?)
+        })
     }
 
     /// FFCV's quasi-random epoch order: shuffled pages, samples shuffled
@@ -256,7 +382,7 @@ impl PyPageReader {
         shares: usize,
     ) -> PyResult<Vec<usize>> {
         let o = self.current(py)?;
-        let reader = &o.reader;
+        let reader = o.reader();
         errors::enter(py, || {
             reader.quasi_random_share(seed, window_pages, share, shares)
         })
@@ -267,7 +393,11 @@ impl PyPageReader {
     /// "problems": [{"path", "kind", "detail"}, ...]}`, `problems` empty
     /// when sound.
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let path = self.handle.path();
+        let o = self.current(py)?;
+        let pages = &o.pages;
+        // The check reads every page: on a URL, fetched first.
+        errors::enter(py, || pages.ensure_all())?;
+        let path = o.reader().path();
         let problems = py.detach(|| page_alloc::verify(path));
         check::verify_to_py(py, CacheKind::PageAlloc, path, &problems)
     }
@@ -275,12 +405,14 @@ impl PyPageReader {
     /// What the file holds, as `cachex inspect --json` prints it: `kind`,
     /// `path`, sample, run and page counts, sizes, and a table of fields.
     fn inspect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let path = self.handle.path();
+        let o = self.current(py)?;
+        let path = o.reader().path();
         let summary = errors::enter(py, || page_alloc::inspect(path))?;
         check::summary_to_py(py, &summary.summary())
     }
 
-    /// Pickles as the path and read options; the copy reopens the file.
+    /// Pickles as the path (or URL), read options and tier keywords; the
+    /// copy reopens the file.
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
@@ -289,22 +421,31 @@ impl PyPageReader {
         let (populate, verify_pages) = this.handle.peek().map_or((false, false), |o| {
             (o.options.populate, o.options.verify_pages)
         });
-        let args = (this.handle.path().to_path_buf(), populate, verify_pages).into_pyobject(py)?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("populate", populate)?;
+        kwargs.set_item("verify_pages", verify_pages)?;
+        this.root.tier().to_kwargs(&kwargs)?;
+        let args = (this.root.to_py(py)?, kwargs).into_pyobject(py)?;
         Ok((
             py.import("cachex._cachex")?
                 .getattr("_reopen_page_reader")?,
             args,
         ))
     }
+
+    /// `PageReader(path, samples=n)` (a URL shown without credentials).
+    fn __repr__(&self) -> String {
+        let n = self.handle.peek().map_or(0, |o| o.reader().len());
+        format!("PageReader({:?}, samples={n})", self.root.shown())
+    }
 }
 
 /// Unpickles a `PageReader` (see `PageReader.__reduce__`).
 #[pyfunction]
-pub fn _reopen_page_reader(
-    py: Python<'_>,
-    path: PathBuf,
-    populate: bool,
-    verify_pages: bool,
-) -> PyResult<PyPageReader> {
-    PyPageReader::new(py, path, populate, verify_pages)
+pub fn _reopen_page_reader<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+    kwargs: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    py.get_type::<PyPageReader>().call((path,), Some(kwargs))
 }

@@ -7,15 +7,25 @@ use page_alloc::{FieldType, PageWriter, Schema, Value, WriterOptions};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use remote_cache::{CacheDir, StoreKind};
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
 use crate::page_fields::{Owned, Spec, page_value, sample_arg, spec_arg};
+use crate::root::{Root, TierArgs};
 
 /// The writer of a page file.
+///
+/// On a URL (`s3://bucket/prefix/data.pages`) the file is written in a
+/// working directory of the writer's own over the local tier and
+/// published by `finalize()`.
 #[pyclass(module = "cachex._cachex", name = "PageWriter", frozen)]
 pub struct PyPageWriter {
     fields: Vec<(String, Spec)>,
+    root: Root,
+    /// The working directory of a URL's writer, published by `finalize()`
+    /// (`None` for a local file).
+    remote: Option<CacheDir>,
     /// A forked child refuses every call and leaks the parent's writer
     /// (dropping it would delete the parent's temporary file).
     handle: Handle<Mutex<Option<PageWriter>>>,
@@ -55,16 +65,24 @@ impl PyPageWriter {
     /// Creates the page file `path` with `fields` `{name: "int" | "float" |
     /// "bytes" | (dtype, shape)}`; `page_size`, `alignment` and `direct_io`
     /// tune the layout and the writes. The file appears at `finalize()`.
+    ///
+    /// `path` may be a URL naming the file under a prefix, with the tier
+    /// keywords of `PageReader`: `finalize()` then publishes it.
     #[new]
-    #[pyo3(signature = (path, fields, *, page_size=None, alignment=None, direct_io=false))]
+    #[pyo3(signature = (path, fields, *, page_size=None, alignment=None, direct_io=false, tier_dir=None, tier_budget=None, storage_options=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         fields: &Bound<'_, PyDict>,
         page_size: Option<u64>,
         alignment: Option<u32>,
         direct_io: bool,
+        tier_dir: Option<PathBuf>,
+        tier_budget: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
         let mut specs = Vec::with_capacity(fields.len());
         let mut schema = Schema::new();
         for (name, spec) in fields.iter() {
@@ -96,11 +114,26 @@ impl PyPageWriter {
         if let Some(a) = alignment {
             opts = opts.alignment(a);
         }
+        let (path, remote) = errors::enter(py, || root.open_file(StoreKind::Pages))?;
         let w = errors::enter(py, || PageWriter::create(&path, schema, opts))?;
         Ok(PyPageWriter {
             fields: specs,
+            root,
+            remote,
             handle: Handle::new(py, path, Arc::new(Mutex::new(Some(w)))),
         })
+    }
+
+    /// The file written (for a URL, in the writer's working directory).
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.handle.path().to_path_buf()
+    }
+
+    /// The URL written, without credentials (`None` for a local file).
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.root.shown_url()
     }
 
     /// Samples written so far.
@@ -141,7 +174,8 @@ impl PyPageWriter {
     }
 
     /// Writes the tables and the footer, fsyncs and renames the file into
-    /// place; returns a summary. The writer is closed after.
+    /// place (on a URL, then publishes it); returns a summary. The writer
+    /// is closed after.
     fn finalize<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let w = self
             .handle
@@ -149,9 +183,19 @@ impl PyPageWriter {
             .lock()
             .take()
             .ok_or_else(|| self.finalized())?;
-        let s = errors::enter(py, || w.finalize())?;
+        let remote = &self.remote;
+        let s = errors::enter(py, || -> remote_cache::Result<_> {
+            let summary = w.finalize()?;
+            if let Some(dir) = remote {
+                dir.publish()?;
+            }
+            Ok(summary)
+        })?;
         let d = PyDict::new(py);
-        d.set_item("path", &s.path)?;
+        match self.root.shown_url() {
+            Some(url) => d.set_item("path", url)?,
+            None => d.set_item("path", &s.path)?,
+        }
         d.set_item("num_samples", s.num_samples)?;
         d.set_item("num_runs", s.num_runs)?;
         d.set_item("num_pages", s.num_pages)?;

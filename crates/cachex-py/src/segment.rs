@@ -1,16 +1,18 @@
 //! `cachex.SegmentStore`: the keyed tensor cache of `segment-store`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cache_facade::CacheKind;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
-use segment_store::{Options, SegmentStore};
+use remote_cache::RemoteSegments;
+use segment_store::Options;
 use tensor_core::Value;
 
 use crate::handle::Handle;
+use crate::root::{Root, TierArgs};
 use crate::{check, convert, errors};
 
 mod stack;
@@ -19,27 +21,33 @@ mod stack;
 /// put in batches, flushed into immutable segments, and read back as
 /// read-only numpy views of the mapped segments. `close()` (or leaving a
 /// `with` block) flushes and releases the writer lock.
+///
+/// On a URL the store opens a working directory of its own over the
+/// machine's local tier (remote-cache's `RemoteSegments`): the writer
+/// publishes on `flush()`/`close()`, a reader sees what was published since
+/// it opened after `refresh()`.
 #[pyclass(module = "cachex._cachex", name = "SegmentStore", frozen)]
 pub struct PySegmentStore {
     opts: Options,
+    root: Root,
     /// In a forked child (a DataLoader worker) the directory is reopened
     /// read-only on first use: the child must neither flush the parent's
     /// pending records nor wait on the parent's background writer thread.
-    handle: Handle<SegmentStore>,
+    handle: Handle<RemoteSegments>,
     /// Set when this handle was the writer in the parent and reopened
     /// read-only in a forked child: writes raise `ForkedWriterError`.
     forked_writer: AtomicBool,
 }
 
 impl PySegmentStore {
-    fn store(&self, py: Python<'_>) -> PyResult<Arc<SegmentStore>> {
+    fn store(&self, py: Python<'_>) -> PyResult<Arc<RemoteSegments>> {
         self.handle
             .get(py, |py, inherited| self.reopen(py, inherited))
     }
 
     /// The store, for the calls that write: refused in a forked child of
     /// the writer.
-    fn writer(&self, py: Python<'_>) -> PyResult<Arc<SegmentStore>> {
+    fn writer(&self, py: Python<'_>) -> PyResult<Arc<RemoteSegments>> {
         let store = self.store(py)?;
         if self.forked_writer.load(Ordering::Acquire) {
             return Err(errors::forked_writer(self.handle.path()));
@@ -47,7 +55,11 @@ impl PySegmentStore {
         Ok(store)
     }
 
-    fn reopen(&self, py: Python<'_>, inherited: &SegmentStore) -> PyResult<Arc<SegmentStore>> {
+    /// In a forked child: a read-only opening through the same road (for
+    /// a URL, a working directory of the child's own over the same tier;
+    /// the parent's, locked, is skipped without waiting). The child never
+    /// publishes.
+    fn reopen(&self, py: Python<'_>, inherited: &RemoteSegments) -> PyResult<Arc<RemoteSegments>> {
         self.forked_writer
             .store(inherited.is_writer(), Ordering::Release);
         let opts = Options {
@@ -55,9 +67,9 @@ impl PySegmentStore {
             async_write: false,
             ..self.opts.clone()
         };
-        let path = self.handle.path();
+        let location = self.root.location();
         Ok(Arc::new(errors::enter(py, || {
-            SegmentStore::open(path, opts)
+            RemoteSegments::open(location, opts)
         })?))
     }
 
@@ -77,12 +89,19 @@ impl PySegmentStore {
     /// ranks only `writer_rank` persists (the current rank comes from
     /// `RANK`, or `current_rank`); `writer_id` makes this a multi-writer;
     /// `read_only` never writes.
+    ///
+    /// `path` may be a URL (`s3://bucket/prefix`, `gs://`, `az://`,
+    /// `file://`), read through the local tier at `tier_dir` (default
+    /// `CACHEX_TIER_DIR`) within `tier_budget` bytes (an int, or a size
+    /// such as `"20G"`), with `storage_options` for the object store
+    /// (`aws_endpoint`, `aws_allow_http`, ...; credentials stay in the
+    /// environment).
     #[new]
-    #[pyo3(signature = (path, flush_every=None, lru_bytes=None, async_write=None, queue_depth=None, writer_rank=None, current_rank=None, read_only=None, writer_id=None))]
+    #[pyo3(signature = (path, flush_every=None, lru_bytes=None, async_write=None, queue_depth=None, writer_rank=None, current_rank=None, read_only=None, writer_id=None, *, tier_dir=None, tier_budget=None, storage_options=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        path: &Bound<'_, PyAny>,
         flush_every: Option<usize>,
         lru_bytes: Option<usize>,
         async_write: Option<bool>,
@@ -91,7 +110,11 @@ impl PySegmentStore {
         current_rank: Option<u32>,
         read_only: Option<bool>,
         writer_id: Option<u32>,
+        tier_dir: Option<PathBuf>,
+        tier_budget: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
         let d = Options::default();
         let opts = Options {
             flush_every: flush_every.unwrap_or(d.flush_every),
@@ -105,18 +128,33 @@ impl PySegmentStore {
             ..d
         };
         let o = opts.clone();
-        let store = errors::enter(py, || SegmentStore::open(&path, o))?;
+        let location = root.location();
+        let store = errors::enter(py, || RemoteSegments::open(location, o))?;
+        let dir = local_dir(&store, &root);
         Ok(PySegmentStore {
             opts,
-            handle: Handle::new(py, path, Arc::new(store)),
+            root,
+            handle: Handle::new(py, dir, Arc::new(store)),
             forked_writer: AtomicBool::new(false),
         })
     }
 
-    /// The cache directory.
+    /// The directory the store reads and writes: the cache directory, or
+    /// for a URL the working directory over the local tier.
     #[getter]
-    fn path(&self) -> PathBuf {
-        self.handle.path().to_path_buf()
+    fn path(&self, py: Python<'_>) -> PyResult<PathBuf> {
+        if self.handle.is_closed() {
+            return Ok(self.handle.path().to_path_buf());
+        }
+        let store = self.store(py)?;
+        Ok(local_dir(&store, &self.root))
+    }
+
+    /// The URL the store was opened on, without credentials (`None` for a
+    /// local directory).
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.root.shown_url()
     }
 
     /// The options the store was opened with, as keyword arguments.
@@ -221,15 +259,32 @@ impl PySegmentStore {
     }
 
     /// Persists every pending record (a segment and its index entries,
-    /// fsynced) and waits for the background writer.
+    /// fsynced) and waits for the background writer; on a URL, then
+    /// publishes what was written since the last publish (one commit).
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let store = self.writer(py)?;
-        errors::enter(py, || store.flush())
+        errors::enter(py, || store.publish().map(drop))
+    }
+
+    /// Makes what other writers published (or, for a local directory,
+    /// flushed) since this handle opened visible to it; returns the number
+    /// of commits applied (always 0 for a local directory) and of segments
+    /// the store gained: `{"commits", "segments"}`.
+    fn refresh<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let store = self.store(py)?;
+        let (report, segments) = errors::enter(py, || store.refresh())?;
+        let d = PyDict::new(py);
+        d.set_item("commits", report.commits)?;
+        d.set_item("segments", segments)?;
+        Ok(d)
     }
 
     /// The number of keys with a value.
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.store(py)?.len())
+        let store = self.store(py)?;
+        // Through the remote store, whose count of a cold cache may wait
+        // for the server: without the GIL.
+        Ok(py.detach(|| store.len()))
     }
 
     /// Counters: entries, segments, pending records, LRU use and hits by
@@ -298,11 +353,16 @@ impl PySegmentStore {
         check::summary_to_py(py, &summary)
     }
 
-    /// Flushes (the writer) and closes the handle; later calls raise.
+    /// Flushes (and on a URL publishes: the writer) and closes the
+    /// handle; later calls raise.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         match self.handle.close() {
             Some(s) => errors::enter(py, move || {
-                let flushed = if s.is_writer() { s.flush() } else { Ok(()) };
+                let flushed = if s.is_writer() {
+                    s.publish().map(drop)
+                } else {
+                    Ok(())
+                };
                 drop(s);
                 flushed
             }),
@@ -333,34 +393,38 @@ impl PySegmentStore {
         Ok(false)
     }
 
-    /// Pickles as the path and options; the copy reopens the directory.
-    /// A writer's copy opens read-only: the writer lock stays with the
-    /// process that took it (a DataLoader worker reads).
+    /// Pickles as the root (path or URL), options and tier keywords; the
+    /// copy reopens the cache. A writer's copy opens read-only: the writer
+    /// lock stays with the process that took it (a DataLoader worker reads).
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
         let py = slf.py();
         let this = slf.get();
         let o = &this.opts;
-        let args = (
-            this.handle.path().to_path_buf(),
-            o.flush_every,
-            o.lru_bytes,
-            o.async_write,
-            o.queue_depth,
-            o.writer_rank,
-            o.current_rank,
-            true,
-        )
-            .into_pyobject(py)?;
-        Ok((slf.get_type().into_any(), args))
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("flush_every", o.flush_every)?;
+        kwargs.set_item("lru_bytes", o.lru_bytes)?;
+        kwargs.set_item("async_write", o.async_write)?;
+        kwargs.set_item("queue_depth", o.queue_depth)?;
+        kwargs.set_item("writer_rank", o.writer_rank)?;
+        kwargs.set_item("current_rank", o.current_rank)?;
+        kwargs.set_item("read_only", true)?;
+        this.root.tier().to_kwargs(&kwargs)?;
+        let args = (this.root.to_py(py)?, kwargs).into_pyobject(py)?;
+        Ok((
+            py.import("cachex._cachex")?
+                .getattr("_reopen_segment_store")?,
+            args,
+        ))
     }
 
-    /// `SegmentStore(path, read_only=...)`.
+    /// `SegmentStore(path, read_only=...)` (a URL shown without
+    /// credentials).
     fn __repr__(&self) -> String {
         format!(
             "SegmentStore({:?}, read_only={})",
-            self.handle.path().display().to_string(),
+            self.root.shown(),
             self.opts.read_only
         )
     }
@@ -403,4 +467,23 @@ fn message(py: Python<'_>, e: &PyErr) -> String {
     e.value(py)
         .str()
         .map_or_else(|_| "?".into(), |s| s.to_string())
+}
+
+/// Unpickles a `SegmentStore` (see `SegmentStore.__reduce__`).
+#[pyfunction]
+pub fn _reopen_segment_store<'py>(
+    py: Python<'py>,
+    path: &Bound<'py, PyAny>,
+    kwargs: &Bound<'py, PyDict>,
+) -> PyResult<Bound<'py, PyAny>> {
+    py.get_type::<PySegmentStore>().call((path,), Some(kwargs))
+}
+
+/// The directory a store reads: its working directory when remote.
+fn local_dir(store: &RemoteSegments, root: &Root) -> PathBuf {
+    match (store.remote(), root.location()) {
+        (Some(r), _) => r.dir().to_path_buf(),
+        (None, remote_cache::Location::Local(p)) => p.clone(),
+        (None, remote_cache::Location::Remote(_)) => Path::new(&root.shown()).to_path_buf(),
+    }
 }

@@ -6,11 +6,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyIterator, PyList, PySlice, PyTuple};
+use remote_cache::RemoteShards;
 use serde_pickle::ErrorCode;
 use shard_store::format::ShardName;
 use shard_store::{Compression, Options, Preload, ShardLength, ShardStore, StoreItem};
@@ -20,6 +22,7 @@ use pyo3::types::PyDict;
 
 use crate::errors;
 use crate::handle::Handle;
+use crate::root::{Root, TierArgs};
 use crate::{check, json};
 
 /// One Python object held by the store, shared so that cloning needs no
@@ -165,7 +168,11 @@ pub struct PyShardStore {
     /// parent's worker threads, the inherited store is leaked untouched
     /// (dropping it would wait for them) and the root reopened with the
     /// same source and options on first use.
-    handle: Handle<ShardStore<PyItem>>,
+    handle: Handle<RemoteShards<PyItem>>,
+    root: Root,
+    /// Set once the store reopened in a forked child: nothing is published
+    /// from there (the parent's writer publishes).
+    in_child: AtomicBool,
     source: Option<Py<PyAny>>,
     failed: ErrorSlot,
     /// The constructor's keyword arguments, for pickling.
@@ -181,7 +188,11 @@ impl PyShardStore {
         py: Python<'_>,
         f: impl FnOnce(&ShardStore<PyItem>) -> shard_store::Result<R> + Send,
     ) -> PyResult<R> {
-        let result = self.handle.enter(py, |py, _inherited| self.reopen(py), f);
+        let result = self.handle.enter(
+            py,
+            |py, _inherited| self.reopen(py),
+            |s: &RemoteShards<PyItem>| f(s),
+        );
         if let Some(e) = self.failed.lock().take() {
             return Err(e);
         }
@@ -189,11 +200,13 @@ impl PyShardStore {
     }
 
     /// A fresh store over the same root, source and options (in a forked
-    /// child), built by the constructor.
-    fn reopen(&self, py: Python<'_>) -> PyResult<Arc<ShardStore<PyItem>>> {
+    /// child), built by the constructor: for a URL, in a working
+    /// directory of the child's own over the same tier.
+    fn reopen(&self, py: Python<'_>) -> PyResult<Arc<RemoteShards<PyItem>>> {
+        self.in_child.store(true, Ordering::Release);
         let fresh = py.get_type::<PyShardStore>().call(
             (
-                self.handle.path().to_path_buf(),
+                self.root.to_py(py)?,
                 self.source.as_ref().map(|s| s.clone_ref(py)),
             ),
             Some(self.kwargs.bind(py).cast::<PyDict>()?),
@@ -204,6 +217,16 @@ impl PyShardStore {
             .handle
             .close()
             .ok_or_else(|| errors::closed(self.handle.path()))
+    }
+
+    /// The directory the store reads now: for a URL, the working
+    /// directory (a forked child's own once it reopened).
+    fn local_root(&self, py: Python<'_>) -> PyResult<PathBuf> {
+        let store = self.handle.get(py, |py, _inherited| self.reopen(py))?;
+        Ok(match store.remote() {
+            Some(r) => r.dir().to_path_buf(),
+            None => self.handle.path().to_path_buf(),
+        })
     }
 
     fn object(py: Python<'_>, item: &PyItem) -> PyResult<Py<PyAny>> {
@@ -217,12 +240,18 @@ impl PyShardStore {
     /// iterator of the same items each call; `None` serves only what is on
     /// disk), with loadit's options: shard length, in-memory shard cache,
     /// background workers, disk budget, compression and preloading.
+    ///
+    /// `root` may be a URL (`s3://bucket/prefix`, ...), read through the
+    /// local tier at `tier_dir` within `tier_budget` (bytes, or a size
+    /// such as `"20G"`), with `storage_options` for the object store
+    /// (credentials stay in the environment): shards published there are
+    /// read, shards generated here are published by `flush()`/`close()`.
     #[new]
-    #[pyo3(signature = (root, source=None, *, max_shard_length=None, max_cache_size=128, max_workers=1, memory_limit=None, compression=None, preload=None, preload_all_async=false, length=None, info=None))]
+    #[pyo3(signature = (root, source=None, *, max_shard_length=None, max_cache_size=128, max_workers=1, memory_limit=None, compression=None, preload=None, preload_all_async=false, length=None, info=None, tier_dir=None, tier_budget=None, storage_options=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        root: PathBuf,
+        root: &Bound<'_, PyAny>,
         source: Option<Py<PyAny>>,
         max_shard_length: Option<&Bound<'_, PyAny>>,
         max_cache_size: usize,
@@ -233,7 +262,11 @@ impl PyShardStore {
         preload_all_async: bool,
         length: Option<u64>,
         info: Option<&Bound<'_, PyAny>>,
+        tier_dir: Option<PathBuf>,
+        tier_budget: Option<&Bound<'_, PyAny>>,
+        storage_options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
+        let root = Root::new(root, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
         let kwargs = PyDict::new(py);
         kwargs.set_item("max_shard_length", max_shard_length)?;
         kwargs.set_item("max_cache_size", max_cache_size)?;
@@ -244,6 +277,7 @@ impl PyShardStore {
         kwargs.set_item("preload_all_async", preload_all_async)?;
         kwargs.set_item("length", length)?;
         kwargs.set_item("info", info)?;
+        root.tier().to_kwargs(&kwargs)?;
         let max_shard_length = match max_shard_length {
             None => ShardLength::default(),
             Some(v) => match v.extract::<u64>() {
@@ -268,8 +302,9 @@ impl PyShardStore {
             info: info.map(json::from_py).transpose()?,
         };
         let failed: ErrorSlot = Arc::default();
+        let location = root.location();
         let store = match &source {
-            None => py.detach(|| ShardStore::open(&root, opts)),
+            None => py.detach(|| RemoteShards::open(location, opts)),
             Some(factory) => {
                 let factory = factory.clone_ref(py);
                 let slot = failed.clone();
@@ -296,24 +331,93 @@ impl PyShardStore {
                         }
                     })
                 };
-                py.detach(|| ShardStore::open_with_source(&root, opts, make))
+                py.detach(|| RemoteShards::open_with_source(location, opts, make))
             }
         };
         if let Some(e) = failed.lock().take() {
             return Err(e);
         }
+        let store = store.map_err(errors::to_py)?;
+        let dir = match (store.remote(), root.location()) {
+            (Some(r), _) => r.dir().to_path_buf(),
+            (None, remote_cache::Location::Local(p)) => p.clone(),
+            (None, remote_cache::Location::Remote(_)) => PathBuf::from(root.shown()),
+        };
         Ok(PyShardStore {
-            handle: Handle::new(py, root, Arc::new(store.map_err(errors::to_py)?)),
+            handle: Handle::new(py, dir, Arc::new(store)),
+            root,
+            in_child: AtomicBool::new(false),
             source,
             failed,
             kwargs: kwargs.into_any().unbind(),
         })
     }
 
-    /// The store root.
+    /// The store root: the directory, or for a URL the working directory
+    /// over the local tier.
     #[getter]
     fn root(&self) -> PathBuf {
         self.handle.path().to_path_buf()
+    }
+
+    /// The URL the store was opened on, without credentials (`None` for a
+    /// local root).
+    #[getter]
+    fn url(&self) -> Option<String> {
+        self.root.shown_url()
+    }
+
+    /// On a URL, publishes the shards (and metadata) generated since the
+    /// last publish as one commit; nothing for a local root. Refused in a
+    /// forked child (the parent publishes).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let store = self.handle.get(py, |py, _inherited| self.reopen(py))?;
+        if self.in_child.load(Ordering::Acquire) {
+            return Err(errors::forked_writer(self.handle.path()));
+        }
+        errors::enter(py, || store.publish().map(drop))
+    }
+
+    /// On a URL, applies what was published since (more shards, a longer
+    /// length); returns the number of commits applied (0 for a local root).
+    fn refresh(&self, py: Python<'_>) -> PyResult<u64> {
+        let store = self.handle.get(py, |py, _inherited| self.reopen(py))?;
+        errors::enter(py, || store.refresh().map(|r| r.commits))
+    }
+
+    /// Publishes (on a URL, outside a forked child) and closes the store;
+    /// later calls raise.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let in_child = self.in_child.load(Ordering::Acquire);
+        match self.handle.close() {
+            Some(s) => errors::enter(py, move || {
+                let published = if in_child {
+                    Ok(())
+                } else {
+                    s.publish().map(drop)
+                };
+                drop(s);
+                published
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// `with ShardStore(...) as store:` closes the store on exit.
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Closes the store (publishing on a URL); exceptions propagate.
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 
     /// Items per full shard.
@@ -402,17 +506,17 @@ impl PyShardStore {
     /// prints it: `{"kind": "shard-store", "path", "problems": [{"path",
     /// "kind", "detail"}, ...]}`, `problems` empty when sound.
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let root = self.handle.path();
-        let problems = py.detach(|| shard_store::verify(root));
-        check::verify_to_py(py, CacheKind::ShardStore, root, &problems)
+        let root = self.local_root(py)?;
+        let problems = py.detach(|| shard_store::verify(&root));
+        check::verify_to_py(py, CacheKind::ShardStore, &root, &problems)
     }
 
     /// What the root holds, as `cachex inspect --json` prints it: `kind`,
     /// `path`, the items cached, length and shards, and a table of shard
     /// files.
     fn inspect<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let root = self.handle.path();
-        let summary = errors::enter(py, || shard_store::inspect(root))?;
+        let root = self.local_root(py)?;
+        let summary = errors::enter(py, || shard_store::inspect(&root))?;
         check::summary_to_py(py, &summary.summary())
     }
 
@@ -427,7 +531,7 @@ impl PyShardStore {
             .import("cachex._cachex")?
             .getattr("_reopen_shard_store")?;
         let args = (
-            this.handle.path().to_path_buf(),
+            this.root.to_py(py)?,
             this.source.as_ref().map(|s| s.clone_ref(py)),
             this.kwargs.clone_ref(py),
         )
@@ -435,9 +539,9 @@ impl PyShardStore {
         Ok((reopen, args, py.None().into_bound(py)))
     }
 
-    /// `ShardStore(root)`.
+    /// `ShardStore(root)` (a URL shown without credentials).
     fn __repr__(&self) -> String {
-        format!("ShardStore({:?})", self.handle.path().display().to_string())
+        format!("ShardStore({:?})", self.root.shown())
     }
 }
 
@@ -445,7 +549,7 @@ impl PyShardStore {
 #[pyfunction]
 pub fn _reopen_shard_store<'py>(
     py: Python<'py>,
-    root: PathBuf,
+    root: &Bound<'py, PyAny>,
     source: Option<Py<PyAny>>,
     kwargs: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyAny>> {

@@ -14,8 +14,17 @@ def readme_python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
 
 
+#: The bucket the README's object-storage session names.
+README_BUCKET = "s3://my-bucket/"
+
+
+def local_blocks() -> list[str]:
+    """The blocks that need no object store."""
+    return [b for b in readme_python_blocks() if README_BUCKET not in b]
+
+
 def test_readme_session_runs(tmp_path, monkeypatch):
-    blocks = readme_python_blocks()
+    blocks = local_blocks()
     assert blocks, "README.md has no ```python block"
     monkeypatch.chdir(tmp_path)
     for block in blocks:
@@ -26,11 +35,25 @@ def test_readme_session_runs(tmp_path, monkeypatch):
 
 
 def test_readme_loadit_block_runs(tmp_path, monkeypatch):
-    blocks = [b for b in readme_python_blocks() if "cachex.loadit" in b]
+    blocks = [b for b in local_blocks() if "cachex.loadit" in b]
     assert len(blocks) == 1, "README.md has no cachex.loadit ```python block"
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], "README.md", "exec"), {"__name__": "__readme__"})
     assert (tmp_path / "squares-cache" / "shards" / "0.100.shard.pickle").is_file()
+
+
+def test_readme_object_storage_session_runs(s3, tmp_path, monkeypatch):
+    """The README's `s3://` session against the S3 test server: its bucket
+    is the test's, its endpoint and credentials come from the environment
+    as the README says (`s3` sets the credentials)."""
+    blocks = [b for b in readme_python_blocks() if README_BUCKET in b]
+    assert len(blocks) == 1, "README.md has no s3:// ```python block"
+    monkeypatch.setenv("AWS_ENDPOINT", s3.endpoint)
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.chdir(tmp_path)
+    block = blocks[0].replace(README_BUCKET, f"s3://{s3.bucket}/")
+    exec(compile(block, "README.md", "exec"), {"__name__": "__readme__"})
+    assert (tmp_path / "tier-b" / "work").is_dir()
 
 
 def readme_as_module() -> str:

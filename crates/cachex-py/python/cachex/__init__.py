@@ -17,6 +17,14 @@ read in the order of one :mod:`cachex.sampling` plan (partitioned across
 ranks and workers, resumable; :mod:`cachex.torchdata` has the resumable
 DataLoader, :mod:`cachex.ddp` every rank caching into one store).
 
+Caches in object storage: every class and function that takes a cache
+path also takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+``file://``), with ``tier_dir=``, ``tier_budget=`` and ``storage_options=``
+(credentials stay in the environment and are never shown). The store works
+in a directory of its own over the machine's local tier, which every
+process and DataLoader worker there shares; writers publish on ``flush()``
+/ ``close()``, readers see what was published with ``refresh()``.
+
 Every error a store raises is a :class:`cachex.CacheError` (see
 :mod:`cachex.errors`), with the store's message naming the file and the
 problem.

@@ -74,7 +74,11 @@ class SegmentStore:
     Parameters
     ----------
     path : str or os.PathLike
-        The cache directory (created if missing).
+        The cache directory (created if missing), or a URL (``s3://bucket/
+        prefix``, ``gs://``, ``az://``, ``file://``): the store then opens a
+        working directory of its own over the machine's local tier; the
+        writer publishes on :meth:`flush` / :meth:`close`, a reader sees
+        what was published since it opened after :meth:`refresh`.
     flush_every : int, optional
         Pending records that trigger a flush into a new segment (4096).
     lru_bytes : int, optional
@@ -94,18 +98,30 @@ class SegmentStore:
         This process's rank (default: the ``RANK`` environment variable, else 0).
     read_only : bool, optional
         Open without the writer lock; puts are refused (False).
+    writer_id : int, optional
+        Write beside other writers as writer ``writer_id``.
+    tier_dir : str or os.PathLike, optional
+        For a URL: the machine's local tier (default ``CACHEX_TIER_DIR``,
+        else ``~/.cache/cachex/tier``), shared by every process.
+    tier_budget : int or str, optional
+        For a URL: the local tier's budget in bytes, or a size such as
+        ``"20G"`` (default ``CACHEX_TIER_BUDGET``, else 20 GiB).
+    storage_options : dict, optional
+        For a URL: ``object_store`` options (``aws_endpoint``,
+        ``aws_allow_http``, ``aws_region``, ...). Credentials belong in the
+        environment (``AWS_ACCESS_KEY_ID``, ...); none is ever shown.
 
     Raises
     ------
     LockedError
         Another writer holds the cache's lock.
     CacheIOError
-        The directory cannot be created or read.
+        The directory cannot be created or read (or the object store failed).
 
     Notes
     -----
-    A handle pickles as its path and options; the unpickled copy reopens
-    the directory **read-only** (the writer lock stays with the process
+    A handle pickles as its path (or URL) and options; the unpickled copy
+    reopens the cache **read-only** (the writer lock stays with the process
     that took it), which is what a DataLoader worker needs.
     """
 
@@ -120,10 +136,26 @@ class SegmentStore:
         current_rank: int | None = None,
         read_only: bool | None = None,
         writer_id: int | None = None,
+        *,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> Self: ...
     @property
     def path(self) -> Path:
-        """The cache directory."""
+        """The directory read and written: the cache directory, or for a URL
+        the working directory over the local tier."""
+    @property
+    def url(self) -> str | None:
+        """The URL the store was opened on, without credentials (None for a directory)."""
+    def refresh(self) -> dict[str, int]:
+        """Make what other writers published (or flushed) since visible.
+
+        Returns
+        -------
+        dict
+            ``commits`` applied (0 for a directory) and ``segments`` gained.
+        """
     @property
     def options(self) -> dict[str, Any]:
         """The options the store was opened with (keyword arguments of the constructor)."""
@@ -200,7 +232,8 @@ class SegmentStore:
         """The value of one key, or ``None``."""
     def __contains__(self, key: str, /) -> bool: ...
     def flush(self) -> None:
-        """Write every pending value into a new durable segment."""
+        """Write every pending value into a new durable segment; on a URL,
+        then publish what was written since the last publish (one commit)."""
     def __len__(self) -> int:
         """Distinct keys, persisted and pending."""
     def stats(self) -> dict[str, int | float]:
@@ -228,7 +261,7 @@ class SegmentStore:
     def inspect(self) -> Summary:
         """``cachex inspect --json``'s object: structure, entries, sizes, schema, segments."""
     def close(self) -> None:
-        """Flush (writer) and release the files and the writer lock.
+        """Flush (and on a URL publish: writer) and release the files and the writer lock.
 
         Arrays already returned stay valid.
         """
@@ -256,7 +289,9 @@ class MemmapWriter:
     Parameters
     ----------
     path : str or os.PathLike
-        The cache directory (created if missing).
+        The cache directory (created if missing), or a URL: the cache is
+        then written in a working directory over the local tier and
+        published by :meth:`finalize`.
     arrays : dict
         ``{name: (dtype, shape)}``.
     nullable : sequence of str, optional
@@ -267,6 +302,16 @@ class MemmapWriter:
         What the cache is built from; a resume with another one is refused.
     sync_every : int, optional
         Rows per group commit (1024); 0 commits only on flush/finalize.
+    tier_dir : str or os.PathLike, optional
+        For a URL: the machine's local tier (default ``CACHEX_TIER_DIR``,
+        else ``~/.cache/cachex/tier``), shared by every process.
+    tier_budget : int or str, optional
+        For a URL: the local tier's budget in bytes, or a size such as
+        ``"20G"`` (default ``CACHEX_TIER_BUDGET``, else 20 GiB).
+    storage_options : dict, optional
+        For a URL: ``object_store`` options (``aws_endpoint``,
+        ``aws_allow_http``, ``aws_region``, ...). Credentials belong in the
+        environment (``AWS_ACCESS_KEY_ID``, ...); none is ever shown.
 
     Raises
     ------
@@ -287,9 +332,15 @@ class MemmapWriter:
         sidecars: Sequence[str] = ...,
         fingerprint: Any = None,
         sync_every: int = ...,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> Self: ...
     @property
     def path(self) -> Path: ...
+    @property
+    def url(self) -> str | None:
+        """The URL written, without credentials (None for a directory)."""
     @property
     def resume_keys(self) -> list[str]:
         """Sources committed by an earlier writer: skip them when resuming."""
@@ -330,7 +381,8 @@ class MemmapWriter:
     def flush(self) -> None:
         """Commit every row written so far."""
     def finalize(self) -> int:
-        """Write the index, sidecars and ``shapes.json``; mark complete; return the rows."""
+        """Write the index, sidecars and ``shapes.json``; mark complete (on a URL,
+        publish); return the rows."""
 
 @final
 class MemmapArray:
@@ -339,12 +391,23 @@ class MemmapArray:
     Parameters
     ----------
     path : str or os.PathLike
-        The cache directory.
+        The cache directory, or a URL: the ``.bin`` arrays are then read
+        through the machine's local tier by the blocks the rows read lie in.
     load_in_memory : bool, optional
-        Copy every array into RAM at open.
+        Copy every array into RAM at open (a local cache only).
     ram_fraction : float, optional
         The share of physical RAM a load may take (refused above it with
         :class:`InvalidInputError`).
+    tier_dir : str or os.PathLike, optional
+        For a URL: the machine's local tier (default ``CACHEX_TIER_DIR``,
+        else ``~/.cache/cachex/tier``), shared by every process.
+    tier_budget : int or str, optional
+        For a URL: the local tier's budget in bytes, or a size such as
+        ``"20G"`` (default ``CACHEX_TIER_BUDGET``, else 20 GiB).
+    storage_options : dict, optional
+        For a URL: ``object_store`` options (``aws_endpoint``,
+        ``aws_allow_http``, ``aws_region``, ...). Credentials belong in the
+        environment (``AWS_ACCESS_KEY_ID``, ...); none is ever shown.
 
     Raises
     ------
@@ -355,8 +418,8 @@ class MemmapArray:
 
     Notes
     -----
-    Pickles as its path and load options; the copy reopens the directory.
-    In a forked child the handle reopens the directory on first use.
+    Pickles as its path (or URL) and load options; the copy reopens the
+    cache. In a forked child the handle reopens the cache on first use.
     """
 
     def __new__(
@@ -365,9 +428,17 @@ class MemmapArray:
         *,
         load_in_memory: bool = False,
         ram_fraction: float = ...,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> Self: ...
     @property
     def path(self) -> Path: ...
+    @property
+    def url(self) -> str | None:
+        """The URL the cache was opened on, without credentials (None for a directory)."""
+    def refresh(self) -> None:
+        """Open the cache again as published now (arrays returned before keep the old one)."""
     def __len__(self) -> int: ...
     @property
     def schema(self) -> dict[str, Any]: ...
@@ -439,8 +510,16 @@ def memmap_open_or_build(
     sources: Sequence[str | os.PathLike[str]] = ...,
     content_hash: bool = False,
     sync_every: int = ...,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, str | bool | int | float] | None = None,
 ) -> tuple[MemmapArray, str]:
     """Open the cache ``name`` of ``config`` under ``root``, building it when needed.
+
+    ``root`` may be a URL (with the tier keywords of :class:`MemmapArray`):
+    a cache published at ``<root>/<name>/<key>`` is a hit, read through the
+    local tier; one built here is published (``sources`` are then stamped
+    relative to the current directory).
 
     The cache lives in ``root/<name>/<key of backend, name, config>``, the
     directory :func:`open` uses for a memmap-array config with the same
@@ -474,7 +553,9 @@ class PageWriter:
     Parameters
     ----------
     path : str or os.PathLike
-        The file (written as ``<path>.tmp``, renamed on finalize).
+        The file (written as ``<path>.tmp``, renamed on finalize), or a URL
+        naming the file under a prefix (``s3://bucket/prefix/data.pages``),
+        published by :meth:`finalize`.
     fields : dict
         ``{name: "int" | "float" | "bytes" | (dtype, shape)}``.
     page_size : int, optional
@@ -483,6 +564,16 @@ class PageWriter:
         Allocation alignment (512).
     direct_io : bool, optional
         Write pages with ``O_DIRECT`` where possible.
+    tier_dir : str or os.PathLike, optional
+        For a URL: the machine's local tier (default ``CACHEX_TIER_DIR``,
+        else ``~/.cache/cachex/tier``), shared by every process.
+    tier_budget : int or str, optional
+        For a URL: the local tier's budget in bytes, or a size such as
+        ``"20G"`` (default ``CACHEX_TIER_BUDGET``, else 20 GiB).
+    storage_options : dict, optional
+        For a URL: ``object_store`` options (``aws_endpoint``,
+        ``aws_allow_http``, ``aws_region``, ...). Credentials belong in the
+        environment (``AWS_ACCESS_KEY_ID``, ...); none is ever shown.
     """
 
     def __new__(
@@ -493,7 +584,16 @@ class PageWriter:
         page_size: int | None = None,
         alignment: int | None = None,
         direct_io: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> Self: ...
+    @property
+    def path(self) -> Path:
+        """The file written (for a URL, in the writer's working directory)."""
+    @property
+    def url(self) -> str | None:
+        """The URL written, without credentials (None for a local file)."""
     def __len__(self) -> int: ...
     def append(self, sample: Mapping[str, Any] | Sequence[Any]) -> int:
         """Append one sample (by field name, or in field order); return its index."""
@@ -502,23 +602,58 @@ class PageWriter:
     ) -> None:
         """Append many samples, filling pages from ``threads`` threads."""
     def finalize(self) -> dict[str, Any]:
-        """Write the tables and footer, fsync, rename; return a summary."""
+        """Write the tables and footer, fsync, rename (on a URL, publish); return a summary."""
 
 @final
 class PageReader:
     """A validated, memory-mapped page file.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file, or a URL naming it under a prefix
+        (``s3://bucket/prefix/data.pages``): its pages are then fetched into
+        the machine's local tier as their samples are read, one copy shared
+        by every process (DataLoader workers too).
+    populate : bool, optional
+        Read the file into the page cache at open (a local file).
+    verify_pages : bool, optional
+        Check every page checksum at open (a local file).
+    tier_dir : str or os.PathLike, optional
+        For a URL: the machine's local tier (default ``CACHEX_TIER_DIR``,
+        else ``~/.cache/cachex/tier``), shared by every process.
+    tier_budget : int or str, optional
+        For a URL: the local tier's budget in bytes, or a size such as
+        ``"20G"`` (default ``CACHEX_TIER_BUDGET``, else 20 GiB).
+    storage_options : dict, optional
+        For a URL: ``object_store`` options (``aws_endpoint``,
+        ``aws_allow_http``, ``aws_region``, ...). Credentials belong in the
+        environment (``AWS_ACCESS_KEY_ID``, ...); none is ever shown.
+
     Notes
     -----
-    Pickles as its path and options; the copy reopens the file. In a forked
-    child the handle reopens the file on first use.
+    Pickles as its path (or URL) and options; the copy reopens the file. In
+    a forked child the handle reopens the file on first use.
     """
 
     def __new__(
-        cls, path: str | os.PathLike[str], *, populate: bool = False, verify_pages: bool = False
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        populate: bool = False,
+        verify_pages: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> Self: ...
     @property
-    def path(self) -> Path: ...
+    def path(self) -> Path:
+        """The file read (for a URL, its link in the working directory)."""
+    @property
+    def url(self) -> str | None:
+        """The URL the file was opened on, without credentials (None for a local file)."""
+    def refresh(self) -> None:
+        """Open the file again as published now (arrays returned before keep the old one)."""
     def __len__(self) -> int: ...
     @property
     def fields(self) -> dict[str, FieldSpec]: ...
@@ -563,11 +698,27 @@ class PageReader:
 
 @final
 class BetonReader:
-    """A validated FFCV ``.beton`` file, memory-mapped."""
+    """A validated FFCV ``.beton`` file, memory-mapped.
 
-    def __new__(cls, path: str | os.PathLike[str]) -> Self: ...
+    ``path`` may be a URL naming the file under a prefix
+    (``s3://bucket/prefix/data.beton``), with the tier keywords of
+    :class:`PageReader`: the file is copied whole into a working directory
+    over the local tier first.
+    """
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
+    ) -> Self: ...
     @property
     def path(self) -> Path: ...
+    @property
+    def url(self) -> str | None:
+        """The URL the file was opened on, without credentials (None for a local file)."""
     def __len__(self) -> int: ...
     @property
     def fields(self) -> dict[str, FieldSpec]: ...
@@ -585,8 +736,16 @@ def write_beton(
     samples: Iterable[Mapping[str, Any] | Sequence[Any]],
     *,
     page_size: int = ...,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, str | bool | int | float] | None = None,
 ) -> None:
-    """Write an FFCV ``.beton`` (byte-identical to FFCV's one-worker writer)."""
+    """Write an FFCV ``.beton`` (byte-identical to FFCV's one-worker writer).
+
+    ``path`` may be a URL naming the file under a prefix (with the tier
+    keywords of :class:`PageReader`): it is written over the local tier,
+    then published.
+    """
 
 def page_verify(path: str | os.PathLike[str]) -> VerifyReport:
     """Deprecated: ``PageReader(path).verify()`` (this one checks what cannot open)."""
@@ -631,11 +790,21 @@ class Cache:
     def get_indices(self, indices: Sequence[int]) -> list[Any]:
         """Values by index (negative from the end): memmap-array, shard-store, page-alloc."""
     def put_batch(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Persist what was put (on a URL root, then publish it)."""
+    def refresh(self) -> None:
+        """Reopen the cache from its config: it then sees what others published or
+        flushed since (a writer flushes first)."""
     def __len__(self) -> int: ...
     def stats(self) -> dict[str, float]: ...
 
-def open(config: Mapping[str, Any] | str | os.PathLike[str]) -> Cache:
+def open(
+    config: Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, str | bool | int | float] | None = None,
+) -> Cache:
     """Open (or create) the cache a config names.
 
     Parameters
@@ -646,6 +815,18 @@ def open(config: Mapping[str, Any] | str | os.PathLike[str]) -> Cache:
         "options", "sources": {"root", "paths", "content"}, "create_root",
         "on_stale": "error" | "rebuild"}``, or a JSON file holding one.
         The directory is ``root/name/<key of backend, name, options>``.
+        A ``root`` may be a URL: the cache is then read through the local
+        tier and :meth:`Cache.flush` publishes.
+    tier_dir : str or os.PathLike, optional
+        For a URL: the machine's local tier (default ``CACHEX_TIER_DIR``,
+        else ``~/.cache/cachex/tier``), shared by every process.
+    tier_budget : int or str, optional
+        For a URL: the local tier's budget in bytes, or a size such as
+        ``"20G"`` (default ``CACHEX_TIER_BUDGET``, else 20 GiB).
+    storage_options : dict, optional
+        For a URL: ``object_store`` options (``aws_endpoint``,
+        ``aws_allow_http``, ``aws_region``, ...). Credentials belong in the
+        environment (``AWS_ACCESS_KEY_ID``, ...); none is ever shown.
 
     Raises
     ------
@@ -662,8 +843,10 @@ class _CachedFn:
     def stats(self) -> dict[str, int]: ...
     def flush(self) -> None: ...
 
-def _reopen_memmap_array(path: str, load_in_memory: bool, ram_fraction: float) -> MemmapArray: ...
-def _reopen_page_reader(path: str, populate: bool, verify_pages: bool) -> PageReader: ...
+def _reopen_memmap_array(path: str | os.PathLike[str], kwargs: dict[str, Any]) -> MemmapArray: ...
+def _reopen_page_reader(path: str | os.PathLike[str], kwargs: dict[str, Any]) -> PageReader: ...
+def _reopen_beton_reader(path: str | os.PathLike[str], kwargs: dict[str, Any]) -> BetonReader: ...
+def _reopen_segment_store(path: str | os.PathLike[str], kwargs: dict[str, Any]) -> SegmentStore: ...
 def _after_fork_in_child() -> None:
     """The ``os.register_at_fork(after_in_child=...)`` hook: marks every live handle."""
 
@@ -683,7 +866,9 @@ class ShardStore:
     Parameters
     ----------
     root : str or os.PathLike
-        The cache directory.
+        The cache directory, or a URL: shards published there are read
+        through the machine's local tier, shards generated here are
+        published by :meth:`flush` / :meth:`close`.
     source : callable, optional
         A factory returning a fresh iterable of the same items in the same
         order on every call. Without it only cached items can be read.
@@ -704,6 +889,16 @@ class ShardStore:
         A known length, used before the true one is discovered.
     info : JSON-able, optional
         Stored in ``metadata.json`` when the root is new.
+    tier_dir : str or os.PathLike, optional
+        For a URL: the machine's local tier (default ``CACHEX_TIER_DIR``,
+        else ``~/.cache/cachex/tier``), shared by every process.
+    tier_budget : int or str, optional
+        For a URL: the local tier's budget in bytes, or a size such as
+        ``"20G"`` (default ``CACHEX_TIER_BUDGET``, else 20 GiB).
+    storage_options : dict, optional
+        For a URL: ``object_store`` options (``aws_endpoint``,
+        ``aws_allow_http``, ``aws_region``, ...). Credentials belong in the
+        environment (``AWS_ACCESS_KEY_ID``, ...); none is ever shown.
 
     Notes
     -----
@@ -726,9 +921,29 @@ class ShardStore:
         preload_all_async: bool = False,
         length: int | None = None,
         info: Any = None,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: Mapping[str, str | bool | int | float] | None = None,
     ) -> Self: ...
     @property
-    def root(self) -> Path: ...
+    def root(self) -> Path:
+        """The root directory (for a URL, the working directory over the local tier)."""
+    @property
+    def url(self) -> str | None:
+        """The URL the store was opened on, without credentials (None for a directory)."""
+    def flush(self) -> None:
+        """On a URL, publish the shards generated since the last publish."""
+    def refresh(self) -> int:
+        """On a URL, apply what was published since; return the commits applied."""
+    def close(self) -> None:
+        """Publish (on a URL) and close the store."""
+    def __enter__(self) -> ShardStore: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
     @property
     def max_shard_length(self) -> int: ...
     def __len__(self) -> int:
@@ -753,7 +968,7 @@ class ShardStore:
         """``cachex inspect --json``'s object for this root."""
 
 def _reopen_shard_store(
-    root: str, source: Callable[[], Iterable[Any]] | None, kwargs: dict[str, Any]
+    root: str | os.PathLike[str], source: Callable[[], Iterable[Any]] | None, kwargs: dict[str, Any]
 ) -> ShardStore: ...
 
 # The index arithmetic of shard-store's sequence utilities (used by

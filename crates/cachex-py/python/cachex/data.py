@@ -54,11 +54,24 @@ and reopen in the process that unpickles them (``spawn``, ``forkserver``);
 in a ``fork`` child each handle reopens on first use (``os.register_at_fork``
 marks them), never touching the parent's descriptors, mappings or threads.
 No ``worker_init_fn`` is needed. Datasets open their stores read-only.
+
+Caches in object storage
+------------------------
+Every dataset takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+``file://``) where it takes a path, with the keywords ``tier_dir``,
+``tier_budget`` and ``storage_options`` (see :class:`cachex.SegmentStore`;
+credentials stay in the environment). Blocks are fetched into the
+machine's local tier as samples are read; every worker (``fork``,
+``spawn``, ``forkserver``) opens its own working directory over that one
+tier, so no block is fetched twice on a machine. Credentials come from
+the environment: a ``forkserver`` worker has the environment the fork
+server started with (set them before the first DataLoader starts it).
 """
 
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -78,6 +91,7 @@ from cachex._buffers import (
     torch,
 )
 from cachex._cachex import MemmapArray, PageReader, SegmentStore, ShardStore
+from cachex._remote import TierBudget, tier_kwargs
 from cachex.errors import InvalidInputError
 from cachex.sampling import (
     Deal,
@@ -203,6 +217,8 @@ class MemmapDataset(_Batched):
         loads its own copy.
     output, pin_memory
         The type of batches (see the module docs).
+    tier_dir, tier_budget, storage_options
+        For a URL ``path`` (see the module docs).
     """
 
     def __init__(
@@ -214,17 +230,22 @@ class MemmapDataset(_Batched):
         ram_fraction: float | None = None,
         output: Output = "numpy",
         pin_memory: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         self._setup(output, pin_memory)
         kwargs: dict[str, Any] = {"load_in_memory": load_in_memory}
         if ram_fraction is not None:
             kwargs["ram_fraction"] = ram_fraction
+        kwargs.update(tier_kwargs(tier_dir, tier_budget, storage_options))
         self.cache = MemmapArray(path, **kwargs)
         schema = self.cache.schema["arrays"]
         self.arrays = list(schema) if arrays is None else list(arrays)
         unknown = [a for a in self.arrays if a not in schema]
         if unknown:
-            raise InvalidInputError(f"{path}: no arrays {unknown} (it has {list(schema)})")
+            shown = self.cache.url or self.cache.path
+            raise InvalidInputError(f"{shown}: no arrays {unknown} (it has {list(schema)})")
         self._specs = {
             a: (_numpy_dtype(schema[a]["dtype"]), tuple(schema[a]["shape"]), schema[a]["nullable"])
             for a in self.arrays
@@ -273,6 +294,10 @@ class PageDataset(_Batched):
     one buffer per field filled from the mapped pages by ``fill_batch``: int64
     for ints, float64 for floats, ``(n, *shape)`` for arrays and zero-padded
     uint8 ``(n, max size)`` for bytes, with ``"<field>_lengths"`` (int64).
+
+    ``path`` may be a URL naming the file under a prefix
+    (``s3://bucket/prefix/data.pages``), with ``tier_dir``, ``tier_budget``
+    and ``storage_options`` (see the module docs).
     """
 
     def __init__(
@@ -283,14 +308,22 @@ class PageDataset(_Batched):
         populate: bool = False,
         output: Output = "numpy",
         pin_memory: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         self._setup(output, pin_memory)
-        self.reader = PageReader(path, populate=populate)
+        self.reader = PageReader(
+            path,
+            populate=populate,
+            **tier_kwargs(tier_dir, tier_budget, storage_options),
+        )
         kinds = self.reader.fields
         self.fields = list(kinds) if fields is None else list(fields)
         unknown = [f for f in self.fields if f not in kinds]
         if unknown:
-            raise InvalidInputError(f"{path}: no fields {unknown} (it has {list(kinds)})")
+            shown = self.reader.url or self.reader.path
+            raise InvalidInputError(f"{shown}: no fields {unknown} (it has {list(kinds)})")
         widths = self.reader.max_sizes
         self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
         for f in self.fields:
@@ -346,8 +379,9 @@ class SegmentDataset(_Batched):
     ``dataset[indices]`` the records stacked field by field (:func:`collate`).
     A key not in the store raises ``KeyError`` naming it and the store.
 
-    ``options`` are :class:`cachex.SegmentStore`'s; the store opens read-only
-    unless ``read_only=False`` is given.
+    ``options`` are :class:`cachex.SegmentStore`'s (``tier_dir``,
+    ``tier_budget``, ``storage_options`` for a URL ``path``); the store opens
+    read-only unless ``read_only=False`` is given.
     """
 
     def __init__(
@@ -374,7 +408,8 @@ class SegmentDataset(_Batched):
     def _records(self, keys: list[str]) -> list[Any]:
         values, missing = self.store.get_batch(keys)
         if missing:
-            raise KeyError(f"{self.store.path}: key {keys[missing[0]]!r} is not in the store")
+            shown = self.store.url or self.store.path
+            raise KeyError(f"{shown}: key {keys[missing[0]]!r} is not in the store")
         return values
 
     def item(self, i: int) -> Any:
@@ -391,7 +426,8 @@ class ShardDataset(_Batched):
     (unpickled), ``dataset[indices]`` the items stacked by :func:`collate`
     (arrays and numbers into buffers, other objects as a list).
 
-    ``source`` and ``options`` are :class:`cachex.ShardStore`'s. A worker
+    ``source`` and ``options`` are :class:`cachex.ShardStore`'s (``tier_dir``,
+    ``tier_budget``, ``storage_options`` for a URL ``root``). A worker
     started by ``spawn`` or ``forkserver`` unpickles the dataset, so
     ``source`` must then be picklable (a module-level function) or ``None``
     (read what is cached).
@@ -645,7 +681,8 @@ class PageIterableDataset(IterableBatches):
     :class:`IterableBatches` over a :class:`PageDataset`; ``drop_last=True``
     is ``policy="drop_last"`` (only full batches, on every rank), else
     ``"pad"``. The next batch's pages are prefetched (``madvise(WILLNEED)``)
-    while the current one is in use.
+    while the current one is in use. ``path`` may be a URL, with
+    ``tier_dir``, ``tier_budget`` and ``storage_options`` (see the module docs).
     """
 
     def __init__(
@@ -663,11 +700,21 @@ class PageIterableDataset(IterableBatches):
         pin_memory: bool = False,
         reuse_buffers: bool = False,
         populate: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
         self.pages = PageDataset(
-            path, fields=fields, populate=populate, output=output, pin_memory=pin_memory
+            path,
+            fields=fields,
+            populate=populate,
+            output=output,
+            pin_memory=pin_memory,
+            tier_dir=tier_dir,
+            tier_budget=tier_budget,
+            storage_options=storage_options,
         )
         super().__init__(
             self.pages,

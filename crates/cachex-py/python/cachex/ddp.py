@@ -26,6 +26,10 @@ and every rank hits on every key any rank wrote::
         torch.distributed.barrier()
         refresh_backend(backend)
 
+``cache_dir`` may be a URL (``s3://bucket/prefix``; see
+:class:`cachex.torchcachex.ArrowIPCCacheBackend`): each rank's ``flush()``
+publishes its segments, and :func:`refresh_backend` applies the others'.
+
 ``cachex verify <dir>`` checks such a cache like any other.
 """
 
@@ -69,6 +73,11 @@ def refresh_backend(backend: ArrowIPCCacheBackend) -> None:
     epoch boundary, not per batch.
     """
     backend.flush()
+    if backend.url is not None:
+        # On a URL the flush published; a refresh applies what the other
+        # writers published (their flush()).
+        backend.refresh()
+        return
     # The options the backend opened its store with, where it keeps them;
     # else read back from the store.
     kept = getattr(backend, "_store_options", None)

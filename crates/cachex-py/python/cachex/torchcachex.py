@@ -80,6 +80,12 @@ Differences from torchcachex (deliberate)
   dict, tuple nor list), anything is pickled, as torchcachex does.
 * A batch's tensors are views of one buffer per tensor part (see above);
   torchcachex copied each value's tensor on its own.
+* ``cache_dir`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+  ``file://``; torchcachex took local directories only), with the
+  keyword-only ``tier_dir``, ``tier_budget`` and ``storage_options``: the
+  cache is read and written in a working directory over the machine's
+  local tier, ``flush()`` / ``close()`` publish, ``refresh()`` applies
+  what other writers published.
 
 Attributes: torchcachex 0.2.0's public ones all exist. ``schema`` is a
 ``pyarrow.Schema`` read from ``schema.json`` as torchcachex reads it (it
@@ -96,7 +102,8 @@ Two are internals cachex has no equivalent of; reading them raises
   thread; ``flush()`` waits for the queued writes.
 
 cachex adds ``lru_size``, ``store`` (the :class:`cachex.SegmentStore`),
-``is_writer``, ``close()`` and the context-manager protocol.
+``is_writer``, ``url``, ``refresh()``, ``close()`` and the context-manager
+protocol.
 :class:`CacheModuleDecorator` keeps every public name of torchcachex's
 (it is the same kind of ``nn.Module``).
 """
@@ -118,6 +125,7 @@ import numpy as np
 
 from cachex._cachex import SegmentStore
 from cachex._dropin import NotProvidedError, not_provided
+from cachex._remote import TierBudget, is_url, join, tier_kwargs
 from cachex.errors import CacheError, InvalidInputError
 
 try:  # torch is optional: without it values are numpy arrays.
@@ -506,10 +514,17 @@ class _Lru:
 class ArrowIPCCacheBackend:
     """A persistent per-sample cache in torchcachex's layout, on the Rust engine.
 
+    ``cache_dir`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+    ``file://``; cachex only): the cache lives at ``<cache_dir>/<module_id>``
+    in the bucket and is read through the machine's local tier; ``flush()``
+    and ``close()`` publish what the writer wrote, :meth:`refresh` applies
+    what others published. :attr:`cache_dir` is then the local working
+    directory, :attr:`url` the URL (without credentials).
+
     Parameters
     ----------
     cache_dir : str or os.PathLike
-        Root directory; the cache lives in ``cache_dir/module_id``.
+        Root directory (or URL); the cache lives in ``cache_dir/module_id``.
     module_id : str
         Stable name of the cached computation (change it to invalidate).
     lru_size : int
@@ -530,6 +545,11 @@ class ArrowIPCCacheBackend:
     writer_id : int, optional
         cachex only, keyword: let this process write beside others as
         writer ``writer_id`` (multi-writer mode; every rank persists).
+    tier_dir, tier_budget, storage_options
+        cachex only, keyword, for a URL ``cache_dir``: the local tier's
+        directory (default ``CACHEX_TIER_DIR``), its budget (bytes or a size
+        such as ``"20G"``) and the object store's options (``aws_endpoint``,
+        ...; credentials stay in the environment).
 
     Values of different shapes and ranks share one cache (the schema fixes
     structure, names and dtypes; each row stores its shape).
@@ -558,16 +578,20 @@ class ArrowIPCCacheBackend:
         current_rank: int | None = None,
         *,
         writer_id: int | None = None,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if int(lru_size) < 0 or int(flush_every) < 1 or int(max_workers) < 1:
             raise InvalidInputError(
                 f"lru_size must be >= 0, flush_every and max_workers >= 1 "
                 f"(got {lru_size}, {flush_every}, {max_workers})"
             )
-        self.cache_dir = Path(cache_dir) / module_id
-        self.segments_dir = self.cache_dir / "segments"
-        self.index_path = self.cache_dir / "index.pkl"
-        self.schema_path = self.cache_dir / "schema.json"
+        # Where the store opens: a directory, or a URL whose working
+        # directory (self.cache_dir) is known once the store is open.
+        self._root = join(cache_dir, module_id)
+        self._remote = is_url(cache_dir)
+        self._set_dir(Path(self._root) if not self._remote else Path())
         self.module_id = module_id
         self.async_write = bool(async_write)
         self.flush_every = int(flush_every)
@@ -593,11 +617,37 @@ class ArrowIPCCacheBackend:
             "writer_rank": self.writer_rank,
             "current_rank": self.current_rank,
             "writer_id": writer_id,
+            **tier_kwargs(tier_dir, tier_budget, storage_options),
         }
         # Whether the store read a schema.json when it opened (see _settle_schema).
-        self._schema_seen_at_open = self.schema_path.exists()
-        self.store = SegmentStore(self.cache_dir, **self._store_options)
+        self._schema_seen_at_open = not self._remote and self.schema_path.exists()
+        self.store = self._open_store()
+        if self._remote:
+            self._schema_seen_at_open = self.schema_path.exists()
         _LIVE.add(self)
+
+    def _set_dir(self, cache_dir: Path) -> None:
+        self.cache_dir = cache_dir
+        self.segments_dir = cache_dir / "segments"
+        self.index_path = cache_dir / "index.pkl"
+        self.schema_path = cache_dir / "schema.json"
+
+    def _open_store(self) -> SegmentStore:
+        """Opens the store; on a URL, follows it to its working directory."""
+        store = SegmentStore(self._root, **self._store_options)
+        if self._remote:
+            self._set_dir(Path(store.path))
+        return store
+
+    @property
+    def url(self) -> str | None:
+        """The cache's URL without credentials (cachex only; None for a directory)."""
+        return self.store.url
+
+    def refresh(self) -> None:
+        """Makes what other writers published (or flushed) since visible
+        (cachex only). Values already in the LRU stay as they were read."""
+        self.store.refresh()
 
     @property
     def lru_enabled(self) -> bool:
@@ -803,7 +853,7 @@ class ArrowIPCCacheBackend:
             _replace_durably(self.schema_path, widened)
         if text is None or widened is not None or not self._schema_seen_at_open:
             self.store.close()
-            self.store = SegmentStore(self.cache_dir, **self._store_options)
+            self.store = self._open_store()
         self._blobs = _blob_columns(_read_text(self.schema_path))
         self._schema_settled = True
 
@@ -854,8 +904,10 @@ class ArrowIPCCacheBackend:
             pass
 
     def __repr__(self) -> str:
+        url = self.store.url
+        root = str(self.cache_dir.parent) if url is None else url.rsplit("/", 1)[0]
         return (
-            f"ArrowIPCCacheBackend({str(self.cache_dir.parent)!r}, {self.module_id!r}, "
+            f"ArrowIPCCacheBackend({root!r}, {self.module_id!r}, "
             f"lru_size={self.lru_size}, writer={self.is_writer})"
         )
 

@@ -55,6 +55,13 @@ Kept where loadit was right; changed where it was wrong:
   pass.
 - **Compression**: ``None`` or ``"zstd"`` (loadit accepted any fsspec
   codec); another codec raises ``cachex.InvalidInputError``.
+- **Roots in object storage** (cachex only): ``root_dir`` may be a URL
+  (``s3://bucket/prefix``, ``gs://``, ``az://``, ``file://``), read
+  through the machine's local tier; keyword-only ``tier_dir``,
+  ``tier_budget`` and ``storage_options`` after loadit's arguments, and
+  ``flush()`` / ``close()`` (publish what was generated) and
+  ``refresh()`` (apply what others published). loadit's own fsspec roots
+  are not read this way.
 - **Utilities**: see :mod:`cachex.loadit.util` (``InterleaveSequences``
   fixed, ``ConcatableSequence.__add__`` fixed, ``RepeatSequence`` length,
   ``chunk_shuffle_idx`` permutations come from shard-store's generator).

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import operator
+import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 
 from cachex import _cachex
 from cachex._dropin import not_provided
+from cachex._remote import TierBudget, is_url, tier_kwargs
 from cachex.loadit.util import SequenceView, is_sequence
 
 __all__ = ["LoadIt", "LoaditView", "PreloadType", "preload_next_shard"]
@@ -78,10 +80,18 @@ class LoadIt(SequenceView):
     **Opening a root unpickles its shards**: open only roots you trust, as
     with loadit or ``pickle.load``.
 
+    ``root_dir`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+    ``file://``; cachex only): shards published there are read through the
+    machine's local tier, shards generated here are published by
+    :meth:`flush` / :meth:`close`, and :meth:`refresh` applies what others
+    published since. ``root_dir`` is then the local working directory and
+    :attr:`url` the URL (without credentials). On a URL, ``compression=None``
+    does not adopt the root's compression: give the one it was written with.
+
     Parameters
     ----------
     root_dir : str or os.PathLike
-        Where the shards live.
+        Where the shards live: a directory, or a URL.
     create_iter : callable, optional
         Returns a fresh iterable of the same items in the same order on
         every call. ``None``: only cached items can be read.
@@ -114,6 +124,11 @@ class LoadIt(SequenceView):
         length is discovered, instead of iterating to the end.
     mode : int
         Accepted for loadit compatibility; files get the process umask.
+    tier_dir, tier_budget, storage_options
+        cachex only, keyword, for a URL root: the local tier's directory
+        (default ``CACHEX_TIER_DIR``), its budget (bytes or a size such as
+        ``"20G"``) and the object store's options (``aws_endpoint``, ...;
+        credentials stay in the environment).
     """
 
     def __init__(
@@ -131,6 +146,10 @@ class LoadIt(SequenceView):
         iterator_thread_safe: bool = False,
         length: int | None = None,
         mode: int = 0o644,
+        *,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if not iterator_thread_safe and max_workers != 1:
             raise ValueError(
@@ -148,8 +167,9 @@ class LoadIt(SequenceView):
             raise TypeError("create_iter must be a function returning an iterable")
         if source is None:
             max_shard_length = None
-        metadata = Path(root_dir) / "metadata.json"
-        if compression is None and source is not None and metadata.exists():
+        # On a URL, metadata.json is known only once the store has opened.
+        metadata = None if is_url(root_dir) else Path(root_dir) / "metadata.json"
+        if compression is None and source is not None and metadata and metadata.exists():
             # loadit treats None as "whatever the root has". A damaged
             # metadata.json is left for the store to report (typed, named).
             try:
@@ -163,7 +183,6 @@ class LoadIt(SequenceView):
         else:
             preload, self.preload_fn = 0, preload_fn
         self.indices, self.index_map, self.length = None, None, None
-        self.root_dir = Path(root_dir)
         self.max_workers = max_workers
         self.manual_length = length
         self._store = _cachex.ShardStore(
@@ -178,8 +197,35 @@ class LoadIt(SequenceView):
             preload_all_async=preload_all_async,
             length=length,
             info=info,
+            **tier_kwargs(tier_dir, tier_budget, storage_options),
         )
+        self.root_dir = Path(self._store.root)
         self.shards = _Shards(self._store)
+
+    @property
+    def url(self) -> str | None:
+        """The URL of the root without credentials (cachex only; None for a directory)."""
+        return self._store.url
+
+    def flush(self) -> None:
+        """Publishes the shards generated since the last publish (cachex only;
+        nothing for a local root)."""
+        self._store.flush()
+
+    def refresh(self) -> int:
+        """Applies what other processes published since (cachex only); returns
+        the number of commits applied (0 for a local root)."""
+        return self._store.refresh()
+
+    def close(self) -> None:
+        """Publishes (on a URL) and closes the store (cachex only)."""
+        self._store.close()
+
+    def __enter__(self) -> LoadIt:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def info(self) -> Any:
         """The ``info`` stored in ``metadata.json``."""
@@ -310,7 +356,7 @@ class LoadIt(SequenceView):
         return self
 
     def __repr__(self) -> str:
-        return f"LoadIt({str(self.root_dir)!r})"
+        return f"LoadIt({self.url or str(self.root_dir)!r})"
 
 
 class LoaditView(SequenceView):
