@@ -412,3 +412,39 @@ fn many_keys_of_a_segment_fetch_it_whole_not_row_by_row() {
     assert!(got.iter().all(Option::is_some));
     assert_eq!(meter.requests(), before);
 }
+
+#[test]
+fn a_prefetched_epoch_of_a_segment_store_sends_no_request() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let n = 3_000;
+    let url = publish(&endpoint, "w1prefetch", n, 512);
+    let tier = tempfile::tempdir().unwrap();
+    let (reader, meter) = cold_reader(&endpoint, &url, tier.path());
+    // The epoch's order: a stride through the keys, every key once.
+    let order: Vec<String> = (0..n)
+        .map(|k| format!("sample_{}", (k * 1237) % n))
+        .collect();
+    let warming = reader.prefetch(&order);
+    assert_eq!(warming.total(), n.div_ceil(512) as u64);
+    assert!(
+        warming.wait(std::time::Duration::from_secs(120)),
+        "the prefetch did not end"
+    );
+    assert_eq!(warming.failed(), 0);
+    assert_eq!(warming.fetched(), warming.total());
+    let before = meter.requests();
+    for batch in order.chunks(256) {
+        let (got, missing) = reader.get_batch(batch).unwrap();
+        assert!(missing.is_empty());
+        for (k, v) in batch.iter().zip(&got) {
+            let i: usize = k["sample_".len()..].parse().unwrap();
+            assert_eq!(v.as_ref(), Some(&w1_record(i)), "{k}");
+        }
+    }
+    assert_eq!(meter.requests(), before, "the epoch's reads sent requests");
+    // Everything is whole here now: a second prefetch has nothing to do.
+    let again = reader.prefetch(&order);
+    assert_eq!(again.total(), 0);
+}

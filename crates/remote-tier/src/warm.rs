@@ -28,11 +28,13 @@ struct Shared {
 }
 
 impl Warming {
-    /// Fetches the blocks `order` in that order with `workers` threads:
-    /// `fetch(i)` fetches block `i` (false: it was local already), and
-    /// `block_bytes(i)` is its length; no new block is started once
-    /// `max_bytes` were fetched.
-    pub(crate) fn start(
+    /// Fetches the units (blocks of one object, or whole objects) `order`
+    /// in that order with `workers` threads, in the background: `fetch(i)`
+    /// fetches unit `i` (false: it was local already), and
+    /// `block_bytes(i)` is its length; no new unit is started once
+    /// `max_bytes` were fetched. [`RemoteFile::warm`](crate::RemoteFile::warm)
+    /// fills one object this way.
+    pub fn start(
         order: Vec<u64>,
         max_bytes: u64,
         workers: usize,

@@ -30,6 +30,29 @@ struct Far {
 }
 
 impl SegmentStore {
+    /// The segment files that hold `keys` (each key's newest location),
+    /// in the order the keys first need them, each once: what a reader
+    /// that knows its next reads fetches ahead (a key not found adds
+    /// nothing).
+    pub fn segment_files_of<K: AsRef<str>>(&self, keys: &[K]) -> Vec<std::path::PathBuf> {
+        let st = self.inner().state.read();
+        let mut seen = std::collections::HashSet::new();
+        let mut files = Vec::new();
+        for k in keys {
+            let h = format::key_hash(k.as_ref());
+            let first = st
+                .index
+                .candidates(h)
+                .find_map(|loc| st.segments.get(&loc.seg));
+            if let Some(seg) = first
+                && seen.insert(seg.id)
+            {
+                files.push(seg.path.clone());
+            }
+        }
+        files
+    }
+
     /// [`get_batch`](SegmentStore::get_batch) where `src` says which
     /// segments are whole locally and reads byte ranges of the others: a
     /// key whose segment is not whole costs the ranges its row needs

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use remote_tier::{Expected, RemoteFile};
+use remote_tier::{Expected, RemoteFile, Warming, WarmingSet};
 use segment_store::{BoxError, SegmentRanges, SegmentStore, WholeSegment};
 use tensor_core::Value;
 
@@ -290,6 +290,52 @@ impl RemoteSegments {
             }
             None => Ok(self.store.get_batch(keys)?),
         }
+    }
+
+    /// Starts fetching the segments that hold `keys` into the local tier
+    /// in the background, whole and verified, in the order the keys first
+    /// need them (the next epoch's), up to the tier's parallelism at once
+    /// and at most the tier's budget of bytes; returns at once. A key of a
+    /// segment that arrived is read from its whole copy, with no request;
+    /// one read before its segment arrives is read through byte ranges as
+    /// usual. Nothing to do for a local cache, or for segments already
+    /// whole here.
+    pub fn prefetch<K: AsRef<str>>(&self, keys: &[K]) -> WarmingSet {
+        let Some(remote) = &self.remote else {
+            return WarmingSet::default();
+        };
+        let files: Vec<std::path::PathBuf> = self
+            .store
+            .segment_files_of(keys)
+            .into_iter()
+            .filter(|path| {
+                relative(remote.dir(), path)
+                    .and_then(|rel| self.whole.linked(remote, &rel))
+                    .is_some_and(|(linked, copy)| copy.is_none() && !linked.is_complete())
+            })
+            .collect();
+        let sizes: Vec<u64> = files
+            .iter()
+            .map(|path| {
+                relative(remote.dir(), path)
+                    .and_then(|rel| remote.object(&rel))
+                    .map_or(0, |f| f.len())
+            })
+            .collect();
+        let config = remote.tier().config();
+        let (budget, workers) = (config.budget_bytes, config.parallelism.max(1));
+        let (fetch_remote, whole) = (Arc::clone(remote), Arc::clone(&self.whole));
+        let order: Vec<u64> = (0..files.len() as u64).collect();
+        let fetch = move |i: u64| -> remote_tier::Result<bool> {
+            let Some(path) = files.get(i as usize) else {
+                return Ok(false);
+            };
+            whole_segment(&fetch_remote, &whole, path)
+                .map(|copy| copy.is_some())
+                .map_err(|e| remote_tier::Error::Runtime(e.to_string()))
+        };
+        let bytes = move |i: u64| sizes.get(i as usize).copied().unwrap_or(0);
+        Warming::all(vec![Warming::start(order, budget, workers, bytes, fetch)])
     }
 
     /// Number of distinct keys, persisted or pending (the index's count:
