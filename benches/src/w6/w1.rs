@@ -38,7 +38,7 @@ fn write(
     let (inner, prefix) = build_store(&url, options).map_err(err)?;
     let tier =
         RemoteTier::with_store(inner, prefix, &url, TierConfig::new(&t, 1 << 30)).map_err(err)?;
-    let remote = RemoteDir::open(tier, &dir, remote_cache::StoreFiles::PLAIN).map_err(err)?;
+    let remote = RemoteDir::open(tier, &dir, segment_files()).map_err(err)?;
     let store = RemoteSegments::with_remote(remote, Options::default()).map_err(err)?;
     let keys: Vec<String> = (0..n).map(|i| format!("sample_{i}")).collect();
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
@@ -96,11 +96,17 @@ fn check(ctx: &Ctx, store: &SegmentStore, batch: &[usize]) -> Result<(), RunErro
 
 /// 200 batches of 256 random keys: `get_batch`, a pass over every element;
 /// returns seconds, then checks every value.
-fn read(ctx: &Ctx, store: &SegmentStore, n: usize, open_secs: f64) -> Result<f64, RunError> {
+fn read(ctx: &Ctx, store: &RemoteSegments, n: usize, open_secs: f64) -> Result<f64, RunError> {
     let batches = batches(ctx, n);
     let names: Vec<Vec<String>> = batches.iter().map(|b| names(b)).collect();
     let mut sink = 0f32;
     let start = Instant::now();
+    // The epoch's keys are known before its first read: a remote store
+    // fetches the segments that hold them, whole, in the order they are
+    // needed, while the reads go on (a read of a segment on its way waits
+    // for it).
+    let order: Vec<&String> = names.iter().flatten().collect();
+    let _warming = store.prefetch(&order);
     for keys in &names {
         let (records, _) = store.get_batch(keys).map_err(err)?;
         for r in records.iter().flatten() {
@@ -121,6 +127,12 @@ fn read(ctx: &Ctx, store: &SegmentStore, n: usize, open_secs: f64) -> Result<f64
     Ok(secs)
 }
 
+/// How W1's files travel: segments read by blocks (in the store's small
+/// blocks, fetched by byte ranges or whole), the index copied whole.
+fn segment_files() -> remote_cache::StoreFiles {
+    remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::Segments)
+}
+
 fn read_only() -> Options {
     Options {
         read_only: true,
@@ -138,7 +150,11 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
     let batch_bytes = (items * DIM * 4) as u64;
     // Every line times opening and reading, the local one too.
     let start = Instant::now();
-    let local = SegmentStore::open(&local_dir, read_only()).map_err(err)?;
+    let local = RemoteSegments::open(
+        &remote_cache::Location::Local(local_dir.clone()),
+        read_only(),
+    )
+    .map_err(err)?;
     let local_open = start.elapsed().as_secs_f64();
     let local_secs = read(ctx, &local, n, local_open)?;
     drop(local);
@@ -165,7 +181,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
         let dir = ctx.fresh_dir(&format!("w6-w1-{phase}")).map_err(err)?;
         let start = Instant::now();
         let (remote, tier) =
-            published.open(&dir, budget, latency, remote_cache::StoreFiles::PLAIN)?;
+            published.open(&dir, budget, latency, segment_files())?;
         let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
         let open_secs = start.elapsed().as_secs_f64();
         let secs = read(ctx, &store, n, open_secs)?;
@@ -188,7 +204,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
             // The same working directory and tier again: everything local.
             let start = Instant::now();
             let (remote, tier) =
-                published.open(&dir, budget, latency, remote_cache::StoreFiles::PLAIN)?;
+                published.open(&dir, budget, latency, segment_files())?;
             let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
             let open_secs = start.elapsed().as_secs_f64();
             let secs = read(ctx, &store, n, open_secs)?;
@@ -225,7 +241,7 @@ fn first_batch(ctx: &Ctx, published: &Published, n: usize) -> Result<(), RunErro
         &dir,
         1 << 40,
         Duration::ZERO,
-        remote_cache::StoreFiles::PLAIN,
+        segment_files(),
     )?;
     let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
     let (records, _) = store.get_batch(&keys).map_err(err)?;

@@ -1,6 +1,6 @@
 //! [`RemoteSegments`]: a segment-store cache on a location.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::ops::{Deref, Range};
 use std::os::unix::fs::FileExt;
@@ -44,9 +44,11 @@ pub struct RemoteSegments {
 
 /// Whole, verified copies of segments read by blocks, fetched for the
 /// store to map, by path in the working directory: kept open so the tier
-/// does not evict a copy the store maps.
+/// does not evict a copy the store maps. And the paths a prefetch is
+/// fetching whole: a read of one of them waits for that copy (the tier
+/// fetches each block once) rather than fetch its rows by ranges too.
 #[derive(Debug, Default)]
-struct WholeCopies(Mutex<HashMap<String, RemoteFile>>);
+struct WholeCopies(Mutex<HashMap<String, RemoteFile>>, Mutex<HashSet<String>>);
 
 impl WholeCopies {
     /// What stands for `rel` now: `None` for a file copied whole (read
@@ -136,6 +138,16 @@ impl SegmentRanges for Fetched<'_> {
     }
 
     fn read_whole(&self, path: &Path, rows: usize, of: usize) -> bool {
+        let coming = relative(self.remote.dir(), path).is_some_and(|rel| {
+            self.whole
+                .1
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&rel)
+        });
+        if coming {
+            return true;
+        }
         // A row costs about six blocks: past a sixteenth of the rows (or of
         // the blocks already), the whole segment in a request or two costs
         // less than the rows in a request each.
@@ -324,15 +336,27 @@ impl RemoteSegments {
             .collect();
         let config = remote.tier().config();
         let (budget, workers) = (config.budget_bytes, config.parallelism.max(1));
+        {
+            let mut coming = self.whole.1.lock().unwrap_or_else(|p| p.into_inner());
+            coming.extend(files.iter().filter_map(|p| relative(remote.dir(), p)));
+        }
         let (fetch_remote, whole) = (Arc::clone(remote), Arc::clone(&self.whole));
         let order: Vec<u64> = (0..files.len() as u64).collect();
         let fetch = move |i: u64| -> remote_tier::Result<bool> {
             let Some(path) = files.get(i as usize) else {
                 return Ok(false);
             };
-            whole_segment(&fetch_remote, &whole, path)
+            let fetched = whole_segment(&fetch_remote, &whole, path)
                 .map(|copy| copy.is_some())
-                .map_err(|e| remote_tier::Error::Runtime(e.to_string()))
+                .map_err(|e| remote_tier::Error::Runtime(e.to_string()));
+            if let Some(rel) = relative(fetch_remote.dir(), path) {
+                whole
+                    .1
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&rel);
+            }
+            fetched
         };
         let bytes = move |i: u64| sizes.get(i as usize).copied().unwrap_or(0);
         Warming::all(vec![Warming::start(order, budget, workers, bytes, fetch)])
