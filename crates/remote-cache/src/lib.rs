@@ -163,6 +163,7 @@ mod location;
 mod log_state;
 mod prefetch;
 pub mod snapshot;
+pub mod staged;
 mod stores;
 mod workdir;
 
