@@ -233,11 +233,9 @@ def test_page_sink_killed_before_rename_keeps_old_file(tmp_path):
 
 
 def test_urls_are_refused_for_now(tmp_path):
-    # Segment stores take URLs (tests/test_ray_s3.py); these not yet.
+    # Segment stores and page files take URLs (tests/test_ray_s3.py); these not yet.
     for make in (
-        lambda: cray.PageSink("s3://bucket/x.pages"),
         lambda: cray.MemmapSink("s3://bucket/arrays"),
-        lambda: cray.read_pages("s3://bucket/x.pages"),
         lambda: cray.read_memmap("s3://bucket/arrays"),
     ):
         with pytest.raises(cachex.InvalidInputError, match="local paths only"):

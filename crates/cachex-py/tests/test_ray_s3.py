@@ -167,3 +167,50 @@ def test_driver_dying_before_the_commit_leaves_the_last_commit(s3, monkeypatch):
 
 def test_recover_segments_has_nothing_to_do_on_a_url(s3):
     assert cray.recover_segments(s3.url("nothing")) == []
+
+
+def samples(n: int, shift: float):
+    return ray.data.range(n, override_num_blocks=BLOCKS).map_batches(
+        lambda b: {
+            "label": b["id"].astype(np.int64),
+            "vec": (b["id"][:, None] + shift + np.arange(3)[None, :]).astype(np.float32),
+            "name": np.array([f"n{i}".encode() * (1 + i % 3) for i in b["id"]], dtype=object),
+        }
+    )
+
+
+def check_pages(rows: list[dict], n: int, shift: float) -> None:
+    assert len(rows) == n
+    assert sorted(int(r["label"]) for r in rows) == list(range(n))
+    for r in rows:
+        i = int(r["label"])
+        np.testing.assert_array_equal(r["vec"], i + shift + np.arange(3, dtype=np.float32))
+        assert bytes(r["name"]) == f"n{i}".encode() * (1 + i % 3)
+
+
+def reader_rows(reader) -> list[dict]:
+    return [reader.sample(i) for i in range(len(reader))]
+
+
+def test_page_sink_round_trip_and_overwrite_seen_on_refresh(s3):
+    url = s3.url("pages/data.pages")
+    samples(N, 0.0).write_datasink(cray.PageSink(url, page_size=1 << 16, **s3.tier("job")))
+    assert commits(s3, url.rsplit("/", 1)[0]) == 1
+    check_pages(cray.read_pages(url, override_num_blocks=3, **s3.tier("ray")).take_all(), N, 0.0)
+    reader = cachex.PageReader(url, **s3.tier("reader"))
+    check_pages(reader_rows(reader), N, 0.0)
+
+    with pytest.raises(Exception, match="exists"):
+        samples(10, 1.0).write_datasink(cray.PageSink(url, **s3.tier("job")))
+    samples(N // 2, 0.5).write_datasink(cray.PageSink(url, overwrite=True, **s3.tier("job")))
+    assert commits(s3, url.rsplit("/", 1)[0]) == 2
+    check_pages(reader_rows(reader), N, 0.0)
+    reader.refresh()
+    check_pages(reader_rows(reader), N // 2, 0.5)
+
+
+def test_beton_sink_round_trip(s3):
+    url = s3.url("ffcv/data.beton")
+    fields = {"label": "int", "vec": ("<f4", [3]), "name": "bytes"}
+    samples(N, 0.0).write_datasink(cray.PageSink(url, fields, **s3.tier("job")))
+    check_pages(cray.read_pages(url, override_num_blocks=2, **s3.tier("ray")).take_all(), N, 0.0)
