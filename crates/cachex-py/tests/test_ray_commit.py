@@ -230,13 +230,3 @@ def test_page_sink_killed_before_rename_keeps_old_file(tmp_path):
         ).write_datasink(CrashingSink(path, fields, overwrite=True))
     assert path.read_bytes() == before
     assert not (tmp_path / ".s.pages.staging").exists()
-
-
-def test_urls_are_refused_for_now(tmp_path):
-    # Segment stores and page files take URLs (tests/test_ray_s3.py); these not yet.
-    for make in (
-        lambda: cray.MemmapSink("s3://bucket/arrays"),
-        lambda: cray.read_memmap("s3://bucket/arrays"),
-    ):
-        with pytest.raises(cachex.InvalidInputError, match="local paths only"):
-            make()

@@ -214,3 +214,49 @@ def test_beton_sink_round_trip(s3):
     fields = {"label": "int", "vec": ("<f4", [3]), "name": "bytes"}
     samples(N, 0.0).write_datasink(cray.PageSink(url, fields, **s3.tier("job")))
     check_pages(cray.read_pages(url, override_num_blocks=2, **s3.tier("ray")).take_all(), N, 0.0)
+
+
+def test_memmap_sink_round_trip_is_one_commit_written_once(s3, tmp_path, monkeypatch):
+    url = s3.url("arrays")
+    ds = ray.data.range(N, override_num_blocks=BLOCKS).map_batches(
+        lambda b: {
+            "key": np.array([f"s{i}" for i in b["id"]], dtype=object),
+            "value": (b["id"][:, None, None] + np.arange(8).reshape(1, 2, 4)).astype(np.float32),
+            "tag": np.array([f"t{i % 3}" for i in b["id"]], dtype=object),
+        }
+    )
+
+    # A driver that dies before the commit leaves the URL without a cache.
+    def die(self):
+        raise SystemExit("the driver dies with the commit decided, not claimed")
+
+    monkeypatch.setattr(Remote, "_before_commit", die)
+    with pytest.raises(BaseException, match="the driver dies"):
+        ds.write_datasink(
+            cray.MemmapSink(url, source_column="key", sidecar_columns=["tag"], **s3.tier("job"))
+        )
+    monkeypatch.undo()
+    assert commits(s3, url) == 0
+
+    ds.write_datasink(
+        cray.MemmapSink(url, source_column="key", sidecar_columns=["tag"], **s3.tier("job"))
+    )
+    assert commits(s3, url) == 1
+    cache = cachex.MemmapArray(url, **s3.tier("reader"))
+    assert len(cache) == N
+    for i in range(N):
+        row = cache.find(f"s{i}")
+        assert row is not None
+        np.testing.assert_array_equal(
+            cache.get(row, "value"), i + np.arange(8, dtype=np.float32).reshape(2, 4)
+        )
+        assert cache.sidecar("tag", row) == f"t{i % 3}"
+
+    rows = cray.read_memmap(url, override_num_blocks=3, **s3.tier("ray")).take_all()
+    assert sorted(r["source"] for r in rows) == sorted(f"s{i}" for i in range(N))
+    for r in rows:
+        i = int(r["source"][1:])
+        np.testing.assert_array_equal(r["value"], i + np.arange(8, dtype=np.float32).reshape(2, 4))
+
+    with pytest.raises(Exception, match="holds a cache"):
+        ds.write_datasink(cray.MemmapSink(url, source_column="key", **s3.tier("job")))
