@@ -1003,6 +1003,7 @@ def _staged_upload(
     storage_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """Upload ``(path in the cache, local file)`` pairs as objects; no commit."""
+
 def _staged_state(
     url: str,
     *,
@@ -1011,6 +1012,7 @@ def _staged_state(
     storage_options: Mapping[str, Any] | None = None,
 ) -> tuple[int, dict[str, list[str]]]:
     """The log's last commit number and each file's pieces."""
+
 def _staged_read(
     url: str,
     path: str,
@@ -1021,6 +1023,7 @@ def _staged_read(
     storage_options: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The bytes of ``path`` made of ``pieces``, fetched and checked."""
+
 def _staged_commit(
     url: str,
     after: int,
