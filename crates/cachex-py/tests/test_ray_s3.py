@@ -165,6 +165,32 @@ def test_driver_dying_before_the_commit_leaves_the_last_commit(s3, monkeypatch):
         assert reader.get_batch([f"k{N}"])[1] == [0]
 
 
+def test_a_commit_taken_meanwhile_is_decided_again(s3, monkeypatch):
+    url = s3.url("raced")
+    taken = []
+
+    def another_writer_publishes_first(self):
+        # Between the job's decision and its claim, another writer publishes.
+        if not taken:
+            taken.append(True)
+            with cachex.SegmentStore(url, **s3.tier("other")) as other:
+                other.put_batch([("other", np.ones(4, dtype=np.float32))])
+
+    monkeypatch.setattr(Remote, "_before_commit", another_writer_publishes_first)
+    dataset().write_datasink(
+        cray.SegmentSink(url, key_column="key", columns="value", flush_every=64, **s3.tier("job"))
+    )
+    assert taken and commits(s3, url) == 2
+    with cachex.SegmentStore(url, read_only=True, **s3.tier("reader")) as reader:
+        assert len(reader) == N + 1
+        np.testing.assert_array_equal(reader.get("other"), np.ones(4, dtype=np.float32))
+        values, missing = reader.get_batch([f"k{i}" for i in range(N)])
+        assert missing == []
+        for i, v in enumerate(values):
+            np.testing.assert_array_equal(v, np.arange(i, i + 4, dtype=np.float32))
+        assert reader.verify()["problems"] == []
+
+
 def test_recover_segments_has_nothing_to_do_on_a_url(s3):
     assert cray.recover_segments(s3.url("nothing")) == []
 

@@ -99,7 +99,7 @@ pub fn upload_files(
     Ok(pieces)
 }
 
-/// The bytes of file `path` made of `pieces` (as a [`LogState`] lists
+/// The bytes of file `path` made of `pieces` (as a [`LogState`](crate::LogState) lists
 /// them: the first at offset 0, each next one where the previous ends),
 /// fetched from their objects into memory, each checked against its
 /// BLAKE3 — for a reader that takes a whole file of a commit it decided
