@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use remote_cache::commit::Piece;
-use remote_cache::staged::{WRITER_BLOCK_HASHES, commit_files, open_tier, read_file, upload_files};
+use remote_cache::staged::{
+    WRITER_BLOCK_HASHES, commit_files, fetch_file, open_tier, read_file, upload_files,
+};
 use remote_cache::{LogState, StoreFiles, StoreKind};
 use remote_tier::RemoteTier;
 
@@ -106,6 +108,27 @@ pub fn _staged_read<'py>(
     Ok(PyBytes::new(py, &bytes))
 }
 
+/// Writes file `path` of the cache at `url`, made of `pieces` (JSON text
+/// from `_staged_state` or `_staged_upload`), into the local file `dest`
+/// through the local tier, checked; returns the bytes written.
+#[pyfunction]
+#[pyo3(signature = (url, path, pieces, dest, *, tier_dir=None, tier_budget=None, storage_options=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn _staged_fetch(
+    py: Python<'_>,
+    url: &str,
+    path: &str,
+    pieces: Vec<String>,
+    dest: PathBuf,
+    tier_dir: Option<PathBuf>,
+    tier_budget: Option<&Bound<'_, PyAny>>,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<u64> {
+    let tier = tier_of(url, tier_dir, tier_budget, storage_options)?;
+    let pieces = from_json(&pieces)?;
+    errors::enter(py, || fetch_file(&tier, path, &pieces, &dest))
+}
+
 fn to_json(piece: &Piece) -> PyResult<String> {
     serde_json::to_string(piece).map_err(|e| errors::invalid(e.to_string()))
 }
@@ -146,6 +169,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_staged_upload, m)?)?;
     m.add_function(wrap_pyfunction!(_staged_state, m)?)?;
     m.add_function(wrap_pyfunction!(_staged_read, m)?)?;
+    m.add_function(wrap_pyfunction!(_staged_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(_staged_commit, m)?)?;
     Ok(())
 }

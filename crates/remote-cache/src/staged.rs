@@ -15,6 +15,8 @@
 //! says so and the committer decides again against the newer state.
 
 use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use remote_tier::{BlockHashes, RemoteTier};
@@ -102,24 +104,13 @@ pub fn upload_files(
 /// The bytes of file `path` made of `pieces` (as a [`LogState`](crate::LogState) lists
 /// them: the first at offset 0, each next one where the previous ends),
 /// fetched from their objects into memory, each checked against its
-/// BLAKE3 — for a reader that takes a whole file of a commit it decided
-/// by (a committer's schema, a read task's segment), without a working
-/// directory.
+/// BLAKE3 — for a reader that takes a whole small file of a commit it
+/// decided by (a committer's schema, a read task's segment), without a
+/// working directory.
 pub fn read_file(tier: &RemoteTier, path: &str, pieces: &[Piece]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for p in pieces {
-        if p.path != path || p.offset != out.len() as u64 {
-            return Err(Error::Corrupt {
-                url: tier.url().to_string(),
-                name: path.to_string(),
-                problem: format!(
-                    "a piece of {} at byte {}, where {path} so far ends at {}",
-                    p.path,
-                    p.offset,
-                    out.len()
-                ),
-            });
-        }
+        check_next(tier, path, p, out.len() as u64)?;
         let bytes = tier.read_remote_capped(&p.object(), p.size)?;
         if bytes.len() as u64 != p.size || blake3::hash(&bytes).to_hex().as_str() != p.blake3 {
             return Err(Error::Corrupt {
@@ -131,6 +122,57 @@ pub fn read_file(tier: &RemoteTier, path: &str, pieces: &[Piece]) -> Result<Vec<
         out.extend_from_slice(&bytes);
     }
     Ok(out)
+}
+
+/// As [`read_file`], into the local file `dest` (created or truncated)
+/// rather than memory: each object is fetched whole through the local
+/// tier (blocks in parallel, checked against its BLAKE3) and copied, so
+/// a large file costs disk, not memory. Returns the bytes written.
+pub fn fetch_file(tier: &RemoteTier, path: &str, pieces: &[Piece], dest: &Path) -> Result<u64> {
+    let mut out = File::create(dest).map_err(Error::io("create", dest))?;
+    let mut written = 0u64;
+    let mut buf = vec![0u8; 1 << 20];
+    for p in pieces {
+        check_next(tier, path, p, written)?;
+        let hash = blake3::Hash::from_hex(&p.blake3).map_err(|e| Error::Corrupt {
+            url: tier.url().to_string(),
+            name: path.to_string(),
+            problem: format!("`{}` is not a BLAKE3 hash: {e}", p.blake3),
+        })?;
+        let expected = remote_tier::Expected {
+            size: Some(p.size),
+            blake3: Some(*hash.as_bytes()),
+        };
+        let object = tier.fetch(&p.object(), &expected)?;
+        let mut at = 0u64;
+        while at < p.size {
+            let n = (p.size - at).min(buf.len() as u64) as usize;
+            object
+                .file()
+                .read_exact_at(&mut buf[..n], at)
+                .map_err(Error::io("read", object.path()))?;
+            out.write_all(&buf[..n]).map_err(Error::io("write", dest))?;
+            at += n as u64;
+        }
+        written += p.size;
+    }
+    out.flush().map_err(Error::io("write", dest))?;
+    Ok(written)
+}
+
+/// Checks that piece `p` continues file `path` where it so far ends (`at`).
+fn check_next(tier: &RemoteTier, path: &str, p: &Piece, at: u64) -> Result<()> {
+    if p.path != path || p.offset != at {
+        return Err(Error::Corrupt {
+            url: tier.url().to_string(),
+            name: path.to_string(),
+            problem: format!(
+                "a piece of {} at byte {}, where {path} so far ends at {at}",
+                p.path, p.offset
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Publishes `pieces` (from [`upload_files`], in the order readers apply
@@ -260,6 +302,12 @@ mod tests {
             vec![7u8; 10_000]
         );
         assert!(read_file(&tier, "schema.json", &state.files[segment]).is_err());
+        let copy = src.path().join("copy");
+        assert_eq!(
+            fetch_file(&tier, segment, &state.files[segment], &copy).unwrap(),
+            10_000
+        );
+        assert_eq!(std::fs::read(&copy).unwrap(), vec![7u8; 10_000]);
         // Decided against a stale state: the number is taken.
         assert_eq!(commit_files(&tier, 0, pieces, vec![]).unwrap(), None);
     }

@@ -1024,6 +1024,18 @@ def _staged_read(
 ) -> bytes:
     """The bytes of ``path`` made of ``pieces``, fetched and checked."""
 
+def _staged_fetch(
+    url: str,
+    path: str,
+    pieces: Sequence[str],
+    dest: str | os.PathLike[str],
+    *,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> int:
+    """Write ``path``, made of ``pieces``, into the local file ``dest``, checked."""
+
 def _staged_commit(
     url: str,
     after: int,

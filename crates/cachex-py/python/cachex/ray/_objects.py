@@ -74,6 +74,11 @@ class Remote:
         """The bytes of ``path`` made of ``pieces`` (from :meth:`state`), checked."""
         return _cachex._staged_read(self.url, path, pieces, **self.kwargs)
 
+    def fetch(self, path: str, pieces: list[str], dest: Path) -> int:
+        """Write ``path``, made of ``pieces``, into the local file ``dest``
+        through the local tier (checked; disk, not memory); return its size."""
+        return _cachex._staged_fetch(self.url, path, pieces, str(dest), **self.kwargs)
+
     def publish(self, decide: Callable[[Files], list[str]]) -> int:
         """Publish what ``decide(files)`` returns as one commit; return its number.
 

@@ -245,7 +245,7 @@ class MemmapSink(Datasink):
                 for path, pieces in by_path.items():
                     dest = local / path[len(p["prefix"]) + 1 :]
                     dest.parent.mkdir(parents=True, exist_ok=True)
-                    dest.write_bytes(remote.read(path, pieces))
+                    remote.fetch(path, pieces, dest)
                 part_dirs.append(local)
             merged = Path(tmp) / "merged"
             self._merge(part_dirs, specs, merged)

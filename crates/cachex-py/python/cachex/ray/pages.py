@@ -243,7 +243,7 @@ class PageSink(Datasink):
             part_files = []
             for p in parts:
                 local = Path(tmp) / f"task-{p['task']:06d}.pages"
-                local.write_bytes(remote.read(p["part"], p["pieces"]))
+                remote.fetch(p["part"], p["pieces"], local)
                 part_files.append(local)
             merged = Path(tmp) / ("merged" + self.path.suffix)
             self._merge(part_files, fields, merged)
