@@ -286,3 +286,36 @@ def test_memmap_sink_round_trip_is_one_commit_written_once(s3, tmp_path, monkeyp
 
     with pytest.raises(Exception, match="holds a cache"):
         ds.write_datasink(cray.MemmapSink(url, source_column="key", **s3.tier("job")))
+
+
+def test_failed_job_leaves_nothing_visible(s3, tmp_path):
+    url, markers = s3.url("failed"), tmp_path / "markers"
+    markers.mkdir()
+    with pytest.raises(Exception, match="injected failure"):
+        dataset().write_datasink(
+            flaky_sink(url, markers, key_column="key", columns="value", **s3.tier("job")),
+            ray_remote_args={"max_retries": 0},
+        )
+    assert commits(s3, url) == 0
+
+
+def test_retried_page_task_commits_every_sample_once(s3, tmp_path):
+    url, markers = s3.url("pages/retried.pages"), tmp_path / "markers"
+    markers.mkdir()
+
+    class FlakyPages(cray.PageSink):
+        def write(self, blocks, ctx):
+            marker = markers / f"task-{ctx.task_idx}"
+            if ctx.task_idx == 2 and not marker.exists():
+                marker.touch()
+                super().write([next(iter(blocks))], ctx)  # uploads a part no commit names
+                raise RuntimeError("injected failure of a write task's first attempt")
+            return super().write(blocks, ctx)
+
+    samples(N, 0.0).write_datasink(
+        FlakyPages(url, **s3.tier("job")),
+        ray_remote_args={"max_retries": 2, "retry_exceptions": True},
+    )
+    assert (markers / "task-2").exists(), "the injected failure did not run"
+    assert commits(s3, url.rsplit("/", 1)[0]) == 1
+    check_pages(reader_rows(cachex.PageReader(url, **s3.tier("reader"))), N, 0.0)
