@@ -1,7 +1,7 @@
 """Compute on the cluster, train from the cache: Ray Data fills a cachex cache.
 
     pip install 'cachex[ray]'
-    python examples/python/ray_feature_cache.py [CACHE_DIR]
+    python examples/python/ray_feature_cache.py [CACHE_DIR | s3://bucket/prefix]
 
 A ``map_batches`` feature extractor (here a fixed random projection; on a
 cluster, a model on GPUs) runs over a Ray Dataset, and its outputs go into
@@ -11,6 +11,12 @@ completes. A training loop then reads the cache through
 ``cachex.data.SegmentDataset`` (a ``torch.utils.data.Dataset`` when torch is
 installed: hand it to a ``DataLoader``), and Ray reads it back with
 ``cachex.ray.read_segments``. Set ``RAY_ADDRESS`` to use a running cluster.
+
+Given a URL, the cache lives in object storage: each write task uploads its
+segments from its own machine and the job is published as one commit when
+it completes; every node reads the bucket's credentials (and, for a server
+other than AWS, ``AWS_ENDPOINT`` and ``AWS_ALLOW_HTTP``) from its
+environment.
 """
 
 from __future__ import annotations
@@ -33,11 +39,15 @@ class Extractor:
     """The expensive model: built once per worker, called per batch."""
 
     def __init__(self) -> None:
-        self.weights = np.random.default_rng(0).standard_normal((DIM, FEATURES)).astype(np.float32)
+        self.weights = (
+            np.random.default_rng(0).standard_normal((DIM, FEATURES)).astype(np.float32)
+        )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         ids = batch["id"]
-        inputs = np.sin(ids[:, None] * 0.01 + np.arange(DIM)[None, :]).astype(np.float32)
+        inputs = np.sin(ids[:, None] * 0.01 + np.arange(DIM)[None, :]).astype(
+            np.float32
+        )
         return {
             "key": np.array([f"sample_{i}" for i in ids], dtype=object),
             "features": inputs @ self.weights,
@@ -45,7 +55,7 @@ class Extractor:
         }
 
 
-def main(cache: Path) -> None:
+def main(cache: str | Path) -> None:
     if "RAY_ADDRESS" in os.environ:
         ray.init()
     else:
@@ -73,7 +83,7 @@ def main(cache: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1:
-        main(Path(sys.argv[1]))
+        main(sys.argv[1] if "://" in sys.argv[1] else Path(sys.argv[1]))
     else:
         with tempfile.TemporaryDirectory() as tmp:
             main(Path(tmp) / "features")

@@ -82,6 +82,7 @@ mod root;
 mod segment;
 mod seq;
 mod shard;
+mod staged;
 
 use pyo3::prelude::*;
 
@@ -122,6 +123,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint::check_dir, m)?)?;
     m.add_function(wrap_pyfunction!(bfloat16_is_native, m)?)?;
     m.add_function(wrap_pyfunction!(fork::_after_fork_in_child, m)?)?;
+    staged::register(m)?;
     Ok(())
 }
 

@@ -230,16 +230,3 @@ def test_page_sink_killed_before_rename_keeps_old_file(tmp_path):
         ).write_datasink(CrashingSink(path, fields, overwrite=True))
     assert path.read_bytes() == before
     assert not (tmp_path / ".s.pages.staging").exists()
-
-
-def test_urls_are_refused_for_now(tmp_path):
-    for make in (
-        lambda: cray.SegmentSink("s3://bucket/cache", key_column="key"),
-        lambda: cray.PageSink("s3://bucket/x.pages"),
-        lambda: cray.MemmapSink("s3://bucket/arrays"),
-        lambda: cray.read_segments("s3://bucket/cache"),
-        lambda: cray.read_pages("s3://bucket/x.pages"),
-        lambda: cray.read_memmap("s3://bucket/arrays"),
-    ):
-        with pytest.raises(cachex.InvalidInputError, match="local paths only"):
-            make()

@@ -103,7 +103,7 @@ const MAX_COMMIT_RACES: u32 = 64;
 /// The most block hashes one commit lists in the block sizes stores ask
 /// for (`StoreFiles::block_size`): about 17 MB of the record (a quarter of
 /// [`MAX_COMMIT`]), 1 GiB of segments in 4 KiB blocks.
-const STORE_BLOCK_HASHES: u64 = 1 << 18;
+pub(crate) const STORE_BLOCK_HASHES: u64 = 1 << 18;
 /// Pieces up to this size are read into memory and sent in one request.
 const IN_MEMORY_PIECE: u64 = 64 << 20;
 /// A publisher reuses an object already in the store only when the store

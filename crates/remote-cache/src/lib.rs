@@ -41,6 +41,9 @@
 //!   `migrate`): a directory published as one commit of the same log, a
 //!   log materialised into a directory, and a bucket of the older
 //!   `manifests/` push layout converted into a commit.
+//! - **Many machines, one commit** ([`mod@staged`]: `cachex.ray`'s
+//!   sinks): writers upload their files as objects that no commit names,
+//!   and one committer publishes them all as a single commit.
 //!
 //! # One road from a URL
 //!
@@ -163,6 +166,7 @@ mod location;
 mod log_state;
 mod prefetch;
 pub mod snapshot;
+pub mod staged;
 mod stores;
 mod workdir;
 

@@ -178,7 +178,7 @@ fn holds(state: &LogState, piece: &Piece) -> bool {
 
 /// Uploads `piece` from `path` unless the store has its object, written
 /// recently; returns whether it sent it.
-fn upload(tier: &RemoteTier, piece: &Piece, path: &Path) -> Result<bool> {
+pub(crate) fn upload(tier: &RemoteTier, piece: &Piece, path: &Path) -> Result<bool> {
     let object = piece.object();
     match tier.head(&object) {
         Ok(info) if info.size == piece.size && is_recent(info.last_modified) => return Ok(false),

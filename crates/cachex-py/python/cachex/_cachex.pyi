@@ -990,3 +990,60 @@ def concat_locate(known: Sequence[int | None], index: int) -> tuple[int, int, bo
 
 def repeat_index(index: int, len: int, times: int | None = None) -> int | None:
     """The item of the repeated sequence that item ``index`` is, or ``None`` past the end."""
+
+# Two-step publishing to a cache URL (cachex.ray's sinks): pieces are
+# JSON text; see crates/cachex-py/src/staged.rs.
+def _staged_upload(
+    url: str,
+    kind: str,
+    files: Sequence[tuple[str, str | os.PathLike[str]]],
+    *,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Upload ``(path in the cache, local file)`` pairs as objects; no commit."""
+
+def _staged_state(
+    url: str,
+    *,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[int, dict[str, list[str]]]:
+    """The log's last commit number and each file's pieces."""
+
+def _staged_read(
+    url: str,
+    path: str,
+    pieces: Sequence[str],
+    *,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> bytes:
+    """The bytes of ``path`` made of ``pieces``, fetched and checked."""
+
+def _staged_fetch(
+    url: str,
+    path: str,
+    pieces: Sequence[str],
+    dest: str | os.PathLike[str],
+    *,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> int:
+    """Write ``path``, made of ``pieces``, into the local file ``dest``, checked."""
+
+def _staged_commit(
+    url: str,
+    after: int,
+    pieces: Sequence[str],
+    removed: Sequence[str],
+    *,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> int | None:
+    """Publish ``pieces`` as commit ``after + 1``; ``None`` if another writer took it."""

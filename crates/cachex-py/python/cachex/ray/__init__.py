@@ -23,12 +23,17 @@ read_segments, read_pages, read_memmap
     Ray Datasets over each store, one read task per segment, page range or
     row range.
 
-Every sink stages its tasks' output next to the cache and commits it with
-one rename at the end (see :mod:`cachex.ray.segments` for the segment
-store's protocol): a task that fails or is retried by Ray leaves nothing a
-reader sees, and a driver killed before the commit leaves the cache as its
-last commit left it. Paths are local for now: a URL (``s3://...``) raises
-:class:`cachex.InvalidInputError`.
+Every sink and source takes a local path or a URL (``s3://``, ``gs://``,
+``az://``, ``file://``, with the stores' ``tier_dir``, ``tier_budget`` and
+``storage_options`` keywords). On a path, a sink stages its tasks' output
+next to the cache and commits it with one rename at the end (see
+:mod:`cachex.ray.segments` for the segment store's protocol). On a URL,
+each task stages its output on its own machine and uploads it as objects
+that no commit names, and the driver publishes the job as one commit of
+the cache's log (:mod:`cachex.ray._objects`); readers see it on their next
+``refresh()``. Either way a task that fails or is retried by Ray leaves
+nothing a reader sees, and a driver killed before the commit leaves the
+cache as its last commit left it.
 
 This module imports ``ray``; ``import cachex`` never does.
 """

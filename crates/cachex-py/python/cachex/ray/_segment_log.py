@@ -81,20 +81,25 @@ def read_groups(log: Path) -> list[Group]:
         staged store is complete when its task returned, so any of these
         means the staging area was damaged.
     """
-    data = log.read_bytes()
+    return parse_groups(log.read_bytes(), str(log))
+
+
+def parse_groups(data: bytes, name: str) -> list[Group]:
+    """Every group of the index log ``data`` (``name`` says whose, in errors),
+    each checked against its checksum (see :func:`read_groups`)."""
     if len(data) < HEADER_LEN or data[:8] != INDEX_MAGIC:
-        raise CorruptError(f"{log}: not a segment-store index log (bad header)")
+        raise CorruptError(f"{name}: not a segment-store index log (bad header)")
     pos = HEADER_LEN
     groups = []
     while pos < len(data):
         head = data[pos : pos + GROUP_HEADER_LEN]
         if len(head) < GROUP_HEADER_LEN or head[:4] != GROUP_MAGIC:
-            raise CorruptError(f"{log}: group at offset {pos} is short or has a bad magic")
+            raise CorruptError(f"{name}: group at offset {pos} is short or has a bad magic")
         segment_id, count = struct.unpack_from("<II", head, 4)
         end = pos + GROUP_HEADER_LEN + 8 * count
         hashes = data[pos + GROUP_HEADER_LEN : end]
         if end > len(data) or _checksum(head[:32], hashes) != head[32:40]:
-            raise CorruptError(f"{log}: group at offset {pos} is torn or fails its checksum")
+            raise CorruptError(f"{name}: group at offset {pos} is torn or fails its checksum")
         groups.append(Group(segment_id, head, hashes))
         pos = end
     return groups

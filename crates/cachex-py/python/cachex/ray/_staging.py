@@ -40,20 +40,17 @@ COMMIT_RECORD = "commit.json"
 
 
 def local_path(path_or_url: str | os.PathLike[str]) -> Path:
-    """The local path of a cache, or a clear error for a URL.
+    """The local path of a cache (callers route URLs elsewhere first).
 
     Raises
     ------
     InvalidInputError
-        ``path_or_url`` is a URL (``s3://...``, ``file://...``): cachex.ray
-        writes and reads local paths only for now.
+        ``path_or_url`` is a URL: the staging area of a local job has no
+        place there.
     """
     text = os.fspath(path_or_url)
     if "://" in text:
-        raise InvalidInputError(
-            f"{text}: cachex.ray reads and writes local paths only for now; "
-            "caches on object storage (URLs) are not supported by it yet"
-        )
+        raise InvalidInputError(f"{text}: a URL, where a local path was expected")
     return Path(text).absolute()
 
 

@@ -8,11 +8,22 @@ named by the write results, in task order, into one finalized cache in the
 staging directory and renames that directory to the target path: the one
 rename is the commit. A finished memmap cache is immutable, so the target
 must not exist yet.
+
+On a URL (``s3://bucket/arrays``) the job is one commit of the cache's log
+(see :mod:`cachex.ray._objects`): each task writes its part in a temporary
+directory on its own machine and uploads its files as objects (no
+commit); the driver fetches the parts named by the write results, merges
+them into a finalized cache in a temporary directory, uploads its files
+and publishes them all in one commit — refused if the log holds a cache
+already.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +34,10 @@ from ray.data.block import Block, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
 from cachex._cachex import MemmapArray, MemmapWriter
+from cachex._remote import is_url, tier_kwargs
 from cachex.errors import InvalidInputError, SchemaMismatchError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
+from cachex.ray._objects import Files, Remote, piece_path
 from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts
 
 ArraySpecs = Mapping[str, tuple[Any, Sequence[int]]]
@@ -34,14 +47,27 @@ def _staging(path: Path) -> Path:
     return path.parent / f".{path.name}.staging"
 
 
+def _cache_files(directory: Path) -> list[tuple[str, Path]]:
+    """A finished cache's files, ``/``-separated relative paths; its writer's
+    lock is no content and stays behind."""
+    found = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = Path(root) / name
+            rel = path.relative_to(directory).as_posix()
+            if not name.endswith(".lock"):
+                found.append((rel, path))
+    return sorted(found)
+
+
 class MemmapSink(Datasink):
     """Writes a dataset into a memmap-array cache (one ``.bin`` per array column).
 
     Parameters
     ----------
     path_or_url : str or os.PathLike
-        The cache directory to create (URLs are not supported yet); it must
-        not exist.
+        The cache directory to create, or its URL (the job is then one
+        commit of the cache's log); it must not exist (hold no commit).
     arrays : dict, optional
         ``{column: (dtype, shape)}``; default: every column that is not a
         source, sidecar or meta column, with its dtype and per-row shape.
@@ -56,6 +82,8 @@ class MemmapSink(Datasink):
         Array columns whose entries may be ``None``.
     fingerprint : JSON-able, optional
         Stored as the cache's ``fingerprint.json``.
+    tier_dir, tier_budget, storage_options
+        For a URL: as :class:`cachex.MemmapArray` takes them.
     """
 
     def __init__(
@@ -68,7 +96,19 @@ class MemmapSink(Datasink):
         meta_column: str | None = None,
         nullable: Sequence[str] = (),
         fingerprint: Any = None,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
+        self.remote: Remote | None = None
+        if is_url(path_or_url):
+            self.remote = Remote(
+                str(path_or_url),
+                tier_dir=tier_dir,
+                tier_budget=tier_budget,
+                storage_options=storage_options,
+            )
+            path_or_url = "arrays"
         self.path = local_path(path_or_url)
         self.arrays = None if arrays is None else {k: (v[0], list(v[1])) for k, v in arrays.items()}
         self.source_column = source_column
@@ -82,6 +122,10 @@ class MemmapSink(Datasink):
         return "CachexMemmap"
 
     def on_write_start(self, schema: Any = None) -> None:
+        if self.remote is not None:
+            if self.remote.state()[1]:
+                raise InvalidInputError("the URL holds a cache (a memmap cache is written once)")
+            return
         if self.path.exists():
             raise InvalidInputError(f"{self.path}: exists (a memmap cache is written once)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +159,29 @@ class MemmapSink(Datasink):
         )
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any] | None:
-        attempt = self.job.task_attempt(ctx.task_idx)
+        if self.remote is None:
+            attempt = self.job.task_attempt(ctx.task_idx)
+            part = self._write_part(attempt, blocks, ctx.task_idx)
+            if part is not None:
+                part["dir"] = self.job.finish_task(ctx.task_idx, attempt).name
+            return part
+        staged = Path(tempfile.mkdtemp(prefix="cachex-ray-memmap-"))
+        try:
+            part = self._write_part(staged, blocks, ctx.task_idx)
+            if part is not None:
+                # Never committed: the objects are only the driver's to fetch.
+                prefix = f"ray-parts/{uuid.uuid4().hex}/task-{ctx.task_idx:06d}"
+                files = [(f"{prefix}/{rel}", p) for rel, p in _cache_files(staged / "part")]
+                part["pieces"] = self.remote.upload("arrays", files)
+                part["prefix"] = prefix
+            return part
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def _write_part(
+        self, attempt: Path, blocks: Iterable[Block], task: int
+    ) -> dict[str, Any] | None:
+        """Write the blocks into the cache ``attempt/part``; ``None`` for no rows."""
         writer = None
         specs = None
         rows = 0
@@ -137,14 +203,26 @@ class MemmapSink(Datasink):
         if writer is None:
             return None
         writer.finalize()
-        final = self.job.finish_task(ctx.task_idx, attempt)
-        return {"task": ctx.task_idx, "dir": final.name, "rows": rows, "arrays": specs}
+        return {"task": task, "rows": rows, "arrays": specs}
 
     def on_write_complete(self, write_result: WriteResult) -> None:
         parts = task_parts(write_result.write_returns)
+        if self.remote is not None:
+            if parts:
+                self._commit_remote(self.remote, parts)
+            return
         if not parts:
             self.job.remove()
             return
+        merged = self.job.dir / "merged"
+        self._merge([self.job.dir / p["dir"] / "part" for p in parts], self._arrays(parts), merged)
+        fsync_dir(merged)
+        self._before_rename()
+        os.rename(merged, self.path)
+        fsync_dir(self.path.parent)
+        self.job.remove()
+
+    def _arrays(self, parts: list[dict[str, Any]]) -> Any:
         specs = parts[0]["arrays"]
         for p in parts:
             if p["arrays"] != specs:
@@ -152,11 +230,45 @@ class MemmapSink(Datasink):
                     f"{self.path}: write tasks inferred different arrays "
                     f"({specs} and {p['arrays']}); pass arrays= explicitly"
                 )
-        merged = self.job.dir / "merged"
+        return specs
+
+    def _commit_remote(self, remote: Remote, parts: list[dict[str, Any]]) -> None:
+        """Fetch the uploaded parts, merge them here, publish the cache as one commit."""
+        specs = self._arrays(parts)
+        with tempfile.TemporaryDirectory(prefix="cachex-ray-memmap-") as tmp:
+            part_dirs = []
+            for p in parts:
+                local = Path(tmp) / f"task-{p['task']:06d}"
+                by_path: dict[str, list[str]] = {}
+                for piece in p["pieces"]:
+                    by_path.setdefault(piece_path(piece), []).append(piece)
+                for path, pieces in by_path.items():
+                    dest = local / path[len(p["prefix"]) + 1 :]
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    remote.fetch(path, pieces, dest)
+                part_dirs.append(local)
+            merged = Path(tmp) / "merged"
+            self._merge(part_dirs, specs, merged)
+            for d in part_dirs:
+                shutil.rmtree(d)
+            pieces = remote.upload("arrays", _cache_files(merged))
+
+            def decide(files: Files) -> list[str]:
+                if files:
+                    raise InvalidInputError(
+                        "another writer published a cache at the URL meanwhile "
+                        "(a memmap cache is written once); nothing was committed"
+                    )
+                return pieces
+
+            remote.publish(decide)
+
+    def _merge(self, part_dirs: list[Path], specs: Any, merged: Path) -> None:
+        """Merge the part caches, in order, into the finalized cache ``merged``."""
         writer = self._writer(merged, specs)
         row = 0
-        for p in parts:
-            part = MemmapArray(self.job.dir / p["dir"] / "part")
+        for part_dir in part_dirs:
+            part = MemmapArray(part_dir)
             for i in range(len(part)):
                 sidecars = {s: part.sidecar(s, i) for s in self.sidecar_columns}
                 source = part.source(i) if self.source_column else str(row)
@@ -164,27 +276,39 @@ class MemmapSink(Datasink):
                 writer.write(source, part.get_row(i), sidecars or None, meta)
                 row += 1
         writer.finalize()
-        fsync_dir(merged)
-        self._before_rename()
-        os.rename(merged, self.path)
-        fsync_dir(self.path.parent)
-        self.job.remove()
 
     def on_write_failed(self, error: Exception) -> None:
-        self.job.remove()
+        if self.remote is None:
+            self.job.remove()
 
     def _before_rename(self) -> None:
         """Called with the merged cache durable, before the commit's rename (a crash point)."""
 
 
 class MemmapDatasource(Datasource):
-    """Ray Data's source over a memmap-array cache: one read task per row range."""
+    """Ray Data's source over a memmap-array cache: one read task per row range.
+
+    On a URL each read task opens the cache through its own machine's tier
+    (:class:`cachex.MemmapArray` reads its rows' bytes by blocks).
+    """
 
     def __init__(
-        self, path_or_url: str | os.PathLike[str], columns: Sequence[str] | None = None
+        self,
+        path_or_url: str | os.PathLike[str],
+        columns: Sequence[str] | None = None,
+        *,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.path = local_path(path_or_url)
-        cache = MemmapArray(self.path)
+        self.path: str | Path
+        self.kwargs: dict[str, Any] = {}
+        if is_url(path_or_url):
+            self.path = str(path_or_url)
+            self.kwargs = tier_kwargs(tier_dir, tier_budget, storage_options)
+        else:
+            self.path = local_path(path_or_url)
+        cache = MemmapArray(self.path, **self.kwargs)
         self.rows = len(cache)
         self.schema = cache.schema["arrays"]
         self.columns = list(self.schema) if columns is None else list(columns)
@@ -212,13 +336,21 @@ class MemmapDatasource(Datasource):
             meta = BlockMetadata(
                 num_rows=hi - lo, size_bytes=None, input_files=None, exec_stats=None
             )
-            tasks.append(ReadTask(_row_reader(self.path, self.columns, self.schema, lo, hi), meta))
+            reader = _row_reader(self.path, self.kwargs, self.columns, self.schema, lo, hi)
+            tasks.append(ReadTask(reader, meta))
         return tasks
 
 
-def _row_reader(path: Path, columns: list[str], schema: Mapping[str, Any], lo: int, hi: int):
+def _row_reader(
+    path: str | Path,
+    kwargs: dict[str, Any],
+    columns: list[str],
+    schema: Mapping[str, Any],
+    lo: int,
+    hi: int,
+):
     def read() -> Iterable[Block]:
-        cache = MemmapArray(path)
+        cache = MemmapArray(path, **kwargs)
         n = hi - lo
         out = {
             name: np.empty((n, *schema[name]["shape"]), dtype=np.dtype(schema[name]["dtype"]))
@@ -243,6 +375,9 @@ def read_memmap(
     columns: Sequence[str] | None = None,
     *,
     override_num_blocks: int | None = None,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: dict[str, Any] | None = None,
     **read_args: Any,
 ) -> Dataset:
     """A Ray Dataset of a memmap-array cache's rows.
@@ -250,11 +385,13 @@ def read_memmap(
     Parameters
     ----------
     path_or_url : str or os.PathLike
-        The cache directory (URLs are not supported yet).
+        The cache directory, or its URL.
     columns : sequence of str, optional
         The arrays to read (default: all).
     override_num_blocks : int, optional
         Read tasks, each a contiguous range of rows.
+    tier_dir, tier_budget, storage_options
+        For a URL: as :class:`cachex.MemmapArray` takes them.
     **read_args
         Passed to ``ray.data.read_datasource``.
 
@@ -264,5 +401,11 @@ def read_memmap(
         ``source`` and one column per array (``None`` where a nullable row
         lacks it).
     """
-    source = MemmapDatasource(path_or_url, columns)
+    source = MemmapDatasource(
+        path_or_url,
+        columns,
+        tier_dir=tier_dir,
+        tier_budget=tier_budget,
+        storage_options=storage_options,
+    )
     return read_datasource(source, override_num_blocks=override_num_blocks, **read_args)

@@ -9,11 +9,23 @@ in the staging directory (durable: the writer fsyncs it) and renames it to
 the target path: that one rename is the commit, so a reader sees the old
 file or the whole new one. A page file is written whole, not appended to:
 an existing target is replaced only with ``overwrite=True``.
+
+On a URL (``s3://bucket/prefix/data.pages``, the file ``data.pages`` of
+the cache at ``s3://bucket/prefix``) the job is one commit of that cache's
+log (see :mod:`cachex.ray._objects`): each task writes its part in a
+temporary directory on its own machine and uploads it as an object (no
+commit); the driver fetches the parts named by the write results, merges
+them into a file in a temporary directory, uploads it and publishes it
+under the file's name in one commit. Readers that ``refresh()`` see the
+old file or the whole new one.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,8 +36,10 @@ from ray.data.block import Block, BlockMetadata
 from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
 from cachex._cachex import BetonReader, PageReader, PageWriter, write_beton
+from cachex._remote import is_url, tier_kwargs
 from cachex.errors import InvalidInputError, SchemaMismatchError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
+from cachex.ray._objects import Files, Remote
 from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts
 
 FieldSpec = Any
@@ -33,6 +47,18 @@ FieldSpec = Any
 
 def _staging(path: Path) -> Path:
     return path.parent / f".{path.name}.staging"
+
+
+def _split_file_url(url: str, tier: dict[str, Any]) -> tuple[Remote, str]:
+    """``s3://bucket/prefix/data.pages`` as the cache at ``s3://bucket/prefix``
+    and the file name ``data.pages``."""
+    base, sep, query = url.partition("?")
+    parent, _, name = base.rstrip("/").rpartition("/")
+    if not name or parent.endswith(":/") or parent.endswith(":"):
+        raise InvalidInputError(
+            "a page file's URL names a file under a prefix (s3://bucket/prefix/data.pages)"
+        )
+    return Remote(parent + sep + query, **tier), name
 
 
 def _infer_field(column: np.ndarray) -> FieldSpec:
@@ -67,8 +93,9 @@ class PageSink(Datasink):
     Parameters
     ----------
     path_or_url : str or os.PathLike
-        The file to write (URLs are not supported yet). A name ending in
-        ``.beton`` writes FFCV's format.
+        The file to write, or its URL (``s3://bucket/prefix/data.pages``:
+        the job is then one commit of the cache at ``s3://bucket/prefix``).
+        A name ending in ``.beton`` writes FFCV's format.
     fields : dict, optional
         ``{column: "int" | "float" | "bytes" | "json" | (dtype, shape)}``;
         default: every column, inferred (integers ``"int"``, floats
@@ -77,6 +104,8 @@ class PageSink(Datasink):
         The page size (the writer's default otherwise).
     overwrite : bool
         Replace an existing file (atomically, at the commit).
+    tier_dir, tier_budget, storage_options
+        For a URL: as :class:`cachex.PageReader` takes them.
     """
 
     def __init__(
@@ -86,7 +115,20 @@ class PageSink(Datasink):
         *,
         page_size: int | None = None,
         overwrite: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
+        self.remote: Remote | None = None
+        self.name = ""
+        if is_url(path_or_url):
+            tier = {
+                "tier_dir": tier_dir,
+                "tier_budget": tier_budget,
+                "storage_options": storage_options,
+            }
+            self.remote, self.name = _split_file_url(str(path_or_url), tier)
+            path_or_url = self.name
         self.path = local_path(path_or_url)
         self.fields = None if fields is None else dict(fields)
         self.page_size = page_size
@@ -98,6 +140,10 @@ class PageSink(Datasink):
         return "CachexPages"
 
     def on_write_start(self, schema: Any = None) -> None:
+        if self.remote is not None:
+            if self.name in self.remote.state()[1] and not self.overwrite:
+                raise InvalidInputError(f"{self.name}: exists (pass overwrite=True to replace it)")
+            return
         if self.path.exists() and not self.overwrite:
             raise InvalidInputError(f"{self.path}: exists (pass overwrite=True to replace it)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +151,28 @@ class PageSink(Datasink):
         self.job.start()
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any] | None:
-        attempt = self.job.task_attempt(ctx.task_idx)
+        if self.remote is None:
+            attempt = self.job.task_attempt(ctx.task_idx)
+            part = self._write_part(attempt, blocks, ctx.task_idx)
+            if part is not None:
+                part["dir"] = self.job.finish_task(ctx.task_idx, attempt).name
+            return part
+        staged = Path(tempfile.mkdtemp(prefix="cachex-ray-pages-"))
+        try:
+            part = self._write_part(staged, blocks, ctx.task_idx)
+            if part is not None:
+                # Never committed: the object is only the driver's to fetch.
+                name = f"ray-parts/{uuid.uuid4().hex}/task-{ctx.task_idx:06d}.pages"
+                part["pieces"] = self.remote.upload("pages", [(name, staged / "part.pages")])
+                part["part"] = name
+            return part
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def _write_part(
+        self, attempt: Path, blocks: Iterable[Block], task: int
+    ) -> dict[str, Any] | None:
+        """Write the blocks into ``attempt/part.pages``; ``None`` for no rows."""
         writer = None
         fields = self.fields
         rows = 0
@@ -128,38 +195,75 @@ class PageSink(Datasink):
         if writer is None:
             return None
         writer.finalize()
-        final = self.job.finish_task(ctx.task_idx, attempt)
-        return {"task": ctx.task_idx, "dir": final.name, "rows": rows, "fields": fields}
+        return {"task": task, "rows": rows, "fields": fields}
 
     def on_write_complete(self, write_result: WriteResult) -> None:
         parts = task_parts(write_result.write_returns)
+        if self.remote is not None:
+            if parts:
+                self._commit_remote(self.remote, parts)
+            return
         if parts:
-            fields = parts[0]["fields"]
-            for p in parts:
-                if p["fields"] != fields:
-                    raise SchemaMismatchError(
-                        f"{self.path}: write tasks inferred different fields "
-                        f"({fields} and {p['fields']}); pass fields= explicitly"
-                    )
             merged = self.job.dir / ("merged" + self.path.suffix)
-            readers = [PageReader(self.job.dir / p["dir"] / "part.pages") for p in parts]
-            samples = _merged_samples(readers, fields)
-            if self.beton:
-                kwargs = {} if self.page_size is None else {"page_size": self.page_size}
-                write_beton(merged, fields, samples, **kwargs)
-                with open(merged, "rb+") as f:
-                    os.fsync(f.fileno())
-            else:
-                writer = PageWriter(merged, fields, page_size=self.page_size)
-                writer.write_many(samples, threads=1)
-                writer.finalize()
+            part_files = [self.job.dir / p["dir"] / "part.pages" for p in parts]
+            self._merge(part_files, self._fields(parts), merged)
             self._before_rename()
             os.replace(merged, self.path)
             fsync_dir(self.path.parent)
         self.job.remove()
 
+    def _fields(self, parts: list[dict[str, Any]]) -> dict[str, FieldSpec]:
+        fields = parts[0]["fields"]
+        for p in parts:
+            if p["fields"] != fields:
+                raise SchemaMismatchError(
+                    f"{self.path}: write tasks inferred different fields "
+                    f"({fields} and {p['fields']}); pass fields= explicitly"
+                )
+        return fields
+
+    def _merge(self, part_files: list[Path], fields: dict[str, FieldSpec], merged: Path) -> None:
+        """Merge the parts, in order, into the durable file ``merged``."""
+        readers = [PageReader(f) for f in part_files]
+        samples = _merged_samples(readers, fields)
+        if self.beton:
+            kwargs = {} if self.page_size is None else {"page_size": self.page_size}
+            write_beton(merged, fields, samples, **kwargs)
+            with open(merged, "rb+") as f:
+                os.fsync(f.fileno())
+        else:
+            writer = PageWriter(merged, fields, page_size=self.page_size)
+            writer.write_many(samples, threads=1)
+            writer.finalize()
+
+    def _commit_remote(self, remote: Remote, parts: list[dict[str, Any]]) -> None:
+        """Fetch the uploaded parts, merge them here, publish the file as one commit."""
+        fields = self._fields(parts)
+        with tempfile.TemporaryDirectory(prefix="cachex-ray-pages-") as tmp:
+            part_files = []
+            for p in parts:
+                local = Path(tmp) / f"task-{p['task']:06d}.pages"
+                remote.fetch(p["part"], p["pieces"], local)
+                part_files.append(local)
+            merged = Path(tmp) / ("merged" + self.path.suffix)
+            self._merge(part_files, fields, merged)
+            for f in part_files:
+                f.unlink()
+            pieces = remote.upload("pages", [(self.name, merged)])
+
+            def decide(files: Files) -> list[str]:
+                if self.name in files and not self.overwrite:
+                    raise InvalidInputError(
+                        f"{self.name}: another writer published it meanwhile "
+                        "(pass overwrite=True to replace it)"
+                    )
+                return pieces
+
+            remote.publish(decide)
+
     def on_write_failed(self, error: Exception) -> None:
-        self.job.remove()
+        if self.remote is None:
+            self.job.remove()
 
     def _before_rename(self) -> None:
         """Called with the merged file durable, before the commit's rename (a crash point)."""
@@ -176,20 +280,42 @@ def _merged_samples(readers: list[PageReader], fields: Mapping[str, FieldSpec]) 
 
 
 class PageDatasource(Datasource):
-    """Ray Data's source over a page file or a ``.beton``: one read task per sample range."""
+    """Ray Data's source over a page file or a ``.beton``: one read task per sample range.
 
-    def __init__(self, path_or_url: str | os.PathLike[str]) -> None:
-        self.path = local_path(path_or_url)
-        self.beton = self.path.suffix == ".beton"
-        reader = BetonReader(self.path) if self.beton else PageReader(self.path)
+    On a URL each read task opens the file through its own machine's tier
+    (:class:`cachex.PageReader` reads the runs of its samples by blocks).
+    """
+
+    def __init__(
+        self,
+        path_or_url: str | os.PathLike[str],
+        *,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.root: str | Path
+        self.kwargs: dict[str, Any] = {}
+        if is_url(path_or_url):
+            self.root = str(path_or_url)
+            self.kwargs = tier_kwargs(tier_dir, tier_budget, storage_options)
+            self.beton = self.root.partition("?")[0].endswith(".beton")
+        else:
+            self.root = local_path(path_or_url)
+            self.beton = self.root.suffix == ".beton"
+        self.path = self.root
+        reader = self._open()
         self.rows = len(reader)
         self.fields = reader.fields
+
+    def _open(self) -> PageReader | BetonReader:
+        return (BetonReader if self.beton else PageReader)(self.root, **self.kwargs)
 
     def get_name(self) -> str:
         return "CachexPages"
 
     def estimate_inmemory_data_size(self) -> int | None:
-        return self.path.stat().st_size
+        return self.root.stat().st_size if isinstance(self.root, Path) else None
 
     def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:
         tasks = []
@@ -198,19 +324,24 @@ class PageDatasource(Datasource):
             if not len(chunk):
                 continue
             lo, hi = int(chunk[0]), int(chunk[-1]) + 1
+            shown = str(self.root) if isinstance(self.root, Path) else None
             meta = BlockMetadata(
-                num_rows=hi - lo, size_bytes=None, input_files=[str(self.path)], exec_stats=None
+                num_rows=hi - lo,
+                size_bytes=None,
+                input_files=[shown] if shown else None,
+                exec_stats=None,
             )
-            tasks.append(ReadTask(_page_reader(self.path, self.beton, lo, hi), meta))
+            reader = _page_reader(self.root, self.kwargs, self.beton, lo, hi)
+            tasks.append(ReadTask(reader, meta))
         return tasks
 
 
-def _page_reader(path: Path, beton: bool, lo: int, hi: int):
+def _page_reader(root: str | Path, kwargs: dict[str, Any], beton: bool, lo: int, hi: int):
     def read() -> Iterable[Block]:
         if beton:
-            yield to_block(_beton_batch(BetonReader(path), lo, hi))
+            yield to_block(_beton_batch(BetonReader(root, **kwargs), lo, hi))
         else:
-            yield to_block(_page_batch(PageReader(path), lo, hi))
+            yield to_block(_page_batch(PageReader(root, **kwargs), lo, hi))
 
     return read
 
@@ -240,9 +371,13 @@ def _page_batch(reader: PageReader, lo: int, hi: int) -> dict[str, np.ndarray]:
 def _beton_batch(reader: BetonReader, lo: int, hi: int) -> dict[str, np.ndarray]:
     samples = [reader.sample(i) for i in range(lo, hi)]
     out: dict[str, np.ndarray] = {}
-    for name in reader.fields:
+    for name, spec in reader.fields.items():
         values = [s[name] for s in samples]
-        if values and isinstance(values[0], np.ndarray) and len({v.shape for v in values}) == 1:
+        if spec == "bytes":
+            # FFCV's bytes field reads as uint8 arrays of their own lengths:
+            # bytes here, as a page file's bytes field reads.
+            out[name] = object_column([np.asarray(v).tobytes() for v in values])
+        elif values and isinstance(values[0], np.ndarray) and len({v.shape for v in values}) == 1:
             out[name] = np.stack(values)
         elif values and isinstance(values[0], (bytes, memoryview, str, dict)):
             out[name] = object_column(
@@ -257,6 +392,9 @@ def read_pages(
     path_or_url: str | os.PathLike[str],
     *,
     override_num_blocks: int | None = None,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: dict[str, Any] | None = None,
     **read_args: Any,
 ) -> Dataset:
     """A Ray Dataset of a page file's (or a ``.beton``'s) samples, one column per field.
@@ -264,11 +402,16 @@ def read_pages(
     Parameters
     ----------
     path_or_url : str or os.PathLike
-        The file (URLs are not supported yet); ``.beton`` reads FFCV's format.
+        The file, or its URL (``s3://bucket/prefix/data.pages``); ``.beton``
+        reads FFCV's format.
     override_num_blocks : int, optional
         Read tasks, each a contiguous range of samples.
+    tier_dir, tier_budget, storage_options
+        For a URL: as :class:`cachex.PageReader` takes them.
     **read_args
         Passed to ``ray.data.read_datasource``.
     """
-    source = PageDatasource(path_or_url)
+    source = PageDatasource(
+        path_or_url, tier_dir=tier_dir, tier_budget=tier_budget, storage_options=storage_options
+    )
     return read_datasource(source, override_num_blocks=override_num_blocks, **read_args)

@@ -46,13 +46,32 @@ opened natively on the cache between a crash in step 5 and that recovery
 adopts the segments already moved, as it adopts any segment newer than
 every log; run :func:`recover_segments` before reopening such a cache with
 a single writer after a crash.
+
+On a URL (``s3://...``)
+-----------------------
+A cache on object storage is a commit log, and the job is **one commit**
+of it (see :mod:`cachex.ray._objects`): each write task fills a store in
+a temporary directory on its own machine, uploads its segments as
+content-addressed objects (no commit) and returns their pieces with its
+index-log groups and schema; ``on_write_complete`` reads the log's state,
+picks a multi-writer id with no log there and segment ids above every
+segment there (as steps 2-3 above), uploads the renumbered writer log
+(and ``schema.json`` for a new cache) and publishes the segments, the
+schema and the log in one commit claimed with a conditional put —
+deciding again if another writer took its number. Readers that
+``refresh()`` see every record of the job, or none; a failed or retried
+task, or a driver that dies before the commit, leaves only objects no
+commit names (``cachex gc`` removes them).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +84,7 @@ from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
 
 import cachex.ray._segment_log as fmt
 from cachex._cachex import SegmentStore
+from cachex._remote import is_url
 from cachex.errors import CorruptError, LockedError, SchemaMismatchError
 from cachex.ray._blocks import (
     keyed_values,
@@ -73,6 +93,7 @@ from cachex.ray._blocks import (
     segment_parts,
     to_block,
 )
+from cachex.ray._objects import Files, Remote, piece_path, renamed
 from cachex.ray._staging import Job, flock, fsync_dir, local_path, recover, write_durable
 
 STAGING = ".staging"
@@ -84,7 +105,8 @@ def recover_segments(path_or_url: str | os.PathLike[str]) -> list[str]:
     Parameters
     ----------
     path_or_url : str or os.PathLike
-        The cache directory (URLs are not supported yet).
+        The cache directory. A URL has nothing to recover (a job that
+        died there left only objects no commit names): ``[]``.
 
     Returns
     -------
@@ -92,6 +114,8 @@ def recover_segments(path_or_url: str | os.PathLike[str]) -> list[str]:
         One line per dead job: ``"<job>: commit rolled forward"`` or
         ``"<job>: removed"``.
     """
+    if is_url(path_or_url):
+        return []
     path = local_path(path_or_url)
     with flock(path / fmt.LOCK_FILE, exclusive=False) as shared:
         if not shared:
@@ -113,7 +137,9 @@ class SegmentSink(Datasink):
     Parameters
     ----------
     path_or_url : str or os.PathLike
-        The cache directory (created if missing). URLs are not supported yet.
+        The cache directory (created if missing), or its URL (``s3://...``,
+        ``gs://``, ``az://``, ``file://``): the job is then one commit of
+        the cache's log, and write tasks need no disk shared with the driver.
     key_column : str
         The column of keys (``str``; other values are stored as ``str(key)``).
     columns : str, sequence of str, or None
@@ -122,11 +148,14 @@ class SegmentSink(Datasink):
         a dict of every column but the key. Text is stored as UTF-8 bytes.
     flush_every : int, optional
         Records per segment in each task's store (the store's default 4096).
+    tier_dir, tier_budget, storage_options
+        For a URL: as :class:`cachex.SegmentStore` takes them, on every
+        machine (a task stages its part in a temporary directory of its own).
 
     Raises
     ------
     InvalidInputError
-        ``path_or_url`` is a URL, or a column is missing.
+        A column is missing.
     SchemaMismatchError
         Tasks produced records of different schemas, or the cache holds
         another schema (raised by the commit; nothing is committed).
@@ -141,7 +170,19 @@ class SegmentSink(Datasink):
         key_column: str = "key",
         columns: str | Sequence[str] | None = None,
         flush_every: int | None = None,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
+        self.remote: Remote | None = None
+        if is_url(path_or_url):
+            self.remote = Remote(
+                str(path_or_url),
+                tier_dir=tier_dir,
+                tier_budget=tier_budget,
+                storage_options=storage_options,
+            )
+            path_or_url = "."
         self.path = local_path(path_or_url)
         self.key_column = key_column
         self.columns = columns if isinstance(columns, str) or columns is None else list(columns)
@@ -152,6 +193,8 @@ class SegmentSink(Datasink):
         return "CachexSegments"
 
     def on_write_start(self, schema: pa.Schema | None = None) -> None:
+        if self.remote is not None:
+            return
         if not (self.path / fmt.SEGMENTS_DIR).is_dir():
             # An empty store, so that a reader of the path finds a cache.
             SegmentStore(self.path).close()
@@ -159,9 +202,17 @@ class SegmentSink(Datasink):
         self.job.start()
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
+        if self.remote is not None:
+            return self._write_remote(self.remote, blocks, ctx.task_idx)
         attempt = self.job.task_attempt(ctx.task_idx)
+        rows = self._fill(attempt, blocks)
+        final = self.job.finish_task(ctx.task_idx, attempt)
+        return {"task": ctx.task_idx, "dir": final.name, "rows": rows}
+
+    def _fill(self, directory: Path, blocks: Iterable[Block]) -> int:
+        """Write the blocks into a new store in ``directory``; return the rows written."""
         rows = 0
-        store = SegmentStore(attempt, flush_every=self.flush_every, lru_bytes=0)
+        store = SegmentStore(directory, flush_every=self.flush_every, lru_bytes=0)
         try:
             for block in blocks:
                 items = keyed_values(block, self.key_column, self.columns)
@@ -169,11 +220,37 @@ class SegmentSink(Datasink):
                 rows += len(items)
         finally:
             store.close()
-        final = self.job.finish_task(ctx.task_idx, attempt)
-        return {"task": ctx.task_idx, "dir": final.name, "rows": rows}
+        return rows
+
+    def _write_remote(self, remote: Remote, blocks: Iterable[Block], task: int) -> dict[str, Any]:
+        """Stage the task's store on this machine, upload its segments (no commit)."""
+        staged = Path(tempfile.mkdtemp(prefix="cachex-ray-segments-"))
+        try:
+            rows = self._fill(staged, blocks)
+            if rows == 0:
+                return {"task": task, "rows": 0}
+            names = sorted(
+                n
+                for n in os.listdir(staged / fmt.SEGMENTS_DIR)
+                if fmt.parse_segment_name(n) is not None
+            )
+            files = [(f"{fmt.SEGMENTS_DIR}/{n}", staged / fmt.SEGMENTS_DIR / n) for n in names]
+            return {
+                "task": task,
+                "rows": rows,
+                "schema": (staged / fmt.SCHEMA_FILE).read_bytes(),
+                "log": (staged / fmt.SHARED_LOG).read_bytes(),
+                "pieces": remote.upload("segments", files),
+            }
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
 
     def on_write_complete(self, write_result: WriteResult) -> None:
         tasks = [r for r in write_result.write_returns if r is not None and r["rows"] > 0]
+        if self.remote is not None:
+            if tasks:
+                _commit_remote(self.remote, tasks)
+            return
         with flock(self.path / fmt.LOCK_FILE, exclusive=False) as shared:
             if not shared:
                 raise LockedError(f"{self.path}: a single writer or a compaction holds the cache")
@@ -182,7 +259,8 @@ class SegmentSink(Datasink):
         self.job.remove()
 
     def on_write_failed(self, error: Exception) -> None:
-        self.job.remove()
+        if self.remote is None:
+            self.job.remove()
 
     def _commit(self, staged: list[Path]) -> None:
         schema = self._check_schema(staged)
@@ -200,14 +278,9 @@ class SegmentSink(Datasink):
         raise LockedError(f"{writers}: every multi-writer id is in use (compact the cache)")
 
     def _check_schema(self, staged: list[Path]) -> bytes:
-        texts = {d: (d / fmt.SCHEMA_FILE).read_bytes() for d in staged}
-        first = next(iter(texts.values()))
-        for d, text in texts.items():
-            if json.loads(text) != json.loads(first):
-                raise SchemaMismatchError(
-                    f"{d / fmt.SCHEMA_FILE}: write tasks produced records of different "
-                    "schemas; nothing was committed"
-                )
+        first = _one_schema(
+            {str(d / fmt.SCHEMA_FILE): (d / fmt.SCHEMA_FILE).read_bytes() for d in staged}
+        )
         current = self.path / fmt.SCHEMA_FILE
         if current.exists() and json.loads(current.read_bytes()) != json.loads(first):
             raise SchemaMismatchError(
@@ -248,6 +321,78 @@ class SegmentSink(Datasink):
         """Called once the commit is decided, before its renames (a test's crash point)."""
 
 
+def _one_schema(texts: dict[str, bytes]) -> bytes:
+    """The schema every write task produced (``texts``: whose, and its ``schema.json``)."""
+    first = next(iter(texts.values()))
+    for name, text in texts.items():
+        if json.loads(text) != json.loads(first):
+            raise SchemaMismatchError(
+                f"{name}: write tasks produced records of different schemas; nothing was committed"
+            )
+    return first
+
+
+def _commit_remote(remote: Remote, tasks: list[dict[str, Any]]) -> None:
+    """Publish the write tasks' uploaded segments as one commit (see the module's docstring)."""
+    tasks = sorted(tasks, key=lambda t: t["task"])
+    schema = _one_schema({f"write task {t['task']}'s schema": t["schema"] for t in tasks})
+    groups = [
+        (t["task"], g)
+        for t in tasks
+        for g in fmt.parse_groups(t["log"], f"write task {t['task']}'s index log")
+    ]
+    uploaded = {
+        (t["task"], fmt.parse_segment_name(piece_path(p).rsplit("/", 1)[-1])): p
+        for t in tasks
+        for p in t["pieces"]
+    }
+    for task, group in groups:
+        if (task, group.segment_id) not in uploaded:
+            raise CorruptError(
+                f"write task {task}: its index log names segment {group.segment_id}, "
+                "which it did not upload; nothing was committed"
+            )
+
+    def decide(files: Files) -> list[str]:
+        if fmt.SCHEMA_FILE in files:
+            current = remote.read(fmt.SCHEMA_FILE, files[fmt.SCHEMA_FILE])
+            if json.loads(current) != json.loads(schema):
+                raise SchemaMismatchError(
+                    f"{fmt.SCHEMA_FILE}: the cache's schema differs from the dataset's; "
+                    "nothing was committed"
+                )
+        free = (
+            w
+            for w in range(fmt.MAX_WRITER_ID, -1, -1)
+            if f"{fmt.WRITERS_DIR}/{fmt.writer_log_name(w)}" not in files
+        )
+        writer = next(free, None)
+        if writer is None:
+            raise LockedError("every multi-writer id of the cache is in use (compact the cache)")
+        prefix = f"{fmt.SEGMENTS_DIR}/"
+        existing = [fmt.parse_segment_name(p[len(prefix) :]) for p in files if p.startswith(prefix)]
+        above = max((i for i in existing if i is not None), default=-1)
+        ids = fmt.writer_ids_after(writer, above, len(groups))
+        log = bytearray(fmt.writer_log_header(writer))
+        pieces = []
+        for new_id, (task, group) in zip(ids, groups, strict=True):
+            log += fmt.renumbered(group, new_id)
+            path = f"{fmt.SEGMENTS_DIR}/{fmt.segment_name(new_id)}"
+            pieces.append(renamed(uploaded[(task, group.segment_id)], path))
+        with tempfile.TemporaryDirectory(prefix="cachex-ray-commit-") as tmp:
+            local = []
+            if fmt.SCHEMA_FILE not in files:
+                (Path(tmp) / "schema").write_bytes(schema)
+                local.append((fmt.SCHEMA_FILE, Path(tmp) / "schema"))
+            # The log last: readers apply pieces in order, segments first.
+            (Path(tmp) / "log").write_bytes(bytes(log))
+            local.append((f"{fmt.WRITERS_DIR}/{fmt.writer_log_name(writer)}", Path(tmp) / "log"))
+            pieces += remote.upload("segments", local)
+        return pieces
+
+    remote.publish(decide)
+
+
 def _segment_id(segment: dict[str, Any]) -> int:
     """The id of a segment of ``SegmentStore.inspect()`` (from its file name,
     ``segment_<id>.arrow``): later ids win for a key written twice."""
@@ -257,6 +402,27 @@ def _segment_id(segment: dict[str, Any]) -> int:
     return found
 
 
+@dataclass(frozen=True)
+class _SegmentFile:
+    """One segment a read task reads: a local file it maps, or on a URL the
+    objects of the commit the source was opened at, fetched whole."""
+
+    name: str
+    path: Path | None = None
+    remote: Remote | None = None
+    pieces: tuple[str, ...] = ()
+
+    def table(self) -> pa.Table:
+        if self.path is not None:
+            return _read_segment(self.path)
+        assert self.remote is not None
+        data = self.remote.read(f"{fmt.SEGMENTS_DIR}/{self.name}", list(self.pieces))
+        return ipc.open_file(pa.py_buffer(data)).read_all()
+
+    def shown(self) -> str:
+        return str(self.path) if self.path is not None else f"{fmt.SEGMENTS_DIR}/{self.name}"
+
+
 class SegmentDatasource(Datasource):
     """Ray Data's source over a segment store: one read task per group of segments.
 
@@ -264,6 +430,12 @@ class SegmentDatasource(Datasource):
     blocks over the mapped bytes (tensor columns where every row has one
     shape). Rows a later segment overwrote are skipped. With ``keys``,
     tasks look up slices of the key list instead.
+
+    On a URL the source reads the commit that was the last one when it
+    was made: each task fetches its segments whole from their objects into
+    memory (checked against their BLAKE3; no working directory), or, with
+    ``keys``, opens the store on the URL through its own machine's tier and
+    looks the keys up by byte ranges.
     """
 
     def __init__(
@@ -272,22 +444,53 @@ class SegmentDatasource(Datasource):
         keys: Sequence[str] | None = None,
         *,
         value_column: str = "value",
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.path = local_path(path_or_url)
+        self.remote: Remote | None = None
+        self.root: str | Path
+        if is_url(path_or_url):
+            self.remote = Remote(
+                str(path_or_url),
+                tier_dir=tier_dir,
+                tier_budget=tier_budget,
+                storage_options=storage_options,
+            )
+            self.root = str(path_or_url)
+            self.store_kwargs: dict[str, Any] = dict(self.remote.kwargs)
+        else:
+            self.root = local_path(path_or_url)
+            self.store_kwargs = {}
         self.keys = None if keys is None else [str(k) for k in keys]
         self.value_column = value_column
-        store = SegmentStore(self.path, read_only=True)
+        store = SegmentStore(self.root, read_only=True, **self.store_kwargs)
         try:
             self.inspection = store.inspect()
         finally:
             store.close()
         self.segments = self.inspection["segments"]
+        self.files: dict[str, _SegmentFile] = {}
+        if keys is None:
+            state = self.remote.state()[1] if self.remote is not None else {}
+            self.files = {s["file"]: self._file(str(s["file"]), state) for s in self.segments}
         if self.segments and keys is None:
             # A segment without cachex's part metadata (torchcachex's own) is
             # refused here, in the driver, rather than in every read task.
-            first = self.path / fmt.SEGMENTS_DIR / self.segments[0]["file"]
-            with pa.memory_map(str(first)) as source:
-                segment_parts(ipc.open_file(source).schema)
+            first = self.files[self.segments[0]["file"]]
+            segment_parts(first.table().schema)
+
+    def _file(self, name: str, state: Files) -> _SegmentFile:
+        if self.remote is None:
+            assert isinstance(self.root, Path)
+            return _SegmentFile(name, path=self.root / fmt.SEGMENTS_DIR / name)
+        pieces = state.get(f"{fmt.SEGMENTS_DIR}/{name}")
+        if not pieces:
+            raise CorruptError(
+                f"{fmt.SEGMENTS_DIR}/{name}: the store lists it, the cache's last commit "
+                "does not (a compaction published meanwhile?); open the source again"
+            )
+        return _SegmentFile(name, remote=self.remote, pieces=tuple(pieces))
 
     def get_name(self) -> str:
         return "CachexSegments"
@@ -306,15 +509,15 @@ class SegmentDatasource(Datasource):
             if not len(chunk):
                 continue
             mine = [segments[i] for i in chunk]
-            paths = [self.path / fmt.SEGMENTS_DIR / s["file"] for s in mine]
+            files = [self.files[s["file"]] for s in mine]
             rows = [live.get(_segment_id(s)) for s in mine]
             meta = BlockMetadata(
                 num_rows=sum(s["live_rows"] for s in mine),
                 size_bytes=sum(int(s["bytes"]) for s in mine),
-                input_files=[str(p) for p in paths],
+                input_files=[f.shown() for f in files],
                 exec_stats=None,
             )
-            tasks.append(ReadTask(_segment_reader(paths, rows, self.value_column), meta))
+            tasks.append(ReadTask(_segment_reader(files, rows, self.value_column), meta))
         return tasks
 
     def _live_rows(self) -> dict[int, np.ndarray]:
@@ -323,7 +526,7 @@ class SegmentDatasource(Datasource):
             return {}
         winner: dict[str, tuple[int, int]] = {}
         for s in sorted(self.segments, key=_segment_id):
-            keys = _read_segment(self.path / fmt.SEGMENTS_DIR / s["file"])
+            keys = self.files[s["file"]].table()
             for row, key in enumerate(keys.column("key").to_pylist()):
                 winner[key] = (_segment_id(s), row)
         live: dict[int, list[int]] = {}
@@ -344,7 +547,8 @@ class SegmentDatasource(Datasource):
                 continue
             mine = keys[chunk[0] : chunk[-1] + 1]
             meta = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
-            tasks.append(ReadTask(_key_reader(self.path, mine, self.value_column), meta))
+            reader = _key_reader(self.root, self.store_kwargs, mine, self.value_column)
+            tasks.append(ReadTask(reader, meta))
         return tasks
 
 
@@ -354,10 +558,10 @@ def _read_segment(path: Path) -> pa.Table:
         return ipc.open_file(source).read_all()
 
 
-def _segment_reader(paths: list[Path], rows: list[np.ndarray | None], value_column: str):
+def _segment_reader(files: list[_SegmentFile], rows: list[np.ndarray | None], value_column: str):
     def read() -> Iterable[Block]:
-        for path, keep in zip(paths, rows, strict=True):
-            table = _read_segment(path)
+        for file, keep in zip(files, rows, strict=True):
+            table = file.table()
             if keep is not None:
                 table = table.take(pa.array(keep))
             yield segment_block(table, value_column)
@@ -365,9 +569,9 @@ def _segment_reader(paths: list[Path], rows: list[np.ndarray | None], value_colu
     return read
 
 
-def _key_reader(path: Path, keys: list[str], value_column: str):
+def _key_reader(root: str | Path, kwargs: dict[str, Any], keys: list[str], value_column: str):
     def read() -> Iterable[Block]:
-        store = SegmentStore(path, read_only=True, lru_bytes=0)
+        store = SegmentStore(root, read_only=True, lru_bytes=0, **kwargs)
         try:
             values, missing = store.get_batch(keys)
         finally:
@@ -408,6 +612,9 @@ def read_segments(
     *,
     value_column: str = "value",
     override_num_blocks: int | None = None,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: dict[str, Any] | None = None,
     **read_args: Any,
 ) -> Dataset:
     """A Ray Dataset of a segment store's records.
@@ -415,7 +622,8 @@ def read_segments(
     Parameters
     ----------
     path_or_url : str or os.PathLike
-        The cache directory (URLs are not supported yet).
+        The cache directory, or its URL (the dataset reads the cache's last
+        commit as of this call; see :class:`SegmentDatasource`).
     keys : sequence of str, optional
         Only these keys (missing ones are skipped), in slices per read
         task. Default: every record, read by whole segments.
@@ -423,6 +631,8 @@ def read_segments(
         The column name of a single-tensor (or single-blob) record's value.
     override_num_blocks : int, optional
         Read tasks (at most one per segment, or per key).
+    tier_dir, tier_budget, storage_options
+        For a URL: as :class:`cachex.SegmentStore` takes them.
     **read_args
         Passed to ``ray.data.read_datasource`` (``concurrency``, ``num_cpus``...).
 
@@ -433,5 +643,12 @@ def read_segments(
         ``item0``... of a tuple or list, or ``value_column``. Tensors of one
         shape are tensor columns, bytes are binary columns.
     """
-    source = SegmentDatasource(path_or_url, keys, value_column=value_column)
+    source = SegmentDatasource(
+        path_or_url,
+        keys,
+        value_column=value_column,
+        tier_dir=tier_dir,
+        tier_budget=tier_budget,
+        storage_options=storage_options,
+    )
     return read_datasource(source, override_num_blocks=override_num_blocks, **read_args)
