@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::CacheKind;
+use numpy::{IntoPyArray, PyArray1};
 use page_alloc::beton::{self, BetonField, BetonFile, BetonType, BetonValue};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -161,6 +162,45 @@ impl PyBetonReader {
             d.set_item(&f.name, v)?;
         }
         Ok(d)
+    }
+
+    /// The page each sample's stored values lie in (int64, counted from
+    /// the file's first data page; -1 for a sample whose fields are all
+    /// ints and floats, kept in its metadata row): what FFCV's
+    /// quasi-random order shuffles by.
+    fn sample_pages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let o = self.current(py)?;
+        let file = &o.file;
+        let pages: Vec<i64> = py.detach(|| {
+            file.sample_pages()
+                .into_iter()
+                .map(|p| p.map_or(-1, |p| p as i64))
+                .collect()
+        });
+        Ok(pages.into_pyarray(py))
+    }
+
+    /// The sampling plan's blocks (`cachex.sampling.SamplingPlan`): the
+    /// lengths of the runs of consecutive samples that lie in one page, in
+    /// index order (int64, summing to `len(self)`). A file written by one
+    /// worker has one run per page; samples with nothing in a page form
+    /// runs of their own.
+    fn page_blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let o = self.current(py)?;
+        let file = &o.file;
+        let runs: Vec<i64> = py.detach(|| {
+            let mut runs: Vec<i64> = Vec::new();
+            let mut last = None;
+            for (i, p) in file.sample_pages().into_iter().enumerate() {
+                match runs.last_mut() {
+                    Some(n) if i > 0 && last == Some(p) => *n += 1,
+                    _ => runs.push(1),
+                }
+                last = Some(p);
+            }
+            runs
+        });
+        Ok(runs.into_pyarray(py))
     }
 
     /// Everything wrong with the file, as `cachex verify --json` prints
