@@ -264,6 +264,17 @@ class Deal:
         pos = np.arange(lo, lo + int(self.sizes[j]))
         return self.remaining[pos % len(self.remaining)]
 
+    def rank_order(self, rank: int) -> np.ndarray:
+        """Every sample rank ``rank`` reads, its batches ``0, 1, ...`` in turn
+        (the order its loop receives them; padding included)."""
+        lo = self._span_start(rank)
+        m = len(self.remaining)
+        if m == 0 or self.num_batches == 0:
+            return np.empty(0, dtype=np.int64)
+        starts = self.offsets - (np.cumsum(self.sizes) - self.sizes)
+        within = np.repeat(starts, self.sizes) + np.arange(int(self.sizes.sum()))
+        return self.remaining[(lo + within) % m]
+
     def worker_batches(self, rank: int, worker: int = 0, start: int = 0) -> Iterator[np.ndarray]:
         """Batches ``j >= start`` of rank ``rank`` that worker ``worker`` produces, in order."""
         if not 0 <= worker < self.num_workers:

@@ -1,0 +1,138 @@
+"""Warming ahead of the epoch: ``prefetch`` on the page file and memmap
+readers over ``s3://`` (the S3 test server) fills the local tier in the
+background and returns a :class:`cachex.Prefetch` at once; the datasets'
+``prefetch_epoch`` warms what this rank reads next, in the plan's order.
+On a local file ``prefetch`` returns a finished ``Prefetch``."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import cachex
+from cachex import data
+
+# The tier copies files up to one block (8 MiB) whole when opened, and a
+# page file's open fetches its header with a read-ahead of 4 blocks and its
+# tables at the end: these files are larger, so blocks are left to warm.
+DIM = 4096  # 16 KiB a sample
+N = 1500  # a 24 MiB memmap array: 3 blocks
+N_PAGES = 4500  # a 72 MiB page file: 9 blocks
+PAGE = 1 << 20
+
+
+def x_of(i: int) -> np.ndarray:
+    return np.full(DIM, i, dtype=np.float32)
+
+
+def write_pages(url, n=N_PAGES, **kw) -> None:
+    w = cachex.PageWriter(url, {"i": "int", "x": ("float32", (DIM,))}, page_size=PAGE, **kw)
+    w.write_many({"i": i, "x": x_of(i)} for i in range(n))
+    w.finalize()
+
+
+def write_memmap(url, **kw) -> None:
+    w = cachex.MemmapWriter(url, {"x": ("float32", (DIM,))}, **kw)
+    for i in range(N):
+        w.write(f"s{i}", {"x": x_of(i)})
+    assert w.finalize() == N
+
+
+def ids_of(batches) -> list[int]:
+    return [i for b in batches for i in np.asarray(b["i"]).reshape(-1).tolist()]
+
+
+def test_page_prefetch_epoch_warms_every_page_then_nothing(s3):
+    url = s3.url("pages/data.pages")
+    write_pages(url, **s3.tier("writer"))
+    it = data.PageIterableDataset(url, 16, seed=3, **s3.tier("reader"))
+    warming = it.prefetch_epoch()
+    assert isinstance(warming, cachex.Prefetch)
+    assert warming.wait(120.0) and warming.done
+    assert warming.fetched_blocks > 0 and warming.bytes > 0 and warming.failed_blocks == 0
+    assert warming.total_blocks >= warming.fetched_blocks
+    assert "Prefetch(" in repr(warming)
+    # Every sample reads right, from the warmed tier.
+    seen = []
+    for batch in it:
+        for i, x in zip(batch["i"].tolist(), batch["x"]):
+            np.testing.assert_array_equal(x, x_of(i))
+            seen.append(i)
+    assert sorted(seen) == list(range(N_PAGES))
+    # Everything is local now: a second warming fetches nothing.
+    again = it.pages.reader.prefetch(list(range(N_PAGES)))
+    assert again.wait(120.0) and again.fetched_blocks == 0 and again.bytes == 0
+
+
+def test_memmap_prefetch_warms_the_rows_then_nothing(s3):
+    url = s3.url("arrays")
+    write_memmap(url, **s3.tier("writer"))
+    ds = data.MemmapDataset(url, **s3.tier("reader"))
+    it = ds.iterable(32, seed=1)
+    warming = it.prefetch_epoch(0)
+    assert warming is not None and warming.wait(120.0)
+    assert warming.fetched_blocks > 0 and warming.failed_blocks == 0
+    order = it.rank_order(0)
+    assert sorted(order.tolist()) == list(range(N))
+    batch = ds[order.tolist()]
+    np.testing.assert_array_equal(batch["x"], np.stack([x_of(i) for i in order.tolist()]))
+    again = ds.cache.prefetch(order.tolist())
+    assert again.wait(120.0) and again.fetched_blocks == 0
+    one = ds.cache.prefetch(5)  # a single row still works
+    assert one.wait(120.0) and one.fetched_blocks == 0
+
+
+def test_wait_with_a_tiny_timeout_returns_and_cancel_ends_the_fill(s3):
+    url = s3.url("arrays")
+    write_memmap(url, **s3.tier("writer"))
+    cache = cachex.MemmapArray(url, **s3.tier("reader"))
+    warming = cache.prefetch(list(range(N))[::-1])
+    started = time.monotonic()
+    assert warming.wait(0.001) in (True, False)
+    assert warming.wait(0) in (True, False)
+    # A hang guard, not a speed test: a bounded wait returns.
+    assert time.monotonic() - started < 60
+    warming.cancel()
+    assert warming.wait(120.0) and warming.done
+    assert warming.fetched_blocks <= warming.total_blocks
+    # Reads fetch what the cancelled fill left.
+    for i in (0, N // 2, N - 1):
+        np.testing.assert_array_equal(cache.get(i, "x"), x_of(i))
+    with pytest.raises(cachex.InvalidInputError, match="timeout"):
+        warming.wait(-1.0)
+    with pytest.raises(cachex.InvalidInputError, match="timeout"):
+        warming.wait(float("nan"))
+
+
+def test_prefetch_of_a_sample_past_the_end_is_refused(s3):
+    url = s3.url("pages/data.pages")
+    write_pages(url, 10, **s3.tier("writer"))
+    reader = cachex.PageReader(url, **s3.tier("reader"))
+    with pytest.raises(IndexError, match="sample 10 out of range"):
+        reader.prefetch([0, 10])
+    cache_url = s3.url("arrays")
+    w = cachex.MemmapWriter(cache_url, {"x": ("float32", (2,))}, **s3.tier("writer"))
+    w.write("a", {"x": np.zeros(2, np.float32)})
+    w.finalize()
+    with pytest.raises(IndexError):
+        cachex.MemmapArray(cache_url, **s3.tier("reader")).prefetch([1])
+
+
+def test_local_prefetch_is_done_at_once(tmp_path):
+    write_pages(tmp_path / "a.pages", 20)
+    w = cachex.MemmapWriter(tmp_path / "m", {"x": ("float32", (2,))})
+    for i in range(5):
+        w.write(f"s{i}", {"x": np.zeros(2, np.float32)})
+    w.finalize()
+    for warming in (
+        cachex.PageReader(tmp_path / "a.pages").prefetch([3, 2, 1]),
+        cachex.MemmapArray(tmp_path / "m").prefetch([3, 2, 1]),
+        cachex.MemmapArray(tmp_path / "m").prefetch(-1),
+        data.PageIterableDataset(tmp_path / "a.pages", 8).prefetch_epoch(4),
+    ):
+        assert isinstance(warming, cachex.Prefetch) and warming.done and warming.wait(0)
+        assert (warming.fetched_blocks, warming.bytes, warming.total_blocks) == (0, 0, 0)
+    # Datasets that fetch their own way have nothing to warm.
+    assert data.ShardDataset(tmp_path / "sh", lambda: iter(range(5))).iterable(2).prefetch_epoch() is None
