@@ -58,7 +58,7 @@ def test_beton_plan_covers_the_file_in_equal_batches_and_resumes(
     assert blocks.dtype == np.int64 and int(blocks.sum()) == n
     # A block is a run of samples of one page; consecutive blocks differ.
     starts = np.concatenate(([0], np.cumsum(blocks)[:-1])).astype(np.int64)
-    for lo, size in zip(starts.tolist(), blocks.tolist()):
+    for lo, size in zip(starts.tolist(), blocks.tolist(), strict=True):
         assert len(set(pages[lo : lo + size].tolist())) == 1
     assert np.all(pages[starts[1:]] != pages[starts[1:] - 1]) if n else True
     assert np.all(np.diff(pages) >= 0)  # one writer fills pages in order

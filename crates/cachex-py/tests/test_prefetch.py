@@ -57,7 +57,7 @@ def test_page_prefetch_epoch_warms_every_page_then_nothing(s3):
     # Every sample reads right, from the warmed tier.
     seen = []
     for batch in it:
-        for i, x in zip(batch["i"].tolist(), batch["x"]):
+        for i, x in zip(batch["i"].tolist(), batch["x"], strict=True):
             np.testing.assert_array_equal(x, x_of(i))
             seen.append(i)
     assert sorted(seen) == list(range(N_PAGES))
@@ -135,4 +135,5 @@ def test_local_prefetch_is_done_at_once(tmp_path):
         assert isinstance(warming, cachex.Prefetch) and warming.done and warming.wait(0)
         assert (warming.fetched_blocks, warming.bytes, warming.total_blocks) == (0, 0, 0)
     # Datasets that fetch their own way have nothing to warm.
-    assert data.ShardDataset(tmp_path / "sh", lambda: iter(range(5))).iterable(2).prefetch_epoch() is None
+    shards = data.ShardDataset(tmp_path / "sh", lambda: iter(range(5)))
+    assert shards.iterable(2).prefetch_epoch() is None

@@ -478,7 +478,10 @@ class BetonDataset(_Batched):
                 batch[f"{f}_lengths"] = lengths
             else:
                 dtype, shape = _numpy_dtype(kind[0]), tuple(kind[1])
-            buf = _empty((n, *shape), dtype, self.output, self.pin_memory) if out is None else out[f]
+            if out is None:
+                buf = _empty((n, *shape), dtype, self.output, self.pin_memory)
+            else:
+                buf = out[f]
             view = _as_numpy(buf, dtype)
             if kind == "bytes":
                 if view.shape[1] < shape[0]:
