@@ -57,7 +57,7 @@ def test_beton_plan_covers_the_file_in_equal_batches_and_resumes(
     assert pages.dtype == np.int64 and pages.shape == (n,)
     assert blocks.dtype == np.int64 and int(blocks.sum()) == n
     # A block is a run of samples of one page; consecutive blocks differ.
-    starts = np.concatenate(([0], np.cumsum(blocks)[:-1])).astype(np.int64)
+    starts = np.cumsum(blocks) - blocks
     for lo, size in zip(starts.tolist(), blocks.tolist(), strict=True):
         assert len(set(pages[lo : lo + size].tolist())) == 1
     assert np.all(pages[starts[1:]] != pages[starts[1:] - 1]) if n else True

@@ -468,6 +468,8 @@ class BetonDataset(_Batched):
             if kind in ("json", "rgb_image"):
                 batch[f] = values
                 continue
+            dtype: np.dtype[Any]
+            shape: tuple[int, ...]
             if kind == "int":
                 dtype, shape = np.dtype(np.int64), ()
             elif kind == "float":
@@ -477,7 +479,7 @@ class BetonDataset(_Batched):
                 dtype, shape = np.dtype(np.uint8), (max(int(lengths.max(initial=0)), 1),)
                 batch[f"{f}_lengths"] = lengths
             else:
-                dtype, shape = _numpy_dtype(kind[0]), tuple(kind[1])
+                dtype, shape = _numpy_dtype(str(kind[0])), tuple(int(d) for d in kind[1])
             if out is None:
                 buf = _empty((n, *shape), dtype, self.output, self.pin_memory)
             else:

@@ -1,9 +1,10 @@
 """One sampling plan for every store: partitioned, deterministic, resumable.
 
 A :class:`SamplingPlan` is a pure function of the dataset's size and block
-layout (the pages of a page file, the shards of a shard store, row blocks
-of a memmap array, key blocks of a segment store), the seed, the epoch, the
-world size, the DataLoader worker count and how far the epoch has got. No
+layout (the pages of a page file or an FFCV ``.beton``, the shards of a
+shard store, row blocks of a memmap array, key blocks of a segment store),
+the seed, the epoch, the world size, the DataLoader worker count and how
+far the epoch has got. No
 store is touched; numpy does the work (a 10M-sample epoch costs one
 ``argsort``, no Python loop per sample).
 
