@@ -1,12 +1,20 @@
 """Warming ahead of the epoch: ``prefetch`` on the page file and memmap
 readers over ``s3://`` (the S3 test server) fills the local tier in the
 background and returns a :class:`cachex.Prefetch` at once; the datasets'
-``prefetch_epoch`` warms what this rank reads next, in the plan's order.
-On a local file ``prefetch`` returns a finished ``Prefetch``."""
+``prefetch_epoch`` warms what this rank reads next, in the plan's order,
+so that the epoch's reads send no request (counted by a loopback proxy in
+front of the server). On a local file ``prefetch`` returns a finished
+``Prefetch``."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import http.server
+import threading
 import time
+import urllib.parse
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -40,6 +48,63 @@ def write_memmap(url, **kw) -> None:
     assert w.finalize() == N
 
 
+class _Forward(http.server.BaseHTTPRequestHandler):
+    """Forwards each request to the S3 test server as it came, and records it."""
+
+    protocol_version = "HTTP/1.1"
+    server: _CountingProxy
+
+    def _forward(self) -> None:
+        self.server.requests.append((self.command, self.path))
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        upstream = http.client.HTTPConnection(*self.server.upstream, timeout=120)
+        try:
+            upstream.request(self.command, self.path, body=body, headers=dict(self.headers))
+            answer = upstream.getresponse()
+            payload = answer.read()
+        finally:
+            upstream.close()
+        self.send_response(answer.status, answer.reason)
+        for k, v in answer.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length", "date"):
+                self.send_header(k, v)
+        size = answer.getheader("Content-Length") if self.command == "HEAD" else len(payload)
+        self.send_header("Content-Length", str(size or 0))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815 (http.server names)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _CountingProxy(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        parsed = urllib.parse.urlsplit(endpoint)
+        self.upstream = (parsed.hostname, parsed.port or 80)
+        self.requests: list[tuple[str, str]] = []
+        self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@contextlib.contextmanager
+def counting_proxy(endpoint: str) -> Iterator[_CountingProxy]:
+    """A loopback proxy in front of the S3 test server that records every request."""
+    proxy = _CountingProxy(endpoint)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
 def ids_of(batches) -> list[int]:
     return [i for b in batches for i in np.asarray(b["i"]).reshape(-1).tolist()]
 
@@ -64,6 +129,25 @@ def test_page_prefetch_epoch_warms_every_page_then_nothing(s3):
     # Everything is local now: a second warming fetches nothing.
     again = it.pages.reader.prefetch(list(range(N_PAGES)))
     assert again.wait(120.0) and again.fetched_blocks == 0 and again.bytes == 0
+
+
+def test_a_prefetched_epoch_sends_no_request_during_its_reads(s3):
+    pages, arrays = s3.url("pages/data.pages"), s3.url("arrays")
+    write_pages(pages, **s3.tier("writer"))
+    write_memmap(arrays, **s3.tier("writer"))
+    with counting_proxy(s3.endpoint) as proxy:
+        tier = s3.tier("reader")
+        tier["storage_options"]["aws_endpoint"] = proxy.endpoint
+        page_it = data.PageIterableDataset(pages, 32, seed=7, **tier)
+        memmap_it = data.MemmapDataset(arrays, **tier).iterable(32, seed=7)
+        for it in (page_it, memmap_it):
+            assert it.prefetch_epoch().wait(120.0)
+        warmed = len(proxy.requests)
+        assert any(method == "GET" for method, _ in proxy.requests)  # it went through
+        seen = ids_of(page_it)
+        rows = [r for b in memmap_it for r in np.asarray(b["x"])[:, 0].astype(int).tolist()]
+        assert proxy.requests[warmed:] == []  # the epoch read from the tier alone
+    assert sorted(seen) == list(range(N_PAGES)) and sorted(rows) == list(range(N))
 
 
 def test_memmap_prefetch_warms_the_rows_then_nothing(s3):
