@@ -20,23 +20,26 @@ const SLICE: Duration = Duration::from_millis(100);
 /// zero. The fill goes on when this object is dropped, until done or
 /// :meth:`cancel`\ led; a read meanwhile fetches what it needs first. The
 /// fill runs in the process that started it (a forked child does not
-/// inherit it: wait in the parent).
+/// inherit it: there `wait` returns at once whether it had ended).
 #[pyclass(module = "cachex._cachex", name = "Prefetch", frozen)]
 pub struct PyPrefetch {
     fill: WarmingSet,
+    /// The process whose threads fill: a forked child has none of them.
+    pid: u32,
 }
 
 impl PyPrefetch {
     /// A fill in progress.
     pub(crate) fn new(fill: WarmingSet) -> Self {
-        PyPrefetch { fill }
+        PyPrefetch {
+            fill,
+            pid: std::process::id(),
+        }
     }
 
     /// A fill with nothing to do (a local file).
     pub(crate) fn finished() -> Self {
-        PyPrefetch {
-            fill: WarmingSet::default(),
-        }
+        PyPrefetch::new(WarmingSet::default())
     }
 }
 
@@ -57,6 +60,10 @@ impl PyPrefetch {
                 )));
             }
         };
+        if std::process::id() != self.pid {
+            // No thread of this process fills: waiting would only time out.
+            return Ok(self.fill.is_finished());
+        }
         loop {
             let slice = deadline.map_or(SLICE, |d| {
                 d.saturating_duration_since(Instant::now()).min(SLICE)

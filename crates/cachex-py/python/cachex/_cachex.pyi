@@ -716,7 +716,8 @@ class Prefetch:
     ``PageReader.prefetch`` and ``MemmapArray.prefetch`` return one; on a
     local file it is done at once, every count zero. The fill goes on when
     this object is dropped, until done or cancelled; a read meanwhile
-    fetches what it needs first. It runs in the process that started it.
+    fetches what it needs first. It runs in the process that started it: in
+    a forked child, ``wait`` returns at once whether it had ended.
     """
 
     def wait(self, timeout: float | None = None) -> bool:
