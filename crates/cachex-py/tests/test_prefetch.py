@@ -4,7 +4,7 @@ background and returns a :class:`cachex.Prefetch` at once; the datasets'
 ``prefetch_epoch`` warms what this rank reads next, in the plan's order,
 so that the epoch's reads send no request (counted by a loopback proxy in
 front of the server). On a local file ``prefetch`` returns a finished
-``Prefetch``."""
+``Prefetch``. The order warmed is the one the rank reads (hypothesis)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cachex
 from cachex import data
+from cachex.sampling import SamplingPlan, Step
 
 # The tier copies files up to one block (8 MiB) whole when opened, and a
 # page file's open fetches its header with a read-ahead of 4 blocks and its
@@ -227,9 +230,41 @@ def test_local_prefetch_is_done_at_once(tmp_path):
         cachex.MemmapArray(tmp_path / "m").prefetch([3, 2, 1]),
         cachex.MemmapArray(tmp_path / "m").prefetch(-1),
         data.PageIterableDataset(tmp_path / "a.pages", 8).prefetch_epoch(4),
+        # The documented route with a map-style dataset and its sampler.
+        data.PageDataset(tmp_path / "a.pages").prefetch(
+            data.PageDataset(tmp_path / "a.pages").sampler(4).rank_order(1)
+        ),
     ):
         assert isinstance(warming, cachex.Prefetch) and warming.done and warming.wait(0)
         assert (warming.fetched_blocks, warming.bytes, warming.total_blocks) == (0, 0, 0)
     # Datasets that fetch their own way have nothing to warm.
     shards = data.ShardDataset(tmp_path / "sh", lambda: iter(range(5)))
     assert shards.iterable(2).prefetch_epoch() is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    blocks=st.lists(st.integers(1, 12), min_size=0, max_size=25),
+    seed=st.integers(0, 2**32),
+    world=st.integers(1, 4),
+    workers=st.integers(1, 4),
+    bs=st.integers(1, 9),
+    policy=st.sampled_from(["pad", "drop_last"]),
+    steps=st.integers(0, 5),
+)
+def test_rank_order_is_what_the_rank_reads_in_turn(blocks, seed, world, workers, bs, policy, steps):
+    """What ``prefetch_epoch`` warms: every batch of the rank, in the order
+    its loop receives them (also after a loaded state)."""
+    plan = SamplingPlan(blocks, bs, seed=seed, policy=policy)
+    history = [Step(world, workers, bs, steps)]
+    deal = plan.deal(2, world, workers, history)
+    for rank in range(world):
+        parts = [deal.batch(rank, j) for j in range(deal.num_batches)]
+        want = np.concatenate(parts).tolist() if parts else []
+        assert deal.rank_order(rank).tolist() == want
+    sampler = data.PlanSampler(
+        blocks, bs, seed=seed, policy=policy, rank=world - 1, world_size=world
+    )
+    sampler.set_epoch(2)
+    assert sampler.rank_order().tolist() == [i for b in sampler for i in b]
+    assert sampler.rank_order(5).tolist() == plan.deal(5, world).rank_order(world - 1).tolist()
