@@ -136,6 +136,20 @@ def test_beton_dataset_batches_every_field(tmp_path):
     assert small["i"].tolist() == [0, 7] and out["blob"][1, :3].tolist() == [7, 7, 7]
     with pytest.raises(cachex.InvalidInputError, match="no fields"):
         data.BetonDataset(path, fields=["nope"])
+    reader = cachex.BetonReader(path)
+    assert reader.max_sizes == {"blob": 3, "x": 12}
+    with pytest.raises(cachex.InvalidInputError, match="sample"):
+        reader.fill_batch([0], {"meta": np.zeros((1, 16), np.uint8)})
+    with pytest.raises(cachex.InvalidInputError, match="does not fit"):
+        reader.fill_batch([0, 1], {"i": np.zeros(1, np.int64)})
+    with pytest.raises(cachex.CacheError, match="holds 3 bytes"):
+        reader.fill_batch([3], {"blob": np.zeros((1, 2), np.uint8)})
+    with pytest.raises(IndexError, match="sample 9 out of range"):
+        reader.fill_batch([9], {"i": np.zeros(1, np.int64)})
+    reused = data.BetonDataset(path, fields=["i", "x"])
+    buffers = reused.empty_batch(4)
+    assert np.shares_memory(reused.batch([5, 6], out=buffers)["x"], buffers["x"])
+    assert buffers["i"][:2].tolist() == [5, 6]
 
 
 def test_beton_over_a_url_reads_every_sample_through_the_plan(s3):

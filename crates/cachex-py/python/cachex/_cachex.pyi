@@ -768,6 +768,17 @@ class BetonReader:
     def fields(self) -> dict[str, FieldSpec]: ...
     def sample(self, i: int) -> dict[str, Any]:
         """Sample ``i``; JSON fields as text, RGB images as ``{mode, width, height, data}``."""
+    @property
+    def max_sizes(self) -> dict[str, int]:
+        """The largest value of each bytes and array field, in bytes (``fill_batch``'s widths)."""
+    def fill_batch(
+        self, indices: Sequence[int], out: Mapping[str, np.ndarray]
+    ) -> dict[str, list[int]]:
+        """Copy samples into preallocated buffers with the GIL released.
+
+        As :meth:`PageReader.fill_batch` (int, float, bytes and array
+        fields; JSON and images are read with :meth:`sample`).
+        """
     def sample_pages(self) -> npt.NDArray[np.int64]:
         """The page each sample's stored values lie in (-1: ints and floats only)."""
     def page_blocks(self) -> npt.NDArray[np.int64]:

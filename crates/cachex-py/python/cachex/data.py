@@ -413,9 +413,10 @@ class BetonDataset(_Batched):
     as :meth:`cachex.BetonReader.sample` gives it (ints, floats and JSON
     text by value, bytes and arrays as read-only views, RGB images as
     ``{mode, width, height, data}``, never decoded); ``dataset[indices]``
-    one batch: int64 for ints, float64 for floats, ``(n, *shape)`` for
-    arrays, zero-padded uint8 ``(n, longest)`` for bytes with
-    ``"<field>_lengths"`` (int64), and a list for JSON and images.
+    one buffer per field filled from the mapped file by ``fill_batch`` (GIL
+    released): int64 for ints, float64 for floats, ``(n, *shape)`` for
+    arrays, zero-padded uint8 ``(n, max size)`` for bytes with
+    ``"<field>_lengths"`` (int64); JSON and images as lists.
 
     Its plan's blocks are the file's pages (:meth:`blocks`), so the plan's
     order is FFCV's quasi-random one: pages shuffled, then the samples of
@@ -444,7 +445,21 @@ class BetonDataset(_Batched):
         if unknown:
             shown = self.reader.url or self.reader.path
             raise InvalidInputError(f"{shown}: no fields {unknown} (it has {list(kinds)})")
-        self._kinds = {f: kinds[f] for f in self.fields}
+        # Numbers, arrays and bytes are copied into buffers by
+        # ``fill_batch``; JSON and images stay Python values.
+        self._listed = [f for f in self.fields if kinds[f] in ("json", "rgb_image")]
+        widths = self.reader.max_sizes
+        self._specs: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
+        for f in self.fields:
+            kind = kinds[f]
+            if kind == "int":
+                self._specs[f] = (np.dtype(np.int64), ())
+            elif kind == "float":
+                self._specs[f] = (np.dtype(np.float64), ())
+            elif kind == "bytes":
+                self._specs[f] = (np.dtype(np.uint8), (max(int(widths[f]), 1),))
+            elif f not in self._listed:
+                self._specs[f] = (_numpy_dtype(str(kind[0])), tuple(int(d) for d in kind[1]))
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -457,45 +472,31 @@ class BetonDataset(_Batched):
         sample = self.reader.sample(i)
         return {f: sample[f] for f in self.fields}
 
+    def empty_batch(self, n: int) -> dict[str, Any]:
+        """Uninitialised buffers for ``n`` samples of every number, array and
+        bytes field (reuse them with ``out=``)."""
+        return {
+            f: _empty((n, *shape), dtype, self.output, self.pin_memory)
+            for f, (dtype, shape) in self._specs.items()
+        }
+
     def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Samples ``indices`` field by field (numbers, arrays and bytes into
-        ``out``'s first rows when given)."""
-        samples = [self.reader.sample(int(i)) for i in indices]
-        n = len(samples)
-        batch: dict[str, Any] = {}
-        for f, kind in self._kinds.items():
-            values = [s[f] for s in samples]
-            if kind in ("json", "rgb_image"):
-                batch[f] = values
-                continue
-            dtype: np.dtype[Any]
-            shape: tuple[int, ...]
-            if kind == "int":
-                dtype, shape = np.dtype(np.int64), ()
-            elif kind == "float":
-                dtype, shape = np.dtype(np.float64), ()
-            elif kind == "bytes":
-                lengths = np.fromiter((len(v) for v in values), np.int64, n)
-                dtype, shape = np.dtype(np.uint8), (max(int(lengths.max(initial=0)), 1),)
-                batch[f"{f}_lengths"] = lengths
-            else:
-                dtype, shape = _numpy_dtype(str(kind[0])), tuple(int(d) for d in kind[1])
-            if out is None:
-                buf = _empty((n, *shape), dtype, self.output, self.pin_memory)
-            else:
-                buf = out[f]
-            view = _as_numpy(buf, dtype)
-            if kind == "bytes":
-                if view.shape[1] < shape[0]:
-                    raise InvalidInputError(
-                        f"out[{f!r}] of width {view.shape[1]}: a value of {shape[0]} bytes"
-                    )
-                view[:n] = 0
-                for k, v in enumerate(values):
-                    view[k, : len(v)] = v
-            else:
-                view[:n] = np.asarray(values, dtype=dtype).reshape(n, *shape)
-            batch[f] = buf[:n]
+        """Samples ``indices`` as ``{field: buffer}`` (``out``'s first rows when
+        given), filled from the mapped file by ``fill_batch``; JSON and image
+        fields as lists."""
+        n = len(self.reader)
+        indices = [i + n if i < 0 else i for i in indices]
+        out = self.empty_batch(len(indices)) if out is None else out
+        lengths = self.reader.fill_batch(
+            indices, {f: _as_numpy(out[f], self._specs[f][0]) for f in self._specs}
+        )
+        batch = {f: out[f][: len(indices)] for f in self._specs}
+        for f, lens in lengths.items():
+            batch[f"{f}_lengths"] = np.asarray(lens, dtype=np.int64)
+        if self._listed:
+            samples = [self.reader.sample(i) for i in indices]
+            for f in self._listed:
+                batch[f] = [s[f] for s in samples]
         return batch
 
 
