@@ -22,9 +22,9 @@ within each block; dealt evenly to ranks and DataLoader workers; resumable):
 Each dataset's ``blocks()`` is the layout its plan keeps together: the
 pages of a page file or a ``.beton`` (FFCV's quasi-random order), the
 shards of a shard store, runs of rows (about 1 MiB) of a memmap array, runs
-of keys of a segment store. The rank comes
-from ``torch.distributed`` or ``RANK``/``WORLD_SIZE`` (explicit ``rank`` and
-``world_size`` override them); every rank yields the same number of batches.
+of keys of a segment store. The rank comes from ``torch.distributed`` or
+``RANK``/``WORLD_SIZE`` (explicit ``rank`` and ``world_size`` override
+them); every rank yields the same number of batches.
 ``state_dict()`` / ``load_state_dict()`` resume an epoch, also with another
 world size or worker count; with DataLoader workers, take the state from
 :class:`cachex.torchdata.ResumableDataLoader`.
