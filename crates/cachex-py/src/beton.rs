@@ -4,12 +4,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::CacheKind;
+use numpy::{IntoPyArray, PyArray1, PyUntypedArray, PyUntypedArrayMethods};
 use page_alloc::beton::{self, BetonField, BetonFile, BetonType, BetonValue};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use remote_cache::{CacheDir, StoreKind};
+use tensor_core::DType;
 
-use crate::array::Keeper;
+use crate::array::{self, Keeper, RowSink};
 use crate::handle::Handle;
 use crate::page_fields::{Owned, Spec, bytes_view, index_arg, sample_arg, spec_arg, tensor_view};
 use crate::root::{Root, TierArgs};
@@ -161,6 +163,191 @@ impl PyBetonReader {
             d.set_item(&f.name, v)?;
         }
         Ok(d)
+    }
+
+    /// The largest value of each bytes and array field, in bytes (what
+    /// `fill_batch` buffers of bytes fields need per sample); read from
+    /// every sample's allocation, with the GIL released.
+    #[getter]
+    fn max_sizes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
+        let file = &o.file;
+        let sizes: Vec<(String, usize)> = errors::enter(py, || -> page_alloc::Result<_> {
+            let mut sizes = Vec::new();
+            for (f, field) in file.fields().iter().enumerate() {
+                let mut largest = 0;
+                match &field.ty {
+                    BetonType::Bytes => {
+                        for i in 0..file.len() {
+                            if let BetonValue::Bytes(b) = file.get(i, f)? {
+                                largest = largest.max(b.len());
+                            }
+                        }
+                    }
+                    BetonType::NDArray { dtype, shape } => {
+                        largest = dtype.size() * shape.dims().iter().product::<usize>();
+                    }
+                    _ => continue,
+                }
+                sizes.push((field.name.clone(), largest));
+            }
+            Ok(sizes)
+        })?;
+        let d = PyDict::new(py);
+        for (name, size) in sizes {
+            d.set_item(name, size)?;
+        }
+        Ok(d)
+    }
+
+    /// Copies samples `indices` into the caller's preallocated buffers,
+    /// with the GIL released: `out` maps field names to writable
+    /// C-contiguous arrays with at least `len(indices)` rows — int64 for
+    /// int fields, float64 for floats, the field's dtype and `(n, *shape)`
+    /// for arrays, uint8 `(n, width)` for bytes (zero padded). JSON and
+    /// image fields are read with `sample`. Returns the byte lengths of
+    /// each bytes field's values (`{name: [len, ...]}`).
+    fn fill_batch<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Vec<usize>,
+        out: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.current(py)?;
+        let file = &o.file;
+        let n = indices.len();
+        if let Some(&i) = indices.iter().find(|&&i| i >= file.len()) {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "sample {i} out of range: the file has {} samples",
+                file.len()
+            )));
+        }
+        let mut names = Vec::with_capacity(out.len());
+        let mut buffers = Vec::with_capacity(out.len());
+        for (name, buf) in out.iter() {
+            let name: String = name.extract()?;
+            let field = file
+                .fields()
+                .iter()
+                .position(|f| f.name == name)
+                .ok_or_else(|| errors::invalid(format!("no field {name:?} in this file")))?;
+            let a = buf
+                .cast_into::<PyUntypedArray>()
+                .map_err(|_| errors::invalid(format!("out[{name:?}] must be a numpy array")))?;
+            let dtype = array::dtype_of(&a.dtype())?;
+            let shape = a.shape().to_vec();
+            let ok = match &file.fields()[field].ty {
+                BetonType::Int => dtype == DType::I64 && shape.len() == 1,
+                BetonType::Float => dtype == DType::F64 && shape.len() == 1,
+                BetonType::Bytes => dtype == DType::U8 && shape.len() == 2,
+                BetonType::NDArray {
+                    dtype: fd,
+                    shape: fs,
+                } => dtype == *fd && shape.get(1..) == Some(fs.dims()),
+                BetonType::Json | BetonType::RgbImage => {
+                    return Err(errors::invalid(format!(
+                        "out[{name:?}]: a JSON or image field is read with sample()"
+                    )));
+                }
+            };
+            if !ok || shape.first().copied().unwrap_or(0) < n {
+                return Err(errors::invalid(format!(
+                    "out[{name:?}]: {dtype} {shape:?} does not fit {n} samples of this field"
+                )));
+            }
+            names.push((name, field));
+            buffers.push(a);
+        }
+        let sinks = buffers
+            .iter()
+            .zip(&names)
+            .map(|(a, (name, _))| RowSink::new(&format!("out[{name:?}]"), a))
+            .collect::<PyResult<Vec<_>>>()?;
+        let (names_ref, indices) = (&names, &indices);
+        let lengths: Vec<Vec<usize>> =
+            errors::enter(py, move || -> page_alloc::Result<Vec<Vec<usize>>> {
+                let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
+                for (k, &i) in indices.iter().enumerate() {
+                    for ((sink, (name, field)), lens) in
+                        sinks.iter().zip(names_ref).zip(&mut lengths)
+                    {
+                        let value = file.get(i, *field)?;
+                        let inline: [u8; 8];
+                        let src: &[u8] = match &value {
+                            BetonValue::Int(x) => {
+                                inline = x.to_le_bytes();
+                                &inline
+                            }
+                            BetonValue::Float(x) => {
+                                inline = x.to_le_bytes();
+                                &inline
+                            }
+                            BetonValue::Bytes(b) => b,
+                            BetonValue::NDArray(t) => t.bytes(),
+                            // Refused above.
+                            BetonValue::Json(_) | BetonValue::RgbImage { .. } => &[],
+                        };
+                        if !sink.write(k, src) {
+                            return Err(page_alloc::Error::PoolTooSmall {
+                                path: file.path().to_path_buf(),
+                                reason: format!(
+                                    "sample {i}: field {name} holds {} bytes, the buffer row {}",
+                                    src.len(),
+                                    sink.stride()
+                                ),
+                            });
+                        }
+                        lens.push(src.len());
+                    }
+                }
+                Ok(lengths)
+            })?;
+        let result = PyDict::new(py);
+        for ((name, field), lens) in names.into_iter().zip(lengths) {
+            if file.fields()[field].ty == BetonType::Bytes {
+                result.set_item(name, lens)?;
+            }
+        }
+        Ok(result)
+    }
+
+    /// The page each sample's stored values lie in (int64, counted from
+    /// the file's first data page; -1 for a sample whose fields are all
+    /// ints and floats, kept in its metadata row): what FFCV's
+    /// quasi-random order shuffles by.
+    fn sample_pages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let o = self.current(py)?;
+        let file = &o.file;
+        let pages: Vec<i64> = py.detach(|| {
+            file.sample_pages()
+                .into_iter()
+                .map(|p| p.map_or(-1, |p| p as i64))
+                .collect()
+        });
+        Ok(pages.into_pyarray(py))
+    }
+
+    /// The sampling plan's blocks (`cachex.sampling.SamplingPlan`): the
+    /// lengths of the runs of consecutive samples that lie in one page, in
+    /// index order (int64, summing to `len(self)`). A file written by one
+    /// worker has one run per page; samples with nothing in a page form
+    /// runs of their own.
+    fn page_blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let o = self.current(py)?;
+        let file = &o.file;
+        let runs: Vec<i64> = py.detach(|| {
+            let mut runs: Vec<i64> = Vec::new();
+            let mut last = None;
+            for (i, p) in file.sample_pages().into_iter().enumerate() {
+                match runs.last_mut() {
+                    Some(n) if i > 0 && last == Some(p) => *n += 1,
+                    _ => runs.push(1),
+                }
+                last = Some(p);
+            }
+            runs
+        });
+        Ok(runs.into_pyarray(py))
     }
 
     /// Everything wrong with the file, as `cachex verify --json` prints

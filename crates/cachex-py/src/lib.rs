@@ -32,6 +32,7 @@
 //!   src/shard.rs                                 ShardStore
 //!   src/memmap_{schema,writer,reader,build}.rs   MemmapWriter, MemmapArray, memmap_open_or_build
 //!   src/page_{fields,writer,reader}.rs beton.rs  PageWriter, PageReader, BetonReader
+//!   src/prefetch.rs              Prefetch: a remote reader's background fill of the tier
 //!   src/facade.rs                cachex.open's Cache and CachedFn
 //!   src/fingerprint.rs seq.rs    cache keys and fingerprints; loadit's index arithmetic
 //!   src/legacy.rs                deprecated module-level verify/inspect functions
@@ -78,6 +79,7 @@ mod memmap_writer;
 mod page_fields;
 mod page_reader;
 mod page_writer;
+mod prefetch;
 mod root;
 mod segment;
 mod seq;
@@ -110,6 +112,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(seq::repeat_index, m)?)?;
     m.add_class::<page_writer::PyPageWriter>()?;
     m.add_class::<page_reader::PyPageReader>()?;
+    m.add_class::<prefetch::PyPrefetch>()?;
     m.add_function(wrap_pyfunction!(page_reader::_reopen_page_reader, m)?)?;
     m.add_class::<beton::PyBetonReader>()?;
     m.add_function(wrap_pyfunction!(beton::_reopen_beton_reader, m)?)?;

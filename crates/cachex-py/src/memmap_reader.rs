@@ -15,6 +15,7 @@ use tensor_core::TensorView;
 use crate::array::{self, Keeper, RowSink};
 use crate::handle::Handle;
 use crate::memmap_schema::schema_to_py;
+use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
 use crate::{check, errors, json};
 
@@ -452,13 +453,31 @@ impl PyMemmapArray {
         Ok(py.detach(|| cache.find(source)))
     }
 
-    /// Asks the kernel to read row `i` ahead (`madvise(WILLNEED)`; on a
-    /// URL, fetches its blocks into the local tier first).
-    fn prefetch(&self, py: Python<'_>, i: i64) -> PyResult<()> {
-        let i = self.current(py)?.row_index(i)?;
-        let o = self.ready(py, &[i])?;
-        o.cache().prefetch(i);
-        Ok(())
+    /// Warms row `rows` (an index, or a sequence of them in the order
+    /// the next epoch reads them) and returns a `Prefetch` at once.
+    ///
+    /// On a URL the rows' blocks are fetched into the local tier in the
+    /// background, within the tier's budget (MosaicML's `predownload`);
+    /// reads meanwhile fetch what they need first. On a local cache the
+    /// kernel is asked to read them ahead (`madvise(WILLNEED)`) and the
+    /// `Prefetch` returned is already done, every count zero.
+    fn prefetch(&self, py: Python<'_>, rows: &Bound<'_, PyAny>) -> PyResult<PyPrefetch> {
+        let o = self.current(py)?;
+        let asked: Vec<i64> = match rows.extract::<i64>() {
+            Ok(i) => vec![i],
+            Err(_) => rows.extract()?,
+        };
+        let rows = asked
+            .into_iter()
+            .map(|i| o.row_index(i))
+            .collect::<PyResult<Vec<u64>>>()?;
+        match &*o.arrays {
+            Arrays::Remote(r) => Ok(PyPrefetch::new(py.detach(|| r.prefetch(&rows)))),
+            Arrays::Local(cache) => {
+                py.detach(|| rows.iter().for_each(|&i| cache.prefetch(i)));
+                Ok(PyPrefetch::finished())
+            }
+        }
     }
 
     /// The row index as a list of entries: `{"row", "source", "meta",

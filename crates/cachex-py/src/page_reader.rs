@@ -14,6 +14,7 @@ use tensor_core::DType;
 use crate::array::{self, Keeper, RowSink};
 use crate::handle::Handle;
 use crate::page_fields::{bytes_view, index_arg, tensor_view};
+use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
 use crate::{check, errors};
 
@@ -356,15 +357,29 @@ impl PyPageReader {
         Ok(result)
     }
 
-    /// Asks the kernel to read ahead the pages of these samples (on a
-    /// URL, fetches them into the local tier first).
-    fn prefetch(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<()> {
+    /// Warms the pages of samples `indices`, in that order (the next
+    /// epoch's), and returns a `Prefetch` at once.
+    ///
+    /// On a URL the pages are fetched into the local tier in the
+    /// background, within the tier's budget (MosaicML's `predownload`);
+    /// reads meanwhile fetch what they need first. On a local file the
+    /// kernel is asked to read them ahead (`madvise(WILLNEED)`) and the
+    /// `Prefetch` returned is already done, every count zero.
+    fn prefetch(&self, py: Python<'_>, indices: Vec<usize>) -> PyResult<PyPrefetch> {
         let o = self.current(py)?;
-        let pages = &o.pages;
-        errors::enter(py, || -> remote_cache::Result<()> {
-            pages.ensure(&indices)?;
-            Ok(pages.reader().prefetch(&indices)?)
-        })
+        let len = o.reader().len();
+        if let Some(&i) = indices.iter().find(|&&i| i >= len) {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "sample {i} out of range: the file has {len} samples"
+            )));
+        }
+        match &*o.pages {
+            Pages::Remote(r) => Ok(PyPrefetch::new(py.detach(|| r.prefetch(&indices)))),
+            Pages::Local(reader) => {
+                errors::enter(py, || reader.prefetch(&indices))?;
+                Ok(PyPrefetch::finished())
+            }
+        }
     }
 
     /// FFCV's quasi-random epoch order: shuffled pages, samples shuffled

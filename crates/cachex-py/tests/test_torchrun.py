@@ -1,6 +1,6 @@
 """Real ``torchrun --standalone`` launches (gloo, CPU, 2 ranks x 2 DataLoader
-workers; needs torch): the plan over a page file, a memmap array and a
-segment store; a job killed with SIGKILL and restarted from its saved state
+workers; needs torch): the plan over a page file, a memmap array, a
+segment store and an FFCV ``.beton``; a job killed with SIGKILL and restarted from its saved state
 with the same and with a different world size and worker count; the
 decorator with every rank writing into one cache. Each rank runs
 tests/torchrun_job.py."""
@@ -97,7 +97,17 @@ def stores(tmp_path_factory) -> dict[str, Path]:
     with cachex.SegmentStore(root / "segment", flush_every=16) as s:
         s.put_batch({k: {"i": np.array([i])} for i, k in enumerate(keys)})
     (root / "segment" / "keys.json").write_text(json.dumps(keys))
-    return {"page": root / "a.pages", "memmap": root / "memmap", "segment": root / "segment"}
+    # 32 KiB a sample: the .beton spans two 2 MiB pages (two plan blocks).
+    beton = [{"i": i, "x": np.full(8192, i, np.float32)} for i in range(N)]
+    cachex.write_beton(
+        root / "a.beton", {"i": "int", "x": ("float32", (8192,))}, beton, page_size=1 << 21
+    )
+    return {
+        "page": root / "a.pages",
+        "memmap": root / "memmap",
+        "segment": root / "segment",
+        "beton": root / "a.beton",
+    }
 
 
 def test_two_ranks_with_two_workers_each_read_every_sample_once(stores, tmp_path):

@@ -37,6 +37,8 @@ def dataset_of(spec: str, batch_size: int, seed: int) -> data.IterableBatches:
         return data.PageIterableDataset(path, batch_size, seed=seed)
     if kind == "memmap":
         return data.MemmapDataset(path).iterable(batch_size, seed=seed)
+    if kind == "beton":
+        return data.BetonIterableDataset(path, batch_size, fields=["i"], seed=seed)
     if kind == "segment":
         keys = json.loads(Path(path, "keys.json").read_text())
         ds = data.SegmentDataset(path, keys)

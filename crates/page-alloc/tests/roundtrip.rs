@@ -424,5 +424,28 @@ proptest! {
         for (i, want) in samples.iter().enumerate() {
             prop_assert_eq!(&file.sample(i).unwrap(), want);
         }
+        // One writer packs samples into pages in order: pages never go
+        // back, start at 0, and no page holds more than a page of bytes.
+        let pages = file.sample_pages();
+        prop_assert_eq!(pages.len(), samples.len());
+        let pages: Vec<u64> = pages.into_iter().map(|p| p.expect("JSON is always stored")).collect();
+        prop_assert!(pages.first().is_none_or(|&p| p == 0));
+        prop_assert!(pages.windows(2).all(|w| w[0] <= w[1] && w[1] <= w[0] + 1));
+        let mut used = std::collections::HashMap::new();
+        for (i, &p) in pages.iter().enumerate() {
+            *used.entry(p).or_insert(0usize) += blobs[i].len() + texts[i].len() + 1;
+        }
+        prop_assert!(used.values().all(|&b| b <= 2 << 20));
     }
+}
+
+#[test]
+fn beton_without_stored_fields_has_no_pages() {
+    use page_alloc::beton::{self, BetonField, BetonType, BetonValue};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inline.beton");
+    let fields = [BetonField::new("n", BetonType::Int)];
+    let samples: Vec<Vec<BetonValue>> = (0..5).map(|i| vec![BetonValue::Int(i)]).collect();
+    beton::write(&path, &fields, &samples).unwrap();
+    assert_eq!(beton::read(&path).unwrap().sample_pages(), vec![None; 5]);
 }

@@ -485,7 +485,13 @@ class MemmapArray:
     def sidecar_values(self, name: str) -> list[str]: ...
     def find(self, source: str) -> int | None:
         """The row of a source id, or ``None``."""
-    def prefetch(self, i: int) -> None: ...
+    def prefetch(self, rows: int | Sequence[int]) -> Prefetch:
+        """Warm rows ``rows`` in that order (the next epoch's); returns at once.
+
+        On a URL their blocks are fetched into the local tier in the
+        background, within its budget; on a local cache the kernel reads
+        them ahead and the :class:`Prefetch` is already done (counts zero).
+        """
     def index(self) -> list[dict[str, Any]]:
         """Every row's ``{"row", "source", "meta", "sidecars"}``.
 
@@ -681,8 +687,14 @@ class PageReader:
         dict
             The byte length of each bytes field's values.
         """
-    def prefetch(self, indices: Sequence[int]) -> None:
-        """``madvise(WILLNEED)`` the pages of these samples."""
+    def prefetch(self, indices: Sequence[int]) -> Prefetch:
+        """Warm the pages of samples ``indices`` in that order (the next epoch's); returns at once.
+
+        On a URL the pages are fetched into the local tier in the
+        background, within its budget; on a local file the kernel reads
+        them ahead (``madvise(WILLNEED)``) and the :class:`Prefetch` is
+        already done (counts zero).
+        """
     def quasi_random_order(
         self, seed: int, window_pages: int = 8, *, share: int = 0, shares: int = 1
     ) -> list[int]:
@@ -695,6 +707,38 @@ class PageReader:
         """``cachex verify --json``'s object for this file (every page checksum)."""
     def inspect(self) -> Summary:
         """``cachex inspect --json``'s object for this file."""
+
+@final
+class Prefetch:
+    """Blocks being fetched into the local tier in the background, in the
+    order asked for (the next epoch's), within the tier's budget.
+
+    ``PageReader.prefetch`` and ``MemmapArray.prefetch`` return one; on a
+    local file it is done at once, every count zero. The fill goes on when
+    this object is dropped, until done or cancelled; a read meanwhile
+    fetches what it needs first. It runs in the process that started it: in
+    a forked child, ``wait`` returns at once whether it had ended.
+    """
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait at most ``timeout`` seconds (None: until done), GIL released; whether it ended."""
+    @property
+    def done(self) -> bool:
+        """Whether the fill ended (all fetched or local, budget reached, or cancelled)."""
+    def cancel(self) -> None:
+        """Stop after the blocks in flight."""
+    @property
+    def fetched_blocks(self) -> int:
+        """Blocks this fill fetched so far."""
+    @property
+    def failed_blocks(self) -> int:
+        """Blocks whose fetch failed (the reads fetch them again)."""
+    @property
+    def bytes(self) -> int:
+        """Bytes this fill fetched so far."""
+    @property
+    def total_blocks(self) -> int:
+        """Blocks asked for (already local ones included)."""
 
 @final
 class BetonReader:
@@ -724,6 +768,21 @@ class BetonReader:
     def fields(self) -> dict[str, FieldSpec]: ...
     def sample(self, i: int) -> dict[str, Any]:
         """Sample ``i``; JSON fields as text, RGB images as ``{mode, width, height, data}``."""
+    @property
+    def max_sizes(self) -> dict[str, int]:
+        """The largest value of each bytes and array field, in bytes (``fill_batch``'s widths)."""
+    def fill_batch(
+        self, indices: Sequence[int], out: Mapping[str, np.ndarray]
+    ) -> dict[str, list[int]]:
+        """Copy samples into preallocated buffers with the GIL released.
+
+        As :meth:`PageReader.fill_batch` (int, float, bytes and array
+        fields; JSON and images are read with :meth:`sample`).
+        """
+    def sample_pages(self) -> npt.NDArray[np.int64]:
+        """The page each sample's stored values lie in (-1: ints and floats only)."""
+    def page_blocks(self) -> npt.NDArray[np.int64]:
+        """Lengths of the runs of consecutive samples in one page: a plan's blocks."""
     def verify(self) -> VerifyReport:
         """``cachex verify --json``'s object for this file."""
     def inspect(self) -> Summary:

@@ -10,18 +10,21 @@ within each block; dealt evenly to ranks and DataLoader workers; resumable):
 :class:`MemmapDataset`         a memmap-array cache, item ``i`` is row ``i``
 :class:`ShardDataset`          a shard store (loadit layout), item ``i`` is item ``i``
 :class:`PageDataset`           a page file, item ``i`` is sample ``i``
+:class:`BetonDataset`          an FFCV ``.beton`` file, item ``i`` is sample ``i``
 :class:`IterableBatches`       batches of any of them in plan order
                                (``dataset.iterable(batch_size)``)
 :class:`PlanSampler`           batches of indices in plan order, for a
                                DataLoader's ``sampler`` (``dataset.sampler(batch_size)``)
 :class:`PageIterableDataset`   :class:`IterableBatches` of a page file
+:class:`BetonIterableDataset`  :class:`IterableBatches` of a ``.beton`` file
 =============================  ===============================================
 
 Each dataset's ``blocks()`` is the layout its plan keeps together: the
-pages of a page file, the shards of a shard store, runs of rows (about
-1 MiB) of a memmap array, runs of keys of a segment store. The rank comes
-from ``torch.distributed`` or ``RANK``/``WORLD_SIZE`` (explicit ``rank`` and
-``world_size`` override them); every rank yields the same number of batches.
+pages of a page file or a ``.beton`` (FFCV's quasi-random order), the
+shards of a shard store, runs of rows (about 1 MiB) of a memmap array, runs
+of keys of a segment store. The rank comes from ``torch.distributed`` or
+``RANK``/``WORLD_SIZE`` (explicit ``rank`` and ``world_size`` override
+them); every rank yields the same number of batches.
 ``state_dict()`` / ``load_state_dict()`` resume an epoch, also with another
 world size or worker count; with DataLoader workers, take the state from
 :class:`cachex.torchdata.ResumableDataLoader`.
@@ -66,6 +69,24 @@ machine's local tier as samples are read; every worker (``fork``,
 tier, so no block is fetched twice on a machine. Credentials come from
 the environment: a ``forkserver`` worker has the environment the fork
 server started with (set them before the first DataLoader starts it).
+
+Warming the next epoch
+----------------------
+A page file or memmap array on a URL can be fetched into the tier ahead of
+the reads, in the order this rank will read them (MosaicML's
+``predownload``), within the tier's budget: ``prefetch_epoch`` starts it in
+the background and returns a :class:`cachex.Prefetch` at once::
+
+    it = PageIterableDataset("s3://bucket/prefix/data.pages", 256)
+    warming = it.prefetch_epoch(epoch + 1)   # while epoch ``epoch`` trains
+    ...
+    warming.wait(60.0)                       # optional: it runs on its own
+
+With a :class:`PlanSampler`, ``dataset.prefetch(sampler.rank_order(epoch))``
+does the same. While iterating, :class:`IterableBatches` also warms the next
+batch while the current one is read. A local file needs none of it
+(``prefetch`` asks the kernel to read ahead and returns a finished
+``Prefetch``); a ``.beton`` on a URL is copied whole when opened.
 """
 
 from __future__ import annotations
@@ -90,7 +111,14 @@ from cachex._buffers import (
     collate,
     torch,
 )
-from cachex._cachex import MemmapArray, PageReader, SegmentStore, ShardStore
+from cachex._cachex import (
+    BetonReader,
+    MemmapArray,
+    PageReader,
+    Prefetch,
+    SegmentStore,
+    ShardStore,
+)
 from cachex._remote import TierBudget, tier_kwargs
 from cachex.errors import InvalidInputError
 from cachex.sampling import (
@@ -107,6 +135,8 @@ from cachex.sampling import (
 
 __all__ = [
     "HAS_TORCH",
+    "BetonDataset",
+    "BetonIterableDataset",
     "IterableBatches",
     "MemmapDataset",
     "PageDataset",
@@ -259,6 +289,10 @@ class MemmapDataset(_Batched):
         row = sum(d.itemsize * int(np.prod(s, dtype=np.int64)) for d, s, _ in self._specs.values())
         return even_blocks(len(self), max(1, block_bytes // max(row, 1)))
 
+    def prefetch(self, indices: Sequence[int]) -> Prefetch:
+        """Warms rows ``indices`` in that order (see :meth:`cachex.MemmapArray.prefetch`)."""
+        return self.cache.prefetch(list(indices))
+
     def item(self, i: int) -> dict[str, Any]:
         row = self.cache.get_row(i)
         return {a: row[a] for a in self.arrays}
@@ -344,9 +378,10 @@ class PageDataset(_Batched):
         """The samples of each page, in file order."""
         return page_blocks(self.reader.path)
 
-    def prefetch(self, indices: Sequence[int]) -> None:
-        """Asks the kernel to read the pages of these samples ahead."""
-        self.reader.prefetch(indices)
+    def prefetch(self, indices: Sequence[int]) -> Prefetch:
+        """Warms the pages of samples ``indices`` in that order (see
+        :meth:`cachex.PageReader.prefetch`): on a URL in the background."""
+        return self.reader.prefetch(list(indices))
 
     def item(self, i: int) -> dict[str, Any]:
         sample = self.reader.sample(i)
@@ -370,6 +405,98 @@ class PageDataset(_Batched):
         batch = {f: out[f][: len(indices)] for f in self.fields}
         for f, lens in lengths.items():
             batch[f"{f}_lengths"] = np.asarray(lens, dtype=np.int64)
+        return batch
+
+
+class BetonDataset(_Batched):
+    """Samples of an FFCV ``.beton`` file: ``dataset[i]`` is ``{field: value}``
+    as :meth:`cachex.BetonReader.sample` gives it (ints, floats and JSON
+    text by value, bytes and arrays as read-only views, RGB images as
+    ``{mode, width, height, data}``, never decoded); ``dataset[indices]``
+    one buffer per field filled from the mapped file by ``fill_batch`` (GIL
+    released): int64 for ints, float64 for floats, ``(n, *shape)`` for
+    arrays, zero-padded uint8 ``(n, max size)`` for bytes with
+    ``"<field>_lengths"`` (int64); JSON and images as lists.
+
+    Its plan's blocks are the file's pages (:meth:`blocks`), so the plan's
+    order is FFCV's quasi-random one: pages shuffled, then the samples of
+    each page. ``path`` may be a URL naming the file under a prefix
+    (``s3://bucket/prefix/data.beton``), with ``tier_dir``, ``tier_budget``
+    and ``storage_options`` (see the module docs): the file is copied whole
+    into the tier when opened.
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        *,
+        fields: Sequence[str] | None = None,
+        output: Output = "numpy",
+        pin_memory: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._setup(output, pin_memory)
+        self.reader = BetonReader(path, **tier_kwargs(tier_dir, tier_budget, storage_options))
+        kinds = self.reader.fields
+        self.fields = list(kinds) if fields is None else list(fields)
+        unknown = [f for f in self.fields if f not in kinds]
+        if unknown:
+            shown = self.reader.url or self.reader.path
+            raise InvalidInputError(f"{shown}: no fields {unknown} (it has {list(kinds)})")
+        # Numbers, arrays and bytes are copied into buffers by
+        # ``fill_batch``; JSON and images stay Python values.
+        self._listed = [f for f in self.fields if kinds[f] in ("json", "rgb_image")]
+        widths = self.reader.max_sizes
+        self._specs: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
+        for f in self.fields:
+            kind = kinds[f]
+            if kind == "int":
+                self._specs[f] = (np.dtype(np.int64), ())
+            elif kind == "float":
+                self._specs[f] = (np.dtype(np.float64), ())
+            elif kind == "bytes":
+                self._specs[f] = (np.dtype(np.uint8), (max(int(widths[f]), 1),))
+            elif f not in self._listed:
+                self._specs[f] = (_numpy_dtype(str(kind[0])), tuple(int(d) for d in kind[1]))
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def blocks(self) -> np.ndarray:
+        """The runs of consecutive samples that lie in one page, in file order."""
+        return self.reader.page_blocks()
+
+    def item(self, i: int) -> dict[str, Any]:
+        sample = self.reader.sample(i)
+        return {f: sample[f] for f in self.fields}
+
+    def empty_batch(self, n: int) -> dict[str, Any]:
+        """Uninitialised buffers for ``n`` samples of every number, array and
+        bytes field (reuse them with ``out=``)."""
+        return {
+            f: _empty((n, *shape), dtype, self.output, self.pin_memory)
+            for f, (dtype, shape) in self._specs.items()
+        }
+
+    def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Samples ``indices`` as ``{field: buffer}`` (``out``'s first rows when
+        given), filled from the mapped file by ``fill_batch``; JSON and image
+        fields as lists."""
+        n = len(self.reader)
+        indices = [i + n if i < 0 else i for i in indices]
+        out = self.empty_batch(len(indices)) if out is None else out
+        lengths = self.reader.fill_batch(
+            indices, {f: _as_numpy(out[f], self._specs[f][0]) for f in self._specs}
+        )
+        batch = {f: out[f][: len(indices)] for f in self._specs}
+        for f, lens in lengths.items():
+            batch[f"{f}_lengths"] = np.asarray(lens, dtype=np.int64)
+        if self._listed:
+            samples = [self.reader.sample(i) for i in indices]
+            for f in self._listed:
+                batch[f] = [s[f] for s in samples]
         return batch
 
 
@@ -521,6 +648,18 @@ class _Planned:
         """Batches every rank yields in the next iteration."""
         return self.deal().num_batches
 
+    def rank_order(self, epoch: int | None = None, num_workers: int = 0) -> np.ndarray:
+        """The samples this rank reads in epoch ``epoch`` with a DataLoader of
+        ``num_workers``, in the order its loop receives them (default: the
+        next iteration's, what a loaded state left of it): what to prefetch
+        ahead of that epoch."""
+        if epoch is None or int(epoch) == self.epoch:
+            deal = self.deal(num_workers)
+        else:
+            layout = self._layout_workers(num_workers)
+            deal = self.plan.deal(int(epoch), self.world_size, layout)
+        return deal.rank_order(self.rank)
+
     def state_dict(self, steps: int | None = None, num_workers: int = 0) -> dict[str, Any]:
         """The epoch and how far it got: a few numbers, never a list of samples.
 
@@ -646,6 +785,24 @@ class IterableBatches(_IterableBase, _Planned):
         parts = list(deal.worker_batches(self.rank, worker))
         return np.concatenate(parts).tolist() if parts else []
 
+    def prefetch_epoch(self, epoch: int | None = None, num_workers: int = 0) -> Prefetch | None:
+        """Starts warming the samples this rank reads in epoch ``epoch``
+        (default: the next iteration's) with a DataLoader of ``num_workers``,
+        in the order the loop receives them, and returns at once.
+
+        On a URL the page file's pages or the memmap array's blocks are
+        fetched into the local tier in the background, within its budget
+        (a :class:`cachex.Prefetch` to wait on or cancel); on a local file
+        the kernel is asked to read ahead and the ``Prefetch`` is already
+        done. ``None`` for a dataset without ``prefetch`` (segment, shard
+        and ``.beton`` datasets fetch their own way).
+        """
+        prefetch = getattr(self.dataset, "prefetch", None)
+        if prefetch is None:
+            return None
+        result: Prefetch = prefetch(self.rank_order(epoch, num_workers))
+        return result
+
     def __iter__(self) -> Iterator[Any]:
         info = _worker_info()
         worker, workers = (0, 0) if info is None else (info.id, info.num_workers)
@@ -725,4 +882,54 @@ class PageIterableDataset(IterableBatches):
             rank=rank,
             world_size=world_size,
             reuse_buffers=reuse_buffers,
+        )
+
+
+class BetonIterableDataset(IterableBatches):
+    """Batches of an FFCV ``.beton`` file in FFCV's quasi-random order
+    (pages shuffled, then the samples within each page), each DataLoader
+    worker of each rank reading its own pages.
+
+    :class:`IterableBatches` over a :class:`BetonDataset`; ``drop_last=True``
+    is ``policy="drop_last"`` (only full batches, on every rank), else
+    ``"pad"``. ``path`` may be a URL, with ``tier_dir``, ``tier_budget`` and
+    ``storage_options`` (see the module docs).
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        batch_size: int | None = None,
+        *,
+        fields: Sequence[str] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        output: Output = "numpy",
+        pin_memory: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if batch_size is not None and batch_size < 1:
+            raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
+        self.beton = BetonDataset(
+            path,
+            fields=fields,
+            output=output,
+            pin_memory=pin_memory,
+            tier_dir=tier_dir,
+            tier_budget=tier_budget,
+            storage_options=storage_options,
+        )
+        super().__init__(
+            self.beton,
+            batch_size,
+            seed=seed,
+            shuffle=shuffle,
+            policy="drop_last" if drop_last else "pad",
+            rank=rank,
+            world_size=world_size,
         )

@@ -1,9 +1,10 @@
 """One sampling plan for every store: partitioned, deterministic, resumable.
 
 A :class:`SamplingPlan` is a pure function of the dataset's size and block
-layout (the pages of a page file, the shards of a shard store, row blocks
-of a memmap array, key blocks of a segment store), the seed, the epoch, the
-world size, the DataLoader worker count and how far the epoch has got. No
+layout (the pages of a page file or an FFCV ``.beton``, the shards of a
+shard store, row blocks of a memmap array, key blocks of a segment store),
+the seed, the epoch, the world size, the DataLoader worker count and how
+far the epoch has got. No
 store is touched; numpy does the work (a 10M-sample epoch costs one
 ``argsort``, no Python loop per sample).
 
@@ -263,6 +264,17 @@ class Deal:
         lo = self._span_start(rank) + int(self.offsets[j])
         pos = np.arange(lo, lo + int(self.sizes[j]))
         return self.remaining[pos % len(self.remaining)]
+
+    def rank_order(self, rank: int) -> np.ndarray:
+        """Every sample rank ``rank`` reads, its batches ``0, 1, ...`` in turn
+        (the order its loop receives them; padding included)."""
+        lo = self._span_start(rank)
+        m = len(self.remaining)
+        if m == 0 or self.num_batches == 0:
+            return np.empty(0, dtype=np.int64)
+        starts = self.offsets - (np.cumsum(self.sizes) - self.sizes)
+        within = np.repeat(starts, self.sizes) + np.arange(int(self.sizes.sum()))
+        return self.remaining[(lo + within) % m]
 
     def worker_batches(self, rank: int, worker: int = 0, start: int = 0) -> Iterator[np.ndarray]:
         """Batches ``j >= start`` of rank ``rank`` that worker ``worker`` produces, in order."""

@@ -22,6 +22,8 @@ pub struct BetonFile {
     page_size: u64,
     num_samples: u64,
     alloc_table_ptr: u64,
+    /// Where the pages begin (a multiple of `page_size`).
+    data_start: u64,
     fields: Vec<BetonField>,
     row_offsets: Vec<usize>,
     row_size: usize,
@@ -275,6 +277,7 @@ impl BetonFile {
             page_size,
             num_samples,
             alloc_table_ptr,
+            data_start,
             fields,
             row_offsets,
             row_size,
@@ -338,6 +341,27 @@ impl BetonFile {
     /// The page size.
     pub fn page_size(&self) -> u64 {
         self.page_size
+    }
+
+    /// The page each sample's stored values lie in, counted from the first
+    /// page of the data region (the inverse of FFCV's `page_to_samples`,
+    /// which its quasi-random order shuffles by): the page of the sample's
+    /// first non-empty allocation. `None` for a sample with nothing stored
+    /// in a page (ints and floats live in its metadata row).
+    pub fn sample_pages(&self) -> Vec<Option<u64>> {
+        let n = self.num_samples as usize;
+        if self.n_var == 0 {
+            return vec![None; n];
+        }
+        self.allocs
+            .chunks_exact(self.n_var)
+            .map(|fields| {
+                fields
+                    .iter()
+                    .find(|(_, size)| *size > 0)
+                    .map(|(ptr, _)| ptr.saturating_sub(self.data_start) / self.page_size)
+            })
+            .collect()
     }
 
     /// Where the allocation table starts.
