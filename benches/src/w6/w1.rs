@@ -180,8 +180,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
     ] {
         let dir = ctx.fresh_dir(&format!("w6-w1-{phase}")).map_err(err)?;
         let start = Instant::now();
-        let (remote, tier) =
-            published.open(&dir, budget, latency, segment_files())?;
+        let (remote, tier) = published.open(&dir, budget, latency, segment_files())?;
         let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
         let open_secs = start.elapsed().as_secs_f64();
         let secs = read(ctx, &store, n, open_secs)?;
@@ -203,8 +202,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
         if phase == "read_cold" {
             // The same working directory and tier again: everything local.
             let start = Instant::now();
-            let (remote, tier) =
-                published.open(&dir, budget, latency, segment_files())?;
+            let (remote, tier) = published.open(&dir, budget, latency, segment_files())?;
             let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
             let open_secs = start.elapsed().as_secs_f64();
             let secs = read(ctx, &store, n, open_secs)?;
@@ -237,12 +235,7 @@ fn first_batch(ctx: &Ctx, published: &Published, n: usize) -> Result<(), RunErro
     let batch = batches(ctx, n).swap_remove(0);
     let keys = names(&batch);
     let start = Instant::now();
-    let (remote, tier) = published.open(
-        &dir,
-        1 << 40,
-        Duration::ZERO,
-        segment_files(),
-    )?;
+    let (remote, tier) = published.open(&dir, 1 << 40, Duration::ZERO, segment_files())?;
     let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
     let (records, _) = store.get_batch(&keys).map_err(err)?;
     let secs = start.elapsed().as_secs_f64();

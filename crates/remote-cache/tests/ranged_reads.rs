@@ -292,8 +292,8 @@ fn a_corrupt_block_is_an_error_naming_its_object_never_a_record() {
         (1..=3).contains(&refused.len()),
         "{refused:?} refused, {good} read"
     );
-    // Many keys at once read the segment whole: its BLAKE3 does not match,
-    // an error naming the object too.
+    // Many keys at once read the segment whole (its blocks in runs, each
+    // checked): the bad block is an error naming the object too.
     let many: Vec<String> = (0..n).step_by(8).map(|i| format!("sample_{i}")).collect();
     let e = reader.get_batch(&many).unwrap_err();
     let Error::Segment(segment_store::Error::Fetch { source, .. }) = &e else {
@@ -302,7 +302,7 @@ fn a_corrupt_block_is_an_error_naming_its_object_never_a_record() {
     assert!(
         matches!(
             source.downcast_ref::<remote_tier::Error>(),
-            Some(remote_tier::Error::Corrupt { .. })
+            Some(remote_tier::Error::BlockMismatch(_))
         ),
         "{e}"
     );
@@ -426,6 +426,7 @@ fn a_prefetched_epoch_of_a_segment_store_sends_no_request() {
     let order: Vec<String> = (0..n)
         .map(|k| format!("sample_{}", (k * 1237) % n))
         .collect();
+    let opened = meter.requests();
     let warming = reader.prefetch(&order);
     assert_eq!(warming.total(), n.div_ceil(512) as u64);
     assert!(
@@ -434,7 +435,15 @@ fn a_prefetched_epoch_of_a_segment_store_sends_no_request() {
     );
     assert_eq!(warming.failed(), 0);
     assert_eq!(warming.fetched(), warming.total());
+    // Each segment (about 1 MB of 4 KiB blocks) in one request: adjacent
+    // blocks are fetched together.
     let before = meter.requests();
+    assert!(
+        before - opened <= warming.total(),
+        "{} requests for {} segments",
+        before - opened,
+        warming.total()
+    );
     for batch in order.chunks(256) {
         let (got, missing) = reader.get_batch(batch).unwrap();
         assert!(missing.is_empty());

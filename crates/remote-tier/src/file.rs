@@ -52,6 +52,11 @@ pub(crate) struct ObjectState {
     _pin: FileLock,
 }
 
+/// The most bytes one request of adjacent blocks fetches (8 MiB, the
+/// tier's default block): small blocks (a segment's 4 KiB) read together
+/// cost a request per run, not per block.
+const RUN_BYTES: u64 = 8 << 20;
+
 /// The read-ahead of one open object: the window doubles while reads
 /// continue where the last one ended (or inside what was read ahead),
 /// and starts over at a jump.
@@ -334,9 +339,10 @@ impl RemoteFile {
     /// Fetches `blocks`, up to the tier's parallelism at once.
     fn fetch_blocks(&self, blocks: &[u64]) -> Result<()> {
         let s = &self.state;
-        match blocks {
+        let runs = s.runs(blocks);
+        match runs.as_slice() {
             [] => Ok(()),
-            [one] => s.fetch_block(*one),
+            [(first, last)] => s.fetch_run(*first, *last),
             many => {
                 let next = std::sync::atomic::AtomicUsize::new(0);
                 let workers = s.tier.config.parallelism.clamp(1, many.len());
@@ -347,10 +353,10 @@ impl RemoteFile {
                                 loop {
                                     let at =
                                         next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    let Some(&i) = many.get(at) else {
+                                    let Some(&(first, last)) = many.get(at) else {
                                         return Ok(());
                                     };
-                                    s.fetch_block(i)?;
+                                    s.fetch_run(first, last)?;
                                 }
                             })
                         })
@@ -499,10 +505,18 @@ impl ObjectState {
     /// names this file) in the block map on disk. Call with the tier lock
     /// held and the block's bytes fsynced.
     pub(crate) fn mark(&self, i: u64) -> Result<()> {
+        self.mark_all(i..=i)
+    }
+
+    /// As [`mark`](Self::mark), for every block of `blocks`, with one
+    /// write of the map.
+    fn mark_all(&self, blocks: std::ops::RangeInclusive<u64>) -> Result<()> {
         let Some(m) = &self.blocks else { return Ok(()) };
         let encoded = {
             let mut mine = lock(m);
-            mine.set(i);
+            for i in blocks {
+                mine.set(i);
+            }
             if let Some(disk) = self.tier.read_map(&self.key)
                 && disk.same_copy(&mine)
             {
@@ -543,6 +557,85 @@ impl ObjectState {
             config.prefetch_blocks,
             config.max_prefetch_blocks,
         )
+    }
+
+    /// `blocks` (ascending) as runs of adjacent blocks, each at most
+    /// [`RUN_BYTES`] (or one block) long: what one request fetches.
+    fn runs(&self, blocks: &[u64]) -> Vec<(u64, u64)> {
+        let bs = self
+            .blocks
+            .as_ref()
+            .map_or(u64::MAX, |m| lock(m).block_size)
+            .max(1);
+        let most = (RUN_BYTES / bs).max(1);
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &i in blocks {
+            match runs.last_mut() {
+                Some((first, last)) if i == *last + 1 && i - *first < most => *last = i,
+                _ => runs.push((i, i)),
+            }
+        }
+        runs
+    }
+
+    /// Fetches blocks `first..=last` in one request, each checked against
+    /// its hash as [`fetch_block`](Self::fetch_block) checks one, then
+    /// marks them all. A run takes no per-block fetch locks: another
+    /// process fetching one of its blocks at the same time writes the same
+    /// checked bytes.
+    fn fetch_run(&self, first: u64, last: u64) -> Result<()> {
+        if first == last {
+            return self.fetch_block(first);
+        }
+        self.refresh();
+        if (first..=last).all(|i| self.has(i)) {
+            return Ok(());
+        }
+        let (head, etag) = self.block(first);
+        let range = head.start..self.block(last).0.end;
+        let etag = (!etag.is_empty()).then_some(etag);
+        let mut bytes = self.tier.get(&self.name, range.clone(), etag.clone())?;
+        if let Some(h) = &self.hashes {
+            let bad = |bytes: &[u8]| {
+                (first..=last).find_map(|i| {
+                    let r = self.block(i).0;
+                    let at = (r.start - range.start) as usize..(r.end - range.start) as usize;
+                    match bytes.get(at) {
+                        Some(b) => {
+                            let (good, got) = h.check_block(i, b);
+                            (!good).then_some((i, got))
+                        }
+                        None => Some((i, [0u8; 32])),
+                    }
+                })
+            };
+            // As for one block: a second fetch absorbs a corruption in
+            // transit, a second mismatch is the store's bytes.
+            if bad(&bytes).is_some() {
+                bytes = self.tier.get(&self.name, range.clone(), etag)?;
+                if let Some((i, got)) = bad(&bytes) {
+                    return Err(block_mismatch(
+                        &self.tier.url,
+                        &self.name,
+                        &self.path,
+                        h,
+                        i,
+                        got,
+                    ));
+                }
+            }
+        }
+        self.file
+            .write_all_at(&bytes, range.start)
+            .map_err(Error::io("write block", &self.path))?;
+        self.file
+            .sync_data()
+            .map_err(Error::io("fsync", &self.path))?;
+        {
+            let _tier = self.tier.dir.lock_tier()?;
+            self.mark_all(first..=last)?;
+        }
+        self.tier.after_fetch()
     }
 
     /// Fetches block `i` of `obj` unless it is present: one fetcher per
