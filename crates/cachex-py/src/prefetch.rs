@@ -15,7 +15,8 @@ const SLICE: Duration = Duration::from_millis(100);
 /// Blocks being fetched into the local tier in the background, in the
 /// order asked for (the next epoch's), within the tier's budget.
 ///
-/// `PageReader.prefetch` and `MemmapArray.prefetch` return one. On a
+/// `PageReader.prefetch`, `MemmapArray.prefetch` and `SegmentStore.prefetch`
+/// return one. On a
 /// local file (nothing to fetch) it is finished at once with every count
 /// zero. The fill goes on when this object is dropped, until done or
 /// :meth:`cancel`\ led; a read meanwhile fetches what it needs first. The

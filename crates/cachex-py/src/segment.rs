@@ -8,6 +8,8 @@ use cache_facade::CacheKind;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
 use remote_cache::RemoteSegments;
+
+use crate::prefetch::PyPrefetch;
 use segment_store::Options;
 use tensor_core::Value;
 
@@ -277,6 +279,18 @@ impl PySegmentStore {
         d.set_item("commits", report.commits)?;
         d.set_item("segments", segments)?;
         Ok(d)
+    }
+
+    /// Starts fetching the segments that hold `keys` into the local tier
+    /// in the background, whole and checked, in the order the keys first
+    /// need them (the next epoch's), within the tier's budget; returns a
+    /// :class:`Prefetch` at once. A read meanwhile of a segment on its way
+    /// waits for it; one of a segment not asked for reads its rows by byte
+    /// ranges as usual. On a directory (nothing to fetch) the `Prefetch`
+    /// returned is already done, every count zero.
+    fn prefetch(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<PyPrefetch> {
+        let store = self.store(py)?;
+        Ok(PyPrefetch::new(py.detach(|| store.prefetch(&keys))))
     }
 
     /// The number of keys with a value.

@@ -268,3 +268,35 @@ def test_rank_order_is_what_the_rank_reads_in_turn(blocks, seed, world, workers,
     sampler.set_epoch(2)
     assert sampler.rank_order().tolist() == [i for b in sampler for i in b]
     assert sampler.rank_order(5).tolist() == plan.deal(5, world).rank_order(world - 1).tolist()
+
+
+def test_segment_prefetch_fetches_the_keys_segments_then_the_epoch_sends_no_request(s3):
+    url = s3.url("segments")
+    with cachex.SegmentStore(url, flush_every=256, **s3.tier("writer")) as store:
+        for start in range(0, 2000, 500):
+            store.put_batch({f"k{i}": np.full(64, i, np.float32) for i in range(start, start + 500)})
+    keys = [f"k{(i * 613) % 2000}" for i in range(2000)]  # an epoch's order
+    with counting_proxy(s3.endpoint) as proxy:
+        tier = s3.tier("reader")
+        tier["storage_options"]["aws_endpoint"] = proxy.endpoint
+        reader = cachex.SegmentStore(url, read_only=True, **tier)
+        warming = reader.prefetch(keys)
+        assert isinstance(warming, cachex.Prefetch)
+        assert warming.wait(120.0) and warming.done
+        assert warming.total_blocks == 8  # whole segments: 2000 keys, 256 a segment
+        assert warming.fetched_blocks == 8 and warming.failed_blocks == 0
+        warmed = len(proxy.requests)
+        for b in range(0, 2000, 250):
+            values, missing = reader.get_batch(keys[b : b + 250])
+            assert missing == []
+            for k, v in zip(keys[b : b + 250], values, strict=True):
+                np.testing.assert_array_equal(v, np.full(64, int(k[1:]), np.float32))
+        assert proxy.requests[warmed:] == []
+        assert reader.prefetch(keys).wait(60.0)
+        assert reader.prefetch(keys).total_blocks == 0
+    # A directory: nothing to fetch, a done Prefetch.
+    local = cachex.SegmentStore(str(s3.tmp / "local-seg"))
+    local.put_batch({"a": np.zeros(2, np.float32)})
+    local.flush()
+    done = local.prefetch(["a"])
+    assert done.done and done.total_blocks == 0

@@ -156,6 +156,10 @@ class SegmentStore:
         dict
             ``commits`` applied (0 for a directory) and ``segments`` gained.
         """
+    def prefetch(self, keys: Sequence[str]) -> Prefetch:
+        """Fetch the segments holding ``keys`` into the local tier in the
+        background, whole, in the order the keys first need them; returns at
+        once (a done :class:`Prefetch` for a directory)."""
     @property
     def options(self) -> dict[str, Any]:
         """The options the store was opened with (keyword arguments of the constructor)."""
