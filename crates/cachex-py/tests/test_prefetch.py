@@ -274,7 +274,8 @@ def test_segment_prefetch_fetches_the_keys_segments_then_the_epoch_sends_no_requ
     url = s3.url("segments")
     with cachex.SegmentStore(url, flush_every=256, **s3.tier("writer")) as store:
         for start in range(0, 2000, 500):
-            store.put_batch({f"k{i}": np.full(64, i, np.float32) for i in range(start, start + 500)})
+            part = range(start, start + 500)
+            store.put_batch({f"k{i}": np.full(64, i, np.float32) for i in part})
     keys = [f"k{(i * 613) % 2000}" for i in range(2000)]  # an epoch's order
     with counting_proxy(s3.endpoint) as proxy:
         tier = s3.tier("reader")
