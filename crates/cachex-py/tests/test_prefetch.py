@@ -295,6 +295,10 @@ def test_segment_prefetch_fetches_the_keys_segments_then_the_epoch_sends_no_requ
         assert proxy.requests[warmed:] == []
         assert reader.prefetch(keys).wait(60.0)
         assert reader.prefetch(keys).total_blocks == 0
+    # Through the plan: the dataset warms what this rank reads next.
+    ds = data.SegmentDataset(url, keys, read_only=True, **s3.tier("plan"))
+    warming = ds.iterable(100, seed=2).prefetch_epoch()
+    assert warming is not None and warming.wait(120.0) and warming.fetched_blocks == 8
     # A directory: nothing to fetch, a done Prefetch.
     local = cachex.SegmentStore(str(s3.tmp / "local-seg"))
     local.put_batch({"a": np.zeros(2, np.float32)})

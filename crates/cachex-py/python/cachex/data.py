@@ -539,6 +539,12 @@ class SegmentDataset(_Batched):
             raise KeyError(f"{shown}: key {keys[missing[0]]!r} is not in the store")
         return values
 
+    def prefetch(self, indices: Sequence[int]) -> Prefetch:
+        """Warms the segments holding the keys of ``indices``, in that order
+        (see :meth:`cachex.SegmentStore.prefetch`): on a URL, whole, in the
+        background."""
+        return self.store.prefetch([self.keys[i] for i in indices])
+
     def item(self, i: int) -> Any:
         return self._records([self.keys[i]])[0]
 
@@ -794,8 +800,9 @@ class IterableBatches(_IterableBase, _Planned):
         fetched into the local tier in the background, within its budget
         (a :class:`cachex.Prefetch` to wait on or cancel); on a local file
         the kernel is asked to read ahead and the ``Prefetch`` is already
-        done. ``None`` for a dataset without ``prefetch`` (segment, shard
-        and ``.beton`` datasets fetch their own way).
+        done; a segment store's segments are fetched whole, in the order
+        the keys need them. ``None`` for a dataset without ``prefetch``
+        (shard and ``.beton`` datasets fetch their own way).
         """
         prefetch = getattr(self.dataset, "prefetch", None)
         if prefetch is None:
