@@ -559,38 +559,71 @@ impl ObjectState {
         )
     }
 
-    /// `blocks` (ascending) as runs of adjacent blocks, each at most
-    /// [`RUN_BYTES`] (or one block) long: what one request fetches.
+    /// `blocks` (ascending) as runs of adjacent blocks, each inside one
+    /// granule (see [`granule`](Self::granule)): what one request fetches.
     fn runs(&self, blocks: &[u64]) -> Vec<(u64, u64)> {
         let bs = self
             .blocks
             .as_ref()
             .map_or(u64::MAX, |m| lock(m).block_size)
             .max(1);
-        let most = (RUN_BYTES / bs).max(1);
+        let per = (RUN_BYTES / bs).max(1);
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for &i in blocks {
             match runs.last_mut() {
-                Some((first, last)) if i == *last + 1 && i - *first < most => *last = i,
+                Some((first, last)) if i == *last + 1 && i / per == *first / per => *last = i,
                 _ => runs.push((i, i)),
             }
         }
         runs
     }
 
-    /// Fetches blocks `first..=last` in one request, each checked against
-    /// its hash as [`fetch_block`](Self::fetch_block) checks one, then
-    /// marks them all. A run takes no per-block fetch locks: another
-    /// process fetching one of its blocks at the same time writes the same
-    /// checked bytes.
+    /// The granule of block `i`: the aligned group of blocks (8 MiB, or
+    /// one block where blocks are larger) whose fetches one fetch lock
+    /// serialises machine-wide, so that no block is fetched twice.
+    fn granule(&self, i: u64) -> u64 {
+        let bs = self
+            .blocks
+            .as_ref()
+            .map_or(u64::MAX, |m| lock(m).block_size)
+            .max(1);
+        i / (RUN_BYTES / bs).max(1)
+    }
+
+    /// Fetches the missing blocks of `first..=last` (one granule), each
+    /// run of them in one request, each block checked against its hash as
+    /// [`fetch_block`](Self::fetch_block) checks one, then marks them all;
+    /// under the granule's fetch lock, so that two fetchers on the machine
+    /// never fetch one block twice.
     fn fetch_run(&self, first: u64, last: u64) -> Result<()> {
         if first == last {
             return self.fetch_block(first);
         }
-        self.refresh();
         if (first..=last).all(|i| self.has(i)) {
             return Ok(());
         }
+        let _fetching = self
+            .tier
+            .dir
+            .fetch_lock(&self.key, Some(self.granule(first)))?;
+        self.refresh();
+        // What another fetcher left missing, in runs of its own.
+        let mut missing: Vec<(u64, u64)> = Vec::new();
+        for i in (first..=last).filter(|&i| !self.has(i)) {
+            match missing.last_mut() {
+                Some((_, end)) if *end + 1 == i => *end = i,
+                _ => missing.push((i, i)),
+            }
+        }
+        for (a, b) in missing {
+            self.fetch_locked_run(a, b)?;
+        }
+        Ok(())
+    }
+
+    /// Fetches blocks `first..=last` in one request, the granule's fetch
+    /// lock held by the caller.
+    fn fetch_locked_run(&self, first: u64, last: u64) -> Result<()> {
         let (head, etag) = self.block(first);
         let range = head.start..self.block(last).0.end;
         let etag = (!etag.is_empty()).then_some(etag);
@@ -644,7 +677,7 @@ impl ObjectState {
         if self.has(i) {
             return Ok(());
         }
-        let _fetching = self.tier.dir.fetch_lock(&self.key, Some(i))?;
+        let _fetching = self.tier.dir.fetch_lock(&self.key, Some(self.granule(i)))?;
         self.refresh();
         if self.has(i) {
             return Ok(());

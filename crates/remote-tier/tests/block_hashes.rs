@@ -27,8 +27,8 @@ fn hashes_of(bytes: &[u8], block_size: u64) -> Arc<BlockHashes> {
     Arc::new(hasher.finalize().unwrap())
 }
 
-/// Flips one byte of the body of the next `left` GETs of the range that
-/// starts at `start`.
+/// Flips one byte (the 100th of the block at `start`) of the body of the
+/// next `left` GETs whose range covers `start`.
 #[derive(Debug, Default)]
 struct FlipBlock {
     start: AtomicU64,
@@ -48,8 +48,14 @@ impl Intercept for FlipBlock {
         location: &ObjectPath,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        let hit = matches!(&options.range, Some(GetRange::Bounded(r))
-            if r.start == self.start.load(Ordering::SeqCst));
+        // A request of several blocks (a run) that covers the block counts
+        // too: the byte flipped is the block's own.
+        let start = self.start.load(Ordering::SeqCst);
+        let at = match &options.range {
+            Some(GetRange::Bounded(r)) if r.contains(&start) => Some((start - r.start) as usize),
+            _ => None,
+        };
+        let hit = at.is_some();
         let got = inner.get_opts(location, options).await?;
         if !hit
             || self
@@ -63,7 +69,7 @@ impl Intercept for FlipBlock {
         let (meta, range, attributes) =
             (got.meta.clone(), got.range.clone(), got.attributes.clone());
         let mut body = got.bytes().await?.to_vec();
-        body[100] ^= 0x5a;
+        body[at.unwrap_or(0) + 100] ^= 0x5a;
         let stream = futures::stream::once(async move { Ok(bytes::Bytes::from(body)) });
         Ok(GetResult {
             payload: GetResultPayload::Stream(Box::pin(stream)),
