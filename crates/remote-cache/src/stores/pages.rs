@@ -53,13 +53,11 @@ impl RemotePages {
         if let Some(object) = &object {
             let len = object.len();
             let fixed = (page_alloc::format::HEADER_FIXED_LEN as u64).min(len);
-            // The header and the file's last bytes (where the tables and
-            // footer end) at once: the open waits for one round of
-            // requests, not two, and starts no read-ahead (the reads that
-            // follow need not be sequential).
-            object.ensure_exact(&[0..fixed, len.saturating_sub(1)..len])?;
+            object.ensure(0..fixed)?;
             let head = read_at(&path, 0, fixed as usize)?;
-            object.ensure_exact(&page_alloc::format::open_ranges(&head, len))?;
+            for range in page_alloc::format::open_ranges(&head, len) {
+                object.ensure(range)?;
+            }
         }
         let reader = PageReader::open(&path)?;
         let runs = if object.is_some() {
