@@ -4,16 +4,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::CacheKind;
-use numpy::{IntoPyArray, PyArray1, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{IntoPyArray, PyArray1};
 use page_alloc::beton::{self, BetonField, BetonFile, BetonType, BetonValue};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use remote_cache::{CacheDir, StoreKind};
-use tensor_core::DType;
 
-use crate::array::{self, Keeper, RowSink};
+use crate::array::{Keeper, RowSink};
 use crate::handle::Handle;
-use crate::page_fields::{Owned, Spec, bytes_view, index_arg, sample_arg, spec_arg, tensor_view};
+use crate::page_fields::{
+    Cell, Column, Owned, Spec, batch_buffers, bytes_view, index_arg, sample_arg, spec_arg,
+    tensor_view,
+};
 use crate::root::{Root, TierArgs};
 use crate::{check, errors};
 
@@ -222,42 +224,25 @@ impl PyBetonReader {
                 file.len()
             )));
         }
-        let mut names = Vec::with_capacity(out.len());
-        let mut buffers = Vec::with_capacity(out.len());
-        for (name, buf) in out.iter() {
-            let name: String = name.extract()?;
+        let (names, buffers) = batch_buffers(out, n, |name| {
             let field = file
                 .fields()
                 .iter()
                 .position(|f| f.name == name)
                 .ok_or_else(|| errors::invalid(format!("no field {name:?} in this file")))?;
-            let a = buf
-                .cast_into::<PyUntypedArray>()
-                .map_err(|_| errors::invalid(format!("out[{name:?}] must be a numpy array")))?;
-            let dtype = array::dtype_of(&a.dtype())?;
-            let shape = a.shape().to_vec();
-            let ok = match &file.fields()[field].ty {
-                BetonType::Int => dtype == DType::I64 && shape.len() == 1,
-                BetonType::Float => dtype == DType::F64 && shape.len() == 1,
-                BetonType::Bytes => dtype == DType::U8 && shape.len() == 2,
-                BetonType::NDArray {
-                    dtype: fd,
-                    shape: fs,
-                } => dtype == *fd && shape.get(1..) == Some(fs.dims()),
+            let kind = match &file.fields()[field].ty {
+                BetonType::Int => Column::Int,
+                BetonType::Float => Column::Float,
+                BetonType::Bytes => Column::Bytes,
+                BetonType::NDArray { dtype, shape } => Column::Array(*dtype, shape.dims()),
                 BetonType::Json | BetonType::RgbImage => {
                     return Err(errors::invalid(format!(
                         "out[{name:?}]: a JSON or image field is read with sample()"
                     )));
                 }
             };
-            if !ok || shape.first().copied().unwrap_or(0) < n {
-                return Err(errors::invalid(format!(
-                    "out[{name:?}]: {dtype} {shape:?} does not fit {n} samples of this field"
-                )));
-            }
-            names.push((name, field));
-            buffers.push(a);
-        }
+            Ok((field, kind))
+        })?;
         let sinks = buffers
             .iter()
             .zip(&names)
@@ -271,33 +256,24 @@ impl PyBetonReader {
                     for ((sink, (name, field)), lens) in
                         sinks.iter().zip(names_ref).zip(&mut lengths)
                     {
-                        let value = file.get(i, *field)?;
-                        let inline: [u8; 8];
-                        let src: &[u8] = match &value {
-                            BetonValue::Int(x) => {
-                                inline = x.to_le_bytes();
-                                &inline
-                            }
-                            BetonValue::Float(x) => {
-                                inline = x.to_le_bytes();
-                                &inline
-                            }
-                            BetonValue::Bytes(b) => b,
-                            BetonValue::NDArray(t) => t.bytes(),
+                        let cell = match file.get(i, *field)? {
+                            BetonValue::Int(x) => Cell::Int(x),
+                            BetonValue::Float(x) => Cell::Float(x),
+                            BetonValue::Bytes(b) => Cell::Bytes(b),
+                            BetonValue::NDArray(t) => Cell::Bytes(t.bytes()),
                             // Refused above.
-                            BetonValue::Json(_) | BetonValue::RgbImage { .. } => &[],
+                            BetonValue::Json(_) | BetonValue::RgbImage { .. } => Cell::Bytes(&[]),
                         };
-                        if !sink.write(k, src) {
-                            return Err(page_alloc::Error::PoolTooSmall {
+                        let len = cell.write_to(sink, k).map_err(|len| {
+                            page_alloc::Error::PoolTooSmall {
                                 path: file.path().to_path_buf(),
                                 reason: format!(
-                                    "sample {i}: field {name} holds {} bytes, the buffer row {}",
-                                    src.len(),
+                                    "sample {i}: field {name} holds {len} bytes, the buffer row {}",
                                     sink.stride()
                                 ),
-                            });
-                        }
-                        lens.push(src.len());
+                            }
+                        })?;
+                        lens.push(len);
                     }
                 }
                 Ok(lengths)

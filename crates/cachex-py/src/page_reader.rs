@@ -4,16 +4,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::CacheKind;
-use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use page_alloc::{FieldType, FieldValue, PageReader};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use remote_cache::RemotePages;
-use tensor_core::DType;
 
-use crate::array::{self, Keeper, RowSink};
+use crate::array::{Keeper, RowSink};
 use crate::handle::Handle;
-use crate::page_fields::{bytes_view, index_arg, tensor_view};
+use crate::page_fields::{Cell, Column, batch_buffers, bytes_view, index_arg, tensor_view};
 use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
 use crate::{check, errors};
@@ -273,35 +271,18 @@ impl PyPageReader {
         let reader = o.reader();
         let n = indices.len();
         let schema = reader.schema();
-        let mut names = Vec::with_capacity(out.len());
-        let mut buffers = Vec::with_capacity(out.len());
-        for (name, buf) in out.iter() {
-            let name: String = name.extract()?;
+        let (names, buffers) = batch_buffers(out, n, |name| {
             let field = schema
-                .index_of(&name)
+                .index_of(name)
                 .ok_or_else(|| errors::invalid(format!("no field {name:?} in this file")))?;
-            let a = buf
-                .cast_into::<PyUntypedArray>()
-                .map_err(|_| errors::invalid(format!("out[{name:?}] must be a numpy array")))?;
-            let dtype = array::dtype_of(&a.dtype())?;
-            let shape = a.shape().to_vec();
-            let ok = match &schema.fields()[field].ty {
-                FieldType::Int => dtype == DType::I64 && shape.len() == 1,
-                FieldType::Float => dtype == DType::F64 && shape.len() == 1,
-                FieldType::Bytes => dtype == DType::U8 && shape.len() == 2,
-                FieldType::Array {
-                    dtype: fd,
-                    shape: fs,
-                } => dtype == *fd && shape.get(1..) == Some(fs.dims()),
+            let kind = match &schema.fields()[field].ty {
+                FieldType::Int => Column::Int,
+                FieldType::Float => Column::Float,
+                FieldType::Bytes => Column::Bytes,
+                FieldType::Array { dtype, shape } => Column::Array(*dtype, shape.dims()),
             };
-            if !ok || shape.first().copied().unwrap_or(0) < n {
-                return Err(errors::invalid(format!(
-                    "out[{name:?}]: {dtype} {shape:?} does not fit {n} samples of this field"
-                )));
-            }
-            names.push((name, field));
-            buffers.push(a);
-        }
+            Ok((field, kind))
+        })?;
         let sinks = buffers
             .iter()
             .zip(&names)
@@ -316,34 +297,23 @@ impl PyPageReader {
                 for (k, &i) in indices.iter().enumerate() {
                     let s = reader.sample(i)?;
                     for ((sink, &field), lens) in sinks.iter().zip(fields).zip(&mut lengths) {
-                        let value = s.get(field)?;
-                        let inline: [u8; 8];
-                        let src: &[u8] = match &value {
-                            FieldValue::Int(x) => {
-                                inline = x.to_le_bytes();
-                                &inline
-                            }
-                            FieldValue::Float(x) => {
-                                inline = x.to_le_bytes();
-                                &inline
-                            }
-                            FieldValue::Bytes(b) => b,
-                            FieldValue::Array(t) => t.bytes(),
+                        let cell = match s.get(field)? {
+                            FieldValue::Int(x) => Cell::Int(x),
+                            FieldValue::Float(x) => Cell::Float(x),
+                            FieldValue::Bytes(b) => Cell::Bytes(b),
+                            FieldValue::Array(t) => Cell::Bytes(t.bytes()),
                         };
-                        if !sink.write(k, src) {
-                            return Err(remote_cache::Error::Page(
-                                page_alloc::Error::PoolTooSmall {
-                                    path: reader.path().to_path_buf(),
-                                    reason: format!(
-                                        "sample {i}: field {} holds {} bytes, the buffer row {}",
-                                        schema.fields()[field].name,
-                                        src.len(),
-                                        sink.stride()
-                                    ),
-                                },
-                            ));
-                        }
-                        lens.push(src.len());
+                        let len = cell.write_to(sink, k).map_err(|len| {
+                            remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
+                                path: reader.path().to_path_buf(),
+                                reason: format!(
+                                    "sample {i}: field {} holds {len} bytes, the buffer row {}",
+                                    schema.fields()[field].name,
+                                    sink.stride()
+                                ),
+                            })
+                        })?;
+                        lens.push(len);
                     }
                 }
                 Ok(lengths)

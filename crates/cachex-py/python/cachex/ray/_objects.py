@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from cachex import _cachex
-from cachex._remote import tier_kwargs
+from cachex._remote import is_url, tier_kwargs
 from cachex.errors import CacheIOError
 
 #: How often :meth:`Remote.publish` decides again when others take its number.
@@ -54,6 +54,26 @@ class Remote:
     ) -> None:
         self.url = url
         self.kwargs = tier_kwargs(tier_dir, tier_budget, storage_options)
+
+    @classmethod
+    def of(
+        cls,
+        path_or_url: str | os.PathLike[str],
+        *,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Remote | None:
+        """The cache at ``path_or_url`` with these tier keywords when it is a
+        URL; ``None`` for a local path."""
+        if not is_url(path_or_url):
+            return None
+        return cls(
+            str(path_or_url),
+            tier_dir=tier_dir,
+            tier_budget=tier_budget,
+            storage_options=storage_options,
+        )
 
     def upload(self, kind: str, files: Sequence[tuple[str, Path]]) -> list[str]:
         """Upload ``(path in the cache, local file)`` pairs as objects (no commit).

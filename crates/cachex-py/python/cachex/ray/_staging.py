@@ -28,8 +28,9 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,34 @@ def recover(staging: Path) -> list[str]:
     with contextlib.suppress(OSError):
         staging.rmdir()
     return done
+
+
+Part = dict[str, Any]
+
+
+def write_task(
+    job: Job,
+    task: int,
+    write_part: Callable[[Path], Part | None],
+    upload: Callable[[Path, Part], None] | None,
+    prefix: str,
+) -> Part | None:
+    """One write task of a page or memmap sink: ``write_part(directory)``
+    writes the task's part there. Locally (``upload`` None) into an attempt
+    directory of ``job``, renamed to the task's once durable (``"dir"`` in
+    the part); for a URL into a temporary directory (``prefix`` names it)
+    that ``upload(directory, part)`` uploads from, then removes."""
+    if upload is None:
+        attempt = job.task_attempt(task)
+        part = write_part(attempt)
+        if part is not None:
+            part["dir"] = job.finish_task(task, attempt).name
+        return part
+    staged = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        part = write_part(staged)
+        if part is not None:
+            upload(staged, part)
+        return part
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)

@@ -20,6 +20,7 @@ already.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -38,7 +39,7 @@ from cachex._remote import is_url, tier_kwargs
 from cachex.errors import InvalidInputError, SchemaMismatchError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
 from cachex.ray._objects import Files, Remote, piece_path
-from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts
+from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts, write_task
 
 ArraySpecs = Mapping[str, tuple[Any, Sequence[int]]]
 
@@ -58,6 +59,15 @@ def _cache_files(directory: Path) -> list[tuple[str, Path]]:
             if not name.endswith(".lock"):
                 found.append((rel, path))
     return sorted(found)
+
+
+def _upload(remote: Remote, task: int, staged: Path, part: dict[str, Any]) -> None:
+    """Upload write task ``task``'s part from ``staged`` as objects (no commit)."""
+    # Never committed: the objects are only the driver's to fetch.
+    prefix = f"ray-parts/{uuid.uuid4().hex}/task-{task:06d}"
+    files = [(f"{prefix}/{rel}", p) for rel, p in _cache_files(staged / "part")]
+    part["pieces"] = remote.upload("arrays", files)
+    part["prefix"] = prefix
 
 
 class MemmapSink(Datasink):
@@ -100,14 +110,13 @@ class MemmapSink(Datasink):
         tier_budget: int | str | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.remote: Remote | None = None
-        if is_url(path_or_url):
-            self.remote = Remote(
-                str(path_or_url),
-                tier_dir=tier_dir,
-                tier_budget=tier_budget,
-                storage_options=storage_options,
-            )
+        self.remote = Remote.of(
+            path_or_url,
+            tier_dir=tier_dir,
+            tier_budget=tier_budget,
+            storage_options=storage_options,
+        )
+        if self.remote is not None:
             path_or_url = "arrays"
         self.path = local_path(path_or_url)
         self.arrays = None if arrays is None else {k: (v[0], list(v[1])) for k, v in arrays.items()}
@@ -159,24 +168,15 @@ class MemmapSink(Datasink):
         )
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any] | None:
-        if self.remote is None:
-            attempt = self.job.task_attempt(ctx.task_idx)
-            part = self._write_part(attempt, blocks, ctx.task_idx)
-            if part is not None:
-                part["dir"] = self.job.finish_task(ctx.task_idx, attempt).name
-            return part
-        staged = Path(tempfile.mkdtemp(prefix="cachex-ray-memmap-"))
-        try:
-            part = self._write_part(staged, blocks, ctx.task_idx)
-            if part is not None:
-                # Never committed: the objects are only the driver's to fetch.
-                prefix = f"ray-parts/{uuid.uuid4().hex}/task-{ctx.task_idx:06d}"
-                files = [(f"{prefix}/{rel}", p) for rel, p in _cache_files(staged / "part")]
-                part["pieces"] = self.remote.upload("arrays", files)
-                part["prefix"] = prefix
-            return part
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
+        task = ctx.task_idx
+        upload = None if self.remote is None else functools.partial(_upload, self.remote, task)
+        return write_task(
+            self.job,
+            task,
+            lambda directory: self._write_part(directory, blocks, task),
+            upload,
+            "cachex-ray-memmap-",
+        )
 
     def _write_part(
         self, attempt: Path, blocks: Iterable[Block], task: int

@@ -22,8 +22,8 @@ old file or the whole new one.
 
 from __future__ import annotations
 
+import functools
 import os
-import shutil
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -40,7 +40,7 @@ from cachex._remote import is_url, tier_kwargs
 from cachex.errors import InvalidInputError, SchemaMismatchError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
 from cachex.ray._objects import Files, Remote
-from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts
+from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts, write_task
 
 FieldSpec = Any
 
@@ -85,6 +85,14 @@ def _cell(column: np.ndarray, i: int, spec: FieldSpec) -> Any:
     if spec == "float":
         return float(value)
     return value
+
+
+def _upload(remote: Remote, task: int, staged: Path, part: dict[str, Any]) -> None:
+    """Upload write task ``task``'s part from ``staged`` as objects (no commit)."""
+    # Never committed: the object is only the driver's to fetch.
+    name = f"ray-parts/{uuid.uuid4().hex}/task-{task:06d}.pages"
+    part["pieces"] = remote.upload("pages", [(name, staged / "part.pages")])
+    part["part"] = name
 
 
 class PageSink(Datasink):
@@ -151,23 +159,15 @@ class PageSink(Datasink):
         self.job.start()
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any] | None:
-        if self.remote is None:
-            attempt = self.job.task_attempt(ctx.task_idx)
-            part = self._write_part(attempt, blocks, ctx.task_idx)
-            if part is not None:
-                part["dir"] = self.job.finish_task(ctx.task_idx, attempt).name
-            return part
-        staged = Path(tempfile.mkdtemp(prefix="cachex-ray-pages-"))
-        try:
-            part = self._write_part(staged, blocks, ctx.task_idx)
-            if part is not None:
-                # Never committed: the object is only the driver's to fetch.
-                name = f"ray-parts/{uuid.uuid4().hex}/task-{ctx.task_idx:06d}.pages"
-                part["pieces"] = self.remote.upload("pages", [(name, staged / "part.pages")])
-                part["part"] = name
-            return part
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
+        task = ctx.task_idx
+        upload = None if self.remote is None else functools.partial(_upload, self.remote, task)
+        return write_task(
+            self.job,
+            task,
+            lambda directory: self._write_part(directory, blocks, task),
+            upload,
+            "cachex-ray-pages-",
+        )
 
     def _write_part(
         self, attempt: Path, blocks: Iterable[Block], task: int

@@ -174,14 +174,13 @@ class SegmentSink(Datasink):
         tier_budget: int | str | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.remote: Remote | None = None
-        if is_url(path_or_url):
-            self.remote = Remote(
-                str(path_or_url),
-                tier_dir=tier_dir,
-                tier_budget=tier_budget,
-                storage_options=storage_options,
-            )
+        self.remote = Remote.of(
+            path_or_url,
+            tier_dir=tier_dir,
+            tier_budget=tier_budget,
+            storage_options=storage_options,
+        )
+        if self.remote is not None:
             path_or_url = "."
         self.path = local_path(path_or_url)
         self.key_column = key_column
@@ -448,15 +447,14 @@ class SegmentDatasource(Datasource):
         tier_budget: int | str | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
-        self.remote: Remote | None = None
+        self.remote = Remote.of(
+            path_or_url,
+            tier_dir=tier_dir,
+            tier_budget=tier_budget,
+            storage_options=storage_options,
+        )
         self.root: str | Path
-        if is_url(path_or_url):
-            self.remote = Remote(
-                str(path_or_url),
-                tier_dir=tier_dir,
-                tier_budget=tier_budget,
-                storage_options=storage_options,
-            )
+        if self.remote is not None:
             self.root = str(path_or_url)
             self.store_kwargs: dict[str, Any] = dict(self.remote.kwargs)
         else:
