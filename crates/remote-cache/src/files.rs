@@ -85,6 +85,30 @@ impl StoreFiles {
         block_size: tier_block_size,
     };
 
+    /// The block size of the hashes a publisher records for the whole file
+    /// `rel` of `size` bytes (`None`: no list). Which files a reader links
+    /// is its own choice (its store, its tier's whole-file size), so every
+    /// file one may link gets a hash per block: those the store reads by
+    /// blocks, and any the tier would not fetch whole. In the store's own
+    /// block size while `hashes_left` (of the commit's budget for them)
+    /// allows, which this takes from, else the tier's: a store's small
+    /// blocks cost a hash each in the record, and a record past its limit
+    /// is one no reader accepts.
+    pub(crate) fn block_list_size(
+        &self,
+        rel: &str,
+        size: u64,
+        tier: &remote_tier::TierConfig,
+        hashes_left: &mut u64,
+    ) -> Option<u64> {
+        if size == 0 || !((self.by_blocks)(rel, size) || size > tier.whole_file_max) {
+            return None;
+        }
+        let wanted = (self.block_size)(rel, size).filter(|b| size.div_ceil(*b) <= *hashes_left);
+        *hashes_left -= wanted.map_or(0, |b| size.div_ceil(b));
+        remote_tier::BlockHashes::block_size_for(size, wanted.unwrap_or(tier.block_size))
+    }
+
     /// How the files of a store of `kind` travel.
     pub fn for_kind(kind: StoreKind) -> StoreFiles {
         match kind {

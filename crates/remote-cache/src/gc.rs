@@ -47,12 +47,13 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use remote_tier::{BlockHashes, Expected, ObjectInfo, RemoteTier};
+use remote_tier::{Expected, ObjectInfo, RemoteTier};
 
 use crate::commit::{
     CHECKPOINT_VERSION, CHECKPOINTS, COMMITS, Checkpoint, Commit, OBJECTS, Piece, checkpoint_name,
     encode, parse_record_name, read_checkpoint, read_commit, writer_name,
 };
+use crate::files::StoreFiles;
 use crate::journal::is_recent;
 use crate::log_state::LogState;
 use crate::workdir::hash_open;
@@ -437,11 +438,7 @@ fn fold_into(tier: &RemoteTier, path: &str, parts: &[Piece], tmp: &Path) -> Resu
         }
     }
     let size = parts.last().map_or(0, |p| p.offset + p.size);
-    let block_size = if size > tier.config().whole_file_max {
-        BlockHashes::block_size_for(size, tier.config().block_size)
-    } else {
-        None
-    };
+    let block_size = StoreFiles::PLAIN.block_list_size(path, size, tier.config(), &mut 0);
     let (blake3, blocks) = hash_open(&out, tmp, 0, size, block_size)?;
     let object = format!("{OBJECTS}/{blake3}");
     let there = match tier.head(&object) {

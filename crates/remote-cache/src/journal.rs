@@ -84,7 +84,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use durable_fs::FileLock;
-use remote_tier::{BlockHashes, Expected, RemoteFile, RemoteTier};
+use remote_tier::{Expected, RemoteFile, RemoteTier};
 
 pub use crate::commit::{
     CHECKPOINTS, COMMIT_VERSION, COMMITS, Checkpoint, Commit, OBJECTS, Piece, STATE_DIR,
@@ -852,8 +852,8 @@ impl RemoteDir {
     )> {
         let mut pieces = Vec::new();
         let mut after = BTreeMap::new();
-        // Block hashes listed in this commit in a store's own block size.
-        let mut store_hashes = 0u64;
+        // Block hashes this commit may still list in a store's own block size.
+        let mut hashes_left = STORE_BLOCK_HASHES;
         let listed = local_files(&self.dir, self.files.private)?;
         let present: HashSet<&str> = listed.iter().map(|(rel, _)| rel.as_str()).collect();
         let mut removed: Vec<String> = state
@@ -885,20 +885,11 @@ impl RemoteDir {
             let size = len - offset;
             // Whole files a reader may read by blocks get a hash per block,
             // in the same pass, so each block can be checked as it arrives.
-            // Which files a reader links is its own choice (its store, its
-            // tier's whole-file size), so every whole file this tier would
-            // not fetch whole gets one, besides those `by_blocks` picks.
-            let may_link = (self.files.by_blocks)(&rel, size) || size > self.tier_whole_max();
-            let block_size = if offset == 0 && size > 0 && may_link {
-                // A store's small blocks cost a hash each in the record:
-                // past a budget the rest get the tier's, so that a large
-                // publish stays a record every reader accepts.
-                let wanted = (self.files.block_size)(&rel, size)
-                    .filter(|b| store_hashes + size.div_ceil(*b) <= STORE_BLOCK_HASHES);
-                store_hashes += wanted.map_or(0, |b| size.div_ceil(b));
-                BlockHashes::block_size_for(size, wanted.unwrap_or(self.tier.config().block_size))
-            } else {
-                None
+            let block_size = match offset {
+                0 => self
+                    .files
+                    .block_list_size(&rel, size, self.tier.config(), &mut hashes_left),
+                _ => None,
             };
             let (hash, blocks) = hash_open(&file, &path, offset, size, block_size)?;
             pieces.push((

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use remote_tier::{BlockHashes, RemoteTier};
+use remote_tier::RemoteTier;
 
 use crate::commit::{COMMIT_VERSION, Commit, Piece, STATE_DIR, commit_name, encode, writer_name};
 use crate::files::{StoreFiles, StoreKind};
@@ -88,13 +88,8 @@ pub fn push_dir(
     for (done, (rel, path)) in listed.into_iter().enumerate() {
         let file = File::open(&path).map_err(Error::io("open", &path))?;
         let size = file.metadata().map_err(Error::io("stat", &path))?.len();
-        // As a store's publish does: a file a reader's tier would not
-        // fetch whole gets a hash per block.
-        let block_size = if size > tier.config().whole_file_max {
-            BlockHashes::block_size_for(size, tier.config().block_size)
-        } else {
-            None
-        };
+        // As a store's publish does (no store reads it by blocks here).
+        let block_size = StoreFiles::PLAIN.block_list_size(&rel, size, tier.config(), &mut 0);
         let (blake3, blocks) = hash_open(&file, &path, 0, size, block_size)?;
         let piece = Piece {
             path: rel,

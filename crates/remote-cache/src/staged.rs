@@ -19,7 +19,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use remote_tier::{BlockHashes, RemoteTier};
+use remote_tier::RemoteTier;
 
 use crate::commit::{COMMIT_VERSION, Commit, MAX_RECORD, Piece, check_commit, commit_name, encode};
 use crate::files::StoreFiles;
@@ -65,7 +65,7 @@ pub fn upload_files(
     block_hashes: u64,
 ) -> Result<Vec<Piece>> {
     let mut pieces = Vec::with_capacity(files.len());
-    let mut store_hashes = 0u64;
+    let mut hashes_left = block_hashes;
     for (rel, path) in files {
         if !crate::commit::is_cache_path(rel) || (store.private)(rel) {
             return Err(Error::BadLocation {
@@ -75,17 +75,8 @@ pub fn upload_files(
         }
         let file = File::open(path).map_err(Error::io("open", path))?;
         let size = file.metadata().map_err(Error::io("stat", path))?.len();
-        // As a publish decides it (journal's `changes`): a file a reader
-        // may link into its tier gets a hash per block.
-        let may_link = (store.by_blocks)(rel, size) || size > tier.config().whole_file_max;
-        let block_size = if size > 0 && may_link {
-            let wanted = (store.block_size)(rel, size)
-                .filter(|b| store_hashes + size.div_ceil(*b) <= block_hashes);
-            store_hashes += wanted.map_or(0, |b| size.div_ceil(b));
-            BlockHashes::block_size_for(size, wanted.unwrap_or(tier.config().block_size))
-        } else {
-            None
-        };
+        // As a publish decides it (journal's `changes`).
+        let block_size = store.block_list_size(rel, size, tier.config(), &mut hashes_left);
         let (blake3, blocks) = hash_open(&file, path, 0, size, block_size)?;
         let piece = Piece {
             path: rel.clone(),
