@@ -47,15 +47,8 @@ pub struct RemoteSegments {
 /// does not evict a copy the store maps. And the paths a prefetch is
 /// fetching whole: a read of one of them waits for that copy (the tier
 /// fetches each block once) rather than fetch its rows by ranges too.
-/// And one lock per path being made whole: a second reader of it (a
-/// read, the prefetch) waits for the first's fetch instead of fetching
-/// the same blocks again.
 #[derive(Debug, Default)]
-struct WholeCopies(
-    Mutex<HashMap<String, RemoteFile>>,
-    Mutex<HashSet<String>>,
-    Mutex<HashMap<String, Arc<Mutex<()>>>>,
-);
+struct WholeCopies(Mutex<HashMap<String, RemoteFile>>, Mutex<HashSet<String>>);
 
 impl WholeCopies {
     /// What stands for `rel` now: `None` for a file copied whole (read
@@ -98,19 +91,11 @@ fn whole_segment(
         Some((_, Some(copy))) => copy,
         Some((linked, None)) if linked.is_complete() => linked,
         Some((linked, None)) => {
-            let fetching = Arc::clone(
-                whole
-                    .2
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry(rel.clone())
-                    .or_default(),
-            );
-            let _one = fetching.lock().unwrap_or_else(|p| p.into_inner());
             // All of its blocks, fetched in runs of adjacent blocks (a
             // request per 8 MiB, not per 4 KiB), each checked against its
-            // hash, into the very file the links name; nothing, when the
-            // one who held the lock before did it.
+            // hash, into the very file the links name. A second reader of
+            // it meanwhile (a read, the prefetch) waits on the tier's fetch
+            // lock of each run and finds its blocks there.
             linked.ensure_exact(std::slice::from_ref(&(0..linked.len())))?;
             whole
                 .0
