@@ -71,6 +71,8 @@ pub struct Ctx {
     pub writers: usize,
     /// `--server`: the S3 servers W6 reads from (`moto`, `s3s`, `both`).
     pub w6_server: Option<String>,
+    /// `--cache`: W6's caches (`w1`, `w5` or `both`).
+    pub w6_cache: Option<String>,
 }
 
 impl Ctx {

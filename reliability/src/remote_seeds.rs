@@ -182,7 +182,7 @@ fn block_lists() -> Result<Vec<Seed>> {
 
 /// Block maps as the tier writes them.
 fn block_maps() -> Vec<Seed> {
-    use remote_tier::fuzz_entry::encode_block_map;
+    use remote_tier::fuzz_entry::{encode_block_map, encode_unsynced_block_map};
     let maps = [
         (
             "v1-empty-etag",
@@ -201,6 +201,14 @@ fn block_maps() -> Vec<Seed> {
             encode_block_map(8, 100, "x", None, &(0..13).collect::<Vec<_>>()),
         ),
         ("v1-zero-size", encode_block_map(4096, 0, "", None, &[])),
+        (
+            "v3-unsynced",
+            encode_unsynced_block_map(65_536, 400_000, None, &[0], &[1, 5], [3u8; 16]),
+        ),
+        (
+            "v3-unsynced-checked",
+            encode_unsynced_block_map(4096, 70_000, Some([9u8; 32]), &[2], &[0, 16], [4u8; 16]),
+        ),
     ];
     maps.into_iter()
         .map(|(what, bytes)| seed("tier_block_map", what, bytes))

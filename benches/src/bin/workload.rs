@@ -46,6 +46,9 @@ struct Args {
     /// W6's S3 servers: `moto`, `s3s` (s3s-fs) or `both`.
     #[arg(long, default_value = "both")]
     server: String,
+    /// W6's caches: `w1`, `w5` or `both`.
+    #[arg(long, default_value = "both")]
+    cache: String,
 }
 
 fn main() -> ExitCode {
@@ -94,6 +97,7 @@ fn run(args: &Args) -> Result<(), RunError> {
         limits,
         writers: args.writers.max(1),
         w6_server: Some(args.server.clone()),
+        w6_cache: Some(args.cache.clone()),
     };
     for (phase, bytes_per_s) in [
         ("memcpy", limits.memcpy),

@@ -228,6 +228,12 @@ fn emit(
 /// Runs W6 (see the module docs) on each server of `servers`.
 pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     let servers = Kind::parse_list(ctx.w6_server.as_deref().unwrap_or("both"))?;
+    let (w1, w5) = match ctx.w6_cache.as_deref().unwrap_or("both") {
+        "w1" => (true, false),
+        "w5" => (false, true),
+        "both" => (true, true),
+        other => return Err(err(format!("unknown W6 cache {other:?} (w1, w5 or both)"))),
+    };
     let n = ctx.n_or(20_000);
     for kind in servers {
         let scratch = ctx.fresh_dir(&format!("w6-{}", kind.name())).map_err(err)?;
@@ -241,8 +247,12 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
                 .unwrap_or(0)
         );
         server.new_bucket(&bucket)?;
-        w1::run(ctx, &server, &bucket, n)?;
-        w5::run(ctx, &server, &bucket, (n / 4).max(1))?;
+        if w1 {
+            w1::run(ctx, &server, &bucket, n)?;
+        }
+        if w5 {
+            w5::run(ctx, &server, &bucket, (n / 4).max(1))?;
+        }
         drop(server);
         let _ = std::fs::remove_dir_all(&scratch);
     }

@@ -3,11 +3,15 @@
 //! - `moto` (from the test venv): the protocol tests' server. It answers
 //!   any GET of a large object, ranged or not, only after loading the
 //!   whole object, so block reads of one big file cost far more than on S3.
-//! - `s3s` (`s3s-fs` from crates.io, installed on first use into
-//!   `target/tools`): serves each object from a file and a ranged GET from
+//! - `s3s` (`s3s-fs` 0.14.1 from crates.io behind `tools/s3s-server`,
+//!   built on first use into `target/tools`, with TCP_NODELAY as S3's
+//!   endpoints have): serves each object from a file and a ranged GET from
 //!   that range of the file, as S3 does. It does not honour conditional
 //!   puts, so W6 publishes into its directory through `file://` (the same
-//!   bytes and keys) and reads back through S3.
+//!   bytes and keys), then PUTs every object again through S3 ([`Server::
+//!   settle`]) so that s3s-fs records its ETag as for any upload (without
+//!   one it computes the MD5 of the whole file on every GET, ranged or
+//!   not, as S3 does not), and reads back through S3.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -89,27 +93,37 @@ fn venv() -> PathBuf {
     workspace().join("target").join("py-venv")
 }
 
-/// The `s3s-fs` binary: `CACHEX_S3S_FS`, else `target/tools/bin/s3s-fs`,
-/// installed there from crates.io (pinned) when missing.
+/// The `s3s-fs` server: `CACHEX_S3S_FS`, else
+/// `target/tools/bin/cachex-s3s-server`, built there on first use from
+/// `tools/s3s-server` (s3s-fs 0.14.1 from crates.io, pinned by its own
+/// lock file, with TCP_NODELAY on its connections: s3s-fs's own binary
+/// leaves Nagle's algorithm on, so each small response waits 40 ms for a
+/// delayed ACK, as no S3 endpoint does).
 fn s3s_binary() -> Result<PathBuf, RunError> {
     if let Some(p) = std::env::var_os("CACHEX_S3S_FS") {
         return Ok(PathBuf::from(p));
     }
     let root = workspace().join("target").join("tools");
-    let bin = root.join("bin").join("s3s-fs");
+    let bin = root.join("bin").join("cachex-s3s-server");
     if bin.is_file() {
         return Ok(bin);
     }
-    progress!("w6: installing s3s-fs 0.14.1 into {}", root.display());
-    // 0.14.1: the newest release this workspace's toolchain (1.88+) builds.
+    progress!("w6: building tools/s3s-server into {}", root.display());
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["install", "s3s-fs", "--version", "0.14.1", "--features"])
-        .args(["binary", "--locked", "--root"])
+        .arg("install")
+        .arg("--path")
+        .arg(workspace().join("tools").join("s3s-server"))
+        .arg("--root")
         .arg(&root)
+        .arg("--target-dir")
+        .arg(root.join("build"))
+        .arg("--locked")
         .status()
         .map_err(err)?;
     if !status.success() || !bin.is_file() {
-        return Err(err(format!("cargo install s3s-fs failed ({status})")));
+        return Err(err(format!(
+            "cargo install tools/s3s-server failed ({status})"
+        )));
     }
     Ok(bin)
 }
@@ -218,6 +232,48 @@ impl Server {
         conn.read_to_string(&mut answer).map_err(err)?;
         if !answer.starts_with("HTTP/1.1 200") {
             return Err(err(format!("create bucket {name}: {answer}")));
+        }
+        Ok(())
+    }
+
+    /// Makes the objects published under `bucket/name` through `file://`
+    /// what s3s-fs would hold had they been uploaded through it: each one
+    /// PUT again through S3 (the same bytes), so that s3s-fs records its
+    /// ETag (without, it hashes the whole file for every GET, even of 4
+    /// KiB). Nothing to do for moto, which was published through S3.
+    pub fn settle(&self, bucket: &str, name: &str) -> Result<(), RunError> {
+        let Some(root) = &self.root else {
+            return Ok(());
+        };
+        let dir = root.join(bucket).join(name);
+        let (store, prefix) =
+            remote_tier::build_store(&format!("s3://{bucket}/{name}"), self.options())
+                .map_err(err)?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(err)?;
+        let mut stack = vec![dir.clone()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).map_err(err)? {
+                let path = entry.map_err(err)?.path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let rel = path.strip_prefix(&dir).map_err(err)?;
+                let mut key = prefix.clone();
+                for part in rel.iter() {
+                    key = key.join(part.to_string_lossy().as_ref());
+                }
+                let bytes = std::fs::read(&path).map_err(err)?;
+                rt.block_on(object_store::ObjectStoreExt::put(
+                    store.as_ref(),
+                    &key,
+                    bytes.into(),
+                ))
+                .map_err(err)?;
+            }
         }
         Ok(())
     }

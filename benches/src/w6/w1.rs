@@ -53,6 +53,7 @@ fn write(
     }
     store.publish().map_err(err)?;
     drop(store);
+    server.settle(bucket, "w1")?;
     let _ = std::fs::remove_dir_all(&t);
     let bytes = dir_bytes(&dir);
     Ok((read_url, dir, bytes))

@@ -50,6 +50,7 @@ fn write(
     writer.finalize().map_err(err)?;
     let t = ctx.fresh_dir("w6-w5-pubtier").map_err(err)?;
     publish_dir(&url, options, &dir, &t)?;
+    server.settle(bucket, "w5")?;
     let _ = std::fs::remove_dir_all(&t);
     let bytes = std::fs::metadata(dir.join(PAGE_FILE)).map_err(err)?.len();
     Ok((read_url, dir, bytes, sums))

@@ -90,6 +90,49 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     sync_parent_dir(path)
 }
 
+/// Replaces `path` by `bytes` atomically for other processes (`<path>.tmp`,
+/// rename) but without any fsync: a process crash leaves the old file or
+/// the new one; a power cut may leave either, a missing file or a torn
+/// one. Only for files their readers validate (a checksum) and can do
+/// without, such as a record of what is cached.
+pub fn replace_unsynced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = temp_path(path);
+    let written =
+        create_temp(&tmp).and_then(|mut f| f.write_all(bytes).map_err(Error::io("write", &tmp)));
+    if let Err(e) = written.and_then(|()| rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// This boot of the machine: Linux's `/proc/sys/kernel/random/boot_id`,
+/// read once. Bytes written without fsync live in the page cache of the
+/// boot that wrote them, which every process of that boot reads; a file
+/// that records such bytes with the boot id can tell, after a reboot or a
+/// power cut, that they may be gone. `None` where the id cannot be read
+/// (another OS): then nothing may rely on unsynced bytes.
+pub fn boot_id() -> Option<[u8; 16]> {
+    static BOOT: std::sync::OnceLock<Option<[u8; 16]>> = std::sync::OnceLock::new();
+    *BOOT.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        parse_uuid(text.trim())
+    })
+}
+
+/// The 16 bytes of a UUID written as 32 hex digits and dashes.
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let hex: Vec<u8> = text.bytes().filter(|&b| b != b'-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in hex.chunks(2).enumerate() {
+        out[i] = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+    }
+    Some(out)
+}
+
 /// Removes `path` if it exists and fsyncs its directory; returns whether
 /// there was a file to remove.
 pub fn remove_and_sync(path: &Path) -> Result<bool> {
@@ -116,4 +159,36 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>> {
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_boot_id_is_read_as_sixteen_bytes() {
+        assert_eq!(
+            parse_uuid("0123abcd-4567-89ef-0123-456789abcdef"),
+            Some([
+                0x01, 0x23, 0xab, 0xcd, 0x45, 0x67, 0x89, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+                0xcd, 0xef
+            ])
+        );
+        assert_eq!(parse_uuid("0123"), None);
+        assert_eq!(parse_uuid(&"z".repeat(32)), None);
+        if cfg!(target_os = "linux") {
+            assert!(boot_id().is_some());
+            assert_eq!(boot_id(), boot_id());
+        }
+    }
+
+    #[test]
+    fn an_unsynced_replace_leaves_the_new_bytes_and_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("map");
+        replace_unsynced(&path, b"one").unwrap();
+        replace_unsynced(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 }

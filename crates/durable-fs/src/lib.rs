@@ -26,6 +26,9 @@
 //!   [`Error::Locked`] — unlocked explicitly on drop;
 //! - [`start_writeback`]: early write-back of a written range (advice;
 //!   the commit's fsync stays the durability point);
+//! - [`replace_unsynced`] and [`boot_id`]: for what may be lost in a power
+//!   cut but must never be read wrong — a record of unsynced bytes, valid
+//!   only in the boot that wrote them;
 //! - [`read_capped`]: reads a metadata file that the format keeps small,
 //!   refusing a corrupt or hostile one before a huge allocation.
 //!
@@ -69,8 +72,8 @@ mod temp;
 mod writeback;
 
 pub use atomic::{
-    commit_temp, create_temp, parent_dir, read_capped, remove_and_sync, rename, rename_and_sync,
-    sync_dir, sync_parent_dir, write_atomic, write_synced,
+    boot_id, commit_temp, create_temp, parent_dir, read_capped, remove_and_sync, rename,
+    rename_and_sync, replace_unsynced, sync_dir, sync_parent_dir, write_atomic, write_synced,
 };
 pub use error::{Error, Result};
 pub use lock::FileLock;

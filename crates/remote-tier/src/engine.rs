@@ -260,6 +260,7 @@ impl Inner {
         let path = remote.path(name)?;
         let r = remote.clone();
         let want = range.clone();
+
         let expect = range.end - range.start;
         let got = self.block_on(name, "get", async move {
             r.retrying(true, || {
@@ -455,10 +456,13 @@ impl Inner {
         Ok(durable_fs::rename_and_sync(tmp, dest)?)
     }
 
-    /// The block map of `key` on disk, if there is a valid one.
+    /// The block map of `key` on disk, if there is a valid one, without
+    /// the unsynced blocks of another boot (their bytes may be gone).
     pub(crate) fn read_map(&self, key: &str) -> Option<BlockMap> {
         let bytes = durable_fs::read_capped(&self.dir.map(key), format::MAX_MAP_BYTES).ok()?;
-        BlockMap::decode(&bytes).ok()
+        let mut map = BlockMap::decode(&bytes).ok()?;
+        map.keep_unsynced_of(durable_fs::boot_id());
+        Some(map)
     }
 
     /// The sparse file and block map of a large object, created (under the

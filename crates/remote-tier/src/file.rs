@@ -49,7 +49,19 @@ pub(crate) struct ObjectState {
     /// Where the next sequential read would start, and the read-ahead
     /// window it gets, in blocks.
     ahead: Mutex<ReadAhead>,
+    /// Whether this handle marked blocks present without fsyncing them
+    /// (see [`sync`](RemoteFile::sync)).
+    unsynced: std::sync::atomic::AtomicBool,
     _pin: FileLock,
+}
+
+impl Drop for ObjectState {
+    /// The last handle of the object in this process makes the blocks it
+    /// fetched durable (best effort: a failure leaves them unsynced, which
+    /// the next boot fetches again).
+    fn drop(&mut self) {
+        let _ = self.settle();
+    }
 }
 
 /// The most bytes one request of adjacent blocks fetches (8 MiB, the
@@ -143,6 +155,7 @@ impl RemoteFile {
                     ino: 0,
                     touched: Default::default(),
                     ahead: Default::default(),
+                    unsynced: Default::default(),
                     _pin: pin,
                 }
             }
@@ -162,6 +175,7 @@ impl RemoteFile {
                     ino,
                     touched: Default::default(),
                     ahead: Default::default(),
+                    unsynced: Default::default(),
                     _pin: pin,
                 }
             }
@@ -324,6 +338,17 @@ impl RemoteFile {
         };
         let workers = s.tier.config.parallelism.max(1);
         Warming::start(order, max_bytes, workers, block_bytes, fetch)
+    }
+
+    /// Makes the blocks fetched without an fsync durable: fsyncs the local
+    /// file, then records those blocks as durable in the block map. A
+    /// fetch writes its blocks and marks them present at once, durable
+    /// only for this boot of the machine (every process reads them from
+    /// the page cache; after a reboot or power cut they are fetched
+    /// again, never read as they were left). The last handle of an object
+    /// in a process does this when it is dropped; call it to choose when.
+    pub fn sync(&self) -> Result<()> {
+        self.state.settle()
     }
 
     /// Reads `buf.len()` bytes at `offset`, fetching them first.
@@ -501,26 +526,99 @@ impl ObjectState {
         }
     }
 
-    /// Records block `i` present, in memory and (while the path still
-    /// names this file) in the block map on disk. Call with the tier lock
-    /// held and the block's bytes fsynced.
-    pub(crate) fn mark(&self, i: u64) -> Result<()> {
-        self.mark_all(i..=i)
-    }
-
-    /// As [`mark`](Self::mark), for every block of `blocks`, with one
-    /// write of the map.
-    fn mark_all(&self, blocks: std::ops::RangeInclusive<u64>) -> Result<()> {
+    /// Records the blocks `blocks` present, in memory and (while the path
+    /// still names this file) in the block map on disk, with one write of
+    /// the map: durable (their bytes fsynced by the caller) without
+    /// `boot`, unsynced (written in boot `boot`, not fsynced) with it.
+    /// Call with the tier lock held.
+    fn mark_all(
+        &self,
+        blocks: std::ops::RangeInclusive<u64>,
+        boot: Option<[u8; 16]>,
+    ) -> Result<()> {
         let Some(m) = &self.blocks else { return Ok(()) };
-        let encoded = {
+        let (encoded, unsynced) = {
             let mut mine = lock(m);
             for i in blocks {
-                mine.set(i);
+                match boot {
+                    Some(boot) => mine.set_unsynced(i, boot),
+                    None => mine.set(i),
+                }
             }
             if let Some(disk) = self.tier.read_map(&self.key)
                 && disk.same_copy(&mine)
             {
                 mine.merge(&disk);
+            }
+            (mine.encode(), mine.unsynced().is_some())
+        };
+        if self.current() {
+            let map = self.tier.dir.map(&self.key);
+            // A map of unsynced blocks describes the page cache of this
+            // boot: it need not outlive it.
+            match unsynced {
+                true => durable_fs::replace_unsynced(&map, &encoded)?,
+                false => durable_fs::write_atomic(&map, &encoded)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the fetched bytes of blocks `first..=last` (starting at byte
+    /// `offset`) into the local file and marks them present: unsynced
+    /// where this boot is known (no fsync on the read path), else fsynced
+    /// first.
+    fn keep_fetched(&self, first: u64, last: u64, offset: u64, bytes: &[u8]) -> Result<()> {
+        self.file
+            .write_all_at(bytes, offset)
+            .map_err(Error::io("write block", &self.path))?;
+        let boot = durable_fs::boot_id();
+        if boot.is_none() {
+            self.file
+                .sync_data()
+                .map_err(Error::io("fsync", &self.path))?;
+        }
+        {
+            let _tier = self.tier.dir.lock_tier()?;
+            self.mark_all(first..=last, boot)?;
+        }
+        if boot.is_some() {
+            self.unsynced
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.tier.after_fetch()
+    }
+
+    /// Makes every block unsynced when this starts durable (see
+    /// [`RemoteFile::sync`]): the blocks any process of this boot marked
+    /// unsynced before the fsync are covered by it, since each wrote its
+    /// bytes before marking them.
+    fn settle(&self) -> Result<()> {
+        let Some(m) = &self.blocks else { return Ok(()) };
+        if !self
+            .unsynced
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+            || !self.current()
+        {
+            return Ok(());
+        }
+        self.refresh();
+        let Some((_, before)) = lock(m).unsynced() else {
+            return Ok(());
+        };
+        self.file
+            .sync_data()
+            .map_err(Error::io("fsync", &self.path))?;
+        let _tier = self.tier.dir.lock_tier()?;
+        let encoded = {
+            let mut mine = lock(m);
+            if let Some(disk) = self.tier.read_map(&self.key)
+                && disk.same_copy(&mine)
+            {
+                mine.merge(&disk);
+            }
+            for i in before {
+                mine.set(i);
             }
             mine.encode()
         };
@@ -658,21 +756,12 @@ impl ObjectState {
                 }
             }
         }
-        self.file
-            .write_all_at(&bytes, range.start)
-            .map_err(Error::io("write block", &self.path))?;
-        self.file
-            .sync_data()
-            .map_err(Error::io("fsync", &self.path))?;
-        {
-            let _tier = self.tier.dir.lock_tier()?;
-            self.mark_all(first..=last)?;
-        }
-        self.tier.after_fetch()
+        self.keep_fetched(first, last, range.start, &bytes)
     }
 
     /// Fetches block `i` of `obj` unless it is present: one fetcher per
-    /// block machine-wide; bytes fsynced before the block map says so.
+    /// block machine-wide; bytes written before the block map says so
+    /// (see [`keep_fetched`](Self::keep_fetched)).
     pub(crate) fn fetch_block(&self, i: u64) -> Result<()> {
         if self.has(i) {
             return Ok(());
@@ -705,17 +794,7 @@ impl ObjectState {
                 }
             }
         }
-        self.file
-            .write_all_at(&bytes, range.start)
-            .map_err(Error::io("write block", &self.path))?;
-        self.file
-            .sync_data()
-            .map_err(Error::io("fsync", &self.path))?;
-        {
-            let _tier = self.tier.dir.lock_tier()?;
-            self.mark(i)?;
-        }
-        self.tier.after_fetch()
+        self.keep_fetched(i, i, range.start, &bytes)
     }
 }
 

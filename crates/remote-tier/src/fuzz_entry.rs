@@ -74,3 +74,23 @@ pub fn encode_block_map(
     }
     map.encode()
 }
+
+/// As [`encode_block_map`], with `unsynced` of the blocks marked present
+/// but not durable, written in boot `boot` (a version 3 map).
+pub fn encode_unsynced_block_map(
+    block_size: u64,
+    size: u64,
+    checked: Option<[u8; 32]>,
+    durable: &[u64],
+    unsynced: &[u64],
+    boot: [u8; 16],
+) -> Vec<u8> {
+    let mut map = BlockMap::new(block_size, size, "\"e\"".to_string(), checked);
+    for &i in durable {
+        map.set(i);
+    }
+    for &i in unsynced {
+        map.set_unsynced(i, boot);
+    }
+    map.encode()
+}

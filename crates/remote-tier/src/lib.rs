@@ -26,8 +26,14 @@
 //!   and [`RemoteTier::fetch`] checks the whole BLAKE3 once all of it is
 //!   local. Blocks already local are never hashed again on read.
 //! - **Crash-safe and shared.** Fetches land under a temporary name or in
-//!   a block that the block map marks only after the bytes are fsynced;
-//!   the map itself is replaced atomically. One `flock` per block makes a
+//!   a block that the block map marks only after the bytes are written:
+//!   durable once fsynced, and until then *unsynced*, recorded with this
+//!   boot's id (the block map format, `src/format.rs`). Every process of the same
+//!   boot reads unsynced blocks from the page cache; after a reboot or
+//!   power cut they are fetched again, never served as left. So a fetch
+//!   never waits for the disk, and the last handle of an object in a
+//!   process makes its blocks durable when dropped
+//!   ([`RemoteFile::sync`]). The map itself is replaced atomically. One `flock` per block makes a
 //!   block fetched once serve every thread and process; the others wait
 //!   and find it done.
 //! - **Bounded.** After every fetch, least-recently-used copies are
