@@ -1,7 +1,9 @@
 //! The advisory writer lock (`flock` through `fs2`).
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use fs2::FileExt;
@@ -21,6 +23,9 @@ pub struct FileLock {
     path: PathBuf,
     /// Remove the lock file on drop, before unlocking.
     remove: bool,
+    /// This process's turn at the lock, for the waiting calls: let go
+    /// after the `flock` (fields drop after [`Drop::drop`] ran).
+    _turn: Option<Turn>,
 }
 
 impl FileLock {
@@ -40,6 +45,7 @@ impl FileLock {
                 file,
                 path: path.to_path_buf(),
                 remove: false,
+                _turn: None,
             })),
             Err(e) if contended(&e) => Ok(None),
             Err(e) => Err(Error::io("lock", path)(e)),
@@ -55,6 +61,7 @@ impl FileLock {
                 file,
                 path: path.to_path_buf(),
                 remove: false,
+                _turn: None,
             })),
             Err(e) if contended(&e) => Ok(None),
             Err(e) => Err(Error::io("lock", path)(e)),
@@ -69,6 +76,7 @@ impl FileLock {
             file,
             path: path.to_path_buf(),
             remove: false,
+            _turn: None,
         })
     }
 
@@ -80,6 +88,7 @@ impl FileLock {
             file,
             path: path.to_path_buf(),
             remove: false,
+            _turn: None,
         })
     }
 
@@ -124,14 +133,19 @@ impl FileLock {
     /// [`FileLock::exclusive`], waiting at most `wait`: past it,
     /// [`Error::LockTimeout`] (a holder that stopped never blocks a waiter
     /// for good).
+    ///
+    /// Threads of one process that wait for the same lock queue in the
+    /// process and the next one tries the moment the holder lets go;
+    /// only a holder in another process is polled for (pauses of 0.1 to
+    /// 5 ms).
     pub fn exclusive_within(path: &Path, wait: Duration) -> Result<FileLock> {
-        poll(path, wait, FileLock::try_exclusive)
+        poll_in_turn(path, wait, FileLock::try_exclusive)
     }
 
     /// [`FileLock::exclusive_live`], waiting at most `wait` (see
     /// [`FileLock::exclusive_within`]).
     pub fn exclusive_live_within(path: &Path, wait: Duration) -> Result<FileLock> {
-        poll(path, wait, FileLock::try_exclusive_live)
+        poll_in_turn(path, wait, FileLock::try_exclusive_live)
     }
 
     /// [`FileLock::shared_live`], waiting at most `wait` (see
@@ -169,15 +183,132 @@ impl FileLock {
     }
 }
 
+/// [`poll`] for an exclusive lock, once this process's turn at `path`
+/// came: threads of the process wait for each other on a condition
+/// variable, woken when the holder lets go, not on pauses.
+fn poll_in_turn(
+    path: &Path,
+    wait: Duration,
+    try_take: impl Fn(&Path) -> Result<Option<FileLock>>,
+) -> Result<FileLock> {
+    let start = Instant::now();
+    let timeout = || Error::LockTimeout {
+        lock_path: path.to_path_buf(),
+        waited: start.elapsed(),
+    };
+    let turn = Turn::take(path, start + wait).ok_or_else(timeout)?;
+    let mut lock = poll(path, wait.saturating_sub(start.elapsed()), try_take)?;
+    lock._turn = Some(turn);
+    Ok(lock)
+}
+
+/// One process's queue for one exclusive lock path.
+#[derive(Debug, Default)]
+struct Gate {
+    taken: Mutex<bool>,
+    freed: Condvar,
+}
+
+/// The gates of this process by lock path (a forked child starts with
+/// none: its parent's holders are not in it).
+static GATES: Mutex<Option<(u32, HashMap<PathBuf, Arc<Gate>>)>> = Mutex::new(None);
+
+/// Runs `f` on this process's gates; `None` if they stay locked past
+/// `deadline` (only a child forked while another thread held them).
+fn with_gates<R>(
+    deadline: Instant,
+    f: impl FnOnce(&mut HashMap<PathBuf, Arc<Gate>>) -> R,
+) -> Option<R> {
+    loop {
+        match GATES.try_lock() {
+            Ok(mut g) => {
+                let pid = std::process::id();
+                if g.as_ref().is_none_or(|(owner, _)| *owner != pid) {
+                    *g = Some((pid, HashMap::new()));
+                }
+                return g.as_mut().map(|(_, gates)| f(gates));
+            }
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                let mut g = p.into_inner();
+                *g = Some((std::process::id(), HashMap::new()));
+                return g.as_mut().map(|(_, gates)| f(gates));
+            }
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::yield_now();
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
+}
+
+/// This process's turn at one exclusive lock path, held while a thread
+/// takes and holds the `flock`.
+#[derive(Debug)]
+struct Turn {
+    path: PathBuf,
+    gate: Arc<Gate>,
+}
+
+impl Turn {
+    /// Waits (until `deadline`) for the turn at `path`.
+    fn take(path: &Path, deadline: Instant) -> Option<Turn> {
+        let gate = with_gates(deadline, |gates| {
+            Arc::clone(gates.entry(path.to_path_buf()).or_default())
+        })?;
+        let turn = Turn {
+            path: path.to_path_buf(),
+            gate,
+        };
+        let mut taken = turn.gate.taken.lock().unwrap_or_else(|p| p.into_inner());
+        while *taken {
+            let now = Instant::now();
+            if now >= deadline {
+                drop(taken);
+                turn.forget();
+                return None;
+            }
+            taken = turn
+                .gate
+                .freed
+                .wait_timeout(taken, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *taken = true;
+        drop(taken);
+        Some(turn)
+    }
+
+    /// Drops this process's gate of the path once nobody else uses it.
+    fn forget(&self) {
+        let _ = with_gates(Instant::now() + Duration::from_secs(1), |gates| {
+            if gates
+                .get(&self.path)
+                .is_some_and(|g| Arc::ptr_eq(g, &self.gate) && Arc::strong_count(g) == 2)
+            {
+                gates.remove(&self.path);
+            }
+        });
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        *self.gate.taken.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        self.gate.freed.notify_one();
+        self.forget();
+    }
+}
+
 /// Takes a lock with `try_take` until it succeeds or `wait` has passed;
-/// the pauses between tries grow from 1 ms to 20 ms.
+/// the pauses between tries grow from 0.1 ms to 5 ms.
 fn poll(
     path: &Path,
     wait: Duration,
     try_take: impl Fn(&Path) -> Result<Option<FileLock>>,
 ) -> Result<FileLock> {
     let start = Instant::now();
-    let mut pause = Duration::from_millis(1);
+    let mut pause = Duration::from_micros(100);
     loop {
         if let Some(lock) = try_take(path)? {
             return Ok(lock);
@@ -190,7 +321,7 @@ fn poll(
             });
         }
         std::thread::sleep(pause.min(wait - waited));
-        pause = (pause * 2).min(Duration::from_millis(20));
+        pause = (pause * 2).min(Duration::from_millis(5));
     }
 }
 
@@ -229,4 +360,45 @@ fn open(path: &Path) -> Result<File> {
 fn contended(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::WouldBlock
         || e.raw_os_error() == fs2::lock_contended_error().raw_os_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_of_one_process_take_a_lock_in_turn_and_time_out_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("turns.lock");
+        let counter = Arc::new(Mutex::new((0u32, 0u32)));
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                let (path, counter) = (&path, Arc::clone(&counter));
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        let _held = FileLock::exclusive_within(path, Duration::from_secs(30))
+                            .expect("a turn within the bound");
+                        let mut c = counter.lock().unwrap();
+                        c.0 += 1;
+                        c.1 = c.1.max(c.0);
+                        drop(c);
+                        std::thread::yield_now();
+                        counter.lock().unwrap().0 -= 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(counter.lock().unwrap().1, 1, "never two holders at once");
+        // The gates of released paths are gone.
+        let left = with_gates(Instant::now() + Duration::from_secs(1), |g| g.len()).unwrap();
+        assert_eq!(left, 0);
+        // A waiter behind a holder in this process gives up at its bound.
+        let held = FileLock::exclusive_within(&path, Duration::from_secs(1)).unwrap();
+        let start = Instant::now();
+        let err = FileLock::exclusive_within(&path, Duration::from_millis(50)).unwrap_err();
+        assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        drop(held);
+        assert!(FileLock::exclusive_within(&path, Duration::from_millis(50)).is_ok());
+    }
 }
