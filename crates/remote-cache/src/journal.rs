@@ -453,7 +453,17 @@ impl RemoteDir {
                 Next::Checkpoint(cp) => (self.checkpoint_commit(state, cp), true),
             };
             let seq = commit.seq;
-            let (files, removed, fetched) = match self.apply(state, &commit) {
+            // Commits are immutable once written: the next one is asked for
+            // while this one is applied, not a round trip after.
+            let (applied, ahead) = std::thread::scope(|s| {
+                let ahead = s.spawn(|| self.read_after(seq));
+                let applied = self.apply(state, &commit);
+                let ahead = ahead
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                (applied, ahead)
+            });
+            let (files, removed, fetched) = match applied {
                 Ok(applied) => applied,
                 // gc removed an object of this commit: it lies before the
                 // retention window, and a checkpoint stands for it.
@@ -473,7 +483,7 @@ impl RemoteDir {
             report.checkpoints += u64::from(checkpoint);
             report.fetched += fetched;
             report.seq = seq;
-            next = self.read_after(state.seq)?;
+            next = ahead?;
         }
         if report.commits + report.checkpoints > 0 {
             self.prune_block_lists(state);
@@ -542,6 +552,10 @@ impl RemoteDir {
     ) -> Result<(BTreeMap<String, Known>, Vec<String>, u64)> {
         let mut files = BTreeMap::new();
         let mut fetched = 0;
+        // Opened first, all at once, in the background while the files
+        // copied whole are fetched, and kept open until the commit is
+        // applied: the loop below finds them open.
+        let _opening = self.open_by_blocks_at_once(c);
         let (ahead, ahead_of) = self.fetched_whole(c);
         let windows = prefetch::windows(&ahead, self.tier.config().budget_bytes);
         let mut next_window = 0;

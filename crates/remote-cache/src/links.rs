@@ -30,9 +30,9 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use remote_tier::{BlockHashes, BlockList};
+use remote_tier::{BlockHashes, BlockList, RemoteFile};
 
-use crate::commit::{MAX_RECORD, OBJECTS, Piece, STATE_DIR, commit_name};
+use crate::commit::{Commit, MAX_RECORD, OBJECTS, Piece, STATE_DIR, commit_name};
 use crate::journal::{RemoteDir, State};
 use crate::workdir::Known;
 use crate::{Error, Result};
@@ -114,6 +114,58 @@ impl RemoteDir {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
+    }
+
+    /// The objects of `c`'s pieces that are linked and read by blocks,
+    /// opened through the tier up to its parallelism at once: on a cold
+    /// tier each open asks the store for its object (a HEAD), and one
+    /// after another those cost a round trip each. A failed open is left
+    /// to [`link`](Self::link), which opens each again and reports it.
+    pub(crate) fn open_by_blocks_at_once(&self, c: &Commit) -> Opening {
+        let wanted: Vec<(String, Arc<BlockHashes>)> = c
+            .pieces
+            .iter()
+            .filter(|p| p.offset == 0 && self.linked(p))
+            .filter(|p| (self.files.block_size)(&p.path, p.size).is_some())
+            .filter_map(|p| {
+                let hashes = p.blocks.as_ref()?.check(p.size).ok()?;
+                Some((format!("{OBJECTS}/{}", p.blake3), Arc::new(hashes)))
+            })
+            .collect();
+        if wanted.len() < 2 {
+            return Opening(None);
+        }
+        let tier = self.tier.clone();
+        let workers = tier.config().parallelism.clamp(1, wanted.len());
+        let opening = std::thread::Builder::new()
+            .name("cachex-open".into())
+            .spawn(move || {
+                let next = std::sync::atomic::AtomicUsize::new(0);
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = (0..workers)
+                        .map(|_| {
+                            s.spawn(|| {
+                                let mut opened = Vec::new();
+                                loop {
+                                    let at =
+                                        next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    let Some((object, hashes)) = wanted.get(at) else {
+                                        return opened;
+                                    };
+                                    if let Ok(f) = tier.open_by_blocks(object, Arc::clone(hashes)) {
+                                        opened.push(f);
+                                    }
+                                }
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .flat_map(|h| h.join().unwrap_or_default())
+                        .collect()
+                })
+            });
+        Opening(opening.ok())
     }
 
     /// Opens `object` through the tier (pinned while this handle lives;
@@ -207,5 +259,19 @@ impl RemoteDir {
             None
         };
         self.link(state, path, &object, known, hashes)
+    }
+}
+
+/// Objects being opened in the background by
+/// [`RemoteDir::open_by_blocks_at_once`]: kept open until this is dropped,
+/// which waits for the opens (each bounded by the tier's timeouts).
+#[derive(Debug)]
+pub(crate) struct Opening(Option<std::thread::JoinHandle<Vec<RemoteFile>>>);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            drop(h.join());
+        }
     }
 }
