@@ -531,15 +531,20 @@ impl Inner {
             Some(h) => BlockMap::new(h.block_size(), info.size, etag, Some(h.digest())),
             None => BlockMap::new(self.config.block_size, info.size, etag, None),
         };
-        // The map goes last: a map always describes the sparse file beside it.
+        // The map goes last: a map always describes the sparse file beside
+        // it. An old map goes durably first, so that its blocks never come
+        // back beside the new file. The new file and its empty map need no
+        // fsync: lost, or torn, they are made again; and the first map that
+        // marks a block durable is written with a directory fsync (after
+        // the file's), which makes both names durable with it.
         let _ = durable_fs::remove_and_sync(&self.dir.map(key))?;
         let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
         let file = durable_fs::create_temp(&tmp)?;
         file.set_len(info.size)
             .map_err(Error::io("size sparse file", &tmp))?;
-        durable_fs::commit_temp(file, &tmp, &sparse)?;
-        durable_fs::write_atomic(&self.dir.map(key), &map.encode())?;
-        durable_fs::sync_parent_dir(&sparse)?;
+        drop(file);
+        durable_fs::rename(&tmp, &sparse)?;
+        durable_fs::replace_unsynced(&self.dir.map(key), &map.encode())?;
         match open(map)? {
             Some(found) => Ok(found),
             None => Err(Error::io("open", &sparse)(
