@@ -416,6 +416,11 @@ impl RemoteDir {
         self.lock().by_blocks.get(path).cloned()
     }
 
+    /// Whether every file read by blocks is whole in the local tier now.
+    pub fn all_complete(&self) -> bool {
+        self.lock().by_blocks.values().all(|f| f.is_complete())
+    }
+
     /// Whether `path` is read by blocks (a link into the local tier).
     pub fn is_by_blocks(&self, path: &str) -> bool {
         self.lock().by_blocks.contains_key(path)

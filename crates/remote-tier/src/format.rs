@@ -186,9 +186,18 @@ impl BlockMap {
         self.drop_empty_unsynced();
     }
 
-    /// How many blocks are present.
+    /// How many blocks are present (durable or unsynced).
     pub fn present(&self) -> u64 {
-        (0..self.blocks()).filter(|&i| self.has(i)).count() as u64
+        let blocks = self.blocks();
+        let full = (blocks / 8) as usize;
+        let byte = |i: usize| self.bits[i] | self.unsynced.as_ref().map_or(0, |u| u.bits[i]);
+        // Whole bytes at once; the last byte's bits past the object's
+        // blocks do not count.
+        let whole: u64 = (0..full.min(self.bits.len()))
+            .map(|i| u64::from(byte(i).count_ones()))
+            .sum();
+        let tail = (full as u64 * 8..blocks).filter(|&i| self.has(i)).count() as u64;
+        whole + tail
     }
 
     /// The byte range of block `i`.

@@ -67,6 +67,9 @@ impl SegmentStore {
     ) -> Result<(Vec<Option<Value>>, Vec<usize>)> {
         let inner = self.inner();
         inner.take_bg_error()?;
+        if src.all_local() {
+            return lookup::get(inner, keys);
+        }
         let mut far: Vec<Far> = Vec::new();
         let mut near: Vec<usize> = Vec::new();
         let hint;
@@ -76,20 +79,25 @@ impl SegmentStore {
             let mut local: HashMap<u32, bool> = HashMap::new();
             for (i, k) in keys.iter().enumerate() {
                 let h = format::key_hash(k.as_ref());
-                let candidates: Vec<(Arc<Segment>, usize)> = st
-                    .index
-                    .candidates(h)
-                    .filter_map(|loc| {
-                        let seg = st.segments.get(&loc.seg)?;
-                        Some((Arc::clone(seg), loc.row as usize))
+                // Whether a candidate lies in a segment not local, before
+                // anything is collected: a key of local segments only (every
+                // key, once the cache is warm) costs no allocation here.
+                let remote = st.index.candidates(h).any(|loc| {
+                    st.segments.get(&loc.seg).is_some_and(|seg| {
+                        !*local
+                            .entry(seg.id)
+                            .or_insert_with(|| src.is_local(&seg.path))
                     })
-                    .collect();
-                let remote = candidates.iter().any(|(seg, _)| {
-                    !*local
-                        .entry(seg.id)
-                        .or_insert_with(|| src.is_local(&seg.path))
                 });
                 if remote {
+                    let candidates: Vec<(Arc<Segment>, usize)> = st
+                        .index
+                        .candidates(h)
+                        .filter_map(|loc| {
+                            let seg = st.segments.get(&loc.seg)?;
+                            Some((Arc::clone(seg), loc.row as usize))
+                        })
+                        .collect();
                     far.push(Far { i, candidates });
                 } else {
                     near.push(i);

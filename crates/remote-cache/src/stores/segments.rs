@@ -120,6 +120,10 @@ struct Fetched<'a> {
 }
 
 impl SegmentRanges for Fetched<'_> {
+    fn all_local(&self) -> bool {
+        self.remote.all_complete()
+    }
+
     fn is_local(&self, path: &Path) -> bool {
         let Some(rel) = relative(self.remote.dir(), path) else {
             return true;

@@ -13,6 +13,13 @@ pub trait SegmentRanges: Sync {
     /// and reads it as usual.
     fn is_local(&self, path: &Path) -> bool;
 
+    /// Whether every segment is whole locally right now, when the source
+    /// can tell at once (a warm cache): the lookup is then the usual one,
+    /// with no pass over the keys to sort them first. `false` when unsure.
+    fn all_local(&self) -> bool {
+        false
+    }
+
     /// The bytes of each of `ranges` of the segment at `path`, fetched as
     /// needed and checked against what their publisher recorded; all of a
     /// call's ranges may be fetched at once.
