@@ -179,6 +179,22 @@ pub(crate) struct State {
     /// An object this directory needs is gone from the store (gc): the
     /// next refresh moves to the newest checkpoint.
     behind: bool,
+    /// Directories with renames (links, block lists) not yet fsynced: one
+    /// fsync each before the next record says their commit was applied.
+    pub(crate) dirs_to_sync: std::collections::BTreeSet<PathBuf>,
+}
+
+impl State {
+    /// Fsyncs each directory of [`dirs_to_sync`](Self::dirs_to_sync).
+    pub(crate) fn sync_dirs(&mut self) -> Result<()> {
+        while let Some(dir) = self.dirs_to_sync.pop_first() {
+            if let Err(e) = durable_fs::sync_dir(&dir) {
+                self.dirs_to_sync.insert(dir);
+                return Err(e.into());
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A local working directory materialised from, and published to, a
@@ -246,6 +262,7 @@ impl RemoteDir {
                 log,
                 log_len,
                 behind: false,
+                dirs_to_sync: Default::default(),
             }),
             _lock: lock,
         };
@@ -619,7 +636,7 @@ impl RemoteDir {
             let new_file = meta.is_none() || p.replace;
             if new_file && self.linked(p) {
                 let hashes = match &p.blocks {
-                    Some(list) => Some(self.keep_block_list(c.seq, p, list)?),
+                    Some(list) => Some(self.keep_block_list(state, c.seq, p, list)?),
                     None => None,
                 };
                 let k = Known {
@@ -822,6 +839,8 @@ impl RemoteDir {
         files: BTreeMap<String, Known>,
         removed: Vec<String>,
     ) -> Result<()> {
+        // What the record says is in place must be durably so first.
+        state.sync_dirs()?;
         for (path, k) in &files {
             state.files.insert(path.clone(), *k);
         }

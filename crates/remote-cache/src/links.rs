@@ -43,6 +43,7 @@ impl RemoteDir {
     /// this commit was recorded as applied.
     pub(crate) fn keep_block_list(
         &self,
+        state: &mut State,
         seq: u64,
         p: &Piece,
         list: &BlockList,
@@ -60,7 +61,12 @@ impl RemoteDir {
             name: path.display().to_string(),
             problem: format!("cannot encode the block list: {e}"),
         })?;
-        durable_fs::write_atomic(&path, &bytes)?;
+        // The file fsynced and renamed; its directory fsynced once for
+        // every list of the commit, before the commit's record.
+        let tmp = durable_fs::temp_path(&path);
+        durable_fs::write_synced(&tmp, &bytes)?;
+        durable_fs::rename(&tmp, &path)?;
+        state.dirs_to_sync.insert(dir);
         Ok(Arc::new(hashes))
     }
 
@@ -208,7 +214,9 @@ impl RemoteDir {
             std::fs::create_dir_all(&parent).map_err(Error::io("create directory", &parent))?;
             let tmp = durable_fs::unique_temp_path(&parent, "link");
             std::os::unix::fs::symlink(&target, &tmp).map_err(Error::io("symlink", &tmp))?;
-            durable_fs::rename_and_sync(&tmp, &local)?;
+            durable_fs::rename(&tmp, &local)?;
+            // Fsynced once for every link of the commit, before its record.
+            state.dirs_to_sync.insert(parent);
         }
         state.files.insert(path.to_string(), known);
         state.by_blocks.insert(path.to_string(), file);
@@ -258,7 +266,8 @@ impl RemoteDir {
         } else {
             None
         };
-        self.link(state, path, &object, known, hashes)
+        self.link(state, path, &object, known, hashes)?;
+        state.sync_dirs()
     }
 }
 
