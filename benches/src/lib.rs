@@ -73,6 +73,9 @@ pub struct Ctx {
     pub w6_server: Option<String>,
     /// `--cache`: W6's caches (`w1`, `w5` or `both`).
     pub w6_cache: Option<String>,
+    /// `--reps`: W6 runs each read this many times (each cold one on a
+    /// fresh tier) and reports the run of median seconds.
+    pub w6_reps: usize,
 }
 
 impl Ctx {

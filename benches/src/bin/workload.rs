@@ -49,6 +49,10 @@ struct Args {
     /// W6's caches: `w1`, `w5` or `both`.
     #[arg(long, default_value = "both")]
     cache: String,
+    /// W6: runs of each read (each cold one on a fresh tier); the line is
+    /// the run of median seconds.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
 }
 
 fn main() -> ExitCode {
@@ -98,6 +102,7 @@ fn run(args: &Args) -> Result<(), RunError> {
         writers: args.writers.max(1),
         w6_server: Some(args.server.clone()),
         w6_cache: Some(args.cache.clone()),
+        w6_reps: args.reps.max(1),
     };
     for (phase, bytes_per_s) in [
         ("memcpy", limits.memcpy),

@@ -168,6 +168,36 @@ fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+/// One run of a read: its seconds (opening included), its open's, the
+/// tier it read through and the directory that holds it.
+struct Run {
+    secs: f64,
+    open: f64,
+    tier: Option<Tier>,
+    dir: Option<PathBuf>,
+}
+
+impl Run {
+    /// The run of median seconds of `runs` (the upper one of an even
+    /// count); the others go to `rest` (whose directories the caller
+    /// removes once every line that reads them is out).
+    fn median(mut runs: Vec<Run>, rest: &mut Vec<Run>) -> Result<Run, RunError> {
+        runs.sort_by(|a, b| a.secs.total_cmp(&b.secs));
+        if runs.is_empty() {
+            return Err(err("no run"));
+        }
+        let mid = runs.swap_remove(runs.len() / 2);
+        rest.extend(runs);
+        Ok(mid)
+    }
+
+    fn remove(self) {
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
 /// What one read line is compared with.
 struct Baseline<'a> {
     /// The local read's seconds and its open's.

@@ -12,7 +12,7 @@ use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
 use super::server::Server;
-use super::{Baseline, LATENCY, Published, dir_bytes, emit, err};
+use super::{Baseline, LATENCY, Published, Run, dir_bytes, emit, err};
 use crate::{Ctx, RunError, progress};
 
 const DIM: usize = 512;
@@ -149,16 +149,28 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
     let published = Published::measure(ctx, server, "w1", url, cache_bytes)?;
     let items = READ_BATCHES * BATCH;
     let batch_bytes = (items * DIM * 4) as u64;
-    // Every line times opening and reading, the local one too.
-    let start = Instant::now();
-    let local = RemoteSegments::open(
-        &remote_cache::Location::Local(local_dir.clone()),
-        read_only(),
-    )
-    .map_err(err)?;
-    let local_open = start.elapsed().as_secs_f64();
-    let local_secs = read(ctx, &local, n, local_open)?;
-    drop(local);
+    // Every line times opening and reading, the local one too; each is
+    // the run of median seconds of `--reps`.
+    let reps = ctx.w6_reps;
+    let mut locals = Vec::new();
+    for _ in 0..reps {
+        let start = Instant::now();
+        let local = RemoteSegments::open(
+            &remote_cache::Location::Local(local_dir.clone()),
+            read_only(),
+        )
+        .map_err(err)?;
+        let open = start.elapsed().as_secs_f64();
+        let secs = read(ctx, &local, n, open)?;
+        locals.push(Run {
+            secs,
+            open,
+            tier: None,
+            dir: None,
+        });
+    }
+    let local = Run::median(locals, &mut Vec::new())?;
+    let (local_secs, local_open) = (local.secs, local.open);
     let local_base = Some((local_secs, local_open));
     emit(
         ctx,
@@ -179,50 +191,68 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
         ("read_budget", published.bytes / 4, Duration::ZERO),
         ("read_cold_latency", 1 << 40, LATENCY),
     ] {
-        let dir = ctx.fresh_dir(&format!("w6-w1-{phase}")).map_err(err)?;
-        let start = Instant::now();
-        let (remote, tier) = published.open(&dir, budget, latency, segment_files())?;
-        let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
-        let open_secs = start.elapsed().as_secs_f64();
-        let secs = read(ctx, &store, n, open_secs)?;
-        let base = Baseline {
-            local: local_base,
-            remote: Some((&published, &tier, !latency.is_zero())),
-        };
-        emit(
-            ctx,
-            "w1",
-            phase,
-            items,
-            batch_bytes,
-            secs,
-            base,
-            Some(open_secs),
-        );
-        drop(store);
-        if phase == "read_cold" {
-            // The same working directory and tier again: everything local.
+        let (mut colds, mut warms) = (Vec::new(), Vec::new());
+        for rep in 0..reps {
+            let dir = ctx
+                .fresh_dir(&format!("w6-w1-{phase}-{rep}"))
+                .map_err(err)?;
             let start = Instant::now();
             let (remote, tier) = published.open(&dir, budget, latency, segment_files())?;
             let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
-            let open_secs = start.elapsed().as_secs_f64();
-            let secs = read(ctx, &store, n, open_secs)?;
+            let open = start.elapsed().as_secs_f64();
+            let secs = read(ctx, &store, n, open)?;
+            drop(store);
+            if phase == "read_cold" {
+                // The same working directory and tier again: everything local.
+                let start = Instant::now();
+                let (remote, warm_tier) = published.open(&dir, budget, latency, segment_files())?;
+                let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
+                let open = start.elapsed().as_secs_f64();
+                let secs = read(ctx, &store, n, open)?;
+                warms.push(Run {
+                    secs,
+                    open,
+                    tier: Some(warm_tier),
+                    dir: None,
+                });
+            }
+            colds.push(Run {
+                secs,
+                open,
+                tier: Some(tier),
+                dir: Some(dir),
+            });
+        }
+        let lines = [
+            (phase, colds, latency),
+            ("read_warm", warms, Duration::ZERO),
+        ];
+        let mut dirs = Vec::new();
+        for (name, runs, latency) in lines {
+            if runs.is_empty() {
+                continue;
+            }
+            let run = Run::median(runs, &mut dirs)?;
+            let Some(tier) = &run.tier else { continue };
             let base = Baseline {
                 local: local_base,
-                remote: Some((&published, &tier, false)),
+                remote: Some((&published, tier, !latency.is_zero())),
             };
             emit(
                 ctx,
                 "w1",
-                "read_warm",
+                name,
                 items,
                 batch_bytes,
-                secs,
+                run.secs,
                 base,
-                Some(open_secs),
+                Some(run.open),
             );
+            dirs.push(run);
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        for run in dirs {
+            run.remove();
+        }
     }
     first_batch(ctx, &published, n)?;
     let _ = std::fs::remove_dir_all(&local_dir);
@@ -232,16 +262,31 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
 /// Open on a fresh tier and read the first batch: seconds, beside the goal
 /// of 5 round trips plus the batch's bytes at the yardstick's rate.
 fn first_batch(ctx: &Ctx, published: &Published, n: usize) -> Result<(), RunError> {
-    let dir = ctx.fresh_dir("w6-w1-first-batch").map_err(err)?;
     let batch = batches(ctx, n).swap_remove(0);
     let keys = names(&batch);
-    let start = Instant::now();
-    let (remote, tier) = published.open(&dir, 1 << 40, Duration::ZERO, segment_files())?;
-    let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
-    let (records, _) = store.get_batch(&keys).map_err(err)?;
-    let secs = start.elapsed().as_secs_f64();
-    drop(records);
-    check(ctx, &store, &batch)?;
+    let mut runs = Vec::new();
+    for rep in 0..ctx.w6_reps {
+        let dir = ctx
+            .fresh_dir(&format!("w6-w1-first-batch-{rep}"))
+            .map_err(err)?;
+        let start = Instant::now();
+        let (remote, tier) = published.open(&dir, 1 << 40, Duration::ZERO, segment_files())?;
+        let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
+        let (records, _) = store.get_batch(&keys).map_err(err)?;
+        let secs = start.elapsed().as_secs_f64();
+        drop(records);
+        check(ctx, &store, &batch)?;
+        drop(store);
+        runs.push(Run {
+            secs,
+            open: 0.0,
+            tier: Some(tier),
+            dir: Some(dir),
+        });
+    }
+    let mut rest = Vec::new();
+    let run = Run::median(runs, &mut rest)?;
+    let secs = run.secs;
     let bytes = (BATCH * DIM * 4) as u64;
     let y = published.yardstick;
     let rate = y.bytes as f64 / y.secs.max(1e-9);
@@ -252,12 +297,16 @@ fn first_batch(ctx: &Ctx, published: &Published, n: usize) -> Result<(), RunErro
         .with("round_trip_s", y.round_trip)
         .with("goal_s", goal)
         .with("within_goal", secs <= goal);
+    let (requests, fetched) = run
+        .tier
+        .as_ref()
+        .map_or((0, 0), |t| (t.metered.requests(), t.metered.bytes()));
     ctx.emit(
         line.with("server", published.server)
-            .with("requests", tier.metered.requests())
-            .with("bytes_fetched", tier.metered.bytes()),
+            .with("requests", requests)
+            .with("bytes_fetched", fetched),
     );
-    drop(store);
-    let _ = std::fs::remove_dir_all(&dir);
+    run.remove();
+    rest.into_iter().for_each(Run::remove);
     Ok(())
 }

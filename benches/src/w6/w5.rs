@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use remote_cache::RemotePages;
 
 use super::server::Server;
-use super::{Baseline, LATENCY, Published, emit, err, publish_dir};
+use super::{Baseline, LATENCY, Published, Run, emit, err, publish_dir};
 use crate::{Ctx, RunError, progress};
 
 const PAGE_FILE: &str = "data.pages";
@@ -95,11 +95,23 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
     progress!("w6: writing and publishing W5's {n} samples");
     let (url, local_dir, bytes, sums) = write(ctx, server, bucket, n)?;
     let published = Published::measure(ctx, server, "w5", url, bytes)?;
-    let start = Instant::now();
-    let local = PageReader::open(local_dir.join(PAGE_FILE)).map_err(err)?;
-    let local_open = start.elapsed().as_secs_f64();
-    let local_secs = read(ctx, &local, None, &sums, local_open)?;
-    drop(local);
+    // Each line is the run of median seconds of `--reps`.
+    let reps = ctx.w6_reps;
+    let mut locals = Vec::new();
+    for _ in 0..reps {
+        let start = Instant::now();
+        let local = PageReader::open(local_dir.join(PAGE_FILE)).map_err(err)?;
+        let open = start.elapsed().as_secs_f64();
+        let secs = read(ctx, &local, None, &sums, open)?;
+        locals.push(Run {
+            secs,
+            open,
+            tier: None,
+            dir: None,
+        });
+    }
+    let local = Run::median(locals, &mut Vec::new())?;
+    let (local_secs, local_open) = (local.secs, local.open);
     let none = Baseline {
         local: None,
         remote: None,
@@ -119,28 +131,54 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
         ("read_budget", published.bytes / 4, Duration::ZERO),
         ("read_cold_latency", 1 << 40, LATENCY),
     ] {
-        let dir = ctx.fresh_dir(&format!("w6-w5-{phase}")).map_err(err)?;
-        let runs = if phase == "read_cold" { 2 } else { 1 };
-        for run in 0..runs {
-            let start = Instant::now();
-            let (remote, tier) = published.open(
-                &dir,
-                budget,
-                latency,
-                remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::Pages),
-            )?;
-            remote.refresh().map_err(err)?;
-            let pages = RemotePages::with_remote(remote, PAGE_FILE).map_err(err)?;
-            let open_secs = start.elapsed().as_secs_f64();
-            let secs = read(ctx, pages.reader(), Some(&pages), &sums, open_secs)?;
-            let name = if run == 0 { phase } else { "read_warm" };
+        let (mut colds, mut warms) = (Vec::new(), Vec::new());
+        for rep in 0..reps {
+            let dir = ctx
+                .fresh_dir(&format!("w6-w5-{phase}-{rep}"))
+                .map_err(err)?;
+            let passes = if phase == "read_cold" { 2 } else { 1 };
+            for pass in 0..passes {
+                let start = Instant::now();
+                let (remote, tier) = published.open(
+                    &dir,
+                    budget,
+                    latency,
+                    remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::Pages),
+                )?;
+                remote.refresh().map_err(err)?;
+                let pages = RemotePages::with_remote(remote, PAGE_FILE).map_err(err)?;
+                let open = start.elapsed().as_secs_f64();
+                let secs = read(ctx, pages.reader(), Some(&pages), &sums, open)?;
+                let run = Run {
+                    secs,
+                    open,
+                    tier: Some(tier),
+                    dir: (pass == 0).then(|| dir.clone()),
+                };
+                match pass {
+                    0 => colds.push(run),
+                    _ => warms.push(run),
+                }
+            }
+        }
+        let mut done = Vec::new();
+        for (name, runs, latency) in [
+            (phase, colds, latency),
+            ("read_warm", warms, Duration::ZERO),
+        ] {
+            if runs.is_empty() {
+                continue;
+            }
+            let run = Run::median(runs, &mut done)?;
+            let Some(tier) = &run.tier else { continue };
             let base = Baseline {
                 local: Some((local_secs, local_open)),
-                remote: Some((&published, &tier, !latency.is_zero())),
+                remote: Some((&published, tier, !latency.is_zero())),
             };
-            emit(ctx, "w5", name, n, bytes, secs, base, Some(open_secs));
+            emit(ctx, "w5", name, n, bytes, run.secs, base, Some(run.open));
+            done.push(run);
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        done.into_iter().for_each(Run::remove);
     }
     let _ = std::fs::remove_dir_all(&local_dir);
     Ok(())

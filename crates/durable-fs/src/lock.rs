@@ -211,13 +211,16 @@ struct Gate {
 
 /// The gates of this process by lock path (a forked child starts with
 /// none: its parent's holders are not in it).
-static GATES: Mutex<Option<(u32, HashMap<PathBuf, Arc<Gate>>)>> = Mutex::new(None);
+static GATES: Mutex<Option<(u32, Gates)>> = Mutex::new(None);
+
+/// One process's gates by lock path.
+type Gates = HashMap<PathBuf, Arc<Gate>>;
 
 /// Runs `f` on this process's gates; `None` if they stay locked past
 /// `deadline` (only a child forked while another thread held them).
 fn with_gates<R>(
     deadline: Instant,
-    f: impl FnOnce(&mut HashMap<PathBuf, Arc<Gate>>) -> R,
+    f: impl FnOnce(&mut Gates) -> R,
 ) -> Option<R> {
     loop {
         match GATES.try_lock() {
