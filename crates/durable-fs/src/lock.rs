@@ -218,10 +218,7 @@ type Gates = HashMap<PathBuf, Arc<Gate>>;
 
 /// Runs `f` on this process's gates; `None` if they stay locked past
 /// `deadline` (only a child forked while another thread held them).
-fn with_gates<R>(
-    deadline: Instant,
-    f: impl FnOnce(&mut Gates) -> R,
-) -> Option<R> {
+fn with_gates<R>(deadline: Instant, f: impl FnOnce(&mut Gates) -> R) -> Option<R> {
     loop {
         match GATES.try_lock() {
             Ok(mut g) => {
