@@ -116,7 +116,10 @@ def main() -> None:
             local = scratch / f"local-{rep}"
             start = time.perf_counter()
             ds = StreamingDataset(
-                remote=remote, local=str(local), shuffle=True, shuffle_seed=args.seed + rep,
+                remote=remote,
+                local=str(local),
+                shuffle=True,
+                shuffle_seed=args.seed + rep,
                 batch_size=1,
             )
             opened = time.perf_counter() - start
