@@ -191,6 +191,48 @@ impl Run {
         Ok(mid)
     }
 
+    /// Emits the line of the median run of each of `lines` (phase, the
+    /// remote runs, the latency they were read through), compared with
+    /// the local read `local` (seconds, open) and `published`'s
+    /// yardsticks; then removes every run's directory.
+    #[allow(clippy::too_many_arguments)]
+    fn emit_medians(
+        ctx: &Ctx,
+        cache: &str,
+        items: usize,
+        bytes: u64,
+        local: (f64, f64),
+        published: &Published,
+        lines: Vec<(&str, Vec<Run>, Duration)>,
+    ) -> Result<(), RunError> {
+        let mut done = Vec::new();
+        for (phase, runs, latency) in lines {
+            if runs.is_empty() {
+                continue;
+            }
+            let run = Run::median(runs, &mut done)?;
+            if let Some(tier) = &run.tier {
+                let base = Baseline {
+                    local: Some(local),
+                    remote: Some((published, tier, !latency.is_zero())),
+                };
+                emit(
+                    ctx,
+                    cache,
+                    phase,
+                    items,
+                    bytes,
+                    run.secs,
+                    base,
+                    Some(run.open),
+                );
+            }
+            done.push(run);
+        }
+        done.into_iter().for_each(Run::remove);
+        Ok(())
+    }
+
     fn remove(self) {
         if let Some(d) = &self.dir {
             let _ = std::fs::remove_dir_all(d);

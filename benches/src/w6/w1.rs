@@ -171,7 +171,6 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
     }
     let local = Run::median(locals, &mut Vec::new())?;
     let (local_secs, local_open) = (local.secs, local.open);
-    let local_base = Some((local_secs, local_open));
     emit(
         ctx,
         "w1",
@@ -223,36 +222,18 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
                 dir: Some(dir),
             });
         }
-        let lines = [
-            (phase, colds, latency),
-            ("read_warm", warms, Duration::ZERO),
-        ];
-        let mut dirs = Vec::new();
-        for (name, runs, latency) in lines {
-            if runs.is_empty() {
-                continue;
-            }
-            let run = Run::median(runs, &mut dirs)?;
-            let Some(tier) = &run.tier else { continue };
-            let base = Baseline {
-                local: local_base,
-                remote: Some((&published, tier, !latency.is_zero())),
-            };
-            emit(
-                ctx,
-                "w1",
-                name,
-                items,
-                batch_bytes,
-                run.secs,
-                base,
-                Some(run.open),
-            );
-            dirs.push(run);
-        }
-        for run in dirs {
-            run.remove();
-        }
+        Run::emit_medians(
+            ctx,
+            "w1",
+            items,
+            batch_bytes,
+            (local_secs, local_open),
+            &published,
+            vec![
+                (phase, colds, latency),
+                ("read_warm", warms, Duration::ZERO),
+            ],
+        )?;
     }
     first_batch(ctx, &published, n)?;
     let _ = std::fs::remove_dir_all(&local_dir);

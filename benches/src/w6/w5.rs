@@ -161,24 +161,18 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
                 }
             }
         }
-        let mut done = Vec::new();
-        for (name, runs, latency) in [
-            (phase, colds, latency),
-            ("read_warm", warms, Duration::ZERO),
-        ] {
-            if runs.is_empty() {
-                continue;
-            }
-            let run = Run::median(runs, &mut done)?;
-            let Some(tier) = &run.tier else { continue };
-            let base = Baseline {
-                local: Some((local_secs, local_open)),
-                remote: Some((&published, tier, !latency.is_zero())),
-            };
-            emit(ctx, "w5", name, n, bytes, run.secs, base, Some(run.open));
-            done.push(run);
-        }
-        done.into_iter().for_each(Run::remove);
+        Run::emit_medians(
+            ctx,
+            "w5",
+            n,
+            bytes,
+            (local_secs, local_open),
+            &published,
+            vec![
+                (phase, colds, latency),
+                ("read_warm", warms, Duration::ZERO),
+            ],
+        )?;
     }
     let _ = std::fs::remove_dir_all(&local_dir);
     Ok(())

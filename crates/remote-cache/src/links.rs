@@ -30,10 +30,11 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use remote_tier::{BlockHashes, BlockList, RemoteFile};
+use remote_tier::{BlockHashes, BlockList};
 
 use crate::commit::{Commit, MAX_RECORD, OBJECTS, Piece, STATE_DIR, commit_name};
 use crate::journal::{RemoteDir, State};
+use crate::prefetch::{self, Opening};
 use crate::workdir::Known;
 use crate::{Error, Result};
 
@@ -127,7 +128,7 @@ impl RemoteDir {
     /// tier each open asks the store for its object (a HEAD), and one
     /// after another those cost a round trip each. A failed open is left
     /// to [`link`](Self::link), which opens each again and reports it.
-    pub(crate) fn open_by_blocks_at_once(&self, c: &Commit) -> Opening {
+    pub(crate) fn open_by_blocks_at_once(&self, c: &Commit) -> Option<Opening> {
         let wanted: Vec<(String, Arc<BlockHashes>)> = c
             .pieces
             .iter()
@@ -138,40 +139,7 @@ impl RemoteDir {
                 Some((format!("{OBJECTS}/{}", p.blake3), Arc::new(hashes)))
             })
             .collect();
-        if wanted.len() < 2 {
-            return Opening(None);
-        }
-        let tier = self.tier.clone();
-        let workers = tier.config().parallelism.clamp(1, wanted.len());
-        let opening = std::thread::Builder::new()
-            .name("cachex-open".into())
-            .spawn(move || {
-                let next = std::sync::atomic::AtomicUsize::new(0);
-                std::thread::scope(|s| {
-                    let handles: Vec<_> = (0..workers)
-                        .map(|_| {
-                            s.spawn(|| {
-                                let mut opened = Vec::new();
-                                loop {
-                                    let at =
-                                        next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    let Some((object, hashes)) = wanted.get(at) else {
-                                        return opened;
-                                    };
-                                    if let Ok(f) = tier.open_by_blocks(object, Arc::clone(hashes)) {
-                                        opened.push(f);
-                                    }
-                                }
-                            })
-                        })
-                        .collect();
-                    handles
-                        .into_iter()
-                        .flat_map(|h| h.join().unwrap_or_default())
-                        .collect()
-                })
-            });
-        Opening(opening.ok())
+        (wanted.len() >= 2).then(|| prefetch::open_in_background(self.tier.clone(), wanted))
     }
 
     /// Opens `object` through the tier (pinned while this handle lives;
@@ -268,19 +236,5 @@ impl RemoteDir {
         };
         self.link(state, path, &object, known, hashes)?;
         state.sync_dirs()
-    }
-}
-
-/// Objects being opened in the background by
-/// [`RemoteDir::open_by_blocks_at_once`]: kept open until this is dropped,
-/// which waits for the opens (each bounded by the tier's timeouts).
-#[derive(Debug)]
-pub(crate) struct Opening(Option<std::thread::JoinHandle<Vec<RemoteFile>>>);
-
-impl Drop for Opening {
-    fn drop(&mut self) {
-        if let Some(h) = self.0.take() {
-            drop(h.join());
-        }
     }
 }

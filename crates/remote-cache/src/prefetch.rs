@@ -7,11 +7,16 @@
 //! when the copies reach them), each window by up to [`IN_FLIGHT`]
 //! threads. A failed fetch here is left for the in-order apply, which
 //! fetches the object again and reports the error with its commit.
+//!
+//! The pieces read by blocks are opened ahead the same way, in the
+//! background while the whole ones are fetched ([`open_in_background`]):
+//! on a cold tier each open asks the store for its object (a HEAD).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use remote_tier::{Expected, RemoteTier};
+use remote_tier::{BlockHashes, Expected, RemoteFile, RemoteTier};
 
 /// Requests in flight while a window is fetched.
 pub const IN_FLIGHT: usize = 16;
@@ -48,25 +53,69 @@ pub fn windows(pieces: &[(Ahead, u64)], budget: u64) -> Vec<std::ops::Range<usiz
 /// time; returns how many arrived (errors are left to the caller's own
 /// fetch, which names the commit).
 pub fn fetch_window(tier: &RemoteTier, window: &[(Ahead, u64)]) -> usize {
-    let next = AtomicUsize::new(0);
-    let arrived = AtomicUsize::new(0);
-    let threads = IN_FLIGHT.min(window.len());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((ahead, _)) = window.get(i) else {
-                        break;
-                    };
-                    if tier.fetch(&ahead.object, &ahead.expected).is_ok() {
-                        arrived.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
+    at_once(window, IN_FLIGHT, |(ahead, _)| {
+        tier.fetch(&ahead.object, &ahead.expected).ok()
+    })
+    .len()
+}
+
+/// Opens each object of `wanted` (name, block list) by blocks through
+/// `tier`, up to the tier's parallelism at once, on a thread of its own;
+/// the handles stay open until the returned [`Opening`] is dropped. A
+/// failed open is left to the apply, which opens the object again and
+/// reports it.
+pub fn open_in_background(tier: RemoteTier, wanted: Vec<(String, Arc<BlockHashes>)>) -> Opening {
+    let workers = tier.config().parallelism;
+    let opening = std::thread::Builder::new()
+        .name("cachex-open".into())
+        .spawn(move || {
+            at_once(&wanted, workers, |(object, hashes)| {
+                tier.open_by_blocks(object, Arc::clone(hashes)).ok()
+            })
+        });
+    Opening(opening.ok())
+}
+
+/// Objects being opened by [`open_in_background`]: kept open until this
+/// is dropped, which waits for the opens (each bounded by the tier's
+/// timeouts).
+#[derive(Debug)]
+pub struct Opening(Option<std::thread::JoinHandle<Vec<RemoteFile>>>);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            drop(h.join());
         }
-    });
-    arrived.into_inner()
+    }
+}
+
+/// `f` of every item of `items`, up to `workers` at once on scoped
+/// threads; the answers that are `Some`, in no particular order.
+fn at_once<T: Sync, R: Send>(
+    items: &[T],
+    workers: usize,
+    f: impl Fn(&T) -> Option<R> + Sync,
+) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let threads = workers.clamp(1, items.len().max(1));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut got = Vec::new();
+                    while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        got.extend(f(item));
+                    }
+                    got
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
 }
 
 /// Whether `local` already holds `end` bytes: a re-applied piece whose

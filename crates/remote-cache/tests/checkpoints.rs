@@ -7,20 +7,20 @@
 mod common;
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use common::{keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
-use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetResult, ObjectStore, PutOptions, PutPayload, PutResult};
+use common::{
+    RefuseCreates, Requests, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options,
+    small_tier, tier,
+};
 use remote_cache::gc::{GcOptions, du, gc};
 use remote_cache::{RemoteDir, RemoteSegments, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, SegmentStore};
 use tensor_core::{Tensor, Value};
-use test_support::intercept::{Intercept, Intercepted};
+use test_support::intercept::Intercepted;
 
 fn record(i: usize, round: usize) -> Value {
     let values: Vec<f32> = (0..256).map(|j| (i * 256 + j + round) as f32).collect();
@@ -36,10 +36,6 @@ fn assert_values(store: &SegmentStore, keys: std::ops::Range<usize>, round: usiz
     }
 }
 
-fn tier(endpoint: &str, url: &str, dir: &Path) -> RemoteTier {
-    RemoteTier::open_with_options(url, s3_options(endpoint), small_tier(dir, 1 << 30)).unwrap()
-}
-
 fn read_only() -> Options {
     Options {
         read_only: true,
@@ -52,39 +48,6 @@ const NOW: GcOptions = GcOptions {
     keep: Duration::ZERO,
     grace: Duration::ZERO,
 };
-
-/// Refuses the next `n` conditional puts (commit records), as if the
-/// writer died between its uploads and its commit.
-#[derive(Debug, Default)]
-struct RefuseCreates(AtomicU64);
-
-#[async_trait]
-impl Intercept for RefuseCreates {
-    fn name(&self) -> &'static str {
-        "RefusingStore"
-    }
-
-    async fn put(
-        &self,
-        inner: &dyn ObjectStore,
-        location: &ObjectPath,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        if matches!(opts.mode, object_store::PutMode::Create)
-            && self
-                .0
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-        {
-            return Err(object_store::Error::Generic {
-                store: "RefusingStore",
-                source: "injected fault: commit refused".into(),
-            });
-        }
-        inner.put_opts(location, payload, opts).await
-    }
-}
 
 #[test]
 fn pieces_uploaded_before_their_commit_survive_a_gc_in_the_grace_period() {
@@ -211,33 +174,6 @@ fn segments(dir: &Path) -> Vec<String> {
     names
 }
 
-/// The requests a store answered: (`get`/`head`/`list`, object path).
-#[derive(Debug, Default)]
-struct Requests(Mutex<Vec<(&'static str, String)>>);
-
-#[async_trait]
-impl Intercept for Requests {
-    fn name(&self) -> &'static str {
-        "RecordingStore"
-    }
-
-    async fn get(
-        &self,
-        inner: &dyn ObjectStore,
-        location: &ObjectPath,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        let op = if options.head { "head" } else { "get" };
-        self.0.lock().unwrap().push((op, location.to_string()));
-        inner.get_opts(location, options).await
-    }
-
-    fn list(&self, prefix: Option<&ObjectPath>) {
-        let prefix = prefix.map(|p| p.to_string()).unwrap_or_default();
-        self.0.lock().unwrap().push(("list", prefix));
-    }
-}
-
 /// The requests a cold open of the log at `url` sends for its records
 /// (commits and checkpoints), and the commit it lands on.
 fn cold_open_requests(endpoint: &str, url: &str) -> (u64, Vec<(&'static str, String)>) {
@@ -254,9 +190,7 @@ fn cold_open_requests(endpoint: &str, url: &str) -> (u64, Vec<(&'static str, Str
     .unwrap();
     let dir = RemoteDir::open(tier, &scratch.path().join("work"), StoreFiles::PLAIN).unwrap();
     let asked = log
-        .0
-        .lock()
-        .unwrap()
+        .all()
         .iter()
         .filter(|(_, p)| p.contains("/commits") || p.contains("/checkpoints"))
         .map(|(op, p)| (*op, p.rsplit('/').next().unwrap_or_default().to_string()))

@@ -9,25 +9,19 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tensor_core::Value;
 
-use async_trait::async_trait;
 use common::{
-    child_writer, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
-    spawn_child_writer,
-};
-use object_store::path::Path as ObjectPath;
-use object_store::{
-    GetOptions, GetResult, MultipartUpload, ObjectStore, PutMultipartOptions, PutOptions,
-    PutPayload, PutResult,
+    RequestLog, child_writer, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options,
+    small_tier, spawn_child_writer,
 };
 use remote_cache::journal::commit_name;
 use remote_cache::{RemoteDir, RemoteSegments};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::Options;
 use tensor_core::Tensor;
-use test_support::intercept::{Intercept, Intercepted};
+use test_support::intercept::Intercepted;
 
 const CHILD_ENV: &str = "REMOTE_CACHE_PUBLISHER_CHILD";
 const COMMITS: usize = 12;
@@ -148,65 +142,6 @@ fn a_periodic_refresher_brings_new_commits_without_a_call() {
     let (got, _) = reader.get_batch(&["k9"]).unwrap();
     assert!(got[0].as_ref() == Some(&record(9)));
     drop(refresher);
-}
-
-/// Every request sent: (`get`, `head`, `list`, `put`), object path.
-#[derive(Debug, Default)]
-struct Requests(Mutex<Vec<(&'static str, String)>>);
-
-/// The log of a [`recorded_reader`], shared with its store.
-type RequestLog = Arc<Requests>;
-
-impl Requests {
-    fn note(&self, op: &'static str, path: &ObjectPath) {
-        self.0.lock().unwrap().push((op, path.to_string()));
-    }
-
-    fn all(&self) -> Vec<(&'static str, String)> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-#[async_trait]
-impl Intercept for Requests {
-    fn name(&self) -> &'static str {
-        "RecordingStore"
-    }
-
-    async fn put(
-        &self,
-        inner: &dyn ObjectStore,
-        location: &ObjectPath,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        self.note("put", location);
-        inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart(
-        &self,
-        inner: &dyn ObjectStore,
-        location: &ObjectPath,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.note("put", location);
-        inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get(
-        &self,
-        inner: &dyn ObjectStore,
-        location: &ObjectPath,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.note(if options.head { "head" } else { "get" }, location);
-        inner.get_opts(location, options).await
-    }
-
-    fn list(&self, prefix: Option<&ObjectPath>) {
-        self.note("list", &prefix.cloned().unwrap_or_default());
-    }
 }
 
 /// A read-only segment store at `url` whose requests are recorded in the

@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
+use common::{keyed, new_bucket_url, s3_endpoint, s3_location, tier};
 use remote_cache::gc::{GcOptions, du, gc};
 use remote_cache::{RemoteDir, RemoteSegments, StoreFiles};
 use remote_tier::RemoteTier;
@@ -34,10 +34,6 @@ fn assert_values(store: &RemoteSegments, keys: std::ops::Range<usize>, round: us
     for (i, r) in keys.zip(got) {
         assert!(r.as_ref() == Some(&record(i, round)), "k{i}");
     }
-}
-
-fn tier(endpoint: &str, url: &str, dir: &Path) -> RemoteTier {
-    RemoteTier::open_with_options(url, s3_options(endpoint), small_tier(dir, 1 << 30)).unwrap()
 }
 
 fn reader(endpoint: &str, url: &str, dir: &Path) -> RemoteSegments {

@@ -10,8 +10,8 @@ use tensor_core::Value;
 
 use async_trait::async_trait;
 use common::{
-    child_writer, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
-    spawn_child_writer,
+    RefuseCreates, child_writer, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options,
+    small_tier, spawn_child_writer,
 };
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutOptions, PutPayload, PutResult};
@@ -20,38 +20,6 @@ use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 use test_support::intercept::{Intercept, Intercepted};
-
-/// Refuses the next `n` conditional puts (commit records).
-#[derive(Debug, Default)]
-struct RefuseCreates(AtomicU64);
-
-#[async_trait]
-impl Intercept for RefuseCreates {
-    fn name(&self) -> &'static str {
-        "RefusingStore"
-    }
-
-    async fn put(
-        &self,
-        inner: &dyn ObjectStore,
-        location: &ObjectPath,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> object_store::Result<PutResult> {
-        if matches!(opts.mode, object_store::PutMode::Create)
-            && self
-                .0
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-        {
-            return Err(object_store::Error::Generic {
-                store: "RefusingStore",
-                source: "injected fault: commit refused".into(),
-            });
-        }
-        inner.put_opts(location, payload, opts).await
-    }
-}
 
 fn record(i: usize) -> Value {
     Value::from(Tensor::from_vec([4], vec![i as f32; 4]).unwrap())

@@ -536,15 +536,27 @@ impl ObjectState {
         blocks: std::ops::RangeInclusive<u64>,
         boot: Option<[u8; 16]>,
     ) -> Result<()> {
-        let Some(m) = &self.blocks else { return Ok(()) };
-        let (encoded, unsynced) = {
-            let mut mine = lock(m);
+        self.update_map(false, |mine| {
             for i in blocks {
                 match boot {
                     Some(boot) => mine.set_unsynced(i, boot),
                     None => mine.set(i),
                 }
             }
+        })
+    }
+
+    /// Applies `change` to the block map in memory, merges in what other
+    /// processes recorded on disk, and (while the path still names this
+    /// file) writes the result: durably when `durable` or when no block
+    /// is left unsynced, else without an fsync (a map of unsynced blocks
+    /// describes the page cache of this boot: it need not outlive it).
+    /// Call with the tier lock held.
+    fn update_map(&self, durable: bool, change: impl FnOnce(&mut BlockMap)) -> Result<()> {
+        let Some(m) = &self.blocks else { return Ok(()) };
+        let (encoded, unsynced) = {
+            let mut mine = lock(m);
+            change(&mut mine);
             if let Some(disk) = self.tier.read_map(&self.key)
                 && disk.same_copy(&mine)
             {
@@ -554,11 +566,9 @@ impl ObjectState {
         };
         if self.current() {
             let map = self.tier.dir.map(&self.key);
-            // A map of unsynced blocks describes the page cache of this
-            // boot: it need not outlive it.
-            match unsynced {
-                true => durable_fs::replace_unsynced(&map, &encoded)?,
-                false => durable_fs::write_atomic(&map, &encoded)?,
+            match durable || !unsynced {
+                true => durable_fs::write_atomic(&map, &encoded)?,
+                false => durable_fs::replace_unsynced(&map, &encoded)?,
             }
         }
         Ok(())
@@ -610,22 +620,14 @@ impl ObjectState {
             .sync_data()
             .map_err(Error::io("fsync", &self.path))?;
         let _tier = self.tier.dir.lock_tier()?;
-        let encoded = {
-            let mut mine = lock(m);
-            if let Some(disk) = self.tier.read_map(&self.key)
-                && disk.same_copy(&mine)
-            {
-                mine.merge(&disk);
-            }
+        // Durably even if others marked blocks unsynced meanwhile: this
+        // write's directory fsync is what makes the sparse file's name
+        // durable with the first durable block.
+        self.update_map(true, |mine| {
             for i in before {
                 mine.set(i);
             }
-            mine.encode()
-        };
-        if self.current() {
-            durable_fs::write_atomic(&self.tier.dir.map(&self.key), &encoded)?;
-        }
-        Ok(())
+        })
     }
 }
 

@@ -8,8 +8,18 @@ use std::path::Path;
 use std::time::Duration;
 use tensor_core::Value;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    GetOptions, GetResult, MultipartUpload, ObjectStore, PutMultipartOptions, PutOptions,
+    PutPayload, PutResult,
+};
 use remote_cache::Location;
-use remote_tier::TierConfig;
+use remote_tier::{RemoteTier, TierConfig};
+use test_support::intercept::Intercept;
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
 
 /// Creates a bucket no other test uses; returns `s3://<bucket>/<prefix>`.
@@ -105,4 +115,101 @@ pub fn build_arrays(rows: u64, row: impl Fn(u64) -> Vec<i32>) -> tempfile::TempD
     }
     writer.finalize().unwrap();
     built
+}
+
+/// A tier on `url` in `dir` (1 GiB budget, small blocks).
+pub fn tier(endpoint: &str, url: &str, dir: &Path) -> RemoteTier {
+    RemoteTier::open_with_options(url, s3_options(endpoint), small_tier(dir, 1 << 30)).unwrap()
+}
+
+/// Refuses the next `n` conditional puts (commit records), as if the
+/// writer died between its uploads and its commit.
+#[derive(Debug, Default)]
+pub struct RefuseCreates(pub AtomicU64);
+
+#[async_trait]
+impl Intercept for RefuseCreates {
+    fn name(&self) -> &'static str {
+        "RefusingStore"
+    }
+
+    async fn put(
+        &self,
+        inner: &dyn ObjectStore,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        if matches!(opts.mode, object_store::PutMode::Create)
+            && self
+                .0
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(object_store::Error::Generic {
+                store: "RefusingStore",
+                source: "injected fault: commit refused".into(),
+            });
+        }
+        inner.put_opts(location, payload, opts).await
+    }
+}
+
+/// Every request sent: (`get`, `head`, `list`, `put`), object path.
+#[derive(Debug, Default)]
+pub struct Requests(Mutex<Vec<(&'static str, String)>>);
+
+/// A request log shared with the store that writes it.
+pub type RequestLog = Arc<Requests>;
+
+impl Requests {
+    pub fn note(&self, op: &'static str, path: &ObjectPath) {
+        self.0.lock().unwrap().push((op, path.to_string()));
+    }
+
+    pub fn all(&self) -> Vec<(&'static str, String)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl Intercept for Requests {
+    fn name(&self) -> &'static str {
+        "RecordingStore"
+    }
+
+    async fn put(
+        &self,
+        inner: &dyn ObjectStore,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.note("put", location);
+        inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart(
+        &self,
+        inner: &dyn ObjectStore,
+        location: &ObjectPath,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.note("put", location);
+        inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get(
+        &self,
+        inner: &dyn ObjectStore,
+        location: &ObjectPath,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.note(if options.head { "head" } else { "get" }, location);
+        inner.get_opts(location, options).await
+    }
+
+    fn list(&self, prefix: Option<&ObjectPath>) {
+        self.note("list", &prefix.cloned().unwrap_or_default());
+    }
 }
