@@ -24,6 +24,11 @@
 //! - [`FileLock`]: the advisory `flock` (via `fs2`) of one writer —
 //!   exclusive or shared, blocking or refused at once with
 //!   [`Error::Locked`] — unlocked explicitly on drop;
+//! - [`PerProcess`]: process-global state (a lock table, a runtime) that
+//!   a forked child builds anew instead of inheriting it mid-use — a
+//!   mutex another thread held at `fork()` is never taken in the child,
+//!   and a [`FileLock`] a child inherited is only closed there, never
+//!   unlocked (which would let go of the parent's);
 //! - [`start_writeback`]: early write-back of a written range (advice;
 //!   the commit's fsync stays the durability point);
 //! - [`replace_unsynced`] and [`boot_id`]: for what may be lost in a power
@@ -68,6 +73,7 @@
 mod atomic;
 mod error;
 mod lock;
+mod per_process;
 mod temp;
 mod writeback;
 
@@ -77,6 +83,7 @@ pub use atomic::{
 };
 pub use error::{Error, Result};
 pub use lock::FileLock;
+pub use per_process::PerProcess;
 pub use temp::{
     TMP_SUFFIX, host_name, host_pid_token, remove_dead_temp_files, remove_temp_files, temp_path,
     unique_temp_path,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use fs2::FileExt;
 
-use crate::{Error, Result};
+use crate::{Error, PerProcess, Result};
 
 /// An advisory `flock` on a lock file, held until dropped.
 ///
@@ -26,6 +26,10 @@ pub struct FileLock {
     /// This process's turn at the lock, for the waiting calls: let go
     /// after the `flock` (fields drop after [`Drop::drop`] ran).
     _turn: Option<Turn>,
+    /// The process that took it. A child forked while it was held shares
+    /// the open file description, so its copy only closes the descriptor:
+    /// unlocking (or removing the file) would let go of the parent's lock.
+    pid: u32,
 }
 
 impl FileLock {
@@ -46,6 +50,7 @@ impl FileLock {
                 path: path.to_path_buf(),
                 remove: false,
                 _turn: None,
+                pid: std::process::id(),
             })),
             Err(e) if contended(&e) => Ok(None),
             Err(e) => Err(Error::io("lock", path)(e)),
@@ -62,6 +67,7 @@ impl FileLock {
                 path: path.to_path_buf(),
                 remove: false,
                 _turn: None,
+                pid: std::process::id(),
             })),
             Err(e) if contended(&e) => Ok(None),
             Err(e) => Err(Error::io("lock", path)(e)),
@@ -77,6 +83,7 @@ impl FileLock {
             path: path.to_path_buf(),
             remove: false,
             _turn: None,
+            pid: std::process::id(),
         })
     }
 
@@ -89,6 +96,7 @@ impl FileLock {
             path: path.to_path_buf(),
             remove: false,
             _turn: None,
+            pid: std::process::id(),
         })
     }
 
@@ -197,7 +205,12 @@ fn poll_in_turn(
         waited: start.elapsed(),
     };
     let turn = Turn::take(path, start + wait).ok_or_else(timeout)?;
-    let mut lock = poll(path, wait.saturating_sub(start.elapsed()), try_take)?;
+    // The wait reported is the whole call's, the turn's part included.
+    let mut lock =
+        poll(path, wait.saturating_sub(start.elapsed()), try_take).map_err(|e| match e {
+            Error::LockTimeout { .. } => timeout(),
+            e => e,
+        })?;
     lock._turn = Some(turn);
     Ok(lock)
 }
@@ -209,36 +222,19 @@ struct Gate {
     freed: Condvar,
 }
 
-/// The gates of this process by lock path (a forked child starts with
-/// none: its parent's holders are not in it).
-static GATES: Mutex<Option<(u32, Gates)>> = Mutex::new(None);
+/// The gates of this process by lock path. A forked child starts with
+/// none (its parent's holders are not in it), and never touches its copy
+/// of the parent's, which another thread of the parent may have held
+/// locked at the fork ([`PerProcess`]).
+static GATES: PerProcess<Mutex<Gates>> = PerProcess::new();
 
 /// One process's gates by lock path.
 type Gates = HashMap<PathBuf, Arc<Gate>>;
 
-/// Runs `f` on this process's gates; `None` if they stay locked past
-/// `deadline` (only a child forked while another thread held them).
-fn with_gates<R>(deadline: Instant, f: impl FnOnce(&mut Gates) -> R) -> Option<R> {
-    loop {
-        match GATES.try_lock() {
-            Ok(mut g) => {
-                let pid = std::process::id();
-                if g.as_ref().is_none_or(|(owner, _)| *owner != pid) {
-                    *g = Some((pid, HashMap::new()));
-                }
-                return g.as_mut().map(|(_, gates)| f(gates));
-            }
-            Err(std::sync::TryLockError::Poisoned(p)) => {
-                let mut g = p.into_inner();
-                *g = Some((std::process::id(), HashMap::new()));
-                return g.as_mut().map(|(_, gates)| f(gates));
-            }
-            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::yield_now();
-            }
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-        }
-    }
+/// Runs `f` on this process's gates (held only for a lookup, an insert
+/// or a removal).
+fn with_gates<R>(f: impl FnOnce(&mut Gates) -> R) -> R {
+    f(&mut GATES.get().lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// This process's turn at one exclusive lock path, held while a thread
@@ -247,17 +243,19 @@ fn with_gates<R>(deadline: Instant, f: impl FnOnce(&mut Gates) -> R) -> Option<R
 struct Turn {
     path: PathBuf,
     gate: Arc<Gate>,
+    /// The process that took it: a child forked while it was held drops
+    /// its copy without touching the gate, which belongs to the parent.
+    pid: u32,
 }
 
 impl Turn {
     /// Waits (until `deadline`) for the turn at `path`.
     fn take(path: &Path, deadline: Instant) -> Option<Turn> {
-        let gate = with_gates(deadline, |gates| {
-            Arc::clone(gates.entry(path.to_path_buf()).or_default())
-        })?;
+        let gate = with_gates(|gates| Arc::clone(gates.entry(path.to_path_buf()).or_default()));
         let turn = Turn {
             path: path.to_path_buf(),
             gate,
+            pid: std::process::id(),
         };
         let mut taken = turn.gate.taken.lock().unwrap_or_else(|p| p.into_inner());
         while *taken {
@@ -281,7 +279,7 @@ impl Turn {
 
     /// Drops this process's gate of the path once nobody else uses it.
     fn forget(&self) {
-        let _ = with_gates(Instant::now() + Duration::from_secs(1), |gates| {
+        with_gates(|gates| {
             if gates
                 .get(&self.path)
                 .is_some_and(|g| Arc::ptr_eq(g, &self.gate) && Arc::strong_count(g) == 2)
@@ -294,6 +292,11 @@ impl Turn {
 
 impl Drop for Turn {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            // The parent's gate, perhaps locked by a thread the child does
+            // not have: leave it (the parent's own copy lets go).
+            return;
+        }
         *self.gate.taken.lock().unwrap_or_else(|p| p.into_inner()) = false;
         self.gate.freed.notify_one();
         self.forget();
@@ -327,6 +330,9 @@ fn poll(
 
 impl Drop for FileLock {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            return;
+        }
         if self.remove {
             // Removed while held: whoever waits on it wakes to a removed
             // file and takes the new one (`*_live`).
@@ -390,7 +396,7 @@ mod tests {
         });
         assert_eq!(counter.lock().unwrap().1, 1, "never two holders at once");
         // The gates of released paths are gone.
-        let left = with_gates(Instant::now() + Duration::from_secs(1), |g| g.len()).unwrap();
+        let left = with_gates(|g| g.len());
         assert_eq!(left, 0);
         // A waiter behind a holder in this process gives up at its bound.
         let held = FileLock::exclusive_within(&path, Duration::from_secs(1)).unwrap();

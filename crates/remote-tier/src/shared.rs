@@ -9,14 +9,16 @@
 //! tier that goes away never takes down a connection another tier uses.
 //!
 //! A forked child cannot use its parent's: the runtime's threads are not
-//! there, and the sockets are the parent's. Both are therefore tied to the
-//! process id: a child builds its own, and leaves the parent's alone
-//! (leaked, never dropped: dropping a connection could write to a socket
-//! the parent still reads).
+//! there, and the sockets are the parent's. Both are therefore kept per
+//! process ([`PerProcess`]): a child builds its own, and leaves the
+//! parent's alone (leaked, never dropped: dropping a connection could
+//! write to a socket the parent still reads) — never even locking it, as
+//! another thread of the parent may have held that lock at the fork.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use durable_fs::PerProcess;
 use object_store::ClientOptions;
 use object_store::client::{HttpClient, HttpConnector, ReqwestConnector};
 
@@ -27,33 +29,22 @@ const MAX_CLIENTS: usize = 16;
 
 #[derive(Default)]
 struct Shared {
-    pid: u32,
     runtime: Option<Arc<tokio::runtime::Runtime>>,
     clients: HashMap<String, HttpClient>,
 }
 
-static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
+static SHARED: PerProcess<Mutex<Shared>> = PerProcess::new();
 
 /// The process's shared state, after a fork the child's own (the lock is
 /// held only for lookups and inserts, never while building).
-fn shared() -> MutexGuard<'static, Option<Shared>> {
-    let mut guard = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-    let pid = std::process::id();
-    if guard.as_ref().is_some_and(|s| s.pid != pid) {
-        // The parent's runtime and connections: not ours to run or close.
-        std::mem::forget(guard.take());
-    }
-    guard.get_or_insert_with(|| Shared {
-        pid,
-        ..Shared::default()
-    });
-    guard
+fn shared() -> MutexGuard<'static, Shared> {
+    SHARED.get().lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The runtime every tier of this process runs its requests on (two
 /// worker threads, started on first use, kept for the process's life).
 pub(crate) fn runtime() -> Result<Arc<tokio::runtime::Runtime>> {
-    if let Some(rt) = shared().as_ref().and_then(|s| s.runtime.clone()) {
+    if let Some(rt) = shared().runtime.clone() {
         return Ok(rt);
     }
     let built = Arc::new(
@@ -64,15 +55,12 @@ pub(crate) fn runtime() -> Result<Arc<tokio::runtime::Runtime>> {
             .build()
             .map_err(|e| Error::Runtime(e.to_string()))?,
     );
-    let mut guard = shared();
-    let Some(s) = guard.as_mut() else {
-        return Ok(built);
-    };
+    let mut s = shared();
     match &s.runtime {
         // Another thread built one meanwhile: use that, drop ours (it ran nothing).
         Some(rt) => {
             let rt = Arc::clone(rt);
-            drop(guard);
+            drop(s);
             if let Ok(ours) = Arc::try_unwrap(built) {
                 ours.shutdown_background();
             }
@@ -97,15 +85,13 @@ impl HttpConnector for SharedConnector {
         // string options, the only ones `build_store` passes) is not shared.
         let key = format!("{options:?}");
         let shareable = key.contains("root_certificates: []");
-        if shareable && let Some(c) = shared().as_ref().and_then(|s| s.clients.get(&key)) {
+        if shareable && let Some(c) = shared().clients.get(&key) {
             return Ok(c.clone());
         }
         let client = ReqwestConnector::default().connect(options)?;
         if shareable {
-            let mut guard = shared();
-            if let Some(s) = guard.as_mut()
-                && s.clients.len() < MAX_CLIENTS
-            {
+            let mut s = shared();
+            if s.clients.len() < MAX_CLIENTS {
                 return Ok(s.clients.entry(key).or_insert(client).clone());
             }
         }
@@ -127,7 +113,7 @@ mod tests {
         SharedConnector.connect(&a).unwrap();
         SharedConnector.connect(&b).unwrap();
         let guard = shared();
-        let clients = &guard.as_ref().unwrap().clients;
+        let clients = &guard.clients;
         assert!(clients.contains_key(&ka));
         assert!(clients.contains_key(&format!("{b:?}")));
         drop(guard);
