@@ -480,3 +480,30 @@ fn a_commit_naming_another_log_is_refused_even_when_log_json_says_ours() {
         assert_eq!(std::fs::read(work.join("a.txt")).unwrap(), b"one");
     }
 }
+
+#[test]
+fn a_start_over_cut_short_is_started_over_again() {
+    for backend in Backend::all() {
+        let url = backend.url("cut-short");
+        write_log(&backend, &url, 2, 0, "");
+        let r = tempfile::tempdir().unwrap();
+        let reader = RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+        let work = reader.remote().unwrap().dir().to_path_buf();
+        drop(reader);
+        wipe(&backend, &url);
+        write_log(&backend, &url, 1, 5, "new");
+        // Killed after the first step of a start over: the record of
+        // applied commits cut, the old log's files and id still there.
+        let applied = work.join(".cachex-remote").join("applied.jsonl");
+        std::fs::write(&applied, b"").unwrap();
+        assert!(work.join(".cachex-remote").join(LOG_OBJECT).exists());
+        let reader = RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+        assert_eq!(
+            reader.remote().unwrap().log_id(),
+            bucket_log(&backend, &url)
+        );
+        assert_eq!(reader.len(), 2, "{}", backend.name());
+        assert!(get(&reader, "k0") == Some(record(0, 5)));
+        assert!(get(&reader, "k1").is_none());
+    }
+}
