@@ -132,6 +132,7 @@ fn payload_commits() -> Result<Vec<Seed>> {
             writer: "seed".into(),
             pieces,
             removed,
+            log: None,
         };
         let body = remote_tier::record::encode_record(&commit)?;
         out.push(framed(&format!("read-{what}"), 0, &body));

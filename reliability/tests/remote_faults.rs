@@ -277,9 +277,11 @@ fn a_lost_commit_answer_publishes_once() {
     let writer = open_writer(&proxy.endpoint(), &url, &tmp.path().join("w"));
     publish_batch(&writer, 15, 0).unwrap();
     writer.put_batch(&batch(15, 1)).unwrap();
-    // The commit put is the last request of a publish (see the sweep).
+    // The commit put is the last request of a publish (see the sweep):
+    // after the GETs of the next commit and of the log's identity (sent
+    // at once), and a HEAD and a PUT for each of the two pieces.
     let start = proxy.requests();
-    proxy.arm(start + 5, HttpFault::LostAnswer);
+    proxy.arm(start + 6, HttpFault::LostAnswer);
     let report = writer.publish().unwrap();
     assert!(proxy.disarm());
     let log = proxy.log_since(start);

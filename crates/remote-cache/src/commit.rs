@@ -8,9 +8,13 @@
 //!     {"version":3,"seq":N,"writer":"<host-pid-time>",
 //!      "pieces":[{"path","offset","size","blake3","replace","blocks"?}],
 //!      "removed":["<path>", ...],
+//!      "log":"<id>",
 //!      "checksum":"<BLAKE3 of the record without it>"}
 //!     version 2: no "removed"; version 1: no "removed", no checksum
 //!     "blocks" (optional): {"version":1,"block_size":B,"blake3":["<hex>", ...]}
+//!     "log" (optional, any version): the id of the log in `<url>/log.json` (see
+//!     [`mod@crate::log_id`]); commits written before identities carry none, and
+//!     readers that predate it ignore it (the checksum covers it either way)
 //! <url>/checkpoints/<seq, 20 digits>.json
 //!     {"version":1,"seq":C,"writer":"<host-pid-time>",
 //!      "pieces":[{"path","offset","size","blake3","blocks"?}],
@@ -102,6 +106,11 @@ pub struct Commit {
     /// Files the writer removed, applied after the pieces (version 3 on).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed: Vec<String>,
+    /// The id of the log it belongs to (`<url>/log.json`); `None` in
+    /// commits written before logs had identities. Optional in every
+    /// version: readers that predate it ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
 }
 
 impl remote_tier::record::SeqRecord for Commit {
@@ -211,6 +220,11 @@ where
 /// BLAKE3, every range within a file's reach, every block list sound, no
 /// file both written and removed. `problem` names what is wrong.
 pub(crate) fn check_commit(c: &Commit) -> std::result::Result<(), String> {
+    if let Some(log) = &c.log
+        && !crate::log_id::is_log_id(log)
+    {
+        return Err(format!("log `{log}` is not a log id (32 hex digits)"));
+    }
     for p in &c.pieces {
         check_piece(p)?;
         if p.replace && p.offset != 0 {
@@ -400,6 +414,7 @@ mod tests {
                 writer: "w".into(),
                 pieces: vec![piece(bad, 0, 1)],
                 removed: vec![],
+                log: None,
             };
             assert!(check_commit(&c).is_err(), "{bad:?}");
             let c = Commit {
@@ -419,6 +434,7 @@ mod tests {
             writer: "w".into(),
             pieces: vec![piece("a", u64::MAX - 1, 10)],
             removed: vec![],
+            log: None,
         };
         assert!(check_commit(&c).is_err());
         let c = Commit {
@@ -439,6 +455,7 @@ mod tests {
             writer: "w".into(),
             pieces: vec![piece("a", 0, 1)],
             removed: vec!["a".into()],
+            log: None,
         };
         assert!(check_commit(&written_and_removed).is_err());
     }

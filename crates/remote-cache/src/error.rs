@@ -55,6 +55,28 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
+    /// The commit log at the URL is another one than the one a directory
+    /// holds (the prefix was wiped and written again, or the URL names
+    /// another endpoint): nothing of either is mixed. An open handle
+    /// refuses it (a new open starts over from the bucket's log); a
+    /// pulled directory refuses it.
+    #[error(
+        "{url}: holds commit log {}, but {} holds commit log {} (the log at the URL was \
+         rebuilt, or the URL names another endpoint): open it again to start over from the \
+         log there, or pull into a directory of its own",
+        shown_log(found), dir.display(), shown_log(had)
+    )]
+    OtherLog {
+        /// The store URL.
+        url: String,
+        /// The working (or pulled) directory.
+        dir: PathBuf,
+        /// The log the directory holds (`None`: a log without an identity).
+        had: Option<String>,
+        /// The log the URL holds now (`None`: one without an identity,
+        /// or none at all).
+        found: Option<String>,
+    },
     /// The local working directory is in use by another process.
     #[error("{}: in use by another process (one handle per working directory)", path.display())]
     Busy {
@@ -82,6 +104,14 @@ pub enum Error {
     /// page-alloc failed.
     #[error(transparent)]
     Page(#[from] page_alloc::Error),
+}
+
+/// A log id as an error shows it.
+fn shown_log(id: &Option<String>) -> String {
+    match id {
+        Some(id) => id.clone(),
+        None => "(none: no log.json)".into(),
+    }
 }
 
 /// `Result` with this crate's [`Error`].

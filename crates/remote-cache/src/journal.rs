@@ -17,8 +17,10 @@
 //! <url>/objects/<blake3 hex>          one piece's bytes
 //! <url>/commits/<seq, 20 digits>.json a commit: pieces, then removals
 //! <url>/checkpoints/<seq>.json        the whole file state after commit seq (gc)
+//! <url>/log.json                      the log's identity (see [`mod@crate::log_id`])
 //! <work dir>/.cachex-remote/
 //!   lock                              flock: one handle per working directory
+//!   log.json                          the identity of the log applied here
 //!   applied.jsonl                     per applied commit: seq, each file's length and
 //!                                     inode, the files removed
 //!   blocks/<blake3>.json              the block list of each linked file that has one
@@ -69,6 +71,15 @@
 //!   next commit gone (gc keeps only what the retention window needs)
 //!   moves to the checkpoint instead: every file of it written, every file
 //!   it had and the checkpoint has not removed.
+//! - **One log.** A refresh asks for the log's identity with the next
+//!   commit; a directory that holds another log's commits starts over
+//!   when opened, and an open handle refuses it ([`Error::OtherLog`]):
+//!   see [`mod@crate::log_id`].
+//! - **Reads never wait for the server.** A refresh or a publish holds the
+//!   directory's state for all its requests; what reads need (the files
+//!   read by blocks) is swapped in under a lock of its own once each
+//!   commit is applied, so they answer at local speed meanwhile and see
+//!   whole commits.
 //! - **Read by blocks.** Large files a store maps and reads in parts
 //!   (`.bin` arrays, page files) may be left in the local tier as sparse
 //!   files, linked into the working directory; [`RemoteDir::ensure`]
@@ -80,7 +91,8 @@ use std::io::Write;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::{Duration, SystemTime};
 
 use durable_fs::FileLock;
@@ -92,6 +104,7 @@ pub use crate::commit::{
 };
 use crate::commit::{newest_checkpoint_after, read_commit, writer_name};
 use crate::files::StoreFiles;
+use crate::log_id::{self, read_log_id};
 use crate::workdir::{
     Applied, Known, append, changed, cut_log, hash_open, hash_range, local_files, read_applied,
     write_new,
@@ -182,6 +195,10 @@ pub(crate) struct State {
     /// Directories with renames (links, block lists) not yet fsynced: one
     /// fsync each before the next record says their commit was applied.
     pub(crate) dirs_to_sync: std::collections::BTreeSet<PathBuf>,
+    /// The id of the log whose commits are applied here (`None`: none
+    /// recorded — nothing applied yet, a log without an identity, or a
+    /// directory of a build before identities).
+    log_id: Option<String>,
 }
 
 impl State {
@@ -197,8 +214,26 @@ impl State {
     }
 }
 
+/// What a refresh does when the URL holds another log than the one
+/// applied here (see [`mod@crate::log_id`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnOtherLog {
+    /// Drop every file and record of the working directory and apply the
+    /// bucket's log from scratch: when no store has the directory open.
+    StartOver,
+    /// Fail, and keep failing ([`Error::OtherLog`]): a store maps the
+    /// directory's files.
+    Refuse,
+}
+
 /// A local working directory materialised from, and published to, a
 /// commit log at an object-store URL (see the [module docs](self)).
+///
+/// Two locks: `state`, held by a refresh or a publish for all its work
+/// (network requests included), serialises them; `view`, what reads
+/// need (the files read by blocks), is updated under it once per commit
+/// applied and held by a read only to look a file up — so a read never
+/// waits for the server on a refresh's behalf, and sees whole commits.
 #[derive(Debug)]
 pub struct RemoteDir {
     pub(crate) tier: RemoteTier,
@@ -206,17 +241,27 @@ pub struct RemoteDir {
     writer: String,
     pub(crate) files: StoreFiles,
     state: Mutex<State>,
+    /// The files read by blocks as of the last commit applied: what reads
+    /// look up.
+    view: RwLock<HashMap<String, RemoteFile>>,
+    /// The last commit applied (as `state.seq`, read without its lock).
+    applied: AtomicU64,
+    /// Set once this handle found another log at its URL: (the log it
+    /// holds, the log found).
+    other_log: OnceLock<(Option<String>, Option<String>)>,
     _lock: FileLock,
 }
 
 impl RemoteDir {
     /// Opens the working directory `dir` (created if needed) for the
     /// commit log at `tier`'s URL and applies every commit not applied
-    /// there yet. `files` says which of the store's files are read by
-    /// blocks and which never travel.
+    /// there yet — from scratch, every file of it dropped first, when the
+    /// directory holds another log's commits ([`mod@crate::log_id`]).
+    /// `files` says which of the store's files are read by blocks and
+    /// which never travel.
     pub fn open(tier: RemoteTier, dir: &Path, files: StoreFiles) -> Result<RemoteDir> {
         let remote = RemoteDir::open_unapplied(tier, dir, files)?;
-        remote.refresh()?;
+        remote.refresh_at_open()?;
         Ok(remote)
     }
 
@@ -249,6 +294,7 @@ impl RemoteDir {
         if on_disk != log_len {
             cut_log(&log, &log_path, log_len)?;
         }
+        let log_id = log_id::read_local(dir)?;
         let writer = writer_name();
         let remote = RemoteDir {
             tier,
@@ -263,7 +309,11 @@ impl RemoteDir {
                 log_len,
                 behind: false,
                 dirs_to_sync: Default::default(),
+                log_id,
             }),
+            view: RwLock::default(),
+            applied: AtomicU64::new(seq),
+            other_log: OnceLock::new(),
             _lock: lock,
         };
         {
@@ -286,6 +336,7 @@ impl RemoteDir {
                     Err(e) => return Err(e),
                 }
             }
+            remote.reset_view(&state);
         }
         Ok(remote)
     }
@@ -294,9 +345,27 @@ impl RemoteDir {
     /// directory with nothing applied yet, the newest checkpoint —
     /// fetched and checked but not applied (`None`: nothing newer was
     /// published). No lock is held while it waits for the server.
+    ///
+    /// The log's identity is asked for at the same time: when the URL
+    /// holds another log than the one applied here, this is
+    /// [`Error::OtherLog`] (and nothing is applied or marked: the caller,
+    /// having no store open on the directory, may start over with
+    /// [`open`](RemoteDir::open)'s refresh).
     pub fn fetch_next(&self) -> Result<Option<Next>> {
-        let seq = self.lock().seq;
-        self.read_after(seq)
+        self.check_log()?;
+        let (seq, had) = {
+            let state = self.lock();
+            (state.seq, state.log_id.clone())
+        };
+        let (found, next) = self.read_log_and_after(seq)?;
+        let other = match &next {
+            Some(Next::Commit(c)) => of_other_log(&had, c),
+            _ => false,
+        };
+        if other || had.as_ref().is_some_and(|h| found.as_ref() != Some(h)) {
+            return Err(self.other_log_error(had, found));
+        }
+        Ok(next)
     }
 
     /// Applies `next` (an answer of [`fetch_next`](RemoteDir::fetch_next))
@@ -304,6 +373,7 @@ impl RemoteDir {
     /// [`refresh`](RemoteDir::refresh) does; `None` applies nothing. A
     /// commit this handle applied meanwhile is not applied twice.
     pub fn refresh_from(&self, next: Option<Next>) -> Result<RefreshReport> {
+        self.check_log()?;
         let mut state = self.lock();
         let next = match next {
             Some(Next::Commit(c)) if Some(c.seq) == state.seq.checked_add(1) => {
@@ -313,7 +383,7 @@ impl RemoteDir {
             Some(_) => self.read_after(state.seq)?,
             None => None,
         };
-        self.apply_from(&mut state, next)
+        self.apply_logged(&mut state, next, OnOtherLog::Refuse)
     }
 
     /// The working directory the store opens.
@@ -328,7 +398,23 @@ impl RemoteDir {
 
     /// The last commit applied here (0: none).
     pub fn seq(&self) -> u64 {
-        self.lock().seq
+        self.applied.load(Ordering::Acquire)
+    }
+
+    /// The id of the log whose commits are applied here (`None`: none
+    /// recorded; see [`mod@crate::log_id`]).
+    pub fn log_id(&self) -> Option<String> {
+        self.lock().log_id.clone()
+    }
+
+    /// [`Error::OtherLog`] once this handle found another log at its URL
+    /// than the one applied here: its store's files are the old log's,
+    /// and must not be served. A store's reads call it first.
+    pub fn check_log(&self) -> Result<()> {
+        match self.other_log.get() {
+            Some((had, found)) => Err(self.other_log_error(had.clone(), found.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Applies the commits published since the last one applied: their
@@ -337,9 +423,22 @@ impl RemoteDir {
     /// (the answer that nothing newer was published), plus the new bytes;
     /// a directory with nothing applied yet first lists `checkpoints/`
     /// and reads the newest, if any (then the commits after it).
+    ///
+    /// When the URL holds another log than the one applied here (see
+    /// [`mod@crate::log_id`]), this handle refuses it: this and every later
+    /// refresh, publish and read fail with [`Error::OtherLog`]; opening
+    /// the directory again starts over from the bucket's log.
     pub fn refresh(&self) -> Result<RefreshReport> {
         let mut state = self.lock();
-        self.refresh_locked(&mut state)
+        self.refresh_locked(&mut state, OnOtherLog::Refuse)
+    }
+
+    /// As [`refresh`](RemoteDir::refresh), for a directory no store has
+    /// open yet: when the URL holds another log, every file and record
+    /// here is dropped and that log applied from scratch.
+    pub(crate) fn refresh_at_open(&self) -> Result<RefreshReport> {
+        let mut state = self.lock();
+        self.refresh_locked(&mut state, OnOtherLog::StartOver)
     }
 
     /// Publishes what the store wrote in the working directory since the
@@ -352,7 +451,7 @@ impl RemoteDir {
     /// [`Error::Conflict`] and nothing of this writer's is committed.
     pub fn publish(&self) -> Result<PublishReport> {
         let mut state = self.lock();
-        self.refresh_locked(&mut state)?;
+        self.refresh_locked(&mut state, OnOtherLog::Refuse)?;
         let (pieces, after, mut removed) = self.changes(&state)?;
         let mut report = PublishReport {
             pieces: pieces.len() as u64,
@@ -361,6 +460,7 @@ impl RemoteDir {
         if pieces.is_empty() && removed.is_empty() {
             return Ok(report);
         }
+        let log = self.ensure_log(&mut state)?;
         for (piece, source) in &pieces {
             if let Some(bytes) = self.upload(piece, source)? {
                 report.uploaded += 1;
@@ -380,6 +480,7 @@ impl RemoteDir {
                 writer: self.writer.clone(),
                 pieces: pieces.clone(),
                 removed: removed.clone(),
+                log: Some(log.clone()),
             };
             let name = commit_name(seq);
             let bytes = crate::commit::encode(&self.tier, &name, &commit)?;
@@ -394,7 +495,7 @@ impl RemoteDir {
                 // also tells whether it claimed one of our files) and try
                 // the next.
                 Err(remote_tier::Error::CommitTaken { .. }) => {
-                    self.refresh_locked(&mut state)?;
+                    self.refresh_locked(&mut state, OnOtherLog::Refuse)?;
                     // A removal stands only for a file this handle still
                     // had and still does not find.
                     removed.retain(|p| {
@@ -417,7 +518,7 @@ impl RemoteDir {
     /// Makes the bytes `range` of `path` local (a no-op for files copied
     /// whole): call before the store reads them from a file read by blocks.
     pub fn ensure(&self, path: &str, range: Range<u64>) -> Result<()> {
-        let file = self.lock().by_blocks.get(path).cloned();
+        let file = self.object(path);
         match file {
             Some(f) => Ok(f.ensure(range)?),
             None => Ok(()),
@@ -430,31 +531,160 @@ impl RemoteDir {
     /// and fetches into the very file mapped, whatever a later commit
     /// links `path` to.
     pub fn object(&self, path: &str) -> Option<RemoteFile> {
-        self.lock().by_blocks.get(path).cloned()
+        self.view().get(path).cloned()
     }
 
     /// Whether every file read by blocks is whole in the local tier now.
     pub fn all_complete(&self) -> bool {
-        self.lock().by_blocks.values().all(|f| f.is_complete())
+        self.view().values().all(|f| f.is_complete())
     }
 
     /// Whether `path` is read by blocks (a link into the local tier).
     pub fn is_by_blocks(&self, path: &str) -> bool {
-        self.lock().by_blocks.contains_key(path)
+        self.view().contains_key(path)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn refresh_locked(&self, state: &mut State) -> Result<RefreshReport> {
-        let next = self.read_after(state.seq)?;
-        self.apply_from(state, next)
+    fn view(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, RemoteFile>> {
+        self.view.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn view_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, RemoteFile>> {
+        self.view.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes what reads see what `state` holds (after an open, or a
+    /// commit that failed half-way).
+    fn reset_view(&self, state: &State) {
+        *self.view_mut() = state.by_blocks.clone();
+        self.applied.store(state.seq, Ordering::Release);
+    }
+
+    fn refresh_locked(&self, state: &mut State, on_other: OnOtherLog) -> Result<RefreshReport> {
+        self.check_log()?;
+        let (found, next) = self.read_log_and_after(state.seq)?;
+        let mut on_other = on_other;
+        let mut next = next;
+        match (&state.log_id, found) {
+            (Some(had), found) if found.as_ref() != Some(had) => {
+                self.other_log(state, found, on_other)?;
+                // Started over: the log must now be the bucket's own.
+                on_other = OnOtherLog::Refuse;
+                next = self.read_after(0)?;
+            }
+            // A directory with no log recorded (nothing applied, or
+            // applied by a build before identities) takes the log's own.
+            (None, Some(id)) => {
+                log_id::write_local(&self.dir, Some(&id))?;
+                state.log_id = Some(id);
+            }
+            _ => {}
+        }
+        self.apply_logged(state, next, on_other)
+    }
+
+    /// The log's identity and what follows `seq`, asked for at once.
+    fn read_log_and_after(&self, seq: u64) -> Result<(Option<String>, Option<Next>)> {
+        std::thread::scope(|s| {
+            let log = s.spawn(|| read_log_id(&self.tier));
+            let next = self.read_after(seq);
+            let log = log
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            Ok((log?, next?))
+        })
+    }
+
+    /// The URL holds the log `found`, not the one applied here: start
+    /// over from it, or refuse it for good.
+    fn other_log(
+        &self,
+        state: &mut State,
+        found: Option<String>,
+        on_other: OnOtherLog,
+    ) -> Result<()> {
+        match on_other {
+            OnOtherLog::StartOver => self.start_over(state, found),
+            OnOtherLog::Refuse => {
+                let had = state.log_id.clone();
+                let _ = self.other_log.set((had.clone(), found.clone()));
+                Err(self.other_log_error(had, found))
+            }
+        }
+    }
+
+    fn other_log_error(&self, had: Option<String>, found: Option<String>) -> Error {
+        Error::OtherLog {
+            url: self.tier.url().to_string(),
+            dir: self.dir.clone(),
+            had,
+            found,
+        }
+    }
+
+    /// Drops every file and record of the working directory (it holds
+    /// another log's) and records that it holds the log `found`, with
+    /// nothing applied. The record of applied commits goes first: a crash
+    /// part-way leaves a directory that still names the old log, and is
+    /// started over again.
+    fn start_over(&self, state: &mut State, found: Option<String>) -> Result<()> {
+        state.by_blocks.clear();
+        self.view_mut().clear();
+        let log_path = self.dir.join(STATE_DIR).join("applied.jsonl");
+        cut_log(&state.log, &log_path, 0)?;
+        state.log_len = 0;
+        state.seq = 0;
+        self.applied.store(0, Ordering::Release);
+        state.files.clear();
+        state.behind = false;
+        state.dirs_to_sync.clear();
+        clear_work_dir(&self.dir)?;
+        log_id::write_local(&self.dir, found.as_deref())?;
+        state.log_id = found;
+        Ok(())
+    }
+
+    /// The id to commit under: the log's own, created if it has none yet
+    /// (a new log, or one written before identities), and recorded here.
+    fn ensure_log(&self, state: &mut State) -> Result<String> {
+        if let Some(id) = &state.log_id {
+            return Ok(id.clone());
+        }
+        // The refresh before found none: create it (or learn the one a
+        // publisher racing this one created).
+        let id = log_id::ensure_log_id(&self.tier, None)?;
+        log_id::write_local(&self.dir, Some(&id))?;
+        state.log_id = Some(id.clone());
+        Ok(id)
+    }
+
+    /// [`apply_from`](Self::apply_from), with what reads see made whole
+    /// again if it fails part-way.
+    fn apply_logged(
+        &self,
+        state: &mut State,
+        next: Option<Next>,
+        on_other: OnOtherLog,
+    ) -> Result<RefreshReport> {
+        let applied = self.apply_from(state, next, on_other);
+        if applied.is_err() {
+            self.reset_view(state);
+        }
+        applied
     }
 
     /// Applies `next`, the commit after `state`'s last (or a checkpoint
-    /// after it), and the ones after.
-    fn apply_from(&self, state: &mut State, mut next: Option<Next>) -> Result<RefreshReport> {
+    /// after it), and the ones after. A commit of another log than the
+    /// one applied here is refused, or started over from.
+    fn apply_from(
+        &self,
+        state: &mut State,
+        mut next: Option<Next>,
+        mut on_other: OnOtherLog,
+    ) -> Result<RefreshReport> {
         let mut report = RefreshReport {
             seq: state.seq,
             ..RefreshReport::default()
@@ -470,6 +700,15 @@ impl RemoteDir {
         // ends the log: one GET finds the next commit, or that there is
         // none, where a listing would cost a LIST and then a GET.
         while let Some(item) = next {
+            if let Next::Commit(c) = &item
+                && of_other_log(&state.log_id, c)
+            {
+                self.other_log(state, c.log.clone(), on_other)?;
+                on_other = OnOtherLog::Refuse;
+                report = RefreshReport::default();
+                next = self.read_after(0)?;
+                continue;
+            }
             let (commit, checkpoint) = match item {
                 Next::Commit(c) => (c, false),
                 Next::Checkpoint(cp) => (self.checkpoint_commit(state, cp), true),
@@ -560,6 +799,7 @@ impl RemoteDir {
             writer: cp.writer,
             pieces,
             removed,
+            log: None,
         }
     }
 
@@ -848,6 +1088,16 @@ impl RemoteDir {
             state.files.remove(path);
             state.by_blocks.remove(path);
         }
+        // Reads see the commit's files read by blocks all at once, with
+        // the commit recorded.
+        let mut view = self.view_mut();
+        for path in files.keys().chain(&removed) {
+            match state.by_blocks.get(path) {
+                Some(f) => view.insert(path.clone(), f.clone()),
+                None => view.remove(path),
+            };
+        }
+        drop(view);
         let applied = Applied {
             seq,
             files,
@@ -873,6 +1123,7 @@ impl RemoteDir {
         }
         state.log_len += line.len() as u64;
         state.seq = seq;
+        self.applied.store(seq, Ordering::Release);
         Ok(())
     }
 
@@ -994,6 +1245,52 @@ pub(crate) fn is_recent(when: SystemTime) -> bool {
     SystemTime::now()
         .duration_since(when)
         .map_or(true, |age| age < REUSE_WITHIN)
+}
+
+/// Whether commit `c` names a log, and another than `had`.
+fn of_other_log(had: &Option<String>, c: &Commit) -> bool {
+    matches!((had, &c.log), (Some(had), Some(log)) if had != log)
+}
+
+/// Removes every file of the working directory `dir` but its state
+/// directory's lock and records (and any working directory nested in
+/// it), and the block lists kept there.
+fn clear_work_dir(dir: &Path) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("list directory", dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(Error::io("list directory", dir))?;
+        let path = entry.path();
+        if entry.file_name() == STATE_DIR {
+            continue;
+        }
+        let kind = entry.file_type().map_err(Error::io("stat", &path))?;
+        let removed = if kind.is_dir() {
+            if path.join(STATE_DIR).exists() {
+                continue;
+            }
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match removed {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove", &path)(e)),
+        }
+    }
+    let blocks = dir.join(STATE_DIR).join("blocks");
+    match std::fs::remove_dir_all(&blocks) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("remove", &blocks)(e)),
+    }
+    durable_fs::sync_dir(&dir.join(STATE_DIR))?;
+    durable_fs::sync_dir(dir)?;
+    Ok(())
 }
 
 /// Whether `e` says an object the commit log names is gone from the

@@ -27,7 +27,12 @@
 //!   writers can never both claim one file (one gets [`Error::Conflict`]).
 //! - **Refresh** ([`RemoteSegments::refresh`], or on a period with
 //!   [`RemoteSegments::refresh_every`]) applies what other processes
-//!   published since, whole commits only.
+//!   published since, whole commits only. Reads never wait for its
+//!   requests: they see the files of the last commit applied.
+//! - **One log a directory** ([`mod@log_id`]): every log has an identity,
+//!   and a working directory never serves another log found at its URL
+//!   (a prefix rebuilt, another endpoint): it starts over from it when
+//!   opened, and an open handle refuses it ([`Error::OtherLog`]).
 //! - **Removals.** What a writer removes (a compaction's old segments, a
 //!   file deleted) is published in its commit, and readers remove those
 //!   files on refresh; a store's local evictions (shard-store's disk
@@ -101,6 +106,9 @@
 //!
 //! # On disk
 //! ```text
+//! <url>/log.json                         the log's identity: a random id, created once with a
+//!                                        conditional put before its first commit (and named
+//!                                        in every commit since); see [`mod@log_id`]
 //! <url>/objects/<blake3>                 published bytes (content-addressed)
 //! <url>/commits/<seq>.json               commit records, applied in order: pieces (with the
 //!                                        BLAKE3 of each block of files read by blocks), then
@@ -113,6 +121,8 @@
 //! <tier dir>/work/<hash of url>[.<n>]/   a working directory the store opens: one
 //!                                        per handle open at once (n = 0, 1, ...)
 //!   .cachex-remote/lock, applied.jsonl   which commits are applied here (files written, removed)
+//!   .cachex-remote/log.json              which log they are of: another log at the URL is
+//!                                        started over from on open, refused by an open handle
 //!   .cachex-remote/blocks/<blake3>.json  block lists of the files linked into the tier
 //! ```
 //! The records' formats and checks are in [`mod@commit`]; how a working
@@ -163,6 +173,7 @@ pub mod gc;
 pub mod journal;
 mod links;
 mod location;
+pub mod log_id;
 mod log_state;
 mod prefetch;
 pub mod snapshot;

@@ -200,7 +200,7 @@ impl Location {
     pub(crate) fn open(&self, files: StoreFiles) -> Result<CacheDir> {
         let opened = self.open_unapplied(files)?;
         if let Some(r) = &opened.remote {
-            r.refresh()?;
+            r.refresh_at_open()?;
         }
         Ok(opened)
     }

@@ -110,6 +110,7 @@ pub fn push_dir(
     let mut state = LogState::read(tier)?;
     let mut uploaded = HashSet::new();
     let writer = writer_name();
+    let mut log_id: Option<String> = None;
     for _ in 0..MAX_COMMIT_RACES {
         let changed: Vec<&(Piece, PathBuf)> =
             entries.iter().filter(|(p, _)| !holds(&state, p)).collect();
@@ -122,6 +123,16 @@ pub fn push_dir(
         if changed.is_empty() && removed.is_empty() {
             return Ok(report);
         }
+        // The log's identity before its first commit (or adopted by a
+        // log written before identities).
+        let log = match &log_id {
+            Some(id) => id.clone(),
+            None => {
+                let id = crate::log_id::ensure_log_id(tier, crate::log_id::read_log_id(tier)?)?;
+                log_id = Some(id.clone());
+                id
+            }
+        };
         for (piece, path) in &changed {
             if uploaded.insert(piece.object()) && upload(tier, piece, path)? {
                 report.uploaded += 1;
@@ -139,6 +150,7 @@ pub fn push_dir(
             writer: writer.clone(),
             pieces: changed.iter().map(|(p, _)| p.clone()).collect(),
             removed,
+            log: Some(log.clone()),
         };
         let name = commit_name(seq);
         match tier.commit(&name, encode(tier, &name, &commit)?) {
@@ -193,7 +205,10 @@ pub(crate) fn upload(tier: &RemoteTier, piece: &Piece, path: &Path) -> Result<bo
 /// against its BLAKE3. Pulling again applies only the commits published
 /// since. Files of `dest` that no commit names are left alone; one that a
 /// commit writes or removes and that is not as a pull left it is an
-/// [`Error::Conflict`].
+/// [`Error::Conflict`]. The directory holds one log: pulling a URL whose
+/// log is another one than it holds (the prefix rebuilt, the same URL on
+/// another endpoint; see [`mod@crate::log_id`]) is [`Error::OtherLog`],
+/// naming both, and changes nothing in it.
 pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<RefreshReport> {
     let dir = RemoteDir::open_unapplied(tier.clone(), dest, StoreFiles::for_kind(StoreKind::Any))?;
     // The directory holds the commits of one URL: another's would be
@@ -261,6 +276,10 @@ pub fn migrate(tier: &RemoteTier) -> Result<Option<MigrateReport>> {
         writer: writer_name(),
         pieces,
         removed: Vec::new(),
+        log: Some(crate::log_id::ensure_log_id(
+            tier,
+            crate::log_id::read_log_id(tier)?,
+        )?),
     };
     crate::commit::check_commit(&commit).map_err(|problem| Error::Corrupt {
         url: tier.url().to_string(),

@@ -185,12 +185,14 @@ pub fn commit_files(
         problem: "the last sequence number there is: no commit can follow".into(),
     })?;
     let name = commit_name(seq);
+    let log = crate::log_id::ensure_log_id(tier, crate::log_id::read_log_id(tier)?)?;
     let commit = Commit {
         version: COMMIT_VERSION,
         seq,
         writer: crate::commit::writer_name(),
         pieces,
         removed,
+        log: Some(log),
     };
     let corrupt = |problem: String| Error::Corrupt {
         url: tier.url().to_string(),

@@ -200,7 +200,9 @@ fn keys_of_w1_on_an_empty_tier_fetch_the_index_and_their_rows() {
             segment_bytes <= asked as u64 * (64 << 10),
             "{segment_bytes} bytes of segments for {asked} keys"
         );
-        // Nothing but the commit records, index logs and schema besides.
+        // Nothing but the commit records, the log's identity, index logs
+        // and schema besides.
+        let log_bytes = meter.bytes(|o| o.ends_with(remote_cache::log_id::LOG_OBJECT));
         let index_files: u64 = ["segment-index.log", "schema.json"]
             .iter()
             .map(|f| {
@@ -209,7 +211,7 @@ fn keys_of_w1_on_an_empty_tier_fetch_the_index_and_their_rows() {
                     .len()
             })
             .sum();
-        assert_eq!(index_bytes, index_files + commit_bytes);
+        assert_eq!(index_bytes, index_files + commit_bytes + log_bytes);
 
         // The store's own whole read still works after ranged reads: each
         // segment fetched whole, verified, mapped.

@@ -236,7 +236,7 @@ impl RemoteSegments {
         options: segment_store::Options,
     ) -> Result<RemoteSegments> {
         if !options.read_only || remote.seq() == 0 {
-            remote.refresh()?;
+            remote.refresh_at_open()?;
             return RemoteSegments::with_remote(remote, options);
         }
         let remote = Arc::new(remote);
@@ -244,12 +244,24 @@ impl RemoteSegments {
         let options = with_whole_segments(options, &remote, &whole);
         let (next, store) = std::thread::scope(|s| {
             let next = s.spawn(|| remote.fetch_next());
-            let store = SegmentStore::open(remote.dir(), options);
+            let store = SegmentStore::open(remote.dir(), options.clone());
             let next = next
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             (next, store)
         });
+        if let Err(crate::Error::OtherLog { .. }) = next {
+            // The directory holds another log's files: the store opened on
+            // them goes, the directory starts over from the bucket's log.
+            drop(store);
+            remote.refresh_at_open()?;
+            let store = SegmentStore::open(remote.dir(), options)?;
+            return Ok(RemoteSegments {
+                store,
+                remote: Some(remote),
+                whole,
+            });
+        }
         let (next, store) = (next?, store?);
         if next.is_some() {
             remote.refresh_from(next)?;
@@ -291,6 +303,8 @@ impl RemoteSegments {
     pub fn get_batch<K: AsRef<str>>(&self, keys: &[K]) -> Result<(Vec<Option<Value>>, Vec<usize>)> {
         match &self.remote {
             Some(remote) => {
+                // Never the files of a log the URL no longer holds.
+                remote.check_log()?;
                 let src = Fetched {
                     remote,
                     whole: &self.whole,
