@@ -1,5 +1,7 @@
 //! gc on S3: run while a publisher commits and with a reader opened
-//! before it, nothing either needs is deleted; after compaction and gc
+//! before it, nothing either needs is deleted; a reader on the commit
+//! that was current at the window's start keeps what it reads, however
+//! long before that commit was written; after compaction and gc
 //! every value reads right and the bucket holds at most 1.1 times the
 //! live bytes; a cold open then starts from the checkpoint; du reports
 //! what gc would keep and delete.
@@ -78,12 +80,12 @@ fn gc_with_a_publisher_and_a_reader_then_the_bucket_holds_the_live_bytes() {
             .unwrap();
         writer.publish().unwrap();
     }
-    std::thread::sleep(Duration::from_secs(3));
-    // Commits from here on are inside the window; objects written from
-    // here on are inside the grace period.
-    let mark = Instant::now();
     writer.compact().unwrap();
     assert_eq!(writer.publish().unwrap().seq, Some(4));
+    std::thread::sleep(Duration::from_secs(3));
+    // Commit 4 is current at the window's start; objects written from
+    // here on are inside the grace period.
+    let mark = Instant::now();
     let opened_before = reader(&endpoint, &url, r.path());
     assert_eq!(opened_before.remote().unwrap().seq(), 4);
     assert_values(&opened_before, 0..100, 2);
@@ -187,4 +189,68 @@ fn gc_with_a_publisher_and_a_reader_then_the_bucket_holds_the_live_bytes() {
     assert_eq!(writer.publish().unwrap().seq, Some(9));
     opened_before.refresh().unwrap();
     assert_values(&opened_before, 200..210, 0);
+}
+
+/// A reader on the latest commit, written before the retention window
+/// starts (days before, with the default window), still reads every value
+/// after the next commit replaced all it reads and a gc ran: the window
+/// keeps the commit current at its start, not only those written within.
+#[test]
+fn gc_keeps_the_commit_that_was_current_when_the_window_starts() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "current");
+    let (w, r, g) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let writer = RemoteSegments::open(
+        &s3_location(&endpoint, &url, w.path()),
+        Options {
+            flush_every: 25,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    for round in 0..2 {
+        writer
+            .put_batch(&keyed("k", 0..100, |i| record(i, round)))
+            .unwrap();
+        writer.publish().unwrap();
+    }
+    // Current, and read by blocks: it fetches what it reads when it reads.
+    let current = reader(&endpoint, &url, r.path());
+    assert_eq!(current.remote().unwrap().seq(), 2);
+    std::thread::sleep(Duration::from_secs(3));
+    // The window's start: commit 2 is current, and stays so for 2 s.
+    let mark = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    // Commit 3 replaces every segment commit 2 reads from.
+    writer.compact().unwrap();
+    assert_eq!(writer.publish().unwrap().seq, Some(3));
+
+    let gc_tier = tier(&endpoint, &url, g.path());
+    let keep = mark.elapsed();
+    let usage = du(&gc_tier, keep).unwrap();
+    assert_eq!((usage.seq, usage.window_start), (3, 2), "{usage:?}");
+    // The objects are all older than the grace period.
+    let report = gc(
+        &gc_tier,
+        GcOptions {
+            keep,
+            grace: Duration::ZERO,
+        },
+    )
+    .unwrap();
+    println!("gc with commit 2 current at the window's start: {report:?}");
+    assert_eq!(report.checkpoint, Some(2), "{report:?}");
+    // Only the index log's appended pieces go (folded into one object);
+    // every segment the reader reads by blocks stays.
+    assert_eq!(report.folded, 1, "{report:?}");
+    assert!(report.deleted_objects <= 2, "{report:?}");
+    assert_values(&current, 0..100, 1);
+    current.refresh().unwrap();
+    assert_values(&current, 0..100, 1);
 }
