@@ -231,7 +231,9 @@ fn gc_keeps_the_commit_that_was_current_when_the_window_starts() {
     // Commit 2 replaces every file commit 1 reads from.
     let second = build_arrays(rows, row(2));
     assert_eq!(
-        push_dir(&pusher, second.path(), &mut |_, _| {}).unwrap().seq,
+        push_dir(&pusher, second.path(), &mut |_, _| {})
+            .unwrap()
+            .seq,
         Some(2)
     );
 
