@@ -67,7 +67,7 @@ use crate::commit::{
 use crate::files::StoreFiles;
 use crate::lease::{self, RECHECK};
 use crate::log_state::LogState;
-use crate::upload::is_recent;
+use crate::upload;
 use crate::workdir::hash_open;
 use crate::{Error, Result};
 
@@ -114,7 +114,8 @@ pub struct Usage {
     pub files: u64,
     /// The bytes of those files.
     pub file_bytes: u64,
-    /// Objects the retention window needs, and their bytes.
+    /// Objects the retention window needs (or a publish in flight holds a
+    /// lease on), and their bytes.
     pub live_objects: u64,
     /// Their bytes.
     pub live_bytes: u64,
@@ -505,21 +506,15 @@ fn fold_into(tier: &RemoteTier, path: &str, parts: &[Piece], tmp: &Path) -> Resu
     let size = parts.last().map_or(0, |p| p.offset + p.size);
     let block_size = StoreFiles::PLAIN.block_list_size(path, size, tier.config(), &mut 0);
     let (blake3, blocks) = hash_open(&out, tmp, 0, size, block_size)?;
-    let object = format!("{OBJECTS}/{blake3}");
-    let there = match tier.head(&object) {
-        Ok(info) => info.size == size && is_recent(info.last_modified),
-        Err(remote_tier::Error::NotFound { .. }) => false,
-        Err(e) => return Err(e.into()),
-    };
-    if !there {
-        tier.put_file(&object, tmp)?;
-    }
-    Ok(Piece {
+    let piece = Piece {
         path: path.to_string(),
         offset: 0,
         size,
         blake3,
         replace: false,
         blocks: blocks.map(|b| b.to_list()),
-    })
+    };
+    // Sent from the handle it was hashed from, checked as it is sent.
+    upload::put_piece(tier, &piece, &out, tmp)?;
+    Ok(piece)
 }
