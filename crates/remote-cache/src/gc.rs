@@ -44,7 +44,7 @@
 //! the lease lives. Before it deletes anything gc reads the leases, then
 //! the commits published since its survey (a lease is deleted only after
 //! its commit landed), and it reads both again whenever it last did more
-//! than [`RECHECK`](crate::lease::RECHECK) ago; each object is asked for
+//! than [`RECHECK`] ago; each object is asked for
 //! again (HEAD) just before it is deleted, and kept if an upload renewed
 //! it within the grace period. Lapsed leases are deleted.
 //!

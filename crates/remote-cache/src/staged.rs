@@ -7,7 +7,7 @@
 //! (conditionally, the next number).
 //!
 //! Each writer's upload holds a lease on its objects
-//! ([`STAGED_LEASE`](crate::lease::STAGED_LEASE), a day, left to lapse),
+//! ([`STAGED_LEASE`], a day, left to lapse),
 //! so that a gc between the uploads and the commit keeps them however
 //! long the job runs; the committer holds one of its own from its check
 //! that every object is there until its commit landed. A writer that
@@ -66,7 +66,7 @@ pub fn open_tier(location: &Location) -> Result<RemoteTier> {
 /// kind `store` would list. At most `block_hashes` of them are in the
 /// store's own block size ([`WRITER_BLOCK_HASHES`] is a sound default).
 /// Nothing is committed; a lease keeps the objects from gc for
-/// [`STAGED_LEASE`](crate::lease::STAGED_LEASE). A file whose bytes
+/// [`STAGED_LEASE`]. A file whose bytes
 /// changed after they were hashed is refused
 /// ([`remote_tier::Error::SourceChanged`]) and nothing of it is stored.
 pub fn upload_files(
