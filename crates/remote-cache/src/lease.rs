@@ -202,3 +202,37 @@ pub(crate) fn held(tier: &RemoteTier, now: SystemTime, slack: Duration) -> Resul
     }
     Ok(held)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use remote_tier::TierConfig;
+
+    #[test]
+    fn a_lease_holds_its_objects_until_dropped_and_a_bad_one_stops_gc() {
+        let (bucket, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let url = format!("file://{}", bucket.path().display());
+        let tier = RemoteTier::open(&url, TierConfig::new(cache.path(), 1 << 30)).unwrap();
+        let objects = ["objects/aa".to_string(), "objects/bb".to_string()];
+        let lease = Lease::take(&tier, PUBLISH_LEASE, objects.clone()).unwrap();
+        let now = held(&tier, SystemTime::now(), Duration::from_secs(1)).unwrap();
+        assert_eq!(now.objects, objects.iter().cloned().collect());
+        assert!(now.lapsed.is_empty());
+        drop(lease);
+        assert!(tier.list(LEASES).unwrap().is_empty());
+
+        // Left to lapse: still held now, lapsed once its life is over.
+        Lease::take(&tier, Duration::from_secs(60), objects.clone())
+            .unwrap()
+            .keep();
+        let later = SystemTime::now() + Duration::from_secs(3600);
+        let held_later = held(&tier, later, Duration::from_secs(1)).unwrap();
+        assert!(held_later.objects.is_empty());
+        assert_eq!(held_later.lapsed.len(), 1);
+
+        tier.put_bytes(&format!("{LEASES}/bad.json"), &b"{not json"[..])
+            .unwrap();
+        let err = held(&tier, SystemTime::now(), Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("leases/bad.json"), "{err}");
+    }
+}
