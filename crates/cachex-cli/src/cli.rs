@@ -136,13 +136,16 @@ pub enum Command {
     /// first are folded into a checkpoint (so an open stays a few
     /// requests).
     /// Objects younger than the grace period are never deleted (a
-    /// publisher's uploads before its commit); a reader opened on a
-    /// commit inside the window keeps working. Safe while writers publish.
+    /// publisher's uploads before its commit), nor those a publish still
+    /// running holds a lease on (`leases/`, however long it runs); a
+    /// reader on any commit that was current within the window keeps
+    /// working. Safe while writers publish.
     Gc {
         /// Where the cache was published (`s3://bucket/prefix`, ...).
         url: String,
-        /// The retention window: commits written within it stay readable
-        /// (`30s`, `15m`, `1h`, `7d`, `2w`; `0s` keeps the last commit only).
+        /// The retention window: the commit current at its start and every
+        /// later one stay readable (`30s`, `15m`, `1h`, `7d`, `2w`; `0s`
+        /// keeps the last commit only).
         #[arg(long, default_value = "7d", value_parser = crate::garbage::parse_duration)]
         keep: std::time::Duration,
         /// Objects written within it are never deleted, referenced or not

@@ -80,6 +80,8 @@ pub(crate) fn run_gc(
             "deleted_bytes": r.deleted_bytes,
             "young_objects": r.young_objects,
             "deleted_checkpoints": r.deleted_checkpoints,
+            "leased_objects": r.leased_objects,
+            "deleted_leases": r.deleted_leases,
         })
         .to_string()
     } else {
@@ -89,8 +91,8 @@ pub(crate) fn run_gc(
         };
         format!(
             "gc {}: {} commits, {checkpoint}; deleted {} objects ({} bytes) and {} older \
-             checkpoints; kept {} live objects ({} bytes) and {} unreferenced ones younger than \
-             the grace period",
+             checkpoints; kept {} live objects ({} bytes), {} unreferenced ones younger than \
+             the grace period and {} that publishes in flight hold; deleted {} lapsed leases",
             tier.url(),
             r.seq,
             r.deleted_objects,
@@ -98,7 +100,9 @@ pub(crate) fn run_gc(
             r.deleted_checkpoints,
             r.live_objects,
             r.live_bytes,
-            r.young_objects
+            r.young_objects,
+            r.leased_objects,
+            r.deleted_leases
         )
     };
     Ok((EXIT_SOUND, text))

@@ -3,15 +3,18 @@
 //! up to the window's first into a checkpoint; [`du`] reports what a bucket
 //! holds without changing it.
 //!
-//! **The window.** The commits whose records the store wrote within
-//! `keep` of now (by the listing's last-modified time, the server's clock)
-//! are inside the retention window, and so is everything after the first
-//! of them. Let `C` be the window's first commit (the last commit when
-//! none is inside). Live are: the objects of every file after commit
-//! `C`, and the pieces of every commit after `C`. A reader opened on any
-//! commit inside the window holds a state made of those, so gc never
-//! breaks it: its refresh applies commits that are all still there, and
-//! the files it reads by blocks are still in the store.
+//! **The window.** The commit that was current at `now − keep` (the last
+//! one whose record the store wrote before then, by the listing's
+//! last-modified time, the server's clock) and every commit after it are
+//! inside the retention window: a reader that was on the latest commit at
+//! any time within `keep` is on one of them, however long ago that commit
+//! was written. Let `C` be the window's first commit (the last commit when
+//! none was written within `keep`; none, 0, when every commit was). Live
+//! are: the objects of every file after commit `C`, and the pieces of
+//! every commit after `C`. A reader opened on any commit inside the window
+//! holds a state made of those, so gc never breaks it: its refresh applies
+//! commits that are all still there, and the files it reads by blocks are
+//! still in the store.
 //!
 //! **The checkpoint.** gc writes `checkpoints/<C>.json`: every file after
 //! commit `C`. A file made of several pieces (an index log appended by
@@ -27,15 +30,23 @@
 //! **The grace period.** An object the store wrote less than `grace` ago
 //! is never deleted, referenced or not: a publisher uploads its pieces
 //! before its commit, and those must survive a gc that runs in between.
-//! Commits published while gc runs are read again before anything is
-//! deleted, and their pieces kept. A publisher reuses an object already
-//! in the store only when the store wrote it within
-//! [`REUSE_WITHIN`](crate::journal::REUSE_WITHIN) (30 minutes) and
-//! uploads it again otherwise, so with the default grace (an hour) a
-//! publisher that finds an old unreferenced object and commits it never
-//! loses it to a gc running meanwhile. A grace shorter than that reuse
-//! window is safe only when no publisher runs during the gc (as in
+//! A publisher reuses an object already in the store only when the store
+//! wrote it within [`REUSE_WITHIN`](crate::journal::REUSE_WITHIN) (30
+//! minutes) and uploads it again otherwise, so with the default grace (an
+//! hour) a publisher that finds an old unreferenced object and commits it
+//! never loses it to a gc running meanwhile. A grace shorter than that
+//! reuse window is safe only when no publisher runs during the gc (as in
 //! `--grace 0s` on a cache nobody writes).
+//!
+//! **Publishes in flight.** A publish that takes longer than the grace
+//! period (a multi-hour push, a long Ray job) holds a lease on every
+//! object its commit will name ([`mod@crate::lease`]); gc keeps them while
+//! the lease lives. Before it deletes anything gc reads the leases, then
+//! the commits published since its survey (a lease is deleted only after
+//! its commit landed), and it reads both again whenever it last did more
+//! than [`RECHECK`] ago; each object is asked for
+//! again (HEAD) just before it is deleted, and kept if an upload renewed
+//! it within the grace period. Lapsed leases are deleted.
 //!
 //! Objects named by a push snapshot of the older `manifests/` layout (its
 //! latest manifest) are live too, so a bucket not yet migrated loses
@@ -45,7 +56,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use remote_tier::{Expected, ObjectInfo, RemoteTier};
 
@@ -54,8 +65,9 @@ use crate::commit::{
     encode, parse_record_name, read_checkpoint, read_commit, writer_name,
 };
 use crate::files::StoreFiles;
-use crate::journal::is_recent;
+use crate::lease::{self, RECHECK};
 use crate::log_state::LogState;
+use crate::upload;
 use crate::workdir::hash_open;
 use crate::{Error, Result};
 
@@ -70,8 +82,9 @@ const CLOCK_SLACK: Duration = Duration::from_secs(1);
 /// How [`gc`] chooses what to keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcOptions {
-    /// The retention window: every commit written within it stays
-    /// readable, with every object its state needs.
+    /// The retention window: the commit that was current at its start,
+    /// and every commit after it, stay readable, with every object their
+    /// states need.
     pub keep: Duration,
     /// No object written within it is deleted, referenced or not.
     pub grace: Duration,
@@ -93,14 +106,16 @@ pub struct Usage {
     pub seq: u64,
     /// The newest checkpoint, if gc wrote one.
     pub checkpoint: Option<u64>,
-    /// The retention window's first commit (the last one when none is
-    /// inside): what a gc now would checkpoint.
+    /// The retention window's first commit: the one current at its
+    /// start (the last one when none was written since; 0 when every one
+    /// was): what a gc now would checkpoint.
     pub window_start: u64,
     /// Files after the last commit, and their bytes.
     pub files: u64,
     /// The bytes of those files.
     pub file_bytes: u64,
-    /// Objects the retention window needs, and their bytes.
+    /// Objects the retention window needs (or a publish in flight holds a
+    /// lease on), and their bytes.
     pub live_objects: u64,
     /// Their bytes.
     pub live_bytes: u64,
@@ -150,6 +165,11 @@ pub struct GcReport {
     pub young_objects: u64,
     /// Older checkpoints deleted.
     pub deleted_checkpoints: u64,
+    /// Unreferenced objects kept because a live lease (a publish in
+    /// flight) names them.
+    pub leased_objects: u64,
+    /// Lapsed leases deleted.
+    pub deleted_leases: u64,
 }
 
 /// The commit log as gc and du see it.
@@ -161,7 +181,7 @@ struct Survey {
     checkpoints: Vec<(u64, ObjectInfo)>,
     /// Every commit record listed.
     commit_records: Vec<ObjectInfo>,
-    /// The window's first commit (the last one when none is inside).
+    /// The window's first commit (see [`Usage::window_start`]).
     cut: u64,
     /// The files after commit `cut`.
     at_cut: LogState,
@@ -202,28 +222,24 @@ fn survey(tier: &RemoteTier, keep: Duration) -> Result<Survey> {
     let mut commits: Vec<Commit> = Vec::new();
     last.read_after(tier, &mut |c| commits.push(c.clone()))?;
     let window_from = now.checked_sub(keep).unwrap_or(SystemTime::UNIX_EPOCH);
-    let inside = |when: SystemTime| when + CLOCK_SLACK >= window_from;
-    // The window's first commit, among every record (those below the
-    // checkpoint too); one not in the listing was written after it.
-    let first_inside = written
+    // A record written within the listing's slack of the window's start
+    // may be after it: the commit current then is the last one written
+    // surely before.
+    let before = |when: SystemTime| when + CLOCK_SLACK < window_from;
+    // The commit current at the window's start, among every record (those
+    // below the checkpoint too; one not in the listing was written after
+    // it): a reader on the latest commit then may be on it still.
+    let current_at_start = written
         .iter()
-        .filter(|&(_, &when)| inside(when))
+        .filter(|&(_, &when)| before(when))
         .map(|(&seq, _)| seq)
-        .chain(
-            commits
-                .iter()
-                .filter(|c| !written.contains_key(&c.seq))
-                .map(|c| c.seq),
-        )
-        .min();
+        .max()
+        .unwrap_or(0);
     let base_seq = base.as_ref().map_or(0, |c| c.seq);
     // The checkpoint is of the window's first commit (or the last one):
     // a reader opened on it needs exactly its state. A window that starts
     // at or below the newest checkpoint moves nothing.
-    let cut = match first_inside {
-        Some(first) => first.max(base_seq).min(last.seq),
-        None => last.seq,
-    };
+    let cut = current_at_start.max(base_seq).min(last.seq);
     let mut at_cut = base
         .as_ref()
         .map(LogState::from_checkpoint)
@@ -266,6 +282,7 @@ pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
     let mut live = s.at_cut.objects();
     live.extend(s.after_cut.iter().cloned());
     live.extend(s.manifest.iter().cloned());
+    live.extend(lease::held(tier, s.now, CLOCK_SLACK)?.objects);
     let mut usage = Usage {
         seq: s.last.seq,
         checkpoint: s.base.as_ref().map(|c| c.seq),
@@ -318,31 +335,67 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
     };
     live.extend(s.after_cut.iter().cloned());
     live.extend(s.manifest.iter().cloned());
-    // Commits published since the survey: their pieces stay.
-    let mut seq = s.last.seq;
-    while let Some(next) = seq.checked_add(1) {
-        let Some(c) = read_commit(tier, next)? else {
-            break;
-        };
-        live.extend(c.pieces.iter().map(Piece::object));
-        seq = next;
-    }
-    report.seq = seq;
-    let young_from = s
-        .now
-        .checked_sub(options.grace + CLOCK_SLACK)
-        .unwrap_or(SystemTime::UNIX_EPOCH);
+    // Publishes in flight (their leases), then commits published since
+    // the survey: their pieces stay. In this order, since a publisher
+    // deletes its lease only once its commit landed.
+    let mut held = lease::held(tier, SystemTime::now(), CLOCK_SLACK)?;
+    let mut leased = std::mem::take(&mut held.objects);
+    let mut seq = read_new_commits(tier, s.last.seq, &mut live)?;
+    let mut checked = Instant::now();
     for o in &s.objects {
         if live.contains(&o.name) {
             report.live_objects += 1;
             report.live_bytes += o.size;
-        } else if o.last_modified >= young_from {
-            report.young_objects += 1;
-        } else {
-            tier.delete(&o.name)?;
-            report.deleted_objects += 1;
-            report.deleted_bytes += o.size;
+            continue;
         }
+        if leased.contains(&o.name) {
+            report.leased_objects += 1;
+            continue;
+        }
+        let young_from = |now: SystemTime| {
+            now.checked_sub(options.grace + CLOCK_SLACK)
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
+        if o.last_modified >= young_from(s.now) {
+            report.young_objects += 1;
+            continue;
+        }
+        // A publish that started since the leases were read: its lease
+        // and commits are read again before anything more is deleted.
+        if checked.elapsed() >= RECHECK {
+            let again = lease::held(tier, SystemTime::now(), CLOCK_SLACK)?;
+            held.lapsed.retain(|l| again.lapsed.contains(l));
+            leased.extend(again.objects);
+            seq = read_new_commits(tier, seq, &mut live)?;
+            checked = Instant::now();
+            if live.contains(&o.name) {
+                report.live_objects += 1;
+                report.live_bytes += o.size;
+                continue;
+            }
+            if leased.contains(&o.name) {
+                report.leased_objects += 1;
+                continue;
+            }
+        }
+        // The listing may be old: an upload since then renewed the object.
+        match tier.head(&o.name) {
+            Ok(info) if info.last_modified >= young_from(SystemTime::now()) => {
+                report.young_objects += 1;
+                continue;
+            }
+            Ok(_) => {}
+            Err(remote_tier::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+        tier.delete(&o.name)?;
+        report.deleted_objects += 1;
+        report.deleted_bytes += o.size;
+    }
+    report.seq = seq;
+    for name in &held.lapsed {
+        tier.delete(name)?;
+        report.deleted_leases += 1;
     }
     if let Some(cp) = &newest {
         for (seq, o) in &s.checkpoints {
@@ -353,6 +406,19 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
         }
     }
     Ok(report)
+}
+
+/// Reads the commits after `seq`, adding their pieces' objects to `live`;
+/// returns the last one.
+fn read_new_commits(tier: &RemoteTier, mut seq: u64, live: &mut HashSet<String>) -> Result<u64> {
+    while let Some(next) = seq.checked_add(1) {
+        let Some(c) = read_commit(tier, next)? else {
+            break;
+        };
+        live.extend(c.pieces.iter().map(Piece::object));
+        seq = next;
+    }
+    Ok(seq)
 }
 
 /// Writes the checkpoint of `state` (conditionally: a gc running at the
@@ -440,21 +506,15 @@ fn fold_into(tier: &RemoteTier, path: &str, parts: &[Piece], tmp: &Path) -> Resu
     let size = parts.last().map_or(0, |p| p.offset + p.size);
     let block_size = StoreFiles::PLAIN.block_list_size(path, size, tier.config(), &mut 0);
     let (blake3, blocks) = hash_open(&out, tmp, 0, size, block_size)?;
-    let object = format!("{OBJECTS}/{blake3}");
-    let there = match tier.head(&object) {
-        Ok(info) => info.size == size && is_recent(info.last_modified),
-        Err(remote_tier::Error::NotFound { .. }) => false,
-        Err(e) => return Err(e.into()),
-    };
-    if !there {
-        tier.put_file(&object, tmp)?;
-    }
-    Ok(Piece {
+    let piece = Piece {
         path: path.to_string(),
         offset: 0,
         size,
         blake3,
         replace: false,
         blocks: blocks.map(|b| b.to_list()),
-    })
+    };
+    // Sent from the handle it was hashed from, checked as it is sent.
+    upload::put_piece(tier, &piece, &out, tmp)?;
+    Ok(piece)
 }

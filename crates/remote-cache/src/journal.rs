@@ -39,6 +39,19 @@
 //!   record is created with `PutMode::Create` under the next sequence
 //!   number. A writer killed before that leaves only unreferenced objects:
 //!   the remote cache stays at its last commit.
+//! - **Bytes, not paths.** A piece's bytes are read from the file handle
+//!   it was hashed from and hashed again as they are sent; the object is
+//!   stored only when they hash to its name (a multipart upload is
+//!   aborted otherwise), so a file changed after it was hashed is refused
+//!   with [`remote_tier::Error::SourceChanged`] naming it, and no object
+//!   ever holds bytes other than its name says.
+//! - **A publish in flight is visible to gc.** Before it uploads, a
+//!   publisher writes a lease naming every object its commit will name
+//!   ([`mod@crate::lease`]), renews it while it uploads and deletes it
+//!   once its commit landed; gc keeps what a live lease names. Just
+//!   before the commit every piece is checked to be in the store (HEAD)
+//!   and sent again if not: a commit never names an object that is not
+//!   there.
 //! - **No file claimed twice.** Before it commits, and again each time
 //!   another writer took the number it tried, a writer applies the
 //!   commits it has not seen. One that writes a file this writer changed
@@ -89,11 +102,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
-use std::time::{Duration, SystemTime};
 
 use durable_fs::FileLock;
 use remote_tier::{Expected, RemoteFile, RemoteTier};
@@ -104,10 +116,12 @@ pub use crate::commit::{
 };
 use crate::commit::{newest_checkpoint_after, read_commit, writer_name};
 use crate::files::StoreFiles;
+use crate::hooks::{self, Stage};
+use crate::lease::{Lease, PUBLISH_LEASE};
 use crate::log_id::{self, read_log_id};
+use crate::upload;
 use crate::workdir::{
-    Applied, Known, append, changed, cut_log, hash_open, hash_range, local_files, read_applied,
-    write_new,
+    Applied, Known, append, cut_log, hash_open, hash_range, local_files, read_applied, write_new,
 };
 use crate::{Error, Result, prefetch};
 
@@ -117,13 +131,7 @@ const MAX_COMMIT_RACES: u32 = 64;
 /// for (`StoreFiles::block_size`): about 17 MB of the record (a quarter of
 /// [`MAX_COMMIT`]), 1 GiB of segments in 4 KiB blocks.
 pub(crate) const STORE_BLOCK_HASHES: u64 = 1 << 18;
-/// Pieces up to this size are read into memory and sent in one request.
-const IN_MEMORY_PIECE: u64 = 64 << 20;
-/// A publisher reuses an object already in the store only when the store
-/// wrote it this recently; an older one is uploaded again, which renews
-/// it, so that a gc running meanwhile (with at least its default grace
-/// period, [`crate::gc::DEFAULT_GRACE`]) never takes it for garbage.
-pub const REUSE_WITHIN: Duration = Duration::from_secs(30 * 60);
+pub use crate::upload::REUSE_WITHIN;
 
 /// What a reader applies next: a commit, or the checkpoint that stands
 /// for the commits it missed.
@@ -457,14 +465,33 @@ impl RemoteDir {
             pieces: pieces.len() as u64,
             ..PublishReport::default()
         };
+        hooks::reached(&self.tier, Stage::Hashed);
         if pieces.is_empty() && removed.is_empty() {
             return Ok(report);
         }
         let log = self.ensure_log(&mut state)?;
+        // gc keeps what the lease names until the commit landed (the
+        // lease is deleted when this returns).
+        let mut lease = Lease::take(
+            &self.tier,
+            PUBLISH_LEASE,
+            pieces.iter().map(|(p, _)| p.object()),
+        )?;
         for (piece, source) in &pieces {
+            lease.renew_if_due()?;
             if let Some(bytes) = self.upload(piece, source)? {
                 report.uploaded += 1;
                 report.bytes_uploaded += bytes;
+            }
+        }
+        hooks::reached(&self.tier, Stage::Uploaded);
+        // A commit never names an object that is not there: one a gc
+        // that ignores leases took meanwhile is sent again.
+        lease.renew_if_due()?;
+        for (piece, (file, path)) in &pieces {
+            if upload::ensure_present(&self.tier, piece, file, path)? {
+                report.uploaded += 1;
+                report.bytes_uploaded += piece.size;
             }
         }
         let pieces: Vec<Piece> = pieces.into_iter().map(|(p, _)| p).collect();
@@ -1208,43 +1235,14 @@ impl RemoteDir {
     }
 
     /// Uploads a piece unless its object exists and was written recently
-    /// ([`REUSE_WITHIN`]); returns the bytes sent.
+    /// ([`REUSE_WITHIN`]), its bytes checked against its BLAKE3 as they
+    /// are sent; returns the bytes sent.
     fn upload(&self, piece: &Piece, (file, path): &(File, PathBuf)) -> Result<Option<u64>> {
-        let object = format!("{OBJECTS}/{}", piece.blake3);
-        match self.tier.head(&object) {
-            Ok(info) if info.size == piece.size && is_recent(info.last_modified) => {
-                return Ok(None);
-            }
-            Ok(_) | Err(remote_tier::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
+        match upload::put_piece(&self.tier, piece, file, path)? {
+            true => Ok(Some(piece.size)),
+            false => Ok(None),
         }
-        if piece.size <= IN_MEMORY_PIECE || piece.offset != 0 {
-            let mut bytes = vec![0u8; piece.size as usize];
-            file.read_exact_at(&mut bytes, piece.offset)
-                .map_err(Error::io("read", path))?;
-            if blake3::hash(&bytes).to_hex().as_str() != piece.blake3 {
-                return Err(changed(path));
-            }
-            self.tier.put_bytes(&object, bytes)?;
-        } else {
-            let sent = self.tier.put_file(&object, path)?;
-            let now = std::fs::metadata(path).map_err(Error::io("stat", path))?;
-            let then = file.metadata().map_err(Error::io("stat", path))?;
-            if sent != piece.size || now.ino() != then.ino() {
-                return Err(changed(path));
-            }
-        }
-        Ok(Some(piece.size))
     }
-}
-
-/// Whether the store wrote an object at `when` recently enough to be
-/// reused without uploading it again ([`REUSE_WITHIN`]). A time ahead of
-/// this machine's clock counts as recent.
-pub(crate) fn is_recent(when: SystemTime) -> bool {
-    SystemTime::now()
-        .duration_since(when)
-        .map_or(true, |age| age < REUSE_WITHIN)
 }
 
 /// Whether commit `c` names a log, and another than `had`.

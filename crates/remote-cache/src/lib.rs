@@ -115,6 +115,8 @@
 //!                                        `removed`, the files the writer removed (version 3)
 //! <url>/checkpoints/<seq>.json           every file after commit seq, written by gc: where a
 //!                                        cold open starts (the newest one)
+//! <url>/leases/<writer>-<n>.json        a publish in flight: the objects its commit will name,
+//!                                        kept by gc while the lease lives (see [`mod@lease`])
 //! <url>/manifests/<seq>.json             the older push layout: read by `migrate` (and gc keeps
 //!                                        the objects its latest manifest names)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
@@ -170,7 +172,10 @@ mod files;
 #[doc(hidden)]
 pub mod fuzz_entry;
 pub mod gc;
+#[doc(hidden)]
+pub mod hooks;
 pub mod journal;
+pub mod lease;
 mod links;
 mod location;
 pub mod log_id;
@@ -179,6 +184,7 @@ mod prefetch;
 pub mod snapshot;
 pub mod staged;
 mod stores;
+mod upload;
 mod workdir;
 
 pub use commit::{Checkpoint, Commit, Piece};

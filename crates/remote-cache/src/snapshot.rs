@@ -20,8 +20,11 @@ use remote_tier::RemoteTier;
 
 use crate::commit::{COMMIT_VERSION, Commit, Piece, STATE_DIR, commit_name, encode, writer_name};
 use crate::files::{StoreFiles, StoreKind};
-use crate::journal::{RefreshReport, RemoteDir, is_recent};
+use crate::hooks::{self, Stage};
+use crate::journal::{RefreshReport, RemoteDir};
+use crate::lease::{Lease, PUBLISH_LEASE};
 use crate::log_state::LogState;
+use crate::upload;
 use crate::workdir::{hash_open, local_entries};
 use crate::{Error, Result};
 
@@ -102,6 +105,7 @@ pub fn push_dir(
         entries.push((piece, path));
         progress(done as u64 + 1, total);
     }
+    hooks::reached(tier, Stage::Hashed);
     let names: HashSet<&str> = entries.iter().map(|(p, _)| p.path.as_str()).collect();
     let mut report = PushReport {
         files: total,
@@ -111,6 +115,9 @@ pub fn push_dir(
     let mut uploaded = HashSet::new();
     let writer = writer_name();
     let mut log_id: Option<String> = None;
+    // Taken on first need (a push of nothing new writes nothing), kept
+    // until the commit landed: gc keeps what it names meanwhile.
+    let mut lease: Option<Lease> = None;
     for _ in 0..MAX_COMMIT_RACES {
         let changed: Vec<&(Piece, PathBuf)> =
             entries.iter().filter(|(p, _)| !holds(&state, p)).collect();
@@ -133,8 +140,30 @@ pub fn push_dir(
                 id
             }
         };
+        if lease.is_none() {
+            let objects = entries.iter().map(|(p, _)| p.object());
+            lease = Some(Lease::take(tier, PUBLISH_LEASE, objects)?);
+        }
+        let Some(lease) = lease.as_mut() else {
+            unreachable!("taken above")
+        };
+        // Each file is opened as it is sent (a directory may hold more
+        // files than a process may open); what is sent is checked against
+        // the hash taken above, whatever happened to the file since.
         for (piece, path) in &changed {
-            if uploaded.insert(piece.object()) && upload(tier, piece, path)? {
+            lease.renew_if_due()?;
+            if uploaded.insert(piece.object())
+                && upload::put_piece(tier, piece, &open(path)?, path)?
+            {
+                report.uploaded += 1;
+                report.bytes_uploaded += piece.size;
+            }
+        }
+        hooks::reached(tier, Stage::Uploaded);
+        // A commit never names an object that is not there.
+        lease.renew_if_due()?;
+        for (piece, path) in &changed {
+            if upload::ensure_present(tier, piece, &open(path)?, path)? {
                 report.uploaded += 1;
                 report.bytes_uploaded += piece.size;
             }
@@ -175,28 +204,16 @@ pub fn push_dir(
     .into())
 }
 
+fn open(path: &Path) -> Result<File> {
+    File::open(path).map_err(Error::io("open", path))
+}
+
 /// Whether the log's file of `piece`'s name holds exactly its bytes.
 fn holds(state: &LogState, piece: &Piece) -> bool {
     matches!(
         state.files.get(&piece.path).map(Vec::as_slice),
         Some([one]) if one.blake3 == piece.blake3 && one.size == piece.size
     )
-}
-
-/// Uploads `piece` from `path` unless the store has its object, written
-/// recently; returns whether it sent it.
-pub(crate) fn upload(tier: &RemoteTier, piece: &Piece, path: &Path) -> Result<bool> {
-    let object = piece.object();
-    match tier.head(&object) {
-        Ok(info) if info.size == piece.size && is_recent(info.last_modified) => return Ok(false),
-        Ok(_) | Err(remote_tier::Error::NotFound { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let sent = tier.put_file(&object, path)?;
-    if sent != piece.size {
-        return Err(crate::workdir::changed(path));
-    }
-    Ok(true)
 }
 
 /// Materialises the commit log at `tier`'s URL into `dest` (created if

@@ -6,9 +6,14 @@
 //! [`commit_files`] as *one* commit of the log, claimed like any other
 //! (conditionally, the next number).
 //!
-//! A writer that fails, or whose output the committer never names, leaves
-//! only objects that no commit refers to: `cachex gc` deletes them after
-//! its grace period. A committer that reads the log's state
+//! Each writer's upload holds a lease on its objects
+//! ([`STAGED_LEASE`], a day, left to lapse),
+//! so that a gc between the uploads and the commit keeps them however
+//! long the job runs; the committer holds one of its own from its check
+//! that every object is there until its commit landed. A writer that
+//! fails, or whose output the committer never names, leaves only objects
+//! that no commit refers to: `cachex gc` deletes them once the lease
+//! lapsed and the grace period is over. A committer that reads the log's state
 //! ([`LogState::read`](crate::LogState::read)) to decide what it writes
 //! (which names are free, what a file holds) commits against that state
 //! only: when another writer took the number meanwhile, [`commit_files`]
@@ -23,7 +28,10 @@ use remote_tier::RemoteTier;
 
 use crate::commit::{COMMIT_VERSION, Commit, MAX_RECORD, Piece, check_commit, commit_name, encode};
 use crate::files::StoreFiles;
+use crate::hooks::{self, Stage};
 use crate::journal::STORE_BLOCK_HASHES;
+use crate::lease::{Lease, PUBLISH_LEASE, STAGED_LEASE};
+use crate::upload;
 use crate::workdir::hash_open;
 use crate::{Error, Location, Result};
 
@@ -57,7 +65,10 @@ pub fn open_tier(location: &Location) -> Result<RemoteTier> {
 /// hashes for files readers read by blocks, that a publish of the store
 /// kind `store` would list. At most `block_hashes` of them are in the
 /// store's own block size ([`WRITER_BLOCK_HASHES`] is a sound default).
-/// Nothing is committed.
+/// Nothing is committed; a lease keeps the objects from gc for
+/// [`STAGED_LEASE`]. A file whose bytes
+/// changed after they were hashed is refused
+/// ([`remote_tier::Error::SourceChanged`]) and nothing of it is stored.
 pub fn upload_files(
     tier: &RemoteTier,
     store: StoreFiles,
@@ -78,17 +89,31 @@ pub fn upload_files(
         // As a publish decides it (journal's `changes`).
         let block_size = store.block_list_size(rel, size, tier.config(), &mut hashes_left);
         let (blake3, blocks) = hash_open(&file, path, 0, size, block_size)?;
-        let piece = Piece {
+        pieces.push(Piece {
             path: rel.clone(),
             offset: 0,
             size,
             blake3,
             replace: true,
             blocks: blocks.map(|b| b.to_list()),
-        };
-        crate::snapshot::upload(tier, &piece, path)?;
-        pieces.push(piece);
+        });
     }
+    hooks::reached(tier, Stage::Hashed);
+    // The committer is another process, maybe hours later: the lease is
+    // left to lapse ([`STAGED_LEASE`]), and gc keeps the objects until then.
+    let mut lease = Lease::take(tier, STAGED_LEASE, pieces.iter().map(Piece::object))?;
+    for (piece, (_, path)) in pieces.iter().zip(files) {
+        lease.renew_if_due()?;
+        let file = File::open(path).map_err(Error::io("open", path))?;
+        upload::put_piece(tier, piece, &file, path)?;
+    }
+    hooks::reached(tier, Stage::Uploaded);
+    lease.renew_if_due()?;
+    for (piece, (_, path)) in pieces.iter().zip(files) {
+        let file = File::open(path).map_err(Error::io("open", path))?;
+        upload::ensure_present(tier, piece, &file, path)?;
+    }
+    lease.keep();
     Ok(pieces)
 }
 
@@ -200,6 +225,9 @@ pub fn commit_files(
         problem,
     };
     check_commit(&commit).map_err(corrupt)?;
+    // Held from the check that every object is there until the commit
+    // landed: a gc meanwhile keeps them.
+    let _lease = Lease::take(tier, PUBLISH_LEASE, commit.pieces.iter().map(Piece::object))?;
     for p in &commit.pieces {
         match tier.head(&p.object()) {
             Ok(info) if info.size == p.size => {}

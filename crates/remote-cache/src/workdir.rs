@@ -39,13 +39,6 @@ pub(crate) struct Applied {
     pub(crate) removed: Vec<String>,
 }
 
-/// The error of a file that changed while it was published.
-pub(crate) fn changed(path: &Path) -> Error {
-    Error::io("read (the file changed while it was published)", path)(
-        std::io::ErrorKind::InvalidData.into(),
-    )
-}
-
 /// The applied commits recorded in a working directory: the last seq,
 /// each file as it was left, and the length of the log's whole lines. A
 /// torn tail (a crash, or a failed write, while recording) ends the log

@@ -1,5 +1,7 @@
 //! gc on S3: run while a publisher commits and with a reader opened
-//! before it, nothing either needs is deleted; after compaction and gc
+//! before it, nothing either needs is deleted; a reader on the commit
+//! that was current at the window's start keeps what it reads, however
+//! long before that commit was written; after compaction and gc
 //! every value reads right and the bucket holds at most 1.1 times the
 //! live bytes; a cold open then starts from the checkpoint; du reports
 //! what gc would keep and delete.
@@ -14,9 +16,10 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{keyed, new_bucket_url, s3_endpoint, s3_location, tier};
+use common::{build_arrays, keyed, new_bucket_url, s3_endpoint, s3_location, tier};
 use remote_cache::gc::{GcOptions, du, gc};
-use remote_cache::{RemoteDir, RemoteSegments, StoreFiles};
+use remote_cache::snapshot::push_dir;
+use remote_cache::{RemoteArrays, RemoteDir, RemoteSegments, StoreFiles};
 use remote_tier::RemoteTier;
 use segment_store::Options;
 use tensor_core::{Tensor, Value};
@@ -78,12 +81,12 @@ fn gc_with_a_publisher_and_a_reader_then_the_bucket_holds_the_live_bytes() {
             .unwrap();
         writer.publish().unwrap();
     }
-    std::thread::sleep(Duration::from_secs(3));
-    // Commits from here on are inside the window; objects written from
-    // here on are inside the grace period.
-    let mark = Instant::now();
     writer.compact().unwrap();
     assert_eq!(writer.publish().unwrap().seq, Some(4));
+    std::thread::sleep(Duration::from_secs(3));
+    // Commit 4 is current at the window's start; objects written from
+    // here on are inside the grace period.
+    let mark = Instant::now();
     let opened_before = reader(&endpoint, &url, r.path());
     assert_eq!(opened_before.remote().unwrap().seq(), 4);
     assert_values(&opened_before, 0..100, 2);
@@ -187,4 +190,81 @@ fn gc_with_a_publisher_and_a_reader_then_the_bucket_holds_the_live_bytes() {
     assert_eq!(writer.publish().unwrap().seq, Some(9));
     opened_before.refresh().unwrap();
     assert_values(&opened_before, 200..210, 0);
+}
+
+/// A reader on the latest commit, written before the retention window
+/// starts (days before, with the default window), still reads every row
+/// after the next commit replaced the file it reads by blocks and a gc
+/// ran: the window keeps the commit current at its start, not only those
+/// written within it.
+#[test]
+fn gc_keeps_the_commit_that_was_current_when_the_window_starts() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "current");
+    let (w, r, g) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let rows = 600u64; // 2.4 MB of `data.bin`, read in 64 KiB blocks
+    let row = |version: i32| move |i: u64| vec![i as i32 * 3 + version; 1024];
+    let pusher = tier(&endpoint, &url, w.path());
+    let first = build_arrays(rows, row(1));
+    assert_eq!(
+        push_dir(&pusher, first.path(), &mut |_, _| {}).unwrap().seq,
+        Some(1)
+    );
+    // Current, and reading by blocks: it fetches rows as it reads them.
+    let current = RemoteArrays::open(&s3_location(&endpoint, &url, r.path())).unwrap();
+    assert_eq!(current.remote().unwrap().seq(), 1);
+    let read_row = |i: u64| {
+        let view = current.array(i, "data").unwrap().unwrap();
+        view.as_slice::<i32>().unwrap().to_vec()
+    };
+    assert_eq!(read_row(0), row(1)(0));
+    std::thread::sleep(Duration::from_secs(3));
+    // The window's start: commit 1 is current, and stays so for 2 s.
+    let mark = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    // Commit 2 replaces every file commit 1 reads from.
+    let second = build_arrays(rows, row(2));
+    assert_eq!(
+        push_dir(&pusher, second.path(), &mut |_, _| {})
+            .unwrap()
+            .seq,
+        Some(2)
+    );
+
+    let gc_tier = tier(&endpoint, &url, g.path());
+    let keep = mark.elapsed();
+    let usage = du(&gc_tier, keep).unwrap();
+    assert_eq!((usage.seq, usage.window_start), (2, 1), "{usage:?}");
+    // Every object is older than the grace period.
+    let report = gc(
+        &gc_tier,
+        GcOptions {
+            keep,
+            grace: Duration::ZERO,
+        },
+    )
+    .unwrap();
+    println!("gc with commit 1 current at the window's start: {report:?}");
+    assert_eq!(
+        (report.checkpoint, report.deleted_objects),
+        (Some(1), 0),
+        "{report:?}"
+    );
+    for i in 0..rows {
+        assert_eq!(read_row(i), row(1)(i), "row {i}");
+    }
+    // A cold open reads commit 2.
+    let cold = tempfile::tempdir().unwrap();
+    let latest = RemoteArrays::open(&s3_location(&endpoint, &url, cold.path())).unwrap();
+    latest.ensure_rows(0..rows).unwrap();
+    for i in 0..rows {
+        let view = latest.cache().array(i, "data").unwrap().unwrap();
+        assert_eq!(view.as_slice::<i32>().unwrap(), &row(2)(i)[..], "row {i}");
+    }
 }

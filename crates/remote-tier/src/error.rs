@@ -149,6 +149,23 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
+    /// A local file uploaded as a content-addressed object did not hold
+    /// the bytes its name says (it changed after it was hashed): nothing
+    /// was stored under the name (a multipart upload was aborted before
+    /// it completed).
+    #[error(
+        "{}: changed while it was uploaded as {url}/{name}: the bytes read do not hash to the \
+         name (nothing was stored)",
+        path.display()
+    )]
+    SourceChanged {
+        /// The local file.
+        path: PathBuf,
+        /// The store URL.
+        url: String,
+        /// The object name.
+        name: String,
+    },
     /// A block fetched for a read does not hash to what the object's
     /// publisher recorded for it, on the first fetch and on the retry.
     /// Nothing of it was kept: the block stays absent from the local copy.

@@ -327,7 +327,7 @@ impl RemoteTier {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.multipart_once(&remote, &file, path, &target, size) {
+            match self.multipart_once(&remote, &file, path, &target, (0, size), None) {
                 Ok(()) => return Ok(size),
                 Err(MultipartError::Local(e)) => return Err(e),
                 Err(MultipartError::Remote(f)) => {
@@ -341,14 +341,82 @@ impl RemoteTier {
         }
     }
 
-    /// One multipart upload of `file`.
+    /// Uploads bytes `offset..offset + size` of the open file `file` (at
+    /// `path`) as the content-addressed object `name`, whose bytes must
+    /// hash to `expected` (a BLAKE3). The bytes are hashed as they are read for the
+    /// upload and stored only when they hash to it: one request is
+    /// checked before it is sent, a multipart upload before it is
+    /// completed (else it is aborted). Other bytes (the file changed after
+    /// it was hashed) are [`Error::SourceChanged`] naming the file, and
+    /// nothing is stored under `name`: an object is never replaced by
+    /// bytes other than its name says. Returns the bytes uploaded.
+    pub fn put_file_checked(
+        &self,
+        name: &str,
+        file: &File,
+        path: &Path,
+        (offset, size): (u64, u64),
+        expected: &[u8; 32],
+    ) -> Result<u64> {
+        let remote = self.inner.remote()?;
+        let changed = || Error::SourceChanged {
+            path: path.to_path_buf(),
+            url: remote.url.to_string(),
+            name: name.to_string(),
+        };
+        if size <= self.inner.config.part_size {
+            let mut bytes = vec![0u8; size as usize];
+            file.read_exact_at(&mut bytes, offset).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    changed()
+                } else {
+                    Error::io("read", path)(e)
+                }
+            })?;
+            if blake3::hash(&bytes).as_bytes() != expected {
+                return Err(changed());
+            }
+            self.put_bytes(name, bytes)?;
+            return Ok(size);
+        }
+        let target = remote.path(name)?;
+        let attempts = remote.retry.attempts.max(1);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let once = self.multipart_once(
+                &remote,
+                file,
+                path,
+                &target,
+                (offset, size),
+                Some(*expected),
+            );
+            match once {
+                Ok(()) => return Ok(size),
+                Err(MultipartError::Local(e)) => return Err(e),
+                Err(MultipartError::Remote(f)) => {
+                    let permanent =
+                        matches!(&f, Failure::Store(e) if !crate::remote::is_transient(e));
+                    if permanent || attempt >= attempts {
+                        return Err(remote.error(name, "multipart upload", f, attempt));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One multipart upload of bytes `start..start + size` of `file`;
+    /// with `expected`, completed only if the bytes read hash to it (a
+    /// BLAKE3).
     fn multipart_once(
         &self,
         remote: &Remote,
         file: &File,
         path: &Path,
         target: &ObjectPath,
-        size: u64,
+        (start, size): (u64, u64),
+        expected: Option<[u8; 32]>,
     ) -> std::result::Result<(), MultipartError> {
         let store = Arc::clone(&remote.store);
         let timeout = remote.retry.request_timeout;
@@ -360,6 +428,7 @@ impl RemoteTier {
             .map_err(|e| MultipartError::Local(Error::io("open", path)(e)))?;
         let path = path.to_path_buf();
         let name = remote.name_of(&target);
+        let (url, object) = (remote.url.to_string(), name.clone());
         // Every part is bounded by the request timeout, and so is the
         // whole upload: its parts in waves of `in_flight`, start and end.
         let waves = size.div_ceil(part).div_ceil(in_flight as u64);
@@ -381,12 +450,26 @@ impl RemoteTier {
                 let mut parts = FuturesUnordered::new();
                 let mut offset = 0u64;
                 let mut failed = None;
+                // What is sent is what is hashed: each part as it is read.
+                let mut hasher = expected.map(|_| blake3::Hasher::new());
+                let changed = || Error::SourceChanged {
+                    path: path.clone(),
+                    url: url.clone(),
+                    name: object.clone(),
+                };
                 while offset < size && failed.is_none() {
                     let len = part.min(size - offset);
                     let mut chunk = vec![0u8; len as usize];
-                    if let Err(e) = file.read_exact_at(&mut chunk, offset) {
-                        failed = Some(MultipartError::Local(Error::io("read", &path)(e)));
+                    if let Err(e) = file.read_exact_at(&mut chunk, start + offset) {
+                        let e = match e.kind() {
+                            std::io::ErrorKind::UnexpectedEof if hasher.is_some() => changed(),
+                            _ => Error::io("read", &path)(e),
+                        };
+                        failed = Some(MultipartError::Local(e));
                         break;
+                    }
+                    if let Some(h) = hasher.as_mut() {
+                        h.update(&chunk);
                     }
                     offset += len;
                     let put = upload.put_part(PutPayload::from(chunk));
@@ -404,6 +487,12 @@ impl RemoteTier {
                             }
                         }
                     }
+                }
+                if failed.is_none()
+                    && let (Some(h), Some(want)) = (&hasher, &expected)
+                    && h.finalize().as_bytes() != want
+                {
+                    failed = Some(MultipartError::Local(changed()));
                 }
                 if let Some(f) = failed {
                     drop(parts);

@@ -1,0 +1,43 @@
+//! Points inside a publish where a test acts (changes a file, runs gc),
+//! deterministically, instead of racing the publisher.
+
+use std::sync::{Arc, Mutex};
+
+use remote_tier::RemoteTier;
+
+/// Where a publish, push or staged upload stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Every piece is hashed; nothing is uploaded yet.
+    Hashed,
+    /// Every piece is uploaded (or reused); the check that each is in the
+    /// store and the commit follow.
+    Uploaded,
+}
+
+type Hook = Arc<dyn Fn(Stage) + Send + Sync>;
+
+static HOOKS: Mutex<Vec<(String, Hook)>> = Mutex::new(Vec::new());
+
+/// Calls `hook` at each [`Stage`] of every publish, push and staged
+/// upload to `url` (as [`RemoteTier::url`] shows it) in this process,
+/// from the publishing thread. For tests.
+pub fn on_publish(url: &str, hook: impl Fn(Stage) + Send + Sync + 'static) {
+    let mut hooks = HOOKS.lock().unwrap_or_else(|p| p.into_inner());
+    hooks.push((url.to_string(), Arc::new(hook)));
+}
+
+/// Runs the hooks of `tier`'s URL for `stage`.
+pub(crate) fn reached(tier: &RemoteTier, stage: Stage) {
+    let hooks: Vec<Hook> = {
+        let hooks = HOOKS.lock().unwrap_or_else(|p| p.into_inner());
+        hooks
+            .iter()
+            .filter(|(url, _)| url == tier.url())
+            .map(|(_, h)| Arc::clone(h))
+            .collect()
+    };
+    for hook in hooks {
+        hook(stage);
+    }
+}
