@@ -165,6 +165,7 @@ mod links;
 mod location;
 mod log_state;
 mod prefetch;
+pub mod publisher;
 pub mod snapshot;
 pub mod staged;
 mod stores;
@@ -180,5 +181,6 @@ pub use location::{
     TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
 };
 pub use log_state::LogState;
+pub use publisher::Publisher;
 pub use remote_tier::redact_url;
 pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};
