@@ -25,6 +25,10 @@
 //!   the commit record last with a conditional put: a writer killed
 //!   mid-publish leaves the remote cache at its last commit, and two
 //!   writers can never both claim one file (one gets [`Error::Conflict`]).
+//!   A writer need not call it: a [`Publisher`] publishes what its store
+//!   persisted every few seconds, and what is left when the handle is
+//!   dropped or the process exits ([`mod@publisher`]); a killed writer
+//!   loses at most that interval.
 //! - **Refresh** ([`RemoteSegments::refresh`], or on a period with
 //!   [`RemoteSegments::refresh_every`]) applies what other processes
 //!   published since, whole commits only.

@@ -199,6 +199,19 @@ impl Publisher {
         Publisher { shared }
     }
 
+    /// Stops publishing: no background publish after the one in progress,
+    /// and none when dropped or at exit. For a handle that writes but is
+    /// not the one that publishes (a copy reopened in a worker process,
+    /// whose original publishes).
+    pub fn stop(&self) {
+        {
+            let mut state = self.shared.state();
+            state.stop = true;
+            state.last_started = true;
+        }
+        self.shared.wake.notify_all();
+    }
+
     /// The last background publish's error, if it failed (the next
     /// period tries again).
     pub fn last_error(&self) -> Option<String> {

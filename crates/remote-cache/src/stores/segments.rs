@@ -41,7 +41,7 @@ pub struct RemoteSegments {
     store: Arc<SegmentStore>,
     // After the store (whose drop flushes), before the commit log: the
     // last publish takes what the store persisted.
-    publisher: Option<Publisher>,
+    _publisher: Option<Publisher>,
     remote: Option<Arc<RemoteDir>>,
     whole: Arc<WholeCopies>,
 }
@@ -217,7 +217,7 @@ impl RemoteSegments {
             Some(remote) => RemoteSegments::with_unapplied(remote, options),
             None => Ok(RemoteSegments {
                 store: Arc::new(SegmentStore::open(&opened.dir, options)?),
-                publisher: None,
+                _publisher: None,
                 remote: None,
                 whole: Arc::default(),
             }),
@@ -262,7 +262,7 @@ impl RemoteSegments {
         }
         let store = Arc::new(store);
         Ok(RemoteSegments {
-            publisher: publisher::for_segments(&store, &remote),
+            _publisher: publisher::for_segments(&store, &remote),
             store,
             remote: Some(remote),
             whole,
@@ -282,7 +282,7 @@ impl RemoteSegments {
             with_whole_segments(options, &remote, &whole),
         )?);
         Ok(RemoteSegments {
-            publisher: publisher::for_segments(&store, &remote),
+            _publisher: publisher::for_segments(&store, &remote),
             store,
             remote: Some(remote),
             whole,

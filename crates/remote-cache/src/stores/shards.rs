@@ -82,6 +82,16 @@ impl<T: StoreItem> RemoteShards<T> {
         }
     }
 
+    /// Publishes nothing on its own from now on (no background publishes,
+    /// none when dropped): for a copy of a writer reopened in a worker
+    /// process, whose original publishes. [`publish`](Self::publish) still
+    /// does.
+    pub fn stop_publishing(&self) {
+        if let Some(p) = &self.publisher {
+            p.stop();
+        }
+    }
+
     /// Applies the commits published since (more shards, a longer length).
     pub fn refresh(&self) -> Result<RefreshReport> {
         match &self.remote {
