@@ -112,7 +112,8 @@ from cachex.torchcachex import ArrowIPCCacheBackend
 url, tier, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 backend = ArrowIPCCacheBackend(url, "features_v1", lru_size=0, current_rank=1, **tier)
 values, missing = backend.get_batch([f"k{i}" for i in range(n)])
-print(json.dumps({"missing": missing, "sums": [float(np.asarray(v).sum()) for v in values if v is not None]}))
+sums = [float(np.asarray(v).sum()) for v in values if v is not None]
+print(json.dumps({"missing": missing, "sums": sums}))
 """
 
 
@@ -138,7 +139,8 @@ WRITE_BACKEND_AND_EXIT = """
 import json, sys
 import numpy as np
 from cachex.torchcachex import ArrowIPCCacheBackend
-backend = ArrowIPCCacheBackend(sys.argv[1], "features_v1", flush_every=16, **json.loads(sys.argv[2]))
+tier = json.loads(sys.argv[2])
+backend = ArrowIPCCacheBackend(sys.argv[1], "features_v1", flush_every=16, **tier)
 backend.put_batch({f"k{i}": np.arange(6, dtype=np.float32).reshape(2, 3) + i for i in range(40)})
 # No flush, no close: the interpreter exits with 8 records pending.
 """
