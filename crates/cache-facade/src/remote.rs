@@ -101,9 +101,10 @@ impl RemoteBackend {
     pub(crate) fn new(inner: Cache, remote: CacheDir) -> RemoteBackend {
         let inner: Arc<dyn CacheBackend> = Arc::from(inner);
         let remote = Arc::new(remote);
-        let shown = remote
-            .remote()
-            .map_or_else(|| remote.path().display().to_string(), |r| redact_url(r.tier().url()));
+        let shown = remote.remote().map_or_else(
+            || remote.path().display().to_string(),
+            |r| redact_url(r.tier().url()),
+        );
         let (store, dir) = (Arc::downgrade(&inner), Arc::clone(&remote));
         let publisher = Publisher::start(shown, None, move |step| {
             // At the process's exit the store is still open: it flushes

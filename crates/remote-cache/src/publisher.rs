@@ -63,9 +63,9 @@ pub fn publish_interval() -> Option<Duration> {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0);
     match given {
-        Some(s) if s == 0.0 => None,
-        Some(s) => Some(Duration::from_secs_f64(s)),
         None => Some(DEFAULT_PUBLISH_INTERVAL),
+        // Past what a Duration holds: as good as never, but still on drop.
+        Some(s) => (s > 0.0).then(|| Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX)),
     }
 }
 
@@ -130,7 +130,10 @@ impl Shared {
                 // still by every call's own bound.
                 let (tx, rx) = std::sync::mpsc::channel();
                 let _ = tx.send((self.publish)(Publish::Last));
-                report(&format!("{}: no thread for the last publish: {e}", self.shown));
+                report(&format!(
+                    "{}: no thread for the last publish: {e}",
+                    self.shown
+                ));
                 Some(rx)
             }
         }
@@ -231,9 +234,7 @@ fn tick(shared: &Shared, period: Duration) {
             return;
         }
         drop(next);
-        let outcome = (shared.publish)(Publish::Tick)
-            .err()
-            .map(|e| e.to_string());
+        let outcome = (shared.publish)(Publish::Tick).err().map(|e| e.to_string());
         state = shared.state();
         state.last_error = outcome;
     }
@@ -376,22 +377,18 @@ pub(crate) fn for_segments(
     }
     let shown = crate::redact_url(remote.tier().url());
     let (store, remote) = (Arc::downgrade(store), Arc::clone(remote));
-    Some(Publisher::start(
-        shown,
-        publish_interval(),
-        move |step| {
-            match store.upgrade() {
-                Some(store) => {
-                    if step == Publish::Last {
-                        store.flush()?;
-                    }
-                    store.while_committed(|| remote.publish())?;
+    Some(Publisher::start(shown, publish_interval(), move |step| {
+        match store.upgrade() {
+            Some(store) => {
+                if step == Publish::Last {
+                    store.flush()?;
                 }
-                None => {
-                    remote.publish()?;
-                }
+                store.while_committed(|| remote.publish())?;
             }
-            Ok(())
-        },
-    ))
+            None => {
+                remote.publish()?;
+            }
+        }
+        Ok(())
+    }))
 }

@@ -94,8 +94,9 @@ fn a_flushed_segment_reaches_the_bucket_while_its_writer_lives() {
     let mut reader = None;
     let seen = eventually(|| {
         if reader.is_none() {
-            reader = RemoteSegments::open(&s3_location(&endpoint, &url, b.path()), reader_options())
-                .ok();
+            reader =
+                RemoteSegments::open(&s3_location(&endpoint, &url, b.path()), reader_options())
+                    .ok();
         }
         reader.as_ref().is_some_and(|r| {
             r.refresh().is_ok() && r.get_batch(&["k0", "k31"]).unwrap().1.is_empty()
@@ -155,7 +156,12 @@ fn a_publisher_publishes_on_its_period_and_once_more_when_dropped() {
         },
     );
     assert!(eventually(|| ticks.load(Ordering::SeqCst) >= 3));
-    assert!(publisher.last_error().unwrap().contains("the server is away"));
+    assert!(
+        publisher
+            .last_error()
+            .unwrap()
+            .contains("the server is away")
+    );
     drop(publisher);
     // The drop waited for the last publish (which failed: reported, not raised).
     assert_eq!(lasts.load(Ordering::SeqCst), 1);
