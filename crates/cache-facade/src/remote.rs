@@ -2,12 +2,16 @@
 //! `<root>/<name>/<key>` and is opened, as any cache, from a local working
 //! directory that `remote-cache` keeps in step with it (every published
 //! commit applied on open; [`CacheBackend::flush`] publishes what was
-//! written since).
+//! written since, and so does dropping the backend, or the process's
+//! exit through [`remote_cache::publisher::publish_all_at_exit`], after
+//! the store flushed what it held: see [`remote_cache::Publisher`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url};
+use remote_cache::publisher::{Publish, Publisher};
+use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url, redact_url};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -81,16 +85,41 @@ fn relative(dir: &Path, root: &Path) -> String {
         .join("/")
 }
 
-/// A backend opened from a working directory, publishing on flush.
+/// A backend opened from a working directory, publishing on flush and
+/// when dropped.
 pub(crate) struct RemoteBackend {
     // Dropped before the commit log: the store's files stay while it lives.
-    inner: Cache,
-    remote: CacheDir,
+    inner: Arc<dyn CacheBackend>,
+    // After the store (whose drop flushes it): the last publish. No
+    // background publishes: a memmap-array or page-alloc build is
+    // consistent only once finished, which its flush or drop is.
+    _publisher: Publisher,
+    remote: Arc<CacheDir>,
 }
 
 impl RemoteBackend {
     pub(crate) fn new(inner: Cache, remote: CacheDir) -> RemoteBackend {
-        RemoteBackend { inner, remote }
+        let inner: Arc<dyn CacheBackend> = Arc::from(inner);
+        let remote = Arc::new(remote);
+        let shown = remote.remote().map_or_else(
+            || remote.path().display().to_string(),
+            |r| redact_url(r.tier().url()),
+        );
+        let (store, dir) = (Arc::downgrade(&inner), Arc::clone(&remote));
+        let publisher = Publisher::start(shown, None, move |step| {
+            // At the process's exit the store is still open: it flushes
+            // first, as its drop would have.
+            if let (Publish::Last, Some(store)) = (step, store.upgrade()) {
+                store.flush()?;
+            }
+            dir.publish()?;
+            Ok(())
+        });
+        RemoteBackend {
+            inner,
+            _publisher: publisher,
+            remote,
+        }
     }
 
     /// Publishes what the backend wrote (a build, flushed puts).

@@ -86,6 +86,39 @@ fn segment_store_with_a_url_root_publishes_on_flush() {
 }
 
 #[test]
+fn a_segment_store_with_a_url_root_dropped_without_flush_publishes() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let bucket = new_bucket(&endpoint, "dropped");
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer = open(&config(
+        &endpoint,
+        BackendKind::SegmentStore,
+        &bucket,
+        a.path(),
+    ))
+    .unwrap();
+    writer
+        .put_batch((0..30).map(|i| (format!("k{i}"), row(i))).collect())
+        .unwrap();
+    drop(writer);
+    let reader = open(&config(
+        &endpoint,
+        BackendKind::SegmentStore,
+        &bucket,
+        b.path(),
+    ))
+    .unwrap();
+    assert_eq!(reader.len().unwrap(), 30);
+    let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let (values, missing) = reader.get_batch(&keys).unwrap();
+    assert!(missing.is_empty(), "{missing:?}");
+    assert_eq!(values[7].as_ref().unwrap(), &row(7));
+}
+
+#[test]
 fn built_backends_with_a_url_root_are_built_once_and_read_elsewhere() {
     let Some(endpoint) = s3_endpoint() else {
         return;

@@ -185,7 +185,11 @@ impl<T: ?Sized + Send + Sync + 'static> Drop for Handle<T> {
             return;
         }
         // Handles live in Python objects, dropped with the GIL held; the
-        // store's drop may join threads that wait for it.
-        Python::attach(|py| py.detach(move || drop(store)));
+        // store's drop may join threads that wait for it, and (a writer on
+        // a URL) publish for the last time, whose failure is a warning.
+        Python::attach(|py| {
+            py.detach(move || drop(store));
+            crate::publish::warn_failures(py);
+        });
     }
 }

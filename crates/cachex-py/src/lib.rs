@@ -33,6 +33,7 @@
 //!   src/memmap_{schema,writer,reader,build}.rs   MemmapWriter, MemmapArray, memmap_open_or_build
 //!   src/page_{fields,writer,reader}.rs beton.rs  PageWriter, PageReader, BetonReader
 //!   src/prefetch.rs              Prefetch: a remote reader's background fill of the tier
+//!   src/publish.rs               the atexit publish of writers on URLs, failures as warnings
 //!   src/facade.rs                cachex.open's Cache and CachedFn
 //!   src/fingerprint.rs seq.rs    cache keys and fingerprints; loadit's index arithmetic
 //!   src/legacy.rs                deprecated module-level verify/inspect functions
@@ -80,6 +81,7 @@ mod page_fields;
 mod page_reader;
 mod page_writer;
 mod prefetch;
+mod publish;
 mod root;
 mod segment;
 mod seq;
@@ -126,6 +128,8 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fingerprint::check_dir, m)?)?;
     m.add_function(wrap_pyfunction!(bfloat16_is_native, m)?)?;
     m.add_function(wrap_pyfunction!(fork::_after_fork_in_child, m)?)?;
+    m.add_function(wrap_pyfunction!(publish::_publish_at_exit, m)?)?;
+    publish::collect_failures();
     staged::register(m)?;
     Ok(())
 }

@@ -26,8 +26,10 @@ mod stack;
 ///
 /// On a URL the store opens a working directory of its own over the
 /// machine's local tier (remote-cache's `RemoteSegments`): the writer
-/// publishes on `flush()`/`close()`, a reader sees what was published since
-/// it opened after `refresh()`.
+/// publishes on `flush()`/`close()`, and on its own every few seconds (the
+/// segments it flushed; `CACHEX_PUBLISH_INTERVAL`), when dropped and at
+/// the interpreter's exit; a reader sees what was published since it
+/// opened after `refresh()`.
 #[pyclass(module = "cachex._cachex", name = "SegmentStore", frozen)]
 pub struct PySegmentStore {
     opts: Options,

@@ -212,11 +212,14 @@ impl PyShardStore {
             Some(self.kwargs.bind(py).cast::<PyDict>()?),
         )?;
         let fresh = fresh.cast_into::<PyShardStore>()?;
-        fresh
+        let store = fresh
             .get()
             .handle
             .close()
-            .ok_or_else(|| errors::closed(self.handle.path()))
+            .ok_or_else(|| errors::closed(self.handle.path()))?;
+        // The parent's writer publishes; the child never does.
+        store.stop_publishing();
+        Ok(store)
     }
 
     /// The directory the store reads now: for a URL, the working
@@ -245,7 +248,9 @@ impl PyShardStore {
     /// local tier at `tier_dir` within `tier_budget` (bytes, or a size
     /// such as `"20G"`), with `storage_options` for the object store
     /// (credentials stay in the environment): shards published there are
-    /// read, shards generated here are published by `flush()`/`close()`.
+    /// read, shards generated here are published by `flush()`/`close()`,
+    /// and on their own: every few seconds (`CACHEX_PUBLISH_INTERVAL`), when
+    /// the store is dropped and at the interpreter's exit.
     #[new]
     #[pyo3(signature = (root, source=None, *, max_shard_length=None, max_cache_size=128, max_workers=1, memory_limit=None, compression=None, preload=None, preload_all_async=false, length=None, info=None, tier_dir=None, tier_budget=None, storage_options=None))]
     #[allow(clippy::too_many_arguments)]
@@ -554,5 +559,11 @@ pub fn _reopen_shard_store<'py>(
     kwargs: &Bound<'py, PyDict>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let cls = py.get_type::<PyShardStore>();
-    cls.call((root, source), Some(kwargs))
+    let copy = cls.call((root, source), Some(kwargs))?;
+    // A copy (in a spawned worker) publishes nothing on its own: the
+    // original does.
+    if let Some(store) = copy.cast::<PyShardStore>()?.get().handle.peek() {
+        store.stop_publishing();
+    }
+    Ok(copy)
 }

@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 import cachex
+import procs
 
 FORK = mp.get_context("fork")
 
@@ -31,9 +32,9 @@ def run_in_fork(target, *args):
             queue.put(("error", f"{type(e).__name__}: {e}"))
 
     child = FORK.Process(target=main)
-    child.start()
-    status, value = queue.get(timeout=120)
-    child.join(timeout=60)
+    with procs.ended(child):
+        child.start()
+        status, value = queue.get(timeout=120)
     assert child.exitcode == 0
     assert status == "ok", value
     return value

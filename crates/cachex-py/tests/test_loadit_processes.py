@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import logging
 import multiprocessing as mp
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import procs
 from cachex.loadit import LoadIt
 
 N, SHARD = 95, 10
@@ -63,9 +63,9 @@ def test_a_writer_killed_mid_shard_leaves_a_root_that_reopens_right(tmp_path):
             assert child.poll() is None, "the writer exited early"
             assert time.monotonic() < deadline, f"the writer never reached item {KILLED_AT}"
             time.sleep(0.01)
-        os.kill(child.pid, signal.SIGKILL)
     finally:
-        child.wait()
+        left = procs.end(child)  # SIGKILL, by pid, and reaped
+    assert not left, left
     assert child.returncode == -signal.SIGKILL
     # Only whole shards, a prefix (the source is read ahead in batches, so
     # the last shards before the kill may not have been written).
@@ -91,13 +91,12 @@ def _read_all(root: Path, queue) -> None:
 def test_two_processes_share_one_root(tmp_path):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_read_all, args=(tmp_path, queue)) for _ in range(2)]
-    for p in procs:
-        p.start()
-    results = [queue.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    readers = [ctx.Process(target=_read_all, args=(tmp_path, queue)) for _ in range(2)]
+    with procs.ended(*readers):
+        for p in readers:
+            p.start()
+        results = [queue.get(timeout=120) for _ in readers]
+    assert [p.exitcode for p in readers] == [0, 0]
     want = list(range(N - 1, -1, -7)) + list(range(N))
     assert results == [want, want]
     starts = [int(p.name.split(".")[0]) for p in (tmp_path / "shards").iterdir()]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import cachex
+import procs
 
 ARRAYS = {
     "data": ("int16", (3, 8)),
@@ -213,9 +214,9 @@ def test_forked_and_spawned_readers(tmp_path):
         ctx = mp.get_context(ctx_name)
         queue = ctx.Queue()
         p = ctx.Process(target=_row_sums, args=(cache, queue))
-        p.start()
-        assert queue.get(timeout=60) == want, ctx_name
-        p.join(timeout=60)
+        with procs.ended(p):
+            p.start()
+            assert queue.get(timeout=60) == want, ctx_name
         assert p.exitcode == 0
     copy = pickle.loads(pickle.dumps(cache))
     assert copy.path == cache.path and len(copy) == 10

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import cachex
+import procs
 
 FIELDS = {"label": "int", "score": "float", "jpeg": "bytes", "feat": ("float32", (2, 3))}
 
@@ -151,9 +152,9 @@ def test_forked_readers_and_pickle(tmp_path):
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     p = ctx.Process(target=_labels, args=(reader, queue))
-    p.start()
-    assert queue.get(timeout=60) == want
-    p.join(timeout=60)
+    with procs.ended(p):
+        p.start()
+        assert queue.get(timeout=60) == want
     assert p.exitcode == 0
     copy = pickle.loads(pickle.dumps(reader))
     check_sample(copy.sample(11), 11)

@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cachex
+import procs
 from cachex import data
 from cachex.sampling import SamplingPlan, Step
 
@@ -183,10 +184,8 @@ def test_wait_with_a_tiny_timeout_returns_and_cancel_ends_the_fill(s3):
     warming = cache.prefetch(list(range(N))[::-1])
     # A forked child has no thread of the fill: its wait does not hang.
     child = mp.get_context("fork").Process(target=_wait_forever, args=(warming,))
-    child.start()
-    child.join(120)
-    if child.is_alive():
-        child.kill()
+    with procs.ended(child, within=120):
+        child.start()
     assert child.exitcode == 0
     started = time.monotonic()
     assert warming.wait(0.001) in (True, False)

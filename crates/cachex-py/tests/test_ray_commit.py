@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import procs
 from ray_support import cachex_verify, require_ray, run_cachex_verify, start_cluster
 
 ray = require_ray()
@@ -155,12 +156,10 @@ def run_driver_until_ready(tmp_path: Path, path: Path, start: int, hook: str) ->
     try:
         line = proc.stdout.readline()
         assert line.strip() == "READY", f"driver ended early: {line}{proc.stderr.read()}"
-        os.kill(proc.pid, signal.SIGKILL)
-        assert proc.wait(timeout=60) == -signal.SIGKILL
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        left = procs.end(proc)  # the driver and anything it started, by pid
+    assert not left, left
+    assert proc.returncode == -signal.SIGKILL
 
 
 def test_driver_killed_before_commit_leaves_last_commit(tmp_path):

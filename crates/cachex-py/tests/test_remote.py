@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import cachex
+import procs
 from cachex import data
 from cachex.loadit import LoadIt
 from cachex.torchcachex import ArrowIPCCacheBackend
@@ -285,11 +286,10 @@ def test_writer_process_publishes_while_reader_process_refreshes(s3):
     reader = ctx.Process(
         target=refresh_rounds, args=(url, s3.tier("reader"), rounds, published, go, seen)
     )
-    writer.start()
-    reader.start()
-    counts, last = seen.get(timeout=300)
-    writer.join(timeout=120)
-    reader.join(timeout=120)
+    with procs.ended(writer, reader):
+        writer.start()
+        reader.start()
+        counts, last = seen.get(timeout=300)
     assert writer.exitcode == 0 and reader.exitcode == 0
     assert counts == [4, 8, 12]
     assert last == [23, 23, 23]

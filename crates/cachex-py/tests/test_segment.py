@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import cachex
+import procs
 
 ALL_DTYPES = [
     np.bool_,
@@ -299,13 +300,12 @@ def test_forked_children_read_through_inherited_and_pickled_handles(tmp_path):
     for ctx_name in ("fork", "spawn"):
         ctx = mp.get_context(ctx_name)
         queue = ctx.Queue()
-        procs = [ctx.Process(target=_sum_in_child, args=(store, keys, queue)) for _ in range(2)]
-        for p in procs:
-            p.start()
-        results = [queue.get(timeout=60) for _ in procs]
-        for p in procs:
-            p.join(timeout=60)
-            assert p.exitcode == 0, ctx_name
+        children = [ctx.Process(target=_sum_in_child, args=(store, keys, queue)) for _ in range(2)]
+        with procs.ended(*children):
+            for p in children:
+                p.start()
+            results = [queue.get(timeout=60) for _ in children]
+        assert [p.exitcode for p in children] == [0, 0], ctx_name
         assert results == [([], want)] * 2, ctx_name
 
 

@@ -25,6 +25,7 @@ import cachex
 
 torch = pytest.importorskip("torch", reason="torch is not installed (scripts/test installs it)")
 
+import procs  # noqa: E402
 from conftest import REPO  # noqa: E402
 
 JOB = Path(__file__).with_name("torchrun_job.py")
@@ -44,20 +45,39 @@ def env() -> dict[str, str]:
 
 
 def run(nproc: int, *args: str) -> None:
-    proc = subprocess.run(
-        torchrun(nproc, *args), env=env(), capture_output=True, text=True, timeout=TIMEOUT
+    run_argv(torchrun(nproc, *args))
+
+
+def run_argv(argv: list[str], cwd: Path | None = None) -> None:
+    """Runs a job to its end; one that outlives ``TIMEOUT`` is killed, ranks and
+    workers included (each by pid: torchrun starts ranks in sessions of their own)."""
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        left = procs.end(proc)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the job outlived {TIMEOUT} s (left alive: {left}): {stderr[-3000:]}")
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
 
 
 def run_until_stopped(nproc: int, out: Path, *args: str) -> None:
-    """Launches, waits until every rank stopped after its steps, then SIGKILLs the launcher."""
+    """Launches, waits until every rank stopped after its steps, then SIGKILLs
+    the launcher (as a preemption does) and every process of the job, each by
+    pid, and checks that none is left: torchrun starts each rank in a session
+    of its own, where no ``killpg`` of the launcher's group reaches it."""
     proc = subprocess.Popen(
         torchrun(nproc, *args),
         env=env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + TIMEOUT
@@ -65,13 +85,20 @@ def run_until_stopped(nproc: int, out: Path, *args: str) -> None:
             assert proc.poll() is None, f"the job ended early ({proc.returncode})"
             assert time.monotonic() < deadline, "the job never reached its stop"
             time.sleep(0.2)
-        os.kill(proc.pid, signal.SIGKILL)  # the launcher, as a preemption does
+        job = procs.tree(proc.pid)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # its ranks and their workers, with the node
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=60)
+        left = procs.end(proc)
+    # Each rank recorded itself and its DataLoader workers at its stop: the
+    # walk of the launcher's tree found them all, and none outlived the kill.
+    recorded = {
+        int(pid)
+        for r in range(nproc)
+        for pid in (out / f"stopped.rank{r}.pids").read_text().split()
+    }
+    assert len(recorded) >= nproc * 2  # every rank, and at least one worker each
+    assert recorded <= {p.pid for p in job}
+    assert proc.returncode == -signal.SIGKILL
+    assert not left, f"processes of the killed job still alive: {left}"
 
 
 def batches(out: Path, store: str, nproc: int) -> dict[int, list[list[int]]]:
@@ -198,10 +225,7 @@ def test_readme_torchrun_example_resumes(tmp_path):
         rest = cmd[cmd.index("train.py") :]
         argv = torchrun(nproc)[:-1]  # the launcher and its options, without the job
         argv[argv.index("--nproc_per_node") + 1] = str(nproc)
-        proc = subprocess.run(
-            [*argv, *rest], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=TIMEOUT
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        run_argv([*argv, *rest], cwd=tmp_path)
         states.append(json.loads((tmp_path / "state.json").read_text()))
     # 2 ranks x 2 workers ran 3 steps of epoch 0; 1 rank read its other 52
     # samples (7 batches of 8), then all of epoch 1 (13 batches).

@@ -6,8 +6,9 @@ the batch size (a rank with fewer batches would hang the others). Each
 rank appends ``{"store", "step", "ids", "total"}`` lines to
 ``<out>/<store>.rank<r>.jsonl`` and writes the loader's state after every
 step to ``<out>/<store>.state.rank<r>.json``. With ``--stop-after K`` the
-ranks stop after K steps, say so in ``<out>/stopped.rank<r>``, and wait to
-be killed. ``--resume FILE`` loads a state first.
+ranks stop after K steps, record their pids and their workers' in
+``<out>/stopped.rank<r>.pids``, say so in ``<out>/stopped.rank<r>``, and wait
+to be killed. ``--resume FILE`` loads a state first.
 
 ``cache``: the decorator (:mod:`cachex.ddp`): every rank computes its share
 of the keys into one cache (writer id = rank), flushes, meets the others at
@@ -52,6 +53,14 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def own_pids() -> list[int]:
+    """This process and its children (the DataLoader's workers), from ``/proc``."""
+    children = []
+    for task in Path("/proc/self/task").iterdir():
+        children += (task / "children").read_text().split()
+    return [os.getpid(), *map(int, children)]
+
+
 def read(args: argparse.Namespace, rank: int) -> None:
     out = Path(args.out)
     for spec in args.stores.split(","):
@@ -75,6 +84,8 @@ def read(args: argparse.Namespace, rank: int) -> None:
             log.flush()
             write_atomic(state_file, json.dumps(loader.state_dict()))
             if args.stop_after and steps == args.stop_after:
+                # Who to kill, for the test to check it found them all.
+                write_atomic(out / f"stopped.rank{rank}.pids", " ".join(map(str, own_pids())))
                 (out / f"stopped.rank{rank}").write_text(str(steps))
                 while True:  # a preempted job: killed from outside
                     time.sleep(1)

@@ -25,6 +25,10 @@
 //!   the commit record last with a conditional put: a writer killed
 //!   mid-publish leaves the remote cache at its last commit, and two
 //!   writers can never both claim one file (one gets [`Error::Conflict`]).
+//!   A writer need not call it: a [`Publisher`] publishes what its store
+//!   persisted every few seconds, and what is left when the handle is
+//!   dropped or the process exits ([`mod@publisher`]); a killed writer
+//!   loses at most that interval.
 //! - **Refresh** ([`RemoteSegments::refresh`], or on a period with
 //!   [`RemoteSegments::refresh_every`]) applies what other processes
 //!   published since, whole commits only. Reads never wait for its
@@ -181,6 +185,7 @@ mod location;
 pub mod log_id;
 mod log_state;
 mod prefetch;
+pub mod publisher;
 pub mod snapshot;
 pub mod staged;
 mod stores;
@@ -197,5 +202,6 @@ pub use location::{
     TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
 };
 pub use log_state::LogState;
+pub use publisher::Publisher;
 pub use remote_tier::redact_url;
 pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};

@@ -205,6 +205,16 @@ impl SegmentStore {
         flush::flush(&self.inner, self.bg.as_ref())
     }
 
+    /// Runs `f` while no flush or compaction of this handle changes the
+    /// index logs or segments: what `f` copies of the directory (a publish
+    /// to object storage) holds whole index groups only. A flush that
+    /// comes meanwhile waits for `f`; a handle that does not write runs
+    /// `f` at once.
+    pub fn while_committed<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _quiet = self.inner.write.as_ref().map(|w| w.lock());
+        f()
+    }
+
     /// Looks `keys` up: the LRU, records not yet flushed, then the index
     /// and segments (every key confirmed against its segment's key
     /// column). Returns the records in the caller's order and the

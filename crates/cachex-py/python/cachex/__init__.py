@@ -23,7 +23,9 @@ path also takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
 (credentials stay in the environment and are never shown). The store works
 in a directory of its own over the machine's local tier, which every
 process and DataLoader worker there shares; writers publish on ``flush()``
-/ ``close()``, readers see what was published with ``refresh()``.
+/ ``close()``, and on their own as they persist: every few seconds
+(``CACHEX_PUBLISH_INTERVAL``, default 5), when dropped and at the
+interpreter's exit. Readers see what was published with ``refresh()``.
 
 Every error a store raises is a :class:`cachex.CacheError` (see
 :mod:`cachex.errors`), with the store's message naming the file and the
@@ -32,6 +34,7 @@ problem.
 
 from __future__ import annotations
 
+import atexit as _atexit
 import os as _os
 
 from cachex import _cachex
@@ -77,6 +80,10 @@ from cachex.facade import CachedFn, cached
 # A forked child (a DataLoader worker) marks every live handle: readers
 # reopen on first use, writers refuse with ForkedWriterError. See cachex.data.
 _os.register_at_fork(after_in_child=_cachex._after_fork_in_child)
+
+# Writers on a URL publish on a period and when dropped; at exit, those
+# Python never drops publish what is left (bounded; failures are warnings).
+_atexit.register(_cachex._publish_at_exit)
 
 __all__ = [
     "BetonReader",

@@ -913,6 +913,12 @@ def _reopen_segment_store(path: str | os.PathLike[str], kwargs: dict[str, Any]) 
 def _after_fork_in_child() -> None:
     """The ``os.register_at_fork(after_in_child=...)`` hook: marks every live handle."""
 
+def _publish_at_exit() -> None:
+    """The ``atexit`` hook: the last publish of every writer on a URL still open.
+
+    With the GIL released, all at once, bounded; what failed is a ``RuntimeWarning``.
+    """
+
 @final
 class ShardStore:
     """Random access to the items of a deterministic iterable (loadit's layout).

@@ -85,7 +85,11 @@ Differences from torchcachex (deliberate)
   keyword-only ``tier_dir``, ``tier_budget`` and ``storage_options``: the
   cache is read and written in a working directory over the machine's
   local tier, ``flush()`` / ``close()`` publish, ``refresh()`` applies
-  what other writers published.
+  what other writers published. Without them, what the writer persists
+  still reaches the bucket: each segment it flushes within a few seconds
+  (``CACHEX_PUBLISH_INTERVAL``, default 5), the rest when the backend is
+  dropped or the interpreter exits; a killed writer loses at most its last
+  interval.
 
 Attributes: torchcachex 0.2.0's public ones all exist. ``schema`` is a
 ``pyarrow.Schema`` read from ``schema.json`` as torchcachex reads it (it
@@ -517,8 +521,9 @@ class ArrowIPCCacheBackend:
     ``cache_dir`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
     ``file://``; cachex only): the cache lives at ``<cache_dir>/<module_id>``
     in the bucket and is read through the machine's local tier; ``flush()``
-    and ``close()`` publish what the writer wrote, :meth:`refresh` applies
-    what others published. :attr:`cache_dir` is then the local working
+    and ``close()`` publish what the writer wrote (and so, on their own,
+    every few seconds, a drop and the interpreter's exit), :meth:`refresh`
+    applies what others published. :attr:`cache_dir` is then the local working
     directory, :attr:`url` the URL (without credentials).
 
     Parameters

@@ -16,6 +16,7 @@ use crate::Result;
 use crate::files::{StoreFiles, StoreKind};
 use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
+use crate::publisher::{self, Publisher};
 
 /// A segment-store cache on a [`Location`]: read, and append.
 ///
@@ -37,7 +38,10 @@ use crate::location::Location;
 #[derive(Debug)]
 pub struct RemoteSegments {
     // Dropped before the commit log: the store's files stay while it lives.
-    store: SegmentStore,
+    store: Arc<SegmentStore>,
+    // After the store (whose drop flushes), before the commit log: the
+    // last publish takes what the store persisted.
+    _publisher: Option<Publisher>,
     remote: Option<Arc<RemoteDir>>,
     whole: Arc<WholeCopies>,
 }
@@ -212,7 +216,8 @@ impl RemoteSegments {
         match opened.remote {
             Some(remote) => RemoteSegments::with_unapplied(remote, options),
             None => Ok(RemoteSegments {
-                store: SegmentStore::open(&opened.dir, options)?,
+                store: Arc::new(SegmentStore::open(&opened.dir, options)?),
+                _publisher: None,
                 remote: None,
                 whole: Arc::default(),
             }),
@@ -267,7 +272,9 @@ impl RemoteSegments {
             remote.refresh_from(next)?;
             store.refresh()?;
         }
+        let store = Arc::new(store);
         Ok(RemoteSegments {
+            _publisher: publisher::for_segments(&store, &remote),
             store,
             remote: Some(remote),
             whole,
@@ -282,9 +289,12 @@ impl RemoteSegments {
     ) -> Result<RemoteSegments> {
         let remote = Arc::new(remote);
         let whole = Arc::default();
-        let store =
-            SegmentStore::open(remote.dir(), with_whole_segments(options, &remote, &whole))?;
+        let store = Arc::new(SegmentStore::open(
+            remote.dir(),
+            with_whole_segments(options, &remote, &whole),
+        )?);
         Ok(RemoteSegments {
+            _publisher: publisher::for_segments(&store, &remote),
             store,
             remote: Some(remote),
             whole,

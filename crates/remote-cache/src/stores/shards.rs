@@ -1,6 +1,7 @@
 //! [`RemoteShards`]: a shard-store root on a location.
 
 use std::ops::Deref;
+use std::sync::Arc;
 
 use shard_store::{ShardStore, StoreItem};
 
@@ -9,6 +10,7 @@ use crate::Result;
 use crate::files::{StoreFiles, StoreKind};
 use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
+use crate::publisher::{self, Publisher};
 
 /// A shard-store root on a [`Location`]: shards published by others are
 /// materialised before the store opens; shards this process generates
@@ -19,7 +21,10 @@ use crate::location::Location;
 #[derive(Debug)]
 pub struct RemoteShards<T> {
     store: ShardStore<T>,
-    remote: Option<RemoteDir>,
+    // After the store (whose drop stops its workers), before the commit
+    // log: the last publish takes every shard the store completed.
+    publisher: Option<Publisher>,
+    remote: Option<Arc<RemoteDir>>,
 }
 
 impl<T: StoreItem> RemoteShards<T> {
@@ -27,9 +32,11 @@ impl<T: StoreItem> RemoteShards<T> {
     pub fn open(location: &Location, options: shard_store::Options) -> Result<RemoteShards<T>> {
         let opened = location.open(StoreFiles::for_kind(StoreKind::Shards))?;
         let store = ShardStore::open(&opened.dir, options)?;
+        let remote = opened.remote.map(Arc::new);
         Ok(RemoteShards {
             store,
-            remote: opened.remote,
+            publisher: remote.as_ref().map(publisher::for_dir),
+            remote,
         })
     }
 
@@ -47,9 +54,11 @@ impl<T: StoreItem> RemoteShards<T> {
     {
         let opened = location.open(StoreFiles::for_kind(StoreKind::Shards))?;
         let store = ShardStore::open_with_source(&opened.dir, options, source)?;
+        let remote = opened.remote.map(Arc::new);
         Ok(RemoteShards {
             store,
-            remote: opened.remote,
+            publisher: remote.as_ref().map(publisher::for_dir),
+            remote,
         })
     }
 
@@ -60,7 +69,7 @@ impl<T: StoreItem> RemoteShards<T> {
 
     /// The commit log behind a remote root (`None` for a local one).
     pub fn remote(&self) -> Option<&RemoteDir> {
-        self.remote.as_ref()
+        self.remote.as_deref()
     }
 
     /// Publishes the shards (and metadata) generated since the last
@@ -70,6 +79,16 @@ impl<T: StoreItem> RemoteShards<T> {
         match &self.remote {
             Some(r) => r.publish(),
             None => Ok(local_publish()),
+        }
+    }
+
+    /// Publishes nothing on its own from now on (no background publishes,
+    /// none when dropped): for a copy of a writer reopened in a worker
+    /// process, whose original publishes. [`publish`](Self::publish) still
+    /// does.
+    pub fn stop_publishing(&self) {
+        if let Some(p) = &self.publisher {
+            p.stop();
         }
     }
 

@@ -60,8 +60,11 @@ Kept where loadit was right; changed where it was wrong:
   through the machine's local tier; keyword-only ``tier_dir``,
   ``tier_budget`` and ``storage_options`` after loadit's arguments, and
   ``flush()`` / ``close()`` (publish what was generated) and
-  ``refresh()`` (apply what others published). loadit's own fsspec roots
-  are not read this way.
+  ``refresh()`` (apply what others published). Without them, shards still
+  reach the bucket as loadit persists them: every few seconds
+  (``CACHEX_PUBLISH_INTERVAL``, default 5), when the ``LoadIt`` is dropped
+  and at the interpreter's exit; a killed writer loses at most its last
+  interval. loadit's own fsspec roots are not read this way.
 - **Utilities**: see :mod:`cachex.loadit.util` (``InterleaveSequences``
   fixed, ``ConcatableSequence.__add__`` fixed, ``RepeatSequence`` length,
   ``chunk_shuffle_idx`` permutations come from shard-store's generator).

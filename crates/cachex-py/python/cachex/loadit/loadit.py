@@ -83,7 +83,8 @@ class LoadIt(SequenceView):
     ``root_dir`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
     ``file://``; cachex only): shards published there are read through the
     machine's local tier, shards generated here are published by
-    :meth:`flush` / :meth:`close`, and :meth:`refresh` applies what others
+    :meth:`flush` / :meth:`close` (and, without them, every few seconds,
+    when dropped and at the interpreter's exit), and :meth:`refresh` applies what others
     published since. ``root_dir`` is then the local working directory and
     :attr:`url` the URL (without credentials). On a URL, ``compression=None``
     does not adopt the root's compression: give the one it was written with.
