@@ -266,6 +266,7 @@ impl RemoteDir {
             }),
             _lock: lock,
         };
+        remote.sweep_leftovers();
         {
             let mut state = remote.lock();
             // Files read by blocks are links into the tier: open (pin) each

@@ -94,16 +94,16 @@ fn an_open_object_is_not_evicted_under_its_reader() {
     let report = tier.evict().unwrap();
     assert_eq!(report.pinned, 2, "{report:?}");
     let mut got = vec![0u8; a.len()];
-    fa.file().read_exact_at(&mut got, 0).unwrap();
+    fa.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, a);
-    fb.file().read_exact_at(&mut got, 0).unwrap();
+    fb.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, b);
     drop((fa, fb));
     let report = tier.evict().unwrap();
     assert_eq!((report.evicted, report.bytes_after), (2, 0), "{report:?}");
     // Evicted copies come back on the next read.
     let f = tier.open_object("a").unwrap();
-    f.file().read_exact_at(&mut got, 0).unwrap();
+    f.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, a);
 }
 
