@@ -17,7 +17,7 @@ use crate::per_process::{Leave, PerProcess};
 
 /// The most local copies a process keeps open at once (about as many as
 /// segment-store keeps mapped).
-pub const OPEN_FILES: usize = 64;
+pub(crate) const OPEN_FILES: usize = 64;
 
 /// The open copies, by handle.
 #[derive(Default)]
@@ -107,9 +107,4 @@ pub(crate) fn keep(id: u64, file: File, path: &Path, ino: u64) -> Arc<File> {
 /// Closes the copy of handle `id` (its last handle is gone).
 pub(crate) fn forget(id: u64) {
     OPEN.lock().open.remove(&id);
-}
-
-/// How many copies this process has open now.
-pub fn open_count() -> usize {
-    OPEN.lock().open.len()
 }

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 /// A value of this process, behind a mutex held only for short,
 /// non-blocking work.
-pub(crate) struct PerProcess<T: Default> {
+pub(crate) struct PerProcess<T> {
     slot: AtomicPtr<Slot<T>>,
 }
 
