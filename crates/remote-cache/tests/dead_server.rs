@@ -67,9 +67,7 @@ fn a_cold_open_on_a_server_that_stops_answering_fails_without_asking_for_every_s
     )
     .unwrap();
     let segments = 64;
-    writer
-        .put_batch(&keyed("k", 0..segments, record))
-        .unwrap();
+    writer.put_batch(&keyed("k", 0..segments, record)).unwrap();
     assert_eq!(writer.publish().unwrap().seq, Some(1));
 
     let rt = tempfile::tempdir().unwrap();

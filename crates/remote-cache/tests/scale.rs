@@ -50,7 +50,10 @@ fn open_descriptors() -> usize {
 /// Asserts the process holds few descriptors now, after `step`.
 fn check_descriptors(step: &str) {
     let open = open_descriptors();
-    eprintln!("{step}: {open} descriptors open ({:?})", START.get_or_init(std::time::Instant::now).elapsed());
+    eprintln!(
+        "{step}: {open} descriptors open ({:?})",
+        START.get_or_init(std::time::Instant::now).elapsed()
+    );
     assert!(
         open < MOST_OPEN,
         "{step}: {open} descriptors open, the bound is {MOST_OPEN}"
@@ -101,7 +104,13 @@ fn read_spread(reader: &RemoteSegments, n: usize, count: usize, seed: usize) {
 }
 
 /// The whole run at `n` segments on `url`.
-fn run(url: &str, n: usize, per_commit: usize, options: Vec<(&'static str, String)>, scratch: &Path) {
+fn run(
+    url: &str,
+    n: usize,
+    per_commit: usize,
+    options: Vec<(&'static str, String)>,
+    scratch: &Path,
+) {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     limit_descriptors();
     check_descriptors("start");

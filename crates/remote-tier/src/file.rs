@@ -490,10 +490,9 @@ impl RemoteFile {
             .touched
             .swap(secs, std::sync::atomic::Ordering::Relaxed)
             != secs
+            && let Ok(file) = self.state.file()
         {
-            if let Ok(file) = self.state.file() {
-                let _ = file.set_modified(now);
-            }
+            let _ = file.set_modified(now);
         }
     }
 }
@@ -520,7 +519,10 @@ impl ObjectState {
             None => File::open(&self.path),
         };
         let file = opened.map_err(Error::io("open", &self.path))?;
-        let ino = file.metadata().map_err(Error::io("stat", &self.path))?.ino();
+        let ino = file
+            .metadata()
+            .map_err(Error::io("stat", &self.path))?
+            .ino();
         if ino != self.ino {
             return Err(Error::Corrupt {
                 url: self.tier.url.to_string(),
@@ -635,8 +637,7 @@ impl ObjectState {
             .map_err(Error::io("write block", &self.path))?;
         let boot = durable_fs::boot_id();
         if boot.is_none() {
-            file.sync_data()
-                .map_err(Error::io("fsync", &self.path))?;
+            file.sync_data().map_err(Error::io("fsync", &self.path))?;
         }
         {
             let _tier = self.tier.dir.lock_tier()?;

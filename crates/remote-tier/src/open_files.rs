@@ -92,9 +92,10 @@ pub(crate) fn keep(id: u64, file: File, path: &Path, ino: u64) -> Arc<File> {
             if excess == 0 {
                 break;
             }
-            let replaced = set.open.get(&k).is_some_and(|e| {
-                !std::fs::metadata(&e.path).is_ok_and(|m| m.ino() == e.ino)
-            });
+            let replaced = set
+                .open
+                .get(&k)
+                .is_some_and(|e| !std::fs::metadata(&e.path).is_ok_and(|m| m.ino() == e.ino));
             if !replaced {
                 set.open.remove(&k);
                 excess -= 1;
