@@ -495,7 +495,7 @@ fn fold_into(tier: &RemoteTier, path: &str, parts: &[Piece], tmp: &Path) -> Resu
         let mut at = 0u64;
         while at < p.size {
             let n = (p.size - at).min(buf.len() as u64) as usize;
-            src.file()
+            src.file()?
                 .read_exact_at(&mut buf[..n], at)
                 .map_err(Error::io("read", src.path()))?;
             out.write_all_at(&buf[..n], p.offset + at)

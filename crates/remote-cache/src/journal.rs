@@ -324,6 +324,7 @@ impl RemoteDir {
             other_log: OnceLock::new(),
             _lock: lock,
         };
+        remote.sweep_leftovers();
         {
             let mut state = remote.lock();
             // Files read by blocks are links into the tier: open (pin) each

@@ -191,6 +191,34 @@ impl RemoteDir {
         Ok(())
     }
 
+    /// Removes what dead processes left in the working directory: the
+    /// temporary files of block lists, and of links and of copies they
+    /// were making (named
+    /// with their host and pid, see `durable_fs::unique_temp_path`), in
+    /// every directory of it. Called on open, before anything is linked
+    /// or copied; best effort (what stays is only space, swept next time).
+    pub(crate) fn sweep_leftovers(&self) {
+        // Block lists are written by the one holder of the directory's
+        // lock, as this handle is now: any temporary one is a dead
+        // writer's.
+        let _ = durable_fs::remove_temp_files(&self.dir.join(STATE_DIR).join("blocks"));
+        let mut dirs = vec![self.dir.clone()];
+        while let Some(dir) = dirs.pop() {
+            durable_fs::remove_dead_temp_files(&dir);
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            // Directories only, never through a link (links point into
+            // the tier, which sweeps its own).
+            dirs.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+
     /// Re-opens a file read by blocks (on open: the tier may have evicted
     /// it, or moved it) and points its link at the local copy.
     pub(crate) fn relink(&self, state: &mut State, path: &str) -> Result<()> {

@@ -14,7 +14,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use remote_tier::{BlockHashes, Expected, RemoteFile, RemoteTier};
 
@@ -63,28 +63,44 @@ pub fn fetch_window(tier: &RemoteTier, window: &[(Ahead, u64)]) -> usize {
 /// `tier`, up to the tier's parallelism at once, on a thread of its own;
 /// the handles stay open until the returned [`Opening`] is dropped. A
 /// failed open is left to the apply, which opens the object again and
-/// reports it.
+/// reports it. The handles hold no descriptors (see
+/// [`RemoteFile`]): however many objects, the opens cost the process
+/// none beyond the tier's few.
 pub fn open_in_background(tier: RemoteTier, wanted: Vec<(String, Arc<BlockHashes>)>) -> Opening {
     let workers = tier.config().parallelism;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
     let opening = std::thread::Builder::new()
         .name("cachex-open".into())
         .spawn(move || {
             at_once(&wanted, workers, |(object, hashes)| {
+                if stopped.load(Ordering::Relaxed) {
+                    return None;
+                }
                 tier.open_by_blocks(object, Arc::clone(hashes)).ok()
             })
         });
-    Opening(opening.ok())
+    Opening {
+        thread: opening.ok(),
+        stop,
+    }
 }
 
 /// Objects being opened by [`open_in_background`]: kept open until this
-/// is dropped, which waits for the opens (each bounded by the tier's
-/// timeouts).
+/// is dropped. Dropping it starts no further open and waits only for
+/// those in flight (each bounded by the tier's timeouts): an apply that
+/// failed — a server that stopped answering — reports its error after a
+/// few call bounds, not one per object left to open.
 #[derive(Debug)]
-pub struct Opening(Option<std::thread::JoinHandle<Vec<RemoteFile>>>);
+pub struct Opening {
+    thread: Option<std::thread::JoinHandle<Vec<RemoteFile>>>,
+    stop: Arc<AtomicBool>,
+}
 
 impl Drop for Opening {
     fn drop(&mut self) {
-        if let Some(h) = self.0.take() {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.thread.take() {
             drop(h.join());
         }
     }

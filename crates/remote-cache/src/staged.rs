@@ -164,7 +164,7 @@ pub fn fetch_file(tier: &RemoteTier, path: &str, pieces: &[Piece], dest: &Path) 
         while at < p.size {
             let n = (p.size - at).min(buf.len() as u64) as usize;
             object
-                .file()
+                .file()?
                 .read_exact_at(&mut buf[..n], at)
                 .map_err(Error::io("read", object.path()))?;
             out.write_all(&buf[..n]).map_err(Error::io("write", dest))?;

@@ -226,7 +226,7 @@ fn copy_at(from: &RemoteFile, to: &File, to_path: &Path, offset: u64, size: u64)
     let mut at = 0u64;
     while at < size {
         let n = (size - at).min(buf.len() as u64) as usize;
-        from.file()
+        from.file()?
             .read_exact_at(&mut buf[..n], at)
             .map_err(Error::io("read", from.path()))?;
         to.write_all_at(&buf[..n], offset + at)

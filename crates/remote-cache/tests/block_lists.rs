@@ -162,6 +162,7 @@ fn a_block_corrupted_on_the_server_is_refused_and_never_kept() {
     let mut local = vec![1u8; 64 << 10];
     object_file
         .file()
+        .unwrap()
         .read_exact_at(&mut local, 5 << 16)
         .unwrap();
     assert!(local.iter().all(|&b| b == 0), "no corrupt byte in the tier");

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use durable_fs::FileLock;
-
 use crate::blocks::BlockHashes;
 use crate::engine::{Expected, Inner, map_fits};
 use crate::error::block_mismatch;
 use crate::format::BlockMap;
 use crate::local::LocalDir;
+use crate::open_files;
+use crate::pins::Pin;
 use crate::warm::Warming;
 use crate::{Error, Result};
 
@@ -21,7 +21,10 @@ use crate::{Error, Result};
 /// holds the whole object, or a sparse one whose blocks are fetched on
 /// [`ensure`](RemoteFile::ensure). Map [`file`](RemoteFile::file) (not the
 /// path) to read zero-copy: the handle keeps the local copy from being
-/// evicted while it is open, in this process and in others.
+/// evicted while it is open, in this process and in others. A handle
+/// holds no descriptor of its own: its copy is opened when used, among
+/// at most a fixed number a process keeps open (`open_files`), and a
+/// mapping outlives the descriptor it was made from.
 #[derive(Debug, Clone)]
 pub struct RemoteFile {
     state: Arc<ObjectState>,
@@ -34,15 +37,17 @@ pub(crate) struct ObjectState {
     pub(crate) name: String,
     pub(crate) key: String,
     pub(crate) path: PathBuf,
-    pub(crate) file: File,
+    /// This handle's entry in the process's set of open copies.
+    id: u64,
     size: u64,
     /// `None` for a whole object; the blocks known present otherwise.
     blocks: Option<Mutex<BlockMap>>,
     /// What each fetched block is checked against, when the publisher
     /// recorded it (its block size is the map's).
     pub(crate) hashes: Option<Arc<BlockHashes>>,
-    /// The sparse file's inode: block maps on disk are only trusted (and
-    /// only written) while the path still names this file.
+    /// The local file's inode: block maps on disk are only trusted (and
+    /// only written) while the path still names this file, and the file
+    /// is opened again only while it does.
     ino: u64,
     /// The second (since the epoch) of the last touch.
     touched: std::sync::atomic::AtomicU64,
@@ -52,15 +57,17 @@ pub(crate) struct ObjectState {
     /// Whether this handle marked blocks present without fsyncing them
     /// (see [`sync`](RemoteFile::sync)).
     unsynced: std::sync::atomic::AtomicBool,
-    _pin: FileLock,
+    /// Keeps the copy from eviction; taken again in a forked child.
+    pin: Mutex<Pin>,
 }
 
 impl Drop for ObjectState {
     /// The last handle of the object in this process makes the blocks it
     /// fetched durable (best effort: a failure leaves them unsynced, which
-    /// the next boot fetches again).
+    /// the next boot fetches again), and closes its copy.
     fn drop(&mut self) {
         let _ = self.settle();
+        open_files::forget(self.id);
     }
 }
 
@@ -115,6 +122,7 @@ impl RemoteFile {
         };
         let key = LocalDir::key(name);
         let pin = tier.dir.pin(&key)?;
+        let id = open_files::new_id();
         let whole = tier.dir.whole(&key);
         let mut opened = open_existing(&whole)?;
         let mut head = None;
@@ -142,33 +150,35 @@ impl RemoteFile {
         }
         let state = match opened {
             Some(file) => {
-                let size = file.metadata().map_err(Error::io("stat", &whole))?.len();
+                let meta = file.metadata().map_err(Error::io("stat", &whole))?;
+                open_files::keep(id, file, &whole, meta.ino());
                 ObjectState {
                     tier: Arc::clone(tier),
                     name: name.to_string(),
                     key,
                     path: whole,
-                    file,
-                    size,
+                    id,
+                    size: meta.len(),
                     blocks: None,
                     hashes: None,
-                    ino: 0,
+                    ino: meta.ino(),
                     touched: Default::default(),
                     ahead: Default::default(),
                     unsynced: Default::default(),
-                    _pin: pin,
+                    pin: Mutex::new(pin),
                 }
             }
             None => {
                 let (file, map) = tier.sparse_file(name, &key, head, hashes.as_deref())?;
                 let path = tier.dir.sparse(&key);
                 let ino = file.metadata().map_err(Error::io("stat", &path))?.ino();
+                open_files::keep(id, file, &path, ino);
                 ObjectState {
                     tier: Arc::clone(tier),
                     name: name.to_string(),
                     key,
                     path,
-                    file,
+                    id,
                     size: map.size,
                     blocks: Some(Mutex::new(map)),
                     hashes,
@@ -176,7 +186,7 @@ impl RemoteFile {
                     touched: Default::default(),
                     ahead: Default::default(),
                     unsynced: Default::default(),
-                    _pin: pin,
+                    pin: Mutex::new(pin),
                 }
             }
         };
@@ -207,11 +217,14 @@ impl RemoteFile {
         self.state.size == 0
     }
 
-    /// The local file (whole, or sparse with the fetched blocks in place).
+    /// The local file (whole, or sparse with the fetched blocks in place),
+    /// opened now if this process had closed it (see the type's docs).
     /// Map or read it after [`ensure`](RemoteFile::ensure) of the bytes
-    /// wanted; bytes of blocks not fetched read as zeros.
-    pub fn file(&self) -> &File {
-        &self.state.file
+    /// wanted; bytes of blocks not fetched read as zeros. Keep it only as
+    /// long as needed: each one kept is a descriptor (a mapping made from
+    /// it needs none).
+    pub fn file(&self) -> Result<Arc<File>> {
+        self.state.file()
     }
 
     /// Where the local file lives now. Prefer [`file`](RemoteFile::file):
@@ -356,7 +369,7 @@ impl RemoteFile {
         let end = offset.saturating_add(buf.len() as u64);
         self.ensure(offset..end)?;
         self.state
-            .file
+            .file()?
             .read_exact_at(buf, offset)
             .map_err(Error::io("read", &self.state.path))
     }
@@ -436,7 +449,7 @@ impl RemoteFile {
         while offset < self.state.size {
             let n = (self.state.size - offset).min(buf.len() as u64) as usize;
             self.state
-                .file
+                .file()?
                 .read_exact_at(&mut buf[..n], offset)
                 .map_err(Error::io("read", &self.state.path))?;
             hasher.update(&buf[..n]);
@@ -477,13 +490,53 @@ impl RemoteFile {
             .touched
             .swap(secs, std::sync::atomic::Ordering::Relaxed)
             != secs
+            && let Ok(file) = self.state.file()
         {
-            let _ = self.state.file.set_modified(now);
+            let _ = file.set_modified(now);
         }
     }
 }
 
 impl ObjectState {
+    /// The local file, from the process's set of open copies or opened
+    /// again by its path (read-write for a sparse one, which fetches write
+    /// into). In a forked child, the object is pinned for the child first.
+    pub(crate) fn file(&self) -> Result<Arc<File>> {
+        {
+            let mut pin = self.pin.lock().unwrap_or_else(|p| p.into_inner());
+            if !pin.is_own() {
+                *pin = self.tier.dir.pin(&self.key)?;
+            }
+        }
+        if let Some(file) = open_files::get(self.id) {
+            return Ok(file);
+        }
+        let opened = match self.blocks {
+            Some(_) => std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.path),
+            None => File::open(&self.path),
+        };
+        let file = opened.map_err(Error::io("open", &self.path))?;
+        let ino = file
+            .metadata()
+            .map_err(Error::io("stat", &self.path))?
+            .ino();
+        if ino != self.ino {
+            return Err(Error::Corrupt {
+                url: self.tier.url.to_string(),
+                name: self.name.clone(),
+                problem: format!(
+                    "its local copy {} was replaced while this handle had it closed; \
+                     open the object again",
+                    self.path.display()
+                ),
+            });
+        }
+        Ok(open_files::keep(self.id, file, &self.path, ino))
+    }
+
     /// Whether block `i` is known present (always, for a whole object).
     pub(crate) fn has(&self, i: u64) -> bool {
         self.blocks.as_ref().is_none_or(|m| lock(m).has(i))
@@ -579,14 +632,12 @@ impl ObjectState {
     /// where this boot is known (no fsync on the read path), else fsynced
     /// first.
     fn keep_fetched(&self, first: u64, last: u64, offset: u64, bytes: &[u8]) -> Result<()> {
-        self.file
-            .write_all_at(bytes, offset)
+        let file = self.file()?;
+        file.write_all_at(bytes, offset)
             .map_err(Error::io("write block", &self.path))?;
         let boot = durable_fs::boot_id();
         if boot.is_none() {
-            self.file
-                .sync_data()
-                .map_err(Error::io("fsync", &self.path))?;
+            file.sync_data().map_err(Error::io("fsync", &self.path))?;
         }
         {
             let _tier = self.tier.dir.lock_tier()?;
@@ -616,7 +667,7 @@ impl ObjectState {
         let Some((_, before)) = lock(m).unsynced() else {
             return Ok(());
         };
-        self.file
+        self.file()?
             .sync_data()
             .map_err(Error::io("fsync", &self.path))?;
         let _tier = self.tier.dir.lock_tier()?;

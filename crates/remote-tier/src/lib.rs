@@ -66,13 +66,22 @@
 //!   objects/<key>.whole     a small object fetched whole and verified
 //!   objects/<key>.sparse    a large object: its full size, fetched blocks in place
 //!   objects/<key>.blocks    which blocks of <key>.sparse are there (see below)
-//!   locks/<key>.pin         shared flock of every open handle: not evicted while held;
-//!                           removed with the copy when it is evicted
+//!   pins/<host>-<pid>-<nanos>-<n>  one process's pin record, flocked while it lives: a
+//!                           bitmap of 2^22 buckets of object keys it has open (not
+//!                           evicted while set); a dead process's is removed
 //!   locks/<key>.<n>.fetch   flock of the one fetcher of block n (`all`: the whole object);
 //!                           removed by the fetcher when its fetch is done
 //!   tmp/<key>.<host>.<pid>.<n>.tmp  fetches in flight; this host's dead processes' are
 //!                           removed on open
 //! ```
+//! A process holds one descriptor per tier for its pins, and at most
+//! 64 local copies open at once (the least recently used is closed and
+//! opened again by its path when next read), so neither grows with the
+//! number of objects open. Earlier builds kept `locks/<key>.pin` (a
+//! shared flock per open object): eviction still honours one held, and
+//! open removes those no one holds, with fetch locks left by dead
+//! processes.
+//!
 //! `<key>` is the object name with `%` and `/` escaped (`a/b` →
 //! `a%2Fb`). A block map is `CXBLKMAP`, version, block size, object size,
 //! etag, (version 2) the digest of the block list its blocks were checked
@@ -132,6 +141,9 @@ mod format;
 pub mod fuzz_entry;
 mod local;
 mod location;
+mod open_files;
+mod per_process;
+mod pins;
 pub mod record;
 mod remote;
 mod shared;

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 
 use durable_fs::FileLock;
 
+use crate::pins::{self, Pin};
 use crate::{Error, Result};
 
 /// Suffix of a whole fetched object (complete and verified).
@@ -46,8 +47,10 @@ pub struct EvictReport {
 }
 
 impl LocalDir {
-    /// Opens (creating) the tier directory and removes the temporary files
-    /// of processes that died mid-fetch.
+    /// Opens (creating) the tier directory and sweeps what dead processes
+    /// left: their fetches' temporary files, fetch-lock files no one
+    /// holds, and pins of the older layout (`locks/<key>.pin`) no one
+    /// holds, and the pin records of dead processes.
     pub(crate) fn open(root: &Path, wait: Duration) -> Result<LocalDir> {
         let dir = LocalDir {
             root: root.to_path_buf(),
@@ -60,6 +63,8 @@ impl LocalDir {
             std::fs::create_dir_all(d).map_err(Error::io("create directory", d))?;
         }
         durable_fs::remove_dead_temp_files(&dir.tmp);
+        dir.sweep_locks()?;
+        pins::remove_dead(&dir.root);
         Ok(dir)
     }
 
@@ -90,17 +95,15 @@ impl LocalDir {
         self.objects.join(format!("{key}{BLOCKS}"))
     }
 
-    /// Held shared by every open handle of the object; eviction skips an
-    /// object whose pin it cannot take exclusively, and removes the pin
-    /// file with the copy it evicts.
-    pub(crate) fn pin(&self, key: &str) -> Result<FileLock> {
-        Ok(FileLock::shared_live_within(
-            &self.pin_path(key),
-            self.wait,
-        )?)
+    /// Held by every open handle of the object: eviction skips an object
+    /// that any living process pins (see [`crate::pins`]).
+    pub(crate) fn pin(&self, key: &str) -> Result<Pin> {
+        Pin::take(&self.root, key, self.wait)
     }
 
-    fn pin_path(&self, key: &str) -> PathBuf {
+    /// The pin of the older layout: a shared `flock` per object, which a
+    /// process of an older build may still hold.
+    fn legacy_pin_path(&self, key: &str) -> PathBuf {
         self.locks.join(format!("{key}.pin"))
     }
 
@@ -182,22 +185,33 @@ impl LocalDir {
             bytes_after: total,
             ..EvictReport::default()
         };
-        self.remove_orphan_pins(&found)?;
         if total <= budget {
             return Ok(report);
         }
+        let held = pins::held(&self.root)?;
         let mut by_age: Vec<_> = found.into_iter().collect();
         by_age.sort_by_key(|(_, (_, used, _))| *used);
         for (key, (bytes, _, sparse)) in by_age {
             if report.bytes_after <= budget {
                 break;
             }
-            let Some(held) = FileLock::try_exclusive_live(&self.pin_path(&key))? else {
+            if held.has(&key) {
                 report.pinned += 1;
                 continue;
+            }
+            // A handle of an older build holds its own pin file: honoured,
+            // and removed with the copy it guards.
+            let legacy = self.legacy_pin_path(&key);
+            let _legacy = match legacy.exists() {
+                true => match FileLock::try_exclusive_live(&legacy)? {
+                    Some(lock) => Some(lock.remove_on_drop()),
+                    None => {
+                        report.pinned += 1;
+                        continue;
+                    }
+                },
+                false => None,
             };
-            // The pin goes with the copy it guards (once the copy is gone).
-            let _held = held.remove_on_drop();
             // The map goes first: a sparse file without a map is only
             // space, never mistaken for fetched blocks.
             if sparse {
@@ -213,18 +227,18 @@ impl LocalDir {
 }
 
 impl LocalDir {
-    /// Removes the pins of objects with no local copy that no handle
-    /// holds (a fetch that failed, a copy removed as corrupt).
-    fn remove_orphan_pins(&self, found: &HashMap<String, (u64, SystemTime, bool)>) -> Result<()> {
+    /// Removes the lock files no one holds: fetch locks (`<key>.<n>.fetch`,
+    /// left by a process that died mid-fetch) and pins of the older layout
+    /// (`<key>.pin`). One held is left (its holder removes it, or a later
+    /// sweep does).
+    fn sweep_locks(&self) -> Result<()> {
         let entries =
             std::fs::read_dir(&self.locks).map_err(Error::io("list directory", &self.locks))?;
         for entry in entries {
             let entry = entry.map_err(Error::io("list directory", &self.locks))?;
             let name = entry.file_name();
-            let Some(key) = name.to_str().and_then(|n| n.strip_suffix(".pin")) else {
-                continue;
-            };
-            if found.contains_key(key) {
+            let Some(name) = name.to_str() else { continue };
+            if !(name.ends_with(".pin") || name.ends_with(".fetch")) {
                 continue;
             }
             if let Some(held) = FileLock::try_exclusive_live(&entry.path())? {

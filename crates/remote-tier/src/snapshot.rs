@@ -223,7 +223,9 @@ pub fn pull_dir_with_progress(
             .unwrap_or_default();
         let tmp = durable_fs::unique_temp_path(&parent, &name);
         let out = durable_fs::create_temp(&tmp)?;
-        let copied = copy_out(object.file(), object.path(), &out, &tmp, entry.size);
+        let copied = object
+            .file()
+            .and_then(|f| copy_out(&f, object.path(), &out, &tmp, entry.size));
         if let Err(e) = copied.and_then(|()| Ok(durable_fs::commit_temp(out, &tmp, &target)?)) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);

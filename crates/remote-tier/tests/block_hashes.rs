@@ -134,7 +134,7 @@ fn blocks_are_fetched_in_the_recorded_size_and_read_back() {
         .open_verified("small", hashes_of(&small, BLOCK))
         .unwrap();
     let mut got = vec![0u8; small.len()];
-    whole.file().read_exact_at(&mut got, 0).unwrap();
+    whole.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, small);
 
     // A list for other bytes of the same size: the small object's whole
@@ -228,7 +228,10 @@ fn a_block_corrupted_twice_is_a_typed_error_and_never_kept() {
     // The bad block is not in the local copy, its bytes never written.
     assert!(!f.is_complete());
     let mut local = vec![1u8; BLOCK as usize];
-    f.file().read_exact_at(&mut local, 2 * BLOCK).unwrap();
+    f.file()
+        .unwrap()
+        .read_exact_at(&mut local, 2 * BLOCK)
+        .unwrap();
     assert!(local.iter().all(|&b| b == 0), "no corrupt byte on disk");
     let (present, _) = f.blocks_present();
     let reopened = tier.open_verified("large", Arc::clone(&hashes)).unwrap();
@@ -267,7 +270,10 @@ fn an_object_overwritten_on_the_server_is_refused_then_read_once_restored() {
         other => panic!("expected a mismatch in block 5, got {other:?}"),
     }
     let mut local = vec![1u8; BLOCK as usize];
-    f.file().read_exact_at(&mut local, 5 * BLOCK).unwrap();
+    f.file()
+        .unwrap()
+        .read_exact_at(&mut local, 5 * BLOCK)
+        .unwrap();
     assert!(local.iter().all(|&b| b == 0), "no corrupt byte on disk");
 
     tier.put_bytes("large", large.clone()).unwrap();

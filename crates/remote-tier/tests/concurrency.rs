@@ -150,7 +150,10 @@ fn threads_reading_one_block_fetch_it_once() {
         "eight readers, one block, one GET"
     );
     let mut got = vec![0u8; bytes.len()];
-    f.file().read_exact_at(&mut got[..1000], 200_000).unwrap();
+    f.file()
+        .unwrap()
+        .read_exact_at(&mut got[..1000], 200_000)
+        .unwrap();
 }
 
 #[test]

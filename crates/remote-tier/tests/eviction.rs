@@ -94,16 +94,16 @@ fn an_open_object_is_not_evicted_under_its_reader() {
     let report = tier.evict().unwrap();
     assert_eq!(report.pinned, 2, "{report:?}");
     let mut got = vec![0u8; a.len()];
-    fa.file().read_exact_at(&mut got, 0).unwrap();
+    fa.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, a);
-    fb.file().read_exact_at(&mut got, 0).unwrap();
+    fb.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, b);
     drop((fa, fb));
     let report = tier.evict().unwrap();
     assert_eq!((report.evicted, report.bytes_after), (2, 0), "{report:?}");
     // Evicted copies come back on the next read.
     let f = tier.open_object("a").unwrap();
-    f.file().read_exact_at(&mut got, 0).unwrap();
+    f.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, a);
 }
 
@@ -162,4 +162,70 @@ fn lock_files_go_with_the_fetches_and_copies_they_guard() {
             locks.len()
         );
     }
+}
+
+const PIN_CHILD: &str = "CACHEX_TEST_PIN_CHILD";
+
+/// The child half of `an_object_open_in_another_process_is_not_evicted`
+/// (does nothing unless spawned by it): opens object `a` in the shared
+/// tier, says so, and holds it until its stdin closes.
+#[test]
+fn pinning_child() {
+    let Ok(args) = std::env::var(PIN_CHILD) else {
+        return;
+    };
+    let mut parts = args.splitn(3, '\n');
+    let (endpoint, url, dir) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let tier = s3_tier(
+        endpoint,
+        url,
+        small_config(std::path::Path::new(dir), 1 << 30),
+    );
+    let held = tier.open_object("a").unwrap();
+    println!("\nOPEN");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
+    drop(held);
+}
+
+#[test]
+fn an_object_open_in_another_process_is_not_evicted() {
+    use std::io::{BufRead, BufReader};
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let (_, _, url) = s3_store(&endpoint, "pinned");
+    let dir = tempfile::tempdir().unwrap();
+    let tier = s3_tier(&endpoint, &url, small_config(dir.path(), 1_000));
+    tier.put_bytes("a", sample(30_000, 1)).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "pinning_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            PIN_CHILD,
+            format!("{endpoint}\n{url}\n{}", dir.path().display()),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l == "OPEN")),
+        "the child opened the object"
+    );
+    let report = tier.evict().unwrap();
+    assert_eq!((report.pinned, report.evicted), (1, 0), "{report:?}");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let report = tier.evict().unwrap();
+    assert_eq!((report.pinned, report.evicted), (0, 1), "{report:?}");
 }

@@ -33,7 +33,7 @@ fn whole_and_block_ranged_objects_round_trip_through_s3() {
     let f = reader.open_object("segments/small.arrow").unwrap();
     assert!(f.is_complete() && f.len() == small.len() as u64);
     let mut got = vec![0u8; small.len()];
-    f.file().read_exact_at(&mut got, 0).unwrap();
+    f.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, small);
 
     let f = reader.open_object("segments/large.arrow").unwrap();
@@ -62,7 +62,7 @@ fn whole_and_block_ranged_objects_round_trip_through_s3() {
     let all = reader.fetch("segments/large.arrow", &expected).unwrap();
     assert!(all.is_complete());
     let mut got = vec![0u8; large.len()];
-    all.file().read_exact_at(&mut got, 0).unwrap();
+    all.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert_eq!(got, large);
 
     let names: Vec<_> = reader
@@ -107,7 +107,7 @@ fn large_files_upload_in_parts_and_read_back_by_blocks() {
     };
     let f = reader.fetch("pages.beton", &expected).unwrap();
     let mut got = vec![0u8; bytes.len()];
-    f.file().read_exact_at(&mut got, 0).unwrap();
+    f.file().unwrap().read_exact_at(&mut got, 0).unwrap();
     assert!(got == bytes, "multipart upload read back differs");
     // The uploaded file stays where it was: the tier never takes the only copy.
     assert_eq!(std::fs::read(&local).unwrap(), bytes);
@@ -162,7 +162,7 @@ fn memory_and_file_urls_take_the_same_path() {
             .fetch("shards/0.100.shard.pickle", &Expected::default())
             .unwrap();
         let mut got = vec![0u8; bytes.len()];
-        f.file().read_exact_at(&mut got, 0).unwrap();
+        f.file().unwrap().read_exact_at(&mut got, 0).unwrap();
         assert_eq!(got, bytes, "{url}");
         assert_eq!(&tier.read_remote("COMMIT").unwrap()[..], b"one");
     }

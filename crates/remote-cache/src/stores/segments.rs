@@ -47,8 +47,11 @@ pub struct RemoteSegments {
 }
 
 /// Whole, verified copies of segments read by blocks, fetched for the
-/// store to map, by path in the working directory: kept open so the tier
-/// does not evict a copy the store maps. And the paths a prefetch is
+/// store to map, by path in the working directory: kept open (pinned; no
+/// descriptor) so the tier does not evict a copy the store maps, until
+/// the log no longer links that object at that path
+/// ([`prune`](WholeCopies::prune), after every refresh and publish). And
+/// the paths a prefetch is
 /// fetching whole: a read of one of them waits for that copy (the tier
 /// fetches each block once) rather than fetch its rows by ranges too.
 #[derive(Debug, Default)]
@@ -68,6 +71,15 @@ impl WholeCopies {
             .filter(|c| c.name() == linked.name())
             .cloned();
         Some((linked, copy))
+    }
+
+    /// Lets go of the copies of objects the log no longer links at their
+    /// path (a commit removed or replaced the segment: a compaction's).
+    fn prune(&self, remote: &RemoteDir) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|rel, copy| remote.object(rel).is_some_and(|o| o.name() == copy.name()));
     }
 }
 
@@ -109,7 +121,7 @@ fn whole_segment(
             linked
         }
     };
-    Ok(Some(copy.file().try_clone()?))
+    Ok(Some(copy.file()?.try_clone()?))
 }
 
 /// A segment of which one call reads a sixteenth of the rows, or of
@@ -170,16 +182,12 @@ impl SegmentRanges for Fetched<'_> {
         let held = relative(self.remote.dir(), path)
             .and_then(|rel| self.whole.linked(self.remote, &rel))
             .map(|(linked, copy)| copy.unwrap_or(linked));
-        let opened;
         let file = match &held {
             Some(f) => {
                 f.ensure_exact(ranges)?;
-                f.file()
+                f.file()?
             }
-            None => {
-                opened = File::open(path)?;
-                &opened
-            }
+            None => Arc::new(File::open(path)?),
         };
         ranges
             .iter()
@@ -271,6 +279,7 @@ impl RemoteSegments {
         if next.is_some() {
             remote.refresh_from(next)?;
             store.refresh()?;
+            whole.prune(&remote);
         }
         let store = Arc::new(store);
         Ok(RemoteSegments {
@@ -409,7 +418,11 @@ impl RemoteSegments {
     pub fn publish(&self) -> Result<PublishReport> {
         self.store.flush()?;
         match &self.remote {
-            Some(r) => r.publish(),
+            Some(r) => {
+                let report = r.publish();
+                self.whole.prune(r);
+                report
+            }
             None => Ok(local_publish()),
         }
     }
@@ -422,7 +435,11 @@ impl RemoteSegments {
             Some(r) => r.refresh()?,
             None => RefreshReport::default(),
         };
-        Ok((report, self.store.refresh()?))
+        let gained = self.store.refresh()?;
+        if let Some(r) = &self.remote {
+            self.whole.prune(r);
+        }
+        Ok((report, gained))
     }
 }
 
