@@ -268,8 +268,9 @@ impl RemoteSegments {
             // them goes, the directory starts over from the bucket's log.
             drop(store);
             remote.refresh_at_open()?;
-            let store = SegmentStore::open(remote.dir(), options)?;
+            let store = Arc::new(SegmentStore::open(remote.dir(), options)?);
             return Ok(RemoteSegments {
+                _publisher: publisher::for_segments(&store, &remote),
                 store,
                 remote: Some(remote),
                 whole,
