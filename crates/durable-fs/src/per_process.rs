@@ -61,6 +61,17 @@ impl<T: Default> PerProcess<T> {
     /// This process's value: the one built here before, or a new one (in
     /// a process that has none yet, or a child forked since it was built).
     pub fn get(&self) -> &T {
+        self.get_leaving(|_| {})
+    }
+
+    /// [`get`](PerProcess::get), and in a forked child that meets its
+    /// parent's value first, `leave(parent's)` once before the child's own
+    /// is built: to close descriptors the parent's value holds (a child
+    /// needs not keep them open), never to unlock what the parent still
+    /// holds nor to wait on a lock its threads may have held at the fork
+    /// (take such a lock with `try_lock` there, or not at all).
+    pub fn get_leaving(&self, leave: impl FnOnce(&T)) -> &T {
+        let mut leave = Some(leave);
         let pid = std::process::id();
         loop {
             let seen = self.current.load(Ordering::Acquire);
@@ -81,9 +92,15 @@ impl<T: Default> PerProcess<T> {
                 .compare_exchange(seen, fresh, Ordering::AcqRel, Ordering::Acquire)
             {
                 // The value replaced (none, or the parent's copy) is leaked.
-                // SAFETY: `fresh` is now stored and, like every stored
-                // pointer, never freed.
-                Ok(_) => return unsafe { &(*fresh).value },
+                Ok(_) => {
+                    // SAFETY: as above, a stored pointer is never freed.
+                    if let (Some(parent), Some(leave)) = (unsafe { seen.as_ref() }, leave.take()) {
+                        leave(&parent.value);
+                    }
+                    // SAFETY: `fresh` is now stored and, like every stored
+                    // pointer, never freed.
+                    return unsafe { &(*fresh).value };
+                }
                 Err(_) => {
                     // Another thread of this process installed its own
                     // first: use that one (next turn of the loop).

@@ -142,7 +142,6 @@ pub mod fuzz_entry;
 mod local;
 mod location;
 mod open_files;
-mod per_process;
 mod pins;
 pub mod record;
 mod remote;

@@ -10,10 +10,10 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::per_process::{Leave, PerProcess};
+use durable_fs::PerProcess;
 
 /// The most local copies a process keeps open at once (about as many as
 /// segment-store keeps mapped).
@@ -33,13 +33,19 @@ struct Entry {
     ino: u64,
 }
 
-impl Leave for OpenSet {
-    fn leave(&mut self) {
-        self.open.clear();
-    }
-}
+static OPEN: PerProcess<Mutex<OpenSet>> = PerProcess::new();
 
-static OPEN: PerProcess<OpenSet> = PerProcess::new();
+/// This process's open copies. A forked child closes its parent's (if no
+/// thread of the parent held them at the fork) and starts its own.
+fn open_set() -> MutexGuard<'static, OpenSet> {
+    OPEN.get_leaving(|parent| {
+        if let Ok(mut parent) = parent.try_lock() {
+            parent.open.clear();
+        }
+    })
+    .lock()
+    .unwrap_or_else(|p| p.into_inner())
+}
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -50,7 +56,7 @@ pub(crate) fn new_id() -> u64 {
 
 /// The copy of handle `id`, if it is open now.
 pub(crate) fn get(id: u64) -> Option<Arc<File>> {
-    let mut set = OPEN.lock();
+    let mut set = open_set();
     set.tick += 1;
     let tick = set.tick;
     let entry = set.open.get_mut(&id)?;
@@ -62,7 +68,7 @@ pub(crate) fn get(id: u64) -> Option<Arc<File>> {
 /// closing the least recently used copies past [`OPEN_FILES`]; returns
 /// the copy kept for `id` (another thread's, if it opened it first).
 pub(crate) fn keep(id: u64, file: File, path: &Path, ino: u64) -> Arc<File> {
-    let mut set = OPEN.lock();
+    let mut set = open_set();
     set.tick += 1;
     let tick = set.tick;
     if let Some(entry) = set.open.get_mut(&id) {
@@ -107,5 +113,5 @@ pub(crate) fn keep(id: u64, file: File, path: &Path, ino: u64) -> Arc<File> {
 
 /// Closes the copy of handle `id` (its last handle is gone).
 pub(crate) fn forget(id: u64) {
-    OPEN.lock().open.remove(&id);
+    open_set().open.remove(&id);
 }

@@ -15,7 +15,7 @@
 //! for: an eviction either ran before (the copy is gone, and is fetched
 //! again) or sees the bit. Handles of one process count per bucket; the
 //! last one clears it (no lock needed to give a pin up). A forked child
-//! keeps its own record (see [`crate::per_process`]): it never clears, nor
+//! keeps its own record (see [`durable_fs::PerProcess`]): it never clears, nor
 //! unlocks, its parent's.
 
 use std::collections::HashMap;
@@ -23,11 +23,11 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use durable_fs::FileLock;
+use durable_fs::{FileLock, PerProcess};
 
-use crate::per_process::{Leave, PerProcess};
 use crate::{Error, Result};
 
 /// Buckets of a pin record: 4 Mi bits, a 512 KiB (sparse) file. With
@@ -52,15 +52,22 @@ struct Record {
     counts: HashMap<u64, u32>,
 }
 
-impl Leave for Records {
-    fn leave(&mut self) {
-        // Closing only: the parent still holds its record's lock through
-        // its own descriptor of the same open file.
-        self.tiers.clear();
-    }
-}
+static RECORDS: PerProcess<Mutex<Records>> = PerProcess::new();
 
-static RECORDS: PerProcess<Records> = PerProcess::new();
+/// This process's pin records. A forked child closes its parent's (if no
+/// thread of the parent held them at the fork) and starts its own:
+/// closing only, as the parent still holds each record's lock through
+/// its own descriptor of the same open file.
+fn records() -> MutexGuard<'static, Records> {
+    RECORDS
+        .get_leaving(|parent| {
+            if let Ok(mut parent) = parent.try_lock() {
+                parent.tiers.clear();
+            }
+        })
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
 
 /// The bucket of the object key `key`.
 pub(crate) fn bucket(key: &str) -> u64 {
@@ -91,7 +98,7 @@ impl Pin {
             pid: std::process::id(),
         };
         {
-            let mut records = RECORDS.lock();
+            let mut records = records();
             let record = records.record(root)?;
             if let Some(n) = record.counts.get_mut(&bucket) {
                 *n += 1;
@@ -102,7 +109,7 @@ impl Pin {
         // already looked for pins has removed what it evicts by the time
         // this holds it.
         let _tier = FileLock::exclusive_within(&root.join("tier.lock"), wait)?;
-        let mut records = RECORDS.lock();
+        let mut records = records();
         let record = records.record(root)?;
         let n = record.counts.entry(bucket).or_insert(0);
         *n += 1;
@@ -124,7 +131,7 @@ impl Drop for Pin {
         if !self.is_own() {
             return;
         }
-        let mut records = RECORDS.lock();
+        let mut records = records();
         let Some(record) = records.tiers.get_mut(&self.root) else {
             return;
         };
