@@ -478,9 +478,12 @@ impl RemoteDir {
             PUBLISH_LEASE,
             pieces.iter().map(|(p, _)| p.object()),
         )?;
-        for (piece, source) in &pieces {
+        // Each file is opened again as it is sent, one at a time (a commit
+        // may hold more files than a process may open): what is sent is
+        // checked against the hash taken, whatever happened to it since.
+        for (piece, path) in &pieces {
             lease.renew_if_due()?;
-            if let Some(bytes) = self.upload(piece, source)? {
+            if let Some(bytes) = self.upload(piece, path)? {
                 report.uploaded += 1;
                 report.bytes_uploaded += bytes;
             }
@@ -489,8 +492,8 @@ impl RemoteDir {
         // A commit never names an object that is not there: one a gc
         // that ignores leases took meanwhile is sent again.
         lease.renew_if_due()?;
-        for (piece, (file, path)) in &pieces {
-            if upload::ensure_present(&self.tier, piece, file, path)? {
+        for (piece, path) in &pieces {
+            if upload::ensure_present(&self.tier, piece, &open_source(path)?, path)? {
                 report.uploaded += 1;
                 report.bytes_uploaded += piece.size;
             }
@@ -1155,15 +1158,16 @@ impl RemoteDir {
         Ok(())
     }
 
-    /// The pieces that publish what changed locally, with the file handle
-    /// each is read from; the files as they will be once committed; and
-    /// the files removed (not those the store evicts locally).
+    /// The pieces that publish what changed locally, with the file each
+    /// is read from; the files as they will be once committed; and the
+    /// files removed (not those the store evicts locally). No file is
+    /// left open.
     #[allow(clippy::type_complexity)]
     fn changes(
         &self,
         state: &State,
     ) -> Result<(
-        Vec<(Piece, (File, PathBuf))>,
+        Vec<(Piece, PathBuf)>,
         BTreeMap<String, Known>,
         Vec<String>,
     )> {
@@ -1218,7 +1222,7 @@ impl RemoteDir {
                     replace,
                     blocks: blocks.map(|b| b.to_list()),
                 },
-                (file, path),
+                path,
             ));
             after.insert(
                 rel,
@@ -1238,12 +1242,17 @@ impl RemoteDir {
     /// Uploads a piece unless its object exists and was written recently
     /// ([`REUSE_WITHIN`]), its bytes checked against its BLAKE3 as they
     /// are sent; returns the bytes sent.
-    fn upload(&self, piece: &Piece, (file, path): &(File, PathBuf)) -> Result<Option<u64>> {
-        match upload::put_piece(&self.tier, piece, file, path)? {
+    fn upload(&self, piece: &Piece, path: &Path) -> Result<Option<u64>> {
+        match upload::put_piece(&self.tier, piece, &open_source(path)?, path)? {
             true => Ok(Some(piece.size)),
             false => Ok(None),
         }
     }
+}
+
+/// Opens the file a piece is read from.
+fn open_source(path: &Path) -> Result<File> {
+    File::open(path).map_err(Error::io("open", path))
 }
 
 /// Whether commit `c` names a log, and another than `had`.
