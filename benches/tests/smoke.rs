@@ -171,10 +171,13 @@ fn w6_smoke() {
                     assert!(line["fetch_ratio"].as_f64().is_some());
                 }
             }
-            assert_eq!(
-                of(cache, "read_warm")["bytes_fetched"],
-                0,
-                "a warm read fetches nothing"
+            // A warm open asks whether the log is still the one it holds
+            // (`log.json`, a few dozen bytes, beside the commit it asks
+            // for); no byte of the cache is fetched again.
+            let warm = of(cache, "read_warm")["bytes_fetched"].as_u64();
+            assert!(
+                warm.is_some_and(|b| b < 128),
+                "a warm read fetches nothing but the log's identity: {warm:?}"
             );
         }
         let first = of("w1", "first_batch");

@@ -1166,11 +1166,7 @@ impl RemoteDir {
     fn changes(
         &self,
         state: &State,
-    ) -> Result<(
-        Vec<(Piece, PathBuf)>,
-        BTreeMap<String, Known>,
-        Vec<String>,
-    )> {
+    ) -> Result<(Vec<(Piece, PathBuf)>, BTreeMap<String, Known>, Vec<String>)> {
         let mut pieces = Vec::new();
         let mut after = BTreeMap::new();
         // Block hashes this commit may still list in a store's own block size.

@@ -179,7 +179,7 @@ fn a_store_of_100_000_segments_on_a_file_url_stays_within_1024_descriptors() {
     let bucket = dir.path().join("bucket");
     std::fs::create_dir_all(&bucket).unwrap();
     let url = format!("file://{}", bucket.display());
-    run(&url, n, 500, Vec::new(), dir.path());
+    run(&url, n, 5_000, Vec::new(), dir.path());
 }
 
 #[test]
@@ -189,5 +189,5 @@ fn a_store_of_2_000_segments_on_s3_stays_within_1024_descriptors() {
     };
     let url = new_bucket_url(&endpoint, "caches/scale");
     let dir = scratch();
-    run(&url, 2_000, 500, s3_options(&endpoint), dir.path());
+    run(&url, 2_000, 1_200, s3_options(&endpoint), dir.path());
 }
