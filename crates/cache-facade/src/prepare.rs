@@ -197,7 +197,8 @@ fn examine(dir: &Path, spec: &Spec, current: &Fingerprint) -> Result<DirState> {
 
 /// Empties `dir` (the caller holds the exclusive lock): the fingerprint
 /// and `_COMPLETE` go first and durably, so a crash part-way leaves a
-/// directory no opener trusts.
+/// directory no opener trusts. A working directory's commit-log record
+/// (`.cachex-remote/`) stays.
 pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
     let mut held = Vec::new();
     for lock in (spec.store_locks)(dir) {
@@ -225,6 +226,12 @@ pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
     durable_fs::sync_dir(dir).map_err(FacadeError::durable)?;
     for entry in std::fs::read_dir(dir).map_err(|e| FacadeError::io(dir, e))? {
         let entry = entry.map_err(|e| FacadeError::io(dir, e))?;
+        if entry.file_name() == remote_cache::commit::STATE_DIR {
+            // A working directory's record of its commit log (its lock,
+            // the commits applied, the log's identity): the log's, not
+            // the cache's, and held open by the handle clearing it.
+            continue;
+        }
         let path = entry.path();
         let is_dir = entry
             .file_type()
