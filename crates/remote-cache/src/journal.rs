@@ -459,7 +459,23 @@ impl RemoteDir {
     /// one that wrote a file this writer also changed is an
     /// [`Error::Conflict`] and nothing of this writer's is committed.
     pub fn publish(&self) -> Result<PublishReport> {
-        let mut state = self.lock();
+        self.publish_locked(self.lock())
+    }
+
+    /// [`publish`](RemoteDir::publish) when the store wrote or removed
+    /// anything since the last commit applied here, and nothing (not a
+    /// request) otherwise: a background publisher's period costs an idle
+    /// writer a directory listing, not a round trip.
+    pub fn publish_if_changed(&self) -> Result<PublishReport> {
+        let state = self.lock();
+        if !self.changed_locally(&state)? {
+            return Ok(PublishReport::default());
+        }
+        self.publish_locked(state)
+    }
+
+    /// [`publish`](RemoteDir::publish), under the state lock `state`.
+    fn publish_locked(&self, mut state: MutexGuard<'_, State>) -> Result<PublishReport> {
         self.refresh_locked(&mut state, OnOtherLog::Refuse)?;
         let (pieces, after, mut removed) = self.changes(&state)?;
         let mut report = PublishReport {
@@ -1172,20 +1188,7 @@ impl RemoteDir {
         // Block hashes this commit may still list in a store's own block size.
         let mut hashes_left = STORE_BLOCK_HASHES;
         let listed = local_files(&self.dir, self.files.private)?;
-        let present: HashSet<&str> = listed.iter().map(|(rel, _)| rel.as_str()).collect();
-        let mut removed: Vec<String> = state
-            .files
-            .keys()
-            .filter(|rel| {
-                !present.contains(rel.as_str())
-                    && !(self.files.evicted_locally)(rel)
-                    && !(self.files.private)(rel)
-                    // Links into the tier are not listed: gone only when
-                    // the link is.
-                    && std::fs::symlink_metadata(self.dir.join(rel)).is_err()
-            })
-            .cloned()
-            .collect();
+        let mut removed = self.removed_files(state, &listed);
         removed.sort();
         for (rel, path) in listed {
             let file = File::open(&path).map_err(Error::io("open", &path))?;
@@ -1233,6 +1236,43 @@ impl RemoteDir {
         // them (readers apply in order).
         pieces.sort_by_key(|(p, _)| (p.offset != 0, p.path.clone()));
         Ok((pieces, after, removed))
+    }
+
+    /// The files this directory's commits hold that the store removed
+    /// (not those it evicts locally), given the files `listed` now.
+    fn removed_files(&self, state: &State, listed: &[(String, PathBuf)]) -> Vec<String> {
+        let present: HashSet<&str> = listed.iter().map(|(rel, _)| rel.as_str()).collect();
+        state
+            .files
+            .keys()
+            .filter(|rel| {
+                !present.contains(rel.as_str())
+                    && !(self.files.evicted_locally)(rel)
+                    && !(self.files.private)(rel)
+                    // Links into the tier are not listed: gone only when
+                    // the link is.
+                    && std::fs::symlink_metadata(self.dir.join(rel)).is_err()
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the store wrote or removed anything since the last commit
+    /// applied here: a listing and a `stat` per file, no hashing and no
+    /// request.
+    fn changed_locally(&self, state: &State) -> Result<bool> {
+        let listed = local_files(&self.dir, self.files.private)?;
+        if !self.removed_files(state, &listed).is_empty() {
+            return Ok(true);
+        }
+        for (rel, path) in &listed {
+            let m = std::fs::metadata(path).map_err(Error::io("stat", path))?;
+            match state.files.get(rel) {
+                Some(k) if k.ino == 0 || (k.ino == m.ino() && k.len == m.len()) => {}
+                _ => return Ok(true),
+            }
+        }
+        Ok(false)
     }
 
     /// Uploads a piece unless its object exists and was written recently

@@ -359,7 +359,7 @@ pub(crate) fn for_dir(remote: &Arc<crate::RemoteDir>) -> Publisher {
     let shown = crate::redact_url(remote.tier().url());
     let remote = Arc::clone(remote);
     Publisher::start(shown, publish_interval(), move |_| {
-        remote.publish()?;
+        remote.publish_if_changed()?;
         Ok(())
     })
 }
@@ -383,10 +383,10 @@ pub(crate) fn for_segments(
                 if step == Publish::Last {
                     store.flush()?;
                 }
-                store.while_committed(|| remote.publish())?;
+                store.while_committed(|| remote.publish_if_changed())?;
             }
             None => {
-                remote.publish()?;
+                remote.publish_if_changed()?;
             }
         }
         Ok(())
