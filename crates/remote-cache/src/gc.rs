@@ -343,13 +343,7 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
     let mut seq = read_new_commits(tier, s.last.seq, &mut live)?;
     let mut checked = Instant::now();
     for o in &s.objects {
-        if live.contains(&o.name) {
-            report.live_objects += 1;
-            report.live_bytes += o.size;
-            continue;
-        }
-        if leased.contains(&o.name) {
-            report.leased_objects += 1;
+        if kept(o, &live, &leased, &mut report) {
             continue;
         }
         let young_from = |now: SystemTime| {
@@ -368,13 +362,7 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
             leased.extend(again.objects);
             seq = read_new_commits(tier, seq, &mut live)?;
             checked = Instant::now();
-            if live.contains(&o.name) {
-                report.live_objects += 1;
-                report.live_bytes += o.size;
-                continue;
-            }
-            if leased.contains(&o.name) {
-                report.leased_objects += 1;
+            if kept(o, &live, &leased, &mut report) {
                 continue;
             }
         }
@@ -406,6 +394,26 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
         }
     }
     Ok(report)
+}
+
+/// Whether a commit (`live`) or a lease (`leased`) still needs `o`,
+/// counted in `report` if so.
+fn kept(
+    o: &ObjectInfo,
+    live: &HashSet<String>,
+    leased: &HashSet<String>,
+    report: &mut GcReport,
+) -> bool {
+    if live.contains(&o.name) {
+        report.live_objects += 1;
+        report.live_bytes += o.size;
+        true
+    } else if leased.contains(&o.name) {
+        report.leased_objects += 1;
+        true
+    } else {
+        false
+    }
 }
 
 /// Reads the commits after `seq`, adding their pieces' objects to `live`;

@@ -2,7 +2,6 @@
 //! the upload path.
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -307,38 +306,7 @@ impl RemoteTier {
     pub fn put_file(&self, name: &str, path: &Path) -> Result<u64> {
         let file = File::open(path).map_err(Error::io("open", path))?;
         let size = file.metadata().map_err(Error::io("stat", path))?.len();
-        if size <= self.inner.config.part_size {
-            let mut bytes = Vec::with_capacity(size as usize);
-            (&file)
-                .take(size)
-                .read_to_end(&mut bytes)
-                .map_err(Error::io("read", path))?;
-            if bytes.len() as u64 != size {
-                return Err(Error::io("read", path)(
-                    std::io::ErrorKind::UnexpectedEof.into(),
-                ));
-            }
-            self.put_bytes(name, bytes)?;
-            return Ok(size);
-        }
-        let remote = self.inner.remote()?;
-        let target = remote.path(name)?;
-        let attempts = remote.retry.attempts.max(1);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.multipart_once(&remote, &file, path, &target, (0, size), None) {
-                Ok(()) => return Ok(size),
-                Err(MultipartError::Local(e)) => return Err(e),
-                Err(MultipartError::Remote(f)) => {
-                    let permanent =
-                        matches!(&f, Failure::Store(e) if !crate::remote::is_transient(e));
-                    if permanent || attempt >= attempts {
-                        return Err(remote.error(name, "multipart upload", f, attempt));
-                    }
-                }
-            }
-        }
+        self.put_range(name, &file, path, (0, size), None)
     }
 
     /// Uploads bytes `offset..offset + size` of the open file `file` (at
@@ -355,8 +323,23 @@ impl RemoteTier {
         name: &str,
         file: &File,
         path: &Path,
-        (offset, size): (u64, u64),
+        range: (u64, u64),
         expected: &[u8; 32],
+    ) -> Result<u64> {
+        self.put_range(name, file, path, range, Some(*expected))
+    }
+
+    /// Uploads bytes `offset..offset + size` of `file` (at `path`) as
+    /// `name`: one request up to [`TierConfig::part_size`], a multipart
+    /// upload above; with `expected`, only if they hash to it (else
+    /// [`Error::SourceChanged`], nothing stored).
+    fn put_range(
+        &self,
+        name: &str,
+        file: &File,
+        path: &Path,
+        (offset, size): (u64, u64),
+        expected: Option<[u8; 32]>,
     ) -> Result<u64> {
         let remote = self.inner.remote()?;
         let changed = || Error::SourceChanged {
@@ -367,13 +350,13 @@ impl RemoteTier {
         if size <= self.inner.config.part_size {
             let mut bytes = vec![0u8; size as usize];
             file.read_exact_at(&mut bytes, offset).map_err(|e| {
-                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof && expected.is_some() {
                     changed()
                 } else {
                     Error::io("read", path)(e)
                 }
             })?;
-            if blake3::hash(&bytes).as_bytes() != expected {
+            if expected.is_some_and(|h| blake3::hash(&bytes).as_bytes() != &h) {
                 return Err(changed());
             }
             self.put_bytes(name, bytes)?;
@@ -384,15 +367,7 @@ impl RemoteTier {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let once = self.multipart_once(
-                &remote,
-                file,
-                path,
-                &target,
-                (offset, size),
-                Some(*expected),
-            );
-            match once {
+            match self.multipart_once(&remote, file, path, &target, (offset, size), expected) {
                 Ok(()) => return Ok(size),
                 Err(MultipartError::Local(e)) => return Err(e),
                 Err(MultipartError::Remote(f)) => {
