@@ -53,15 +53,18 @@ fn row(i: u32) -> Value {
     ])
 }
 
-#[test]
-fn segment_store_with_a_url_root_publishes_on_flush() {
-    let Some(endpoint) = s3_endpoint() else {
-        return;
-    };
-    let bucket = new_bucket(&endpoint, "seg");
+/// A segment store at a fresh bucket's URL: 30 records put by a writer
+/// on one tier, which `finish` ends (a flush, a drop), then a reader on
+/// another tier (returned with its directory).
+fn segments_written_then_read(
+    endpoint: &str,
+    tag: &str,
+    finish: impl FnOnce(Box<dyn cache_facade::CacheBackend>),
+) -> (Box<dyn cache_facade::CacheBackend>, tempfile::TempDir) {
+    let bucket = new_bucket(endpoint, tag);
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer = open(&config(
-        &endpoint,
+        endpoint,
         BackendKind::SegmentStore,
         &bucket,
         a.path(),
@@ -70,14 +73,24 @@ fn segment_store_with_a_url_root_publishes_on_flush() {
     writer
         .put_batch((0..30).map(|i| (format!("k{i}"), row(i))).collect())
         .unwrap();
-    writer.flush().unwrap();
+    finish(writer);
     let reader = open(&config(
-        &endpoint,
+        endpoint,
         BackendKind::SegmentStore,
         &bucket,
         b.path(),
     ))
     .unwrap();
+    (reader, b)
+}
+
+#[test]
+fn segment_store_with_a_url_root_publishes_on_flush() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let (reader, _tier) =
+        segments_written_then_read(&endpoint, "seg", |writer| writer.flush().unwrap());
     assert_eq!(reader.len().unwrap(), 30);
     let (values, missing) = reader.get_batch(&["k3", "k29", "nope"]).unwrap();
     assert_eq!(missing, vec![2]);
@@ -90,26 +103,7 @@ fn a_segment_store_with_a_url_root_dropped_without_flush_publishes() {
     let Some(endpoint) = s3_endpoint() else {
         return;
     };
-    let bucket = new_bucket(&endpoint, "dropped");
-    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let writer = open(&config(
-        &endpoint,
-        BackendKind::SegmentStore,
-        &bucket,
-        a.path(),
-    ))
-    .unwrap();
-    writer
-        .put_batch((0..30).map(|i| (format!("k{i}"), row(i))).collect())
-        .unwrap();
-    drop(writer);
-    let reader = open(&config(
-        &endpoint,
-        BackendKind::SegmentStore,
-        &bucket,
-        b.path(),
-    ))
-    .unwrap();
+    let (reader, _tier) = segments_written_then_read(&endpoint, "dropped", drop);
     assert_eq!(reader.len().unwrap(), 30);
     let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
     let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
