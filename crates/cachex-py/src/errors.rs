@@ -164,7 +164,7 @@ impl StoreError for segment_store::Error {
         match self {
             E::Io { .. } => Kind::Io,
             E::Locked { .. } => Kind::Locked,
-            E::CorruptSegment { .. } | E::Tensor { .. } => Kind::Corrupt,
+            E::CorruptSegment { .. } | E::CorruptLog { .. } | E::Tensor { .. } => Kind::Corrupt,
             E::SchemaMismatch { .. } => Kind::SchemaMismatch,
             E::InvalidInput(_) => Kind::InvalidInput,
             E::ReadOnly { .. } => Kind::ReadOnly,

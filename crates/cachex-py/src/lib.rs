@@ -12,8 +12,9 @@
 //! it, with the tier keywords, into a `remote_cache::Location` (remote-cache
 //! is the one road from a URL to an opened store), and each class opens
 //! its store through that road, local or remote alike.
-//! The binding writes no format of its own: each store's on-disk layout is
-//! documented in its crate.
+//! The binding writes no format of its own, and neither does the package:
+//! each store's on-disk layout, and each commit protocol (a Ray job's
+//! included), is written once, in its crate.
 //!
 //! ```text
 //! crates/cachex-py/
@@ -34,6 +35,8 @@
 //!   src/page_{fields,writer,reader}.rs beton.rs  PageWriter, PageReader, BetonReader
 //!   src/prefetch.rs              Prefetch: a remote reader's background fill of the tier
 //!   src/publish.rs               the atexit publish of writers on URLs, failures as warnings
+//!   src/staged.rs staging.rs     cachex.ray's commits (remote-cache's protocol) and the
+//!                                drop-ins' durable write (durable-fs)
 //!   src/facade.rs                cachex.open's Cache and CachedFn
 //!   src/fingerprint.rs seq.rs    cache keys and fingerprints; loadit's index arithmetic
 //!   src/legacy.rs                deprecated module-level verify/inspect functions
@@ -87,6 +90,7 @@ mod segment;
 mod seq;
 mod shard;
 mod staged;
+mod staging;
 
 use pyo3::prelude::*;
 
@@ -131,6 +135,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(publish::_publish_at_exit, m)?)?;
     publish::collect_failures();
     staged::register(m)?;
+    staging::register(m)?;
     Ok(())
 }
 

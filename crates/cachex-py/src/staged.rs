@@ -12,7 +12,7 @@ use remote_cache::commit::Piece;
 use remote_cache::staged::{
     WRITER_BLOCK_HASHES, commit_files, fetch_file, open_tier, read_file, upload_files,
 };
-use remote_cache::{LogState, StoreFiles, StoreKind};
+use remote_cache::{LogState, StagedSegments, StoreFiles, StoreKind, decide_remote_segments};
 use remote_tier::RemoteTier;
 
 use crate::errors;
@@ -164,6 +164,38 @@ pub fn _staged_commit(
     errors::enter(py, || commit_files(&tier, after, pieces, removed))
 }
 
+/// Decides the commit of a segment job's write tasks (`(task, schema.json
+/// bytes, index log bytes, [segment piece as JSON text])`) against the
+/// last commit of the log at `url`: uploads the renumbered writer log (and
+/// the schema of a new cache) and returns `(the commit's number, [piece
+/// as JSON text])` for `_staged_commit`.
+#[pyfunction]
+#[pyo3(signature = (url, tasks, *, tier_dir=None, tier_budget=None, storage_options=None))]
+#[allow(clippy::type_complexity)]
+pub fn _staged_segments_decide(
+    py: Python<'_>,
+    url: &str,
+    tasks: Vec<(u64, Vec<u8>, Vec<u8>, Vec<String>)>,
+    tier_dir: Option<PathBuf>,
+    tier_budget: Option<&Bound<'_, PyAny>>,
+    storage_options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<(u64, Vec<String>)> {
+    let tier = tier_of(url, tier_dir, tier_budget, storage_options)?;
+    let tasks = tasks
+        .into_iter()
+        .map(|(task, schema, log, pieces)| {
+            Ok(StagedSegments {
+                task,
+                schema,
+                log,
+                pieces: from_json(&pieces)?,
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let (seq, pieces) = errors::enter(py, || decide_remote_segments(&tier, &tasks))?;
+    Ok((seq, pieces.iter().map(to_json).collect::<PyResult<_>>()?))
+}
+
 /// Adds the functions above to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_staged_upload, m)?)?;
@@ -171,5 +203,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_staged_read, m)?)?;
     m.add_function(wrap_pyfunction!(_staged_fetch, m)?)?;
     m.add_function(wrap_pyfunction!(_staged_commit, m)?)?;
+    m.add_function(wrap_pyfunction!(_staged_segments_decide, m)?)?;
     Ok(())
 }

@@ -90,6 +90,45 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     sync_parent_dir(path)
 }
 
+/// [`write_atomic`] for a directory that many writers share (processes
+/// on one machine or several): the temporary file is a
+/// [`unique_temp_path`](crate::unique_temp_path) of its own, so writers
+/// never build theirs in one file; the last rename wins.
+pub fn write_atomic_shared(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = unique_sibling(path);
+    write_synced(&tmp, bytes)?;
+    if let Err(e) = rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_parent_dir(path)
+}
+
+/// Creates `path` holding `bytes` unless it exists, durably and
+/// atomically: a reader sees no file or the whole one, and of writers
+/// racing to create it exactly one wins (the file is linked into place,
+/// never renamed over another). Returns whether this call created it.
+pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> Result<bool> {
+    let tmp = unique_sibling(path);
+    write_synced(&tmp, bytes)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => sync_parent_dir(path).map(|()| true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(Error::io("link into place", path)(e)),
+    }
+}
+
+/// A [`unique_temp_path`](crate::unique_temp_path) beside `path`, named
+/// after it.
+fn unique_sibling(path: &Path) -> std::path::PathBuf {
+    let stem = path
+        .file_name()
+        .map_or_else(|| "file".into(), |n| n.to_string_lossy());
+    crate::unique_temp_path(parent_dir(path), &stem)
+}
+
 /// Replaces `path` by `bytes` atomically for other processes (`<path>.tmp`,
 /// rename) but without any fsync: a process crash leaves the old file or
 /// the new one; a power cut may leave either, a missing file or a torn
@@ -180,6 +219,20 @@ mod tests {
             assert!(boot_id().is_some());
             assert_eq!(boot_id(), boot_id());
         }
+    }
+
+    #[test]
+    fn shared_and_new_writes_leave_one_whole_file_and_no_temporary_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("schema.json");
+        assert!(write_new_atomic(&path, b"first").unwrap());
+        assert!(!write_new_atomic(&path, b"second").unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        write_atomic_shared(&path, b"third").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"third");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let missing = dir.path().join("no-such-dir").join("f");
+        assert!(write_new_atomic(&missing, b"x").is_err());
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //!   this host's files of dead processes) clean up after a crash;
 //! - [`create_temp`], [`write_synced`], [`commit_temp`], [`rename`],
 //!   [`rename_and_sync`], [`write_atomic`]: the commit path, in pieces and
-//!   whole;
+//!   whole; [`write_atomic_shared`] and [`write_new_atomic`] (create
+//!   unless it exists) for a directory many writers share;
 //! - [`sync_dir`], [`sync_parent_dir`], [`remove_and_sync`]: directory
 //!   fsyncs (a bare file name's directory is `.`);
 //! - [`FileLock`]: the advisory `flock` (via `fs2`) of one writer —
@@ -79,7 +80,8 @@ mod writeback;
 
 pub use atomic::{
     boot_id, commit_temp, create_temp, parent_dir, read_capped, remove_and_sync, rename,
-    rename_and_sync, replace_unsynced, sync_dir, sync_parent_dir, write_atomic, write_synced,
+    rename_and_sync, replace_unsynced, sync_dir, sync_parent_dir, write_atomic, write_atomic_shared,
+    write_new_atomic, write_synced,
 };
 pub use error::{Error, Result};
 pub use lock::FileLock;

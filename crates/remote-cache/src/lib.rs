@@ -52,7 +52,11 @@
 //!   `manifests/` push layout converted into a commit.
 //! - **Many machines, one commit** ([`mod@staged`]: `cachex.ray`'s
 //!   sinks): writers upload their files as objects that no commit names,
-//!   and one committer publishes them all as a single commit.
+//!   and one committer publishes them all as a single commit. On a local
+//!   cache the same jobs stage their output beside it and commit with
+//!   renames decided in a record first ([`StagingJob`], [`Decision`],
+//!   [`recover_staging`]); a segment store's job becomes one multi-writer
+//!   of it ([`decide_staged_segments`], [`decide_remote_segments`]).
 //!
 //! # One road from a URL
 //!
@@ -188,6 +192,8 @@ mod prefetch;
 pub mod publisher;
 pub mod snapshot;
 pub mod staged;
+mod staged_segments;
+mod staging;
 mod stores;
 mod upload;
 mod workdir;
@@ -204,4 +210,12 @@ pub use location::{
 pub use log_state::LogState;
 pub use publisher::Publisher;
 pub use remote_tier::redact_url;
+pub use staged_segments::{
+    SEGMENT_STAGING, SegmentCommit, StagedSegments, decide_remote_segments,
+    decide_staged_segments, recover_staged_segments,
+};
+pub use staging::{
+    COMMIT_RECORD, Decision, JOB_LOCK, StagingJob, commit_rename, finish_task, recover_staging,
+    roll_forward, task_attempt, task_dir,
+};
 pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};

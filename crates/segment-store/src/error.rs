@@ -35,6 +35,16 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// An index log that must be whole (a staged store's, adopted into a
+    /// cache) has a bad header, a short group or a group that fails its
+    /// checksum.
+    #[error("{}: corrupt index log: {detail}", path.display())]
+    CorruptLog {
+        /// The log (or whose it is, for one received in memory).
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
     /// A record does not match the cache's schema; nothing of its batch was written.
     #[error("record {key:?} does not match the cache schema at field {field:?}: {detail}")]
     SchemaMismatch {

@@ -56,6 +56,10 @@
 //!   greatest segment id (the same everywhere, and torchcachex's answer),
 //!   and [`refresh`](SegmentStore::refresh) reads only the groups other
 //!   writers appended since. See [`mod@format`] for the rules.
+//! * **Or adopt stores written elsewhere** ([`adopt_staged`]): the
+//!   segments of staged single-writer stores (a Ray job's write tasks)
+//!   renumbered into one multi-writer's ids, with the writer log that
+//!   names them, for a commit that publishes them all at once.
 //!
 //! # API at a glance
 //! [`SegmentStore::open`]`(dir, `[`Options`]`)`, then
@@ -131,6 +135,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod adopt;
 mod error;
 mod flush;
 pub mod format;
@@ -152,6 +157,10 @@ mod store;
 mod validate;
 mod writer;
 
+pub use adopt::{
+    AdoptedSegment, Adoption, StagedLog, adopt_staged, claim_free_writer, free_writer,
+    last_segment_id, last_segment_id_of, lock_as_multi_writer,
+};
 pub use error::{Error, Result};
 pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
 pub use options::{BoxError, Options, WholeSegment};

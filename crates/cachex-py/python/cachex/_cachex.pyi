@@ -1116,3 +1116,67 @@ def _staged_commit(
     storage_options: Mapping[str, Any] | None = None,
 ) -> int | None:
     """Publish ``pieces`` as commit ``after + 1``; ``None`` if another writer took it."""
+
+def _staged_segments_decide(
+    url: str,
+    tasks: Sequence[tuple[int, bytes, bytes, Sequence[str]]],
+    *,
+    tier_dir: str | os.PathLike[str] | None = None,
+    tier_budget: int | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> tuple[int, list[str]]:
+    """Decide a segment job's commit (``(task, schema, index log, pieces)``
+    per write task) against the log's last one: ``(its number, pieces)``."""
+
+class _StagingJob:
+    """A write job's staging directory, its lock held until :meth:`remove`."""
+
+    def __init__(self, staging: str | os.PathLike[str], id: str) -> None: ...
+    @property
+    def dir(self) -> str:
+        """The job's directory."""
+
+    def remove(self) -> None:
+        """Delete the job's directory and let go of its lock."""
+
+class _SegmentCommit:
+    """A segment job's commit, decided; its renames wait for :meth:`apply`."""
+
+    def apply(self) -> None:
+        """Apply the renames (the commit point last) and let go of the locks."""
+
+    def close(self) -> None:
+        """Let go of the locks without applying (recovery rolls it forward)."""
+
+def _staging_task_attempt(job_dir: str | os.PathLike[str], task: int) -> str:
+    """A fresh directory for one attempt of write task ``task``."""
+
+def _staging_finish_task(
+    job_dir: str | os.PathLike[str], task: int, attempt: str | os.PathLike[str]
+) -> str:
+    """Make an attempt's durable output the task's; its directory."""
+
+def _staging_recover(staging: str | os.PathLike[str]) -> list[str]:
+    """Finish or remove every dead job under ``staging``; one line per job."""
+
+def _staging_commit_rename(
+    staged: str | os.PathLike[str], target: str | os.PathLike[str]
+) -> None:
+    """Put a merged file or directory in place with one durable rename."""
+
+def _segments_decide(
+    cache: str | os.PathLike[str],
+    job_dir: str | os.PathLike[str],
+    staged: Sequence[str | os.PathLike[str]],
+) -> _SegmentCommit:
+    """Decide the commit of staged stores into the segment store at ``cache``."""
+
+def _segments_recover(cache: str | os.PathLike[str]) -> list[str]:
+    """Finish or remove the dead write jobs of the segment store at ``cache``."""
+
+def _durable_write(path: str | os.PathLike[str], data: bytes, *, replace: bool = True) -> bool:
+    """Write ``path`` durably and atomically (only if missing with
+    ``replace=False``); whether it was written."""
+
+def _durable_remove(path: str | os.PathLike[str]) -> bool:
+    """Remove ``path`` durably; whether it existed."""

@@ -127,6 +127,7 @@ from typing import Any
 
 import numpy as np
 
+from cachex import _cachex
 from cachex._cachex import SegmentStore
 from cachex._dropin import NotProvidedError, not_provided
 from cachex._remote import TierBudget, is_url, join, tier_kwargs
@@ -359,50 +360,13 @@ def _without_ranks(text: str) -> str | None:
     return json.dumps(doc, indent=2)
 
 
-_TEMP_NAMES = itertools.count()
-
-
-def _write_temp(path: Path, text: str) -> Path:
-    """``text`` fsynced in a temporary file beside ``path``, named as
-    segment-store names its own (``<name>.<pid>.<n>.tmp``), so that opening
-    the cache removes one a killed process left."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{next(_TEMP_NAMES)}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    return tmp
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _create_durably(path: Path, text: str) -> bool:
     """Writes ``path`` unless it exists (then False), durably, atomically."""
-    tmp = _write_temp(path, text)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink()
-    _sync_dir(path.parent)
-    return True
+    return _cachex._durable_write(path, text.encode(), replace=False)
 
 
 def _replace_durably(path: Path, text: str) -> None:
-    tmp = _write_temp(path, text)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _sync_dir(path.parent)
+    _cachex._durable_write(path, text.encode())
 
 
 # torchcachex's type table for schema.json's strings, with pyarrow's
@@ -866,16 +830,7 @@ class ArrowIPCCacheBackend:
         """Remove torchcachex's ``index.pkl`` before the first new segment lands."""
         if self._legacy_index_checked:
             return
-        try:
-            self.index_path.unlink()
-        except FileNotFoundError:
-            pass
-        else:
-            fd = os.open(self.cache_dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        _cachex._durable_remove(self.index_path)
         self._legacy_index_checked = True
 
     def flush(self) -> None:

@@ -106,9 +106,21 @@ class Remote:
         in the order readers apply them; it runs again when another writer
         took the number it was decided for.
         """
-        for _ in range(MAX_COMMIT_RACES):
+
+        def decided() -> tuple[int, list[str]]:
             seq, files = self.state()
-            pieces = decide(files)
+            return seq, decide(files)
+
+        return self.publish_decided(decided)
+
+    def publish_decided(self, decide: Callable[[], tuple[int, list[str]]]) -> int:
+        """Publish as one commit what ``decide()`` returns: the number of the
+        commit it was decided against and the pieces to commit after it.
+
+        ``decide`` runs again when another writer took the next number.
+        """
+        for _ in range(MAX_COMMIT_RACES):
+            seq, pieces = decide()
             self._before_commit()
             done = _cachex._staged_commit(self.url, seq, pieces, [], **self.kwargs)
             if done is not None:
@@ -121,23 +133,6 @@ class Remote:
 
     def _before_commit(self) -> None:
         """Called once the commit is decided, before it is claimed (a test's crash point)."""
-
-
-def size_of(pieces: list[str]) -> int:
-    """The size of the file made of ``pieces``."""
-    last = json.loads(pieces[-1])
-    return int(last["offset"]) + int(last["size"])
-
-
-def renamed(piece: str, path: str) -> str:
-    """A piece of a whole file, naming the same object under another path.
-
-    Objects are named by their content: a file staged under one name is
-    committed under another without uploading it again.
-    """
-    record = json.loads(piece)
-    record["path"] = path
-    return json.dumps(record)
 
 
 def piece_path(piece: str) -> str:

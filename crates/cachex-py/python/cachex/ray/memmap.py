@@ -20,10 +20,7 @@ already.
 
 from __future__ import annotations
 
-import functools
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -32,20 +29,17 @@ from typing import Any
 import numpy as np
 from ray.data import Dataset, read_datasource
 from ray.data.block import Block, BlockMetadata
-from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
+from ray.data.datasource import Datasource, ReadTask
 
 from cachex._cachex import MemmapArray, MemmapWriter
 from cachex._remote import is_url, tier_kwargs
-from cachex.errors import InvalidInputError, SchemaMismatchError
+from cachex.errors import InvalidInputError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
 from cachex.ray._objects import Files, Remote, piece_path
-from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts, write_task
+from cachex.ray._sink import MergedSink
+from cachex.ray._staging import Job, local_path, recover, staging_beside
 
 ArraySpecs = Mapping[str, tuple[Any, Sequence[int]]]
-
-
-def _staging(path: Path) -> Path:
-    return path.parent / f".{path.name}.staging"
 
 
 def _cache_files(directory: Path) -> list[tuple[str, Path]]:
@@ -61,16 +55,7 @@ def _cache_files(directory: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def _upload(remote: Remote, task: int, staged: Path, part: dict[str, Any]) -> None:
-    """Upload write task ``task``'s part from ``staged`` as objects (no commit)."""
-    # Never committed: the objects are only the driver's to fetch.
-    prefix = f"ray-parts/{uuid.uuid4().hex}/task-{task:06d}"
-    files = [(f"{prefix}/{rel}", p) for rel, p in _cache_files(staged / "part")]
-    part["pieces"] = remote.upload("arrays", files)
-    part["prefix"] = prefix
-
-
-class MemmapSink(Datasink):
+class MemmapSink(MergedSink):
     """Writes a dataset into a memmap-array cache (one ``.bin`` per array column).
 
     Parameters
@@ -95,6 +80,10 @@ class MemmapSink(Datasink):
     tier_dir, tier_budget, storage_options
         For a URL: as :class:`cachex.MemmapArray` takes them.
     """
+
+    SPEC = "arrays"
+    KIND = "arrays"
+    TEMP_PREFIX = "cachex-ray-memmap-"
 
     def __init__(
         self,
@@ -125,21 +114,20 @@ class MemmapSink(Datasink):
         self.meta_column = meta_column
         self.nullable = list(nullable)
         self.fingerprint = fingerprint
-        self.job = Job(_staging(self.path))
+        self.job = Job(staging_beside(self.path))
 
     def get_name(self) -> str:
         return "CachexMemmap"
 
-    def on_write_start(self, schema: Any = None) -> None:
-        if self.remote is not None:
-            if self.remote.state()[1]:
-                raise InvalidInputError("the URL holds a cache (a memmap cache is written once)")
-            return
+    def _check_remote(self, remote: Remote) -> None:
+        if remote.state()[1]:
+            raise InvalidInputError("the URL holds a cache (a memmap cache is written once)")
+
+    def _prepare_local(self) -> None:
         if self.path.exists():
             raise InvalidInputError(f"{self.path}: exists (a memmap cache is written once)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        recover(_staging(self.path))
-        self.job.start()
+        recover(staging_beside(self.path))
 
     def _specs(self, cols: Mapping[str, np.ndarray]) -> dict[str, tuple[str, list[int]]]:
         if self.arrays is not None:
@@ -167,21 +155,10 @@ class MemmapSink(Datasink):
             sync_every=0,
         )
 
-    def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any] | None:
-        task = ctx.task_idx
-        upload = None if self.remote is None else functools.partial(_upload, self.remote, task)
-        return write_task(
-            self.job,
-            task,
-            lambda directory: self._write_part(directory, blocks, task),
-            upload,
-            "cachex-ray-memmap-",
-        )
-
     def _write_part(
-        self, attempt: Path, blocks: Iterable[Block], task: int
+        self, directory: Path, blocks: Iterable[Block], task: int
     ) -> dict[str, Any] | None:
-        """Write the blocks into the cache ``attempt/part``; ``None`` for no rows."""
+        """Write the blocks into the cache ``directory/part``; ``None`` for no rows."""
         writer = None
         specs = None
         rows = 0
@@ -189,7 +166,7 @@ class MemmapSink(Datasink):
             cols = numpy_columns(block)
             if writer is None:
                 specs = self._specs(cols)
-                writer = self._writer(attempt / "part", specs)
+                writer = self._writer(directory / self.PART, specs)
             n = len(next(iter(cols.values()))) if cols else 0
             for i in range(n):
                 source = str(cols[self.source_column][i]) if self.source_column else str(rows)
@@ -205,69 +182,29 @@ class MemmapSink(Datasink):
         writer.finalize()
         return {"task": task, "rows": rows, "arrays": specs}
 
-    def on_write_complete(self, write_result: WriteResult) -> None:
-        parts = task_parts(write_result.write_returns)
-        if self.remote is not None:
-            if parts:
-                self._commit_remote(self.remote, parts)
-            return
-        if not parts:
-            self.job.remove()
-            return
-        merged = self.job.dir / "merged"
-        self._merge([self.job.dir / p["dir"] / "part" for p in parts], self._arrays(parts), merged)
-        fsync_dir(merged)
-        self._before_rename()
-        os.rename(merged, self.path)
-        fsync_dir(self.path.parent)
-        self.job.remove()
+    def _upload(self, remote: Remote, task: int, staged: Path, part: dict[str, Any]) -> None:
+        # Never committed: the objects are only the driver's to fetch.
+        prefix = f"ray-parts/{uuid.uuid4().hex}/task-{task:06d}"
+        files = [(f"{prefix}/{rel}", p) for rel, p in _cache_files(staged / self.PART)]
+        part["pieces"] = remote.upload("arrays", files)
+        part["prefix"] = prefix
 
-    def _arrays(self, parts: list[dict[str, Any]]) -> Any:
-        specs = parts[0]["arrays"]
-        for p in parts:
-            if p["arrays"] != specs:
-                raise SchemaMismatchError(
-                    f"{self.path}: write tasks inferred different arrays "
-                    f"({specs} and {p['arrays']}); pass arrays= explicitly"
-                )
-        return specs
+    def _fetch_part(self, remote: Remote, part: dict[str, Any], directory: Path) -> Path:
+        local = directory / f"task-{part['task']:06d}"
+        by_path: dict[str, list[str]] = {}
+        for piece in part["pieces"]:
+            by_path.setdefault(piece_path(piece), []).append(piece)
+        for path, pieces in by_path.items():
+            dest = local / path[len(part["prefix"]) + 1 :]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            remote.fetch(path, pieces, dest)
+        return local
 
-    def _commit_remote(self, remote: Remote, parts: list[dict[str, Any]]) -> None:
-        """Fetch the uploaded parts, merge them here, publish the cache as one commit."""
-        specs = self._arrays(parts)
-        with tempfile.TemporaryDirectory(prefix="cachex-ray-memmap-") as tmp:
-            part_dirs = []
-            for p in parts:
-                local = Path(tmp) / f"task-{p['task']:06d}"
-                by_path: dict[str, list[str]] = {}
-                for piece in p["pieces"]:
-                    by_path.setdefault(piece_path(piece), []).append(piece)
-                for path, pieces in by_path.items():
-                    dest = local / path[len(p["prefix"]) + 1 :]
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    remote.fetch(path, pieces, dest)
-                part_dirs.append(local)
-            merged = Path(tmp) / "merged"
-            self._merge(part_dirs, specs, merged)
-            for d in part_dirs:
-                shutil.rmtree(d)
-            pieces = remote.upload("arrays", _cache_files(merged))
-
-            def decide(files: Files) -> list[str]:
-                if files:
-                    raise InvalidInputError(
-                        "another writer published a cache at the URL meanwhile "
-                        "(a memmap cache is written once); nothing was committed"
-                    )
-                return pieces
-
-            remote.publish(decide)
-
-    def _merge(self, part_dirs: list[Path], specs: Any, merged: Path) -> None:
+    def _merge(self, parts: list[Path], specs: Any, merged: Path) -> None:
         """Merge the part caches, in order, into the finalized cache ``merged``."""
         writer = self._writer(merged, specs)
         row = 0
-        for part_dir in part_dirs:
+        for part_dir in parts:
             part = MemmapArray(part_dir)
             for i in range(len(part)):
                 sidecars = {s: part.sidecar(s, i) for s in self.sidecar_columns}
@@ -277,12 +214,15 @@ class MemmapSink(Datasink):
                 row += 1
         writer.finalize()
 
-    def on_write_failed(self, error: Exception) -> None:
-        if self.remote is None:
-            self.job.remove()
+    def _merged_files(self, merged: Path) -> list[tuple[str, Path]]:
+        return _cache_files(merged)
 
-    def _before_rename(self) -> None:
-        """Called with the merged cache durable, before the commit's rename (a crash point)."""
+    def _check_published(self, files: Files) -> None:
+        if files:
+            raise InvalidInputError(
+                "another writer published a cache at the URL meanwhile "
+                "(a memmap cache is written once); nothing was committed"
+            )
 
 
 class MemmapDatasource(Datasource):

@@ -5,7 +5,7 @@ a page file of its own, ``<parent>/.<name>.staging/<job>/task-NNNNNN``
 (written to an attempt directory, renamed when finalized, so a retried
 task's part is its last attempt's). When the job completes, the driver
 merges the parts named by the write results, in task order, into one file
-in the staging directory (durable: the writer fsyncs it) and renames it to
+in the staging directory and renames it, durably, to
 the target path: that one rename is the commit, so a reader sees the old
 file or the whole new one. A page file is written whole, not appended to:
 an existing target is replaced only with ``overwrite=True``.
@@ -22,9 +22,7 @@ old file or the whole new one.
 
 from __future__ import annotations
 
-import functools
 import os
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -33,20 +31,17 @@ from typing import Any
 import numpy as np
 from ray.data import Dataset, read_datasource
 from ray.data.block import Block, BlockMetadata
-from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
+from ray.data.datasource import Datasource, ReadTask
 
 from cachex._cachex import BetonReader, PageReader, PageWriter, write_beton
 from cachex._remote import is_url, tier_kwargs
-from cachex.errors import InvalidInputError, SchemaMismatchError
+from cachex.errors import InvalidInputError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
 from cachex.ray._objects import Files, Remote
-from cachex.ray._staging import Job, fsync_dir, local_path, recover, task_parts, write_task
+from cachex.ray._sink import MergedSink
+from cachex.ray._staging import Job, local_path, recover, staging_beside
 
 FieldSpec = Any
-
-
-def _staging(path: Path) -> Path:
-    return path.parent / f".{path.name}.staging"
 
 
 def _split_file_url(url: str, tier: dict[str, Any]) -> tuple[Remote, str]:
@@ -87,15 +82,7 @@ def _cell(column: np.ndarray, i: int, spec: FieldSpec) -> Any:
     return value
 
 
-def _upload(remote: Remote, task: int, staged: Path, part: dict[str, Any]) -> None:
-    """Upload write task ``task``'s part from ``staged`` as objects (no commit)."""
-    # Never committed: the object is only the driver's to fetch.
-    name = f"ray-parts/{uuid.uuid4().hex}/task-{task:06d}.pages"
-    part["pieces"] = remote.upload("pages", [(name, staged / "part.pages")])
-    part["part"] = name
-
-
-class PageSink(Datasink):
+class PageSink(MergedSink):
     """Writes a dataset into one page file (or an FFCV ``.beton``).
 
     Parameters
@@ -115,6 +102,11 @@ class PageSink(Datasink):
     tier_dir, tier_budget, storage_options
         For a URL: as :class:`cachex.PageReader` takes them.
     """
+
+    PART = "part.pages"
+    SPEC = "fields"
+    KIND = "pages"
+    TEMP_PREFIX = "cachex-ray-pages-"
 
     def __init__(
         self,
@@ -142,37 +134,25 @@ class PageSink(Datasink):
         self.page_size = page_size
         self.overwrite = overwrite
         self.beton = self.path.suffix == ".beton"
-        self.job = Job(_staging(self.path))
+        self.job = Job(staging_beside(self.path))
 
     def get_name(self) -> str:
         return "CachexPages"
 
-    def on_write_start(self, schema: Any = None) -> None:
-        if self.remote is not None:
-            if self.name in self.remote.state()[1] and not self.overwrite:
-                raise InvalidInputError(f"{self.name}: exists (pass overwrite=True to replace it)")
-            return
+    def _check_remote(self, remote: Remote) -> None:
+        if self.name in remote.state()[1] and not self.overwrite:
+            raise InvalidInputError(f"{self.name}: exists (pass overwrite=True to replace it)")
+
+    def _prepare_local(self) -> None:
         if self.path.exists() and not self.overwrite:
             raise InvalidInputError(f"{self.path}: exists (pass overwrite=True to replace it)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        recover(_staging(self.path))
-        self.job.start()
-
-    def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any] | None:
-        task = ctx.task_idx
-        upload = None if self.remote is None else functools.partial(_upload, self.remote, task)
-        return write_task(
-            self.job,
-            task,
-            lambda directory: self._write_part(directory, blocks, task),
-            upload,
-            "cachex-ray-pages-",
-        )
+        recover(staging_beside(self.path))
 
     def _write_part(
-        self, attempt: Path, blocks: Iterable[Block], task: int
+        self, directory: Path, blocks: Iterable[Block], task: int
     ) -> dict[str, Any] | None:
-        """Write the blocks into ``attempt/part.pages``; ``None`` for no rows."""
+        """Write the blocks into ``directory/part.pages``; ``None`` for no rows."""
         writer = None
         fields = self.fields
         rows = 0
@@ -182,7 +162,7 @@ class PageSink(Datasink):
                 fields = {name: _infer_field(col) for name, col in cols.items()}
             if writer is None:
                 part_fields = {k: _part_field(v) for k, v in fields.items()}
-                writer = PageWriter(attempt / "part.pages", part_fields, page_size=self.page_size)
+                writer = PageWriter(directory / self.PART, part_fields, page_size=self.page_size)
             n = len(next(iter(cols.values()))) if cols else 0
             missing = [f for f in fields if f not in cols]
             if missing:
@@ -197,76 +177,38 @@ class PageSink(Datasink):
         writer.finalize()
         return {"task": task, "rows": rows, "fields": fields}
 
-    def on_write_complete(self, write_result: WriteResult) -> None:
-        parts = task_parts(write_result.write_returns)
-        if self.remote is not None:
-            if parts:
-                self._commit_remote(self.remote, parts)
-            return
-        if parts:
-            merged = self.job.dir / ("merged" + self.path.suffix)
-            part_files = [self.job.dir / p["dir"] / "part.pages" for p in parts]
-            self._merge(part_files, self._fields(parts), merged)
-            self._before_rename()
-            os.replace(merged, self.path)
-            fsync_dir(self.path.parent)
-        self.job.remove()
+    def _upload(self, remote: Remote, task: int, staged: Path, part: dict[str, Any]) -> None:
+        # Never committed: the object is only the driver's to fetch.
+        name = f"ray-parts/{uuid.uuid4().hex}/task-{task:06d}.pages"
+        part["pieces"] = remote.upload("pages", [(name, staged / self.PART)])
+        part["part"] = name
 
-    def _fields(self, parts: list[dict[str, Any]]) -> dict[str, FieldSpec]:
-        fields = parts[0]["fields"]
-        for p in parts:
-            if p["fields"] != fields:
-                raise SchemaMismatchError(
-                    f"{self.path}: write tasks inferred different fields "
-                    f"({fields} and {p['fields']}); pass fields= explicitly"
-                )
-        return fields
+    def _fetch_part(self, remote: Remote, part: dict[str, Any], directory: Path) -> Path:
+        local = directory / f"task-{part['task']:06d}.pages"
+        remote.fetch(part["part"], part["pieces"], local)
+        return local
 
-    def _merge(self, part_files: list[Path], fields: dict[str, FieldSpec], merged: Path) -> None:
-        """Merge the parts, in order, into the durable file ``merged``."""
-        readers = [PageReader(f) for f in part_files]
+    def _merge(self, parts: list[Path], fields: dict[str, FieldSpec], merged: Path) -> None:
+        """Merge the parts, in order, into the file ``merged``."""
+        readers = [PageReader(f) for f in parts]
         samples = _merged_samples(readers, fields)
         if self.beton:
             kwargs = {} if self.page_size is None else {"page_size": self.page_size}
             write_beton(merged, fields, samples, **kwargs)
-            with open(merged, "rb+") as f:
-                os.fsync(f.fileno())
         else:
             writer = PageWriter(merged, fields, page_size=self.page_size)
             writer.write_many(samples, threads=1)
             writer.finalize()
 
-    def _commit_remote(self, remote: Remote, parts: list[dict[str, Any]]) -> None:
-        """Fetch the uploaded parts, merge them here, publish the file as one commit."""
-        fields = self._fields(parts)
-        with tempfile.TemporaryDirectory(prefix="cachex-ray-pages-") as tmp:
-            part_files = []
-            for p in parts:
-                local = Path(tmp) / f"task-{p['task']:06d}.pages"
-                remote.fetch(p["part"], p["pieces"], local)
-                part_files.append(local)
-            merged = Path(tmp) / ("merged" + self.path.suffix)
-            self._merge(part_files, fields, merged)
-            for f in part_files:
-                f.unlink()
-            pieces = remote.upload("pages", [(self.name, merged)])
+    def _merged_files(self, merged: Path) -> list[tuple[str, Path]]:
+        return [(self.name, merged)]
 
-            def decide(files: Files) -> list[str]:
-                if self.name in files and not self.overwrite:
-                    raise InvalidInputError(
-                        f"{self.name}: another writer published it meanwhile "
-                        "(pass overwrite=True to replace it)"
-                    )
-                return pieces
-
-            remote.publish(decide)
-
-    def on_write_failed(self, error: Exception) -> None:
-        if self.remote is None:
-            self.job.remove()
-
-    def _before_rename(self) -> None:
-        """Called with the merged file durable, before the commit's rename (a crash point)."""
+    def _check_published(self, files: Files) -> None:
+        if self.name in files and not self.overwrite:
+            raise InvalidInputError(
+                f"{self.name}: another writer published it meanwhile "
+                "(pass overwrite=True to replace it)"
+            )
 
 
 def _merged_samples(readers: list[PageReader], fields: Mapping[str, FieldSpec]) -> Iterator[dict]:

@@ -3,49 +3,24 @@
 Write protocol (:class:`SegmentSink`)
 -------------------------------------
 Every write task fills a segment store of its own, in a staging attempt
-directory ``<cache>/.staging/<job>/task-NNNNNN.attempt-<uuid>``, closes it
-(every segment durable) and renames the attempt to ``task-NNNNNN``,
-replacing what an earlier attempt of the same task left; a task that fails
-leaves only an attempt directory that no commit names. Nothing under
-``.staging`` is read by a store: segment-store reads ``segments/``,
-``writers/`` and the shared log only.
+directory ``<cache>/.staging/<job>/task-NNNNNN.attempt-<token>``, closes
+it (every segment durable) and renames the attempt to ``task-NNNNNN``; a
+task that fails leaves only an attempt directory that no commit names.
+Nothing under ``.staging`` is read by a store.
 
-``on_write_complete`` commits the tasks named by the write results, under
-the cache's ``segment-store.lock`` held *shared* (as every multi-writer
-holds it: a single writer or a compaction cannot run meanwhile):
-
-1. checks the tasks' ``schema.json`` against each other and the cache's;
-2. picks a multi-writer id ``W`` with no log in the cache (from 4095 down)
-   and takes its lock, and gives the staged segments new ids in ``W``'s
-   residue class above every segment id in the cache, so the commit's
-   records win over older ones of the same keys;
-3. writes ``W``'s index log (every staged group, renumbered: new
-   ``segment_id``, checksum redone) into the staging directory, durable,
-   and, for a cache that has no ``schema.json`` yet, the tasks' one;
-4. writes the commit record ``commit.json`` (the renames of steps 5-6),
-   durable — **the commit is decided**;
-5. renames each staged segment into ``segments/`` under its new id: no log
-   names them yet, so readers ignore them;
-6. renames the log to ``writers/writer-W.log`` — **the commit point**:
-   one rename makes every segment of the job visible at once;
-7. deletes the job's staging directory.
-
-Each task is a writer of its own while it writes (its own store, its own
-segment ids), but the job publishes as *one* multi-writer: a log per task
-would take one rename per task to publish, and a crash between two of
-them would show part of the job. So a commit uses one writer id of the
-4096 a cache has (:meth:`cachex.SegmentStore.compact` folds the writer
-logs into the shared log and frees them).
-
-A crash before step 4 leaves the cache as it was; its staging is deleted
-by the next sink's ``on_write_start`` (or :func:`recover_segments`). A
-crash after step 4 leaves it as it was for every reader until that
-recovery replays steps 5-6 (meanwhile ``cachex verify`` lists the segments
-already moved as in no index log, ignored). The one gap: a *single* (not multi-) writer
-opened natively on the cache between a crash in step 5 and that recovery
-adopts the segments already moved, as it adopts any segment newer than
-every log; run :func:`recover_segments` before reopening such a cache with
-a single writer after a crash.
+``on_write_complete`` commits the tasks named by the write results as
+*one* multi-writer of the cache: the staged segments get new ids in that
+writer's residue class above every segment of the cache, the renames are
+decided in a durable commit record, the segments are renamed into
+``segments/`` and the writer's index log renamed last — **the commit
+point**: one rename makes every segment of the job visible at once. A
+crash before the decision leaves the cache as it was; one after it is
+rolled forward by the next sink's ``on_write_start`` or by
+:func:`recover_segments` (run it before reopening a crashed cache with a
+single writer, which would adopt segments already moved). The protocol,
+the index-log format and every lock and fsync are the crates':
+``remote_cache::decide_staged_segments`` (``crates/remote-cache/src/
+staged_segments.rs``) and ``segment_store::adopt_staged``.
 
 On a URL (``s3://...``)
 -----------------------
@@ -53,23 +28,19 @@ A cache on object storage is a commit log, and the job is **one commit**
 of it (see :mod:`cachex.ray._objects`): each write task fills a store in
 a temporary directory on its own machine, uploads its segments as
 content-addressed objects (no commit) and returns their pieces with its
-index-log groups and schema; ``on_write_complete`` reads the log's state,
-picks a multi-writer id with no log there and segment ids above every
-segment there (as steps 2-3 above), uploads the renumbered writer log
-(and ``schema.json`` for a new cache) and publishes the segments, the
-schema and the log in one commit claimed with a conditional put —
-deciding again if another writer took its number. Readers that
-``refresh()`` see every record of the job, or none; a failed or retried
-task, or a driver that dies before the commit, leaves only objects no
-commit names (``cachex gc`` removes them).
+index log and schema; ``on_write_complete`` decides the commit against
+the log's last one (``remote_cache::decide_remote_segments``: a free
+writer id, segment ids above every segment there, the renumbered writer
+log uploaded) and publishes it claimed with a conditional put — deciding
+again if another writer took its number. Readers that ``refresh()`` see
+every record of the job, or none; a failed or retried task, or a driver
+that dies before the commit, leaves only objects no commit names
+(``cachex gc`` removes them).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,12 +51,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from ray.data import Dataset, read_datasource
 from ray.data.block import Block, BlockMetadata
-from ray.data.datasource import Datasink, Datasource, ReadTask, WriteResult
+from ray.data.datasource import Datasource, ReadTask
 
-import cachex.ray._segment_log as fmt
+from cachex import _cachex
 from cachex._cachex import SegmentStore
 from cachex._remote import is_url
-from cachex.errors import CorruptError, LockedError, SchemaMismatchError
+from cachex.errors import CorruptError
 from cachex.ray._blocks import (
     keyed_values,
     object_column,
@@ -93,10 +64,12 @@ from cachex.ray._blocks import (
     segment_parts,
     to_block,
 )
-from cachex.ray._objects import Files, Remote, piece_path, renamed
-from cachex.ray._staging import Job, flock, fsync_dir, local_path, recover, write_durable
+from cachex.ray._objects import Files, Remote
+from cachex.ray._sink import StagedSink
+from cachex.ray._staging import Job, local_path
 
 STAGING = ".staging"
+SEGMENTS_DIR = "segments"
 
 
 def recover_segments(path_or_url: str | os.PathLike[str]) -> list[str]:
@@ -113,17 +86,18 @@ def recover_segments(path_or_url: str | os.PathLike[str]) -> list[str]:
     list of str
         One line per dead job: ``"<job>: commit rolled forward"`` or
         ``"<job>: removed"``.
+
+    Raises
+    ------
+    LockedError
+        A single writer or a compaction holds the cache.
     """
     if is_url(path_or_url):
         return []
-    path = local_path(path_or_url)
-    with flock(path / fmt.LOCK_FILE, exclusive=False) as shared:
-        if not shared:
-            raise LockedError(f"{path}: a single writer or a compaction holds the cache")
-        return recover(path / STAGING)
+    return _cachex._segments_recover(local_path(path_or_url))
 
 
-class SegmentSink(Datasink):
+class SegmentSink(StagedSink):
     """Writes a dataset into a segment store, committed atomically at the end.
 
     ``ds.write_datasink(SegmentSink(path, key_column="key"))``: each row
@@ -163,6 +137,8 @@ class SegmentSink(Datasink):
         A single writer or a compaction holds the cache.
     """
 
+    TEMP_PREFIX = "cachex-ray-segments-"
+
     def __init__(
         self,
         path_or_url: str | os.PathLike[str],
@@ -191,25 +167,16 @@ class SegmentSink(Datasink):
     def get_name(self) -> str:
         return "CachexSegments"
 
-    def on_write_start(self, schema: pa.Schema | None = None) -> None:
-        if self.remote is not None:
-            return
-        if not (self.path / fmt.SEGMENTS_DIR).is_dir():
+    def _prepare_local(self) -> None:
+        if not (self.path / SEGMENTS_DIR).is_dir():
             # An empty store, so that a reader of the path finds a cache.
             SegmentStore(self.path).close()
         recover_segments(self.path)
-        self.job.start()
 
-    def write(self, blocks: Iterable[Block], ctx: Any) -> dict[str, Any]:
-        if self.remote is not None:
-            return self._write_remote(self.remote, blocks, ctx.task_idx)
-        attempt = self.job.task_attempt(ctx.task_idx)
-        rows = self._fill(attempt, blocks)
-        final = self.job.finish_task(ctx.task_idx, attempt)
-        return {"task": ctx.task_idx, "dir": final.name, "rows": rows}
-
-    def _fill(self, directory: Path, blocks: Iterable[Block]) -> int:
-        """Write the blocks into a new store in ``directory``; return the rows written."""
+    def _write_part(
+        self, directory: Path, blocks: Iterable[Block], task: int
+    ) -> dict[str, Any] | None:
+        """Write the blocks into a new store in ``directory``; ``None`` for no rows."""
         rows = 0
         store = SegmentStore(directory, flush_every=self.flush_every, lru_bytes=0)
         try:
@@ -219,183 +186,52 @@ class SegmentSink(Datasink):
                 rows += len(items)
         finally:
             store.close()
-        return rows
+        return {"task": task, "rows": rows} if rows else None
 
-    def _write_remote(self, remote: Remote, blocks: Iterable[Block], task: int) -> dict[str, Any]:
-        """Stage the task's store on this machine, upload its segments (no commit)."""
-        staged = Path(tempfile.mkdtemp(prefix="cachex-ray-segments-"))
-        try:
-            rows = self._fill(staged, blocks)
-            if rows == 0:
-                return {"task": task, "rows": 0}
-            names = sorted(
-                n
-                for n in os.listdir(staged / fmt.SEGMENTS_DIR)
-                if fmt.parse_segment_name(n) is not None
-            )
-            files = [(f"{fmt.SEGMENTS_DIR}/{n}", staged / fmt.SEGMENTS_DIR / n) for n in names]
-            return {
-                "task": task,
-                "rows": rows,
-                "schema": (staged / fmt.SCHEMA_FILE).read_bytes(),
-                "log": (staged / fmt.SHARED_LOG).read_bytes(),
-                "pieces": remote.upload("segments", files),
-            }
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
+    def _upload(self, remote: Remote, task: int, staged: Path, part: dict[str, Any]) -> None:
+        """Upload the task's segments (no commit); its schema and index log travel in ``part``."""
+        segments = staged / SEGMENTS_DIR
+        names = sorted(n for n in os.listdir(segments) if _segment_id_of(n) is not None)
+        files = [(f"{SEGMENTS_DIR}/{n}", segments / n) for n in names]
+        part["schema"] = (staged / "schema.json").read_bytes()
+        part["log"] = (staged / "segment-index.log").read_bytes()
+        part["pieces"] = remote.upload("segments", files)
 
-    def on_write_complete(self, write_result: WriteResult) -> None:
-        tasks = [r for r in write_result.write_returns if r is not None and r["rows"] > 0]
-        if self.remote is not None:
-            if tasks:
-                _commit_remote(self.remote, tasks)
-            return
-        with flock(self.path / fmt.LOCK_FILE, exclusive=False) as shared:
-            if not shared:
-                raise LockedError(f"{self.path}: a single writer or a compaction holds the cache")
-            if tasks:
-                self._commit([self.job.dir / t["dir"] for t in tasks])
-        self.job.remove()
-
-    def on_write_failed(self, error: Exception) -> None:
-        if self.remote is None:
-            self.job.remove()
-
-    def _commit(self, staged: list[Path]) -> None:
-        schema = self._check_schema(staged)
-        groups = [(d, g) for d in staged for g in fmt.read_groups(d / fmt.SHARED_LOG)]
-        writers = self.path / fmt.WRITERS_DIR
-        writers.mkdir(exist_ok=True)
-        for writer in range(fmt.MAX_WRITER_ID, -1, -1):
-            if (writers / fmt.writer_log_name(writer)).exists():
-                continue
-            with flock(writers / fmt.writer_lock_name(writer)) as mine:
-                if not mine or (writers / fmt.writer_log_name(writer)).exists():
-                    continue
-                self._commit_as(writer, schema, groups)
-                return
-        raise LockedError(f"{writers}: every multi-writer id is in use (compact the cache)")
-
-    def _check_schema(self, staged: list[Path]) -> bytes:
-        first = _one_schema(
-            {str(d / fmt.SCHEMA_FILE): (d / fmt.SCHEMA_FILE).read_bytes() for d in staged}
+    def _commit_local(self, parts: list[dict[str, Any]]) -> None:
+        commit = _cachex._segments_decide(
+            self.path, self.job.dir, [self.job.dir / p["dir"] for p in parts]
         )
-        current = self.path / fmt.SCHEMA_FILE
-        if current.exists() and json.loads(current.read_bytes()) != json.loads(first):
-            raise SchemaMismatchError(
-                f"{current}: the cache's schema differs from the dataset's; nothing was committed"
-            )
-        return first
+        try:
+            if parts:
+                self._before_renames()
+            commit.apply()
+        finally:
+            commit.close()
 
-    def _commit_as(self, writer: int, schema: bytes, groups: list[tuple[Path, Any]]) -> None:
-        segments = self.path / fmt.SEGMENTS_DIR
-        existing = [fmt.parse_segment_name(n) for n in os.listdir(segments)]
-        above = max((i for i in existing if i is not None), default=-1)
-        ids = fmt.writer_ids_after(writer, above, len(groups))
-        log = bytearray(fmt.writer_log_header(writer))
-        renames = []
-        for new_id, (staged, group) in zip(ids, groups, strict=True):
-            log += fmt.renumbered(group, new_id)
-            renames.append(
-                (
-                    staged / fmt.SEGMENTS_DIR / fmt.segment_name(group.segment_id),
-                    segments / fmt.segment_name(new_id),
-                )
-            )
-        staged_log = self.job.dir / fmt.writer_log_name(writer)
-        write_durable(staged_log, bytes(log))
-        renames.append((staged_log, self.path / fmt.WRITERS_DIR / fmt.writer_log_name(writer)))
-        if not (self.path / fmt.SCHEMA_FILE).exists():
-            write_durable(self.path / fmt.SCHEMA_FILE, schema)
-        self.job.decide(renames)
-        self._before_renames()
-        for src, dst in renames[:-1]:
-            os.rename(src, dst)
-        fsync_dir(segments)
-        src, dst = renames[-1]
-        os.rename(src, dst)
-        fsync_dir(dst.parent)
+    def _commit_remote(self, remote: Remote, parts: list[dict[str, Any]]) -> None:
+        """Publish the write tasks' uploaded segments as one commit (see the module's docstring)."""
+        tasks = [(p["task"], p["schema"], p["log"], p["pieces"]) for p in parts]
+        remote.publish_decided(
+            lambda: _cachex._staged_segments_decide(remote.url, tasks, **remote.kwargs)
+        )
 
     def _before_renames(self) -> None:
         """Called once the commit is decided, before its renames (a test's crash point)."""
 
 
-def _one_schema(texts: dict[str, bytes]) -> bytes:
-    """The schema every write task produced (``texts``: whose, and its ``schema.json``)."""
-    first = next(iter(texts.values()))
-    for name, text in texts.items():
-        if json.loads(text) != json.loads(first):
-            raise SchemaMismatchError(
-                f"{name}: write tasks produced records of different schemas; nothing was committed"
-            )
-    return first
-
-
-def _commit_remote(remote: Remote, tasks: list[dict[str, Any]]) -> None:
-    """Publish the write tasks' uploaded segments as one commit (see the module's docstring)."""
-    tasks = sorted(tasks, key=lambda t: t["task"])
-    schema = _one_schema({f"write task {t['task']}'s schema": t["schema"] for t in tasks})
-    groups = [
-        (t["task"], g)
-        for t in tasks
-        for g in fmt.parse_groups(t["log"], f"write task {t['task']}'s index log")
-    ]
-    uploaded = {
-        (t["task"], fmt.parse_segment_name(piece_path(p).rsplit("/", 1)[-1])): p
-        for t in tasks
-        for p in t["pieces"]
-    }
-    for task, group in groups:
-        if (task, group.segment_id) not in uploaded:
-            raise CorruptError(
-                f"write task {task}: its index log names segment {group.segment_id}, "
-                "which it did not upload; nothing was committed"
-            )
-
-    def decide(files: Files) -> list[str]:
-        if fmt.SCHEMA_FILE in files:
-            current = remote.read(fmt.SCHEMA_FILE, files[fmt.SCHEMA_FILE])
-            if json.loads(current) != json.loads(schema):
-                raise SchemaMismatchError(
-                    f"{fmt.SCHEMA_FILE}: the cache's schema differs from the dataset's; "
-                    "nothing was committed"
-                )
-        free = (
-            w
-            for w in range(fmt.MAX_WRITER_ID, -1, -1)
-            if f"{fmt.WRITERS_DIR}/{fmt.writer_log_name(w)}" not in files
-        )
-        writer = next(free, None)
-        if writer is None:
-            raise LockedError("every multi-writer id of the cache is in use (compact the cache)")
-        prefix = f"{fmt.SEGMENTS_DIR}/"
-        existing = [fmt.parse_segment_name(p[len(prefix) :]) for p in files if p.startswith(prefix)]
-        above = max((i for i in existing if i is not None), default=-1)
-        ids = fmt.writer_ids_after(writer, above, len(groups))
-        log = bytearray(fmt.writer_log_header(writer))
-        pieces = []
-        for new_id, (task, group) in zip(ids, groups, strict=True):
-            log += fmt.renumbered(group, new_id)
-            path = f"{fmt.SEGMENTS_DIR}/{fmt.segment_name(new_id)}"
-            pieces.append(renamed(uploaded[(task, group.segment_id)], path))
-        with tempfile.TemporaryDirectory(prefix="cachex-ray-commit-") as tmp:
-            local = []
-            if fmt.SCHEMA_FILE not in files:
-                (Path(tmp) / "schema").write_bytes(schema)
-                local.append((fmt.SCHEMA_FILE, Path(tmp) / "schema"))
-            # The log last: readers apply pieces in order, segments first.
-            (Path(tmp) / "log").write_bytes(bytes(log))
-            local.append((f"{fmt.WRITERS_DIR}/{fmt.writer_log_name(writer)}", Path(tmp) / "log"))
-            pieces += remote.upload("segments", local)
-        return pieces
-
-    remote.publish(decide)
+def _segment_id_of(name: str) -> int | None:
+    """The id in a segment file's name (``segment_<id>.arrow``), or ``None``
+    for another file."""
+    digits = name.removeprefix("segment_").removesuffix(".arrow")
+    if len(digits) + len("segment_.arrow") != len(name) or not digits.isdigit():
+        return None
+    return int(digits)
 
 
 def _segment_id(segment: dict[str, Any]) -> int:
     """The id of a segment of ``SegmentStore.inspect()`` (from its file name,
     ``segment_<id>.arrow``): later ids win for a key written twice."""
-    found = fmt.parse_segment_name(str(segment["file"]))
+    found = _segment_id_of(str(segment["file"]))
     if found is None:
         raise CorruptError(f"{segment['file']}: not a segment file name")
     return found
@@ -415,11 +251,11 @@ class _SegmentFile:
         if self.path is not None:
             return _read_segment(self.path)
         assert self.remote is not None
-        data = self.remote.read(f"{fmt.SEGMENTS_DIR}/{self.name}", list(self.pieces))
+        data = self.remote.read(f"{SEGMENTS_DIR}/{self.name}", list(self.pieces))
         return ipc.open_file(pa.py_buffer(data)).read_all()
 
     def shown(self) -> str:
-        return str(self.path) if self.path is not None else f"{fmt.SEGMENTS_DIR}/{self.name}"
+        return str(self.path) if self.path is not None else f"{SEGMENTS_DIR}/{self.name}"
 
 
 class SegmentDatasource(Datasource):
@@ -481,11 +317,11 @@ class SegmentDatasource(Datasource):
     def _file(self, name: str, state: Files) -> _SegmentFile:
         if self.remote is None:
             assert isinstance(self.root, Path)
-            return _SegmentFile(name, path=self.root / fmt.SEGMENTS_DIR / name)
-        pieces = state.get(f"{fmt.SEGMENTS_DIR}/{name}")
+            return _SegmentFile(name, path=self.root / SEGMENTS_DIR / name)
+        pieces = state.get(f"{SEGMENTS_DIR}/{name}")
         if not pieces:
             raise CorruptError(
-                f"{fmt.SEGMENTS_DIR}/{name}: the store lists it, the cache's last commit "
+                f"{SEGMENTS_DIR}/{name}: the store lists it, the cache's last commit "
                 "does not (a compaction published meanwhile?); open the source again"
             )
         return _SegmentFile(name, remote=self.remote, pieces=tuple(pieces))
