@@ -18,7 +18,9 @@
 //!    job's directory, durable, and, for a cache that has no `schema.json`
 //!    yet, the tasks' one;
 //! 4. writes the commit record (the renames of steps 5-6), durable —
-//!    **the commit is decided**.
+//!    **the commit is decided** — and an empty log of `W` into the cache,
+//!    which makes readers of a cache no multi-writer wrote yet ignore
+//!    segments no log names.
 //!
 //! [`SegmentCommit::apply`] then
 //!
@@ -149,6 +151,13 @@ pub fn decide_staged_segments(
         durable_fs::write_atomic(&current, schema)?;
     }
     let decision = Decision::record(job_dir, renames)?;
+    // Readers of a cache no multi-writer wrote yet index every segment
+    // newer than its log, those of step 5 included; with a writer log
+    // there (empty until step 6 replaces it) they ignore every segment no
+    // log names, so a crash midway shows nothing of the job.
+    let empty = adopt_staged(&[], writer, None)?;
+    let log_path = cache.join(WRITERS_DIR).join(writer_log_name(writer));
+    durable_fs::write_atomic(&log_path, &empty.log)?;
     Ok(SegmentCommit {
         decision: Some(decision),
         _writer: Some(writer_lock),

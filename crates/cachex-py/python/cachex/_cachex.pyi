@@ -1128,17 +1128,19 @@ def _staged_segments_decide(
     """Decide a segment job's commit (``(task, schema, index log, pieces)``
     per write task) against the log's last one: ``(its number, pieces)``."""
 
+@final
 class _StagingJob:
     """A write job's staging directory, its lock held until :meth:`remove`."""
 
-    def __init__(self, staging: str | os.PathLike[str], id: str) -> None: ...
+    def __new__(cls, staging: str | os.PathLike[str], id: str) -> Self: ...
     @property
-    def dir(self) -> str:
+    def dir(self) -> Path:
         """The job's directory."""
 
     def remove(self) -> None:
         """Delete the job's directory and let go of its lock."""
 
+@final
 class _SegmentCommit:
     """A segment job's commit, decided; its renames wait for :meth:`apply`."""
 
@@ -1148,12 +1150,12 @@ class _SegmentCommit:
     def close(self) -> None:
         """Let go of the locks without applying (recovery rolls it forward)."""
 
-def _staging_task_attempt(job_dir: str | os.PathLike[str], task: int) -> str:
+def _staging_task_attempt(job_dir: str | os.PathLike[str], task: int) -> Path:
     """A fresh directory for one attempt of write task ``task``."""
 
 def _staging_finish_task(
     job_dir: str | os.PathLike[str], task: int, attempt: str | os.PathLike[str]
-) -> str:
+) -> Path:
     """Make an attempt's durable output the task's; its directory."""
 
 def _staging_recover(staging: str | os.PathLike[str]) -> list[str]:

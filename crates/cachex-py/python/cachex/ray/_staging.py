@@ -74,11 +74,11 @@ class Job:
 
     def task_attempt(self, task: int) -> Path:
         """A fresh directory for one attempt of write task ``task``."""
-        return Path(_cachex._staging_task_attempt(self.dir, task))
+        return _cachex._staging_task_attempt(self.dir, task)
 
     def finish_task(self, task: int, attempt: Path) -> Path:
         """Make an attempt's durable output the task's output (replacing an earlier one's)."""
-        return Path(_cachex._staging_finish_task(self.dir, task, attempt))
+        return _cachex._staging_finish_task(self.dir, task, attempt)
 
 
 def task_parts(write_returns: Iterable[Part | None]) -> list[Part]:
