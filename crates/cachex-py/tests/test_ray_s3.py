@@ -68,7 +68,7 @@ def flaky_sink(url: str, markers: Path, **kw):
                 marker.touch()
                 assert self.remote is not None
                 # What the failed attempt uploads stays an object no commit names.
-                self._write_remote(self.remote, [next(iter(blocks))], ctx.task_idx)
+                super().write([next(iter(blocks))], ctx)
                 raise RuntimeError("injected failure of a write task's first attempt")
             return super().write(blocks, ctx)
 
