@@ -1161,9 +1161,7 @@ def _staging_finish_task(
 def _staging_recover(staging: str | os.PathLike[str]) -> list[str]:
     """Finish or remove every dead job under ``staging``; one line per job."""
 
-def _staging_commit_rename(
-    staged: str | os.PathLike[str], target: str | os.PathLike[str]
-) -> None:
+def _staging_commit_rename(staged: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
     """Put a merged file or directory in place with one durable rename."""
 
 def _segments_decide(
