@@ -132,7 +132,12 @@ pub fn _segments_recover(py: Python<'_>, cache: PathBuf) -> PyResult<Vec<String>
 /// was written.
 #[pyfunction]
 #[pyo3(signature = (path, data, *, replace=true))]
-pub fn _durable_write(py: Python<'_>, path: PathBuf, data: Vec<u8>, replace: bool) -> PyResult<bool> {
+pub fn _durable_write(
+    py: Python<'_>,
+    path: PathBuf,
+    data: Vec<u8>,
+    replace: bool,
+) -> PyResult<bool> {
     errors::enter(py, || {
         if replace {
             durable_fs::write_atomic_shared(&path, &data).map(|()| true)

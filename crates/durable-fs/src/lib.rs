@@ -80,8 +80,8 @@ mod writeback;
 
 pub use atomic::{
     boot_id, commit_temp, create_temp, parent_dir, read_capped, remove_and_sync, rename,
-    rename_and_sync, replace_unsynced, sync_dir, sync_parent_dir, write_atomic, write_atomic_shared,
-    write_new_atomic, write_synced,
+    rename_and_sync, replace_unsynced, sync_dir, sync_parent_dir, write_atomic,
+    write_atomic_shared, write_new_atomic, write_synced,
 };
 pub use error::{Error, Result};
 pub use lock::FileLock;

@@ -211,8 +211,8 @@ pub use log_state::LogState;
 pub use publisher::Publisher;
 pub use remote_tier::redact_url;
 pub use staged_segments::{
-    SEGMENT_STAGING, SegmentCommit, StagedSegments, decide_remote_segments,
-    decide_staged_segments, recover_staged_segments,
+    SEGMENT_STAGING, SegmentCommit, StagedSegments, decide_remote_segments, decide_staged_segments,
+    recover_staged_segments,
 };
 pub use staging::{
     COMMIT_RECORD, Decision, JOB_LOCK, StagingJob, commit_rename, finish_task, recover_staging,

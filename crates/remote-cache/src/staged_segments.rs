@@ -2,40 +2,12 @@
 //! many write tasks, each a single-writer store of its own, published as
 //! *one* multi-writer of the cache, all at once.
 //!
-//! On a local cache (`<cache>/.staging/<job>/task-NNNNNN/` holds each
-//! task's store, see [`mod@crate::staging`]),
-//! [`decide_staged_segments`], under the cache's lock held shared as
-//! every multi-writer holds it (a single writer or a compaction cannot
-//! run meanwhile):
-//!
-//! 1. checks the tasks' `schema.json` against each other and the cache's;
-//! 2. claims a multi-writer id `W` with no log in the cache (from 4095
-//!    down) and gives the staged segments new ids in `W`'s residue class
-//!    above every segment id in the cache
-//!    ([`segment_store::adopt_staged`]), so the commit's records win over
-//!    older ones of the same keys;
-//! 3. writes `W`'s index log (every staged group, renumbered) into the
-//!    job's directory, durable, and, for a cache that has no `schema.json`
-//!    yet, the tasks' one;
-//! 4. writes the commit record (the renames of steps 5-6), durable —
-//!    **the commit is decided** — and an empty log of `W` into the cache,
-//!    which makes readers of a cache no multi-writer wrote yet ignore
-//!    segments no log names.
-//!
-//! [`SegmentCommit::apply`] then
-//!
-//! 5. renames each staged segment into `segments/` under its new id: no
-//!    log names them yet, so readers ignore them;
-//! 6. renames the log to `writers/writer-W.log` — **the commit point**:
-//!    one rename makes every segment of the job visible at once.
-//!
-//! A crash before step 4 leaves the cache as it was, and
-//! [`recover_staged_segments`] deletes the job; a crash after it leaves
-//! the cache as it was for every reader until that recovery replays steps
-//! 5-6. (A *single* writer opened on the cache between a crash in step 5
-//! and that recovery adopts the segments already moved, as it adopts any
-//! segment newer than every log: recover before reopening such a cache
-//! with a single writer.)
+//! On a local cache each task's store is staged in the job's directory
+//! ([`StagingJob`](crate::StagingJob)) and [`decide_staged_segments`]
+//! decides the commit (its documentation gives the steps and what a crash
+//! at each leaves); [`SegmentCommit::apply`] makes it visible with one
+//! rename, and [`recover_staged_segments`] finishes or removes the job of
+//! a driver that died.
 //!
 //! On a URL each task uploads its segments as objects no commit names
 //! ([`upload_files`]) and hands its pieces, index log and schema to the
@@ -66,8 +38,8 @@ use crate::{Error, LogState, Result, StoreFiles, StoreKind};
 /// The staging directory of a segment store's write jobs, in the cache.
 pub const SEGMENT_STAGING: &str = ".staging";
 
-/// A segment job's commit, decided (steps 1-4 of the
-/// [module's](mod@crate::staged_segments) protocol), holding the cache's
+/// A segment job's commit, decided (steps 1-4 of
+/// [`decide_staged_segments`]), holding the cache's
 /// shared lock and its writer's lock until it is applied or dropped.
 #[derive(Debug)]
 pub struct SegmentCommit {
@@ -93,12 +65,46 @@ impl SegmentCommit {
 
 /// Decides the commit of the stores `staged` (the task directories of
 /// the job at `job_dir`, in task order) into the segment store at `cache`
-/// (steps 1-4 of the [module's](mod@crate::staged_segments) protocol).
-/// With no staged store, only takes the cache's shared lock.
+/// (steps 1-4 below). With no staged store, only takes the cache's shared
+/// lock.
 ///
 /// A single writer or a compaction holding the cache, or every writer id
 /// in use, is a locked error; schemas that differ are
 /// [`segment_store::Error::SchemaMismatch`]. Nothing is committed then.
+///
+/// The protocol (`<cache>/.staging/<job>/task-NNNNNN/` holds each task's
+/// store). This call, under the cache's lock held shared as every
+/// multi-writer holds it (a single writer or a compaction cannot run
+/// meanwhile):
+///
+/// 1. checks the tasks' `schema.json` against each other and the cache's;
+/// 2. claims a multi-writer id `W` with no log in the cache (from 4095
+///    down) and gives the staged segments new ids in `W`'s residue class
+///    above every segment id in the cache
+///    ([`segment_store::adopt_staged`]), so the commit's records win over
+///    older ones of the same keys;
+/// 3. writes `W`'s index log (every staged group, renumbered) into the
+///    job's directory, durable, and, for a cache that has no `schema.json`
+///    yet, the tasks' one;
+/// 4. writes the commit record (the renames of steps 5-6), durable —
+///    **the commit is decided** — and an empty log of `W` into the cache,
+///    which makes readers of a cache no multi-writer wrote yet ignore
+///    segments no log names.
+///
+/// [`SegmentCommit::apply`] then
+///
+/// 5. renames each staged segment into `segments/` under its new id: no
+///    log names them yet, so readers ignore them;
+/// 6. renames the log to `writers/writer-W.log` — **the commit point**:
+///    one rename makes every segment of the job visible at once.
+///
+/// A crash before step 4 leaves the cache as it was, and
+/// [`recover_staged_segments`] deletes the job; a crash after it leaves
+/// the cache as it was for every reader until that recovery replays steps
+/// 5-6. (A *single* writer opened on the cache between a crash in step 5
+/// and that recovery adopts the segments already moved, as it adopts any
+/// segment newer than every log: recover before reopening such a cache
+/// with a single writer.)
 pub fn decide_staged_segments(
     cache: &Path,
     job_dir: &Path,
@@ -221,7 +227,10 @@ pub fn decide_remote_segments(
         }
     }
     for (t, log) in tasks.iter().zip(&logs) {
-        if let Some(id) = log.segment_ids().find(|id| !uploaded.contains_key(&(t.task, *id))) {
+        if let Some(id) = log
+            .segment_ids()
+            .find(|id| !uploaded.contains_key(&(t.task, *id)))
+        {
             return Err(Error::Corrupt {
                 url: tier.url().to_string(),
                 name: format!("write task {}", t.task),
@@ -308,7 +317,9 @@ fn upload_bytes(tier: &RemoteTier, files: &[(String, &[u8])]) -> Result<Vec<Piec
 /// `schema.json`); the first one's bytes.
 fn one_schema(schemas: &[(String, Vec<u8>)]) -> Result<&[u8]> {
     let Some((_, first)) = schemas.first() else {
-        return Err(segment_store::Error::InvalidInput("no write task staged a schema".into()).into());
+        return Err(
+            segment_store::Error::InvalidInput("no write task staged a schema".into()).into(),
+        );
     };
     let first_value = parse_schema("the first write task's schema", first)?;
     for (name, text) in schemas {

@@ -134,10 +134,12 @@ impl Decision {
     pub fn record(job_dir: &Path, renames: Vec<(PathBuf, PathBuf)>) -> Result<Decision> {
         let record_path = job_dir.join(COMMIT_RECORD);
         let text = |p: &Path| {
-            p.to_str().map(str::to_owned).ok_or_else(|| Error::BadLocation {
-                root: p.display().to_string(),
-                problem: "a path that is not UTF-8 cannot be recorded in a commit".into(),
-            })
+            p.to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| Error::BadLocation {
+                    root: p.display().to_string(),
+                    problem: "a path that is not UTF-8 cannot be recorded in a commit".into(),
+                })
         };
         let record = Record {
             renames: renames
@@ -233,7 +235,12 @@ pub fn roll_forward(job_dir: &Path) -> Result<bool> {
 pub fn recover_staging(staging: &Path) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(staging) {
         Ok(e) => e,
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
             return Ok(Vec::new());
         }
         Err(e) => return Err(Error::io("list", staging)(e)),

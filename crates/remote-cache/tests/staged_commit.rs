@@ -154,12 +154,17 @@ fn a_job_of_another_schema_or_a_held_cache_commits_nothing() {
     let (cache, job, mut staged) = staged_job(tmp.path());
     let other = task_attempt(job.dir(), 2).unwrap();
     let store = SegmentStore::open(&other, Options::default()).unwrap();
-    store.put_batch(&[("x", Value::blob(b"bytes".to_vec()))]).unwrap();
+    store
+        .put_batch(&[("x", Value::blob(b"bytes".to_vec()))])
+        .unwrap();
     drop(store);
     staged.push(finish_task(job.dir(), 2, &other).unwrap());
     let err = decide_staged_segments(&cache, job.dir(), &staged).unwrap_err();
     assert!(
-        matches!(&err, Error::Segment(segment_store::Error::SchemaMismatch { .. })),
+        matches!(
+            &err,
+            Error::Segment(segment_store::Error::SchemaMismatch { .. })
+        ),
         "{err:?}"
     );
     staged.pop();
@@ -206,10 +211,16 @@ fn a_job_on_a_url_is_one_commit_decided_again_when_its_number_is_taken() {
             .unwrap()
             .map(|e| {
                 let name = e.unwrap().file_name().into_string().unwrap();
-                (format!("{SEGMENTS_DIR}/{name}"), dir.join(SEGMENTS_DIR).join(&name))
+                (
+                    format!("{SEGMENTS_DIR}/{name}"),
+                    dir.join(SEGMENTS_DIR).join(&name),
+                )
             })
             .collect();
-        let refs: Vec<(String, &Path)> = files.iter().map(|(r, p)| (r.clone(), p.as_path())).collect();
+        let refs: Vec<(String, &Path)> = files
+            .iter()
+            .map(|(r, p)| (r.clone(), p.as_path()))
+            .collect();
         tasks.push(StagedSegments {
             task,
             schema: std::fs::read(dir.join(SCHEMA_FILE)).unwrap(),
@@ -222,7 +233,16 @@ fn a_job_on_a_url_is_one_commit_decided_again_when_its_number_is_taken() {
     assert_eq!(pieces.last().unwrap().path, "writers/writer-4095.log");
     assert_eq!(pieces.iter().filter(|p| p.path == SCHEMA_FILE).count(), 1);
     // Another writer takes number 1 first: the job decides again.
-    let other = upload_files(&tier, StoreFiles::PLAIN, &[("x".into(), tmp.path().join("task0").join(SCHEMA_FILE).as_path())], WRITER_BLOCK_HASHES).unwrap();
+    let other = upload_files(
+        &tier,
+        StoreFiles::PLAIN,
+        &[(
+            "x".into(),
+            tmp.path().join("task0").join(SCHEMA_FILE).as_path(),
+        )],
+        WRITER_BLOCK_HASHES,
+    )
+    .unwrap();
     assert_eq!(commit_files(&tier, 0, other, vec![]).unwrap(), Some(1));
     assert_eq!(commit_files(&tier, seq, pieces, vec![]).unwrap(), None);
     let (seq, pieces) = decide_remote_segments(&tier, &tasks).unwrap();

@@ -8,7 +8,7 @@
 //! (each checksum redone) into the writer's index log. The segment files
 //! themselves, their length and their content hash do not change: a
 //! rename moves each into place, and the writer log — renamed last — makes
-//! them all visible at once (`remote_cache::commit_staged_segments` runs
+//! them all visible at once (`remote_cache::decide_staged_segments` runs
 //! that protocol).
 
 use std::path::{Path, PathBuf};
@@ -17,8 +17,8 @@ use durable_fs::FileLock;
 
 use crate::format::{
     self, LOCK_FILE, MAX_WRITER_ID, SEGMENTS_DIR, WRITERS_DIR, encode_group,
-    encode_writer_log_header, hashes_of, next_writer_segment, parse_segment_name,
-    writer_lock_name, writer_log_name,
+    encode_writer_log_header, hashes_of, next_writer_segment, parse_segment_name, writer_lock_name,
+    writer_log_name,
 };
 use crate::{Error, Result};
 
@@ -236,14 +236,28 @@ mod tests {
         let b = StagedLog::parse(&staged(&[(0, &[4])]), "b").unwrap();
         let done = adopt_staged(&[a, b], 4095, Some(9000)).unwrap();
         let ids: Vec<u32> = done.segments.iter().map(|s| s.id).collect();
-        assert_eq!(ids, [3 * WRITER_STRIDE - 1, 4 * WRITER_STRIDE - 1, 5 * WRITER_STRIDE - 1]);
         assert_eq!(
-            done.segments.iter().map(|s| (s.log, s.staged_id)).collect::<Vec<_>>(),
+            ids,
+            [
+                3 * WRITER_STRIDE - 1,
+                4 * WRITER_STRIDE - 1,
+                5 * WRITER_STRIDE - 1
+            ]
+        );
+        assert_eq!(
+            done.segments
+                .iter()
+                .map(|s| (s.log, s.staged_id))
+                .collect::<Vec<_>>(),
             [(0, 0), (0, 1), (1, 0)]
         );
         let mut seen = Vec::new();
         let parsed = parse_index(&done.log, |g, body| {
-            seen.push((g.segment_id, g.segment_len, hashes_of(body).collect::<Vec<_>>()))
+            seen.push((
+                g.segment_id,
+                g.segment_len,
+                hashes_of(body).collect::<Vec<_>>(),
+            ))
         })
         .unwrap();
         assert_eq!(parsed.writer, Some(4095));

@@ -51,7 +51,9 @@ fn adopt_into(cache: &Path, staged: &[&Path]) {
         .unwrap();
     }
     std::fs::write(
-        cache.join(WRITERS_DIR).join(format::writer_log_name(writer)),
+        cache
+            .join(WRITERS_DIR)
+            .join(format::writer_log_name(writer)),
         &adoption.log,
     )
     .unwrap();
