@@ -81,10 +81,15 @@ pub fn rename_and_sync(from: &Path, to: &Path) -> Result<()> {
 /// Replaces `path` by `bytes` so that a crash leaves the old file or the
 /// new one, never a mix: `<path>.tmp`, fsync, rename, fsync the directory.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = temp_path(path);
-    write_synced(&tmp, bytes)?;
-    if let Err(e) = rename(&tmp, path) {
-        let _ = std::fs::remove_file(&tmp);
+    write_through(&temp_path(path), path, bytes)
+}
+
+/// Writes `bytes` to the temporary file `tmp`, fsyncs it, renames it over
+/// `path` and fsyncs the directory; the temporary file goes on failure.
+fn write_through(tmp: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    write_synced(tmp, bytes)?;
+    if let Err(e) = rename(tmp, path) {
+        let _ = std::fs::remove_file(tmp);
         return Err(e);
     }
     sync_parent_dir(path)
@@ -95,13 +100,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// [`unique_temp_path`](crate::unique_temp_path) of its own, so writers
 /// never build theirs in one file; the last rename wins.
 pub fn write_atomic_shared(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = unique_sibling(path);
-    write_synced(&tmp, bytes)?;
-    if let Err(e) = rename(&tmp, path) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    sync_parent_dir(path)
+    write_through(&unique_sibling(path), path, bytes)
 }
 
 /// Creates `path` holding `bytes` unless it exists, durably and

@@ -33,6 +33,17 @@ fn staged_store(dir: &Path, keys: &[&str], v: f32) {
     store.flush().unwrap();
 }
 
+fn open_reader(cache: &Path) -> SegmentStore {
+    SegmentStore::open(
+        cache,
+        Options {
+            read_only: true,
+            ..Options::default()
+        },
+    )
+    .unwrap()
+}
+
 /// Moves the adopted segments and the writer log into `cache`.
 fn adopt_into(cache: &Path, staged: &[&Path]) {
     let logs: Vec<StagedLog> = staged
@@ -71,14 +82,7 @@ fn adopted_segments_read_back_and_win_over_older_records() {
 
     adopt_into(&cache, &[&t0, &t1]);
 
-    let reader = SegmentStore::open(
-        &cache,
-        Options {
-            read_only: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let reader = open_reader(&cache);
     assert_eq!(reader.len(), 6);
     let (got, missing) = reader.get_batch(&["a", "b", "d", "f"]).unwrap();
     assert!(missing.is_empty());
@@ -104,14 +108,7 @@ fn adopted_segments_read_back_and_win_over_older_records() {
     let t2 = tmp.path().join("t2");
     staged_store(&t2, &["a"], 4.0);
     adopt_into(&cache, &[&t2]);
-    let reader = SegmentStore::open(
-        &cache,
-        Options {
-            read_only: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let reader = open_reader(&cache);
     assert_eq!(reader.get_batch(&["a"]).unwrap().0[0], Some(record(4.0)));
 }
 
