@@ -86,7 +86,7 @@ pub use atomic::{
     boot_id, commit_temp, create_temp, parent_dir, read_capped, remove_and_sync, rename,
     rename_and_sync, replace_unsynced, sync_dir, sync_parent_dir, write_atomic, write_synced,
 };
-pub use error::{Error, Result};
+pub use error::{BoxError, Error, Result};
 pub use lock::FileLock;
 pub use per_process::PerProcess;
 pub use pool::Pool;
