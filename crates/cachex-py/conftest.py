@@ -1,4 +1,9 @@
-"""Shared fixtures: the peer tools' caches and their expected contents."""
+"""Shared fixtures of every test folder under tests/: the peer tools'
+caches and their expected contents, the S3 test server, torch's CI rule.
+
+It sits beside pyproject.toml, not in tests/: pytest puts the folder of a
+rootdir conftest on sys.path, and tests/ there would let tests/torch/ and
+tests/ray/ pass for the packages where they are not installed."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "crates" / "test-support" / "fixtures"
 
 

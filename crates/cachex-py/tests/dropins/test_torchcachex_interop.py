@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from cachex.torchcachex import ArrowIPCCacheBackend
-from test_segment import TORCHCACHEX_MODULES, expected_value
+from fixture_values import TORCHCACHEX_MODULES, expected_value
 from test_torchcachex import as_np
 
 pa = pytest.importorskip("pyarrow", reason="the torchcachex layout reader needs pyarrow")

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 import cachex
 import procs
-from cachex import data
 from cachex.sampling import SamplingPlan, Step
+from cachex.torch import datasets as data
 
 # The tier copies files up to one block (8 MiB) whole when opened, and a
 # page file's open fetches its header with a read-ahead of 4 blocks and its

@@ -15,8 +15,8 @@ import pytest
 
 import cachex
 import procs
-from cachex import data
 from cachex.loadit import LoadIt
+from cachex.torch import datasets as data
 from cachex.torchcachex import ArrowIPCCacheBackend
 
 TORCH_REASON = "torch is not installed (scripts/test installs it)"
@@ -195,7 +195,7 @@ def test_torchcachex_backend_round_trip(s3):
 
 
 def test_ranks_write_one_url_cache(s3):
-    from cachex.ddp import rank_backend, refresh_backend
+    from cachex.torch import rank_backend, refresh_backend
 
     url = s3.url("ranks")
     ranks = [

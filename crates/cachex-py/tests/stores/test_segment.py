@@ -18,6 +18,7 @@ import pytest
 
 import cachex
 import procs
+from fixture_values import TORCHCACHEX_MODULES, expected_value
 
 ALL_DTYPES = [
     np.bool_,
@@ -359,15 +360,6 @@ def test_bfloat16_falls_back_to_uint16_without_ml_dtypes(tmp_path):
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "uint16 [16256, 16384, 49216]"
-
-
-TORCHCACHEX_MODULES = ["tensor_f32", "tensor_f16", "tensor_i64", "dict_mixed", "tuple_pair"]
-
-
-def expected_value(e):
-    if isinstance(e, dict) and set(e) == {"dtype", "shape", "data"}:
-        return np.array(e["data"], dtype=e["dtype"]).reshape(e["shape"])
-    return e
 
 
 def assert_matches_expected(got, want) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 import cachex
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 CLI = Path(
     os.environ.get(
         "CACHEX_CLI",

@@ -19,7 +19,7 @@ import pytest
 # 127.0.0.1 only. Read when Ray is imported, so set before that.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def require_ray():

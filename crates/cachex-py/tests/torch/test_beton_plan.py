@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cachex
-from cachex import data
+from cachex.torch import datasets as data
 
 TORCH_REASON = "torch is not installed (scripts/test installs it)"
 PAGE = 1 << 21  # FFCV's smallest page
@@ -166,7 +166,7 @@ def test_beton_over_a_url_reads_every_sample_through_the_plan(s3):
 
 def test_dataloader_workers_read_a_beton_once_and_resume(tmp_path):
     pytest.importorskip("torch", reason=TORCH_REASON)
-    from cachex.torchdata import ResumableDataLoader
+    from cachex.torch import ResumableDataLoader
 
     path = tmp_path / "a.beton"
     n = 40

@@ -1,4 +1,4 @@
-"""cachex.data: map-style datasets over the four stores, the page file's
+"""cachex.torch: map-style datasets over the four stores, the page file's
 iterable dataset and its worker shares (the plan itself: test_sampling.py),
 batches filled into preallocated buffers; then the same through torch's
 DataLoader (skipped, with the reason, where torch is not installed) under
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import cachex
-from cachex import data
+from cachex.torch import datasets as data
 
 N = 96
 
@@ -373,7 +373,7 @@ def test_set_epoch_reaches_persistent_workers(stores, method):
 @pytest.mark.parametrize("form", ["sampler", "iterable"])
 def test_resumable_loader_restarts_with_another_worker_count(stores, form):
     need_torch()
-    from cachex.torchdata import ResumableDataLoader
+    from cachex.torch import ResumableDataLoader
 
     def loader(workers: int):
         ds = data.MemmapDataset(stores["memmap"])

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cachex
-from cachex import data
 from cachex.sampling import (
     Progress,
     SamplingPlan,
@@ -23,6 +22,7 @@ from cachex.sampling import (
     even_blocks,
     page_blocks,
 )
+from cachex.torch import datasets as data
 
 blocks_st = st.lists(st.integers(1, 12), min_size=0, max_size=25)
 run_st = st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(1, 9))  # ranks, workers, batch

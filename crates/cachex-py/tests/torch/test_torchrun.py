@@ -3,7 +3,7 @@ workers; needs torch): the plan over a page file, a memmap array, a
 segment store and an FFCV ``.beton``; a job killed with SIGKILL and restarted from its saved state
 with the same and with a different world size and worker count; the
 decorator with every rank writing into one cache. Each rank runs
-tests/torchrun_job.py."""
+tests/torch/torchrun_job.py."""
 
 from __future__ import annotations
 

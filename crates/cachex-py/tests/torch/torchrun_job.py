@@ -10,7 +10,7 @@ ranks stop after K steps, record their pids and their workers' in
 ``<out>/stopped.rank<r>.pids``, say so in ``<out>/stopped.rank<r>``, and wait
 to be killed. ``--resume FILE`` loads a state first.
 
-``cache``: the decorator (:mod:`cachex.ddp`): every rank computes its share
+``cache``: the decorator (:mod:`cachex.torch.ddp`): every rank computes its share
 of the keys into one cache (writer id = rank), flushes, meets the others at
 a barrier, refreshes, and reads the whole epoch again, recording how many
 computations that needed (0: every key hit).
@@ -28,8 +28,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from cachex import data
-from cachex.torchdata import ResumableDataLoader
+from cachex.torch import ResumableDataLoader
+from cachex.torch import datasets as data
 
 
 def dataset_of(spec: str, batch_size: int, seed: int) -> data.IterableBatches:
@@ -105,7 +105,7 @@ class Embed(torch.nn.Module):
 
 
 def cache(args: argparse.Namespace, rank: int) -> None:
-    from cachex.ddp import rank_backend, refresh_backend
+    from cachex.torch import rank_backend, refresh_backend
     from cachex.torchcachex import CacheModuleDecorator
 
     n = args.samples

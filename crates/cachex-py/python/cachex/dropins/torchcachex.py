@@ -128,8 +128,8 @@ from typing import Any
 import numpy as np
 
 from cachex._cachex import SegmentStore
-from cachex._dropin import NotProvidedError, not_provided
 from cachex._remote import TierBudget, is_url, join, tier_kwargs
+from cachex.dropins._not_provided import NotProvidedError, not_provided
 from cachex.errors import CacheError, InvalidInputError
 
 try:  # torch is optional: without it values are numpy arrays.
@@ -653,6 +653,15 @@ class ArrowIPCCacheBackend:
         """Makes what other writers published (or flushed) since visible
         (cachex only). Values already in the LRU stay as they were read."""
         self.store.refresh()
+
+    def reopen(self) -> None:
+        """Closes the store and opens it again with the same options (cachex
+        only): it then reads every writer's index log as it is now, so what
+        other writers (``writer_id``) committed with ``flush()`` becomes
+        visible. Flush first: what this writer has pending is written by
+        the close. Values already in the LRU stay as they were read."""
+        self.store.close()
+        self.store = self._open_store()
 
     @property
     def lru_enabled(self) -> bool:

@@ -1,4 +1,4 @@
-"""Batch buffers and collation for :mod:`cachex.data`: numpy arrays, or torch
+"""Batch buffers and collation for :mod:`cachex.torch`: numpy arrays, or torch
 tensors (in shared memory inside a DataLoader worker, pinned on request)."""
 
 from __future__ import annotations

@@ -15,9 +15,12 @@ within each block; dealt evenly to ranks and DataLoader workers; resumable):
                                (``dataset.iterable(batch_size)``)
 :class:`PlanSampler`           batches of indices in plan order, for a
                                DataLoader's ``sampler`` (``dataset.sampler(batch_size)``)
-:class:`PageIterableDataset`   :class:`IterableBatches` of a page file
-:class:`BetonIterableDataset`  :class:`IterableBatches` of a ``.beton`` file
 =============================  ===============================================
+
+:class:`IterableBatches` is the one iterable type, over any of them:
+``PageDataset(path).iterable(256)`` is what ``PageIterableDataset(path, 256)``
+was (that name and ``BetonIterableDataset`` still work, with a
+``DeprecationWarning``; ``drop_last=True`` is ``policy="drop_last"``).
 
 Each dataset's ``blocks()`` is the layout its plan keeps together: the
 pages of a page file or a ``.beton`` (FFCV's quasi-random order), the
@@ -27,7 +30,7 @@ of keys of a segment store. The rank comes from ``torch.distributed`` or
 them); every rank yields the same number of batches.
 ``state_dict()`` / ``load_state_dict()`` resume an epoch, also with another
 world size or worker count; with DataLoader workers, take the state from
-:class:`cachex.torchdata.ResumableDataLoader`.
+:class:`cachex.torch.ResumableDataLoader`.
 
 ``dataset[i]`` returns one item as the store gives it (read-only numpy views
 of the mapped files where the store has them). ``dataset[indices]`` (a list,
@@ -77,7 +80,7 @@ the reads, in the order this rank will read them (MosaicML's
 ``predownload``), within the tier's budget: ``prefetch_epoch`` starts it in
 the background and returns a :class:`cachex.Prefetch` at once::
 
-    it = PageIterableDataset("s3://bucket/prefix/data.pages", 256)
+    it = PageDataset("s3://bucket/prefix/data.pages").iterable(256)
     warming = it.prefetch_epoch(epoch + 1)   # while epoch ``epoch`` trains
     ...
     warming.wait(60.0)                       # optional: it runs on its own
@@ -93,24 +96,12 @@ from __future__ import annotations
 
 import operator
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from cachex._buffers import (
-    HAS_TORCH,
-    Output,
-    _as_numpy,
-    _check_output,
-    _empty,
-    _IterableBase,
-    _MapBase,
-    _numpy_dtype,
-    _worker_info,
-    collate,
-    torch,
-)
 from cachex._cachex import (
     BetonReader,
     MemmapArray,
@@ -132,15 +123,26 @@ from cachex.sampling import (
     even_blocks,
     page_blocks,
 )
+from cachex.torch._buffers import (
+    HAS_TORCH,
+    Output,
+    _as_numpy,
+    _check_output,
+    _empty,
+    _IterableBase,
+    _MapBase,
+    _numpy_dtype,
+    _worker_info,
+    collate,
+    torch,
+)
 
 __all__ = [
     "HAS_TORCH",
     "BetonDataset",
-    "BetonIterableDataset",
     "IterableBatches",
     "MemmapDataset",
     "PageDataset",
-    "PageIterableDataset",
     "PlanSampler",
     "SegmentDataset",
     "ShardDataset",
@@ -672,7 +674,7 @@ class _Planned:
         ``steps`` is how many batches this rank's training loop received in
         this run (default: counted by this object, right when it iterates in
         the main process; with DataLoader workers use
-        :class:`cachex.torchdata.ResumableDataLoader`, which counts them and
+        :class:`cachex.torch.ResumableDataLoader`, which counts them and
         passes ``num_workers``).
         """
         steps = self._steps if steps is None else int(steps)
@@ -701,7 +703,7 @@ class PlanSampler(_Planned):
     ``rank``/``world_size``, else ``torch.distributed``, else the environment.
     Call :meth:`set_epoch` before each epoch; resume with
     :meth:`load_state_dict` (the DataLoader runs ahead of the training loop:
-    take states from :class:`cachex.torchdata.ResumableDataLoader`).
+    take states from :class:`cachex.torch.ResumableDataLoader`).
     """
 
     def __init__(
@@ -740,7 +742,7 @@ class IterableBatches(_IterableBase, _Planned):
     Parameters
     ----------
     dataset
-        A map-style dataset of :mod:`cachex.data` (anything with ``len``,
+        A map-style dataset of :mod:`cachex.torch` (anything with ``len``,
         ``batch(indices, out=None)`` and ``blocks()``).
     batch_size
         Samples per batch; ``None`` yields single samples (``dataset.item``).
@@ -837,51 +839,37 @@ class IterableBatches(_IterableBase, _Planned):
             yield batch
 
 
-class PageIterableDataset(IterableBatches):
-    """Batches of a page file in block-shuffled order (pages shuffled, then
-    the samples within each page: FFCV's quasi-random order), each
-    DataLoader worker of each rank reading its own pages.
+class _FileBatches(IterableBatches):
+    """Deprecated: :class:`IterableBatches` over the dataset of a file,
+    opened from its path; ``drop_last=True`` is ``policy="drop_last"``,
+    else ``"pad"``. ``options`` are the dataset's keywords."""
 
-    :class:`IterableBatches` over a :class:`PageDataset`; ``drop_last=True``
-    is ``policy="drop_last"`` (only full batches, on every rank), else
-    ``"pad"``. The next batch's pages are prefetched (``madvise(WILLNEED)``)
-    while the current one is in use. ``path`` may be a URL, with
-    ``tier_dir``, ``tier_budget`` and ``storage_options`` (see the module docs).
-    """
+    _dataset: type[_Batched]
 
     def __init__(
         self,
         path: Any,
         batch_size: int | None = None,
         *,
-        fields: Sequence[str] | None = None,
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
-        output: Output = "numpy",
-        pin_memory: bool = False,
         reuse_buffers: bool = False,
-        populate: bool = False,
-        tier_dir: str | os.PathLike[str] | None = None,
-        tier_budget: TierBudget | None = None,
-        storage_options: dict[str, Any] | None = None,
+        **options: Any,
     ) -> None:
+        warnings.warn(
+            f"{type(self).__name__} is deprecated: use {self._dataset.__name__}(path, ...)"
+            ".iterable(batch_size, ...) (an IterableBatches; drop_last=True is "
+            'policy="drop_last")',
+            DeprecationWarning,
+            stacklevel=2,
+        )
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
-        self.pages = PageDataset(
-            path,
-            fields=fields,
-            populate=populate,
-            output=output,
-            pin_memory=pin_memory,
-            tier_dir=tier_dir,
-            tier_budget=tier_budget,
-            storage_options=storage_options,
-        )
         super().__init__(
-            self.pages,
+            self._dataset(path, **options),
             batch_size,
             seed=seed,
             shuffle=shuffle,
@@ -892,51 +880,35 @@ class PageIterableDataset(IterableBatches):
         )
 
 
-class BetonIterableDataset(IterableBatches):
-    """Batches of an FFCV ``.beton`` file in FFCV's quasi-random order
-    (pages shuffled, then the samples within each page), each DataLoader
-    worker of each rank reading its own pages.
+class PageIterableDataset(_FileBatches):
+    """Deprecated: ``PageDataset(path, ...).iterable(batch_size, ...)``.
 
-    :class:`IterableBatches` over a :class:`BetonDataset`; ``drop_last=True``
-    is ``policy="drop_last"`` (only full batches, on every rank), else
-    ``"pad"``. ``path`` may be a URL, with ``tier_dir``, ``tier_budget`` and
-    ``storage_options`` (see the module docs).
+    Takes ``path``, ``batch_size``, ``shuffle``, ``seed``, ``drop_last``,
+    ``rank``, ``world_size``, ``reuse_buffers`` and :class:`PageDataset`'s
+    keywords.
     """
 
-    def __init__(
-        self,
-        path: Any,
-        batch_size: int | None = None,
-        *,
-        fields: Sequence[str] | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        output: Output = "numpy",
-        pin_memory: bool = False,
-        tier_dir: str | os.PathLike[str] | None = None,
-        tier_budget: TierBudget | None = None,
-        storage_options: dict[str, Any] | None = None,
-    ) -> None:
-        if batch_size is not None and batch_size < 1:
-            raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
-        self.beton = BetonDataset(
-            path,
-            fields=fields,
-            output=output,
-            pin_memory=pin_memory,
-            tier_dir=tier_dir,
-            tier_budget=tier_budget,
-            storage_options=storage_options,
-        )
-        super().__init__(
-            self.beton,
-            batch_size,
-            seed=seed,
-            shuffle=shuffle,
-            policy="drop_last" if drop_last else "pad",
-            rank=rank,
-            world_size=world_size,
-        )
+    _dataset = PageDataset
+
+    @property
+    def pages(self) -> PageDataset:
+        """The :class:`PageDataset` it reads."""
+        pages: PageDataset = self.dataset
+        return pages
+
+
+class BetonIterableDataset(_FileBatches):
+    """Deprecated: ``BetonDataset(path, ...).iterable(batch_size, ...)``.
+
+    Takes ``path``, ``batch_size``, ``shuffle``, ``seed``, ``drop_last``,
+    ``rank``, ``world_size``, ``reuse_buffers`` and :class:`BetonDataset`'s
+    keywords.
+    """
+
+    _dataset = BetonDataset
+
+    @property
+    def beton(self) -> BetonDataset:
+        """The :class:`BetonDataset` it reads."""
+        beton: BetonDataset = self.dataset
+        return beton

@@ -38,9 +38,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cachex._cachex import SegmentStore
+from cachex.dropins.torchcachex import ArrowIPCCacheBackend
 from cachex.sampling import distributed_rank
-from cachex.torchcachex import ArrowIPCCacheBackend
 
 __all__ = ["rank_backend", "refresh_backend"]
 
@@ -62,30 +61,18 @@ def rank_backend(
     return ArrowIPCCacheBackend(cache_dir, module_id, writer_id=r, **options)
 
 
-_REOPEN = ("flush_every", "lru_bytes", "async_write", "queue_depth", "writer_rank", "writer_id")
-
-
 def refresh_backend(backend: ArrowIPCCacheBackend) -> None:
-    """Flushes this rank's writes and reopens the store, which then sees
-    every segment the other writers had committed (their ``flush()``).
+    """Flushes this rank's writes and makes what the other writers had
+    committed (their ``flush()``) visible: on a URL the flush publishes and
+    :meth:`~ArrowIPCCacheBackend.refresh` applies what the others
+    published; in a directory the store reopens
+    (:meth:`~ArrowIPCCacheBackend.reopen`) and reads every writer's index log.
 
     Costs one open of the cache (reading its index logs), so call it at an
     epoch boundary, not per batch.
     """
     backend.flush()
     if backend.url is not None:
-        # On a URL the flush published; a refresh applies what the other
-        # writers published (their flush()).
         backend.refresh()
-        return
-    # The options the backend opened its store with, where it keeps them;
-    # else read back from the store.
-    kept = getattr(backend, "_store_options", None)
-    if kept is None:
-        options = backend.store.options
-        kept = {k: options[k] for k in _REOPEN if options.get(k) is not None}
-        kept["current_rank"] = backend.current_rank
-        if options.get("read_only"):
-            kept["read_only"] = True
-    backend.store.close()
-    backend.store = SegmentStore(backend.cache_dir, **kept)
+    else:
+        backend.reopen()

@@ -3,11 +3,11 @@
 The DataLoader prefetches: its workers and its sampler run ahead of the
 training loop, so only the loader knows how many batches the loop really
 received. :class:`ResumableDataLoader` counts them and asks the plan-driven
-dataset or sampler (:class:`cachex.data.IterableBatches`,
-:class:`cachex.data.PageIterableDataset`, :class:`cachex.data.PlanSampler`)
-for a state of that count, as litdata's ``StreamingDataLoader`` does::
+dataset or sampler (:class:`cachex.torch.IterableBatches`,
+:class:`cachex.torch.PlanSampler`) for a state of that count, as litdata's
+``StreamingDataLoader`` does::
 
-    loader = ResumableDataLoader(PageIterableDataset(path, 256), num_workers=2)
+    loader = ResumableDataLoader(PageDataset(path).iterable(256), num_workers=2)
     if saved:
         loader.load_state_dict(saved)          # any world size / worker count
     for epoch in range(loader.epoch, epochs):
@@ -29,8 +29,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from cachex.data import IterableBatches, PlanSampler
 from cachex.errors import InvalidInputError
+from cachex.torch.datasets import IterableBatches, PlanSampler
 
 __all__ = ["ResumableDataLoader"]
 
@@ -39,7 +39,7 @@ class ResumableDataLoader(DataLoader):
     """A ``DataLoader`` over a plan-driven dataset or sampler, with
     ``state_dict()`` / ``load_state_dict()``.
 
-    Takes ``DataLoader``'s arguments. An :class:`~cachex.data.IterableBatches`
+    Takes ``DataLoader``'s arguments. An :class:`~cachex.torch.IterableBatches`
     dataset (which batches itself) is loaded with ``batch_size=None``; a
     map-style dataset gets ``sampler=dataset.sampler(batch_size)`` the same
     way. ``len(loader)`` is the number of batches every rank yields.
@@ -57,8 +57,8 @@ class ResumableDataLoader(DataLoader):
             self.planned = self.sampler
         else:
             raise InvalidInputError(
-                "ResumableDataLoader needs a cachex.data.IterableBatches dataset "
-                "or sampler=cachex.data.PlanSampler(...)"
+                "ResumableDataLoader needs a cachex.torch.IterableBatches dataset "
+                "or sampler=cachex.torch.PlanSampler(...)"
             )
         self.steps = 0
 

@@ -88,9 +88,9 @@ Kept where loadit was right; changed where it was wrong:
 
 from __future__ import annotations
 
-from cachex._dropin import NotProvidedError
-from cachex.loadit.loadit import LoadIt, LoaditView, PreloadType, preload_next_shard
-from cachex.loadit.util import (
+from cachex.dropins._not_provided import NotProvidedError
+from cachex.dropins.loadit.loadit import LoadIt, LoaditView, PreloadType, preload_next_shard
+from cachex.dropins.loadit.util import (
     ConcatableSequence,
     InterleaveSequences,
     RepeatSequence,

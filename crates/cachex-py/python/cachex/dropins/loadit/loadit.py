@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from cachex import _cachex
-from cachex._dropin import not_provided
 from cachex._remote import TierBudget, is_url, tier_kwargs
-from cachex.loadit.util import SequenceView, is_sequence
+from cachex.dropins._not_provided import not_provided
+from cachex.dropins.loadit.util import SequenceView, is_sequence
 
 __all__ = ["LoadIt", "LoaditView", "PreloadType", "preload_next_shard"]
 
