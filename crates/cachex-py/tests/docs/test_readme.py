@@ -1,4 +1,6 @@
-"""The README's Python session runs as written."""
+"""The Python guide (``crates/cachex-py/README.md``, the wheel's long
+description) runs as written; the root README names the two commands a
+newcomer runs."""
 
 from __future__ import annotations
 
@@ -8,10 +10,23 @@ import sys
 
 from conftest import REPO
 
+#: The Python guide, whose ```python blocks these tests run.
+GUIDE = REPO / "crates" / "cachex-py" / "README.md"
+
 
 def readme_python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
+
+
+def test_the_root_readme_gives_the_demo_and_the_test_suite_commands():
     text = (REPO / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    blocks = re.findall(r"```\w*\n(.*?)```", text, flags=re.DOTALL)
+    commands = [line.strip() for b in blocks for line in b.splitlines() if line.strip()]
+    assert commands == [
+        "cargo run --release -p cachex-cli --bin cachex -- demo",
+        "scripts/test",
+    ]
+    assert "crates/cachex-py/README.md" in text, "the root README lost its pointer to the guide"
 
 
 #: The bucket the README's object-storage session names.
@@ -25,20 +40,20 @@ def local_blocks() -> list[str]:
 
 def test_readme_session_runs(tmp_path, monkeypatch):
     blocks = local_blocks()
-    assert blocks, "README.md has no ```python block"
+    assert blocks, "the guide has no ```python block"
     monkeypatch.chdir(tmp_path)
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), {"__name__": "__readme__"})
+        exec(compile(block, str(GUIDE), "exec"), {"__name__": "__readme__"})
     assert (tmp_path / "feature-cache" / "segments").is_dir()
-    assert len(blocks) >= 2, "README.md lost its cachex.torchcachex block"
+    assert len(blocks) >= 2, "the guide lost its cachex.torchcachex block"
     assert list((tmp_path / "tcx-cache" / "features_v1" / "segments").glob("*.arrow"))
 
 
 def test_readme_loadit_block_runs(tmp_path, monkeypatch):
     blocks = [b for b in local_blocks() if "cachex.loadit" in b]
-    assert len(blocks) == 1, "README.md has no cachex.loadit ```python block"
+    assert len(blocks) == 1, "the guide has no cachex.loadit ```python block"
     monkeypatch.chdir(tmp_path)
-    exec(compile(blocks[0], "README.md", "exec"), {"__name__": "__readme__"})
+    exec(compile(blocks[0], str(GUIDE), "exec"), {"__name__": "__readme__"})
     assert (tmp_path / "squares-cache" / "shards" / "0.100.shard.pickle").is_file()
 
 
@@ -47,12 +62,12 @@ def test_readme_object_storage_session_runs(s3, tmp_path, monkeypatch):
     is the test's, its endpoint and credentials come from the environment
     as the README says (`s3` sets the credentials)."""
     blocks = [b for b in readme_python_blocks() if README_BUCKET in b]
-    assert len(blocks) == 1, "README.md has no s3:// ```python block"
+    assert len(blocks) == 1, "the guide has no s3:// ```python block"
     monkeypatch.setenv("AWS_ENDPOINT", s3.endpoint)
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     monkeypatch.chdir(tmp_path)
     block = blocks[0].replace(README_BUCKET, f"s3://{s3.bucket}/")
-    exec(compile(block, "README.md", "exec"), {"__name__": "__readme__"})
+    exec(compile(block, str(GUIDE), "exec"), {"__name__": "__readme__"})
     assert (tmp_path / "tier-b" / "work").is_dir()
 
 

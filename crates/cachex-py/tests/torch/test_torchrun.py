@@ -206,7 +206,7 @@ def test_ranks_cache_into_one_store_and_hit_on_each_others_keys(tmp_path):
 
 
 def test_readme_torchrun_example_resumes(tmp_path):
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "crates" / "cachex-py" / "README.md").read_text()
     script = [b for b in re.findall(r"```py\n(.*?)```", text, flags=re.DOTALL) if "train.py" in b]
     commands = [
         line.split("#")[0].split()
@@ -214,7 +214,7 @@ def test_readme_torchrun_example_resumes(tmp_path):
         for line in b.splitlines()
         if line.startswith("torchrun ") and "train.py" in line
     ]
-    assert len(script) == 1 and len(commands) == 2, "README.md lost its torchrun example"
+    assert len(script) == 1 and len(commands) == 2, "the Python guide lost its torchrun example"
     (tmp_path / "train.py").write_text(script[0])
     w = cachex.PageWriter(tmp_path / "train.pages", {"label": "int", "image": ("uint8", (8, 8))})
     w.write_many([{"label": i % 10, "image": np.full((8, 8), i, np.uint8)} for i in range(100)])
