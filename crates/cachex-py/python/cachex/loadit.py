@@ -9,37 +9,9 @@ names), so every name is the same object under both paths.
 import sys
 
 from cachex.dropins import loadit as _package
-from cachex.dropins.loadit import (
-    ConcatableSequence,
-    InterleaveSequences,
-    LoadIt,
-    LoaditView,
-    NotProvidedError,
-    PreloadType,
-    RepeatSequence,
-    SequenceView,
-    chunk_shuffle,
-    chunk_shuffle_idx,
-    is_sequence,
-    loadit,
-    preload_next_shard,
-    util,
-)
-
-__all__ = [
-    "ConcatableSequence",
-    "InterleaveSequences",
-    "LoadIt",
-    "LoaditView",
-    "NotProvidedError",
-    "PreloadType",
-    "RepeatSequence",
-    "SequenceView",
-    "chunk_shuffle",
-    "chunk_shuffle_idx",
-    "is_sequence",
-    "preload_next_shard",
-]
+from cachex.dropins.loadit import *  # noqa: F403 - its __all__, for type checkers
+from cachex.dropins.loadit import __all__ as __all__
+from cachex.dropins.loadit import loadit, util
 
 sys.modules[__name__] = _package
 sys.modules[f"{__name__}.loadit"] = loadit

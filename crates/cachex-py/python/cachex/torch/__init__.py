@@ -21,36 +21,12 @@ Every name is importable from ``cachex.torch`` itself.
 
 from __future__ import annotations
 
-from cachex.torch.datasets import (
-    HAS_TORCH,
-    BetonDataset,
-    IterableBatches,
-    MemmapDataset,
-    PageDataset,
-    PlanSampler,
-    SegmentDataset,
-    ShardDataset,
-    batch_indices,
-    collate,
-    worker_share,
-)
+from cachex.torch.datasets import *  # noqa: F403 - every name of its __all__
+from cachex.torch.datasets import HAS_TORCH
+from cachex.torch.datasets import __all__ as _datasets
 from cachex.torch.ddp import rank_backend, refresh_backend
 
-__all__ = [
-    "HAS_TORCH",
-    "BetonDataset",
-    "IterableBatches",
-    "MemmapDataset",
-    "PageDataset",
-    "PlanSampler",
-    "SegmentDataset",
-    "ShardDataset",
-    "batch_indices",
-    "collate",
-    "rank_backend",
-    "refresh_backend",
-    "worker_share",
-]
+__all__ = [*_datasets, "rank_backend", "refresh_backend"]
 
 if HAS_TORCH:
     from cachex.torch.loader import ResumableDataLoader

@@ -841,8 +841,9 @@ class IterableBatches(_IterableBase, _Planned):
 
 class _FileBatches(IterableBatches):
     """Deprecated: :class:`IterableBatches` over the dataset of a file,
-    opened from its path; ``drop_last=True`` is ``policy="drop_last"``,
-    else ``"pad"``. ``options`` are the dataset's keywords."""
+    opened from its path. Takes ``path``, ``batch_size``, ``shuffle``,
+    ``seed``, ``drop_last`` (``policy="drop_last"``, else ``"pad"``),
+    ``rank``, ``world_size``, ``reuse_buffers`` and the dataset's keywords."""
 
     _dataset: type[_Batched]
 
@@ -881,34 +882,14 @@ class _FileBatches(IterableBatches):
 
 
 class PageIterableDataset(_FileBatches):
-    """Deprecated: ``PageDataset(path, ...).iterable(batch_size, ...)``.
-
-    Takes ``path``, ``batch_size``, ``shuffle``, ``seed``, ``drop_last``,
-    ``rank``, ``world_size``, ``reuse_buffers`` and :class:`PageDataset`'s
-    keywords.
-    """
+    """Deprecated: ``PageDataset(path, ...).iterable(batch_size, ...)``."""
 
     _dataset = PageDataset
-
-    @property
-    def pages(self) -> PageDataset:
-        """The :class:`PageDataset` it reads."""
-        pages: PageDataset = self.dataset
-        return pages
+    pages = property(lambda self: self.dataset, doc="The :class:`PageDataset` it reads.")
 
 
 class BetonIterableDataset(_FileBatches):
-    """Deprecated: ``BetonDataset(path, ...).iterable(batch_size, ...)``.
-
-    Takes ``path``, ``batch_size``, ``shuffle``, ``seed``, ``drop_last``,
-    ``rank``, ``world_size``, ``reuse_buffers`` and :class:`BetonDataset`'s
-    keywords.
-    """
+    """Deprecated: ``BetonDataset(path, ...).iterable(batch_size, ...)``."""
 
     _dataset = BetonDataset
-
-    @property
-    def beton(self) -> BetonDataset:
-        """The :class:`BetonDataset` it reads."""
-        beton: BetonDataset = self.dataset
-        return beton
+    beton = property(lambda self: self.dataset, doc="The :class:`BetonDataset` it reads.")

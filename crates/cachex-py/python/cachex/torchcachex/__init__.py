@@ -8,18 +8,7 @@ ones included, are the same objects under both paths.
 import sys
 
 from cachex.dropins import torchcachex as _module
-from cachex.dropins.torchcachex import (
-    ArrowIPCCacheBackend,
-    CacheModuleDecorator,
-    NotProvidedError,
-    TorchRequiredError,
-)
-
-__all__ = [
-    "ArrowIPCCacheBackend",
-    "CacheModuleDecorator",
-    "NotProvidedError",
-    "TorchRequiredError",
-]
+from cachex.dropins.torchcachex import *  # noqa: F403 - its __all__, for type checkers
+from cachex.dropins.torchcachex import __all__ as __all__
 
 sys.modules[__name__] = _module
