@@ -117,7 +117,7 @@ def ids_of(batches) -> list[int]:
 def test_page_prefetch_epoch_warms_every_page_then_nothing(s3):
     url = s3.url("pages/data.pages")
     write_pages(url, **s3.tier("writer"))
-    it = data.PageIterableDataset(url, 16, seed=3, **s3.tier("reader"))
+    it = data.PageDataset(url, **s3.tier("reader")).iterable(16, seed=3)
     warming = it.prefetch_epoch()
     assert isinstance(warming, cachex.Prefetch)
     assert warming.wait(120.0) and warming.done
@@ -132,7 +132,7 @@ def test_page_prefetch_epoch_warms_every_page_then_nothing(s3):
             seen.append(i)
     assert sorted(seen) == list(range(N_PAGES))
     # Everything is local now: a second warming fetches nothing.
-    again = it.pages.reader.prefetch(list(range(N_PAGES)))
+    again = it.dataset.reader.prefetch(list(range(N_PAGES)))
     assert again.wait(120.0) and again.fetched_blocks == 0 and again.bytes == 0
 
 
@@ -143,7 +143,7 @@ def test_a_prefetched_epoch_sends_no_request_during_its_reads(s3):
     with counting_proxy(s3.endpoint) as proxy:
         tier = s3.tier("reader")
         tier["storage_options"]["aws_endpoint"] = proxy.endpoint
-        page_it = data.PageIterableDataset(pages, 32, seed=7, **tier)
+        page_it = data.PageDataset(pages, **tier).iterable(32, seed=7)
         memmap_it = data.MemmapDataset(arrays, **tier).iterable(32, seed=7)
         for it in (page_it, memmap_it):
             assert it.prefetch_epoch().wait(120.0)
@@ -228,7 +228,7 @@ def test_local_prefetch_is_done_at_once(tmp_path):
         cachex.PageReader(tmp_path / "a.pages").prefetch([3, 2, 1]),
         cachex.MemmapArray(tmp_path / "m").prefetch([3, 2, 1]),
         cachex.MemmapArray(tmp_path / "m").prefetch(-1),
-        data.PageIterableDataset(tmp_path / "a.pages", 8).prefetch_epoch(4),
+        data.PageDataset(tmp_path / "a.pages").iterable(8).prefetch_epoch(4),
         # The documented route with a map-style dataset and its sampler.
         data.PageDataset(tmp_path / "a.pages").prefetch(
             data.PageDataset(tmp_path / "a.pages").sampler(4).rank_order(1)

@@ -246,7 +246,7 @@ def test_every_dataset_reads_a_url(s3):
         np.testing.assert_array_equal(batch["x"], np.stack([x_of(5), x_of(0), x_of(47)]), name)
     shards = data.ShardDataset(s3.url("shards"), **tier)
     assert shards[[3, 4]]["sq"].tolist() == [9, 16]
-    pages = data.PageIterableDataset(s3.url("pages/data.pages"), batch_size=8, seed=1, **tier)
+    pages = data.PageDataset(s3.url("pages/data.pages"), **tier).iterable(8, seed=1)
     assert sorted(i for b in pages for i in b["i"].tolist()) == list(range(N))
 
 

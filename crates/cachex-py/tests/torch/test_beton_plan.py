@@ -105,8 +105,17 @@ def test_inline_fields_only_make_one_block(tmp_path):
     reader = cachex.BetonReader(path)
     assert reader.sample_pages().tolist() == [-1] * 10
     assert reader.page_blocks().tolist() == [10]
-    it = data.BetonIterableDataset(path, 4, seed=1)
+    it = data.BetonDataset(path).iterable(4, seed=1)
     assert sorted(i for b in ids_of(it) for i in b) == list(range(10))
+
+
+def test_the_deprecated_beton_iterable_is_the_dataset_s_iterable(tmp_path):
+    path = tmp_path / "a.beton"
+    cachex.write_beton(path, {"i": "int"}, [{"i": i} for i in range(10)])
+    with pytest.deprecated_call(match=r"use BetonDataset\(path, \.\.\.\)\.iterable"):
+        old = data.BetonIterableDataset(path, 4, fields=["i"], seed=1, drop_last=True)
+    new = data.BetonDataset(path, fields=["i"]).iterable(4, seed=1, policy="drop_last")
+    assert old.beton is old.dataset and ids_of(old) == ids_of(new)
 
 
 def test_beton_dataset_batches_every_field(tmp_path):
@@ -155,12 +164,12 @@ def test_beton_dataset_batches_every_field(tmp_path):
 def test_beton_over_a_url_reads_every_sample_through_the_plan(s3):
     url = s3.url("ffcv/data.beton")
     write(url, [300_000] * 20, **s3.tier("writer"))
-    it = data.BetonIterableDataset(url, 4, fields=["i", "x"], seed=2, **s3.tier("reader"))
-    assert len(it.beton.blocks()) > 1 and it.beton.reader.url == url
+    it = data.BetonDataset(url, fields=["i", "x"], **s3.tier("reader")).iterable(4, seed=2)
+    assert len(it.dataset.blocks()) > 1 and it.dataset.reader.url == url
     seen = [i for b in ids_of(it) for i in b]
     assert sorted(seen) == list(range(20))
     # The order keeps each page's samples together.
-    pages = it.beton.reader.sample_pages()[np.asarray(it.order())]
+    pages = it.dataset.reader.sample_pages()[np.asarray(it.order())]
     assert np.count_nonzero(np.diff(pages)) + 1 == len(set(pages.tolist()))
 
 
@@ -171,7 +180,7 @@ def test_dataloader_workers_read_a_beton_once_and_resume(tmp_path):
     path = tmp_path / "a.beton"
     n = 40
     write(path, [200_000] * n)
-    ds = data.BetonIterableDataset(path, 3, fields=["i", "x"], seed=5, output="torch")
+    ds = data.BetonDataset(path, fields=["i", "x"], output="torch").iterable(3, seed=5)
     loader = ResumableDataLoader(ds, num_workers=2)
     whole = []
     for batch in loader:
@@ -182,7 +191,7 @@ def test_dataloader_workers_read_a_beton_once_and_resume(tmp_path):
 
     # Stop after 3 batches; a loader of another worker count finishes.
     first = ResumableDataLoader(
-        data.BetonIterableDataset(path, 3, fields=["i"], seed=5), num_workers=2
+        data.BetonDataset(path, fields=["i"]).iterable(3, seed=5), num_workers=2
     )
     read = []
     for step, batch in enumerate(first):
@@ -192,7 +201,7 @@ def test_dataloader_workers_read_a_beton_once_and_resume(tmp_path):
     state = first.state_dict()
     assert state["history"] == [[1, 2, 3, 3]]
     rest = ResumableDataLoader(
-        data.BetonIterableDataset(path, 3, fields=["i"], seed=5), num_workers=1
+        data.BetonDataset(path, fields=["i"]).iterable(3, seed=5), num_workers=1
     )
     rest.load_state_dict(state)
     read += [i for batch in rest for i in batch["i"].tolist()]

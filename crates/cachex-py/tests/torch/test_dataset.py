@@ -185,13 +185,13 @@ def test_memmap_load_in_memory_method_and_its_ram_guard(stores):
 
 
 def test_page_shares_are_disjoint_and_complete_for_every_epoch(stores):
-    ds = data.PageIterableDataset(stores["page"], batch_size=8, seed=3)
+    ds = data.PageDataset(stores["page"]).iterable(8, seed=3)
     orders = {}
     for epoch in (0, 1):
         for world in (1, 2, 3):
             for workers in (1, 2, 5):
                 ranks = [
-                    data.PageIterableDataset(stores["page"], 8, seed=3, rank=r, world_size=world)
+                    data.PageDataset(stores["page"]).iterable(8, seed=3, rank=r, world_size=world)
                     for r in range(world)
                 ]
                 for r in ranks:
@@ -206,22 +206,22 @@ def test_page_shares_are_disjoint_and_complete_for_every_epoch(stores):
 
 
 def test_page_iterable_yields_every_sample_once(stores):
-    ds = data.PageIterableDataset(stores["page"], batch_size=10, seed=1)
+    ds = data.PageDataset(stores["page"]).iterable(10, seed=1)
     seen = []
     for batch in ds:
         check_batch("page", batch, batch["i"])
         seen.extend(batch["i"].tolist())
     assert sorted(seen) == list(range(N))
-    ds = data.PageIterableDataset(stores["page"], batch_size=10, drop_last=True, shuffle=False)
+    ds = data.PageDataset(stores["page"]).iterable(10, policy="drop_last", shuffle=False)
     batches = list(ds)
     assert [len(b["i"]) for b in batches] == [10] * (N // 10)
     assert np.concatenate([b["i"] for b in batches]).tolist() == list(range(N // 10 * 10))
-    singles = list(data.PageIterableDataset(stores["page"], shuffle=False))
+    singles = list(data.PageDataset(stores["page"]).iterable(None, shuffle=False))
     assert [s["i"] for s in singles] == list(range(N))
 
 
 def test_page_iterable_reuses_its_buffers_when_asked(stores):
-    ds = data.PageIterableDataset(stores["page"], batch_size=16, reuse_buffers=True, seed=2)
+    ds = data.PageDataset(stores["page"]).iterable(16, reuse_buffers=True, seed=2)
     seen, bases = [], set()
     for batch in ds:
         check_batch("page", batch, batch["i"])
@@ -251,7 +251,7 @@ def test_bad_dataset_arguments_are_typed_errors(stores):
     with pytest.raises(cachex.InvalidInputError, match="pin_memory"):
         data.PageDataset(stores["page"], pin_memory=True)
     with pytest.raises(cachex.InvalidInputError, match="batch_size"):
-        data.PageIterableDataset(stores["page"], batch_size=0)
+        data.PageDataset(stores["page"]).iterable(0)
 
 
 # --- torch ----------------------------------------------------------------------
@@ -281,7 +281,9 @@ def test_torch_classes_subclass_torchs_datasets(stores):
     assert data.HAS_TORCH
     for ds in datasets(stores).values():
         assert isinstance(ds, torch.utils.data.Dataset)
-    assert isinstance(data.PageIterableDataset(stores["page"]), torch.utils.data.IterableDataset)
+    assert isinstance(
+        data.PageDataset(stores["page"]).iterable(None), torch.utils.data.IterableDataset
+    )
 
 
 @pytest.mark.parametrize("name", ["memmap", "page", "segment", "shard"])
@@ -332,7 +334,7 @@ def test_dataloader_workers_see_every_sample_once(stores, method):
     for name, ids in seen.items():
         assert sorted(ids) == list(range(N)), name
 
-    pages = data.PageIterableDataset(stores["page"], batch_size=8, seed=5, output="torch")
+    pages = data.PageDataset(stores["page"], output="torch").iterable(8, seed=5)
     pages.set_epoch(2)
     loader = DataLoader(pages, batch_size=None, num_workers=2, multiprocessing_context=method)
     got = [b["i"].tolist() for b in loader]
@@ -348,7 +350,7 @@ def test_set_epoch_reaches_persistent_workers(stores, method):
     need_torch()
     from torch.utils.data import DataLoader
 
-    pages = data.PageIterableDataset(stores["page"], batch_size=8, seed=9)
+    pages = data.PageDataset(stores["page"]).iterable(8, seed=9)
     loader = DataLoader(
         pages,
         batch_size=None,

@@ -189,21 +189,21 @@ def ids_of(batches) -> list[list[int]]:
 def test_page_iterable_ranks_are_disjoint_equal_and_resume(tmp_path):
     build_page(tmp_path / "a.pages")
     path = tmp_path / "a.pages"
-    ranks = [data.PageIterableDataset(path, 16, seed=4, rank=r, world_size=3) for r in range(3)]
+    ranks = [data.PageDataset(path).iterable(16, seed=4, rank=r, world_size=3) for r in range(3)]
     got = [ids_of(ds) for ds in ranks]
     assert len({len(g) for g in got}) == 1 and len(got[0]) == len(ranks[0])
     flat = Counter(i for g in got for b in g for i in b)
     assert set(flat) == set(range(N)) and sum(flat.values()) == N  # 150 = 3 * 50: no padding
 
     # Two ranks read 2 batches each and stop; one process finishes the epoch.
-    first = [data.PageIterableDataset(path, 16, seed=4, rank=r, world_size=2) for r in range(2)]
+    first = [data.PageDataset(path).iterable(16, seed=4, rank=r, world_size=2) for r in range(2)]
     read = []
     for ds in first:
         it = iter(ds)
         read += [i for _ in range(2) for i in next(it)["i"].tolist()]
     state = first[0].state_dict()
     assert state == first[1].state_dict() and state["history"] == [[2, 1, 16, 2]]
-    rest = data.PageIterableDataset(path, 16, seed=4, world_size=1, rank=0)
+    rest = data.PageDataset(path).iterable(16, seed=4, world_size=1, rank=0)
     rest.set_epoch(0)  # the loaded epoch's own set_epoch keeps the state
     rest.load_state_dict(state)
     rest.set_epoch(0)
@@ -217,7 +217,9 @@ def test_drop_last_yields_full_batches_on_every_rank(tmp_path):
     build_page(tmp_path / "a.pages")
     per_rank = [
         ids_of(
-            data.PageIterableDataset(tmp_path / "a.pages", 16, drop_last=True, rank=r, world_size=4)
+            data.PageDataset(tmp_path / "a.pages").iterable(
+                16, policy="drop_last", rank=r, world_size=4
+            )
         )
         for r in range(4)
     ]

@@ -35,11 +35,11 @@ from cachex.torch import datasets as data
 def dataset_of(spec: str, batch_size: int, seed: int) -> data.IterableBatches:
     kind, path = spec.split(":", 1)
     if kind == "page":
-        return data.PageIterableDataset(path, batch_size, seed=seed)
+        return data.PageDataset(path).iterable(batch_size, seed=seed)
     if kind == "memmap":
         return data.MemmapDataset(path).iterable(batch_size, seed=seed)
     if kind == "beton":
-        return data.BetonIterableDataset(path, batch_size, fields=["i"], seed=seed)
+        return data.BetonDataset(path, fields=["i"]).iterable(batch_size, seed=seed)
     if kind == "segment":
         keys = json.loads(Path(path, "keys.json").read_text())
         ds = data.SegmentDataset(path, keys)
