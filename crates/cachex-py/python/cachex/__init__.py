@@ -21,18 +21,17 @@ are drop-ins for torchcachex and loadit (their home is
 
 Layout
 ------
-=================================  ==========================================
-``__init__.py``                    the stores (from the native ``_cachex``),
-                                   errors, ``open`` / ``cached``
-``_cachex.pyi``                    stubs of the native module
-``errors.py``, ``facade.py``       the error classes; ``cachex.cached``
-``sampling.py``                    the sampling plan (numpy only)
-``torch/``                         datasets, loader, ddp, batch buffers
-``dropins/``                       torchcachex and loadit drop-ins
-``ray/``                           Ray Data sinks and sources
-``torchcachex/``, ``loadit.py``    the drop-ins' import paths (aliases)
+===================================  ===============================================
+``__init__.py``                      the stores (native ``_cachex``), errors, ``open``, ``cached``
+``_cachex.pyi``                      stubs of the native module
+``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
+``sampling.py``                      the sampling plan (numpy only)
+``torch/``                           datasets, loader, ddp, batch buffers
+``dropins/``                         the torchcachex and loadit drop-ins
+``ray/``                             Ray Data sinks and sources
+``torchcachex/``, ``loadit.py``      the drop-ins' import paths (the same modules)
 ``data/``, ``ddp/``, ``torchdata/``  deprecated paths of ``cachex.torch``'s modules
-=================================  ==========================================
+===================================  ===============================================
 
 Caches in object storage: every class and function that takes a cache
 path also takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
@@ -92,7 +91,7 @@ from cachex.errors import (
 from cachex.facade import CachedFn, cached
 
 # A forked child (a DataLoader worker) marks every live handle: readers
-# reopen on first use, writers refuse with ForkedWriterError. See cachex.data.
+# reopen on first use, writers refuse with ForkedWriterError. See cachex.torch.
 _os.register_at_fork(after_in_child=_cachex._after_fork_in_child)
 
 # Writers on a URL publish on a period and when dropped; at exit, those
