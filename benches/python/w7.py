@@ -68,12 +68,11 @@ def rank_side(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
 
-    from cachex import data
-    from cachex.torchdata import ResumableDataLoader
+    from cachex.torch import PageDataset, ResumableDataLoader
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    ds = data.PageIterableDataset(args.path, args.batch, seed=args.seed, output=args.output)
+    ds = PageDataset(args.path, output=args.output).iterable(args.batch, seed=args.seed)
     loader = ResumableDataLoader(ds, num_workers=args.workers)
     if args.resume:
         loader.load_state_dict(json.loads(Path(args.resume).read_text()))
@@ -117,10 +116,10 @@ def rank_side(args: argparse.Namespace) -> None:
 
 def one_process(path: Path, batch: int, seed: int) -> tuple[int, int, float]:
     """The same bytes, one process, in the plan's order (rank 0 then rank 1, as dealt)."""
-    from cachex import data
+    from cachex.torch import PageDataset
 
-    ds = data.PageDataset(path)
-    plan = data.PageIterableDataset(path, batch, seed=seed, rank=0, world_size=1).plan
+    ds = PageDataset(path)
+    plan = ds.iterable(batch, seed=seed, rank=0, world_size=1).plan
     deal = plan.deal(0, 2, 2)
     out = ds.empty_batch(batch)
     samples = nbytes = 0

@@ -8,7 +8,7 @@ cluster, a model on GPUs) runs over a Ray Dataset, and its outputs go into
 a segment store through ``cachex.ray.SegmentSink``: each write task writes
 its own staged store, and the job's records become visible at once when it
 completes. A training loop then reads the cache through
-``cachex.data.SegmentDataset`` (a ``torch.utils.data.Dataset`` when torch is
+``cachex.torch.SegmentDataset`` (a ``torch.utils.data.Dataset`` when torch is
 installed: hand it to a ``DataLoader``), and Ray reads it back with
 ``cachex.ray.read_segments``. Set ``RAY_ADDRESS`` to use a running cluster.
 
@@ -30,7 +30,7 @@ import numpy as np
 import ray
 
 import cachex.ray
-from cachex import data
+from cachex.torch import SegmentDataset
 
 N, DIM, FEATURES = 2_000, 64, 16
 
@@ -67,7 +67,7 @@ def main(cache: str | Path) -> None:
     ds.write_datasink(cachex.ray.SegmentSink(cache, key_column="key"))
 
     # 2. Train from the cache (a torch Dataset when torch is installed).
-    train = data.SegmentDataset(cache, [f"sample_{i}" for i in range(N)])
+    train = SegmentDataset(cache, [f"sample_{i}" for i in range(N)])
     batch = train[[0, 1, 2, 3]]  # one batch: {"features": (4, 16), "label": (4,)}
     assert batch["features"].shape == (4, FEATURES)
     assert batch["label"].tolist() == [0, 1, 2, 3]

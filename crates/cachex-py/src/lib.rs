@@ -18,7 +18,8 @@
 //!
 //! ```text
 //! crates/cachex-py/
-//!   Cargo.toml, pyproject.toml   cdylib `_cachex` (abi3-py310), built by maturin
+//!   Cargo.toml, pyproject.toml   cdylib `_cachex` (abi3-py310), built by maturin;
+//!                                README.md is the Python guide (the wheel's long description)
 //!   src/lib.rs                   the module: classes and functions below
 //!   src/errors.rs                the one error path: store error -> its kind -> its
 //!                                cachex.errors class; `enter` (release the GIL, call, map)
@@ -40,13 +41,27 @@
 //!   src/facade.rs                cachex.open's Cache and CachedFn
 //!   src/fingerprint.rs seq.rs    cache keys and fingerprints; loadit's index arithmetic
 //!   src/legacy.rs                deprecated module-level verify/inspect functions
-//!   python/cachex/               the package: __init__, errors, facade, workload, data, loadit/,
-//!                                _cachex.pyi stubs, py.typed
-//!   tests/                       pytest, grouped by store
+//!   python/cachex/               the package, by concern:
+//!     __init__.py                  the stores (from `_cachex`), errors, open / cached;
+//!                                  deprecated names warn through a module __getattr__
+//!     _cachex.pyi, py.typed        stubs of this module
+//!     errors.py facade.py          the error classes; cachex.cached
+//!     sampling.py                  the sampling plan (numpy only)
+//!     torch/                       datasets.py, loader.py (ResumableDataLoader), ddp.py,
+//!                                  _buffers.py: training loops, torch optional
+//!     dropins/                     torchcachex.py, loadit/: the drop-ins
+//!     ray/                         Ray Data sinks and sources (cachex[ray])
+//!     torchcachex/ loadit.py       the drop-ins' import paths (the same modules)
+//!     data/ ddp/ torchdata/        deprecated paths of cachex.torch's modules
+//!     _deprecated.py _remote.py    old names that warn; URL roots and tier keywords
+//!   conftest.py                  pytest's shared fixtures (beside pyproject.toml)
+//!   tests/                       pytest by concern: stores/ torch/ ray/ dropins/ remote/
+//!                                docs/ benches/, helpers in support/
 //! ```
 //!
 //! Install with `pip install ./crates/cachex-py`; then, in Python (this
-//! session is the README's, run as written by `tests/test_readme.py`):
+//! session is the guide's, `README.md`, run as written by
+//! `tests/docs/test_readme.py`):
 //!
 //! ```text
 //! import numpy as np

@@ -46,13 +46,18 @@ pub enum Error {
 /// `Result` with this crate's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// The workspace's one boxed error: what a caller's code (a sample
+/// source, a user function, a key encoder) fails with, carried inside a
+/// store's error enum without the store knowing its type.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 impl Error {
     /// An [`Error::Io`] maker for `map_err`.
     pub(crate) fn io(
         op: &'static str,
-        path: &std::path::Path,
+        path: impl AsRef<std::path::Path>,
     ) -> impl FnOnce(std::io::Error) -> Error {
-        let path = path.to_path_buf();
+        let path = path.as_ref().to_path_buf();
         move |source| Error::Io { op, path, source }
     }
 

@@ -30,6 +30,10 @@
 //!   mutex another thread held at `fork()` is never taken in the child,
 //!   and a [`FileLock`] a child inherited is only closed there, never
 //!   unlocked (which would let go of the parent's);
+//! - [`Pool`]: the one worker pool of the workspace — scoped threads over
+//!   a slice, at most a given number at once, answers in the items' order,
+//!   no item started after one fails, a worker's panic resumed on the
+//!   caller;
 //! - [`start_writeback`]: early write-back of a written range (advice;
 //!   the commit's fsync stays the durability point);
 //! - [`replace_unsynced`] and [`boot_id`]: for what may be lost in a power
@@ -75,6 +79,7 @@ mod atomic;
 mod error;
 mod lock;
 mod per_process;
+mod pool;
 mod temp;
 mod writeback;
 
@@ -83,9 +88,10 @@ pub use atomic::{
     rename_and_sync, replace_unsynced, sync_dir, sync_parent_dir, write_atomic,
     write_atomic_shared, write_new_atomic, write_synced,
 };
-pub use error::{Error, Result};
+pub use error::{BoxError, Error, Result};
 pub use lock::FileLock;
 pub use per_process::PerProcess;
+pub use pool::Pool;
 pub use temp::{
     TMP_SUFFIX, host_name, host_pid_token, remove_dead_temp_files, remove_temp_files, temp_path,
     unique_temp_path,

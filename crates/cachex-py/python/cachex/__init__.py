@@ -11,11 +11,27 @@ view's ``.base`` keeps the mapping alive, so it stays valid after the store
 is closed or deleted. Copy one (``np.array(view)``) to get a writable array
 that does not keep the file mapped.
 
-:mod:`cachex.data` has datasets over every store for training loops
+:mod:`cachex.torch` has datasets over every store for training loops
 (PyTorch ``Dataset`` classes when torch is installed, numpy otherwise),
 read in the order of one :mod:`cachex.sampling` plan (partitioned across
-ranks and workers, resumable; :mod:`cachex.torchdata` has the resumable
-DataLoader, :mod:`cachex.ddp` every rank caching into one store).
+ranks and workers, resumable), the resumable DataLoader and every DDP rank
+caching into one store. :mod:`cachex.torchcachex` and :mod:`cachex.loadit`
+are drop-ins for torchcachex and loadit (their home is
+:mod:`cachex.dropins`); :mod:`cachex.ray` has Ray Data sinks and sources.
+
+Layout
+------
+===================================  ===============================================
+``__init__.py``                      the stores (native ``_cachex``), errors, ``open``, ``cached``
+``_cachex.pyi``                      stubs of the native module
+``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
+``sampling.py``                      the sampling plan (numpy only)
+``torch/``                           datasets, loader, ddp, batch buffers
+``dropins/``                         the torchcachex and loadit drop-ins
+``ray/``                             Ray Data sinks and sources
+``torchcachex/``, ``loadit.py``      the drop-ins' import paths (the same modules)
+``data/``, ``ddp/``, ``torchdata/``  deprecated paths of ``cachex.torch``'s modules
+===================================  ===============================================
 
 Caches in object storage: every class and function that takes a cache
 path also takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
@@ -50,20 +66,17 @@ from cachex._cachex import (
     SegmentStore,
     ShardStore,
     __version__,
-    beton_verify,
     bfloat16_is_native,
     check_dir,
     compute_fingerprint,
     compute_key,
-    memmap_inspect,
     memmap_open_or_build,
-    memmap_verify,
     open,
-    page_verify,
     stale_reason,
     validate,
     write_beton,
 )
+from cachex._deprecated import deprecated_names
 from cachex.errors import (
     CacheError,
     CacheIOError,
@@ -78,7 +91,7 @@ from cachex.errors import (
 from cachex.facade import CachedFn, cached
 
 # A forked child (a DataLoader worker) marks every live handle: readers
-# reopen on first use, writers refuse with ForkedWriterError. See cachex.data.
+# reopen on first use, writers refuse with ForkedWriterError. See cachex.torch.
 _os.register_at_fork(after_in_child=_cachex._after_fork_in_child)
 
 # Writers on a URL publish on a period and when dropped; at exit, those
@@ -107,18 +120,25 @@ __all__ = [
     "ShardStore",
     "StaleError",
     "__version__",
-    "beton_verify",
     "bfloat16_is_native",
     "cached",
     "check_dir",
     "compute_fingerprint",
     "compute_key",
-    "memmap_inspect",
     "memmap_open_or_build",
-    "memmap_verify",
     "open",
-    "page_verify",
     "stale_reason",
     "validate",
     "write_beton",
 ]
+
+# Deprecated, still importable: reading one warns (and calling it warns again).
+__getattr__ = deprecated_names(
+    __name__,
+    {
+        "memmap_inspect": ("cachex._cachex", "cachex.MemmapArray(path).inspect()"),
+        "memmap_verify": ("cachex._cachex", "cachex.MemmapArray(path).verify()"),
+        "page_verify": ("cachex._cachex", "cachex.PageReader(path).verify()"),
+        "beton_verify": ("cachex._cachex", "cachex.BetonReader(path).verify()"),
+    },
+)

@@ -1,0 +1,34 @@
+"""cachex in training loops: datasets over every store, the sampling plan's
+sampler and iterable, the resumable ``DataLoader`` and every DDP rank
+caching into one store. torch is optional for the datasets (they work on
+numpy alone); :class:`ResumableDataLoader` needs it.
+
+=====================================  ===========================================
+:mod:`cachex.torch.datasets`           map-style datasets over each store
+                                       (:class:`SegmentDataset`, :class:`MemmapDataset`,
+                                       :class:`ShardDataset`, :class:`PageDataset`,
+                                       :class:`BetonDataset`); :class:`IterableBatches`
+                                       and :class:`PlanSampler` read any of them in the
+                                       order of one :class:`cachex.sampling.SamplingPlan`
+:mod:`cachex.torch.loader`             :class:`ResumableDataLoader` (needs torch)
+:mod:`cachex.torch.ddp`                :func:`rank_backend`, :func:`refresh_backend`:
+                                       every rank persists into one segment store
+``cachex/torch/_buffers.py``           batch buffers and collation (numpy or torch)
+=====================================  ===========================================
+
+Every name is importable from ``cachex.torch`` itself.
+"""
+
+from __future__ import annotations
+
+from cachex.torch.datasets import *  # noqa: F403 - every name of its __all__
+from cachex.torch.datasets import HAS_TORCH
+from cachex.torch.datasets import __all__ as _datasets
+from cachex.torch.ddp import rank_backend, refresh_backend
+
+__all__ = [*_datasets, "rank_backend", "refresh_backend"]
+
+if HAS_TORCH:
+    from cachex.torch.loader import ResumableDataLoader
+
+    __all__ += ["ResumableDataLoader"]

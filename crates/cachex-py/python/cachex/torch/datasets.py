@@ -1,0 +1,895 @@
+"""Datasets over the cachex stores for training loops; torch is optional.
+
+Map-style datasets (``len`` and ``dataset[i]``) over each store, and the
+iterable and sampler forms that read them in the order of one
+:class:`~cachex.sampling.SamplingPlan` (blocks shuffled, then the samples
+within each block; dealt evenly to ranks and DataLoader workers; resumable):
+
+=============================  ===============================================
+:class:`SegmentDataset`        a segment store, item ``i`` is the record of ``keys[i]``
+:class:`MemmapDataset`         a memmap-array cache, item ``i`` is row ``i``
+:class:`ShardDataset`          a shard store (loadit layout), item ``i`` is item ``i``
+:class:`PageDataset`           a page file, item ``i`` is sample ``i``
+:class:`BetonDataset`          an FFCV ``.beton`` file, item ``i`` is sample ``i``
+:class:`IterableBatches`       batches of any of them in plan order
+                               (``dataset.iterable(batch_size)``)
+:class:`PlanSampler`           batches of indices in plan order, for a
+                               DataLoader's ``sampler`` (``dataset.sampler(batch_size)``)
+=============================  ===============================================
+
+:class:`IterableBatches` is the one iterable type, over any of them:
+``PageDataset(path).iterable(256)`` is what ``PageIterableDataset(path, 256)``
+was (that name and ``BetonIterableDataset`` still work, with a
+``DeprecationWarning``; ``drop_last=True`` is ``policy="drop_last"``).
+
+Each dataset's ``blocks()`` is the layout its plan keeps together: the
+pages of a page file or a ``.beton`` (FFCV's quasi-random order), the
+shards of a shard store, runs of rows (about 1 MiB) of a memmap array, runs
+of keys of a segment store. The rank comes from ``torch.distributed`` or
+``RANK``/``WORLD_SIZE`` (explicit ``rank`` and ``world_size`` override
+them); every rank yields the same number of batches.
+``state_dict()`` / ``load_state_dict()`` resume an epoch, also with another
+world size or worker count; with DataLoader workers, take the state from
+:class:`cachex.torch.ResumableDataLoader`.
+
+``dataset[i]`` returns one item as the store gives it (read-only numpy views
+of the mapped files where the store has them). ``dataset[indices]`` (a list,
+array or slice of indices) returns the whole batch in one call: the page
+file and memmap datasets copy the rows straight from the mapped files into
+one buffer per field (``fill_batch``, with the GIL released), the others
+stack the records into one buffer per field — no tensor per item. Pass
+``out=`` to :meth:`~PageDataset.batch` to fill buffers you allocated (pinned
+or reused); :meth:`~PageDataset.empty_batch` allocates them.
+
+With torch installed, the classes are ``torch.utils.data.Dataset`` /
+``IterableDataset`` subclasses. Give the DataLoader batches of indices and no
+collation of its own::
+
+    loader = DataLoader(dataset, sampler=dataset.sampler(256), batch_size=None, num_workers=4)
+    loader = DataLoader(dataset.iterable(256), batch_size=None, num_workers=4)
+
+``output="torch"`` makes batches torch tensors: in a DataLoader worker they
+are allocated in shared memory (the worker's batch reaches the main process
+without a copy), elsewhere pinned when ``pin_memory=True``. Without torch
+the same classes work on numpy alone.
+
+Worker processes
+----------------
+Every dataset holds store handles, which pickle as their path and options
+and reopen in the process that unpickles them (``spawn``, ``forkserver``);
+in a ``fork`` child each handle reopens on first use (``os.register_at_fork``
+marks them), never touching the parent's descriptors, mappings or threads.
+No ``worker_init_fn`` is needed. Datasets open their stores read-only.
+
+Caches in object storage
+------------------------
+Every dataset takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
+``file://``) where it takes a path, with the keywords ``tier_dir``,
+``tier_budget`` and ``storage_options`` (see :class:`cachex.SegmentStore`;
+credentials stay in the environment). Blocks are fetched into the
+machine's local tier as samples are read; every worker (``fork``,
+``spawn``, ``forkserver``) opens its own working directory over that one
+tier, so no block is fetched twice on a machine. Credentials come from
+the environment: a ``forkserver`` worker has the environment the fork
+server started with (set them before the first DataLoader starts it).
+
+Warming the next epoch
+----------------------
+A page file or memmap array on a URL can be fetched into the tier ahead of
+the reads, in the order this rank will read them (MosaicML's
+``predownload``), within the tier's budget: ``prefetch_epoch`` starts it in
+the background and returns a :class:`cachex.Prefetch` at once::
+
+    it = PageDataset("s3://bucket/prefix/data.pages").iterable(256)
+    warming = it.prefetch_epoch(epoch + 1)   # while epoch ``epoch`` trains
+    ...
+    warming.wait(60.0)                       # optional: it runs on its own
+
+With a :class:`PlanSampler`, ``dataset.prefetch(sampler.rank_order(epoch))``
+does the same. While iterating, :class:`IterableBatches` also warms the next
+batch while the current one is read. A local file needs none of it
+(``prefetch`` asks the kernel to read ahead and returns a finished
+``Prefetch``); a ``.beton`` on a URL is copied whole when opened.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from cachex._cachex import (
+    BetonReader,
+    MemmapArray,
+    PageReader,
+    Prefetch,
+    SegmentStore,
+    ShardStore,
+)
+from cachex._remote import TierBudget, tier_kwargs
+from cachex.errors import InvalidInputError
+from cachex.sampling import (
+    Deal,
+    Policy,
+    Progress,
+    SamplingPlan,
+    SharedProgress,
+    Step,
+    distributed_rank,
+    even_blocks,
+    page_blocks,
+)
+from cachex.torch._buffers import (
+    HAS_TORCH,
+    Output,
+    _as_numpy,
+    _check_output,
+    _empty,
+    _IterableBase,
+    _MapBase,
+    _numpy_dtype,
+    _worker_info,
+    collate,
+    torch,
+)
+
+__all__ = [
+    "HAS_TORCH",
+    "BetonDataset",
+    "IterableBatches",
+    "MemmapDataset",
+    "PageDataset",
+    "PlanSampler",
+    "SegmentDataset",
+    "ShardDataset",
+    "batch_indices",
+    "collate",
+    "worker_share",
+]
+
+
+def worker_share(rank: int = 0, world_size: int = 1) -> tuple[int, int]:
+    """This process's share of the data: ``(share, shares)``.
+
+    ``shares`` is ``world_size`` times the DataLoader's worker count (one
+    share per worker of every rank); outside a DataLoader worker a rank has
+    one share.
+    """
+    if not 0 <= rank < world_size:
+        raise InvalidInputError(
+            f"rank {rank} of world_size {world_size}: give 0 <= rank < world_size"
+        )
+    info = _worker_info()
+    if info is None:
+        return rank, world_size
+    return rank * info.num_workers + info.id, world_size * info.num_workers
+
+
+def batch_indices(
+    n: int, batch_size: int, *, shuffle: bool = False, seed: int = 0, drop_last: bool = False
+) -> Iterator[list[int]]:
+    """Batches of indices of ``range(n)``, for map-style datasets without a DataLoader."""
+    if batch_size < 1:
+        raise InvalidInputError(f"batch_size {batch_size}: give at least 1")
+    order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    for start in range(0, n, batch_size):
+        chunk = order[start : start + batch_size]
+        if drop_last and len(chunk) < batch_size:
+            return
+        yield chunk.tolist()
+
+
+# --- map-style datasets ------------------------------------------------------
+
+
+class _Batched(_MapBase):
+    """``dataset[i]`` is one item, ``dataset[indices]`` one batch (see :meth:`batch`)."""
+
+    output: Output
+    pin_memory: bool
+
+    def _setup(self, output: Output, pin_memory: bool) -> None:
+        _check_output(output, pin_memory)
+        self.output = output
+        self.pin_memory = pin_memory
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def item(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def batch(self, indices: Sequence[int], out: Any = None) -> Any:
+        raise NotImplementedError
+
+    def blocks(self) -> np.ndarray:
+        """Samples per block in index order: the unit a :class:`SamplingPlan` keeps together."""
+        return even_blocks(len(self), 1)
+
+    def sampler(self, batch_size: int, **plan: Any) -> PlanSampler:
+        """A :class:`PlanSampler` over this dataset's blocks (``plan``: its keywords)."""
+        return PlanSampler(self.blocks(), batch_size, **plan)
+
+    def iterable(self, batch_size: int, **plan: Any) -> IterableBatches:
+        """An :class:`IterableBatches` over this dataset (``plan``: its keywords)."""
+        return IterableBatches(self, batch_size, **plan)
+
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            i = operator.index(index)
+        except TypeError:
+            return self.batch(self._indices(index))
+        return self.item(i)
+
+    def _indices(self, index: Any) -> list[int]:
+        if isinstance(index, slice):
+            return list(range(*index.indices(len(self))))
+        if torch is not None and isinstance(index, torch.Tensor):
+            index = index.tolist()
+        return [operator.index(i) for i in np.asarray(index).reshape(-1).tolist()]
+
+
+class MemmapDataset(_Batched):
+    """Rows of a memmap-array cache: ``dataset[i]`` is ``{name: array}``
+    (read-only views, ``None`` for a null entry), ``dataset[indices]`` one
+    buffer per array, filled from the mapped files by ``fill_batch``.
+
+    Parameters
+    ----------
+    path
+        The cache directory (finished).
+    arrays
+        The arrays to return (default: all).
+    load_in_memory, ram_fraction
+        As :class:`cachex.MemmapArray`; a worker that unpickles the dataset
+        loads its own copy.
+    output, pin_memory
+        The type of batches (see the module docs).
+    tier_dir, tier_budget, storage_options
+        For a URL ``path`` (see the module docs).
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        *,
+        arrays: Sequence[str] | None = None,
+        load_in_memory: bool = False,
+        ram_fraction: float | None = None,
+        output: Output = "numpy",
+        pin_memory: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._setup(output, pin_memory)
+        kwargs: dict[str, Any] = {"load_in_memory": load_in_memory}
+        if ram_fraction is not None:
+            kwargs["ram_fraction"] = ram_fraction
+        kwargs.update(tier_kwargs(tier_dir, tier_budget, storage_options))
+        self.cache = MemmapArray(path, **kwargs)
+        schema = self.cache.schema["arrays"]
+        self.arrays = list(schema) if arrays is None else list(arrays)
+        unknown = [a for a in self.arrays if a not in schema]
+        if unknown:
+            shown = self.cache.url or self.cache.path
+            raise InvalidInputError(f"{shown}: no arrays {unknown} (it has {list(schema)})")
+        self._specs = {
+            a: (_numpy_dtype(schema[a]["dtype"]), tuple(schema[a]["shape"]), schema[a]["nullable"])
+            for a in self.arrays
+        }
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def blocks(self, block_bytes: int = 1 << 20) -> np.ndarray:
+        """Runs of rows of about ``block_bytes`` (1 MiB) of the selected arrays."""
+        row = sum(d.itemsize * int(np.prod(s, dtype=np.int64)) for d, s, _ in self._specs.values())
+        return even_blocks(len(self), max(1, block_bytes // max(row, 1)))
+
+    def prefetch(self, indices: Sequence[int]) -> Prefetch:
+        """Warms rows ``indices`` in that order (see :meth:`cachex.MemmapArray.prefetch`)."""
+        return self.cache.prefetch(list(indices))
+
+    def item(self, i: int) -> dict[str, Any]:
+        row = self.cache.get_row(i)
+        return {a: row[a] for a in self.arrays}
+
+    def empty_batch(self, n: int) -> dict[str, Any]:
+        """Uninitialised buffers for ``n`` rows of every array (reuse them with ``out=``)."""
+        return {
+            a: _empty((n, *shape), dtype, self.output, self.pin_memory)
+            for a, (dtype, shape, _) in self._specs.items()
+        }
+
+    def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Rows ``indices`` as ``{name: buffer}`` (``out``'s first rows when given).
+
+        A nullable array also gets ``"<name>_present"``: which rows have it
+        (the others are zero-filled).
+        """
+        indices = list(indices)
+        n = len(indices)
+        out = self.empty_batch(n) if out is None else out
+        present = self.cache.fill_batch(
+            indices, {a: _as_numpy(out[a], self._specs[a][0]) for a in self.arrays}
+        )
+        batch = {a: out[a][:n] for a in self.arrays}
+        for a, rows in present.items():
+            batch[f"{a}_present"] = np.asarray(rows, dtype=bool)
+        return batch
+
+
+class PageDataset(_Batched):
+    """Samples of a page file: ``dataset[i]`` is ``{field: value}`` (ints and
+    floats by value, bytes and arrays as read-only views), ``dataset[indices]``
+    one buffer per field filled from the mapped pages by ``fill_batch``: int64
+    for ints, float64 for floats, ``(n, *shape)`` for arrays and zero-padded
+    uint8 ``(n, max size)`` for bytes, with ``"<field>_lengths"`` (int64).
+
+    ``path`` may be a URL naming the file under a prefix
+    (``s3://bucket/prefix/data.pages``), with ``tier_dir``, ``tier_budget``
+    and ``storage_options`` (see the module docs).
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        *,
+        fields: Sequence[str] | None = None,
+        populate: bool = False,
+        output: Output = "numpy",
+        pin_memory: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._setup(output, pin_memory)
+        self.reader = PageReader(
+            path,
+            populate=populate,
+            **tier_kwargs(tier_dir, tier_budget, storage_options),
+        )
+        kinds = self.reader.fields
+        self.fields = list(kinds) if fields is None else list(fields)
+        unknown = [f for f in self.fields if f not in kinds]
+        if unknown:
+            shown = self.reader.url or self.reader.path
+            raise InvalidInputError(f"{shown}: no fields {unknown} (it has {list(kinds)})")
+        widths = self.reader.max_sizes
+        self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        for f in self.fields:
+            kind = kinds[f]
+            if kind == "int":
+                self._specs[f] = (np.dtype(np.int64), ())
+            elif kind == "float":
+                self._specs[f] = (np.dtype(np.float64), ())
+            elif kind == "bytes":
+                self._specs[f] = (np.dtype(np.uint8), (max(int(widths[f]), 1),))
+            else:
+                self._specs[f] = (_numpy_dtype(kind[0]), tuple(kind[1]))
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def blocks(self) -> np.ndarray:
+        """The samples of each page, in file order."""
+        return page_blocks(self.reader.path)
+
+    def prefetch(self, indices: Sequence[int]) -> Prefetch:
+        """Warms the pages of samples ``indices`` in that order (see
+        :meth:`cachex.PageReader.prefetch`): on a URL in the background."""
+        return self.reader.prefetch(list(indices))
+
+    def item(self, i: int) -> dict[str, Any]:
+        sample = self.reader.sample(i)
+        return {f: sample[f] for f in self.fields}
+
+    def empty_batch(self, n: int) -> dict[str, Any]:
+        """Uninitialised buffers for ``n`` samples of every field (reuse them with ``out=``)."""
+        return {
+            f: _empty((n, *shape), dtype, self.output, self.pin_memory)
+            for f, (dtype, shape) in self._specs.items()
+        }
+
+    def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Samples ``indices`` as ``{field: buffer}`` (``out``'s first rows when given)."""
+        n = len(self.reader)
+        indices = [i + n if i < 0 else i for i in indices]
+        out = self.empty_batch(len(indices)) if out is None else out
+        lengths = self.reader.fill_batch(
+            indices, {f: _as_numpy(out[f], self._specs[f][0]) for f in self.fields}
+        )
+        batch = {f: out[f][: len(indices)] for f in self.fields}
+        for f, lens in lengths.items():
+            batch[f"{f}_lengths"] = np.asarray(lens, dtype=np.int64)
+        return batch
+
+
+class BetonDataset(_Batched):
+    """Samples of an FFCV ``.beton`` file: ``dataset[i]`` is ``{field: value}``
+    as :meth:`cachex.BetonReader.sample` gives it (ints, floats and JSON
+    text by value, bytes and arrays as read-only views, RGB images as
+    ``{mode, width, height, data}``, never decoded); ``dataset[indices]``
+    one buffer per field filled from the mapped file by ``fill_batch`` (GIL
+    released): int64 for ints, float64 for floats, ``(n, *shape)`` for
+    arrays, zero-padded uint8 ``(n, max size)`` for bytes with
+    ``"<field>_lengths"`` (int64); JSON and images as lists.
+
+    Its plan's blocks are the file's pages (:meth:`blocks`), so the plan's
+    order is FFCV's quasi-random one: pages shuffled, then the samples of
+    each page. ``path`` may be a URL naming the file under a prefix
+    (``s3://bucket/prefix/data.beton``), with ``tier_dir``, ``tier_budget``
+    and ``storage_options`` (see the module docs): the file is copied whole
+    into the tier when opened.
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        *,
+        fields: Sequence[str] | None = None,
+        output: Output = "numpy",
+        pin_memory: bool = False,
+        tier_dir: str | os.PathLike[str] | None = None,
+        tier_budget: TierBudget | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        self._setup(output, pin_memory)
+        self.reader = BetonReader(path, **tier_kwargs(tier_dir, tier_budget, storage_options))
+        kinds = self.reader.fields
+        self.fields = list(kinds) if fields is None else list(fields)
+        unknown = [f for f in self.fields if f not in kinds]
+        if unknown:
+            shown = self.reader.url or self.reader.path
+            raise InvalidInputError(f"{shown}: no fields {unknown} (it has {list(kinds)})")
+        # Numbers, arrays and bytes are copied into buffers by
+        # ``fill_batch``; JSON and images stay Python values.
+        self._listed = [f for f in self.fields if kinds[f] in ("json", "rgb_image")]
+        widths = self.reader.max_sizes
+        self._specs: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
+        for f in self.fields:
+            kind = kinds[f]
+            if kind == "int":
+                self._specs[f] = (np.dtype(np.int64), ())
+            elif kind == "float":
+                self._specs[f] = (np.dtype(np.float64), ())
+            elif kind == "bytes":
+                self._specs[f] = (np.dtype(np.uint8), (max(int(widths[f]), 1),))
+            elif f not in self._listed:
+                self._specs[f] = (_numpy_dtype(str(kind[0])), tuple(int(d) for d in kind[1]))
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def blocks(self) -> np.ndarray:
+        """The runs of consecutive samples that lie in one page, in file order."""
+        return self.reader.page_blocks()
+
+    def item(self, i: int) -> dict[str, Any]:
+        sample = self.reader.sample(i)
+        return {f: sample[f] for f in self.fields}
+
+    def empty_batch(self, n: int) -> dict[str, Any]:
+        """Uninitialised buffers for ``n`` samples of every number, array and
+        bytes field (reuse them with ``out=``)."""
+        return {
+            f: _empty((n, *shape), dtype, self.output, self.pin_memory)
+            for f, (dtype, shape) in self._specs.items()
+        }
+
+    def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Samples ``indices`` as ``{field: buffer}`` (``out``'s first rows when
+        given), filled from the mapped file by ``fill_batch``; JSON and image
+        fields as lists."""
+        n = len(self.reader)
+        indices = [i + n if i < 0 else i for i in indices]
+        out = self.empty_batch(len(indices)) if out is None else out
+        lengths = self.reader.fill_batch(
+            indices, {f: _as_numpy(out[f], self._specs[f][0]) for f in self._specs}
+        )
+        batch = {f: out[f][: len(indices)] for f in self._specs}
+        for f, lens in lengths.items():
+            batch[f"{f}_lengths"] = np.asarray(lens, dtype=np.int64)
+        if self._listed:
+            samples = [self.reader.sample(i) for i in indices]
+            for f in self._listed:
+                batch[f] = [s[f] for s in samples]
+        return batch
+
+
+class SegmentDataset(_Batched):
+    """Records of a segment store in the order of ``keys``: ``dataset[i]`` is
+    the record of ``keys[i]`` (views of the mapped segments),
+    ``dataset[indices]`` the records stacked field by field (:func:`collate`).
+    A key not in the store raises ``KeyError`` naming it and the store.
+
+    ``options`` are :class:`cachex.SegmentStore`'s (``tier_dir``,
+    ``tier_budget``, ``storage_options`` for a URL ``path``); the store opens
+    read-only unless ``read_only=False`` is given.
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        keys: Sequence[str],
+        *,
+        output: Output = "numpy",
+        pin_memory: bool = False,
+        **options: Any,
+    ) -> None:
+        self._setup(output, pin_memory)
+        options.setdefault("read_only", True)
+        self.store = SegmentStore(path, **options)
+        self.keys = list(keys)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def blocks(self, block_size: int = 256) -> np.ndarray:
+        """Runs of ``block_size`` consecutive keys (a writer's segments follow its put order)."""
+        return even_blocks(len(self), block_size)
+
+    def _records(self, keys: list[str]) -> list[Any]:
+        values, missing = self.store.get_batch(keys)
+        if missing:
+            shown = self.store.url or self.store.path
+            raise KeyError(f"{shown}: key {keys[missing[0]]!r} is not in the store")
+        return values
+
+    def prefetch(self, indices: Sequence[int]) -> Prefetch:
+        """Warms the segments holding the keys of ``indices``, in that order
+        (see :meth:`cachex.SegmentStore.prefetch`): on a URL, whole, in the
+        background."""
+        return self.store.prefetch([self.keys[i] for i in indices])
+
+    def item(self, i: int) -> Any:
+        return self._records([self.keys[i]])[0]
+
+    def batch(self, indices: Sequence[int], out: Any = None) -> Any:
+        """The records of ``keys[indices]``, stacked (into ``out`` when given)."""
+        records = self._records([self.keys[i] for i in indices])
+        return collate(records, out=out, output=self.output, pin_memory=self.pin_memory)
+
+
+class ShardDataset(_Batched):
+    """Items of a shard store (loadit's layout): ``dataset[i]`` is item ``i``
+    (unpickled), ``dataset[indices]`` the items stacked by :func:`collate`
+    (arrays and numbers into buffers, other objects as a list).
+
+    ``source`` and ``options`` are :class:`cachex.ShardStore`'s (``tier_dir``,
+    ``tier_budget``, ``storage_options`` for a URL ``root``). A worker
+    started by ``spawn`` or ``forkserver`` unpickles the dataset, so
+    ``source`` must then be picklable (a module-level function) or ``None``
+    (read what is cached).
+    """
+
+    def __init__(
+        self,
+        root: Any,
+        source: Any = None,
+        *,
+        output: Output = "numpy",
+        pin_memory: bool = False,
+        **options: Any,
+    ) -> None:
+        self._setup(output, pin_memory)
+        self.store = ShardStore(root, source, **options)
+        self._len = len(self.store)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def blocks(self) -> np.ndarray:
+        """The items of each shard, in order."""
+        return even_blocks(len(self), self.store.max_shard_length)
+
+    def item(self, i: int) -> Any:
+        return self.store[i]
+
+    def batch(self, indices: Sequence[int], out: Any = None) -> Any:
+        """Items ``indices``, stacked (into ``out`` when given)."""
+        items = self.store.get_many(list(indices))
+        return collate(items, out=out, output=self.output, pin_memory=self.pin_memory)
+
+
+# --- the sampling plan in a training loop ------------------------------------
+
+
+class _Planned:
+    """What the plan-driven sampler and iterable share: the plan, this
+    process's rank, the epoch and how far it got (shared with DataLoader
+    workers), and the state dict."""
+
+    plan: SamplingPlan
+    rank: int
+    world_size: int
+
+    def _plan_setup(
+        self,
+        blocks: Any,
+        batch_size: int,
+        seed: int,
+        shuffle: bool,
+        policy: Policy,
+        rank: int | None,
+        world_size: int | None,
+    ) -> None:
+        self.plan = SamplingPlan(blocks, batch_size, seed=seed, shuffle=shuffle, policy=policy)
+        self.rank, self.world_size = distributed_rank(rank, world_size)
+        self._progress = SharedProgress()
+        self._steps = 0  # batches this process yielded in its current run
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return self._progress.get().epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch of the next iterations (as ``DistributedSampler.set_epoch``).
+
+        It reaches persistent DataLoader workers too. Moving to another
+        epoch forgets how far a loaded state had got; setting the loaded
+        state's own epoch keeps it (so a loop that calls ``set_epoch`` at the
+        top of every epoch resumes where the state left off).
+        """
+        if int(epoch) != self.epoch:
+            self._progress.set(Progress(int(epoch)))
+        self._steps = 0
+
+    def _layout_workers(self, num_workers: int) -> int:
+        """The workers the plan deals batches to when the DataLoader has ``num_workers``."""
+        raise NotImplementedError
+
+    def deal(self, num_workers: int = 0) -> Deal:
+        """This epoch's unread samples dealt to the ranks (and a DataLoader's workers)."""
+        p = self._progress.get()
+        return self.plan.deal(
+            p.epoch, self.world_size, self._layout_workers(num_workers), p.history
+        )
+
+    def __len__(self) -> int:
+        """Batches every rank yields in the next iteration."""
+        return self.deal().num_batches
+
+    def rank_order(self, epoch: int | None = None, num_workers: int = 0) -> np.ndarray:
+        """The samples this rank reads in epoch ``epoch`` with a DataLoader of
+        ``num_workers``, in the order its loop receives them (default: the
+        next iteration's, what a loaded state left of it): what to prefetch
+        ahead of that epoch."""
+        if epoch is None or int(epoch) == self.epoch:
+            deal = self.deal(num_workers)
+        else:
+            layout = self._layout_workers(num_workers)
+            deal = self.plan.deal(int(epoch), self.world_size, layout)
+        return deal.rank_order(self.rank)
+
+    def state_dict(self, steps: int | None = None, num_workers: int = 0) -> dict[str, Any]:
+        """The epoch and how far it got: a few numbers, never a list of samples.
+
+        ``steps`` is how many batches this rank's training loop received in
+        this run (default: counted by this object, right when it iterates in
+        the main process; with DataLoader workers use
+        :class:`cachex.torch.ResumableDataLoader`, which counts them and
+        passes ``num_workers``).
+        """
+        steps = self._steps if steps is None else int(steps)
+        run = Step(self.world_size, self._layout_workers(num_workers), self.plan.batch_size, steps)
+        return self.plan.state(self._progress.get(), run)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resumes from :meth:`state_dict`'s output, with any world size or worker count.
+
+        The next iteration reads the samples of the state's epoch that the
+        earlier runs did not, re-dealt to this job's ranks and workers.
+        """
+        self._progress.set(self.plan.progress_of(state))
+        self._steps = 0
+
+
+class PlanSampler(_Planned):
+    """Batches of indices of a :class:`SamplingPlan` for this rank, for a
+    map-style dataset (``dataset.sampler(batch_size)`` makes one)::
+
+        loader = DataLoader(dataset, sampler=dataset.sampler(256), batch_size=None,
+                            num_workers=4)
+
+    Every rank gets the same number of batches; each sample is read once per
+    epoch (see :mod:`cachex.sampling` for ``policy``). The rank comes from
+    ``rank``/``world_size``, else ``torch.distributed``, else the environment.
+    Call :meth:`set_epoch` before each epoch; resume with
+    :meth:`load_state_dict` (the DataLoader runs ahead of the training loop:
+    take states from :class:`cachex.torch.ResumableDataLoader`).
+    """
+
+    def __init__(
+        self,
+        blocks: int | Sequence[int] | np.ndarray,
+        batch_size: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        policy: Policy = "pad",
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        self._plan_setup(blocks, batch_size, seed, shuffle, policy, rank, world_size)
+
+    def _layout_workers(self, num_workers: int) -> int:
+        return 1  # the main process hands out every batch, whatever the workers
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self._steps = 0
+        for indices in self.deal().worker_batches(self.rank):
+            self._steps += 1
+            yield indices.tolist()
+
+
+class IterableBatches(_IterableBase, _Planned):
+    """Batches of a map-style dataset in the order of a :class:`SamplingPlan`,
+    each DataLoader worker of each rank reading its own run of blocks.
+
+    Use ``DataLoader(it, batch_size=None, num_workers=...)``; batch ``j`` of
+    a rank comes from worker ``j % num_workers``, the order in which the
+    DataLoader takes them, so the loader yields the rank's batches in plan
+    order and a state is just a count (see :mod:`cachex.sampling`). Every
+    rank yields the same number of batches.
+
+    Parameters
+    ----------
+    dataset
+        A map-style dataset of :mod:`cachex.torch` (anything with ``len``,
+        ``batch(indices, out=None)`` and ``blocks()``).
+    batch_size
+        Samples per batch; ``None`` yields single samples (``dataset.item``).
+    blocks
+        The block layout (default: ``dataset.blocks()``: pages, shards, row
+        or key runs).
+    seed, shuffle, policy
+        The plan's (see :class:`SamplingPlan`).
+    rank, world_size
+        Override the rank found in ``torch.distributed`` or the environment.
+    reuse_buffers
+        Outside DataLoader workers, fill the same buffers for every batch
+        (a batch is valid until the next one is requested). Inside workers
+        each batch gets its own buffer, since it goes to another process.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None,
+        *,
+        blocks: int | Sequence[int] | np.ndarray | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        policy: Policy = "pad",
+        rank: int | None = None,
+        world_size: int | None = None,
+        reuse_buffers: bool = False,
+    ) -> None:
+        if batch_size is not None and batch_size < 1:
+            raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.reuse_buffers = reuse_buffers
+        layout = dataset.blocks() if blocks is None else blocks
+        self._plan_setup(layout, batch_size or 1, seed, shuffle, policy, rank, world_size)
+        if self.plan.num_samples != len(dataset):
+            raise InvalidInputError(
+                f"the blocks hold {self.plan.num_samples} samples, the dataset {len(dataset)}"
+            )
+
+    def _layout_workers(self, num_workers: int) -> int:
+        return max(int(num_workers), 1)
+
+    def order(self, worker: int = 0, num_workers: int = 0) -> list[int]:
+        """The sample indices that worker ``worker`` of this rank reads in the next iteration."""
+        deal = self.deal(num_workers)
+        parts = list(deal.worker_batches(self.rank, worker))
+        return np.concatenate(parts).tolist() if parts else []
+
+    def prefetch_epoch(self, epoch: int | None = None, num_workers: int = 0) -> Prefetch | None:
+        """Starts warming the samples this rank reads in epoch ``epoch``
+        (default: the next iteration's) with a DataLoader of ``num_workers``,
+        in the order the loop receives them, and returns at once.
+
+        On a URL the page file's pages or the memmap array's blocks are
+        fetched into the local tier in the background, within its budget
+        (a :class:`cachex.Prefetch` to wait on or cancel); on a local file
+        the kernel is asked to read ahead and the ``Prefetch`` is already
+        done; a segment store's segments are fetched whole, in the order
+        the keys need them. ``None`` for a dataset without ``prefetch``
+        (shard and ``.beton`` datasets fetch their own way).
+        """
+        prefetch = getattr(self.dataset, "prefetch", None)
+        if prefetch is None:
+            return None
+        result: Prefetch = prefetch(self.rank_order(epoch, num_workers))
+        return result
+
+    def __iter__(self) -> Iterator[Any]:
+        info = _worker_info()
+        worker, workers = (0, 0) if info is None else (info.id, info.num_workers)
+        batches = self.deal(workers).worker_batches(self.rank, worker)
+        if info is None:
+            self._steps = 0
+        ds = self.dataset
+        if self.batch_size is None:
+            for indices in batches:
+                if info is None:
+                    self._steps += 1
+                yield ds.item(int(indices[0]))
+            return
+        reuse = self.reuse_buffers and info is None and hasattr(ds, "empty_batch")
+        buffers = ds.empty_batch(self.batch_size) if reuse else None
+        prefetch = getattr(ds, "prefetch", None)
+        upcoming = next(batches, None)
+        while upcoming is not None:
+            current, upcoming = upcoming, next(batches, None)
+            if prefetch is not None and upcoming is not None:
+                prefetch(upcoming.tolist())
+            batch = ds.batch(current.tolist(), out=buffers)
+            if info is None:
+                self._steps += 1
+            yield batch
+
+
+class _FileBatches(IterableBatches):
+    """Deprecated: :class:`IterableBatches` over the dataset of a file,
+    opened from its path. Takes ``path``, ``batch_size``, ``shuffle``,
+    ``seed``, ``drop_last`` (``policy="drop_last"``, else ``"pad"``),
+    ``rank``, ``world_size``, ``reuse_buffers`` and the dataset's keywords."""
+
+    _dataset: type[_Batched]
+
+    def __init__(
+        self,
+        path: Any,
+        batch_size: int | None = None,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+        reuse_buffers: bool = False,
+        **options: Any,
+    ) -> None:
+        warnings.warn(
+            f"{type(self).__name__} is deprecated: use {self._dataset.__name__}(path, ...)"
+            ".iterable(batch_size, ...) (an IterableBatches; drop_last=True is "
+            'policy="drop_last")',
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if batch_size is not None and batch_size < 1:
+            raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
+        super().__init__(
+            self._dataset(path, **options),
+            batch_size,
+            seed=seed,
+            shuffle=shuffle,
+            policy="drop_last" if drop_last else "pad",
+            rank=rank,
+            world_size=world_size,
+            reuse_buffers=reuse_buffers,
+        )
+
+
+class PageIterableDataset(_FileBatches):
+    """Deprecated: ``PageDataset(path, ...).iterable(batch_size, ...)``."""
+
+    _dataset = PageDataset
+    pages = property(lambda self: self.dataset, doc="The :class:`PageDataset` it reads.")
+
+
+class BetonIterableDataset(_FileBatches):
+    """Deprecated: ``BetonDataset(path, ...).iterable(batch_size, ...)``."""
+
+    _dataset = BetonDataset
+    beton = property(lambda self: self.dataset, doc="The :class:`BetonDataset` it reads.")
