@@ -17,7 +17,9 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use durable_fs::Pool;
 
 use crate::format::{
     self, DATA_ALIGN, DEFAULT_ALIGNMENT, DEFAULT_PAGE_SIZE, FOOTER_LEN, Header, Run, round_up,
@@ -124,9 +126,6 @@ pub struct WriteSummary {
     /// Whether pages went out with `O_DIRECT` (false after a fallback).
     pub direct_io: bool,
 }
-
-/// Hashes of the runs one writer thread filled, by run index.
-type RunHashes = Vec<(usize, [u8; 32])>;
 
 /// A run being planned: pages, bytes used, and the samples it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,16 +368,21 @@ impl PageWriter {
     }
 
     /// Writes every sample of `source` with `threads` writer threads (at
-    /// least 1). The samples start on a fresh page; the bytes written do
-    /// not depend on `threads`.
+    /// least 1; a [`durable_fs::Pool`]). The samples start on a fresh
+    /// page; the bytes written do not depend on `threads`. A panic in
+    /// `source` is resumed on the caller, and the writer then refuses
+    /// further writes.
     pub fn write_parallel<S: SampleSource + ?Sized>(
         &mut self,
         source: &S,
         threads: usize,
     ) -> Result<()> {
         self.check_poisoned()?;
+        // Poisoned until it returns: a panic in `source` (resumed here by
+        // the pool) leaves a writer that refuses further writes.
+        self.poisoned = true;
         let r = self.write_parallel_inner(source, threads);
-        self.poisoned |= r.is_err();
+        self.poisoned = r.is_err();
         r
     }
 
@@ -675,54 +679,12 @@ impl PageWriter {
         if let Some(run) = self.planner.open.take() {
             planned.push(run);
         }
-        let next = AtomicUsize::new(0);
-        let failed = AtomicBool::new(false);
-        let threads = threads.clamp(1, planned.len().max(1));
         let this = &*self;
-        let results: Vec<Result<RunHashes>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut buf = PageBuf::default();
-                        let mut ranges = vec![None; this.schema.len()];
-                        let mut done = Vec::new();
-                        loop {
-                            if failed.load(Ordering::Relaxed) {
-                                break;
-                            }
-                            let k = next.fetch_add(1, Ordering::Relaxed);
-                            let Some(run) = planned.get(k) else { break };
-                            match this.fill_run(source, first_sample, run, &mut buf, &mut ranges) {
-                                Ok(hash) => done.push((k, hash)),
-                                Err(e) => {
-                                    failed.store(true, Ordering::Relaxed);
-                                    return Err(e);
-                                }
-                            }
-                        }
-                        Ok(done)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::invalid(
-                            &this.path,
-                            "sample source",
-                            "a writer thread panicked",
-                        ))
-                    })
-                })
-                .collect()
-        });
-        let mut hashes = vec![[0u8; 32]; planned.len()];
-        for r in results {
-            for (k, h) in r? {
-                hashes[k] = h;
-            }
-        }
+        let hashes = Pool::new(threads).try_map_with(
+            &planned,
+            || (PageBuf::default(), vec![None; this.schema.len()]),
+            |(buf, ranges), run| this.fill_run(source, first_sample, run, buf, ranges),
+        )?;
         for (run, hash) in planned.iter().zip(hashes) {
             self.runs.push(to_run(run, hash));
         }

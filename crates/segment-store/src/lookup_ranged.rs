@@ -8,8 +8,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
+use durable_fs::Pool;
 use tensor_core::Value;
 
 use crate::Result;
@@ -135,11 +136,11 @@ impl SegmentStore {
             let rows: Vec<usize> = members.iter().map(|&n| far[n].candidates[0].1).collect();
             read_rows(inner, seg, &rows, src, hint, structure)
         };
-        let passes = each_at_once(&groups, |g| read(g));
+        let passes = Pool::new(SEGMENTS_AT_ONCE).try_map(&groups, |g| read(g))?;
         let mut found: Vec<usize> = Vec::new();
         let mut collided: Vec<usize> = Vec::new();
         for ((_, members), pass) in by_segment.values().zip(passes) {
-            match pass? {
+            match pass {
                 Pass::Whole => usual.extend(members.iter().map(|&n| far[n].i)),
                 Pass::Rows(rows) => {
                     for (&n, (key, record)) in members.iter().zip(rows) {
@@ -208,41 +209,6 @@ impl SegmentStore {
 /// requests, so a few threads keep many in flight (the tier fetches the
 /// blocks of each in parallel too).
 const SEGMENTS_AT_ONCE: usize = 8;
-
-/// `f` of each of `items`, up to [`SEGMENTS_AT_ONCE`] at once; the
-/// answers in `items`' order.
-fn each_at_once<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    if items.len() <= 1 {
-        return items.iter().map(f).collect();
-    }
-    let next = AtomicUsize::new(0);
-    let workers = SEGMENTS_AT_ONCE.min(items.len());
-    let mut answers: Vec<(usize, R)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else {
-                            return mine;
-                        };
-                        mine.push((i, f(item)));
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
-    answers.sort_unstable_by_key(|(i, _)| *i);
-    answers.into_iter().map(|(_, r)| r).collect()
-}
 
 /// What reading rows of one segment came to.
 enum Pass {
