@@ -131,17 +131,17 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod compact;
 mod error;
 mod flush;
 pub mod format;
 mod index;
+mod inspect;
 mod lookup;
-mod lookup_ranged;
 mod lru;
-mod maintenance;
 mod maps;
 mod options;
-pub mod ranged;
+mod ranged;
 mod reader;
 mod record;
 mod recover;
@@ -153,7 +153,8 @@ mod validate;
 mod writer;
 
 pub use error::{Error, Result};
-pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
+pub use compact::CompactReport;
+pub use inspect::{Inspection, SegmentInfo, WriterInfo, verify};
 pub use options::{BoxError, Options, WholeSegment};
 pub use ranged::SegmentRanges;
 pub use record::Structure;

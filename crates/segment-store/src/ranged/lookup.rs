@@ -2,7 +2,7 @@
 //! segments are not all whole on local disk (a cache in object storage,
 //! its segments fetched on demand). Keys found in whole segments take the
 //! usual lookup; the others are read row by row through byte ranges
-//! (see [`crate::ranged`]), a segment's rows in one pass, the segments at
+//! (see the `ranged` module), a segment's rows in one pass, the segments at
 //! once. A segment that only a whole read can read (see
 //! [`Layout::open`]) is made whole and read as usual.
 
@@ -16,7 +16,7 @@ use tensor_core::Value;
 use crate::Result;
 use crate::format;
 use crate::lookup;
-use crate::ranged::{Layout, SegmentRanges};
+use super::{Layout, RangedRow, SegmentRanges};
 use crate::reader::Segment;
 use crate::record::Structure;
 use crate::recover::hint_of;
@@ -213,7 +213,7 @@ const SEGMENTS_AT_ONCE: usize = 8;
 /// What reading rows of one segment came to.
 enum Pass {
     /// Each row's key and record.
-    Rows(Vec<crate::ranged::RangedRow>),
+    Rows(Vec<RangedRow>),
     /// The segment is read whole (by the usual lookup).
     Whole,
 }
