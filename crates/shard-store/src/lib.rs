@@ -91,12 +91,14 @@
 mod error;
 pub mod format;
 mod inner;
+mod inspect;
 mod iter;
 mod options;
 mod pickle_check;
 mod reader;
 mod recover;
 mod seq;
+mod shards;
 mod store;
 mod stream;
 mod value;
@@ -104,9 +106,9 @@ mod writer;
 
 pub use error::{Error, Result};
 pub use format::{Compression, Metadata, ShardName, StoreItem};
+pub use inspect::{Summary, inspect, verify};
 pub use iter::{Iter, ShardIter};
 pub use options::{Options, Preload, ShardLength};
-pub use recover::{Summary, inspect, verify};
 pub use seq::{
     Concat, ConcatStep, Indices, Interleave, InterleaveIndex, RandomAccess, Repeat, SequenceView,
     chunk_shuffle, chunk_shuffle_indices, concat_locate, repeat_index,
