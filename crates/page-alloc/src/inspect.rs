@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use cache_check::{Problem, ProblemKind};
 use serde_json::json;
 
-use crate::format::{self, Problems, rd_u64};
+use crate::format::{self, rd_u64};
 use crate::reader::{Backing, PageReader};
+use crate::validate::{self, Problems};
 use crate::{Error, Result};
 
 /// Most problems [`verify`] lists before it stops looking.
@@ -35,9 +36,9 @@ fn verify_errors(path: &Path) -> Vec<Error> {
         Err(e) => return vec![e],
     };
     let mut problems = Problems::new(MAX_PROBLEMS);
-    format::check_runs(&mut layout, bytes, path, &mut problems);
+    validate::check_runs(&mut layout, bytes, path, &mut problems);
     if !problems.full() {
-        format::check_page_hashes(&layout, bytes, path, &mut problems);
+        validate::check_page_hashes(&layout, bytes, path, &mut problems);
     }
     problems.list
 }

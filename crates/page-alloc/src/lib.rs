@@ -66,6 +66,7 @@ mod reader;
 mod recover;
 mod schema;
 mod source;
+mod validate;
 mod writer;
 
 pub use error::{BoxError, Error, Result};

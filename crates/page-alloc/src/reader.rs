@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use memmap2::{Advice, Mmap, MmapOptions};
 use tensor_core::TensorView;
 
-use crate::format::{self, Layout, Problems, rd_u64};
+use crate::format::{self, Layout, rd_u64};
 use crate::schema::{FieldType, Schema};
+use crate::validate::{self, Problems};
 use crate::{Error, Result};
 
 /// How [`PageReader::open_with`] maps and checks a file.
@@ -128,9 +129,9 @@ impl PageReader {
         let bytes = data.bytes();
         let mut layout = format::parse(bytes, &path)?;
         let mut problems = Problems::new(1);
-        format::check_runs(&mut layout, bytes, &path, &mut problems);
+        validate::check_runs(&mut layout, bytes, &path, &mut problems);
         if verify_pages && problems.list.is_empty() {
-            format::check_page_hashes(&layout, bytes, &path, &mut problems);
+            validate::check_page_hashes(&layout, bytes, &path, &mut problems);
         }
         if let Some(e) = problems.list.pop() {
             return Err(e);
