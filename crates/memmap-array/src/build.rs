@@ -8,7 +8,7 @@ use fingerprint::{Fingerprint, SourceStamp, Stale};
 use serde::Serialize;
 
 use crate::format::{LOCK_FILE, MANIFEST_FILE, Schema};
-use crate::reader::ArrayCache;
+use crate::reader::MemmapArray;
 use crate::recover::read_manifest_header;
 use crate::writer::{RowWriter, WriterOptions, take_lock};
 use crate::{Error, Result};
@@ -79,7 +79,7 @@ impl fmt::Display for Outcome {
 #[derive(Debug)]
 pub struct Opened {
     /// The open cache.
-    pub cache: ArrayCache,
+    pub cache: MemmapArray,
     /// What was done to get it.
     pub outcome: Outcome,
     /// Its directory, `root/<name>/<key>`.
@@ -171,7 +171,7 @@ where
     let mut why = None;
     if fingerprint::is_complete(&dir) {
         match fingerprint::check_dir(&dir, &current) {
-            Ok(()) => match ArrayCache::open(&dir) {
+            Ok(()) => match MemmapArray::open(&dir) {
                 Ok(cache) => match cache.schema().difference(schema) {
                     None => {
                         return Ok(Opened {
@@ -230,7 +230,7 @@ where
     let committed_rows = writer.committed_rows();
     build(&mut writer)?;
     writer.finalize()?;
-    let cache = ArrayCache::open(&dir)?;
+    let cache = MemmapArray::open(&dir)?;
     let outcome = match why {
         Some(why) => Outcome::Rebuilt { why },
         None if resumable => Outcome::Resumed { committed_rows },

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong writing, reading or checking an array cache.
+/// Everything that can go wrong writing, reading or checking a memmap-array cache.
 ///
 /// Every variant that concerns a file names it, so a message such as
 /// `cache/data.bin: 1048576 bytes on disk, shapes.json says 2097152` is
@@ -31,7 +31,7 @@ pub enum Error {
         dir: PathBuf,
     },
     /// A writer was asked to open a cache that is already finalized.
-    #[error("{}: cache is already complete; open it with ArrayCache::open", dir.display())]
+    #[error("{}: cache is already complete; open it with MemmapArray::open", dir.display())]
     AlreadyComplete {
         /// The cache directory.
         dir: PathBuf,

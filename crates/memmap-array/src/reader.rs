@@ -13,7 +13,7 @@ use crate::format::{
 use crate::index::{Index, NO_KEY, read_index};
 use crate::{Error, Result};
 
-/// Default share of physical RAM that [`ArrayCache::load_in_memory`] may use.
+/// Default share of physical RAM that [`MemmapArray::load_in_memory`] may use.
 pub const DEFAULT_RAM_FRACTION: f64 = 0.5;
 
 /// Where one array's bytes live.
@@ -50,7 +50,7 @@ struct ArrayFile {
 /// A finished cache, open for reading. `Send + Sync`: share it (e.g. in an
 /// `Arc`) and read from many threads at once; after the first touch of
 /// each array the hot path takes no lock.
-pub struct ArrayCache {
+pub struct MemmapArray {
     dir: PathBuf,
     rows: u64,
     schema: Schema,
@@ -62,9 +62,9 @@ pub struct ArrayCache {
     by_source: OnceLock<Vec<u64>>,
 }
 
-impl std::fmt::Debug for ArrayCache {
+impl std::fmt::Debug for MemmapArray {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArrayCache")
+        f.debug_struct("MemmapArray")
             .field("dir", &self.dir)
             .field("rows", &self.rows)
             .field("schema", &self.schema)
@@ -75,7 +75,7 @@ impl std::fmt::Debug for ArrayCache {
 /// One row of a cache: zero-copy views of its arrays, and its index entry.
 #[derive(Debug, Clone)]
 pub struct Row<'a> {
-    cache: &'a ArrayCache,
+    cache: &'a MemmapArray,
     index: usize,
     arrays: Vec<Option<TensorView<'a>>>,
 }
@@ -110,11 +110,11 @@ impl<'a> Row<'a> {
     }
 }
 
-impl ArrayCache {
+impl MemmapArray {
     /// Opens a finished cache: checks `_COMPLETE`, parses and validates
     /// `shapes.json`, checks every `.bin` size against it, and loads the
     /// index. The `.bin` files are mapped on first use.
-    pub fn open(dir: impl AsRef<Path>) -> Result<ArrayCache> {
+    pub fn open(dir: impl AsRef<Path>) -> Result<MemmapArray> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.join(COMPLETE_FILE).is_file() {
             return Err(Error::Incomplete { dir });
@@ -130,7 +130,7 @@ impl ArrayCache {
             file: fp_path,
             source,
         })?;
-        Ok(ArrayCache {
+        Ok(MemmapArray {
             sidecars: shapes
                 .schema
                 .sidecars()
@@ -206,7 +206,7 @@ impl ArrayCache {
         self.view(k, index)
     }
 
-    /// Array number `k` (schema order) of row `i`; see [`ArrayCache::array`].
+    /// Array number `k` (schema order) of row `i`; see [`MemmapArray::array`].
     pub fn array_at(&self, i: u64, k: usize) -> Result<Option<TensorView<'_>>> {
         let index = self.check_row(i)?;
         if k >= self.arrays.len() {
@@ -297,7 +297,7 @@ impl ArrayCache {
         self.load_in_memory_with(DEFAULT_RAM_FRACTION)
     }
 
-    /// [`ArrayCache::load_in_memory`] with another share of physical RAM
+    /// [`MemmapArray::load_in_memory`] with another share of physical RAM
     /// (0.0 to 1.0).
     pub fn load_in_memory_with(&mut self, fraction: f64) -> Result<()> {
         let needed: u64 = self.arrays.iter().map(|a| a.len as u64).sum();

@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 use cache_check::{Problem, ProblemKind, Summary};
 use serde_json::json;
 
+use crate::Error;
 use crate::format::{self, INDEX_FILE, SCHEMA_FILE, WRITERS_DIR};
 use crate::reader::{Segment, SegmentMaps};
 use crate::record::Structure;
 use crate::recover::{hint_of, list_segments, list_writer_logs};
 use crate::schema::parse_schema_json;
 use crate::store::SegmentStore;
-use crate::Error;
 
 /// One segment in an [`Inspection`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -152,8 +152,8 @@ mod store;
 mod validate;
 mod writer;
 
-pub use error::{Error, Result};
 pub use compact::CompactReport;
+pub use error::{Error, Result};
 pub use inspect::{Inspection, SegmentInfo, WriterInfo, verify};
 pub use options::{BoxError, Options, WholeSegment};
 pub use ranged::SegmentRanges;

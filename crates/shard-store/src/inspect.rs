@@ -15,7 +15,7 @@ use crate::value::PickleValue;
 
 /// A summary of a root, from [`inspect`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Summary {
+pub struct Inspection {
     /// The root directory.
     pub root: PathBuf,
     /// The stored metadata.
@@ -41,7 +41,7 @@ pub struct Summary {
     pub quarantined: usize,
 }
 
-impl Summary {
+impl Inspection {
     /// The summary in the shared shape the `cachex` tool prints.
     pub fn summary(&self) -> cache_check::Summary {
         cache_check::Summary::new("shard-store", &self.root)
@@ -64,7 +64,8 @@ fn count_files(dir: &Path) -> usize {
 }
 
 /// Summarizes a root without decoding any shard.
-pub fn inspect(root: &Path) -> Result<Summary> {
+pub fn inspect(root: impl AsRef<Path>) -> Result<Inspection> {
+    let root = root.as_ref();
     let meta_path = root.join(METADATA_FILE);
     let metadata = read_metadata_file(&meta_path)?.ok_or_else(|| Error::BadMetadata {
         path: meta_path.clone(),
@@ -79,7 +80,7 @@ pub fn inspect(root: &Path) -> Result<Summary> {
     }
     let length = metadata.length_final.then_some(metadata.length);
     let complete = length.is_some_and(|l| crate::writer::covers(&names, l));
-    Ok(Summary {
+    Ok(Inspection {
         root: root.to_path_buf(),
         max_shard_length: metadata.max_shard_length,
         length,
@@ -98,7 +99,8 @@ pub fn inspect(root: &Path) -> Result<Summary> {
 /// Decodes every shard as generic pickle values; never modifies anything.
 /// Never fails: a root that cannot be listed is a problem naming the
 /// directory that stopped the check.
-pub fn verify(root: &Path) -> Vec<Problem> {
+pub fn verify(root: impl AsRef<Path>) -> Vec<Problem> {
+    let root = root.as_ref();
     let mut problems = Vec::new();
     let meta_path = root.join(METADATA_FILE);
     let metadata = match read_metadata_file(&meta_path) {

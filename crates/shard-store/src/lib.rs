@@ -106,7 +106,7 @@ mod writer;
 
 pub use error::{Error, Result};
 pub use format::{Compression, Metadata, ShardName, StoreItem};
-pub use inspect::{Summary, inspect, verify};
+pub use inspect::{Inspection, inspect, verify};
 pub use iter::{Iter, ShardIter};
 pub use options::{Options, Preload, ShardLength};
 pub use seq::{
@@ -115,3 +115,7 @@ pub use seq::{
 };
 pub use store::{Item, ShardStore};
 pub use value::{Bytes, PickleValue, bytes};
+
+/// Deprecated name of [`Inspection`].
+#[deprecated(note = "use Inspection")]
+pub type Summary = Inspection;

@@ -13,10 +13,10 @@ use std::sync::atomic::Ordering;
 use durable_fs::Pool;
 use tensor_core::Value;
 
+use super::{Layout, RangedRow, SegmentRanges};
 use crate::Result;
 use crate::format;
 use crate::lookup;
-use super::{Layout, RangedRow, SegmentRanges};
 use crate::reader::Segment;
 use crate::record::Structure;
 use crate::recover::hint_of;
