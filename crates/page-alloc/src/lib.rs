@@ -69,7 +69,8 @@ mod source;
 mod validate;
 mod writer;
 
-pub use error::{BoxError, Error, Result};
+pub use durable_fs::BoxError;
+pub use error::{Error, Result};
 pub use inspect::{FieldInfo, Inspection, MAX_PROBLEMS, inspect, verify};
 pub use reader::{BufferPool, FieldValue, PageReader, ReadOptions, Sample};
 pub use recover::{lock_path, recover, temp_path};

@@ -41,7 +41,7 @@ impl std::fmt::Debug for Backing {
 impl Backing {
     /// Maps `path` read-only (pre-faulted with `populate`).
     pub(crate) fn map(path: &Path, populate: bool) -> Result<Backing> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        let file = File::open(path).map_err(Error::io("open", path))?;
         let mut map = MmapOptions::new();
         if populate {
             map.populate();
@@ -51,7 +51,7 @@ impl Backing {
         // rename it over `<name>`, so the inode we map keeps its bytes while
         // mapped. Every read of the mapping goes through bounds-checked
         // slices.
-        let mmap = unsafe { map.map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let mmap = unsafe { map.map(&file) }.map_err(Error::io("mmap", path))?;
         Ok(Backing::Mmap(mmap))
     }
 

@@ -148,7 +148,7 @@ impl SegmentStore {
             if let Err(e) = std::fs::remove_file(&path)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
-                return Err(Error::io(&path, "remove compacted segment", e));
+                return Err(Error::io("remove compacted segment", &path)(e));
             }
         }
         durable_fs::sync_dir(&inner.dir.join(format::SEGMENTS_DIR)).map_err(Error::durable)?;

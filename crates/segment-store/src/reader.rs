@@ -67,7 +67,7 @@ impl Segment {
     /// unlinks the file. Otherwise the first read maps it.
     pub fn open(path: &Path, id: u32, maps: &Arc<SegmentMaps>) -> Result<Segment> {
         let len = std::fs::metadata(path)
-            .map_err(|e| Error::io(path, "open segment", e))?
+            .map_err(Error::io("open segment", path))?
             .len();
         let seg = Segment {
             id,
@@ -136,11 +136,11 @@ impl Segment {
 fn map_file(path: &Path, len: u64, file: Option<File>) -> Result<Mapped> {
     let file = match file {
         Some(f) => f,
-        None => File::open(path).map_err(|e| Error::io(path, "open segment", e))?,
+        None => File::open(path).map_err(Error::io("open segment", path))?,
     };
     let now = file
         .metadata()
-        .map_err(|e| Error::io(path, "stat segment", e))?
+        .map_err(Error::io("stat segment", path))?
         .len();
     if now != len {
         return Err(Error::corrupt(
@@ -157,7 +157,7 @@ fn map_file(path: &Path, len: u64, file: Option<File>) -> Result<Mapped> {
         // files, which leaves existing maps valid). A foreign process
         // that truncates a segment under a reader is outside the
         // supported protocol, as with every mmap-based reader.
-        let mmap = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap segment", e))?;
+        let mmap = unsafe { Mmap::map(&file) }.map_err(Error::io("mmap segment", path))?;
         let ptr = NonNull::new(mmap.as_ptr().cast_mut())
             .ok_or_else(|| Error::corrupt(path, "mmap returned a null pointer"))?;
         let n = mmap.len();

@@ -119,7 +119,7 @@ pub fn verify(root: impl AsRef<Path>) -> Vec<Problem> {
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) => {
-            problems.push(problem_of(&Error::io(&dir, "list shards", e), &dir));
+            problems.push(problem_of(&Error::io("list shards", &dir)(e), &dir));
             return problems;
         }
     };
@@ -128,7 +128,7 @@ pub fn verify(root: impl AsRef<Path>) -> Vec<Problem> {
         let entry = match entry {
             Ok(entry) => entry,
             Err(e) => {
-                problems.push(problem_of(&Error::io(&dir, "list shards", e), &dir));
+                problems.push(problem_of(&Error::io("list shards", &dir)(e), &dir));
                 continue;
             }
         };

@@ -14,7 +14,7 @@ impl<T: StoreItem> Inner<T> {
     pub(crate) fn quarantine(&self, path: &Path) -> Result<()> {
         let _lock = FileLock::exclusive(&self.paths.writer_lock).map_err(Error::durable)?;
         let dir = self.root.join(QUARANTINE_DIR);
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
+        std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
         let stem = path.file_name().and_then(|n| n.to_str()).unwrap_or("shard");
         let dest = durable_fs::unique_temp_path(&dir, stem);
         match durable_fs::rename(path, &dest) {

@@ -196,7 +196,7 @@ impl<T: StoreItem> ShardStore<T> {
             if let Err(e) = std::fs::create_dir_all(dir) {
                 // A read-only root can still be read without a source.
                 if source.is_some() || !dir.is_dir() && dir != &paths.scratch {
-                    return Err(Error::io(dir, "create directory", e));
+                    return Err(Error::io("create directory", dir)(e));
                 }
             }
         }
@@ -262,7 +262,7 @@ impl<T: StoreItem> ShardStore<T> {
                 let h = std::thread::Builder::new()
                     .name("shard-store-preload".into())
                     .spawn(move || worker_loop(inner2, rx))
-                    .map_err(|e| Error::io(&inner.root, "spawn worker", e))?;
+                    .map_err(Error::io("spawn worker", &inner.root))?;
                 pool.handles.push(h);
             }
             if inner.opts.preload_all_async && inner.source.is_some() {

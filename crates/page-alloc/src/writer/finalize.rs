@@ -17,7 +17,7 @@ impl PageWriter {
         let path = self.path.clone();
         let tmp = self.tmp.clone();
         let tmp = tmp.as_path();
-        let io = |op: &'static str| move |e: std::io::Error| Error::io(tmp, op, e);
+        let io = |op: &'static str| Error::io(op, tmp);
         let stop_at = |step: FinalizeStep| stop == Some(step);
         macro_rules! step_done {
             ($step:expr) => {

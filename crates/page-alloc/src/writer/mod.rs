@@ -445,7 +445,7 @@ impl PageWriter {
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                     self.direct_ok.store(false, Ordering::Relaxed);
                 }
-                Err(e) => return Err(Error::io(&self.tmp, "write page (O_DIRECT)", e)),
+                Err(e) => return Err(Error::io("write page (O_DIRECT)", &self.tmp)(e)),
             }
         }
         let wlen =
@@ -453,7 +453,7 @@ impl PageWriter {
         bytes[len..wlen].fill(0);
         self.file
             .write_all_at(&bytes[..wlen], offset)
-            .map_err(|e| Error::io(&self.tmp, "write page", e))?;
+            .map_err(Error::io("write page", &self.tmp))?;
         durable_fs::start_writeback(&self.file, offset, wlen);
         Ok(hash)
     }
