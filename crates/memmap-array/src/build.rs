@@ -188,7 +188,7 @@ where
         }
     }
 
-    std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+    std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
     let lock = take_lock(&dir)?;
     let manifest = dir.join(MANIFEST_FILE);
     if why.is_none() && !fingerprint::is_complete(&dir) && manifest.is_file() {
@@ -247,18 +247,22 @@ where
 /// `_COMPLETE` first so no reader trusts a half-deleted cache.
 fn clear_dir(dir: &Path) -> Result<()> {
     fingerprint::clear_complete(dir)?;
-    for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
-        let entry = entry.map_err(Error::io(dir))?;
+    for entry in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let entry = entry.map_err(Error::io("list", dir))?;
         if entry.file_name() == LOCK_FILE {
             continue;
         }
         let path = entry.path();
-        let result = if entry.file_type().map_err(Error::io(&path))?.is_dir() {
+        let result = if entry
+            .file_type()
+            .map_err(Error::io("stat", &path))?
+            .is_dir()
+        {
             std::fs::remove_dir_all(&path)
         } else {
             std::fs::remove_file(&path)
         };
-        result.map_err(Error::io(&path))?;
+        result.map_err(Error::io("remove", &path))?;
     }
     durable_fs::sync_dir(dir).map_err(Error::durable)
 }

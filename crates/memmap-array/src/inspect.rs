@@ -218,9 +218,9 @@ fn sidecar_report(name: &str, lens: &[u64], keys: &[u32]) -> SidecarInfo {
 
 fn list_files(dir: &Path) -> Result<Vec<FileInfo>> {
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
-        let entry = entry.map_err(Error::io(dir))?;
-        let meta = entry.metadata().map_err(Error::io(entry.path()))?;
+    for entry in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let entry = entry.map_err(Error::io("list", dir))?;
+        let meta = entry.metadata().map_err(Error::io("stat", entry.path()))?;
         if meta.is_file() {
             files.push(FileInfo {
                 name: entry.file_name().to_string_lossy().into_owned(),
@@ -511,7 +511,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
     for (s, name) in shapes.schema.sidecars().iter().enumerate() {
         let path = dir.join(format::sidecar_file(name));
         let values = std::fs::read(&path)
-            .map_err(Error::io(&path))
+            .map_err(Error::io("read", &path))
             .and_then(|bytes| format::parse_sidecar(&bytes, &path));
         match (values, &index) {
             (Err(e), _) => problems.push(problem_of(&e, &path)),

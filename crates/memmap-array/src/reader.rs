@@ -392,7 +392,7 @@ impl MemmapArray {
         let path = self
             .dir
             .join(format::sidecar_file(&self.schema.sidecars()[s]));
-        let bytes = std::fs::read(&path).map_err(Error::io(&path))?;
+        let bytes = std::fs::read(&path).map_err(Error::io("read", &path))?;
         let values = format::parse_sidecar(&bytes, &path)?;
         if let Some(&bad) = self.index.keys[s]
             .iter()
@@ -431,7 +431,9 @@ pub(crate) fn check_bin_sizes(dir: &Path, shapes: &Shapes) -> Result<Vec<(PathBu
 /// [`check_bin_sizes`] for one array.
 pub(crate) fn check_bin_size(dir: &Path, a: &ArraySpec, rows: u64) -> Result<(PathBuf, usize)> {
     let path = dir.join(format::bin_file(a.name()));
-    let actual = std::fs::metadata(&path).map_err(Error::io(&path))?.len();
+    let actual = std::fs::metadata(&path)
+        .map_err(Error::io("stat", &path))?
+        .len();
     let row_bytes = a.row_bytes() as u64;
     // Shapes::parse checked that this product fits in u64.
     let expected = row_bytes.saturating_mul(rows);
@@ -466,8 +468,8 @@ fn map_file(path: &Path, len: usize) -> Result<Backing> {
     if len == 0 {
         return Ok(Backing::Empty);
     }
-    let file = File::open(path).map_err(Error::io(path))?;
-    let actual = file.metadata().map_err(Error::io(path))?.len();
+    let file = File::open(path).map_err(Error::io("open", path))?;
+    let actual = file.metadata().map_err(Error::io("stat", path))?.len();
     if actual != len as u64 {
         return Err(Error::corrupt(
             path,
@@ -482,8 +484,8 @@ fn map_file(path: &Path, len: usize) -> Result<Backing> {
     // the map. As with any mmap, a process outside this crate truncating
     // the file would break that; the format documents complete caches as
     // immutable.
-    let map =
-        unsafe { memmap2::MmapOptions::new().len(len).map(&file) }.map_err(Error::io(path))?;
+    let map = unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
+        .map_err(Error::io("mmap", path))?;
     if map.len() != len {
         return Err(Error::corrupt(
             path,
@@ -500,8 +502,8 @@ fn load_file(path: &Path, len: usize) -> Result<Backing> {
     // bytes; viewing them as u8 (alignment 1) is valid, and the slice is
     // the only access to `words` while it lives.
     let buf = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) };
-    let mut file = File::open(path).map_err(Error::io(path))?;
-    file.read_exact(buf).map_err(Error::io(path))?;
+    let mut file = File::open(path).map_err(Error::io("open", path))?;
+    file.read_exact(buf).map_err(Error::io("read", path))?;
     Ok(Backing::Heap { words, len })
 }
 
