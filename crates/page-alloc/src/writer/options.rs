@@ -1,12 +1,15 @@
-//! What a [`PageWriter`](super::PageWriter) is told ([`WriterOptions`]),
+//! What a [`PageWriter`] is told ([`WriterOptions`]),
 //! where a crash test stops it ([`FinalizeStep`]), and what it reports
 //! ([`WriteSummary`]).
 
 use std::path::PathBuf;
 
+#[cfg(doc)]
+use super::PageWriter;
+
 use crate::format::{DEFAULT_ALIGNMENT, DEFAULT_PAGE_SIZE};
 
-/// How a [`PageWriter`](super::PageWriter) lays out and writes its file.
+/// How a [`PageWriter`] lays out and writes its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriterOptions {
     /// Page size in bytes: a power of two from 4 KiB to 4 GiB (default 8 MiB).
