@@ -113,7 +113,8 @@ pub use seq::{
     Concat, ConcatStep, Indices, Interleave, InterleaveIndex, RandomAccess, Repeat, SequenceView,
     chunk_shuffle, chunk_shuffle_indices, concat_locate, repeat_index,
 };
-pub use store::{Item, ShardStore};
+pub use shards::Item;
+pub use store::ShardStore;
 pub use value::{Bytes, PickleValue, bytes};
 
 /// Deprecated name of [`Inspection`].

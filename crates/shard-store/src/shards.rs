@@ -1,7 +1,9 @@
 //! The decoded-shard cache every handle shares: a shard found in memory,
 //! read from disk or generated from the source, kept within the memory
-//! limit, and the preload workers that fetch shards ahead.
+//! limit, the preload workers that fetch shards ahead, and [`Item`], an
+//! item borrowed from its shard.
 
+use std::ops::Deref;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
@@ -12,7 +14,39 @@ use crate::format::StoreItem;
 use crate::inner::{Cursor, Inner, Job};
 use crate::iter::ShardRef;
 use crate::options::Preload;
-use crate::store::Item;
+
+/// One item, borrowed from its decoded shard (no copy).
+#[derive(Clone)]
+pub struct Item<T> {
+    pub(crate) shard: Arc<Vec<T>>,
+    pub(crate) index: usize,
+}
+
+impl<T> Deref for Item<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.shard[self.index]
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Item<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<T: PartialEq> PartialEq<T> for Item<T> {
+    fn eq(&self, other: &T) -> bool {
+        **self == *other
+    }
+}
+
+impl<T: Clone> Item<T> {
+    /// The item as an owned value (a clone).
+    pub fn to_owned_item(&self) -> T {
+        (**self).clone()
+    }
+}
 
 impl<T: StoreItem> Inner<T> {
     pub(crate) fn next_tick(&self) -> u64 {

@@ -3,7 +3,6 @@
 //! in `shards.rs`.)
 
 use std::collections::{HashMap, HashSet};
-use std::ops::Deref;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -20,7 +19,7 @@ use crate::inner::{Inner, Job, Paths, Source, StartMap, State};
 use crate::iter::{Iter, ShardIter};
 use crate::options::{Options, ShardLength};
 use crate::reader::read_metadata_file;
-use crate::shards::worker_loop;
+use crate::shards::{Item, worker_loop};
 
 /// Random access to the items of a deterministic iterator, cached on disk
 /// in loadit's sharded layout (see the [crate docs](crate)).
@@ -70,39 +69,6 @@ impl<T> std::fmt::Debug for ShardStore<T> {
             .field("max_shard_length", &self.inner.shard_len)
             .field("compression", &self.inner.compression)
             .finish_non_exhaustive()
-    }
-}
-
-/// One item, borrowed from its decoded shard (no copy).
-#[derive(Clone)]
-pub struct Item<T> {
-    pub(crate) shard: Arc<Vec<T>>,
-    pub(crate) index: usize,
-}
-
-impl<T> Deref for Item<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.shard[self.index]
-    }
-}
-
-impl<T: std::fmt::Debug> std::fmt::Debug for Item<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        (**self).fmt(f)
-    }
-}
-
-impl<T: PartialEq> PartialEq<T> for Item<T> {
-    fn eq(&self, other: &T) -> bool {
-        **self == *other
-    }
-}
-
-impl<T: Clone> Item<T> {
-    /// The item as an owned value (a clone).
-    pub fn to_owned_item(&self) -> T {
-        (**self).clone()
     }
 }
 
