@@ -132,6 +132,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod compact;
+mod decode;
 mod error;
 mod flush;
 pub mod format;
