@@ -10,7 +10,7 @@
 //! - reads: reopen the cache, then read every row once in a seeded random
 //!   order, touching every byte (a checksum per row, checked against the
 //!   one taken at write time, plus exact checks of the first and last
-//!   element of each array), with `ArrayCache::prefetch` of the next row.
+//!   element of each array), with `MemmapArray::prefetch` of the next row.
 //!   `read_random_first_pass` is the first pass after open (it also pays
 //!   the page faults that map the files); `read_random` is the median of
 //!   the next 3 passes over the same open cache (the steady state of an
@@ -25,7 +25,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cache_facade::{BackendKind, CacheBackend, CacheConfig, Value};
-use memmap_array::{ArrayCache, NewRow, RowWriter, Schema, WriterOptions};
+use memmap_array::{MemmapArray, NewRow, RowWriter, Schema, WriterOptions};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use tensor_core::{DType, Tensor, TensorView};
@@ -194,7 +194,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     // files (page faults); the later passes are the steady state of a
     // training loop that reads epoch after epoch through one open cache.
     let t = Instant::now();
-    let cache = ArrayCache::open(&dir).map_err(err)?;
+    let cache = MemmapArray::open(&dir).map_err(err)?;
     let open_ms = t.elapsed().as_secs_f64() * 1e3;
     if cache.len() != n as u64 {
         return Err(RunError::WrongValue {
@@ -327,7 +327,7 @@ fn plain_read_bytes_per_s(dir: &Path) -> Result<f64, RunError> {
     Ok(total as f64 / t.elapsed().as_secs_f64().max(1e-9))
 }
 
-fn verify_row(cache: &ArrayCache, i: usize, seed: u64, expected: u64) -> Result<(), RunError> {
+fn verify_row(cache: &MemmapArray, i: usize, seed: u64, expected: u64) -> Result<(), RunError> {
     let wrong = |detail: String| RunError::WrongValue {
         workload: W,
         detail,

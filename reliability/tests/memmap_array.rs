@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use memmap_array::{ArrayCache, NewRow, RowWriter, Schema, WriterOptions};
+use memmap_array::{MemmapArray, NewRow, RowWriter, Schema, WriterOptions};
 use reliability::{Fault, crash_loop, sweep};
 use tensor_core::{DType, Tensor};
 use test_support::crash::{child_args, report_commit, report_error};
@@ -80,7 +80,7 @@ fn check(dir: &Path, committed: &[String], rows: usize) {
         }
         w.finalize().expect("finalize after resume");
     }
-    let cache = ArrayCache::open(dir).unwrap_or_else(|e| panic!("open finished cache: {e}"));
+    let cache = MemmapArray::open(dir).unwrap_or_else(|e| panic!("open finished cache: {e}"));
     assert_eq!(cache.len() as usize, rows, "every row exactly once");
     for r in 0..cache.len() {
         let row = cache.row(r).expect("row");

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use memmap_array::{ArrayCache, NewRow, RowWriter, Schema};
+use memmap_array::{MemmapArray, NewRow, RowWriter, Schema};
 use tensor_core::{DType, Tensor};
 
 fn memmap_cache(dir: &Path) {
@@ -65,7 +65,7 @@ fn array_and_sidecar_names_cannot_escape_the_cache_dir() {
                     v["sidecars"][0] = serde_json::json!(hostile);
                 }
             });
-            let opened = ArrayCache::open(&dir);
+            let opened = MemmapArray::open(&dir);
             assert!(opened.is_err(), "{field} named {hostile:?} was accepted");
             let problems = memmap_array::verify(&dir);
             assert!(
@@ -83,12 +83,12 @@ fn huge_counts_from_disk_are_refused_before_allocating() {
     let dir = tmp.path().join("cache");
     memmap_cache(&dir);
     edit_shapes(&dir, |v| v["rows"] = serde_json::json!(1u64 << 60));
-    assert!(ArrayCache::open(&dir).is_err());
+    assert!(MemmapArray::open(&dir).is_err());
     edit_shapes(&dir, |v| {
         v["rows"] = serde_json::json!(3);
         v["arrays"][0]["shape"] = serde_json::json!([1u64 << 40, 1u64 << 40]);
     });
-    assert!(ArrayCache::open(&dir).is_err());
+    assert!(MemmapArray::open(&dir).is_err());
 
     // page-alloc: a header claiming 2^60 samples (checksums recomputed, so
     // only the bounds checks stand between the count and an allocation).

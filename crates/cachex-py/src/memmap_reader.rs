@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::CacheKind;
-use memmap_array::ArrayCache;
+use memmap_array::MemmapArray;
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -25,12 +25,12 @@ use crate::{check, errors, json};
 // One value per opening, behind an `Arc`: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Arrays {
-    Local(ArrayCache),
+    Local(MemmapArray),
     Remote(RemoteArrays),
 }
 
 impl Arrays {
-    fn cache(&self) -> &ArrayCache {
+    fn cache(&self) -> &MemmapArray {
         match self {
             Arrays::Local(c) => c,
             Arrays::Remote(r) => r.cache(),
@@ -91,7 +91,7 @@ impl Opening {
         }))
     }
 
-    fn cache(&self) -> &ArrayCache {
+    fn cache(&self) -> &MemmapArray {
         self.arrays.cache()
     }
 
@@ -135,7 +135,7 @@ impl PyMemmapArray {
     }
 
     /// A reader of the finished cache `cache` in a local directory.
-    pub(crate) fn local(py: Python<'_>, cache: ArrayCache) -> PyResult<Self> {
+    pub(crate) fn local(py: Python<'_>, cache: MemmapArray) -> PyResult<Self> {
         let root = Root::new(
             &cache.dir().into_pyobject(py)?.into_any(),
             TierArgs::default(),
@@ -180,7 +180,7 @@ impl PyMemmapArray {
 fn open_arrays(location: &Location, load: bool, fraction: f64) -> remote_cache::Result<Arrays> {
     match location {
         Location::Local(dir) => {
-            let mut cache = ArrayCache::open(dir)?;
+            let mut cache = MemmapArray::open(dir)?;
             if load {
                 cache.load_in_memory_with(fraction)?;
             }
@@ -311,7 +311,7 @@ impl PyMemmapArray {
         for (spec, view) in o.cache().schema().arrays().iter().zip(row.arrays()) {
             let value = match view {
                 // SAFETY: the view borrows the cache's mapping (or its
-                // in-memory copy), which `owner` (an `Arc<ArrayCache>`)
+                // in-memory copy), which `owner` (an `Arc<MemmapArray>`)
                 // keeps alive and never mutates.
                 Some(v) => unsafe { numpy_view(py, v, owner)? },
                 None => py.None().into_bound(py),

@@ -7,10 +7,12 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum FingerprintError {
     /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {op}: {source}", path.display())]
     Io {
         /// The file or directory concerned.
         path: PathBuf,
+        /// What was being done ("open", "read", ...).
+        op: &'static str,
         /// The operating system's error.
         #[source]
         source: std::io::Error,
@@ -38,21 +40,22 @@ pub enum FingerprintError {
 }
 
 impl FingerprintError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FingerprintError {
-        FingerprintError::Io {
-            path: path.into(),
-            source,
-        }
+    /// An I/O error of `op` on `path`, for `map_err`.
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl AsRef<std::path::Path>,
+    ) -> impl FnOnce(std::io::Error) -> FingerprintError {
+        let path = path.as_ref().to_path_buf();
+        move |source| FingerprintError::Io { path, op, source }
     }
 
-    /// Maps an error of the durable file-system layer (only I/O errors
-    /// arise from the steps this crate takes).
     pub(crate) fn durable(e: durable_fs::Error) -> FingerprintError {
         let path = e.path().to_path_buf();
         match e {
-            durable_fs::Error::Io { source, .. } => FingerprintError::Io { path, source },
+            durable_fs::Error::Io { op, source, .. } => FingerprintError::Io { path, op, source },
             other => FingerprintError::Io {
                 path,
+                op: "lock",
                 source: std::io::Error::other(other),
             },
         }

@@ -49,10 +49,10 @@ pub fn stamp_sources<P: AsRef<Path>>(
         let path = path.as_ref();
         let rel = relative_to(root, path)?;
         let full = root.join(&rel);
-        let meta = std::fs::metadata(&full).map_err(|e| FingerprintError::io(&full, e))?;
+        let meta = std::fs::metadata(&full).map_err(FingerprintError::io("stat", &full))?;
         let mtime_ns = meta
             .modified()
-            .map_err(|e| FingerprintError::io(&full, e))
+            .map_err(FingerprintError::io("read mtime", &full))
             .map(|t| match t.duration_since(UNIX_EPOCH) {
                 Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
                 Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |n| -n),
@@ -114,12 +114,12 @@ fn hash_file(path: &Path, len: u64) -> Result<String> {
     if len >= PARALLEL_HASH_MIN {
         hasher
             .update_mmap_rayon(path)
-            .map_err(|e| FingerprintError::io(path, e))?;
+            .map_err(FingerprintError::io("hash", path))?;
     } else {
-        let mut file = std::fs::File::open(path).map_err(|e| FingerprintError::io(path, e))?;
+        let mut file = std::fs::File::open(path).map_err(FingerprintError::io("open", path))?;
         let mut buf = Vec::with_capacity(len as usize);
         file.read_to_end(&mut buf)
-            .map_err(|e| FingerprintError::io(path, e))?;
+            .map_err(FingerprintError::io("read", path))?;
         hasher.update(&buf);
     }
     Ok(hasher.finalize().to_hex().to_string())

@@ -8,7 +8,7 @@ use fingerprint::{Fingerprint, SourceStamp, Stale};
 use serde::Serialize;
 
 use crate::format::{LOCK_FILE, MANIFEST_FILE, Schema};
-use crate::reader::ArrayCache;
+use crate::reader::MemmapArray;
 use crate::recover::read_manifest_header;
 use crate::writer::{RowWriter, WriterOptions, take_lock};
 use crate::{Error, Result};
@@ -79,7 +79,7 @@ impl fmt::Display for Outcome {
 #[derive(Debug)]
 pub struct Opened {
     /// The open cache.
-    pub cache: ArrayCache,
+    pub cache: MemmapArray,
     /// What was done to get it.
     pub outcome: Outcome,
     /// Its directory, `root/<name>/<key>`.
@@ -171,7 +171,7 @@ where
     let mut why = None;
     if fingerprint::is_complete(&dir) {
         match fingerprint::check_dir(&dir, &current) {
-            Ok(()) => match ArrayCache::open(&dir) {
+            Ok(()) => match MemmapArray::open(&dir) {
                 Ok(cache) => match cache.schema().difference(schema) {
                     None => {
                         return Ok(Opened {
@@ -188,7 +188,7 @@ where
         }
     }
 
-    std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+    std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
     let lock = take_lock(&dir)?;
     let manifest = dir.join(MANIFEST_FILE);
     if why.is_none() && !fingerprint::is_complete(&dir) && manifest.is_file() {
@@ -230,7 +230,7 @@ where
     let committed_rows = writer.committed_rows();
     build(&mut writer)?;
     writer.finalize()?;
-    let cache = ArrayCache::open(&dir)?;
+    let cache = MemmapArray::open(&dir)?;
     let outcome = match why {
         Some(why) => Outcome::Rebuilt { why },
         None if resumable => Outcome::Resumed { committed_rows },
@@ -247,18 +247,22 @@ where
 /// `_COMPLETE` first so no reader trusts a half-deleted cache.
 fn clear_dir(dir: &Path) -> Result<()> {
     fingerprint::clear_complete(dir)?;
-    for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
-        let entry = entry.map_err(Error::io(dir))?;
+    for entry in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let entry = entry.map_err(Error::io("list", dir))?;
         if entry.file_name() == LOCK_FILE {
             continue;
         }
         let path = entry.path();
-        let result = if entry.file_type().map_err(Error::io(&path))?.is_dir() {
+        let result = if entry
+            .file_type()
+            .map_err(Error::io("stat", &path))?
+            .is_dir()
+        {
             std::fs::remove_dir_all(&path)
         } else {
             std::fs::remove_file(&path)
         };
-        result.map_err(Error::io(&path))?;
+        result.map_err(Error::io("remove", &path))?;
     }
     durable_fs::sync_dir(dir).map_err(Error::durable)
 }

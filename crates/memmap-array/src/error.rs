@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong writing, reading or checking an array cache.
+/// Everything that can go wrong writing, reading or checking a memmap-array cache.
 ///
 /// Every variant that concerns a file names it, so a message such as
 /// `cache/data.bin: 1048576 bytes on disk, shapes.json says 2097152` is
@@ -11,10 +11,12 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// An operating-system call on `path` failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {op}: {source}", path.display())]
     Io {
         /// The file or directory involved.
         path: PathBuf,
+        /// What was being done ("open", "fsync", ...).
+        op: &'static str,
         /// The OS error.
         source: std::io::Error,
     },
@@ -31,7 +33,7 @@ pub enum Error {
         dir: PathBuf,
     },
     /// A writer was asked to open a cache that is already finalized.
-    #[error("{}: cache is already complete; open it with ArrayCache::open", dir.display())]
+    #[error("{}: cache is already complete; open it with MemmapArray::open", dir.display())]
     AlreadyComplete {
         /// The cache directory.
         dir: PathBuf,
@@ -163,9 +165,13 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
-        let path = path.into();
-        move |source| Error::Io { path, source }
+    /// An I/O error of `op` on `path`, for `map_err`.
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl AsRef<std::path::Path>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.as_ref().to_path_buf();
+        move |source| Error::Io { path, op, source }
     }
 
     pub(crate) fn corrupt(file: impl Into<PathBuf>, reason: impl Into<String>) -> Error {
@@ -183,9 +189,10 @@ impl Error {
                 path,
                 format!("larger than the {cap}-byte limit for this file"),
             ),
-            durable_fs::Error::Io { path, source, .. } => Error::Io { path, source },
+            durable_fs::Error::Io { path, op, source } => Error::Io { path, op, source },
             other => Error::Io {
                 path: other.path().to_path_buf(),
+                op: "lock",
                 source: std::io::Error::other(other),
             },
         }

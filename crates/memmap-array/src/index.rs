@@ -95,7 +95,7 @@ impl IndexWriter {
             let tmp = durable_fs::temp_path(&dir.join(&file_name));
             let file = durable_fs::create_temp(&tmp).map_err(Error::durable)?;
             let mut out = BufWriter::with_capacity(1 << 20, file);
-            out.write_all(b"{").map_err(Error::io(&tmp))?;
+            out.write_all(b"{").map_err(Error::io("write", &tmp))?;
             sidecars.push(SidecarStream {
                 name: file_name,
                 tmp,
@@ -148,7 +148,7 @@ impl IndexWriter {
             side.out
                 .write_all(sep)
                 .and_then(|()| write!(side.out, "{key}\": "))
-                .map_err(Error::io(&side.tmp))?;
+                .map_err(Error::io("write", &side.tmp))?;
             serde_json::to_writer(&mut side.out, value).map_err(|source| Error::Json {
                 file: side.tmp.clone(),
                 source,
@@ -202,11 +202,13 @@ impl IndexWriter {
         durable_fs::commit_temp(file, &self.tmp, &self.dir.join(INDEX_FILE))
             .map_err(Error::durable)?;
         for mut side in self.sidecars {
-            side.out.write_all(b"\n}\n").map_err(Error::io(&side.tmp))?;
+            side.out
+                .write_all(b"\n}\n")
+                .map_err(Error::io("write", &side.tmp))?;
             let file = side
                 .out
                 .into_inner()
-                .map_err(|e| Error::io(&side.tmp)(e.into_error()))?;
+                .map_err(|e| Error::io("flush", &side.tmp)(e.into_error()))?;
             durable_fs::commit_temp(file, &side.tmp, &self.dir.join(&side.name))
                 .map_err(Error::durable)?;
         }
@@ -302,7 +304,7 @@ fn read_index_inner(path: &Path, schema: &Schema, rows: u64) -> Result<Index> {
         source,
     };
     let bad = |reason: String| Error::corrupt(path, reason);
-    let file = File::open(path).map_err(Error::io(path))?;
+    let file = File::open(path).map_err(Error::io("open", path))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_err)?;
     let found = builder.schema().clone();
     match found.metadata().get(INDEX_VERSION_KEY) {

@@ -10,7 +10,7 @@ use crate::format::{
     self, COMPLETE_FILE, FINGERPRINT_FILE, MANIFEST_FILE, MAX_SMALL_JSON, Schema, TMP_SUFFIX,
 };
 use crate::index::{Index, NO_KEY};
-use crate::reader::{ArrayCache, DEFAULT_RAM_FRACTION, check_bin_size, physical_ram, read_shapes};
+use crate::reader::{DEFAULT_RAM_FRACTION, MemmapArray, check_bin_size, physical_ram, read_shapes};
 use crate::recover::scan_manifest;
 use crate::{Error, Result};
 use cache_check::{Problem, ProblemKind, Summary};
@@ -18,7 +18,7 @@ use serde_json::json;
 
 /// One file of the cache directory and its size on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileReport {
+pub struct FileInfo {
     /// File name inside the cache directory.
     pub name: String,
     /// Size in bytes.
@@ -27,7 +27,7 @@ pub struct FileReport {
 
 /// One array of the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArrayReport {
+pub struct ArrayInfo {
     /// Array name.
     pub name: String,
     /// Element type.
@@ -46,7 +46,7 @@ pub struct ArrayReport {
 
 /// One sidecar of the cache and how well it deduplicates.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SidecarReport {
+pub struct SidecarInfo {
     /// Sidecar name.
     pub name: String,
     /// Rows that have a value.
@@ -59,7 +59,7 @@ pub struct SidecarReport {
     pub logical_bytes: u64,
 }
 
-impl SidecarReport {
+impl SidecarInfo {
     /// `logical_bytes / unique_bytes`: how many times deduplication shrinks
     /// the sidecar (1.0 when nothing repeats or it is empty).
     pub fn dedup_ratio(&self) -> f64 {
@@ -73,7 +73,7 @@ impl SidecarReport {
 
 /// What [`inspect`] found; `Display` prints it as a table.
 #[derive(Debug, Clone)]
-pub struct Report {
+pub struct Inspection {
     /// The cache directory.
     pub dir: PathBuf,
     /// Whether `_COMPLETE` is present (otherwise the numbers come from the
@@ -84,18 +84,18 @@ pub struct Report {
     /// The schema.
     pub schema: Schema,
     /// Per array.
-    pub arrays: Vec<ArrayReport>,
+    pub arrays: Vec<ArrayInfo>,
     /// Per sidecar.
-    pub sidecars: Vec<SidecarReport>,
+    pub sidecars: Vec<SidecarInfo>,
     /// Every file in the directory, by name.
-    pub files: Vec<FileReport>,
+    pub files: Vec<FileInfo>,
     /// Bytes `load_in_memory` would copy into RAM (all arrays).
     pub projected_ram_bytes: u64,
     /// Physical RAM of this machine.
     pub physical_ram_bytes: u64,
 }
 
-impl Report {
+impl Inspection {
     /// Total bytes on disk.
     pub fn disk_bytes(&self) -> u64 {
         self.files.iter().map(|f| f.bytes).sum()
@@ -109,13 +109,13 @@ impl Report {
 /// Describes the cache in `dir`, finished or not: sizes on disk per file,
 /// rows, schema, sidecar dedup, and the RAM `load_in_memory` would need.
 /// A finished cache is opened (and so validated) first.
-pub fn inspect(dir: impl AsRef<Path>) -> Result<Report> {
+pub fn inspect(dir: impl AsRef<Path>) -> Result<Inspection> {
     let dir = dir.as_ref().to_path_buf();
     let files = list_files(&dir)?;
     let size_of = |name: &str| files.iter().find(|f| f.name == name).map_or(0, |f| f.bytes);
     let complete = dir.join(COMPLETE_FILE).is_file();
     let (rows, schema, absent, sidecars) = if complete {
-        let cache = ArrayCache::open(&dir)?;
+        let cache = MemmapArray::open(&dir)?;
         let absent = absent_counts(cache.index(), cache.schema(), cache.len());
         let mut sidecars = Vec::new();
         for (s, name) in cache.schema().sidecars().iter().enumerate() {
@@ -159,11 +159,11 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Report> {
             .collect();
         (scan.rows, scan.schema, absent, sidecars)
     };
-    let arrays: Vec<ArrayReport> = schema
+    let arrays: Vec<ArrayInfo> = schema
         .arrays()
         .iter()
         .zip(&absent)
-        .map(|(a, &absent_rows)| ArrayReport {
+        .map(|(a, &absent_rows)| ArrayInfo {
             name: a.name().to_owned(),
             dtype: a.dtype(),
             shape: a.shape().dims().to_vec(),
@@ -177,7 +177,7 @@ pub fn inspect(dir: impl AsRef<Path>) -> Result<Report> {
         .iter()
         .map(|a| a.row_bytes.saturating_mul(rows))
         .fold(0u64, u64::saturating_add);
-    Ok(Report {
+    Ok(Inspection {
         dir,
         complete,
         rows,
@@ -200,14 +200,14 @@ fn absent_counts(index: &Index, schema: &Schema, rows: u64) -> Vec<u64> {
         .collect()
 }
 
-fn sidecar_report(name: &str, lens: &[u64], keys: &[u32]) -> SidecarReport {
+fn sidecar_report(name: &str, lens: &[u64], keys: &[u32]) -> SidecarInfo {
     let mut rows_with_value = 0;
     let mut logical_bytes = 0u64;
     for &k in keys.iter().filter(|&&k| k != NO_KEY) {
         rows_with_value += 1;
         logical_bytes = logical_bytes.saturating_add(lens.get(k as usize).copied().unwrap_or(0));
     }
-    SidecarReport {
+    SidecarInfo {
         name: name.to_owned(),
         rows_with_value,
         unique_values: lens.len() as u64,
@@ -216,13 +216,13 @@ fn sidecar_report(name: &str, lens: &[u64], keys: &[u32]) -> SidecarReport {
     }
 }
 
-fn list_files(dir: &Path) -> Result<Vec<FileReport>> {
+fn list_files(dir: &Path) -> Result<Vec<FileInfo>> {
     let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
-        let entry = entry.map_err(Error::io(dir))?;
-        let meta = entry.metadata().map_err(Error::io(entry.path()))?;
+    for entry in std::fs::read_dir(dir).map_err(Error::io("list", dir))? {
+        let entry = entry.map_err(Error::io("list", dir))?;
+        let meta = entry.metadata().map_err(Error::io("stat", entry.path()))?;
         if meta.is_file() {
-            files.push(FileReport {
+            files.push(FileInfo {
                 name: entry.file_name().to_string_lossy().into_owned(),
                 bytes: meta.len(),
             });
@@ -248,7 +248,7 @@ fn human(bytes: u64) -> String {
     }
 }
 
-impl Report {
+impl Inspection {
     /// The report in the shared shape the `cachex` tool prints: rows,
     /// completeness, sizes, RAM, and tables of arrays, sidecars and files.
     pub fn summary(&self) -> Summary {
@@ -322,7 +322,7 @@ impl Report {
     }
 }
 
-impl fmt::Display for Report {
+impl fmt::Display for Inspection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
@@ -511,7 +511,7 @@ pub fn verify(dir: impl AsRef<Path>) -> Vec<Problem> {
     for (s, name) in shapes.schema.sidecars().iter().enumerate() {
         let path = dir.join(format::sidecar_file(name));
         let values = std::fs::read(&path)
-            .map_err(Error::io(&path))
+            .map_err(Error::io("read", &path))
             .and_then(|bytes| format::parse_sidecar(&bytes, &path));
         match (values, &index) {
             (Err(e), _) => problems.push(problem_of(&e, &path)),

@@ -6,18 +6,18 @@
 //! - [`RowWriter`] streams rows in, crash-safe and resumable, then
 //!   [`RowWriter::finalize`] writes the Parquet row index, the
 //!   deduplicated sidecars and `shapes.json`, and marks the cache complete.
-//! - [`ArrayCache`] opens a finished cache, validating every file size
+//! - [`MemmapArray`] opens a finished cache, validating every file size
 //!   against `shapes.json`, and hands out [`tensor_core::TensorView`]s that
 //!   borrow the mapped files (`Send + Sync`, no lock on the hot path;
-//!   [`ArrayCache::find`] by source id; [`ArrayCache::prefetch`] for the
+//!   [`MemmapArray::find`] by source id; [`MemmapArray::prefetch`] for the
 //!   next row of a random scan;
-//!   [`ArrayCache::load_in_memory`] with a RAM guard).
+//!   [`MemmapArray::load_in_memory`] with a RAM guard).
 //! - [`open_or_build`] keys a cache directory by its config (crate
 //!   `fingerprint`), opens it when its fingerprint matches, resumes a
 //!   half-built one, and rebuilds a stale one, saying why ([`Outcome`]);
 //!   its sources are stamped with `fingerprint::stamp_sources`.
 //! - [`inspect`] describes a cache (sizes, schema, sidecar dedup, RAM a
-//!   load would take; [`Report::summary`] in the shared `cache-check`
+//!   load would take; [`Inspection::summary`] in the shared `cache-check`
 //!   shape) and [`verify`] lists every problem in one, as
 //!   [`cache_check::Problem`]s (file, kind, detail).
 //!
@@ -56,7 +56,7 @@
 //! # Example
 //!
 //! ```
-//! use memmap_array::{ArrayCache, NewRow, RowWriter, Schema};
+//! use memmap_array::{MemmapArray, NewRow, RowWriter, Schema};
 //! use tensor_core::{DType, Tensor};
 //!
 //! let dir = tempfile::tempdir()?;
@@ -80,7 +80,7 @@
 //! }
 //! writer.finalize()?;
 //!
-//! let cache = ArrayCache::open(dir.path())?;
+//! let cache = MemmapArray::open(dir.path())?;
 //! let row = cache.row(2)?;
 //! assert_eq!(row.source(), "sample_2");
 //! assert_eq!(row.get("data")?.unwrap().as_slice::<i16>()?, &[2; 6]);
@@ -114,6 +114,26 @@ pub use format::{
     MANIFEST_FILE, SHAPES_FILE, Schema, SchemaBuilder, bin_file, has_column, is_array_file,
     key_column, sidecar_file,
 };
-pub use inspect::{ArrayReport, FileReport, Report, SidecarReport, inspect, verify};
-pub use reader::{ArrayCache, DEFAULT_RAM_FRACTION, Row, physical_ram};
+pub use inspect::{ArrayInfo, FileInfo, Inspection, SidecarInfo, inspect, verify};
+pub use reader::{DEFAULT_RAM_FRACTION, MemmapArray, Row, physical_ram};
 pub use writer::{NewRow, RowWriter, WriterOptions};
+
+/// Deprecated name of [`Inspection`].
+#[deprecated(note = "use Inspection")]
+pub type Report = Inspection;
+
+/// Deprecated name of [`ArrayInfo`].
+#[deprecated(note = "use ArrayInfo")]
+pub type ArrayReport = ArrayInfo;
+
+/// Deprecated name of [`FileInfo`].
+#[deprecated(note = "use FileInfo")]
+pub type FileReport = FileInfo;
+
+/// Deprecated name of [`SidecarInfo`].
+#[deprecated(note = "use SidecarInfo")]
+pub type SidecarReport = SidecarInfo;
+
+/// Deprecated name of [`MemmapArray`].
+#[deprecated(note = "use MemmapArray")]
+pub type ArrayCache = MemmapArray;

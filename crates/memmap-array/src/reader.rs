@@ -13,7 +13,7 @@ use crate::format::{
 use crate::index::{Index, NO_KEY, read_index};
 use crate::{Error, Result};
 
-/// Default share of physical RAM that [`ArrayCache::load_in_memory`] may use.
+/// Default share of physical RAM that [`MemmapArray::load_in_memory`] may use.
 pub const DEFAULT_RAM_FRACTION: f64 = 0.5;
 
 /// Where one array's bytes live.
@@ -50,7 +50,7 @@ struct ArrayFile {
 /// A finished cache, open for reading. `Send + Sync`: share it (e.g. in an
 /// `Arc`) and read from many threads at once; after the first touch of
 /// each array the hot path takes no lock.
-pub struct ArrayCache {
+pub struct MemmapArray {
     dir: PathBuf,
     rows: u64,
     schema: Schema,
@@ -62,9 +62,9 @@ pub struct ArrayCache {
     by_source: OnceLock<Vec<u64>>,
 }
 
-impl std::fmt::Debug for ArrayCache {
+impl std::fmt::Debug for MemmapArray {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArrayCache")
+        f.debug_struct("MemmapArray")
             .field("dir", &self.dir)
             .field("rows", &self.rows)
             .field("schema", &self.schema)
@@ -75,7 +75,7 @@ impl std::fmt::Debug for ArrayCache {
 /// One row of a cache: zero-copy views of its arrays, and its index entry.
 #[derive(Debug, Clone)]
 pub struct Row<'a> {
-    cache: &'a ArrayCache,
+    cache: &'a MemmapArray,
     index: usize,
     arrays: Vec<Option<TensorView<'a>>>,
 }
@@ -110,11 +110,11 @@ impl<'a> Row<'a> {
     }
 }
 
-impl ArrayCache {
+impl MemmapArray {
     /// Opens a finished cache: checks `_COMPLETE`, parses and validates
     /// `shapes.json`, checks every `.bin` size against it, and loads the
     /// index. The `.bin` files are mapped on first use.
-    pub fn open(dir: impl AsRef<Path>) -> Result<ArrayCache> {
+    pub fn open(dir: impl AsRef<Path>) -> Result<MemmapArray> {
         let dir = dir.as_ref().to_path_buf();
         if !dir.join(COMPLETE_FILE).is_file() {
             return Err(Error::Incomplete { dir });
@@ -130,7 +130,7 @@ impl ArrayCache {
             file: fp_path,
             source,
         })?;
-        Ok(ArrayCache {
+        Ok(MemmapArray {
             sidecars: shapes
                 .schema
                 .sidecars()
@@ -206,7 +206,7 @@ impl ArrayCache {
         self.view(k, index)
     }
 
-    /// Array number `k` (schema order) of row `i`; see [`ArrayCache::array`].
+    /// Array number `k` (schema order) of row `i`; see [`MemmapArray::array`].
     pub fn array_at(&self, i: u64, k: usize) -> Result<Option<TensorView<'_>>> {
         let index = self.check_row(i)?;
         if k >= self.arrays.len() {
@@ -297,7 +297,7 @@ impl ArrayCache {
         self.load_in_memory_with(DEFAULT_RAM_FRACTION)
     }
 
-    /// [`ArrayCache::load_in_memory`] with another share of physical RAM
+    /// [`MemmapArray::load_in_memory`] with another share of physical RAM
     /// (0.0 to 1.0).
     pub fn load_in_memory_with(&mut self, fraction: f64) -> Result<()> {
         let needed: u64 = self.arrays.iter().map(|a| a.len as u64).sum();
@@ -392,7 +392,7 @@ impl ArrayCache {
         let path = self
             .dir
             .join(format::sidecar_file(&self.schema.sidecars()[s]));
-        let bytes = std::fs::read(&path).map_err(Error::io(&path))?;
+        let bytes = std::fs::read(&path).map_err(Error::io("read", &path))?;
         let values = format::parse_sidecar(&bytes, &path)?;
         if let Some(&bad) = self.index.keys[s]
             .iter()
@@ -431,7 +431,9 @@ pub(crate) fn check_bin_sizes(dir: &Path, shapes: &Shapes) -> Result<Vec<(PathBu
 /// [`check_bin_sizes`] for one array.
 pub(crate) fn check_bin_size(dir: &Path, a: &ArraySpec, rows: u64) -> Result<(PathBuf, usize)> {
     let path = dir.join(format::bin_file(a.name()));
-    let actual = std::fs::metadata(&path).map_err(Error::io(&path))?.len();
+    let actual = std::fs::metadata(&path)
+        .map_err(Error::io("stat", &path))?
+        .len();
     let row_bytes = a.row_bytes() as u64;
     // Shapes::parse checked that this product fits in u64.
     let expected = row_bytes.saturating_mul(rows);
@@ -466,8 +468,8 @@ fn map_file(path: &Path, len: usize) -> Result<Backing> {
     if len == 0 {
         return Ok(Backing::Empty);
     }
-    let file = File::open(path).map_err(Error::io(path))?;
-    let actual = file.metadata().map_err(Error::io(path))?.len();
+    let file = File::open(path).map_err(Error::io("open", path))?;
+    let actual = file.metadata().map_err(Error::io("stat", path))?.len();
     if actual != len as u64 {
         return Err(Error::corrupt(
             path,
@@ -482,8 +484,8 @@ fn map_file(path: &Path, len: usize) -> Result<Backing> {
     // the map. As with any mmap, a process outside this crate truncating
     // the file would break that; the format documents complete caches as
     // immutable.
-    let map =
-        unsafe { memmap2::MmapOptions::new().len(len).map(&file) }.map_err(Error::io(path))?;
+    let map = unsafe { memmap2::MmapOptions::new().len(len).map(&file) }
+        .map_err(Error::io("mmap", path))?;
     if map.len() != len {
         return Err(Error::corrupt(
             path,
@@ -500,8 +502,8 @@ fn load_file(path: &Path, len: usize) -> Result<Backing> {
     // bytes; viewing them as u8 (alignment 1) is valid, and the slice is
     // the only access to `words` while it lives.
     let buf = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) };
-    let mut file = File::open(path).map_err(Error::io(path))?;
-    file.read_exact(buf).map_err(Error::io(path))?;
+    let mut file = File::open(path).map_err(Error::io("open", path))?;
+    file.read_exact(buf).map_err(Error::io("read", path))?;
     Ok(Backing::Heap { words, len })
 }
 

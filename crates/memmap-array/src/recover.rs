@@ -36,7 +36,7 @@ pub(crate) fn scan_manifest(
     path: &Path,
     visit: impl FnMut(&ManifestRow) -> Result<()>,
 ) -> Result<ManifestScan> {
-    let file = File::open(path).map_err(Error::io(path))?;
+    let file = File::open(path).map_err(Error::io("open", path))?;
     scan_manifest_from(BufReader::with_capacity(1 << 20, file), path, visit)
 }
 
@@ -62,13 +62,16 @@ pub(crate) fn scan_manifest_from(
         line.clear();
         let n = reader
             .read_until(b'\n', &mut line)
-            .map_err(Error::io(path))?;
+            .map_err(Error::io("read", path))?;
         if n == 0 {
             break;
         }
         let complete = line.last() == Some(&b'\n');
         let parsed = serde_json::from_slice::<ManifestRow>(&line);
-        let at_end = reader.fill_buf().map_err(Error::io(path))?.is_empty();
+        let at_end = reader
+            .fill_buf()
+            .map_err(Error::io("read", path))?
+            .is_empty();
         let row = match parsed {
             Ok(row) if complete => row,
             _ if at_end => {
@@ -100,7 +103,7 @@ pub(crate) fn scan_manifest_from(
 /// Reads only the header line of the manifest at `path`: the schema and
 /// fingerprint the unfinished cache was started with.
 pub(crate) fn read_manifest_header(path: &Path) -> Result<(Schema, serde_json::Value)> {
-    let file = File::open(path).map_err(Error::io(path))?;
+    let file = File::open(path).map_err(Error::io("open", path))?;
     let mut reader = BufReader::new(file);
     let (_, schema, fingerprint) = read_header(&mut reader, &mut Vec::new(), path)?;
     Ok((schema, fingerprint))
@@ -111,7 +114,9 @@ fn read_header(
     line: &mut Vec<u8>,
     path: &Path,
 ) -> Result<(usize, Schema, serde_json::Value)> {
-    let n = reader.read_until(b'\n', line).map_err(Error::io(path))?;
+    let n = reader
+        .read_until(b'\n', line)
+        .map_err(Error::io("read", path))?;
     if n == 0 || line.last() != Some(&b'\n') {
         return Err(Error::corrupt(path, "header line is missing or incomplete"));
     }

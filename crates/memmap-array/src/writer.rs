@@ -269,7 +269,7 @@ impl RowWriter {
         options: WriterOptions,
     ) -> Result<RowWriter> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(Error::io(&dir))?;
+        std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
         let lock = take_lock(&dir)?;
         Self::open_locked(dir, lock, schema, fingerprint, options)
     }
@@ -299,7 +299,7 @@ impl RowWriter {
         writer
             .manifest
             .seek(SeekFrom::End(0))
-            .map_err(Error::io(&writer.manifest_path))?;
+            .map_err(Error::io("seek", &writer.manifest_path))?;
         Ok(writer)
     }
 
@@ -318,7 +318,7 @@ impl RowWriter {
             // still maps an old file keeps its inode and its bytes.
             match std::fs::remove_file(&path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(Error::Io { path, source: e });
+                    return Err(Error::io("remove", path)(e));
                 }
                 _ => {}
             }
@@ -326,10 +326,10 @@ impl RowWriter {
                 .write(true)
                 .create_new(true)
                 .open(&path)
-                .map_err(Error::io(&path))?;
-            file.sync_all().map_err(Error::io(&path))?;
+                .map_err(Error::io("open", &path))?;
+            file.sync_all().map_err(Error::io("fsync", &path))?;
             let out = BinOut::new(file, 0, bin_buffer(schema.arrays().len()))
-                .map_err(Error::io(&path))?;
+                .map_err(Error::io("open", &path))?;
             bins.push(BinFile { path, out });
         }
         let header = ManifestHeader {
@@ -403,7 +403,7 @@ impl RowWriter {
             manifest
                 .set_len(scan.good_len)
                 .and_then(|()| manifest.sync_all())
-                .map_err(Error::io(&manifest_path))?;
+                .map_err(Error::io("truncate torn tail", &manifest_path))?;
         }
         let mut bins = Vec::with_capacity(schema.arrays().len());
         for a in schema.arrays() {
@@ -413,8 +413,8 @@ impl RowWriter {
                 .create(true)
                 .truncate(false)
                 .open(&path)
-                .map_err(Error::io(&path))?;
-            let actual = file.metadata().map_err(Error::io(&path))?.len();
+                .map_err(Error::io("open", &path))?;
+            let actual = file.metadata().map_err(Error::io("stat", &path))?.len();
             let row_bytes = a.row_bytes() as u64;
             let expected = row_bytes.checked_mul(scan.rows).ok_or_else(|| {
                 Error::corrupt(&manifest_path, "committed rows overflow a file size")
@@ -431,11 +431,12 @@ impl RowWriter {
                 });
             }
             if actual > expected {
-                file.set_len(expected).map_err(Error::io(&path))?;
+                file.set_len(expected)
+                    .map_err(Error::io("truncate", &path))?;
             }
-            file.sync_all().map_err(Error::io(&path))?;
+            file.sync_all().map_err(Error::io("fsync", &path))?;
             let out = BinOut::new(file, expected, bin_buffer(schema.arrays().len()))
-                .map_err(Error::io(&path))?;
+                .map_err(Error::io("open", &path))?;
             bins.push(BinFile { path, out });
         }
         durable_fs::sync_dir(&dir).map_err(Error::durable)?;
@@ -594,10 +595,7 @@ impl RowWriter {
             };
             if let Err(source) = result {
                 self.broken = true;
-                return Err(Error::Io {
-                    path: bin.path.clone(),
-                    source,
-                });
+                return Err(Error::io("write", &bin.path)(source));
             }
         }
         for (s, key, value) in new {
@@ -631,15 +629,18 @@ impl RowWriter {
         // Every buffer goes to the kernel (and starts its write-back) before
         // the first fsync, so the files' tails are written back together.
         for bin in &mut self.bins {
-            bin.out.flush().map_err(Error::io(&bin.path))?;
+            bin.out.flush().map_err(Error::io("flush", &bin.path))?;
         }
         for bin in &self.bins {
-            bin.out.file().sync_data().map_err(Error::io(&bin.path))?;
+            bin.out
+                .file()
+                .sync_data()
+                .map_err(Error::io("fsync", &bin.path))?;
         }
         self.manifest
             .write_all(&self.pending)
             .and_then(|()| self.manifest.sync_data())
-            .map_err(Error::io(&self.manifest_path))?;
+            .map_err(Error::io("append", &self.manifest_path))?;
         self.pending.clear();
         self.pending_rows = 0;
         self.committed_rows = self.rows;
@@ -649,6 +650,7 @@ impl RowWriter {
     fn broken_error(&self) -> Error {
         Error::Io {
             path: self.dir.clone(),
+            op: "write",
             source: std::io::Error::other(
                 "an earlier write failed; drop this writer and resume to recover",
             ),
@@ -719,7 +721,7 @@ fn open_append(path: &Path) -> Result<File> {
         .read(true)
         .write(true)
         .open(path)
-        .map_err(Error::io(path))
+        .map_err(Error::io("open", path))
 }
 
 fn write_zeros(out: &mut impl Write, mut len: usize) -> std::io::Result<()> {

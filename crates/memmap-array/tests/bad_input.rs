@@ -6,7 +6,7 @@ mod common;
 use std::fs::OpenOptions;
 use std::path::Path;
 
-use memmap_array::{ArrayCache, Error};
+use memmap_array::{Error, MemmapArray};
 
 fn built(n: usize) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -29,7 +29,7 @@ fn short_and_long_bin_files_are_refused_at_open() {
         let dir = built(5);
         let path = dir.path().join("data.bin");
         set_len(&path, (60 + delta) as u64);
-        let e = ArrayCache::open(dir.path()).unwrap_err();
+        let e = MemmapArray::open(dir.path()).unwrap_err();
         assert!(
             matches!(&e, Error::BinSize { expected: 60, actual, rows: 5, row_bytes: 12, .. } if *actual == (60 + delta) as u64),
             "{e}"
@@ -43,7 +43,7 @@ fn missing_complete_sentinel_is_incomplete() {
     let dir = built(2);
     std::fs::remove_file(dir.path().join("_COMPLETE")).unwrap();
     assert!(matches!(
-        ArrayCache::open(dir.path()),
+        MemmapArray::open(dir.path()),
         Err(Error::Incomplete { .. })
     ));
 }
@@ -61,7 +61,7 @@ fn open_with_shapes(edit: impl FnOnce(&mut serde_json::Value)) -> Error {
         serde_json::to_vec(&shapes).unwrap(),
     )
     .unwrap();
-    ArrayCache::open(dir.path()).unwrap_err()
+    MemmapArray::open(dir.path()).unwrap_err()
 }
 
 #[test]
@@ -88,7 +88,7 @@ fn corrupt_shapes_json_is_a_typed_error() {
 
     let dir = built(1);
     std::fs::write(dir.path().join("shapes.json"), b"{\"rows\": ").unwrap();
-    let e = ArrayCache::open(dir.path()).unwrap_err();
+    let e = MemmapArray::open(dir.path()).unwrap_err();
     assert!(matches!(e, Error::Json { .. }), "{e}");
     assert!(e.to_string().contains("shapes.json"), "{e}");
 }
@@ -100,11 +100,11 @@ fn corrupt_index_parquet_never_panics() {
     let good = std::fs::read(&path).unwrap();
     // Garbage, truncations and single-byte flips across the whole file.
     std::fs::write(&path, b"not parquet at all").unwrap();
-    let e = ArrayCache::open(dir.path()).unwrap_err();
+    let e = MemmapArray::open(dir.path()).unwrap_err();
     assert!(e.to_string().contains("index.parquet"), "{e}");
     for cut in [0, 4, good.len() / 2, good.len() - 1] {
         std::fs::write(&path, &good[..cut]).unwrap();
-        assert!(ArrayCache::open(dir.path()).is_err(), "cut at {cut}");
+        assert!(MemmapArray::open(dir.path()).is_err(), "cut at {cut}");
     }
     let step = (good.len() / 97).max(1);
     for pos in (0..good.len()).step_by(step) {
@@ -113,7 +113,7 @@ fn corrupt_index_parquet_never_panics() {
         std::fs::write(&path, &bad).unwrap();
         // Either an error, or (for a flip the format cannot see, e.g. in
         // snappy-compressed padding) a cache whose rows still read safely.
-        if let Ok(cache) = ArrayCache::open(dir.path()) {
+        if let Ok(cache) = MemmapArray::open(dir.path()) {
             for i in 0..cache.len() {
                 let _ = cache.row(i).map(|r| r.sidecar("config").map(|_| ()));
             }
@@ -145,7 +145,7 @@ fn index_of_another_schema_is_refused() {
         dir.path().join("index.parquet"),
     )
     .unwrap();
-    let e = ArrayCache::open(dir.path()).unwrap_err();
+    let e = MemmapArray::open(dir.path()).unwrap_err();
     assert!(e.to_string().contains("columns"), "{e}");
 }
 
@@ -160,7 +160,7 @@ fn corrupt_sidecar_is_an_error_on_first_use() {
     for bad in cases {
         let dir = built(4);
         std::fs::write(dir.path().join("config.json"), bad).unwrap();
-        let cache = ArrayCache::open(dir.path()).unwrap();
+        let cache = MemmapArray::open(dir.path()).unwrap();
         let e = cache.sidecar("config", 1).unwrap_err();
         assert!(e.to_string().contains("config.json"), "{e}");
         // The arrays are still readable.
@@ -169,7 +169,7 @@ fn corrupt_sidecar_is_an_error_on_first_use() {
     // Fewer entries than the index refers to.
     let dir = built(4);
     std::fs::write(dir.path().join("config.json"), b"{\"0\": \"a\"}").unwrap();
-    let cache = ArrayCache::open(dir.path()).unwrap();
+    let cache = MemmapArray::open(dir.path()).unwrap();
     let e = cache.sidecar("config", 1).unwrap_err();
     assert!(e.to_string().contains("refers to key"), "{e}");
 }
@@ -178,7 +178,7 @@ fn corrupt_sidecar_is_an_error_on_first_use() {
 fn corrupt_fingerprint_json_is_a_typed_error() {
     let dir = built(1);
     std::fs::write(dir.path().join("fingerprint.json"), b"{{{").unwrap();
-    let e = ArrayCache::open(dir.path()).unwrap_err();
+    let e = MemmapArray::open(dir.path()).unwrap_err();
     assert!(matches!(e, Error::Json { .. }), "{e}");
     assert!(e.to_string().contains("fingerprint.json"), "{e}");
 }
@@ -187,7 +187,7 @@ fn corrupt_fingerprint_json_is_a_typed_error() {
 fn missing_bin_file_is_an_io_error_naming_it() {
     let dir = built(2);
     std::fs::remove_file(dir.path().join("score.bin")).unwrap();
-    let e = ArrayCache::open(dir.path()).unwrap_err();
+    let e = MemmapArray::open(dir.path()).unwrap_err();
     assert!(matches!(e, Error::Io { .. }), "{e}");
     assert!(e.to_string().contains("score.bin"), "{e}");
 }

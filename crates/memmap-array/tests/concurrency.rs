@@ -4,12 +4,12 @@ mod common;
 
 use std::sync::Arc;
 
-use memmap_array::{ArrayCache, Error, RowWriter};
+use memmap_array::{Error, MemmapArray, RowWriter};
 
 #[test]
 fn cache_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
-    assert_send_sync::<ArrayCache>();
+    assert_send_sync::<MemmapArray>();
     assert_send_sync::<RowWriter>();
 }
 
@@ -19,7 +19,7 @@ fn many_threads_read_one_cache() {
     let n = 40;
     // Not opened yet: the threads race on the lazy first map.
     drop(common::build(dir.path(), n));
-    let cache = Arc::new(ArrayCache::open(dir.path()).unwrap());
+    let cache = Arc::new(MemmapArray::open(dir.path()).unwrap());
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let cache = Arc::clone(&cache);
@@ -60,7 +60,7 @@ fn second_writer_is_refused_while_the_first_lives() {
     assert_eq!(second.committed_rows(), 2);
     common::write_row(&mut second, 2);
     second.finalize().unwrap();
-    common::check_rows(&ArrayCache::open(dir.path()).unwrap(), 3);
+    common::check_rows(&MemmapArray::open(dir.path()).unwrap(), 3);
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
 
-use memmap_array::{ArrayCache, Error, MANIFEST_FILE, RowWriter, Schema, WriterOptions};
+use memmap_array::{Error, MANIFEST_FILE, MemmapArray, RowWriter, Schema, WriterOptions};
 use tensor_core::DType;
 
 fn append(path: &Path, bytes: &[u8]) {
@@ -24,7 +24,7 @@ fn resume_and_finish(dir: &Path, from: usize, n: usize) {
         common::write_row(&mut w, i);
     }
     w.finalize().unwrap();
-    common::check_rows(&ArrayCache::open(dir).unwrap(), n);
+    common::check_rows(&MemmapArray::open(dir).unwrap(), n);
 }
 
 #[test]
@@ -122,7 +122,7 @@ fn crash_during_finalize_is_finished_by_the_next_writer() {
     std::fs::write(dir.path().join("index.parquet.tmp"), b"half a file").unwrap();
     std::fs::write(dir.path().join("shapes.json"), b"{\"stale\": true}").unwrap();
     assert!(matches!(
-        ArrayCache::open(dir.path()),
+        MemmapArray::open(dir.path()),
         Err(Error::Incomplete { .. })
     ));
     resume_and_finish(dir.path(), 4, 4);

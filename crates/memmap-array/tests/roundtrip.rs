@@ -2,7 +2,7 @@
 
 mod common;
 
-use memmap_array::{ArrayCache, Error, NewRow, RowWriter, Schema, WriterOptions};
+use memmap_array::{Error, MemmapArray, NewRow, RowWriter, Schema, WriterOptions};
 use proptest::prelude::*;
 use tensor_core::{DType, Tensor};
 
@@ -130,7 +130,7 @@ fn invalid_rows_are_refused_and_write_nothing() {
         common::write_row(&mut w, i);
     }
     w.finalize().unwrap();
-    common::check_rows(&ArrayCache::open(dir.path()).unwrap(), 4);
+    common::check_rows(&MemmapArray::open(dir.path()).unwrap(), 4);
 }
 
 #[test]
@@ -282,7 +282,7 @@ proptest! {
             w.write(&row).unwrap();
         }
         prop_assert_eq!(w.finalize().unwrap(), n as u64);
-        let cache = ArrayCache::open(dir.path()).unwrap();
+        let cache = MemmapArray::open(dir.path()).unwrap();
         prop_assert_eq!(cache.len(), n as u64);
         for i in 0..n {
             let row = cache.row(i as u64).unwrap();

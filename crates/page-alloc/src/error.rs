@@ -2,8 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// A boxed error from a caller's callback (e.g. [`crate::SampleSource::fill`]).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use durable_fs::BoxError;
 
 /// Everything that can go wrong writing, opening, reading or verifying a
 /// page file or an FFCV `.beton`. Every variant that concerns a file names it.
@@ -158,12 +157,13 @@ impl Error {
         }
     }
 
-    pub(crate) fn io(path: &Path, op: &'static str, source: std::io::Error) -> Error {
-        Error::Io {
-            path: path.to_path_buf(),
-            op,
-            source,
-        }
+    /// An I/O error of `op` on `path`, for `map_err`.
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl AsRef<std::path::Path>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.as_ref().to_path_buf();
+        move |source| Error::Io { path, op, source }
     }
 
     pub(crate) fn corrupt(path: &Path, reason: impl Into<String>) -> Error {

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use cache_check::{Problem, ProblemKind};
 use serde_json::json;
 
-use crate::format::{self, Problems, rd_u64};
+use crate::format::{self, rd_u64};
 use crate::reader::{Backing, PageReader};
+use crate::validate::{self, Problems};
 use crate::{Error, Result};
 
 /// Most problems [`verify`] lists before it stops looking.
@@ -35,9 +36,9 @@ fn verify_errors(path: &Path) -> Vec<Error> {
         Err(e) => return vec![e],
     };
     let mut problems = Problems::new(MAX_PROBLEMS);
-    format::check_runs(&mut layout, bytes, path, &mut problems);
+    validate::check_runs(&mut layout, bytes, path, &mut problems);
     if !problems.full() {
-        format::check_page_hashes(&layout, bytes, path, &mut problems);
+        validate::check_page_hashes(&layout, bytes, path, &mut problems);
     }
     problems.list
 }
@@ -66,9 +67,9 @@ pub(crate) fn problem_of(e: &Error) -> Problem {
     Problem::from_error(path.clone(), kind, e)
 }
 
-/// Per-field numbers of a [`Summary`].
+/// Per-field numbers of an [`Inspection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldSummary {
+pub struct FieldInfo {
     /// Field name.
     pub name: String,
     /// `int`, `float`, `bytes` or `array`.
@@ -81,7 +82,7 @@ pub struct FieldSummary {
 
 /// What `cachex inspect` prints about a page file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Summary {
+pub struct Inspection {
     /// The file.
     pub path: PathBuf,
     /// Its length.
@@ -101,21 +102,21 @@ pub struct Summary {
     /// Bytes of metadata and run tables.
     pub table_bytes: u64,
     /// Fields.
-    pub fields: Vec<FieldSummary>,
+    pub fields: Vec<FieldInfo>,
 }
 
 /// Opens (and so validates) the page file at `path` and summarises it.
-pub fn inspect(path: impl AsRef<Path>) -> Result<Summary> {
+pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection> {
     let reader = PageReader::open(path)?;
     let layout = reader.layout();
     let bytes = reader.bytes();
     let h = &layout.header;
-    let mut fields: Vec<FieldSummary> = layout
+    let mut fields: Vec<FieldInfo> = layout
         .schema
         .fields()
         .iter()
         .enumerate()
-        .map(|(f, field)| FieldSummary {
+        .map(|(f, field)| FieldInfo {
             name: field.name.clone(),
             kind: field.ty.kind_name(),
             total_bytes: 0,
@@ -132,7 +133,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Summary> {
             }
         }
     }
-    Ok(Summary {
+    Ok(Inspection {
         path: reader.path().to_path_buf(),
         file_len: bytes.len() as u64,
         num_samples: h.num_samples,
@@ -146,7 +147,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Summary> {
     })
 }
 
-impl Summary {
+impl Inspection {
     /// The summary in the shared shape the `cachex` tool prints: counts,
     /// page geometry, sizes and a table of fields.
     pub fn summary(&self) -> cache_check::Summary {
@@ -180,7 +181,7 @@ impl Summary {
     }
 }
 
-impl fmt::Display for Summary {
+impl fmt::Display for Inspection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,

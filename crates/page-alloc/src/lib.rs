@@ -66,12 +66,22 @@ mod reader;
 mod recover;
 mod schema;
 mod source;
+mod validate;
 mod writer;
 
-pub use error::{BoxError, Error, Result};
-pub use inspect::{FieldSummary, MAX_PROBLEMS, Summary, inspect, verify};
+pub use durable_fs::BoxError;
+pub use error::{Error, Result};
+pub use inspect::{FieldInfo, Inspection, MAX_PROBLEMS, inspect, verify};
 pub use reader::{BufferPool, FieldValue, PageReader, ReadOptions, Sample};
 pub use recover::{lock_path, recover, temp_path};
 pub use schema::{Field, FieldType, Schema};
 pub use source::{SampleOut, SampleSource, Slot, Value};
 pub use writer::{FinalizeStep, PageWriter, WriteSummary, WriterOptions};
+
+/// Deprecated name of [`Inspection`].
+#[deprecated(note = "use Inspection")]
+pub type Summary = Inspection;
+
+/// Deprecated name of [`FieldInfo`].
+#[deprecated(note = "use FieldInfo")]
+pub type FieldSummary = FieldInfo;

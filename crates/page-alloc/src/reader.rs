@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use memmap2::{Advice, Mmap, MmapOptions};
 use tensor_core::TensorView;
 
-use crate::format::{self, Layout, Problems, rd_u64};
+use crate::format::{self, Layout, rd_u64};
 use crate::schema::{FieldType, Schema};
+use crate::validate::{self, Problems};
 use crate::{Error, Result};
 
 /// How [`PageReader::open_with`] maps and checks a file.
@@ -40,7 +41,7 @@ impl std::fmt::Debug for Backing {
 impl Backing {
     /// Maps `path` read-only (pre-faulted with `populate`).
     pub(crate) fn map(path: &Path, populate: bool) -> Result<Backing> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        let file = File::open(path).map_err(Error::io("open", path))?;
         let mut map = MmapOptions::new();
         if populate {
             map.populate();
@@ -50,7 +51,7 @@ impl Backing {
         // rename it over `<name>`, so the inode we map keeps its bytes while
         // mapped. Every read of the mapping goes through bounds-checked
         // slices.
-        let mmap = unsafe { map.map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        let mmap = unsafe { map.map(&file) }.map_err(Error::io("mmap", path))?;
         Ok(Backing::Mmap(mmap))
     }
 
@@ -128,9 +129,9 @@ impl PageReader {
         let bytes = data.bytes();
         let mut layout = format::parse(bytes, &path)?;
         let mut problems = Problems::new(1);
-        format::check_runs(&mut layout, bytes, &path, &mut problems);
+        validate::check_runs(&mut layout, bytes, &path, &mut problems);
         if verify_pages && problems.list.is_empty() {
-            format::check_page_hashes(&layout, bytes, &path, &mut problems);
+            validate::check_page_hashes(&layout, bytes, &path, &mut problems);
         }
         if let Some(e) = problems.list.pop() {
             return Err(e);

@@ -34,7 +34,7 @@ pub fn recover(path: impl AsRef<Path>) -> Result<bool> {
         return Ok(false);
     }
     let _lock = lock_writer(path)?;
-    std::fs::remove_file(&tmp).map_err(|e| Error::io(&tmp, "remove stale temporary file", e))?;
+    std::fs::remove_file(&tmp).map_err(Error::io("remove stale temporary file", &tmp))?;
     Ok(true)
 }
 

@@ -96,3 +96,55 @@ fn writers_racing_for_one_file_get_the_lock_or_a_lock_error() {
     }
     assert_eq!(PageReader::open(&path).unwrap().len(), 50);
 }
+
+/// A source whose `fill` panics on one sample.
+struct PanicsOn(usize);
+
+impl page_alloc::SampleSource for PanicsOn {
+    fn len(&self) -> usize {
+        64
+    }
+
+    fn describe(
+        &self,
+        i: usize,
+        slots: &mut [page_alloc::Slot],
+    ) -> Result<(), page_alloc::BoxError> {
+        slots[0] = page_alloc::Slot::Int(i as i64);
+        slots[1] = page_alloc::Slot::Size(100);
+        Ok(())
+    }
+
+    fn fill(
+        &self,
+        i: usize,
+        _: &mut page_alloc::SampleOut<'_>,
+    ) -> Result<(), page_alloc::BoxError> {
+        assert_ne!(i, self.0, "the source's own bug");
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panicking_source_reaches_the_caller_and_leaves_the_writer_refusing_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.pages");
+    let opts = WriterOptions::default().page_size(4096);
+    let mut writer = PageWriter::create(&path, blob_schema(), opts).unwrap();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        writer.write_parallel(&PanicsOn(40), 4)
+    }));
+    let payload = outcome.expect_err("the panic is resumed on the caller");
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .unwrap_or_default();
+    assert!(message.contains("the source's own bug"), "{message}");
+    let again = writer.write_parallel(&PanicsOn(usize::MAX), 2);
+    assert!(
+        matches!(&again, Err(Error::Invalid { .. })),
+        "a writer a panic went through refuses further writes: {again:?}"
+    );
+    drop(writer);
+    assert!(!path.exists(), "nothing at the final path");
+}

@@ -93,7 +93,7 @@ pub enum Error {
         path: PathBuf,
         /// The underlying error.
         #[source]
-        source: crate::options::BoxError,
+        source: crate::BoxError,
     },
     /// A tensor read back has an inconsistent dtype, shape or length.
     #[error("{}: row {row}: bad tensor in column {column:?}: {source}", path.display())]
@@ -114,12 +114,13 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: std::io::Error) -> Error {
-        Error::Io {
-            path: path.into(),
-            op,
-            source,
-        }
+    /// An I/O error of `op` on `path`, for `map_err`.
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl AsRef<std::path::Path>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.as_ref().to_path_buf();
+        move |source| Error::Io { path, op, source }
     }
 
     pub(crate) fn corrupt(path: impl Into<PathBuf>, detail: impl Into<String>) -> Error {

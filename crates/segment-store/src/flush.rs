@@ -65,7 +65,7 @@ impl Background {
         let handle = std::thread::Builder::new()
             .name("segment-store-flush".into())
             .spawn(move || background(worker, rx))
-            .map_err(|e| Error::io(&inner.dir, "spawn flush thread", e))?;
+            .map_err(Error::io("spawn flush thread", &inner.dir))?;
         Ok(Background { tx, handle })
     }
 
@@ -164,13 +164,8 @@ pub(crate) fn hand_off(inner: &Inner, bg: Option<&Background>, all: bool) -> Res
     let Some(bg) = bg else {
         return Ok(());
     };
-    let stopped = || {
-        Error::io(
-            &inner.dir,
-            "hand off flush",
-            std::io::Error::other("flush thread stopped"),
-        )
-    };
+    let stopped =
+        || Error::io("hand off flush", &inner.dir)(std::io::Error::other("flush thread stopped"));
     if inner.opts.async_write {
         let mut p = inner.pending.lock();
         while p.records.len() >= every || (all && !p.records.is_empty()) {

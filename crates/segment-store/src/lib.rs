@@ -136,17 +136,18 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod adopt;
+mod compact;
+mod decode;
 mod error;
 mod flush;
 pub mod format;
 mod index;
+mod inspect;
 mod lookup;
-mod lookup_ranged;
 mod lru;
-mod maintenance;
 mod maps;
 mod options;
-pub mod ranged;
+mod ranged;
 mod reader;
 mod record;
 mod recover;
@@ -161,9 +162,11 @@ pub use adopt::{
     AdoptedSegment, Adoption, StagedLog, adopt_staged, claim_free_writer, free_writer,
     last_segment_id, last_segment_id_of, lock_as_multi_writer,
 };
+pub use compact::CompactReport;
+pub use durable_fs::BoxError;
 pub use error::{Error, Result};
-pub use maintenance::{CompactReport, Inspection, SegmentInfo, WriterInfo, verify};
-pub use options::{BoxError, Options, WholeSegment};
+pub use inspect::{Inspection, SegmentInfo, WriterInfo, verify};
+pub use options::{Options, WholeSegment};
 pub use ranged::SegmentRanges;
 pub use record::Structure;
 pub use schema::{PartKind, PartSpec, RecordSchema, SCHEMA_FILE_CAP};

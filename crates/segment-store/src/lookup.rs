@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tensor_core::Value;
 
+use crate::decode::{Decoded, Row};
 use crate::format;
 use crate::index::Loc;
-use crate::reader::{Decoded, Row, Segment};
+use crate::reader::Segment;
 use crate::record::part_bytes;
 use crate::recover::hint_of;
 use crate::state::{Inner, State, note_problem};

@@ -4,9 +4,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-/// An error of code outside this crate (a fetch from object storage),
-/// carried as the source of [`Error::Fetch`](crate::Error::Fetch).
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use durable_fs::BoxError;
 
 /// Makes a segment file whole on local disk before the store maps it.
 ///

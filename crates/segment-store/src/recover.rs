@@ -60,10 +60,10 @@ pub fn list_segments(dir: &Path) -> Result<BTreeMap<u32, PathBuf>> {
     let entries = match std::fs::read_dir(&seg_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(Error::io(&seg_dir, "list segments", e)),
+        Err(e) => return Err(Error::io("list segments", &seg_dir)(e)),
     };
     for e in entries {
-        let e = e.map_err(|e| Error::io(&seg_dir, "list segments", e))?;
+        let e = e.map_err(Error::io("list segments", &seg_dir))?;
         if let Some(id) = e.file_name().to_str().and_then(format::parse_segment_name) {
             out.insert(id, e.path());
         }
@@ -110,10 +110,10 @@ pub fn list_writer_logs(dir: &Path) -> Result<BTreeMap<u32, PathBuf>> {
     let entries = match std::fs::read_dir(&wdir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(Error::io(&wdir, "list writer logs", e)),
+        Err(e) => return Err(Error::io("list writer logs", &wdir)(e)),
     };
     for e in entries {
-        let e = e.map_err(|e| Error::io(&wdir, "list writer logs", e))?;
+        let e = e.map_err(Error::io("list writer logs", &wdir))?;
         if let Some(w) = e
             .file_name()
             .to_str()
@@ -238,19 +238,16 @@ fn read_log(
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(path, "open index", e)),
+        Err(e) => return Err(Error::io("open index", path)(e)),
     };
-    let meta = file
-        .metadata()
-        .map_err(|e| Error::io(path, "stat index", e))?;
+    let meta = file.metadata().map_err(Error::io("stat index", path))?;
     let len = meta.len();
     let mut found = Vec::new();
     let visit = |g: &format::Group, body: &[u8]| {
         logged.insert(g.segment_id);
         index_group(dir, maps, segments, index, hint, g, body, &mut found);
     };
-    let parsed =
-        format::read_index(file, len, visit).map_err(|e| Error::io(path, "read index", e))?;
+    let parsed = format::read_index(file, len, visit).map_err(Error::io("read index", path))?;
     problems.extend(found);
     Ok(Some(parsed.map(|p| {
         let cursor = LogCursor {
@@ -270,15 +267,15 @@ pub fn recover(dir: &Path, role: Role, maps: &Arc<SegmentMaps>) -> Result<Recove
     match role {
         Role::Reader => {}
         Role::Single => {
-            std::fs::create_dir_all(&seg_dir).map_err(|e| Error::io(&seg_dir, "create", e))?;
+            std::fs::create_dir_all(&seg_dir).map_err(Error::io("create", &seg_dir))?;
             remove_tmp(dir, &mut problems)?;
             remove_tmp(&seg_dir, &mut problems)?;
             remove_tmp(&dir.join(WRITERS_DIR), &mut problems)?;
         }
         Role::Multi(w) => {
             let wdir = dir.join(WRITERS_DIR);
-            std::fs::create_dir_all(&seg_dir).map_err(|e| Error::io(&seg_dir, "create", e))?;
-            std::fs::create_dir_all(&wdir).map_err(|e| Error::io(&wdir, "create", e))?;
+            std::fs::create_dir_all(&seg_dir).map_err(Error::io("create", &seg_dir))?;
+            std::fs::create_dir_all(&wdir).map_err(Error::io("create", &wdir))?;
             // Only this writer's own temp files: another writer's may be
             // in flight right now.
             remove_own_tmp(&seg_dir, w, &mut problems)?;
@@ -591,11 +588,11 @@ fn remove_own_tmp(dir: &Path, w: u32, problems: &mut Vec<Problem>) -> Result<()>
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(dir, "list", e)),
+        Err(e) => return Err(Error::io("list", dir)(e)),
     };
     let own_log = format!("{}{}", format::writer_log_name(w), format::TMP_SUFFIX);
     for e in entries {
-        let e = e.map_err(|e| Error::io(dir, "list", e))?;
+        let e = e.map_err(Error::io("list", dir))?;
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
         let own_segment = name
@@ -611,7 +608,7 @@ fn remove_own_tmp(dir: &Path, w: u32, problems: &mut Vec<Problem>) -> Result<()>
                     "leftover temp file removed",
                 )),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(&path, "remove temp file", e)),
+                Err(e) => return Err(Error::io("remove temp file", &path)(e)),
             }
         }
     }

@@ -44,11 +44,9 @@ impl SegmentStore {
             let mut file = match File::open(path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io(path, "open index", e)),
+                Err(e) => return Err(Error::io("open index", path)(e)),
             };
-            let meta = file
-                .metadata()
-                .map_err(|e| Error::io(path, "stat index", e))?;
+            let meta = file.metadata().map_err(Error::io("stat index", path))?;
             match cursors.get(path) {
                 Some(c) if c.file_id != file_id(&meta) || meta.len() < c.offset => {
                     reload = true;
@@ -57,7 +55,7 @@ impl SegmentStore {
                 Some(c) if meta.len() == c.offset => {}
                 Some(c) => {
                     file.seek(SeekFrom::Start(c.offset))
-                        .map_err(|e| Error::io(path, "seek index", e))?;
+                        .map_err(Error::io("seek index", path))?;
                     reads.push((path.clone(), file, meta.len(), Some(c.clone())));
                 }
                 None => {
@@ -98,12 +96,11 @@ impl SegmentStore {
                 added += 1;
             };
             let read = if c.offset == 0 {
-                format::read_index(file, len, visit)
-                    .map_err(|e| Error::io(&path, "read index", e))?
+                format::read_index(file, len, visit).map_err(Error::io("read index", &path))?
             } else {
                 Ok(
                     format::read_groups(file, c.offset, len, c.last_id, c.writer, visit)
-                        .map_err(|e| Error::io(&path, "read index", e))?,
+                        .map_err(Error::io("read index", &path))?,
                 )
             };
             match read {

@@ -99,7 +99,7 @@ impl SegmentStore {
         match role {
             Role::Reader => {}
             Role::Single => {
-                std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create", e))?;
+                std::fs::create_dir_all(&dir).map_err(Error::io("create", &dir))?;
                 locks.push(FileLock::writer(&dir.join(LOCK_FILE)).map_err(Error::durable)?);
             }
             Role::Multi(w) => {
@@ -107,7 +107,7 @@ impl SegmentStore {
                 // the shared cache lock keeps out a single writer and
                 // compaction, never another multi-writer.
                 let wdir = dir.join(format::WRITERS_DIR);
-                std::fs::create_dir_all(&wdir).map_err(|e| Error::io(&wdir, "create", e))?;
+                std::fs::create_dir_all(&wdir).map_err(Error::io("create", &wdir))?;
                 locks.push(
                     FileLock::writer(&wdir.join(format::writer_lock_name(w)))
                         .map_err(Error::durable)?,

@@ -2,7 +2,7 @@
 //! segment files.
 //!
 //! # The contract
-//! [`crate::reader`] decodes a segment's record batches with
+//! `decode.rs` decodes a segment's record batches with
 //! `FileDecoder::with_skip_validation(true)` (an `unsafe` call) only when
 //! the file has no dictionary blocks and every field is a [`plain_type`].
 //! In return, before anything reads a decoded array:

@@ -384,7 +384,7 @@ pub fn write_segment_data(dir: &Path, id: u32, batch: &RecordBatch) -> Result<Un
                 path: path.clone(),
                 source: e,
             },
-            Encode::Io(what, e) => Error::io(&tmp, what, e),
+            Encode::Io(what, e) => Error::io(what, &tmp)(e),
         }
     })?;
     let (file, len, content) = written;
@@ -466,18 +466,18 @@ impl IndexLog {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| Error::io(path, "open index", e))?;
+            .map_err(Error::io("open index", path))?;
         let len = file
             .metadata()
-            .map_err(|e| Error::io(path, "stat index", e))?
+            .map_err(Error::io("stat index", path))?
             .len();
         if len != valid_len {
             file.set_len(valid_len)
                 .and_then(|()| file.sync_all())
-                .map_err(|e| Error::io(path, "truncate torn index tail", e))?;
+                .map_err(Error::io("truncate torn index tail", path))?;
         }
         file.seek(SeekFrom::Start(valid_len))
-            .map_err(|e| Error::io(path, "seek index", e))?;
+            .map_err(Error::io("seek index", path))?;
         debug_assert!(valid_len >= INDEX_HEADER_LEN as u64);
         Ok(IndexLog {
             path: path.to_path_buf(),
@@ -501,7 +501,7 @@ impl IndexLog {
             Err(e) => {
                 let _ = self.file.set_len(self.len);
                 let _ = self.file.seek(SeekFrom::Start(self.len));
-                Err(Error::io(&self.path, "append index", e))
+                Err(Error::io("append index", &self.path)(e))
             }
         }
     }

@@ -263,7 +263,7 @@ pub fn encode_shard<T: StoreItem>(
     match compression {
         Compression::None => Ok(pickled),
         Compression::Zstd => {
-            zstd::bulk::compress(&pickled, 3).map_err(|e| Error::io(path, "zstd compress", e))
+            zstd::bulk::compress(&pickled, 3).map_err(Error::io("zstd compress", path))
         }
     }
 }

@@ -1,8 +1,8 @@
 //! What every handle of one store shares: the root's paths, the source
 //! and its cursors, the decoded-shard cache and the queue of the preload
-//! workers. The lookup (`store.rs`), the shard files (`reader.rs`), the
-//! generation (`writer.rs`) and the checks (`recover.rs`) each add their
-//! methods to [`Inner`].
+//! workers. The shard cache (`shards.rs`), the shard files (`reader.rs`),
+//! the generation (`writer.rs`) and the quarantine (`recover.rs`) each add
+//! their methods to [`Inner`].
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -91,12 +91,14 @@
 mod error;
 pub mod format;
 mod inner;
+mod inspect;
 mod iter;
 mod options;
 mod pickle_check;
 mod reader;
 mod recover;
 mod seq;
+mod shards;
 mod store;
 mod stream;
 mod value;
@@ -104,12 +106,17 @@ mod writer;
 
 pub use error::{Error, Result};
 pub use format::{Compression, Metadata, ShardName, StoreItem};
+pub use inspect::{Inspection, inspect, verify};
 pub use iter::{Iter, ShardIter};
 pub use options::{Options, Preload, ShardLength};
-pub use recover::{Summary, inspect, verify};
 pub use seq::{
     Concat, ConcatStep, Indices, Interleave, InterleaveIndex, RandomAccess, Repeat, SequenceView,
     chunk_shuffle, chunk_shuffle_indices, concat_locate, repeat_index,
 };
-pub use store::{Item, ShardStore};
+pub use shards::Item;
+pub use store::ShardStore;
 pub use value::{Bytes, PickleValue, bytes};
+
+/// Deprecated name of [`Inspection`].
+#[deprecated(note = "use Inspection")]
+pub type Summary = Inspection;

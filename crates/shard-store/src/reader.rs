@@ -21,11 +21,11 @@ pub(crate) fn read_shard<T: StoreItem>(
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(path, "open shard", e)),
+        Err(e) => return Err(Error::io("open shard", path)(e)),
     };
     let size = file
         .metadata()
-        .map_err(|e| Error::io(path, "stat shard", e))?
+        .map_err(Error::io("stat shard", path))?
         .len();
     if size > MAX_SHARD_FILE_BYTES {
         return Err(Error::CorruptShard {
@@ -36,7 +36,7 @@ pub(crate) fn read_shard<T: StoreItem>(
     // `size` is bounded above, so this allocation is too.
     let mut bytes = Vec::with_capacity(size as usize);
     file.read_to_end(&mut bytes)
-        .map_err(|e| Error::io(path, "read shard", e))?;
+        .map_err(Error::io("read shard", path))?;
     let pickle = format::decompress(path, bytes, compression)?;
     format::decode_shard(path, name, &pickle).map(Some)
 }
@@ -56,10 +56,10 @@ pub(crate) fn read_metadata_file(path: &Path) -> Result<Option<Metadata>> {
 
 /// Every shard file name of `compression` in `dir`.
 pub(crate) fn list_shards(dir: &Path, compression: Compression) -> Result<Vec<ShardName>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, "list shards", e))?;
+    let entries = std::fs::read_dir(dir).map_err(Error::io("list shards", dir))?;
     let mut out = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io(dir, "list shards", e))?;
+        let entry = entry.map_err(Error::io("list shards", dir))?;
         if let Some(name) = entry
             .file_name()
             .to_str()

@@ -6,7 +6,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::format::StoreItem;
-use crate::store::{Item, ShardStore};
+use crate::shards::Item;
+use crate::store::ShardStore;
 
 /// A sequence with a length and random access by index.
 pub trait RandomAccess {

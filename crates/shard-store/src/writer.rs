@@ -297,7 +297,7 @@ impl<T: StoreItem> Inner<T> {
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(&path, "evict shard", e)),
+                Err(e) => return Err(Error::io("evict shard", &path)(e)),
             }
             let mut state = self.state.lock();
             state.disk_access.remove(&name.start);
@@ -323,7 +323,7 @@ impl<T: StoreItem> Inner<T> {
             if !flag.exists() {
                 // loadit's flag is an empty file: creating it and
                 // fsyncing the root is its whole commit.
-                File::create(&flag).map_err(|e| Error::io(&flag, "create", e))?;
+                File::create(&flag).map_err(Error::io("create", &flag))?;
                 durable_fs::sync_dir(&self.root).map_err(Error::durable)?;
             }
         } else {

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use memmap_array::{ArrayCache, NewRow, RowWriter, Schema};
+use memmap_array::{MemmapArray, NewRow, RowWriter, Schema};
 use tensor_core::{DType, Shape, SharedBytes, SharedTensor, Value};
 
 use super::{Counters, resolve_index};
@@ -33,7 +33,7 @@ use crate::{
 /// Build with `memmap_array::RowWriter` or `open_or_build` for nullable
 /// arrays, sidecars and per-row metadata.
 pub struct MemmapBackend {
-    cache: Arc<ArrayCache>,
+    cache: Arc<MemmapArray>,
     arrays: Vec<(Arc<str>, DType, Shape)>,
     dir: PathBuf,
     counters: Counters,
@@ -54,7 +54,7 @@ impl MemmapBackend {
     pub fn open(config: &CacheConfig) -> Result<MemmapBackend> {
         check_kind(config)?;
         let prepared = prepare(config, &spec(false))?;
-        let cache = ArrayCache::open(&prepared.dir)?;
+        let cache = MemmapArray::open(&prepared.dir)?;
         Ok(MemmapBackend::over(cache, prepared.dir))
     }
 
@@ -66,7 +66,7 @@ impl MemmapBackend {
         check_kind(config)?;
         let prepared = prepare(config, &spec(true))?;
         if matches!(prepared.state, DirState::Fresh) {
-            let cache = ArrayCache::open(&prepared.dir)?;
+            let cache = MemmapArray::open(&prepared.dir)?;
             return Ok(MemmapBackend::over(cache, prepared.dir));
         }
         let dir = prepared.dir.clone();
@@ -101,7 +101,7 @@ impl MemmapBackend {
         Ok(MemmapBackend::over(opened.cache, dir))
     }
 
-    fn over(cache: ArrayCache, dir: PathBuf) -> MemmapBackend {
+    fn over(cache: MemmapArray, dir: PathBuf) -> MemmapBackend {
         let arrays = cache
             .schema()
             .arrays()
@@ -118,7 +118,7 @@ impl MemmapBackend {
 
     /// The cache underneath (its own zero-copy API: `row`, `array_at`,
     /// sidecars, metadata).
-    pub fn cache(&self) -> &ArrayCache {
+    pub fn cache(&self) -> &MemmapArray {
         &self.cache
     }
 

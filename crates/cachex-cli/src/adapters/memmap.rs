@@ -3,7 +3,6 @@
 use std::path::Path;
 
 use cache_check::{Problem, Summary};
-use memmap_array::ArrayCache;
 use serde_json::{Map, Value, json};
 
 use crate::adapter::{CacheAdapter, CacheKind, parse_index, ratio};
@@ -29,7 +28,7 @@ impl CacheAdapter for MemmapArray {
 
     /// By source path first, else by row index.
     fn get(&self, path: &Path, key: &str) -> Result<Value> {
-        let cache = ArrayCache::open(path).map_err(CliError::store)?;
+        let cache = memmap_array::MemmapArray::open(path).map_err(CliError::store)?;
         let row = match cache.find(key) {
             Some(i) => i,
             None if key.parse::<i64>().is_err() => {
@@ -72,7 +71,7 @@ impl CacheAdapter for MemmapArray {
 }
 
 /// Row `i`: source, arrays (null where absent), sidecar values and metadata.
-fn row_json(cache: &ArrayCache, i: u64) -> memmap_array::Result<Value> {
+fn row_json(cache: &memmap_array::MemmapArray, i: u64) -> memmap_array::Result<Value> {
     let row = cache.row(i)?;
     let mut arrays = Map::new();
     for (spec, view) in cache.schema().arrays().iter().zip(row.arrays()) {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use memmap_array::{ArrayCache, NewRow, RowWriter, Schema, WriterOptions};
+use memmap_array::{MemmapArray, NewRow, RowWriter, Schema, WriterOptions};
 use tensor_core::{DType, Tensor};
 
 /// `data` i16 (2, 3), nullable `mask` u8 (4,), `score` f32 (), sidecar `config`.
@@ -67,17 +67,17 @@ pub fn writer(dir: &Path, sync_every: usize) -> RowWriter {
 }
 
 /// Writes rows `0..n` and finalizes.
-pub fn build(dir: &Path, n: usize) -> ArrayCache {
+pub fn build(dir: &Path, n: usize) -> MemmapArray {
     let mut w = writer(dir, 3);
     for i in 0..n {
         write_row(&mut w, i);
     }
     w.finalize().expect("finalize");
-    ArrayCache::open(dir).expect("open")
+    MemmapArray::open(dir).expect("open")
 }
 
 /// Checks every row `0..n` of `cache` against the standard generators.
-pub fn check_rows(cache: &ArrayCache, n: usize) {
+pub fn check_rows(cache: &MemmapArray, n: usize) {
     assert_eq!(cache.len(), n as u64);
     for i in 0..n {
         let row = cache.row(i as u64).unwrap();

@@ -124,7 +124,7 @@ impl PagePacker<'_> {
         if let Some(p) = self.my_page {
             self.file
                 .write_all_at(&self.page, self.data_start + p * self.page_size)
-                .map_err(|e| Error::io(self.tmp, "write page", e))?;
+                .map_err(Error::io("write page", self.tmp))?;
         }
         Ok(())
     }
@@ -310,7 +310,7 @@ fn write_locked(
     } else {
         HEADER_LEN as u64 + descriptors.len() as u64 + meta.len() as u64
     };
-    let io = |op: &'static str| move |e: std::io::Error| Error::io(tmp, op, e);
+    let io = |op: &'static str| Error::io(op, tmp);
     let mut head = Vec::with_capacity(HEADER_LEN + descriptors.len() + meta.len());
     head.extend_from_slice(&BETON_VERSION.to_le_bytes());
     head.extend_from_slice(&(fields.len() as u16).to_le_bytes());

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use memmap_array::{ArrayCache, Row};
+use memmap_array::{MemmapArray, Row};
 use remote_tier::{RemoteFile, Warming, WarmingSet};
 use tensor_core::TensorView;
 
@@ -18,7 +18,7 @@ use crate::location::Location;
 /// usual), and each read first fetches the blocks of its rows.
 #[derive(Debug)]
 pub struct RemoteArrays {
-    cache: ArrayCache,
+    cache: MemmapArray,
     remote: Option<RemoteDir>,
     /// Per array (schema order): the tier object its file maps (`None`
     /// when copied whole or local) and bytes per row.
@@ -41,7 +41,7 @@ impl RemoteArrays {
     }
 
     fn open_in(dir: &std::path::Path, remote: Option<RemoteDir>) -> Result<RemoteArrays> {
-        let cache = ArrayCache::open(dir)?;
+        let cache = MemmapArray::open(dir)?;
         // The objects the arrays map (nothing refreshes the commit log in
         // between: this handle is its only owner yet).
         let bins = cache
@@ -77,7 +77,7 @@ impl RemoteArrays {
     /// The cache. Its rows are local only after
     /// [`ensure_rows`](Self::ensure_rows) (or through [`row`](Self::row),
     /// [`array`](Self::array)); bytes not fetched read as zeros.
-    pub fn cache(&self) -> &ArrayCache {
+    pub fn cache(&self) -> &MemmapArray {
         &self.cache
     }
 
@@ -125,13 +125,13 @@ impl RemoteArrays {
         Warming::all(fills)
     }
 
-    /// Row `i`, fetched first (see [`ArrayCache::row`]).
+    /// Row `i`, fetched first (see [`MemmapArray::row`]).
     pub fn row(&self, i: u64) -> Result<Row<'_>> {
         self.ensure_rows(i..i.saturating_add(1))?;
         Ok(self.cache.row(i)?)
     }
 
-    /// Array `name` of row `i`, fetched first (see [`ArrayCache::array`]).
+    /// Array `name` of row `i`, fetched first (see [`MemmapArray::array`]).
     pub fn array(&self, i: u64, name: &str) -> Result<Option<TensorView<'_>>> {
         if let Some(k) = self.cache.schema().array_index(name)
             && let Some((Some(object), row_bytes)) = self.bins.get(k)

@@ -201,11 +201,6 @@ impl Layout {
         self.len
     }
 
-    /// The schema of the segment's records.
-    pub fn schema(&self) -> &RecordSchema {
-        &self.schema
-    }
-
     /// The batch and row within it of segment row `row`.
     pub(super) fn locate(&self, row: usize) -> Option<(&BatchAt, usize)> {
         if row >= self.rows {

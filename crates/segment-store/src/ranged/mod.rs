@@ -25,9 +25,11 @@
 //! compression, types segments never hold) are left to the full read.
 //!
 //! `source.rs` is what a reader of ranges provides, `layout.rs` stages
-//! 1–2, `rows.rs` stages 3–4.
+//! 1–2, `rows.rs` stages 3–4, `lookup.rs` the store's lookup over them
+//! ([`SegmentStore::get_batch_ranged`](crate::SegmentStore::get_batch_ranged)).
 
 mod layout;
+mod lookup;
 mod rows;
 mod source;
 

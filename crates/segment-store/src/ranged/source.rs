@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use crate::options::BoxError;
+use crate::BoxError;
 use crate::{Error, Result};
 
 /// Byte ranges of segment files that are not whole on local disk.

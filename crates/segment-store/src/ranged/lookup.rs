@@ -2,20 +2,21 @@
 //! segments are not all whole on local disk (a cache in object storage,
 //! its segments fetched on demand). Keys found in whole segments take the
 //! usual lookup; the others are read row by row through byte ranges
-//! (see [`crate::ranged`]), a segment's rows in one pass, the segments at
+//! (see the `ranged` module), a segment's rows in one pass, the segments at
 //! once. A segment that only a whole read can read (see
 //! [`Layout::open`]) is made whole and read as usual.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
+use durable_fs::Pool;
 use tensor_core::Value;
 
+use super::{Layout, RangedRow, SegmentRanges};
 use crate::Result;
 use crate::format;
 use crate::lookup;
-use crate::ranged::{Layout, SegmentRanges};
 use crate::reader::Segment;
 use crate::record::Structure;
 use crate::recover::hint_of;
@@ -135,11 +136,11 @@ impl SegmentStore {
             let rows: Vec<usize> = members.iter().map(|&n| far[n].candidates[0].1).collect();
             read_rows(inner, seg, &rows, src, hint, structure)
         };
-        let passes = each_at_once(&groups, |g| read(g));
+        let passes = Pool::new(SEGMENTS_AT_ONCE).try_map(&groups, |g| read(g))?;
         let mut found: Vec<usize> = Vec::new();
         let mut collided: Vec<usize> = Vec::new();
         for ((_, members), pass) in by_segment.values().zip(passes) {
-            match pass? {
+            match pass {
                 Pass::Whole => usual.extend(members.iter().map(|&n| far[n].i)),
                 Pass::Rows(rows) => {
                     for (&n, (key, record)) in members.iter().zip(rows) {
@@ -209,45 +210,10 @@ impl SegmentStore {
 /// blocks of each in parallel too).
 const SEGMENTS_AT_ONCE: usize = 8;
 
-/// `f` of each of `items`, up to [`SEGMENTS_AT_ONCE`] at once; the
-/// answers in `items`' order.
-fn each_at_once<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    if items.len() <= 1 {
-        return items.iter().map(f).collect();
-    }
-    let next = AtomicUsize::new(0);
-    let workers = SEGMENTS_AT_ONCE.min(items.len());
-    let mut answers: Vec<(usize, R)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else {
-                            return mine;
-                        };
-                        mine.push((i, f(item)));
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
-    answers.sort_unstable_by_key(|(i, _)| *i);
-    answers.into_iter().map(|(_, r)| r).collect()
-}
-
 /// What reading rows of one segment came to.
 enum Pass {
     /// Each row's key and record.
-    Rows(Vec<crate::ranged::RangedRow>),
+    Rows(Vec<RangedRow>),
     /// The segment is read whole (by the usual lookup).
     Whole,
 }

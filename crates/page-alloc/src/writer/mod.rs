@@ -1,5 +1,6 @@
-//! The write path: the page allocator, parallel page filling, and the
-//! crash-safe finalize.
+//! The write path: [`PageWriter`] and parallel page filling. The page
+//! allocator is in `placement.rs`, the page buffer in `page_buf.rs`, the
+//! crash-safe finalize in `finalize.rs`, the options in `options.rs`.
 //!
 //! **Placement.** Samples are placed in sample order by one planner: a
 //! sample's allocations (one per bytes/array field, each aligned) go into
@@ -9,233 +10,31 @@
 //! the file's bytes are the same for any number of writer threads.
 //!
 //! **Filling.** [`PageWriter::write_parallel`] plans a whole
-//! [`SampleSource`], then N threads take the planned runs in order from an
-//! atomic counter; each thread owns one page buffer, hands the sample
+//! [`SampleSource`], then a [`durable_fs::Pool`] of N threads takes the
+//! planned runs in order; each thread owns one page buffer, hands the sample
 //! source zeroed regions of it to fill (the "malloc" of FFCV, without the
 //! copy), hashes the run and writes it at its offset with `pwrite`.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::format::{
-    self, DATA_ALIGN, DEFAULT_ALIGNMENT, DEFAULT_PAGE_SIZE, FOOTER_LEN, Header, Run, round_up,
-};
+use durable_fs::Pool;
+
+use crate::format::{self, DATA_ALIGN, Run, round_up};
 use crate::schema::{FieldType, Schema};
 use crate::source::{OneSample, SampleOut, SampleSource, Slot, Value};
 use crate::{Error, Result};
 
-/// How a [`PageWriter`] lays out and writes its file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriterOptions {
-    /// Page size in bytes: a power of two from 4 KiB to 4 GiB (default 8 MiB).
-    pub page_size: u64,
-    /// Alignment of every allocation: a power of two from 8 to 4096
-    /// (default 512).
-    pub alignment: u32,
-    /// Write pages with `O_DIRECT` where the file system allows it; falls
-    /// back to buffered writes (same bytes) where it does not.
-    pub direct_io: bool,
-}
+mod finalize;
+mod options;
+mod page_buf;
+mod placement;
 
-impl Default for WriterOptions {
-    fn default() -> Self {
-        WriterOptions {
-            page_size: DEFAULT_PAGE_SIZE,
-            alignment: DEFAULT_ALIGNMENT,
-            direct_io: false,
-        }
-    }
-}
-
-impl WriterOptions {
-    /// Sets the page size.
-    pub fn page_size(mut self, page_size: u64) -> Self {
-        self.page_size = page_size;
-        self
-    }
-
-    /// Sets the allocation alignment.
-    pub fn alignment(mut self, alignment: u32) -> Self {
-        self.alignment = alignment;
-        self
-    }
-
-    /// Turns `O_DIRECT` page writes on or off.
-    pub fn direct_io(mut self, on: bool) -> Self {
-        self.direct_io = on;
-        self
-    }
-}
-
-/// The steps of [`PageWriter::finalize`], in order (for crash tests with
-/// [`PageWriter::finalize_interrupted`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum FinalizeStep {
-    /// The open page is written.
-    FlushPage,
-    /// Metadata and run tables are written after the pages.
-    WriteTables,
-    /// The header is written at offset 0.
-    WriteHeader,
-    /// Pages, tables and header are fsynced.
-    SyncData,
-    /// The footer (the commit record) is written and the length fixed.
-    WriteFooter,
-    /// The footer is fsynced.
-    SyncFooter,
-    /// The temporary file is renamed to its final name.
-    Rename,
-    /// The directory is fsynced, making the rename durable.
-    SyncDir,
-}
-
-impl FinalizeStep {
-    /// Every step, in order.
-    pub const ALL: [FinalizeStep; 8] = [
-        FinalizeStep::FlushPage,
-        FinalizeStep::WriteTables,
-        FinalizeStep::WriteHeader,
-        FinalizeStep::SyncData,
-        FinalizeStep::WriteFooter,
-        FinalizeStep::SyncFooter,
-        FinalizeStep::Rename,
-        FinalizeStep::SyncDir,
-    ];
-}
-
-/// What a finished file holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteSummary {
-    /// The final path.
-    pub path: PathBuf,
-    /// Samples written.
-    pub num_samples: u64,
-    /// Runs (pages, or page runs of oversized samples).
-    pub num_runs: u64,
-    /// Pages spanned.
-    pub num_pages: u64,
-    /// Bytes of sample data (sum of allocation sizes).
-    pub data_bytes: u64,
-    /// Length of the file.
-    pub file_len: u64,
-    /// Whether pages went out with `O_DIRECT` (false after a fallback).
-    pub direct_io: bool,
-}
-
-/// Hashes of the runs one writer thread filled, by run index.
-type RunHashes = Vec<(usize, [u8; 32])>;
-
-/// A run being planned: pages, bytes used, and the samples it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct PlannedRun {
-    first_page: u64,
-    pages: u64,
-    len: u64,
-    first_sample: u64,
-    num_samples: u64,
-}
-
-/// The page allocator: places samples in sample order.
-#[derive(Debug)]
-struct Planner {
-    page_size: u64,
-    align: u64,
-    next_page: u64,
-    open: Option<PlannedRun>,
-}
-
-impl Planner {
-    /// Packs allocations of `sizes` from `start`; writes their offsets to
-    /// `rel`; returns the end. Empty allocations take no space.
-    fn pack(&self, start: u64, sizes: &[u64], rel: &mut [u64]) -> Option<u64> {
-        let mut cursor = start;
-        for (size, rel) in sizes.iter().zip(rel.iter_mut()) {
-            if *size == 0 {
-                *rel = cursor;
-            } else {
-                let at = round_up(cursor, self.align)?;
-                *rel = at;
-                cursor = at.checked_add(*size)?;
-            }
-        }
-        Some(cursor)
-    }
-
-    /// Places sample `sample` (allocation sizes `sizes`); `rel` receives the
-    /// offsets relative to the start of its run. Returns the run it closed
-    /// to make room, if any.
-    fn place(
-        &mut self,
-        sample: u64,
-        sizes: &[u64],
-        rel: &mut [u64],
-    ) -> std::result::Result<Option<PlannedRun>, String> {
-        if let Some(open) = self.open.filter(|o| o.pages == 1)
-            && let Some(end) = self
-                .pack(open.len, sizes, rel)
-                .filter(|e| *e <= self.page_size)
-        {
-            self.open = Some(PlannedRun {
-                len: end,
-                num_samples: open.num_samples + 1,
-                ..open
-            });
-            return Ok(None);
-        }
-        let closed = self.open.take();
-        let end = self
-            .pack(0, sizes, rel)
-            .ok_or("allocation sizes overflow u64")?;
-        let pages = end.div_ceil(self.page_size).max(1);
-        let first_page = self.next_page;
-        self.next_page = first_page
-            .checked_add(pages)
-            .ok_or("page count overflows u64")?;
-        self.open = Some(PlannedRun {
-            first_page,
-            pages,
-            len: end,
-            first_sample: sample,
-            num_samples: 1,
-        });
-        Ok(closed)
-    }
-}
-
-/// A page buffer whose bytes start at a 4 KiB boundary (for `O_DIRECT`).
-#[derive(Debug, Default)]
-struct PageBuf {
-    raw: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl PageBuf {
-    /// Makes the buffer at least `len` bytes long (contents then undefined
-    /// but initialised).
-    fn ensure(&mut self, len: usize) -> std::result::Result<(), String> {
-        if self.len >= len {
-            return Ok(());
-        }
-        let total = len
-            .checked_add(DATA_ALIGN as usize)
-            .ok_or("page buffer size overflows")?;
-        let mut raw = Vec::new();
-        raw.try_reserve_exact(total)
-            .map_err(|e| format!("cannot allocate a {len}-byte page buffer: {e}"))?;
-        raw.resize(total, 0);
-        let start = raw.as_ptr().align_offset(DATA_ALIGN as usize);
-        *self = PageBuf { raw, start, len };
-        Ok(())
-    }
-
-    fn bytes(&mut self) -> &mut [u8] {
-        &mut self.raw[self.start..self.start + self.len]
-    }
-}
+pub use options::{FinalizeStep, WriteSummary, WriterOptions};
+use page_buf::PageBuf;
+use placement::{PlannedRun, Planner};
 
 /// Writes one page file: create, append or write in parallel, finalize.
 ///
@@ -369,16 +168,21 @@ impl PageWriter {
     }
 
     /// Writes every sample of `source` with `threads` writer threads (at
-    /// least 1). The samples start on a fresh page; the bytes written do
-    /// not depend on `threads`.
+    /// least 1; a [`durable_fs::Pool`]). The samples start on a fresh
+    /// page; the bytes written do not depend on `threads`. A panic in
+    /// `source` is resumed on the caller, and the writer then refuses
+    /// further writes.
     pub fn write_parallel<S: SampleSource + ?Sized>(
         &mut self,
         source: &S,
         threads: usize,
     ) -> Result<()> {
         self.check_poisoned()?;
+        // Poisoned until it returns: a panic in `source` (resumed here by
+        // the pool) leaves a writer that refuses further writes.
+        self.poisoned = true;
         let r = self.write_parallel_inner(source, threads);
-        self.poisoned |= r.is_err();
+        self.poisoned = r.is_err();
         r
     }
 
@@ -641,7 +445,7 @@ impl PageWriter {
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                     self.direct_ok.store(false, Ordering::Relaxed);
                 }
-                Err(e) => return Err(Error::io(&self.tmp, "write page (O_DIRECT)", e)),
+                Err(e) => return Err(Error::io("write page (O_DIRECT)", &self.tmp)(e)),
             }
         }
         let wlen =
@@ -649,7 +453,7 @@ impl PageWriter {
         bytes[len..wlen].fill(0);
         self.file
             .write_all_at(&bytes[..wlen], offset)
-            .map_err(|e| Error::io(&self.tmp, "write page", e))?;
+            .map_err(Error::io("write page", &self.tmp))?;
         durable_fs::start_writeback(&self.file, offset, wlen);
         Ok(hash)
     }
@@ -675,54 +479,12 @@ impl PageWriter {
         if let Some(run) = self.planner.open.take() {
             planned.push(run);
         }
-        let next = AtomicUsize::new(0);
-        let failed = AtomicBool::new(false);
-        let threads = threads.clamp(1, planned.len().max(1));
         let this = &*self;
-        let results: Vec<Result<RunHashes>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut buf = PageBuf::default();
-                        let mut ranges = vec![None; this.schema.len()];
-                        let mut done = Vec::new();
-                        loop {
-                            if failed.load(Ordering::Relaxed) {
-                                break;
-                            }
-                            let k = next.fetch_add(1, Ordering::Relaxed);
-                            let Some(run) = planned.get(k) else { break };
-                            match this.fill_run(source, first_sample, run, &mut buf, &mut ranges) {
-                                Ok(hash) => done.push((k, hash)),
-                                Err(e) => {
-                                    failed.store(true, Ordering::Relaxed);
-                                    return Err(e);
-                                }
-                            }
-                        }
-                        Ok(done)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::invalid(
-                            &this.path,
-                            "sample source",
-                            "a writer thread panicked",
-                        ))
-                    })
-                })
-                .collect()
-        });
-        let mut hashes = vec![[0u8; 32]; planned.len()];
-        for r in results {
-            for (k, h) in r? {
-                hashes[k] = h;
-            }
-        }
+        let hashes = Pool::new(threads).try_map_with(
+            &planned,
+            || (PageBuf::default(), vec![None; this.schema.len()]),
+            |(buf, ranges), run| this.fill_run(source, first_sample, run, buf, ranges),
+        )?;
         for (run, hash) in planned.iter().zip(hashes) {
             self.runs.push(to_run(run, hash));
         }
@@ -750,99 +512,6 @@ impl PageWriter {
             )?;
         }
         self.write_run(buf, run)
-    }
-
-    fn run_finalize(mut self, stop: Option<FinalizeStep>) -> Result<Option<WriteSummary>> {
-        self.check_poisoned()?;
-        let path = self.path.clone();
-        let tmp = self.tmp.clone();
-        let tmp = tmp.as_path();
-        let io = |op: &'static str| move |e: std::io::Error| Error::io(tmp, op, e);
-        let stop_at = |step: FinalizeStep| stop == Some(step);
-        macro_rules! step_done {
-            ($step:expr) => {
-                if stop_at($step) {
-                    self.keep_temp = true;
-                    return Ok(None);
-                }
-            };
-        }
-        if let Some(run) = self.planner.open.take() {
-            self.flush_buffered_run(run)?;
-        }
-        step_done!(FinalizeStep::FlushPage);
-        let data_end = match self.runs.last() {
-            Some(last) => self
-                .run_start(last.first_page)
-                .and_then(|s| s.checked_add(round_up(last.len, self.planner.align)?)),
-            None => Some(self.data_offset),
-        }
-        .ok_or_else(|| Error::invalid(&path, "options", "file offsets overflow u64"))?;
-        let mut tables = std::mem::take(&mut self.meta);
-        for run in &self.runs {
-            run.encode(&mut tables);
-        }
-        self.file
-            .write_all_at(&tables, data_end)
-            .map_err(io("write tables"))?;
-        let tables_hash = *blake3::hash(&tables).as_bytes();
-        step_done!(FinalizeStep::WriteTables);
-        let meta_len = self.num_samples * self.row_len as u64;
-        let footer_offset = data_end + tables.len() as u64;
-        let header = Header {
-            page_size: self.opts.page_size,
-            alignment: u64::from(self.opts.alignment),
-            num_samples: self.num_samples,
-            data_offset: self.data_offset,
-            num_runs: self.runs.len() as u64,
-            num_pages: self.planner.next_page,
-            meta_offset: data_end,
-            runs_offset: data_end + meta_len,
-            footer_offset,
-            tables_hash,
-        };
-        let header_bytes = header.encode(&self.schema);
-        self.file
-            .write_all_at(&header_bytes, 0)
-            .map_err(io("write header"))?;
-        step_done!(FinalizeStep::WriteHeader);
-        self.file.sync_all().map_err(io("fsync"))?;
-        step_done!(FinalizeStep::SyncData);
-        let file_len = footer_offset + FOOTER_LEN as u64;
-        let footer = format::encode_footer(blake3::hash(&header_bytes).as_bytes(), file_len);
-        self.file
-            .write_all_at(&footer, footer_offset)
-            .map_err(io("write footer"))?;
-        // O_DIRECT rounds the last page up to 4 KiB; cut what lies beyond.
-        self.file.set_len(file_len).map_err(io("set length"))?;
-        step_done!(FinalizeStep::WriteFooter);
-        self.file.sync_all().map_err(io("fsync"))?;
-        step_done!(FinalizeStep::SyncFooter);
-        // Not `durable_fs::commit_temp`: the format commits with a second
-        // fsync (of the footer, above), and the rename and the directory
-        // fsync are separate steps that the crash tests stop between.
-        durable_fs::rename(&self.tmp, &path).map_err(Error::durable)?;
-        self.keep_temp = true;
-        step_done!(FinalizeStep::Rename);
-        durable_fs::sync_parent_dir(&path).map_err(Error::durable)?;
-        step_done!(FinalizeStep::SyncDir);
-        Ok(Some(WriteSummary {
-            path,
-            num_samples: self.num_samples,
-            num_runs: self.runs.len() as u64,
-            num_pages: self.planner.next_page,
-            data_bytes: self.data_bytes,
-            file_len,
-            direct_io: self.direct_ok.load(Ordering::Relaxed),
-        }))
-    }
-}
-
-impl Drop for PageWriter {
-    fn drop(&mut self) {
-        if !self.keep_temp {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
     }
 }
 
