@@ -381,35 +381,9 @@ impl RemoteFile {
         match runs.as_slice() {
             [] => Ok(()),
             [(first, last)] => s.fetch_run(*first, *last),
-            many => {
-                let next = std::sync::atomic::AtomicUsize::new(0);
-                let workers = s.tier.config.parallelism.clamp(1, many.len());
-                let results: Vec<Result<()>> = std::thread::scope(|scope| {
-                    let handles: Vec<_> = (0..workers)
-                        .map(|_| {
-                            scope.spawn(|| {
-                                loop {
-                                    let at =
-                                        next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    let Some(&(first, last)) = many.get(at) else {
-                                        return Ok(());
-                                    };
-                                    s.fetch_run(first, last)?;
-                                }
-                            })
-                        })
-                        .collect();
-                    handles
-                        .into_iter()
-                        .map(|h| {
-                            h.join().unwrap_or_else(|_| {
-                                Err(Error::Runtime("a block fetch panicked".into()))
-                            })
-                        })
-                        .collect()
-                });
-                results.into_iter().collect()
-            }
+            many => durable_fs::Pool::new(s.tier.config.parallelism)
+                .try_map(many, |&(first, last)| s.fetch_run(first, last))
+                .map(drop),
         }
     }
 
