@@ -12,9 +12,9 @@
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use remote_cache::snapshot::{migrate as migrate_manifests, pull_dir, push_dir};
+use remote_cache::push_pull::{migrate as migrate_manifests, pull_dir, push_dir};
 use remote_cache::{CacheDir, Location, StoreKind};
-use remote_tier::snapshot::{latest_manifest, pull_dir_with_progress};
+use remote_tier::legacy_manifest::{latest_manifest, pull_dir_with_progress};
 use remote_tier::{RemoteTier, TierConfig};
 
 use crate::error::{CliError, EXIT_SOUND, Result};

@@ -31,7 +31,7 @@
 //! is never deleted, referenced or not: a publisher uploads its pieces
 //! before its commit, and those must survive a gc that runs in between.
 //! A publisher reuses an object already in the store only when the store
-//! wrote it within [`REUSE_WITHIN`](crate::journal::REUSE_WITHIN) (30
+//! wrote it within [`REUSE_WITHIN`](crate::remote_dir::REUSE_WITHIN) (30
 //! minutes) and uploads it again otherwise, so with the default grace (an
 //! hour) a publisher that finds an old unreferenced object and commits it
 //! never loses it to a gc running meanwhile. A grace shorter than that
@@ -252,7 +252,7 @@ fn survey(tier: &RemoteTier, keep: Duration) -> Result<Survey> {
         .iter()
         .flat_map(|c| c.pieces.iter().map(Piece::object))
         .collect();
-    let manifest = match remote_tier::snapshot::latest_manifest(tier)? {
+    let manifest = match remote_tier::legacy_manifest::latest_manifest(tier)? {
         Some(m) => m
             .files
             .iter()

@@ -6,7 +6,7 @@
 //! The stores are unchanged: each keeps reading and writing a local
 //! directory. For a remote location that directory is a *working
 //! directory* that a [`RemoteDir`] keeps in step with a commit log in
-//! object storage (see [`mod@commit`] for the records and [`mod@journal`]
+//! object storage (see [`mod@commit`] for the records and [`mod@remote_dir`]
 //! for the rules):
 //!
 //! - **Open** applies every published commit: files are fetched through
@@ -46,7 +46,7 @@
 //!   period, and the commits up to the window are folded into a
 //!   checkpoint, from which a cold open starts: an open costs the same
 //!   few requests after a million commits as after ten.
-//! - **Whole directories** ([`mod@snapshot`]: `cachex push`, `pull`,
+//! - **Whole directories** ([`mod@push_pull`]: `cachex push`, `pull`,
 //!   `migrate`): a directory published as one commit of the same log, a
 //!   log materialised into a directory, and a bucket of the older
 //!   `manifests/` push layout converted into a commit.
@@ -132,7 +132,7 @@
 //!   .cachex-remote/blocks/<blake3>.json  block lists of the files linked into the tier
 //! ```
 //! The records' formats and checks are in [`mod@commit`]; how a working
-//! directory applies and publishes them in [`mod@journal`].
+//! directory applies and publishes them in [`mod@remote_dir`].
 //!
 //! # Example
 //! ```
@@ -178,7 +178,6 @@ pub mod fuzz_entry;
 pub mod gc;
 #[doc(hidden)]
 pub mod hooks;
-pub mod journal;
 pub mod lease;
 mod links;
 mod location;
@@ -186,7 +185,8 @@ pub mod log_id;
 mod log_state;
 mod prefetch;
 pub mod publisher;
-pub mod snapshot;
+pub mod push_pull;
+pub mod remote_dir;
 pub mod staged;
 mod stores;
 mod upload;
@@ -196,12 +196,12 @@ pub use commit::{Checkpoint, Commit, Piece};
 pub use error::{Error, Result};
 pub use files::{StoreFiles, StoreKind};
 pub use gc::{GcOptions, GcReport, Usage};
-pub use journal::{Next, PublishReport, RefreshReport, RemoteDir};
 pub use location::{
     CacheDir, DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV,
     TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
 };
 pub use log_state::LogState;
 pub use publisher::Publisher;
+pub use remote_dir::{Next, PublishReport, RefreshReport, RemoteDir};
 pub use remote_tier::redact_url;
 pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};

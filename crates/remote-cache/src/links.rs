@@ -1,7 +1,7 @@
 //! Files read by blocks: the links a working directory holds into the
 //! local tier (sparse copies fetched as a store reads them), and the
 //! block lists kept beside them so each block is checked against the
-//! BLAKE3 its commit recorded (see [`mod@crate::journal`]).
+//! BLAKE3 its commit recorded (see [`mod@crate::remote_dir`]).
 //!
 //! **Block lists.** A piece that is a whole file readers may read by
 //! blocks (`.bin` arrays, page files: any whole file larger than the
@@ -33,8 +33,8 @@ use std::sync::Arc;
 use remote_tier::{BlockHashes, BlockList};
 
 use crate::commit::{Commit, MAX_RECORD, OBJECTS, Piece, STATE_DIR, commit_name};
-use crate::journal::{RemoteDir, State};
 use crate::prefetch::{self, Opening};
+use crate::remote_dir::{RemoteDir, State};
 use crate::workdir::Known;
 use crate::{Error, Result};
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use remote_tier::{RemoteTier, TierConfig, redact_url};
 
 use crate::files::{StoreFiles, StoreKind};
-use crate::journal::{PublishReport, RefreshReport, RemoteDir};
+use crate::remote_dir::{PublishReport, RefreshReport, RemoteDir};
 use crate::{Error, Result};
 
 /// The environment variable naming the local tier directory.

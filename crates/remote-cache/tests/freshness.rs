@@ -16,7 +16,7 @@ use common::{
     RequestLog, child_writer, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options,
     small_tier, spawn_child_writer,
 };
-use remote_cache::journal::commit_name;
+use remote_cache::remote_dir::commit_name;
 use remote_cache::{RemoteDir, RemoteSegments};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::Options;

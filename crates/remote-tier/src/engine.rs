@@ -22,8 +22,8 @@ use crate::config::TierConfig;
 use crate::error::block_mismatch;
 use crate::format::{self, BlockMap};
 use crate::local::LocalDir;
-use crate::location::build_store;
 use crate::remote::{Failure, Remote};
+use crate::store_url::build_store;
 use crate::{Error, Result};
 
 /// What the caller knows of an object, checked on fetch.

@@ -44,8 +44,8 @@
 //!   (multipart above [`TierConfig::part_size`]); [`RemoteTier::commit`]
 //!   writes a commit record with a conditional put, so two writers can
 //!   never both claim one name.
-//! - **Snapshots of the older push layout.** [`snapshot::latest_manifest`]
-//!   and [`snapshot::pull_dir`] read a bucket that an older `cachex push`
+//! - **Snapshots of the older push layout.** [`legacy_manifest::latest_manifest`]
+//!   and [`legacy_manifest::pull_dir`] read a bucket that an older `cachex push`
 //!   wrote under `manifests/` (push now publishes a commit of
 //!   remote-cache's commit log, and `cachex migrate` converts such a
 //!   bucket into one).
@@ -139,14 +139,14 @@ mod file;
 mod format;
 #[doc(hidden)]
 pub mod fuzz_entry;
+pub mod legacy_manifest;
 mod local;
-mod location;
 mod open_files;
 mod pins;
 pub mod record;
 mod remote;
 mod shared;
-pub mod snapshot;
+mod store_url;
 mod tier;
 mod warm;
 
@@ -156,7 +156,13 @@ pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
-pub use location::{build_store, redact_url};
 pub use remote::RetryPolicy;
+pub use store_url::{build_store, redact_url};
 pub use tier::RemoteTier;
 pub use warm::{Warming, WarmingSet};
+
+/// The reader of the older push layout, under its former name.
+#[deprecated(note = "use remote_tier::legacy_manifest")]
+pub mod snapshot {
+    pub use crate::legacy_manifest::*;
+}

@@ -17,8 +17,8 @@ use crate::config::TierConfig;
 use crate::engine::{Conn, Expected, Inner, ObjectInfo, Rebuild};
 use crate::file::RemoteFile;
 use crate::local::{EvictReport, LocalDir};
-use crate::location::{build_store, redact_url};
 use crate::remote::{Failure, Remote, WAIT_SLACK};
+use crate::store_url::{build_store, redact_url};
 use crate::{Error, Result};
 
 /// An object store URL read through a bounded local disk tier.

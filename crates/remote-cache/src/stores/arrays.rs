@@ -9,8 +9,8 @@ use tensor_core::TensorView;
 
 use crate::Result;
 use crate::files::{StoreFiles, StoreKind};
-use crate::journal::RemoteDir;
 use crate::location::Location;
+use crate::remote_dir::RemoteDir;
 
 /// A finished memmap-array cache on a [`Location`], read by block ranges:
 /// the `.bin` arrays of a remote cache stay sparse files in the local

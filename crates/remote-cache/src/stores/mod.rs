@@ -13,7 +13,7 @@ pub use pages::RemotePages;
 pub use segments::{Refresher, RemoteSegments};
 pub use shards::RemoteShards;
 
-use crate::journal::PublishReport;
+use crate::remote_dir::PublishReport;
 
 /// What a local location publishes or refreshes: nothing.
 fn local_publish() -> PublishReport {

@@ -5,8 +5,8 @@ use page_alloc::{PageReader, Sample};
 use remote_tier::{RemoteFile, Warming, WarmingSet};
 
 use crate::files::{StoreFiles, StoreKind};
-use crate::journal::RemoteDir;
 use crate::location::Location;
+use crate::remote_dir::RemoteDir;
 use crate::{Error, Result};
 
 /// A page-alloc file on a [`Location`], read by block ranges: the file of

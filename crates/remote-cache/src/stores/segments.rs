@@ -14,9 +14,9 @@ use tensor_core::Value;
 use super::local_publish;
 use crate::Result;
 use crate::files::{StoreFiles, StoreKind};
-use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
 use crate::publisher::{self, Publisher};
+use crate::remote_dir::{PublishReport, RefreshReport, RemoteDir};
 
 /// A segment-store cache on a [`Location`]: read, and append.
 ///

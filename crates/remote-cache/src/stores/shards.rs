@@ -8,9 +8,9 @@ use shard_store::{ShardStore, StoreItem};
 use super::local_publish;
 use crate::Result;
 use crate::files::{StoreFiles, StoreKind};
-use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
 use crate::publisher::{self, Publisher};
+use crate::remote_dir::{PublishReport, RefreshReport, RemoteDir};
 
 /// A shard-store root on a [`Location`]: shards published by others are
 /// materialised before the store opens; shards this process generates

@@ -21,9 +21,9 @@ use remote_tier::RemoteTier;
 use crate::commit::{COMMIT_VERSION, Commit, Piece, STATE_DIR, commit_name, encode, writer_name};
 use crate::files::{StoreFiles, StoreKind};
 use crate::hooks::{self, Stage};
-use crate::journal::{RefreshReport, RemoteDir};
 use crate::lease::{Lease, PUBLISH_LEASE};
 use crate::log_state::LogState;
+use crate::remote_dir::{RefreshReport, RemoteDir};
 use crate::upload;
 use crate::workdir::{hash_open, local_entries};
 use crate::{Error, Result};
@@ -258,13 +258,13 @@ fn pulled_from_elsewhere(dest: &Path, other: &str) -> Error {
 }
 
 /// Converts the latest snapshot of the older push layout
-/// (`manifests/<seq>.json`, see `remote_tier::snapshot`) at `tier`'s URL
+/// (`manifests/<seq>.json`, see `remote_tier::legacy_manifest`) at `tier`'s URL
 /// into commit 1 of an empty commit log: the objects are already where
 /// commits name them (`objects/<blake3>`), so only the commit record is
 /// written. `None` when there is no manifest; a log that holds commits
 /// already is left alone ([`MigrateReport::seq`] `None`).
 pub fn migrate(tier: &RemoteTier) -> Result<Option<MigrateReport>> {
-    let Some(manifest) = remote_tier::snapshot::latest_manifest(tier)? else {
+    let Some(manifest) = remote_tier::legacy_manifest::latest_manifest(tier)? else {
         return Ok(None);
     };
     let mut report = MigrateReport {
@@ -302,7 +302,7 @@ pub fn migrate(tier: &RemoteTier) -> Result<Option<MigrateReport>> {
         url: tier.url().to_string(),
         name: format!(
             "{}/{:020}.json",
-            remote_tier::snapshot::MANIFESTS,
+            remote_tier::legacy_manifest::MANIFESTS,
             manifest.seq
         ),
         problem,
