@@ -163,7 +163,7 @@ impl CacheConfig {
 
     /// Reads and parses a JSON config file.
     pub fn from_file(path: &Path) -> Result<CacheConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| FacadeError::io(path, e))?;
+        let text = std::fs::read_to_string(path).map_err(FacadeError::io("read", path))?;
         serde_json::from_str(&text)
             .map_err(|e| FacadeError::Config(format!("{}: {e}", path.display())))
     }

@@ -390,12 +390,10 @@ fn demo(dir: PathBuf, temp: bool, n: usize, cost_ms: f64) -> Result<u8> {
     }
     let tmp;
     let dir = if temp {
-        tmp = tempfile::tempdir().map_err(|e| {
-            CliError::from(cache_facade::FacadeError::Io {
-                path: std::env::temp_dir(),
-                source: e,
-            })
-        })?;
+        tmp = tempfile::tempdir().map_err(CliError::io(
+            "create temporary directory",
+            std::env::temp_dir(),
+        ))?;
         tmp.path().to_path_buf()
     } else {
         dir

@@ -37,12 +37,10 @@ pub(crate) fn parse_duration(text: &str) -> std::result::Result<Duration, String
 /// The commit log at `url`, read through a temporary local tier (gc
 /// fetches only the pieces of files it folds).
 fn open(url: &str) -> Result<(RemoteTier, tempfile::TempDir)> {
-    let tmp = tempfile::tempdir().map_err(|e| {
-        CliError::from(cache_facade::FacadeError::Io {
-            path: std::env::temp_dir(),
-            source: e,
-        })
-    })?;
+    let tmp = tempfile::tempdir().map_err(CliError::io(
+        "create temporary directory",
+        std::env::temp_dir(),
+    ))?;
     let options = TierOptions {
         dir: Some(tmp.path().to_path_buf()),
         budget: Some(1 << 30),

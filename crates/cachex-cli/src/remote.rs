@@ -24,12 +24,10 @@ fn tier_dir(dir: Option<PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>)
     match dir {
         Some(d) => Ok((d, None)),
         None => {
-            let tmp = tempfile::tempdir().map_err(|e| {
-                CliError::from(cache_facade::FacadeError::Io {
-                    path: std::env::temp_dir(),
-                    source: e,
-                })
-            })?;
+            let tmp = tempfile::tempdir().map_err(CliError::io(
+                "create temporary directory",
+                std::env::temp_dir(),
+            ))?;
             Ok((tmp.path().to_path_buf(), Some(tmp)))
         }
     }
