@@ -7,35 +7,11 @@ use fingerprint::{CacheKey, Mode, cache_identity, compute_key, named_cache_dir};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{FacadeError, Result};
+use crate::{FacadeError, Result, StoreKind};
 
-/// The store behind a [`CacheConfig`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendKind {
-    /// `segment-store`: keyed tensor records on Arrow IPC segments.
-    SegmentStore,
-    /// `memmap-array`: fixed-shape rows by source id or index, built from a
-    /// [`crate::Source`].
-    MemmapArray,
-    /// `shard-store`: the items of a deterministic iterator, by index.
-    ShardStore,
-    /// `page-alloc`: samples by index in one page file, built once from a
-    /// [`crate::Source`].
-    PageAlloc,
-}
-
-impl BackendKind {
-    /// The kebab-case name used in configs and messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::SegmentStore => "segment-store",
-            BackendKind::MemmapArray => "memmap-array",
-            BackendKind::ShardStore => "shard-store",
-            BackendKind::PageAlloc => "page-alloc",
-        }
-    }
-}
+/// The store behind a [`CacheConfig`], under its former name.
+#[deprecated(note = "use StoreKind")]
+pub type BackendKind = StoreKind;
 
 /// What to do when the cache on disk was built from other sources or an
 /// older store format.
@@ -86,7 +62,7 @@ impl SourcesConfig {
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
     /// The store.
-    pub backend: BackendKind,
+    pub backend: StoreKind,
     /// The directory all caches live under, or an object store URL
     /// (`s3://bucket/prefix`, ...) read through a local tier (see
     /// [`crate::RemoteConfig`]).
@@ -113,7 +89,7 @@ pub struct CacheConfig {
 
 impl CacheConfig {
     /// A config with no options.
-    pub fn new(backend: BackendKind, root: impl Into<PathBuf>, name: impl Into<String>) -> Self {
+    pub fn new(backend: StoreKind, root: impl Into<PathBuf>, name: impl Into<String>) -> Self {
         CacheConfig {
             backend,
             root: root.into(),

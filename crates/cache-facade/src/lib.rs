@@ -92,11 +92,16 @@ pub use backends::{
     open_read_only, open_with_source,
 };
 pub use cached_fn::{CachedFn, CallStats};
-pub use config::{BackendKind, CacheConfig, OnStale, SourcesConfig};
+#[allow(deprecated)]
+pub use config::BackendKind;
+pub use config::{CacheConfig, OnStale, SourcesConfig};
 pub use dataset::Dataset;
-pub use detect::{CacheKind, detect};
+#[allow(deprecated)]
+pub use detect::CacheKind;
+pub use detect::{Detected, PeerFormat, detect};
 pub use durable_fs::BoxError;
 pub use error::{FacadeError, Result};
 pub use remote::RemoteConfig;
+pub use remote_cache::StoreKind;
 pub use source::Source;
 pub use tensor_core::{SharedBytes, SharedTensor, Value};

@@ -17,13 +17,13 @@ use fingerprint::{
     COMPLETE_FILE, FINGERPRINT_FILE, Fingerprint, Stale, compute_fingerprint, stamp_sources,
 };
 
-use crate::detect::{CacheKind, detect};
+use crate::detect::{Detected, detect};
 use crate::{CacheConfig, FacadeError, OnStale, Result};
 
 /// What a backend tells [`prepare`] about its store.
 pub(crate) struct Spec {
     /// The kind `detect` must find in the directory (if any).
-    pub kind: Option<CacheKind>,
+    pub kind: Option<Detected>,
     /// The store's format version, recorded in the fingerprint.
     pub version: u32,
     /// Whether the cache can be (re)built by this opener.

@@ -15,8 +15,7 @@ use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url, redact_ur
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    BackendKind, Cache, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats,
-    Value,
+    Cache, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats, Value,
 };
 
 /// How a config with a URL root reads it locally. Not part of the key.
@@ -68,9 +67,7 @@ pub(crate) fn localize(config: &CacheConfig) -> Result<Option<(CacheConfig, Cach
     let mut probe = config.clone();
     probe.root = PathBuf::new();
     let rel = relative(&probe.cache_dir()?, &probe.root);
-    let opened = location
-        .open_dir_under(&rel, StoreKind::Any)
-        .map_err(remote_err)?;
+    let opened = location.open_dir_under(&rel, None).map_err(remote_err)?;
     let mut local = config.clone();
     local.create_root = true;
     local.root = opened.root().to_path_buf();
@@ -132,7 +129,7 @@ impl RemoteBackend {
 }
 
 impl CacheBackend for RemoteBackend {
-    fn kind(&self) -> BackendKind {
+    fn kind(&self) -> StoreKind {
         self.inner.kind()
     }
     fn supports(&self, op: Operation) -> bool {

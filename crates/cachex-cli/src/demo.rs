@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tensor_core::Tensor;
 
-use cache_facade::{BackendKind, CacheConfig, CachedFn, FacadeError, Result, SegmentBackend};
+use cache_facade::{CacheConfig, CachedFn, FacadeError, Result, SegmentBackend, StoreKind};
 
 /// Demo settings.
 #[derive(Debug, Clone)]
@@ -101,7 +101,7 @@ pub fn run(opts: &DemoOptions) -> Result<DemoSummary> {
     std::fs::create_dir_all(&opts.dir).map_err(FacadeError::io("create directory", &opts.dir))?;
     let name = format!("demo-features-d{}", opts.dim);
     let config =
-        CacheConfig::new(BackendKind::SegmentStore, &opts.dir, name).option("flush_every", 1024u64);
+        CacheConfig::new(StoreKind::SegmentStore, &opts.dir, name).option("flush_every", 1024u64);
     let cache_dir = config.cache_dir()?;
     // A demo starts cold, so both epochs show what they stand for.
     if cache_dir.exists() {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use remote_cache::push_pull::{migrate as migrate_manifests, pull_dir, push_dir};
-use remote_cache::{CacheDir, Location, StoreKind};
+use remote_cache::{CacheDir, Location};
 use remote_tier::legacy_manifest::{latest_manifest, pull_dir_with_progress};
 use remote_tier::{RemoteTier, TierConfig};
 
@@ -190,9 +190,7 @@ pub(crate) fn materialise(url: &str) -> Result<Materialised> {
     let Location::Remote(spec) = &location else {
         return Err(CliError::Usage(format!("{url}: not a URL")));
     };
-    let opened = location
-        .open_dir(StoreKind::Any)
-        .map_err(remote_cache_error)?;
+    let opened = location.open_dir(None).map_err(remote_cache_error)?;
     if opened.remote().is_some_and(|r| r.seq() > 0) {
         return Ok(Materialised {
             path: opened.path().to_path_buf(),

@@ -221,7 +221,10 @@ impl Root {
     /// the local tier that the prefix opened in for a store of `kind`
     /// (returned too: it holds the directory, and publishes what is
     /// written there).
-    pub fn open_file(&self, kind: StoreKind) -> remote_cache::Result<(PathBuf, Option<CacheDir>)> {
+    pub fn open_file(
+        &self,
+        kind: impl Into<Option<StoreKind>>,
+    ) -> remote_cache::Result<(PathBuf, Option<CacheDir>)> {
         match (self.split_file()?, &self.location) {
             (Some((dir, file)), _) => {
                 let opened = dir.location().open_dir(kind)?;

@@ -30,10 +30,10 @@ fn tier_of(
 
 fn store_files(kind: &str) -> PyResult<StoreFiles> {
     let kind = match kind {
-        "segments" => StoreKind::Segments,
-        "arrays" => StoreKind::Arrays,
-        "pages" => StoreKind::Pages,
-        "shards" => StoreKind::Shards,
+        "segments" => StoreKind::SegmentStore,
+        "arrays" => StoreKind::MemmapArray,
+        "pages" => StoreKind::PageAlloc,
+        "shards" => StoreKind::ShardStore,
         other => {
             return Err(errors::invalid(format!(
                 "store kind {other:?}: give segments, arrays, pages or shards"

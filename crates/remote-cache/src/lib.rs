@@ -16,7 +16,7 @@
 //!   arrays, page-alloc's page file) and for segments (read row by row
 //!   in 4 KiB blocks, whatever their size), left as sparse files in the
 //!   tier, linked into the working directory and fetched by block ranges
-//!   as rows, samples and keys are read ([`RemoteArrays`],
+//!   as rows, samples and keys are read ([`RemoteMemmapArray`],
 //!   [`RemotePages`], [`RemoteSegments::get_batch`]), each block checked
 //!   against the BLAKE3 its commit recorded for it before it is kept.
 //! - **Publish** ([`RemoteSegments::publish`], [`RemoteShards::publish`])
@@ -188,13 +188,14 @@ pub mod publisher;
 pub mod push_pull;
 pub mod remote_dir;
 pub mod staged;
+mod store_kind;
 mod stores;
 mod upload;
 mod workdir;
 
 pub use commit::{Checkpoint, Commit, Piece};
 pub use error::{Error, Result};
-pub use files::{StoreFiles, StoreKind};
+pub use files::StoreFiles;
 pub use gc::{GcOptions, GcReport, Usage};
 pub use location::{
     CacheDir, DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV,
@@ -204,4 +205,9 @@ pub use log_state::LogState;
 pub use publisher::Publisher;
 pub use remote_dir::{Next, PublishReport, RefreshReport, RemoteDir};
 pub use remote_tier::redact_url;
-pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};
+pub use store_kind::StoreKind;
+pub use stores::{Refresher, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards};
+
+/// [`RemoteMemmapArray`] under its former name.
+#[deprecated(note = "use RemoteMemmapArray")]
+pub type RemoteArrays = RemoteMemmapArray;

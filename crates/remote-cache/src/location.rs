@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use remote_tier::{RemoteTier, TierConfig, redact_url};
 
-use crate::files::{StoreFiles, StoreKind};
 use crate::remote_dir::{PublishReport, RefreshReport, RemoteDir};
 use crate::{Error, Result};
+use crate::{StoreFiles, StoreKind};
 
 /// The environment variable naming the local tier directory.
 pub const TIER_DIR_ENV: &str = "CACHEX_TIER_DIR";
@@ -149,8 +149,9 @@ impl Location {
 
     /// Opens the location for a store of `kind`: the local directory
     /// itself, or a working directory of this handle's own with every
-    /// published commit applied.
-    pub fn open_dir(&self, kind: StoreKind) -> Result<CacheDir> {
+    /// published commit applied. `None`: a cache whose kind is not known
+    /// before it is opened ([`StoreFiles::for_kind`]).
+    pub fn open_dir(&self, kind: impl Into<Option<StoreKind>>) -> Result<CacheDir> {
         self.open(StoreFiles::for_kind(kind))
     }
 
@@ -159,7 +160,11 @@ impl Location {
     /// `<url>/<rel>` in `<work>/<rel>`, where `<work>` is a working
     /// directory of the root's own ([`CacheDir::root`]) — for a caller
     /// that lays out several caches under one root (the facade).
-    pub fn open_dir_under(&self, rel: &str, kind: StoreKind) -> Result<CacheDir> {
+    pub fn open_dir_under(
+        &self,
+        rel: &str,
+        kind: impl Into<Option<StoreKind>>,
+    ) -> Result<CacheDir> {
         let files = StoreFiles::for_kind(kind);
         match self {
             Location::Local(dir) => Ok(CacheDir {

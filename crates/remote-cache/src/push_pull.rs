@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 
 use remote_tier::RemoteTier;
 
+use crate::StoreFiles;
 use crate::commit::{COMMIT_VERSION, Commit, Piece, STATE_DIR, commit_name, encode, writer_name};
-use crate::files::{StoreFiles, StoreKind};
 use crate::hooks::{self, Stage};
 use crate::lease::{Lease, PUBLISH_LEASE};
 use crate::log_state::LogState;
@@ -73,7 +73,7 @@ pub fn push_dir(
     dir: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PushReport> {
-    let private = StoreFiles::for_kind(StoreKind::Any).private;
+    let private = StoreFiles::for_kind(None).private;
     let (listed, links) = local_entries(dir, private)?;
     // A link may stand for a file not all there (a working directory's
     // links into its tier are sparse): its bytes cannot be trusted.
@@ -227,7 +227,7 @@ fn holds(state: &LogState, piece: &Piece) -> bool {
 /// another endpoint; see [`mod@crate::log_id`]) is [`Error::OtherLog`],
 /// naming both, and changes nothing in it.
 pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<RefreshReport> {
-    let dir = RemoteDir::open_unapplied(tier.clone(), dest, StoreFiles::for_kind(StoreKind::Any))?;
+    let dir = RemoteDir::open_unapplied(tier.clone(), dest, StoreFiles::for_kind(None))?;
     // The directory holds the commits of one URL: another's would be
     // taken for this one's.
     let source = dest.join(STATE_DIR).join(PULLED_FROM);

@@ -286,7 +286,7 @@ mod tests {
         let (a, b) = (src.path().join("a"), src.path().join("b"));
         std::fs::write(&a, b"alpha").unwrap();
         std::fs::write(&b, vec![7u8; 10_000]).unwrap();
-        let segments = StoreFiles::for_kind(StoreKind::Segments);
+        let segments = StoreFiles::for_kind(StoreKind::SegmentStore);
         let first = upload_files(
             &tier,
             segments,

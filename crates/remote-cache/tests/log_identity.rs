@@ -282,7 +282,7 @@ fn the_same_url_on_another_endpoint_is_another_log() {
             let remote = RemoteDir::open_unapplied(
                 tier,
                 &work,
-                StoreFiles::for_kind(remote_cache::StoreKind::Segments),
+                StoreFiles::for_kind(remote_cache::StoreKind::SegmentStore),
             )
             .unwrap();
             RemoteSegments::with_unapplied(remote, read_only()).unwrap()

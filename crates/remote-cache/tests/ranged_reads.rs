@@ -141,7 +141,8 @@ fn cold_reader(endpoint: &str, url: &str, tier_dir: &Path) -> (RemoteSegments, A
     .unwrap();
     let work = tier_dir.join("work");
     let remote =
-        RemoteDir::open_unapplied(tier, &work, StoreFiles::for_kind(StoreKind::Segments)).unwrap();
+        RemoteDir::open_unapplied(tier, &work, StoreFiles::for_kind(StoreKind::SegmentStore))
+            .unwrap();
     let options = Options {
         read_only: true,
         ..Options::default()
@@ -349,7 +350,7 @@ fn a_working_directory_left_by_ranged_reads_opens_whole_for_other_stores() {
 
     // `cachex inspect URL` after a Python reader: the same working
     // directory, opened for a store that maps every segment whole.
-    let opened = location.open_dir(StoreKind::Any).unwrap();
+    let opened = location.open_dir(None).unwrap();
     assert_eq!(opened.path(), work);
     assert!(!std::fs::symlink_metadata(&segment).unwrap().is_symlink());
     let store = segment_store::SegmentStore::open(

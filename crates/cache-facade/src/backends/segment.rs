@@ -6,12 +6,10 @@ use segment_store::{Options as SegmentOptions, SegmentStore};
 use tensor_core::Value;
 
 use super::Counters;
+use crate::Detected;
 use crate::convert::check_record;
-use crate::detect::CacheKind;
 use crate::prepare::{DirState, Spec, commit, prepare};
-use crate::{
-    BackendKind, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats,
-};
+use crate::{CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats, StoreKind};
 
 /// The segment-store backend: any [`Value`] a record can hold (a tensor,
 /// or a dict, tuple or list of tensors and blobs, or a blob) by string id;
@@ -60,7 +58,7 @@ impl SegmentBackend {
     }
 
     fn open_as(config: &CacheConfig, read_only: bool) -> Result<SegmentBackend> {
-        if config.backend != BackendKind::SegmentStore {
+        if config.backend != StoreKind::SegmentStore {
             return Err(FacadeError::Config(format!(
                 "SegmentBackend opened with a {} config",
                 config.backend.name()
@@ -99,7 +97,7 @@ impl SegmentBackend {
 }
 
 const SPEC: Spec = Spec {
-    kind: Some(CacheKind::SegmentStore),
+    kind: Some(Detected::own(StoreKind::SegmentStore)),
     version: segment_store::format::INDEX_VERSION,
     // An empty store is a cache: it is filled by puts.
     can_build: true,
@@ -108,8 +106,8 @@ const SPEC: Spec = Spec {
 };
 
 impl CacheBackend for SegmentBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::SegmentStore
+    fn kind(&self) -> StoreKind {
+        StoreKind::SegmentStore
     }
 
     fn supports(&self, op: Operation) -> bool {
