@@ -7,7 +7,7 @@ use fingerprint::{CacheKey, Mode, cache_identity, compute_key, named_cache_dir};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{FacadeError, Result, StoreKind};
+use crate::{FacadeError, Result, StoreKind, TierOptions};
 
 /// The store behind a [`CacheConfig`], under its former name.
 #[deprecated(note = "use StoreKind")]
@@ -65,7 +65,7 @@ pub struct CacheConfig {
     pub backend: StoreKind,
     /// The directory all caches live under, or an object store URL
     /// (`s3://bucket/prefix`, ...) read through a local tier (see
-    /// [`crate::RemoteConfig`]).
+    /// [`TierOptions`]).
     pub root: PathBuf,
     /// The cache's name: one path component (no `/`, not `..`).
     pub name: String,
@@ -84,7 +84,7 @@ pub struct CacheConfig {
     /// How a `root` that is a URL is read locally (tier directory, budget,
     /// store options); ignored for a local root. Not part of the key.
     #[serde(default)]
-    pub remote: Option<crate::RemoteConfig>,
+    pub remote: Option<TierOptions>,
 }
 
 impl CacheConfig {
@@ -127,7 +127,7 @@ impl CacheConfig {
     }
 
     /// Sets how a URL root is read locally.
-    pub fn remote(mut self, remote: crate::RemoteConfig) -> Self {
+    pub fn remote(mut self, remote: TierOptions) -> Self {
         self.remote = Some(remote);
         self
     }

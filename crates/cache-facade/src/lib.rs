@@ -101,7 +101,8 @@ pub use detect::CacheKind;
 pub use detect::{Detected, PeerFormat, detect};
 pub use durable_fs::BoxError;
 pub use error::{FacadeError, Result};
+#[allow(deprecated)]
 pub use remote::RemoteConfig;
-pub use remote_cache::StoreKind;
+pub use remote_cache::{StoreKind, TierOptions};
 pub use source::Source;
 pub use tensor_core::{SharedBytes, SharedTensor, Value};

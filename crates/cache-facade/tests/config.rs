@@ -37,6 +37,29 @@ fn options_change_the_key_but_order_and_root_do_not() {
 }
 
 #[test]
+fn the_remote_section_is_the_tier_options_and_options_is_storage_options() {
+    let with = |remote: &str| {
+        CacheConfig::from_json(&format!(
+            r#"{{"backend": "segment-store", "root": "s3://b/p", "name": "f", "remote": {remote}}}"#
+        ))
+    };
+    let new =
+        with(r#"{"tier_dir": "/t", "tier_budget": 5, "storage_options": {"aws_region": "x"}}"#)
+            .unwrap();
+    let old =
+        with(r#"{"tier_dir": "/t", "tier_budget": 5, "options": {"aws_region": "x"}}"#).unwrap();
+    let remote = new.remote.clone().unwrap();
+    assert_eq!(remote.tier_dir.as_deref(), Some(std::path::Path::new("/t")));
+    assert_eq!(remote.tier_budget, Some(5));
+    assert_eq!(
+        remote.storage_options.get("aws_region").map(String::as_str),
+        Some("x")
+    );
+    assert_eq!(new.remote, old.remote);
+    assert!(with(r#"{"tier_dri": "/t"}"#).is_err());
+}
+
+#[test]
 fn json_configs_parse_and_typos_are_refused() {
     let cfg = CacheConfig::from_json(r#"{"backend": "segment-store", "root": "/tmp/x", "name": "f", "options": {"flush_every": 16}}"#).unwrap();
     assert_eq!(cfg.backend, StoreKind::SegmentStore);

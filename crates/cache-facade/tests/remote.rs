@@ -1,7 +1,7 @@
 //! A config whose root is an S3 URL, for every backend: built or written
 //! by one process (its own local tier), read by another with an empty one.
 
-use cache_facade::{CacheConfig, RemoteConfig, Source, StoreKind, open, open_with_source};
+use cache_facade::{CacheConfig, Source, StoreKind, TierOptions, open, open_with_source};
 use tensor_core::{Tensor, Value};
 
 /// The S3 endpoint `scripts/test` starts, or `None` (said) outside CI.
@@ -29,10 +29,10 @@ fn config(endpoint: &str, kind: StoreKind, bucket: &str, tier: &std::path::Path)
         StoreKind::SegmentStore => config,
         _ => config.option("dataset", "toy"),
     };
-    config.remote(RemoteConfig {
+    config.remote(TierOptions {
         tier_dir: Some(tier.to_path_buf()),
         tier_budget: Some(1 << 30),
-        options: options
+        storage_options: options
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),

@@ -204,16 +204,8 @@ pub fn open(
     let mut config = config_arg(config)?;
     if tier_dir.is_some() || tier_budget.is_some() || storage_options.is_some() {
         let tier = TierArgs::new(tier_dir, tier_budget, storage_options)?;
-        let t = tier.options();
-        let mut remote = config.remote.clone().unwrap_or_default();
-        if t.dir.is_some() {
-            remote.tier_dir = t.dir.clone();
-        }
-        if t.budget.is_some() {
-            remote.tier_budget = t.budget;
-        }
-        remote.options.extend(t.storage_options.iter().cloned());
-        config.remote = Some(remote);
+        let base = config.remote.clone().unwrap_or_default();
+        config.remote = Some(tier.options().clone().over(&base));
     }
     let backend = errors::enter(py, || cache_facade::open(&config))?;
     let backend: Shared = Arc::from(backend);

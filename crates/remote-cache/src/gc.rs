@@ -470,7 +470,7 @@ fn write_checkpoint(tier: &RemoteTier, state: &LogState) -> Result<(Checkpoint, 
 /// store has it, recently written): its piece, with a block list when a
 /// reader may read it by blocks.
 fn fold(tier: &RemoteTier, path: &str, parts: &[Piece]) -> Result<Piece> {
-    let dir = tier.cache_dir().join("tmp");
+    let dir = tier.tier_dir().join("tmp");
     std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
     let tmp = durable_fs::unique_temp_path(&dir, "gc-fold");
     let folded = fold_into(tier, path, parts, &tmp);

@@ -213,7 +213,7 @@ fn a_prefetch_stays_within_the_bytes_it_is_given() {
         .unwrap();
         remote.object("data.pages").unwrap().len()
     };
-    config.budget_bytes = file_len / 4;
+    config.tier_budget = file_len / 4;
     let in_flight = config.parallelism as u64 * config.block_size;
     let (tier, _gets) = counted_tier(&endpoint, &url, config);
     let remote = RemoteDir::open(

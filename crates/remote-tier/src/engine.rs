@@ -379,8 +379,8 @@ impl Inner {
 
     /// Evicts when the local tier is over budget (after every fetch).
     pub(crate) fn after_fetch(&self) -> Result<()> {
-        if self.dir.usage()? > self.config.budget_bytes {
-            self.dir.evict(self.config.budget_bytes)?;
+        if self.dir.usage()? > self.config.tier_budget {
+            self.dir.evict(self.config.tier_budget)?;
         }
         Ok(())
     }

@@ -37,7 +37,7 @@
 //!   block fetched once serve every thread and process; the others wait
 //!   and find it done.
 //! - **Bounded.** After every fetch, least-recently-used copies are
-//!   evicted until the tier fits [`TierConfig::budget_bytes`]. The tier
+//!   evicted until the tier fits [`TierConfig::tier_budget`]. The tier
 //!   only ever holds fetched copies, so eviction never removes the only
 //!   copy of anything; an object open in any process is skipped.
 //! - **Uploads.** [`RemoteTier::put_file`] uploads immutable files
@@ -61,7 +61,7 @@
 //!
 //! # On disk (the local tier)
 //! ```text
-//! <cache_dir>/
+//! <tier_dir>/
 //!   tier.lock               flock held while block maps change or copies are evicted
 //!   objects/<key>.whole     a small object fetched whole and verified
 //!   objects/<key>.sparse    a large object: its full size, fetched blocks in place

@@ -79,7 +79,7 @@ impl RemoteTier {
         config: TierConfig,
     ) -> Result<RemoteTier> {
         crate::shared::runtime()?;
-        let dir = LocalDir::open(&config.cache_dir, config.retry.call_timeout())?;
+        let dir = LocalDir::open(&config.tier_dir, config.retry.call_timeout())?;
         let prefetch = Arc::new(Semaphore::new(config.parallelism.max(1)));
         let mut config = config;
         config.block_size = config.block_size.max(1);
@@ -117,8 +117,14 @@ impl RemoteTier {
     }
 
     /// The local tier directory.
-    pub fn cache_dir(&self) -> &Path {
+    pub fn tier_dir(&self) -> &Path {
         &self.inner.dir.root
+    }
+
+    /// The local tier directory, under its former name.
+    #[deprecated(note = "use RemoteTier::tier_dir")]
+    pub fn cache_dir(&self) -> &Path {
+        self.tier_dir()
     }
 
     /// The object `name`'s size and etag, from the store.
@@ -554,7 +560,7 @@ impl RemoteTier {
     /// Evicts least-recently-used copies until the local tier is within its
     /// budget (done after every fetch too).
     pub fn evict(&self) -> Result<EvictReport> {
-        self.inner.dir.evict(self.inner.config.budget_bytes)
+        self.inner.dir.evict(self.inner.config.tier_budget)
     }
 }
 

@@ -24,7 +24,7 @@ pub type Cache = Box<dyn CacheBackend>;
 ///
 /// A `root` that is a URL (`s3://bucket/prefix`, ...) opens the cache
 /// published at `<root>/<name>/<key>` from a local working directory (see
-/// [`crate::RemoteConfig`]); its `flush` publishes.
+/// [`crate::TierOptions`]); its `flush` publishes.
 pub fn open(config: &CacheConfig) -> Result<Cache> {
     if let Some((local, remote)) = crate::remote::localize(config)? {
         let inner = open_local(config.backend, &local)?;

@@ -171,7 +171,7 @@ impl RemoteDir {
         // applied: the loop below finds them open.
         let _opening = self.open_by_blocks_at_once(c);
         let (ahead, ahead_of) = self.fetched_whole(c);
-        let windows = prefetch::windows(&ahead, self.tier.config().budget_bytes);
+        let windows = prefetch::windows(&ahead, self.tier.config().tier_budget);
         let mut next_window = 0;
         for (i, p) in c.pieces.iter().enumerate() {
             if let (Some(k), Some(w)) = (ahead_of[i], windows.get(next_window))

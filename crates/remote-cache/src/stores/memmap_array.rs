@@ -107,7 +107,7 @@ impl RemoteMemmapArray {
         let budget = self
             .remote
             .as_ref()
-            .map_or(0, |r| r.tier().config().budget_bytes);
+            .map_or(0, |r| r.tier().config().tier_budget);
         let objects = self.bins.iter().filter(|(o, _)| o.is_some()).count().max(1) as u64;
         let fills = self
             .bins

@@ -131,7 +131,7 @@ impl RemotePages {
         let budget = self
             .remote
             .as_ref()
-            .map_or(0, |r| r.tier().config().budget_bytes);
+            .map_or(0, |r| r.tier().config().tier_budget);
         Warming::all(vec![object.warm(&ranges, budget)])
     }
 

@@ -366,7 +366,7 @@ impl RemoteSegments {
             })
             .collect();
         let config = remote.tier().config();
-        let (budget, workers) = (config.budget_bytes, config.parallelism.max(1));
+        let (budget, workers) = (config.tier_budget, config.parallelism.max(1));
         {
             let mut coming = self.whole.1.lock().unwrap_or_else(|p| p.into_inner());
             coming.extend(files.iter().filter_map(|p| relative(remote.dir(), p)));
