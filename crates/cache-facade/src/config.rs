@@ -85,6 +85,13 @@ pub struct CacheConfig {
     /// store options); ignored for a local root. Not part of the key.
     #[serde(default)]
     pub remote: Option<TierOptions>,
+    /// Open for reading only: a segment-store cache without its writer
+    /// lock, puts refused (what a process forked from the writer opens);
+    /// the other stores are read-only without a source anyway, and a URL
+    /// root gives each handle a working directory of its own. Not part of
+    /// the key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 impl CacheConfig {
@@ -99,6 +106,7 @@ impl CacheConfig {
             create_root: false,
             on_stale: OnStale::Error,
             remote: None,
+            read_only: false,
         }
     }
 
@@ -123,6 +131,12 @@ impl CacheConfig {
     /// Sets the stale policy.
     pub fn on_stale(mut self, policy: OnStale) -> Self {
         self.on_stale = policy;
+        self
+    }
+
+    /// Opens the cache for reading only ([`read_only`](Self::read_only)).
+    pub fn read_only(mut self, yes: bool) -> Self {
+        self.read_only = yes;
         self
     }
 

@@ -87,9 +87,11 @@ mod remote;
 mod source;
 
 pub use backend::{CacheBackend, Lookup, Operation, Stats};
+#[allow(deprecated)]
+pub use backends::open_read_only;
 pub use backends::{
     Cache, MemmapBackend, PAGE_FILE, PageBackend, SegmentBackend, ShardBackend, open,
-    open_read_only, open_with_source,
+    open_with_source,
 };
 pub use cached_fn::{CachedFn, CallStats};
 #[allow(deprecated)]

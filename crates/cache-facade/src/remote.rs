@@ -42,6 +42,8 @@ pub(crate) fn localize(config: &CacheConfig) -> Result<Option<(CacheConfig, Cach
     let mut local = config.clone();
     local.create_root = true;
     local.root = opened.root().to_path_buf();
+    // The working directory is this handle's own: no writer lock to spare.
+    local.read_only = false;
     Ok(Some((local, opened)))
 }
 

@@ -91,6 +91,23 @@ fn segment_store_round_trips_every_value_shape_by_string_id() {
 }
 
 #[test]
+fn a_read_only_config_opens_beside_the_writer_and_refuses_puts() {
+    let root = tempfile::tempdir().unwrap();
+    let config = CacheConfig::new(StoreKind::SegmentStore, root.path(), "ro");
+    let writer = open(&config).unwrap();
+    writer.put_batch(vec![("a".into(), row(1))]).unwrap();
+    writer.flush().unwrap();
+    let reader = open(&config.clone().read_only(true)).unwrap();
+    assert_eq!(reader.get("a").unwrap(), Some(row(1)));
+    assert!(reader.put_batch(vec![("b".into(), row(2))]).is_err());
+    // Not part of the key: the same directory.
+    assert_eq!(
+        config.clone().read_only(true).cache_dir().unwrap(),
+        config.cache_dir().unwrap()
+    );
+}
+
+#[test]
 fn segment_store_multi_writer_ranks_write_their_own_logs() {
     let root = tempfile::tempdir().unwrap();
     let config = CacheConfig::new(StoreKind::SegmentStore, root.path(), "ranks")

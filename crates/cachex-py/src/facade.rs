@@ -47,8 +47,8 @@ impl PyCache {
     fn backend(&self, py: Python<'_>) -> PyResult<Shared> {
         self.handle.get(py, |py, _inherited| {
             self.in_child.store(true, Ordering::Release);
-            let config = &self.config;
-            let reader = errors::enter(py, || cache_facade::open_read_only(config))?;
+            let config = self.config.clone().read_only(true);
+            let reader = errors::enter(py, || cache_facade::open(&config))?;
             Ok(Arc::from(reader))
         })
     }
@@ -139,7 +139,7 @@ impl PyCache {
         let config = &self.config;
         if self.in_child.load(Ordering::Acquire) {
             drop(current);
-            let reader = errors::enter(py, || cache_facade::open_read_only(config))?;
+            let reader = errors::enter(py, || cache_facade::open(&config.clone().read_only(true)))?;
             self.handle.replace(py, Arc::from(reader));
             return Ok(());
         }

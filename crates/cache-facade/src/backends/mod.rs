@@ -33,17 +33,11 @@ pub fn open(config: &CacheConfig) -> Result<Cache> {
     open_local(config.backend, config)
 }
 
-/// Opens the cache `config` names for reading only: a segment-store cache
-/// without its writer lock (puts are refused), the others as [`open`]
-/// does (they are read-only without a source). For a handle reopened in a
-/// process forked from the one that opened `config` for writing.
+/// Opens the cache `config` names for reading only: [`open`] of it with
+/// [`CacheConfig::read_only`] set.
+#[deprecated(note = "use open with CacheConfig::read_only set")]
 pub fn open_read_only(config: &CacheConfig) -> Result<Cache> {
-    match config.backend {
-        StoreKind::SegmentStore if !config.root.to_str().is_some_and(remote_cache::is_url) => {
-            Ok(Box::new(SegmentBackend::open_read_only(config)?))
-        }
-        _ => open(config),
-    }
+    open(&config.clone().read_only(true))
 }
 
 fn open_local(kind: StoreKind, config: &CacheConfig) -> Result<Cache> {

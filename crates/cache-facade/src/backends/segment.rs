@@ -46,18 +46,10 @@ impl SegmentBackend {
         "multi_writer",
     ];
 
-    /// Opens (creating if needed) the cache `config` names.
+    /// Opens (creating if needed) the cache `config` names; read-only,
+    /// no writer lock taken and puts refused, where
+    /// [`CacheConfig::read_only`] says so.
     pub fn open(config: &CacheConfig) -> Result<SegmentBackend> {
-        Self::open_as(config, false)
-    }
-
-    /// Opens the cache `config` names read-only: no writer lock taken,
-    /// puts refused (what a process forked from the writer opens).
-    pub fn open_read_only(config: &CacheConfig) -> Result<SegmentBackend> {
-        Self::open_as(config, true)
-    }
-
-    fn open_as(config: &CacheConfig, read_only: bool) -> Result<SegmentBackend> {
         if config.backend != StoreKind::SegmentStore {
             return Err(FacadeError::Config(format!(
                 "SegmentBackend opened with a {} config",
@@ -75,7 +67,7 @@ impl SegmentBackend {
             writer_id: config
                 .opt("multi_writer", false)?
                 .then_some(defaults.current_rank),
-            read_only,
+            read_only: config.read_only,
             ..defaults
         };
         let prepared = prepare(config, &SPEC)?;
@@ -93,6 +85,13 @@ impl SegmentBackend {
     /// The store underneath.
     pub fn store(&self) -> &SegmentStore {
         &self.store
+    }
+
+    /// Opens the cache `config` names read-only: [`open`](Self::open) with
+    /// [`CacheConfig::read_only`] set.
+    #[deprecated(note = "use SegmentBackend::open with CacheConfig::read_only set")]
+    pub fn open_read_only(config: &CacheConfig) -> Result<SegmentBackend> {
+        Self::open(&config.clone().read_only(true))
     }
 }
 
