@@ -227,7 +227,7 @@ pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
     durable_fs::sync_dir(dir).map_err(FacadeError::durable)?;
     for entry in std::fs::read_dir(dir).map_err(FacadeError::io("list directory", dir))? {
         let entry = entry.map_err(FacadeError::io("list directory", dir))?;
-        if entry.file_name() == remote_cache::commit::STATE_DIR {
+        if entry.file_name() == remote_cache::STATE_DIR {
             // A working directory's record of its commit log (its lock,
             // the commits applied, the log's identity): the log's, not
             // the cache's, and held open by the handle clearing it.

@@ -3,14 +3,14 @@
 //! directory that `remote-cache` keeps in step with it (every published
 //! commit applied on open; [`CacheBackend::flush`] publishes what was
 //! written since, and so does dropping the backend, or the process's
-//! exit through [`remote_cache::publisher::publish_all_at_exit`], after
+//! exit through [`remote_cache::publish_all_at_exit`], after
 //! the store flushed what it held: see [`remote_cache::Publisher`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use remote_cache::publisher::{Publish, Publisher};
 use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url, redact_url};
+use remote_cache::{Publish, Publisher};
 
 use crate::{
     Cache, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats, Value,

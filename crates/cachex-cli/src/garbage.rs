@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use remote_cache::gc::{GcOptions, du, gc};
+use remote_cache::{GcOptions, du, gc};
 use remote_tier::RemoteTier;
 use serde_json::json;
 

@@ -12,8 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use remote_cache::push_pull::{migrate as migrate_manifests, pull_dir, push_dir};
 use remote_cache::{CacheDir, Location, TierOptions};
+use remote_cache::{migrate as migrate_manifests, pull_dir, push_dir};
 use remote_tier::RemoteTier;
 use remote_tier::legacy_manifest::{latest_manifest, pull_dir_with_progress};
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use remote_cache::commit::Piece;
+use remote_cache::Piece;
 use remote_cache::staged::{
     WRITER_BLOCK_HASHES, commit_files, fetch_file, open_tier, read_file, upload_files,
 };

@@ -31,7 +31,7 @@ pub struct StoreFiles {
 /// blocks. At 4 KiB that is some 40 KiB a key, where the tier's 8 MiB
 /// would fetch most of a segment; the price is one 64-character hash per
 /// 4 KiB in the commit record (1.6% of the segment bytes).
-pub const SEGMENT_BLOCK_SIZE: u64 = remote_tier::blocks::MIN_BLOCK_SIZE;
+pub const SEGMENT_BLOCK_SIZE: u64 = remote_tier::MIN_BLOCK_SIZE;
 
 fn never(_: &str) -> bool {
     false

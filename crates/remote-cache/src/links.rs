@@ -1,7 +1,7 @@
 //! Files read by blocks: the links a working directory holds into the
 //! local tier (sparse copies fetched as a store reads them), and the
 //! block lists kept beside them so each block is checked against the
-//! BLAKE3 its commit recorded (see [`mod@crate::remote_dir`]).
+//! BLAKE3 its commit recorded (see [`RemoteDir`](crate::RemoteDir)).
 //!
 //! **Block lists.** A piece that is a whole file readers may read by
 //! blocks (`.bin` arrays, page files: any whole file larger than the
@@ -10,7 +10,7 @@
 //! rely on knowing it) carries the BLAKE3 of each `block_size`-byte block
 //! of it: the last may be short; `block_size` is the publisher's tier
 //! block size, doubled as needed to keep at most
-//! `remote_tier::blocks::MAX_BLOCKS` blocks. It lives inside the piece,
+//! `remote_tier::MAX_BLOCKS` blocks. It lives inside the piece,
 //! so it is committed atomically with it and read with the one GET of the
 //! commit; the field is optional, so commits without it (published before
 //! it existed) still read, and readers that do not know it ignore it. The

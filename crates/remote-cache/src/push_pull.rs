@@ -2,15 +2,6 @@
 //! ([`push_dir`]: a snapshot is a commit), a commit log materialised into
 //! a directory ([`pull_dir`]), and a bucket of the older push layout
 //! (`manifests/`) converted into a commit ([`migrate`]).
-//!
-//! A push publishes the directory as it is: every file whose bytes differ
-//! from the log's file of that name (each a whole-file piece, `replace`),
-//! and as removed every file the log holds and the directory does not.
-//! Its commit is claimed like any other (conditionally, the next number,
-//! again after another writer's); readers of the log apply it like any
-//! other. A pull is a working directory of its own, in the destination:
-//! pulling again applies only what was published since, and removes what
-//! commits removed.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -68,6 +59,20 @@ pub struct MigrateReport {
 /// directory are not published; a symbolic link is refused
 /// ([`Error::BadLocation`]), since what it points at may be a sparse copy
 /// of a file not all fetched.
+///
+/// A whole cache directory published as one commit of the commit log
+/// ([`push_dir`]: a snapshot is a commit), a commit log materialised into
+/// a directory ([`pull_dir`]), and a bucket of the older push layout
+/// (`manifests/`) converted into a commit ([`migrate`]).
+///
+/// A push publishes the directory as it is: every file whose bytes differ
+/// from the log's file of that name (each a whole-file piece, `replace`),
+/// and as removed every file the log holds and the directory does not.
+/// Its commit is claimed like any other (conditionally, the next number,
+/// again after another writer's); readers of the log apply it like any
+/// other. A pull is a working directory of its own, in the destination:
+/// pulling again applies only what was published since, and removes what
+/// commits removed.
 pub fn push_dir(
     tier: &RemoteTier,
     dir: &Path,
@@ -224,7 +229,7 @@ fn holds(state: &LogState, piece: &Piece) -> bool {
 /// commit writes or removes and that is not as a pull left it is an
 /// [`Error::Conflict`]. The directory holds one log: pulling a URL whose
 /// log is another one than it holds (the prefix rebuilt, the same URL on
-/// another endpoint; see [`mod@crate::log_id`]) is [`Error::OtherLog`],
+/// another endpoint; see [`LOG_OBJECT`](crate::LOG_OBJECT)) is [`Error::OtherLog`],
 /// naming both, and changes nothing in it.
 pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<RefreshReport> {
     let dir = RemoteDir::open_unapplied(tier.clone(), dest, StoreFiles::for_kind(None))?;

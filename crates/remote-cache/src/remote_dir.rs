@@ -2,101 +2,6 @@
 //! in object storage — materialised from it on open and on
 //! [`refresh`](RemoteDir::refresh), published to it by
 //! [`publish`](RemoteDir::publish).
-//!
-//! The stores write files that are immutable (segments, shards, `.bin`
-//! arrays, page files), append-only (index logs) or replaced whole by a
-//! rename (`metadata.json`), and remove files they no longer need (a
-//! compaction's old segments). A commit therefore lists *pieces* — the
-//! bytes `offset..offset + size` of a file, stored under their BLAKE3,
-//! either extending the file or (`replace`) standing for all of it — and
-//! the files removed. Publishing costs O(new bytes); a reader applies only
-//! the commits after the last one it saw. The records are described in
-//! [`mod@crate::commit`]:
-//!
-//! ```text
-//! <url>/objects/<blake3 hex>          one piece's bytes
-//! <url>/commits/<seq, 20 digits>.json a commit: pieces, then removals
-//! <url>/checkpoints/<seq>.json        the whole file state after commit seq (gc)
-//! <url>/log.json                      the log's identity (see [`mod@crate::log_id`])
-//! <work dir>/.cachex-remote/
-//!   lock                              flock: one handle per working directory
-//!   log.json                          the identity of the log applied here
-//!   applied.jsonl                     per applied commit: seq, each file's length and
-//!                                     inode, the files removed
-//!   blocks/<blake3>.json              the block list of each linked file that has one
-//! ```
-//!
-//! A whole file a reader may read by blocks carries a BLAKE3 per block in
-//! its commit ([`Piece::blocks`]), checked as each block is fetched; the
-//! list is kept in the state directory for when the file is linked again.
-//! Its block size is the publisher's tier block size, or the store's own
-//! for files it reads in small parts (`StoreFiles::block_size`: segments,
-//! 4 KiB, up to 2^18 hashes a commit); a reader links a file with a block
-//! size of its store's own whatever its size.
-//!
-//! Rules that make it safe:
-//! - **Commit last, conditionally.** Pieces are uploaded first; the commit
-//!   record is created with `PutMode::Create` under the next sequence
-//!   number. A writer killed before that leaves only unreferenced objects:
-//!   the remote cache stays at its last commit.
-//! - **Bytes, not paths.** A piece's bytes are read from the file handle
-//!   it was hashed from and hashed again as they are sent; the object is
-//!   stored only when they hash to its name (a multipart upload is
-//!   aborted otherwise), so a file changed after it was hashed is refused
-//!   with [`remote_tier::Error::SourceChanged`] naming it, and no object
-//!   ever holds bytes other than its name says.
-//! - **A publish in flight is visible to gc.** Before it uploads, a
-//!   publisher writes a lease naming every object its commit will name
-//!   ([`mod@crate::lease`]), renews it while it uploads and deletes it
-//!   once its commit landed; gc keeps what a live lease names. Just
-//!   before the commit every piece is checked to be in the store (HEAD)
-//!   and sent again if not: a commit never names an object that is not
-//!   there.
-//! - **No file claimed twice.** Before it commits, and again each time
-//!   another writer took the number it tried, a writer applies the
-//!   commits it has not seen. One that writes a file this writer changed
-//!   locally and has not published is a [`Error::Conflict`]: of two
-//!   writers that claimed one segment id, exactly one publishes.
-//! - **Numbers without gaps.** A writer claims `seq + 1` only after it
-//!   applied `seq`, so the commits are `1..=N` and a reader learns that
-//!   nothing newer exists from one GET of `N + 1` that finds nothing (no
-//!   listing). A commit taken meanwhile is either found by that GET or
-//!   published after it: a reader never sees a later commit without the
-//!   earlier ones.
-//! - **Never half a commit.** A reader applies whole commits in sequence
-//!   order, every piece verified against its BLAKE3 (or, for files read by
-//!   blocks, each block against its own BLAKE3 as it is fetched — or its
-//!   size and etag, for commits without a block list), and records each
-//!   applied commit only after its files are durable; re-applying one
-//!   after a crash finds the bytes in place and skips them.
-//! - **Removals are meant, evictions are not.** A file this handle had
-//!   and no longer finds is published as removed, unless the store says
-//!   its removal is a local eviction ([`StoreFiles::evicted_locally`]:
-//!   shard-store's disk budget), which stays on this machine. A reader
-//!   removes a removed file from its working directory after the commit's
-//!   pieces are in place (its store still maps what it had open), checked
-//!   as a piece is: a file changed here and not published is a
-//!   [`Error::Conflict`], and paths are checked to stay inside the
-//!   working directory.
-//! - **Checkpoints.** A working directory with nothing applied yet starts
-//!   from the newest checkpoint, if gc wrote one, and applies the commits
-//!   after it. One that is behind a checkpoint and finds an object of its
-//!   next commit gone (gc keeps only what the retention window needs)
-//!   moves to the checkpoint instead: every file of it written, every file
-//!   it had and the checkpoint has not removed.
-//! - **One log.** A refresh asks for the log's identity with the next
-//!   commit; a directory that holds another log's commits starts over
-//!   when opened, and an open handle refuses it ([`Error::OtherLog`]):
-//!   see [`mod@crate::log_id`].
-//! - **Reads never wait for the server.** A refresh or a publish holds the
-//!   directory's state for all its requests; what reads need (the files
-//!   read by blocks) is swapped in under a lock of its own once each
-//!   commit is applied, so they answer at local speed meanwhile and see
-//!   whole commits.
-//! - **Read by blocks.** Large files a store maps and reads in parts
-//!   (`.bin` arrays, page files) may be left in the local tier as sparse
-//!   files, linked into the working directory; [`RemoteDir::ensure`]
-//!   fetches the blocks of a byte range before the store reads it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -110,11 +15,10 @@ use std::sync::{Mutex, MutexGuard, OnceLock, RwLock};
 use durable_fs::FileLock;
 use remote_tier::{Expected, RemoteFile, RemoteTier};
 
-pub use crate::commit::{
-    CHECKPOINTS, COMMIT_VERSION, COMMITS, Checkpoint, Commit, OBJECTS, Piece, STATE_DIR,
-    checkpoint_name, commit_name,
+use crate::commit::{
+    COMMIT_VERSION, COMMITS, Checkpoint, Commit, OBJECTS, Piece, STATE_DIR, commit_name,
+    newest_checkpoint_after, read_commit, writer_name,
 };
-use crate::commit::{newest_checkpoint_after, read_commit, writer_name};
 use crate::files::StoreFiles;
 use crate::hooks::{self, Stage};
 use crate::lease::{Lease, PUBLISH_LEASE};
@@ -139,7 +43,6 @@ const MAX_COMMIT_RACES: u32 = 64;
 /// for (`StoreFiles::block_size`): about 17 MB of the record (a quarter of
 /// [`MAX_COMMIT`]), 1 GiB of segments in 4 KiB blocks.
 pub(crate) const STORE_BLOCK_HASHES: u64 = 1 << 18;
-pub use crate::upload::REUSE_WITHIN;
 
 /// What a reader applies next: a commit, or the checkpoint that stands
 /// for the commits it missed.
@@ -231,7 +134,7 @@ impl State {
 }
 
 /// What a refresh does when the URL holds another log than the one
-/// applied here (see [`mod@crate::log_id`]).
+/// applied here (see [`LOG_OBJECT`](crate::LOG_OBJECT)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OnOtherLog {
     /// Drop every file and record of the working directory and apply the
@@ -243,13 +146,113 @@ enum OnOtherLog {
 }
 
 /// A local working directory materialised from, and published to, a
-/// commit log at an object-store URL (see the [module docs](self)).
+/// commit log at an object-store URL (see below).
 ///
 /// Two locks: `state`, held by a refresh or a publish for all its work
 /// (network requests included), serialises them; `view`, what reads
 /// need (the files read by blocks), is updated under it once per commit
 /// applied and held by a read only to look a file up — so a read never
 /// waits for the server on a refresh's behalf, and sees whole commits.
+///
+/// [`RemoteDir`]: a local working directory kept in step with a commit log
+/// in object storage — materialised from it on open and on
+/// [`refresh`](RemoteDir::refresh), published to it by
+/// [`publish`](RemoteDir::publish).
+///
+/// The stores write files that are immutable (segments, shards, `.bin`
+/// arrays, page files), append-only (index logs) or replaced whole by a
+/// rename (`metadata.json`), and remove files they no longer need (a
+/// compaction's old segments). A commit therefore lists *pieces* — the
+/// bytes `offset..offset + size` of a file, stored under their BLAKE3,
+/// either extending the file or (`replace`) standing for all of it — and
+/// the files removed. Publishing costs O(new bytes); a reader applies only
+/// the commits after the last one it saw. The records are described in
+/// [`Commit`](crate::Commit):
+///
+/// ```text
+/// <url>/objects/<blake3 hex>          one piece's bytes
+/// <url>/commits/<seq, 20 digits>.json a commit: pieces, then removals
+/// <url>/checkpoints/<seq>.json        the whole file state after commit seq (gc)
+/// <url>/log.json                      the log's identity (see [`LOG_OBJECT`](crate::LOG_OBJECT))
+/// <work dir>/.cachex-remote/
+///   lock                              flock: one handle per working directory
+///   log.json                          the identity of the log applied here
+///   applied.jsonl                     per applied commit: seq, each file's length and
+///                                     inode, the files removed
+///   blocks/<blake3>.json              the block list of each linked file that has one
+/// ```
+///
+/// A whole file a reader may read by blocks carries a BLAKE3 per block in
+/// its commit ([`Piece::blocks`]), checked as each block is fetched; the
+/// list is kept in the state directory for when the file is linked again.
+/// Its block size is the publisher's tier block size, or the store's own
+/// for files it reads in small parts (`StoreFiles::block_size`: segments,
+/// 4 KiB, up to 2^18 hashes a commit); a reader links a file with a block
+/// size of its store's own whatever its size.
+///
+/// Rules that make it safe:
+/// - **Commit last, conditionally.** Pieces are uploaded first; the commit
+///   record is created with `PutMode::Create` under the next sequence
+///   number. A writer killed before that leaves only unreferenced objects:
+///   the remote cache stays at its last commit.
+/// - **Bytes, not paths.** A piece's bytes are read from the file handle
+///   it was hashed from and hashed again as they are sent; the object is
+///   stored only when they hash to its name (a multipart upload is
+///   aborted otherwise), so a file changed after it was hashed is refused
+///   with [`remote_tier::Error::SourceChanged`] naming it, and no object
+///   ever holds bytes other than its name says.
+/// - **A publish in flight is visible to gc.** Before it uploads, a
+///   publisher writes a lease naming every object its commit will name
+///   (`lease.rs`), renews it while it uploads and deletes it
+///   once its commit landed; gc keeps what a live lease names. Just
+///   before the commit every piece is checked to be in the store (HEAD)
+///   and sent again if not: a commit never names an object that is not
+///   there.
+/// - **No file claimed twice.** Before it commits, and again each time
+///   another writer took the number it tried, a writer applies the
+///   commits it has not seen. One that writes a file this writer changed
+///   locally and has not published is a [`Error::Conflict`]: of two
+///   writers that claimed one segment id, exactly one publishes.
+/// - **Numbers without gaps.** A writer claims `seq + 1` only after it
+///   applied `seq`, so the commits are `1..=N` and a reader learns that
+///   nothing newer exists from one GET of `N + 1` that finds nothing (no
+///   listing). A commit taken meanwhile is either found by that GET or
+///   published after it: a reader never sees a later commit without the
+///   earlier ones.
+/// - **Never half a commit.** A reader applies whole commits in sequence
+///   order, every piece verified against its BLAKE3 (or, for files read by
+///   blocks, each block against its own BLAKE3 as it is fetched — or its
+///   size and etag, for commits without a block list), and records each
+///   applied commit only after its files are durable; re-applying one
+///   after a crash finds the bytes in place and skips them.
+/// - **Removals are meant, evictions are not.** A file this handle had
+///   and no longer finds is published as removed, unless the store says
+///   its removal is a local eviction ([`StoreFiles::evicted_locally`]:
+///   shard-store's disk budget), which stays on this machine. A reader
+///   removes a removed file from its working directory after the commit's
+///   pieces are in place (its store still maps what it had open), checked
+///   as a piece is: a file changed here and not published is a
+///   [`Error::Conflict`], and paths are checked to stay inside the
+///   working directory.
+/// - **Checkpoints.** A working directory with nothing applied yet starts
+///   from the newest checkpoint, if gc wrote one, and applies the commits
+///   after it. One that is behind a checkpoint and finds an object of its
+///   next commit gone (gc keeps only what the retention window needs)
+///   moves to the checkpoint instead: every file of it written, every file
+///   it had and the checkpoint has not removed.
+/// - **One log.** A refresh asks for the log's identity with the next
+///   commit; a directory that holds another log's commits starts over
+///   when opened, and an open handle refuses it ([`Error::OtherLog`]):
+///   see [`LOG_OBJECT`](crate::LOG_OBJECT).
+/// - **Reads never wait for the server.** A refresh or a publish holds the
+///   directory's state for all its requests; what reads need (the files
+///   read by blocks) is swapped in under a lock of its own once each
+///   commit is applied, so they answer at local speed meanwhile and see
+///   whole commits.
+/// - **Read by blocks.** Large files a store maps and reads in parts
+///   (`.bin` arrays, page files) may be left in the local tier as sparse
+///   files, linked into the working directory; [`RemoteDir::ensure`]
+///   fetches the blocks of a byte range before the store reads it.
 #[derive(Debug)]
 pub struct RemoteDir {
     pub(crate) tier: RemoteTier,
@@ -272,7 +275,7 @@ impl RemoteDir {
     /// Opens the working directory `dir` (created if needed) for the
     /// commit log at `tier`'s URL and applies every commit not applied
     /// there yet — from scratch, every file of it dropped first, when the
-    /// directory holds another log's commits ([`mod@crate::log_id`]).
+    /// directory holds another log's commits ([`LOG_OBJECT`](crate::LOG_OBJECT)).
     /// `files` says which of the store's files are read by blocks and
     /// which never travel.
     pub fn open(tier: RemoteTier, dir: &Path, files: StoreFiles) -> Result<RemoteDir> {
@@ -419,7 +422,7 @@ impl RemoteDir {
     }
 
     /// The id of the log whose commits are applied here (`None`: none
-    /// recorded; see [`mod@crate::log_id`]).
+    /// recorded; see [`LOG_OBJECT`](crate::LOG_OBJECT)).
     pub fn log_id(&self) -> Option<String> {
         self.lock().log_id.clone()
     }
@@ -442,7 +445,7 @@ impl RemoteDir {
     /// and reads the newest, if any (then the commits after it).
     ///
     /// When the URL holds another log than the one applied here (see
-    /// [`mod@crate::log_id`]), this handle refuses it: this and every later
+    /// [`LOG_OBJECT`](crate::LOG_OBJECT)), this handle refuses it: this and every later
     /// refresh, publish and read fail with [`Error::OtherLog`]; opening
     /// the directory again starts over from the bucket's log.
     pub fn refresh(&self) -> Result<RefreshReport> {

@@ -9,7 +9,7 @@ mod common;
 use std::os::unix::fs::FileExt;
 
 use common::{build_arrays, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
-use remote_cache::remote_dir::commit_name;
+use remote_cache::commit_name;
 use remote_cache::{Commit, Error, RemoteDir, RemoteMemmapArray};
 use remote_tier::RemoteTier;
 

@@ -15,7 +15,7 @@ use common::{
     RefuseCreates, Requests, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options,
     small_tier, tier,
 };
-use remote_cache::gc::{GcOptions, du, gc};
+use remote_cache::{GcOptions, du, gc};
 use remote_cache::{RemoteDir, RemoteSegments, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, SegmentStore};

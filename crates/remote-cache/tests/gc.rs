@@ -17,8 +17,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{build_arrays, keyed, new_bucket_url, s3_endpoint, s3_location, tier};
-use remote_cache::gc::{GcOptions, du, gc};
-use remote_cache::push_pull::push_dir;
+use remote_cache::push_dir;
+use remote_cache::{GcOptions, du, gc};
 use remote_cache::{RemoteDir, RemoteMemmapArray, RemoteSegments, StoreFiles};
 use remote_tier::RemoteTier;
 use segment_store::Options;

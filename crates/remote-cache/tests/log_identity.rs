@@ -11,9 +11,9 @@ mod common;
 use std::path::Path;
 
 use common::{keyed, new_bucket_url, s3_endpoint, s3_options, small_tier};
-use remote_cache::log_id::LOG_OBJECT;
-use remote_cache::push_pull::pull_dir;
-use remote_cache::remote_dir::{COMMIT_VERSION, OBJECTS, commit_name};
+use remote_cache::LOG_OBJECT;
+use remote_cache::pull_dir;
+use remote_cache::{COMMIT_VERSION, OBJECTS, commit_name};
 use remote_cache::{
     Commit, Error, Location, Piece, RemoteDir, RemoteSegments, StoreFiles, work_dir,
 };

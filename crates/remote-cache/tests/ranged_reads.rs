@@ -203,7 +203,7 @@ fn keys_of_w1_on_an_empty_tier_fetch_the_index_and_their_rows() {
         );
         // Nothing but the commit records, the log's identity, index logs
         // and schema besides.
-        let log_bytes = meter.bytes(|o| o.ends_with(remote_cache::log_id::LOG_OBJECT));
+        let log_bytes = meter.bytes(|o| o.ends_with(remote_cache::LOG_OBJECT));
         let index_files: u64 = ["segment-index.log", "schema.json"]
             .iter()
             .map(|f| {

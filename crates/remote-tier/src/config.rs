@@ -8,7 +8,7 @@ use crate::remote::RetryPolicy;
 /// multipart upload (S3 parts are at least 5 MiB).
 pub const DEFAULT_BLOCK_SIZE: u64 = 8 << 20;
 
-/// How a [`RemoteTier`] uses its local directory and the network.
+/// How a [`RemoteTier`](crate::RemoteTier) uses its local directory and the network.
 #[derive(Debug, Clone)]
 pub struct TierConfig {
     /// The local tier: fetched copies, block maps, locks. Several
@@ -39,9 +39,9 @@ pub struct TierConfig {
     /// Only one writer ever publishes to this URL: commit records are
     /// written even where the server does not honour conditional puts
     /// (which are then not needed to keep two writers apart). Off by
-    /// default: [`RemoteTier::commit`] first checks, once per tier, that
+    /// default: [`RemoteTier::commit`](crate::RemoteTier::commit) first checks, once per tier, that
     /// the server refuses a second put-if-absent of one name, and
-    /// refuses to publish ([`Error::ConditionalPutIgnored`]) where it
+    /// refuses to publish ([`Error::ConditionalPutIgnored`](crate::Error::ConditionalPutIgnored)) where it
     /// does not.
     pub single_publisher: bool,
 }

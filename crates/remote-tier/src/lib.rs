@@ -16,7 +16,7 @@
 //! - **Verified.** Every response's length is checked; a whole fetch is
 //!   checked against the size and BLAKE3 the caller knows ([`Expected`])
 //!   before it is renamed into place. A large object whose publisher
-//!   recorded the BLAKE3 of each block ([`BlockHashes`], see [`blocks`])
+//!   recorded the BLAKE3 of each block ([`BlockHashes`], a [`BlockList`])
 //!   is opened with [`RemoteTier::open_verified`]: its sparse file uses
 //!   the recorded block size and every block is checked before a byte of
 //!   it is written (a mismatch is fetched once more, then is
@@ -131,7 +131,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod blocks;
+mod blocks;
 mod config;
 mod engine;
 mod error;
@@ -150,7 +150,10 @@ mod store_url;
 mod tier;
 mod warm;
 
-pub use blocks::{BlockHasher, BlockHashes, BlockList};
+pub use blocks::{
+    BLOCK_LIST_VERSION, BlockHasher, BlockHashes, BlockList, MAX_BLOCK_SIZE, MAX_BLOCKS,
+    MIN_BLOCK_SIZE,
+};
 pub use config::{DEFAULT_BLOCK_SIZE, TierConfig};
 pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};

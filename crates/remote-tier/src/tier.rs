@@ -495,7 +495,7 @@ impl RemoteTier {
     /// [`Error::CommitTaken`]. Upload the files it points to first.
     ///
     /// Before its first commit a tier checks that the server honours
-    /// conditional puts (it puts one probe object under [`PROBE_DIR`]
+    /// conditional puts (it puts one probe object under [`PROBE_DIR`](crate::PROBE_DIR)
     /// twice, and the second put must be refused); where it does not,
     /// publishing is refused with [`Error::ConditionalPutIgnored`] unless
     /// [`TierConfig::single_publisher`] says no other writer publishes.

@@ -1,4 +1,4 @@
-//! Another log at a directory's URL ([`mod@crate::log_id`]): started over
+//! Another log at a directory's URL ([`LOG_OBJECT`](crate::LOG_OBJECT)): started over
 //! from on open, refused by an open handle.
 
 use super::*;
