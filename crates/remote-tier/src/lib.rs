@@ -141,6 +141,7 @@ mod format;
 pub mod fuzz_entry;
 pub mod legacy_manifest;
 mod local;
+mod object_state;
 mod open_files;
 mod pins;
 pub mod record;
