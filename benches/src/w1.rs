@@ -19,7 +19,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use cache_facade::{BackendKind, CacheBackend, CacheConfig};
+use cache_facade::{CacheBackend, CacheConfig, StoreKind};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use segment_store::{Options, SegmentStore};
@@ -129,7 +129,7 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
     // The facade's directory for this config, under <dir>/<name> (emptied
     // before each write repetition); the LRU is off for reads.
     let root = ctx.dir.join(&name);
-    let config = CacheConfig::new(BackendKind::SegmentStore, &root, "w1").option("lru_bytes", 0);
+    let config = CacheConfig::new(StoreKind::SegmentStore, &root, "w1").option("lru_bytes", 0);
     let dir = config.cache_dir().map_err(err)?;
     let item_bytes = DIM * 4 + if dict { LOGITS * 2 } else { 0 };
     // Timed as one interval: open, every put_batch and the final flush

@@ -24,7 +24,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cache_facade::{BackendKind, CacheBackend, CacheConfig, Value};
+use cache_facade::{CacheBackend, CacheConfig, StoreKind, Value};
 use memmap_array::{MemmapArray, NewRow, RowWriter, Schema, WriterOptions};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -103,7 +103,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     // <dir>/w4, emptied before each write repetition), so the facade opens
     // what the writer built.
     let root = ctx.dir.join("w4");
-    let config = CacheConfig::new(BackendKind::MemmapArray, &root, "w4").option("w4", seed);
+    let config = CacheConfig::new(StoreKind::MemmapArray, &root, "w4").option("w4", seed);
     let dir = config.cache_dir().map_err(err)?;
     let fingerprint = fingerprint::compute_fingerprint(
         &config.identity().map_err(err)?,

@@ -12,9 +12,9 @@
 use std::path::Path;
 use tensor_core::Value;
 
-use remote_cache::commit::CHECKPOINT_VERSION;
+use remote_cache::CHECKPOINT_VERSION;
 use remote_cache::fuzz_entry::payloads;
-use remote_cache::journal::{COMMIT_VERSION, commit_name};
+use remote_cache::{COMMIT_VERSION, commit_name};
 use remote_cache::{Checkpoint, Commit, Location, Piece, RemoteSegments};
 use remote_tier::{BlockHasher, TierConfig};
 use segment_store::Options;

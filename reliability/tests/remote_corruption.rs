@@ -11,7 +11,7 @@
 use reliability::remote::{
     publish_batch, reader_options, tier_config, whole_batches, writer_options,
 };
-use remote_cache::journal::commit_name;
+use remote_cache::commit_name;
 use remote_cache::{Location, RemoteSegments};
 
 /// Flips every `step`-th byte: 1 under `CACHEX_FAULT_SWEEP=all`, else 7.

@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use cache_facade::{BackendKind, CacheBackend, CacheConfig, SegmentBackend, Value};
+use cache_facade::{CacheBackend, CacheConfig, SegmentBackend, StoreKind, Value};
 use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 
@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dict = std::env::args().nth(1).as_deref() == Some("dict");
     let root = tempfile::tempdir()?;
     let config =
-        CacheConfig::new(BackendKind::SegmentStore, root.path(), "w1").option("lru_bytes", 0);
+        CacheConfig::new(StoreKind::SegmentStore, root.path(), "w1").option("lru_bytes", 0);
     let facade = SegmentBackend::open(&config)?;
     for start in (0..N).step_by(BATCH) {
         let items = (start..(start + BATCH).min(N))

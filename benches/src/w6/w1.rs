@@ -131,7 +131,7 @@ fn read(ctx: &Ctx, store: &RemoteSegments, n: usize, open_secs: f64) -> Result<f
 /// How W1's files travel: segments read by blocks (in the store's small
 /// blocks, fetched by byte ranges or whole), the index copied whole.
 fn segment_files() -> remote_cache::StoreFiles {
-    remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::Segments)
+    remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::SegmentStore)
 }
 
 fn read_only() -> Options {

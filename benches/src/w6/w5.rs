@@ -143,7 +143,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
                     &dir,
                     budget,
                     latency,
-                    remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::Pages),
+                    remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::PageAlloc),
                 )?;
                 remote.refresh().map_err(err)?;
                 let pages = RemotePages::with_remote(remote, PAGE_FILE).map_err(err)?;

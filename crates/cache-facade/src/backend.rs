@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tensor_core::Value;
 
-use crate::{BackendKind, FacadeError, Result};
+use crate::{FacadeError, Result, StoreKind};
 
 /// The answer to [`CacheBackend::get_batch`]: one slot per key in the
 /// caller's order, and the positions of the keys that were not found.
@@ -73,7 +73,7 @@ impl Operation {
 /// them (see the table in the crate docs).
 pub trait CacheBackend: Send + Sync {
     /// The store underneath.
-    fn kind(&self) -> BackendKind;
+    fn kind(&self) -> StoreKind;
 
     /// Whether `op` is served.
     fn supports(&self, op: Operation) -> bool;
@@ -156,7 +156,7 @@ pub trait CacheBackend: Send + Sync {
 macro_rules! forward_backend {
     ($($ptr:ident),*) => {$(
 impl<B: CacheBackend + ?Sized> CacheBackend for $ptr<B> {
-    fn kind(&self) -> BackendKind {
+    fn kind(&self) -> StoreKind {
         (**self).kind()
     }
     fn supports(&self, op: Operation) -> bool {

@@ -7,35 +7,11 @@ use fingerprint::{CacheKey, Mode, cache_identity, compute_key, named_cache_dir};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::{FacadeError, Result};
+use crate::{FacadeError, Result, StoreKind, TierOptions};
 
-/// The store behind a [`CacheConfig`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BackendKind {
-    /// `segment-store`: keyed tensor records on Arrow IPC segments.
-    SegmentStore,
-    /// `memmap-array`: fixed-shape rows by source id or index, built from a
-    /// [`crate::Source`].
-    MemmapArray,
-    /// `shard-store`: the items of a deterministic iterator, by index.
-    ShardStore,
-    /// `page-alloc`: samples by index in one page file, built once from a
-    /// [`crate::Source`].
-    PageAlloc,
-}
-
-impl BackendKind {
-    /// The kebab-case name used in configs and messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::SegmentStore => "segment-store",
-            BackendKind::MemmapArray => "memmap-array",
-            BackendKind::ShardStore => "shard-store",
-            BackendKind::PageAlloc => "page-alloc",
-        }
-    }
-}
+/// The store behind a [`CacheConfig`], under its former name.
+#[deprecated(note = "use StoreKind")]
+pub type BackendKind = StoreKind;
 
 /// What to do when the cache on disk was built from other sources or an
 /// older store format.
@@ -86,10 +62,10 @@ impl SourcesConfig {
 #[serde(deny_unknown_fields)]
 pub struct CacheConfig {
     /// The store.
-    pub backend: BackendKind,
+    pub backend: StoreKind,
     /// The directory all caches live under, or an object store URL
     /// (`s3://bucket/prefix`, ...) read through a local tier (see
-    /// [`crate::RemoteConfig`]).
+    /// [`TierOptions`]).
     pub root: PathBuf,
     /// The cache's name: one path component (no `/`, not `..`).
     pub name: String,
@@ -108,12 +84,19 @@ pub struct CacheConfig {
     /// How a `root` that is a URL is read locally (tier directory, budget,
     /// store options); ignored for a local root. Not part of the key.
     #[serde(default)]
-    pub remote: Option<crate::RemoteConfig>,
+    pub remote: Option<TierOptions>,
+    /// Open for reading only: a segment-store cache without its writer
+    /// lock, puts refused (what a process forked from the writer opens);
+    /// the other stores are read-only without a source anyway, and a URL
+    /// root gives each handle a working directory of its own. Not part of
+    /// the key.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 impl CacheConfig {
     /// A config with no options.
-    pub fn new(backend: BackendKind, root: impl Into<PathBuf>, name: impl Into<String>) -> Self {
+    pub fn new(backend: StoreKind, root: impl Into<PathBuf>, name: impl Into<String>) -> Self {
         CacheConfig {
             backend,
             root: root.into(),
@@ -123,6 +106,7 @@ impl CacheConfig {
             create_root: false,
             on_stale: OnStale::Error,
             remote: None,
+            read_only: false,
         }
     }
 
@@ -150,8 +134,14 @@ impl CacheConfig {
         self
     }
 
+    /// Opens the cache for reading only ([`read_only`](Self::read_only)).
+    pub fn read_only(mut self, yes: bool) -> Self {
+        self.read_only = yes;
+        self
+    }
+
     /// Sets how a URL root is read locally.
-    pub fn remote(mut self, remote: crate::RemoteConfig) -> Self {
+    pub fn remote(mut self, remote: TierOptions) -> Self {
         self.remote = Some(remote);
         self
     }
@@ -163,7 +153,7 @@ impl CacheConfig {
 
     /// Reads and parses a JSON config file.
     pub fn from_file(path: &Path) -> Result<CacheConfig> {
-        let text = std::fs::read_to_string(path).map_err(|e| FacadeError::io(path, e))?;
+        let text = std::fs::read_to_string(path).map_err(FacadeError::io("read", path))?;
         serde_json::from_str(&text)
             .map_err(|e| FacadeError::Config(format!("{}: {e}", path.display())))
     }

@@ -10,11 +10,11 @@ use crate::{CacheBackend, Operation, Result, Stats};
 /// Negative indices count from the end. Cheap to share across threads.
 ///
 /// ```
-/// use cache_facade::{BackendKind, CacheConfig, Dataset, Source, open_with_source};
+/// use cache_facade::{StoreKind, CacheConfig, Dataset, Source, open_with_source};
 /// use tensor_core::{Tensor, Value};
 ///
 /// let root = tempfile::tempdir()?;
-/// let config = CacheConfig::new(BackendKind::PageAlloc, root.path(), "train")
+/// let config = CacheConfig::new(StoreKind::PageAlloc, root.path(), "train")
 ///     .option("resolution", 2);
 /// let source = Source::items(|| {
 ///     (0..10u8).map(|i| Value::dict([("pixels", Tensor::from_vec([2, 2], vec![i; 4]).unwrap())]))

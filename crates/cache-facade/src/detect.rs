@@ -7,7 +7,84 @@ use std::path::Path;
 
 use page_alloc::beton::{self, HEADER_LEN};
 
-/// The kinds of cache `cachex` understands.
+use crate::StoreKind;
+
+/// What [`detect`] found at a path: the store that reads it, and, when
+/// its files were written by another tool, which.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Detected {
+    /// The store that reads it.
+    pub kind: StoreKind,
+    /// The format of another tool it is in (`None`: the store's own).
+    pub peer: Option<PeerFormat>,
+}
+
+/// A format of another tool that a cachex store reads as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum PeerFormat {
+    /// A torchcachex directory (segments, no index of ours): read by
+    /// segment-store.
+    Torchcachex,
+    /// An FFCV `.beton` file: read by page-alloc.
+    Beton,
+}
+
+impl PeerFormat {
+    /// The format's name in messages and `--json` output.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerFormat::Torchcachex => "torchcachex",
+            PeerFormat::Beton => "beton",
+        }
+    }
+
+    /// The store that reads it.
+    pub fn store(self) -> StoreKind {
+        match self {
+            PeerFormat::Torchcachex => StoreKind::SegmentStore,
+            PeerFormat::Beton => StoreKind::PageAlloc,
+        }
+    }
+}
+
+impl Detected {
+    /// A cache in `kind`'s own format.
+    pub const fn own(kind: StoreKind) -> Detected {
+        Detected { kind, peer: None }
+    }
+
+    /// A cache in the format `peer`, read by its store.
+    pub fn peer(peer: PeerFormat) -> Detected {
+        Detected {
+            kind: peer.store(),
+            peer: Some(peer),
+        }
+    }
+
+    /// Its name in messages and `--json` output: the peer format's, else
+    /// the store's (`segment-store`, `torchcachex`, `beton`, ...).
+    pub fn name(self) -> &'static str {
+        self.peer.map_or(self.kind.name(), PeerFormat::name)
+    }
+}
+
+impl From<StoreKind> for Detected {
+    fn from(kind: StoreKind) -> Detected {
+        Detected::own(kind)
+    }
+}
+
+impl serde::Serialize for Detected {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// The kinds of cache `cachex` understands, as one enum: now a
+/// [`Detected`] (a [`StoreKind`] and a [`PeerFormat`]).
+#[deprecated(note = "use Detected (a StoreKind and a PeerFormat)")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
@@ -26,41 +103,49 @@ pub enum CacheKind {
     Beton,
 }
 
+#[allow(deprecated)]
 impl CacheKind {
     /// The kind's name in messages and `--json` output.
     pub fn name(self) -> &'static str {
-        match self {
-            CacheKind::SegmentStore => "segment-store",
-            CacheKind::Torchcachex => "torchcachex",
-            CacheKind::MemmapArray => "memmap-array",
-            CacheKind::ShardStore => "shard-store",
-            CacheKind::PageAlloc => "page-alloc",
-            CacheKind::Beton => "beton",
+        Detected::from(self).name()
+    }
+}
+
+#[allow(deprecated)]
+impl From<CacheKind> for Detected {
+    fn from(kind: CacheKind) -> Detected {
+        match kind {
+            CacheKind::SegmentStore => Detected::own(StoreKind::SegmentStore),
+            CacheKind::Torchcachex => Detected::peer(PeerFormat::Torchcachex),
+            CacheKind::MemmapArray => Detected::own(StoreKind::MemmapArray),
+            CacheKind::ShardStore => Detected::own(StoreKind::ShardStore),
+            CacheKind::PageAlloc => Detected::own(StoreKind::PageAlloc),
+            CacheKind::Beton => Detected::peer(PeerFormat::Beton),
         }
     }
 }
 
 /// The kind of cache at `path`, or `None` when it is none we know.
-pub fn detect(path: &Path) -> Option<CacheKind> {
+pub fn detect(path: &Path) -> Option<Detected> {
     if path.is_dir() {
         // Ours: the shared index log, or (several writers) their logs.
         if path.join(segment_store::format::INDEX_FILE).is_file()
             || path.join(segment_store::format::WRITERS_DIR).is_dir()
         {
-            return Some(CacheKind::SegmentStore);
+            return Some(Detected::own(StoreKind::SegmentStore));
         }
         if path.join(segment_store::format::SEGMENTS_DIR).is_dir() {
-            return Some(CacheKind::Torchcachex);
+            return Some(Detected::peer(PeerFormat::Torchcachex));
         }
         if path.join(memmap_array::SHAPES_FILE).is_file()
             || path.join(memmap_array::MANIFEST_FILE).is_file()
         {
-            return Some(CacheKind::MemmapArray);
+            return Some(Detected::own(StoreKind::MemmapArray));
         }
         if path.join(shard_store::format::METADATA_FILE).is_file()
             && path.join(shard_store::format::SHARDS_DIR).is_dir()
         {
-            return Some(CacheKind::ShardStore);
+            return Some(Detected::own(StoreKind::ShardStore));
         }
     }
     if path.is_file() {
@@ -74,7 +159,7 @@ pub fn detect(path: &Path) -> Option<CacheKind> {
             return None;
         };
         if head.get(..8) == Some(&page_alloc::format::MAGIC[..]) {
-            return Some(CacheKind::PageAlloc);
+            return Some(Detected::own(StoreKind::PageAlloc));
         }
         // FFCV has no magic. A file named `.beton` is taken at its word
         // when it starts with version 2 (so a damaged one is verified, not
@@ -83,7 +168,7 @@ pub fn detect(path: &Path) -> Option<CacheKind> {
         let named = path.extension().is_some_and(|e| e == "beton");
         let version_2 = head.get(..2) == Some(&beton::BETON_VERSION.to_le_bytes()[..]);
         if (named && version_2) || beton::is_beton_header(&head, len) {
-            return Some(CacheKind::Beton);
+            return Some(Detected::peer(PeerFormat::Beton));
         }
     }
     None

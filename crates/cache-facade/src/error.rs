@@ -62,8 +62,10 @@ pub enum FacadeError {
         stale: fingerprint::Stale,
     },
     /// A file-system operation failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {op}: {source}", path.display())]
     Io {
+        /// What was being done ("open", "create directory", ...).
+        op: &'static str,
         /// The file or directory.
         path: PathBuf,
         /// The operating system's error.
@@ -153,22 +155,23 @@ pub enum FacadeError {
 }
 
 impl FacadeError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FacadeError {
-        FacadeError::Io {
-            path: path.into(),
-            source,
-        }
+    /// An [`FacadeError::Io`] maker for `map_err` (the demo and the
+    /// `cachex` tool make theirs with it too).
+    pub fn io(
+        op: &'static str,
+        path: impl AsRef<std::path::Path>,
+    ) -> impl FnOnce(std::io::Error) -> FacadeError {
+        let path = path.as_ref().to_path_buf();
+        move |source| FacadeError::Io { op, path, source }
     }
 
     /// Maps an error of the shared durability layer (its path and
     /// operation kept in the message).
     pub(crate) fn durable(e: durable_fs::Error) -> FacadeError {
         match e {
-            durable_fs::Error::Io { op, path, source } => FacadeError::Io {
-                source: std::io::Error::new(source.kind(), format!("{op}: {source}")),
-                path,
-            },
+            durable_fs::Error::Io { op, path, source } => FacadeError::Io { op, path, source },
             other => FacadeError::Io {
+                op: "durable write",
                 path: other.path().to_path_buf(),
                 source: std::io::Error::other(other),
             },

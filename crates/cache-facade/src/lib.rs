@@ -87,15 +87,24 @@ mod remote;
 mod source;
 
 pub use backend::{CacheBackend, Lookup, Operation, Stats};
+#[allow(deprecated)]
+pub use backends::open_read_only;
 pub use backends::{
     Cache, MemmapBackend, PAGE_FILE, PageBackend, SegmentBackend, ShardBackend, open,
-    open_read_only, open_with_source,
+    open_with_source,
 };
 pub use cached_fn::{CachedFn, CallStats};
-pub use config::{BackendKind, CacheConfig, OnStale, SourcesConfig};
+#[allow(deprecated)]
+pub use config::BackendKind;
+pub use config::{CacheConfig, OnStale, SourcesConfig};
 pub use dataset::Dataset;
-pub use detect::{CacheKind, detect};
+#[allow(deprecated)]
+pub use detect::CacheKind;
+pub use detect::{Detected, PeerFormat, detect};
+pub use durable_fs::BoxError;
 pub use error::{FacadeError, Result};
+#[allow(deprecated)]
 pub use remote::RemoteConfig;
-pub use source::{BoxError, Source};
+pub use remote_cache::{StoreKind, TierOptions};
+pub use source::Source;
 pub use tensor_core::{SharedBytes, SharedTensor, Value};

@@ -17,13 +17,13 @@ use fingerprint::{
     COMPLETE_FILE, FINGERPRINT_FILE, Fingerprint, Stale, compute_fingerprint, stamp_sources,
 };
 
-use crate::detect::{CacheKind, detect};
+use crate::detect::{Detected, detect};
 use crate::{CacheConfig, FacadeError, OnStale, Result};
 
 /// What a backend tells [`prepare`] about its store.
 pub(crate) struct Spec {
     /// The kind `detect` must find in the directory (if any).
-    pub kind: Option<CacheKind>,
+    pub kind: Option<Detected>,
     /// The store's format version, recorded in the fingerprint.
     pub version: u32,
     /// Whether the cache can be (re)built by this opener.
@@ -95,7 +95,8 @@ pub(crate) fn prepare(config: &CacheConfig, spec: &Spec) -> Result<Prepared> {
         if !config.create_root {
             return Err(FacadeError::MissingRoot(config.root.clone()));
         }
-        std::fs::create_dir_all(&config.root).map_err(|e| FacadeError::io(&config.root, e))?;
+        std::fs::create_dir_all(&config.root)
+            .map_err(FacadeError::io("create directory", &config.root))?;
     }
     let dir = config.cache_dir()?;
     let stamps = match &config.sources {
@@ -104,7 +105,7 @@ pub(crate) fn prepare(config: &CacheConfig, spec: &Spec) -> Result<Prepared> {
     };
     let current = compute_fingerprint(&config.identity()?, stamps, spec.version)?;
     if let Some(parent) = dir.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| FacadeError::io(parent, e))?;
+        std::fs::create_dir_all(parent).map_err(FacadeError::io("create directory", parent))?;
     }
 
     let shared = DirLock::take(&dir, false)?;
@@ -129,7 +130,7 @@ pub(crate) fn prepare(config: &CacheConfig, spec: &Spec) -> Result<Prepared> {
         }
         other => other,
     };
-    std::fs::create_dir_all(&dir).map_err(|e| FacadeError::io(&dir, e))?;
+    std::fs::create_dir_all(&dir).map_err(FacadeError::io("create directory", &dir))?;
     Ok(ready(dir, current, state, exclusive))
 }
 
@@ -169,7 +170,7 @@ fn examine(dir: &Path, spec: &Spec, current: &Fingerprint) -> Result<DirState> {
     let mut entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(DirState::Empty),
-        Err(e) => return Err(FacadeError::io(dir, e)),
+        Err(e) => return Err(FacadeError::io("list directory", dir)(e)),
     };
     if entries.next().is_none() {
         return Ok(DirState::Empty);
@@ -220,13 +221,13 @@ pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(FacadeError::io(&path, e)),
+            Err(e) => return Err(FacadeError::io("remove", &path)(e)),
         }
     }
     durable_fs::sync_dir(dir).map_err(FacadeError::durable)?;
-    for entry in std::fs::read_dir(dir).map_err(|e| FacadeError::io(dir, e))? {
-        let entry = entry.map_err(|e| FacadeError::io(dir, e))?;
-        if entry.file_name() == remote_cache::commit::STATE_DIR {
+    for entry in std::fs::read_dir(dir).map_err(FacadeError::io("list directory", dir))? {
+        let entry = entry.map_err(FacadeError::io("list directory", dir))?;
+        if entry.file_name() == remote_cache::STATE_DIR {
             // A working directory's record of its commit log (its lock,
             // the commits applied, the log's identity): the log's, not
             // the cache's, and held open by the handle clearing it.
@@ -235,14 +236,14 @@ pub(crate) fn clear(dir: &Path, spec: &Spec) -> Result<()> {
         let path = entry.path();
         let is_dir = entry
             .file_type()
-            .map_err(|e| FacadeError::io(&path, e))?
+            .map_err(FacadeError::io("stat", &path))?
             .is_dir();
         let removed = if is_dir {
             std::fs::remove_dir_all(&path)
         } else {
             std::fs::remove_file(&path)
         };
-        removed.map_err(|e| FacadeError::io(&path, e))?;
+        removed.map_err(FacadeError::io("remove", &path))?;
     }
     durable_fs::sync_dir(dir).map_err(FacadeError::durable)?;
     drop(held);

@@ -3,45 +3,24 @@
 //! directory that `remote-cache` keeps in step with it (every published
 //! commit applied on open; [`CacheBackend::flush`] publishes what was
 //! written since, and so does dropping the backend, or the process's
-//! exit through [`remote_cache::publisher::publish_all_at_exit`], after
+//! exit through [`remote_cache::publish_all_at_exit`], after
 //! the store flushed what it held: see [`remote_cache::Publisher`]).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use remote_cache::publisher::{Publish, Publisher};
 use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url, redact_url};
-use serde::{Deserialize, Serialize};
+use remote_cache::{Publish, Publisher};
 
 use crate::{
-    BackendKind, Cache, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats,
-    Value,
+    Cache, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats, Value,
 };
 
-/// How a config with a URL root reads it locally. Not part of the key.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RemoteConfig {
-    /// The local tier directory (default: `CACHEX_TIER_DIR`, else
-    /// `~/.cache/cachex/tier`), shared by every cache and process.
-    #[serde(default)]
-    pub tier_dir: Option<PathBuf>,
-    /// The local tier's budget in bytes (default: `CACHEX_TIER_BUDGET`,
-    /// else 20 GiB).
-    #[serde(default)]
-    pub tier_budget: Option<u64>,
-    /// `object_store` options such as `aws_endpoint`, `aws_region`,
-    /// `aws_allow_http`. Credentials belong in the environment
-    /// (`AWS_ACCESS_KEY_ID`, ...), not in a config file.
-    #[serde(default)]
-    pub options: BTreeMap<String, String>,
-    /// Only this writer ever publishes to the URL: publishing works on a
-    /// server that ignores conditional puts (see remote-tier's
-    /// `TierConfig::single_publisher`).
-    #[serde(default)]
-    pub single_publisher: bool,
-}
+/// How a config with a URL root reads it locally, under its former name:
+/// remote-cache's [`TierOptions`], the one tier settings type (a config
+/// file's `options` still parses, as `storage_options`).
+#[deprecated(note = "use TierOptions")]
+pub type RemoteConfig = TierOptions;
 
 /// The local config and the commit log of a config whose root is a URL,
 /// or `None` for a local root: the cache at `<root>/<name>/<key>` opened
@@ -52,28 +31,19 @@ pub(crate) fn localize(config: &CacheConfig) -> Result<Option<(CacheConfig, Cach
         return Ok(None);
     };
     let remote_err = |e: remote_cache::Error| FacadeError::Remote(Box::new(e));
-    let options = config
-        .remote
-        .as_ref()
-        .map(|r| TierOptions {
-            dir: r.tier_dir.clone(),
-            budget: r.tier_budget,
-            storage_options: r.options.clone().into_iter().collect(),
-            single_publisher: r.single_publisher,
-        })
-        .unwrap_or_default();
+    let options = config.remote.clone().unwrap_or_default();
     let location = Location::parse_with(root, &options).map_err(remote_err)?;
     // The cache's place under the root is the same in every working
     // directory: it is known before one is picked.
     let mut probe = config.clone();
     probe.root = PathBuf::new();
     let rel = relative(&probe.cache_dir()?, &probe.root);
-    let opened = location
-        .open_dir_under(&rel, StoreKind::Any)
-        .map_err(remote_err)?;
+    let opened = location.open_dir_under(&rel, None).map_err(remote_err)?;
     let mut local = config.clone();
     local.create_root = true;
     local.root = opened.root().to_path_buf();
+    // The working directory is this handle's own: no writer lock to spare.
+    local.read_only = false;
     Ok(Some((local, opened)))
 }
 
@@ -132,7 +102,7 @@ impl RemoteBackend {
 }
 
 impl CacheBackend for RemoteBackend {
-    fn kind(&self) -> BackendKind {
+    fn kind(&self) -> StoreKind {
         self.inner.kind()
     }
     fn supports(&self, op: Operation) -> bool {

@@ -3,10 +3,8 @@
 
 use std::sync::Arc;
 
+use durable_fs::BoxError;
 use tensor_core::Value;
-
-/// The error a [`Source::keyed`] producer may return.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type ItemsFn = dyn Fn() -> Box<dyn Iterator<Item = Value> + Send> + Send + Sync;
 type ProduceFn = dyn Fn(&str) -> Result<Value, BoxError> + Send + Sync;

@@ -2,8 +2,8 @@
 //! into the store's files, and the typed "cannot do that" errors.
 
 use cache_facade::{
-    BackendKind, CacheBackend, CacheConfig, CachedFn, Dataset, FacadeError, Operation, Source,
-    open, open_with_source,
+    CacheBackend, CacheConfig, CachedFn, Dataset, FacadeError, Operation, Source, StoreKind, open,
+    open_with_source,
 };
 use tensor_core::{Tensor, Value};
 
@@ -49,7 +49,7 @@ fn assert_unsupported(err: FacadeError, op: &str) {
 #[test]
 fn segment_store_round_trips_every_value_shape_by_string_id() {
     let root = tempfile::tempdir().unwrap();
-    let config = CacheConfig::new(BackendKind::SegmentStore, root.path(), "outputs");
+    let config = CacheConfig::new(StoreKind::SegmentStore, root.path(), "outputs");
     let cache = open(&config).unwrap();
     assert!(cache.supports(Operation::GetByKey) && cache.supports(Operation::Put));
     cache
@@ -68,7 +68,7 @@ fn segment_store_round_trips_every_value_shape_by_string_id() {
     assert_eq!(cache.stats().misses, 1);
 
     let tuples = open(&CacheConfig::new(
-        BackendKind::SegmentStore,
+        StoreKind::SegmentStore,
         root.path(),
         "tuples",
     ))
@@ -91,9 +91,26 @@ fn segment_store_round_trips_every_value_shape_by_string_id() {
 }
 
 #[test]
+fn a_read_only_config_opens_beside_the_writer_and_refuses_puts() {
+    let root = tempfile::tempdir().unwrap();
+    let config = CacheConfig::new(StoreKind::SegmentStore, root.path(), "ro");
+    let writer = open(&config).unwrap();
+    writer.put_batch(vec![("a".into(), row(1))]).unwrap();
+    writer.flush().unwrap();
+    let reader = open(&config.clone().read_only(true)).unwrap();
+    assert_eq!(reader.get("a").unwrap(), Some(row(1)));
+    assert!(reader.put_batch(vec![("b".into(), row(2))]).is_err());
+    // Not part of the key: the same directory.
+    assert_eq!(
+        config.clone().read_only(true).cache_dir().unwrap(),
+        config.cache_dir().unwrap()
+    );
+}
+
+#[test]
 fn segment_store_multi_writer_ranks_write_their_own_logs() {
     let root = tempfile::tempdir().unwrap();
-    let config = CacheConfig::new(BackendKind::SegmentStore, root.path(), "ranks")
+    let config = CacheConfig::new(StoreKind::SegmentStore, root.path(), "ranks")
         .option("multi_writer", true);
     let rank = segment_store::Options::default().current_rank;
     let cache = cache_facade::SegmentBackend::open(&config).unwrap();
@@ -114,14 +131,16 @@ fn segment_store_multi_writer_ranks_write_their_own_logs() {
     assert_eq!(cache.get("a").unwrap(), Some(row(1)));
     assert_eq!(
         cache_facade::detect(&dir),
-        Some(cache_facade::CacheKind::SegmentStore)
+        Some(cache_facade::Detected::own(
+            cache_facade::StoreKind::SegmentStore
+        ))
     );
 }
 
 #[test]
 fn segment_values_are_views_into_the_mapped_segment() {
     let root = tempfile::tempdir().unwrap();
-    let config = CacheConfig::new(BackendKind::SegmentStore, root.path(), "v");
+    let config = CacheConfig::new(StoreKind::SegmentStore, root.path(), "v");
     let cache = cache_facade::SegmentBackend::open(&config).unwrap();
     cache.put_batch(vec![("k".into(), row(5))]).unwrap();
     cache.flush().unwrap();
@@ -199,7 +218,7 @@ fn memmap_array_is_built_from_a_source_and_read_by_id_or_index() {
 #[test]
 fn memmap_array_rows_must_be_dicts_of_tensors() {
     let root = tempfile::tempdir().unwrap();
-    let config = CacheConfig::new(BackendKind::MemmapArray, root.path(), "bad");
+    let config = CacheConfig::new(StoreKind::MemmapArray, root.path(), "bad");
     let source = Source::items(|| [Value::blob(b"x".to_vec())]);
     let err = open_with_source(&config, source).err().unwrap();
     assert!(matches!(err, FacadeError::BadValue { .. }), "{err}");
@@ -280,7 +299,7 @@ fn page_alloc_is_built_once_then_read_zero_copy() {
 #[test]
 fn cached_fn_needs_keys_and_a_built_memmap_serves_its_hits() {
     let root = tempfile::tempdir().unwrap();
-    let pages = CacheConfig::new(BackendKind::PageAlloc, root.path(), "p");
+    let pages = CacheConfig::new(StoreKind::PageAlloc, root.path(), "p");
     let built = open_with_source(&pages, Source::items(|| (0..2).map(row))).unwrap();
     let compute =
         |xs: &[&u32]| Ok::<_, std::convert::Infallible>(xs.iter().map(|&&x| row(x)).collect());
@@ -289,7 +308,7 @@ fn cached_fn_needs_keys_and_a_built_memmap_serves_its_hits() {
         "get by string key",
     );
 
-    let rows = CacheConfig::new(BackendKind::MemmapArray, root.path(), "m");
+    let rows = CacheConfig::new(StoreKind::MemmapArray, root.path(), "m");
     let ids: Vec<String> = (0..5).map(|i| format!("r{i}")).collect();
     let built = open_with_source(
         &rows,

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use cache_facade::{BackendKind, CacheBackend, CacheConfig, CachedFn, FacadeError, SegmentBackend};
+use cache_facade::{CacheBackend, CacheConfig, CachedFn, FacadeError, SegmentBackend, StoreKind};
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use tensor_core::{Tensor, Value};
@@ -22,7 +22,7 @@ fn as_vec(r: &Value) -> Vec<f32> {
 }
 
 fn config(root: &std::path::Path) -> CacheConfig {
-    CacheConfig::new(BackendKind::SegmentStore, root, "model").option("flush_every", 7u64)
+    CacheConfig::new(StoreKind::SegmentStore, root, "model").option("flush_every", 7u64)
 }
 
 type Log = Arc<Mutex<Vec<Vec<u64>>>>;

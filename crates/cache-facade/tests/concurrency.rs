@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cache_facade::{
-    BackendKind, CacheBackend, CacheConfig, FacadeError, OnStale, Source, SourcesConfig, open,
+    CacheBackend, CacheConfig, FacadeError, OnStale, Source, SourcesConfig, StoreKind, open,
     open_with_source,
 };
 use tensor_core::{Tensor, Value};
@@ -17,15 +17,15 @@ use test_support::crash;
 const TEST: &str = "two_processes_rebuild_one_stale_cache_at_once";
 const ROWS: usize = 40;
 
-fn kind_of(role: &str) -> BackendKind {
+fn kind_of(role: &str) -> StoreKind {
     if role.starts_with("page") {
-        BackendKind::PageAlloc
+        StoreKind::PageAlloc
     } else {
-        BackendKind::MemmapArray
+        StoreKind::MemmapArray
     }
 }
 
-fn config(kind: BackendKind, dir: &Path) -> CacheConfig {
+fn config(kind: StoreKind, dir: &Path) -> CacheConfig {
     CacheConfig::new(kind, dir.join("root"), "race")
         .create_root(true)
         .sources(SourcesConfig {

@@ -1,7 +1,7 @@
 //! Config keying, directories, kinds and stale caches.
 
 use cache_facade::{
-    BackendKind, CacheBackend, CacheConfig, FacadeError, OnStale, SegmentBackend, SourcesConfig,
+    CacheBackend, CacheConfig, FacadeError, OnStale, SegmentBackend, SourcesConfig, StoreKind,
 };
 use tensor_core::{Tensor, Value};
 
@@ -13,16 +13,16 @@ fn put_one(backend: &SegmentBackend, key: &str) {
 
 #[test]
 fn options_change_the_key_but_order_and_root_do_not() {
-    let a = CacheConfig::new(BackendKind::SegmentStore, "/r1", "feat")
+    let a = CacheConfig::new(StoreKind::SegmentStore, "/r1", "feat")
         .option("flush_every", 8u64)
         .option("lru_bytes", 0u64);
-    let b = CacheConfig::new(BackendKind::SegmentStore, "/r2", "feat")
+    let b = CacheConfig::new(StoreKind::SegmentStore, "/r2", "feat")
         .option("lru_bytes", 0u64)
         .option("flush_every", 8u64);
-    let c = CacheConfig::new(BackendKind::SegmentStore, "/r1", "feat")
+    let c = CacheConfig::new(StoreKind::SegmentStore, "/r1", "feat")
         .option("flush_every", 9u64)
         .option("lru_bytes", 0u64);
-    let d = CacheConfig::new(BackendKind::MemmapArray, "/r1", "feat")
+    let d = CacheConfig::new(StoreKind::MemmapArray, "/r1", "feat")
         .option("flush_every", 8u64)
         .option("lru_bytes", 0u64);
     assert_eq!(a.key().unwrap(), b.key().unwrap());
@@ -37,9 +37,32 @@ fn options_change_the_key_but_order_and_root_do_not() {
 }
 
 #[test]
+fn the_remote_section_is_the_tier_options_and_options_is_storage_options() {
+    let with = |remote: &str| {
+        CacheConfig::from_json(&format!(
+            r#"{{"backend": "segment-store", "root": "s3://b/p", "name": "f", "remote": {remote}}}"#
+        ))
+    };
+    let new =
+        with(r#"{"tier_dir": "/t", "tier_budget": 5, "storage_options": {"aws_region": "x"}}"#)
+            .unwrap();
+    let old =
+        with(r#"{"tier_dir": "/t", "tier_budget": 5, "options": {"aws_region": "x"}}"#).unwrap();
+    let remote = new.remote.clone().unwrap();
+    assert_eq!(remote.tier_dir.as_deref(), Some(std::path::Path::new("/t")));
+    assert_eq!(remote.tier_budget, Some(5));
+    assert_eq!(
+        remote.storage_options.get("aws_region").map(String::as_str),
+        Some("x")
+    );
+    assert_eq!(new.remote, old.remote);
+    assert!(with(r#"{"tier_dri": "/t"}"#).is_err());
+}
+
+#[test]
 fn json_configs_parse_and_typos_are_refused() {
     let cfg = CacheConfig::from_json(r#"{"backend": "segment-store", "root": "/tmp/x", "name": "f", "options": {"flush_every": 16}}"#).unwrap();
-    assert_eq!(cfg.backend, BackendKind::SegmentStore);
+    assert_eq!(cfg.backend, StoreKind::SegmentStore);
     assert!(CacheConfig::from_json(r#"{"backend": "redis", "root": "/", "name": "f"}"#).is_err());
     assert!(
         CacheConfig::from_json(
@@ -50,14 +73,14 @@ fn json_configs_parse_and_typos_are_refused() {
 
     let root = tempfile::tempdir().unwrap();
     let typo =
-        CacheConfig::new(BackendKind::SegmentStore, root.path(), "f").option("flush_evry", 3u64);
+        CacheConfig::new(StoreKind::SegmentStore, root.path(), "f").option("flush_evry", 3u64);
     let err = SegmentBackend::open(&typo).err().unwrap();
     assert!(
         err.to_string().contains("unknown option \"flush_evry\""),
         "{err}"
     );
     let wrong_type =
-        CacheConfig::new(BackendKind::SegmentStore, root.path(), "f").option("flush_every", "many");
+        CacheConfig::new(StoreKind::SegmentStore, root.path(), "f").option("flush_every", "many");
     let err = SegmentBackend::open(&wrong_type).err().unwrap();
     assert!(err.to_string().contains("flush_every"), "{err}");
 }
@@ -65,7 +88,7 @@ fn json_configs_parse_and_typos_are_refused() {
 #[test]
 fn names_cannot_escape_the_root() {
     for bad in ["..", "../evil", "a/b", "", ".", "/abs"] {
-        let cfg = CacheConfig::new(BackendKind::SegmentStore, "/tmp", bad);
+        let cfg = CacheConfig::new(StoreKind::SegmentStore, "/tmp", bad);
         let err = cfg.cache_dir().unwrap_err();
         assert!(matches!(err, FacadeError::Config(_)), "{bad:?}: {err}");
     }
@@ -75,7 +98,7 @@ fn names_cannot_escape_the_root() {
 fn a_missing_root_is_an_error_unless_created() {
     let parent = tempfile::tempdir().unwrap();
     let root = parent.path().join("not-yet");
-    let cfg = CacheConfig::new(BackendKind::SegmentStore, &root, "f");
+    let cfg = CacheConfig::new(StoreKind::SegmentStore, &root, "f");
     let err = SegmentBackend::open(&cfg).err().unwrap();
     assert!(
         matches!(err, FacadeError::MissingRoot(ref p) if *p == root),
@@ -88,7 +111,7 @@ fn a_missing_root_is_an_error_unless_created() {
 #[test]
 fn a_directory_of_another_kind_is_refused() {
     let root = tempfile::tempdir().unwrap();
-    let cfg = CacheConfig::new(BackendKind::SegmentStore, root.path(), "f");
+    let cfg = CacheConfig::new(StoreKind::SegmentStore, root.path(), "f");
     let dir = cfg.cache_dir().unwrap();
     std::fs::create_dir_all(dir.join("segments")).unwrap();
     let err = SegmentBackend::open(&cfg).err().unwrap();
@@ -101,12 +124,11 @@ fn stale_caches_say_why_and_rebuild_on_request() {
     let root = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("labels.csv"), "a,1\n").unwrap();
-    let cfg =
-        CacheConfig::new(BackendKind::SegmentStore, root.path(), "f").sources(SourcesConfig {
-            root: data.path().to_path_buf(),
-            paths: vec!["labels.csv".into()],
-            content: true,
-        });
+    let cfg = CacheConfig::new(StoreKind::SegmentStore, root.path(), "f").sources(SourcesConfig {
+        root: data.path().to_path_buf(),
+        paths: vec!["labels.csv".into()],
+        content: true,
+    });
     {
         let b = SegmentBackend::open(&cfg).unwrap();
         put_one(&b, "k");

@@ -1,7 +1,7 @@
 //! A config whose root is an S3 URL, for every backend: built or written
 //! by one process (its own local tier), read by another with an empty one.
 
-use cache_facade::{BackendKind, CacheConfig, RemoteConfig, Source, open, open_with_source};
+use cache_facade::{CacheConfig, Source, StoreKind, TierOptions, open, open_with_source};
 use tensor_core::{Tensor, Value};
 
 /// The S3 endpoint `scripts/test` starts, or `None` (said) outside CI.
@@ -16,7 +16,7 @@ fn new_bucket(endpoint: &str, tag: &str) -> String {
 
 /// A config on `s3://<bucket>/caches` with its own local tier. The test
 /// server takes any credentials; real ones come from the environment.
-fn config(endpoint: &str, kind: BackendKind, bucket: &str, tier: &std::path::Path) -> CacheConfig {
+fn config(endpoint: &str, kind: StoreKind, bucket: &str, tier: &std::path::Path) -> CacheConfig {
     let options = [
         ("aws_endpoint", endpoint),
         ("aws_allow_http", "true"),
@@ -26,13 +26,13 @@ fn config(endpoint: &str, kind: BackendKind, bucket: &str, tier: &std::path::Pat
     ];
     let config = CacheConfig::new(kind, format!("s3://{bucket}/caches"), "toy");
     let config = match kind {
-        BackendKind::SegmentStore => config,
+        StoreKind::SegmentStore => config,
         _ => config.option("dataset", "toy"),
     };
-    config.remote(RemoteConfig {
+    config.remote(TierOptions {
         tier_dir: Some(tier.to_path_buf()),
         tier_budget: Some(1 << 30),
-        options: options
+        storage_options: options
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
@@ -65,7 +65,7 @@ fn segments_written_then_read(
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer = open(&config(
         endpoint,
-        BackendKind::SegmentStore,
+        StoreKind::SegmentStore,
         &bucket,
         a.path(),
     ))
@@ -76,7 +76,7 @@ fn segments_written_then_read(
     finish(writer);
     let reader = open(&config(
         endpoint,
-        BackendKind::SegmentStore,
+        StoreKind::SegmentStore,
         &bucket,
         b.path(),
     ))
@@ -118,15 +118,15 @@ fn built_backends_with_a_url_root_are_built_once_and_read_elsewhere() {
         return;
     };
     for kind in [
-        BackendKind::MemmapArray,
-        BackendKind::PageAlloc,
-        BackendKind::ShardStore,
+        StoreKind::MemmapArray,
+        StoreKind::PageAlloc,
+        StoreKind::ShardStore,
     ] {
         let bucket = new_bucket(&endpoint, kind.name());
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let built_config = config(&endpoint, kind, &bucket, a.path());
         let source = match kind {
-            BackendKind::MemmapArray => Source::keyed(
+            StoreKind::MemmapArray => Source::keyed(
                 (0..40).map(|i| format!("s{i}")).collect::<Vec<_>>(),
                 |id: &str| -> Result<Value, std::num::ParseIntError> { Ok(row(id[1..].parse()?)) },
             ),
@@ -164,7 +164,7 @@ fn holder_process_child() {
     );
     let config = config(
         endpoint,
-        BackendKind::SegmentStore,
+        StoreKind::SegmentStore,
         bucket,
         std::path::Path::new(tier),
     );
@@ -185,7 +185,7 @@ fn two_processes_open_one_url_on_one_tier_at_once() {
     let (a, shared) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer = open(&config(
         &endpoint,
-        BackendKind::SegmentStore,
+        StoreKind::SegmentStore,
         &bucket,
         a.path(),
     ))
@@ -223,7 +223,7 @@ fn two_processes_open_one_url_on_one_tier_at_once() {
     // This process, same URL, same tier, while the other holds it open.
     let here = open(&config(
         &endpoint,
-        BackendKind::SegmentStore,
+        StoreKind::SegmentStore,
         &bucket,
         shared.path(),
     ))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cache_facade::{
-    BackendKind, CacheBackend, CacheConfig, FacadeError, OnStale, Source, SourcesConfig, open,
+    CacheBackend, CacheConfig, FacadeError, OnStale, Source, SourcesConfig, StoreKind, open,
     open_with_source,
 };
 use fingerprint::Mode;
@@ -15,7 +15,7 @@ use memmap_array::{NewRow, Outcome, RowWriter, Schema};
 use tensor_core::{DType, Tensor, Value};
 
 /// A config whose fingerprint covers `data/labels.txt`.
-fn config(kind: BackendKind, root: &Path, data: &Path) -> CacheConfig {
+fn config(kind: StoreKind, root: &Path, data: &Path) -> CacheConfig {
     CacheConfig::new(kind, root, "feats")
         .option("dim", 2)
         .sources(SourcesConfig {
@@ -49,7 +49,7 @@ fn first_x(cache: &dyn CacheBackend) -> f32 {
         .unwrap()[0]
 }
 
-fn refuses_then_rebuilds(kind: BackendKind) {
+fn refuses_then_rebuilds(kind: StoreKind) {
     let root = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("labels.txt"), "1").unwrap();
@@ -100,17 +100,17 @@ fn refuses_then_rebuilds(kind: BackendKind) {
 
 #[test]
 fn memmap_array_refuses_then_rebuilds() {
-    refuses_then_rebuilds(BackendKind::MemmapArray);
+    refuses_then_rebuilds(StoreKind::MemmapArray);
 }
 
 #[test]
 fn page_alloc_refuses_then_rebuilds() {
-    refuses_then_rebuilds(BackendKind::PageAlloc);
+    refuses_then_rebuilds(StoreKind::PageAlloc);
 }
 
 #[test]
 fn shard_store_refuses_then_rebuilds() {
-    refuses_then_rebuilds(BackendKind::ShardStore);
+    refuses_then_rebuilds(StoreKind::ShardStore);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn segment_store_refuses_then_starts_over() {
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("labels.txt"), "1").unwrap();
     let cfg =
-        CacheConfig::new(BackendKind::SegmentStore, root.path(), "feats").sources(SourcesConfig {
+        CacheConfig::new(StoreKind::SegmentStore, root.path(), "feats").sources(SourcesConfig {
             root: data.path().to_path_buf(),
             paths: vec!["labels.txt".into()],
             content: true,
@@ -150,7 +150,7 @@ fn a_stale_segment_cache_with_a_live_writer_is_not_cleared() {
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("labels.txt"), "1").unwrap();
     let cfg =
-        CacheConfig::new(BackendKind::SegmentStore, root.path(), "feats").sources(SourcesConfig {
+        CacheConfig::new(StoreKind::SegmentStore, root.path(), "feats").sources(SourcesConfig {
             root: data.path().to_path_buf(),
             paths: vec!["labels.txt".into()],
             content: false,
@@ -181,7 +181,7 @@ fn memmap_built_by_open_or_build_is_found_by_the_facade() {
     let root = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("labels.txt"), "7").unwrap();
-    let cfg = config(BackendKind::MemmapArray, root.path(), data.path());
+    let cfg = config(StoreKind::MemmapArray, root.path(), data.path());
     let stamps = fingerprint::stamp_sources(data.path(), ["labels.txt"], Mode::Content).unwrap();
     let opened = memmap_array::open_or_build(
         root.path(),
@@ -222,7 +222,7 @@ fn memmap_built_by_the_facade_is_a_hit_for_open_or_build() {
     let root = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("labels.txt"), "3").unwrap();
-    let cfg = config(BackendKind::MemmapArray, root.path(), data.path());
+    let cfg = config(StoreKind::MemmapArray, root.path(), data.path());
     drop(open_with_source(&cfg, source(data.path())).unwrap());
     let stamps = fingerprint::stamp_sources(data.path(), ["labels.txt"], Mode::Content).unwrap();
     let opened = memmap_array::open_or_build(
@@ -242,7 +242,7 @@ fn memmap_built_by_the_facade_is_a_hit_for_open_or_build() {
 #[test]
 fn an_interrupted_memmap_build_resumes_without_recomputing_committed_rows() {
     let root = tempfile::tempdir().unwrap();
-    let cfg = CacheConfig::new(BackendKind::MemmapArray, root.path(), "rows");
+    let cfg = CacheConfig::new(StoreKind::MemmapArray, root.path(), "rows");
     let ids: Vec<String> = (0..20).map(|i| format!("r{i:02}")).collect();
     let calls = Arc::new(AtomicUsize::new(0));
     let keyed = |fail_at: Option<&'static str>, calls: Arc<AtomicUsize>| {
@@ -289,7 +289,7 @@ fn an_unfinished_build_is_redone_without_asking_but_never_opened() {
     let root = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     std::fs::write(data.path().join("labels.txt"), "4").unwrap();
-    for kind in [BackendKind::PageAlloc, BackendKind::ShardStore] {
+    for kind in [StoreKind::PageAlloc, StoreKind::ShardStore] {
         let cfg = config(kind, root.path(), data.path());
         // A crash before the fingerprint committed the cache: content, no
         // fingerprint.json.

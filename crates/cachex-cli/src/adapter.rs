@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use cache_check::{Problem, Summary};
-pub use cache_facade::CacheKind;
+use cache_facade::Detected;
 use serde_json::Value;
 
 use crate::error::{CliError, Result};
@@ -14,7 +14,7 @@ use crate::error::{CliError, Result};
 /// calls it; no command knows the stores.
 pub trait CacheAdapter: Sync {
     /// The kind this adapter handles.
-    fn kind(&self) -> CacheKind;
+    fn kind(&self) -> Detected;
     /// Whether `path` holds a cache of this kind (from its files, cheaply:
     /// [`cache_facade::detect`], the rules `open` also uses).
     fn detect(&self, path: &Path) -> bool {

@@ -14,10 +14,10 @@ use cache_check::{Problem, Summary};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use crate::adapter::CacheKind;
 use crate::adapters::adapter_for;
 use crate::error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};
 use crate::json::value_table;
+use cache_facade::{Detected, StoreKind};
 
 /// Inspect, verify and read cachex caches (and the Python tools' caches);
 /// publish them to object storage, pull them back, collect their garbage.
@@ -328,7 +328,7 @@ fn print_summary(summary: &Summary, json: bool) -> Result<()> {
 /// What `cachex verify` checks: the kind of cache at `path` and every
 /// problem found in it, each naming its file (empty when sound). `Err`
 /// when `path` is missing or no cache `cachex` knows.
-pub fn verify_path(path: &Path) -> Result<(CacheKind, Vec<Problem>)> {
+pub fn verify_path(path: &Path) -> Result<(Detected, Vec<Problem>)> {
     let adapter = adapter_for(path)?;
     Ok((adapter.kind(), adapter.verify(path)))
 }
@@ -361,7 +361,7 @@ fn verify(path: &Path, json: bool) -> Result<u8> {
 
 fn compact(path: &Path) -> Result<u8> {
     let kind = adapter_for(path)?.kind();
-    if kind != CacheKind::SegmentStore {
+    if kind != Detected::own(StoreKind::SegmentStore) {
         return Err(CliError::WrongKind {
             path: path.to_path_buf(),
             command: "compact",
@@ -390,12 +390,10 @@ fn demo(dir: PathBuf, temp: bool, n: usize, cost_ms: f64) -> Result<u8> {
     }
     let tmp;
     let dir = if temp {
-        tmp = tempfile::tempdir().map_err(|e| {
-            CliError::from(cache_facade::FacadeError::Io {
-                path: std::env::temp_dir(),
-                source: e,
-            })
-        })?;
+        tmp = tempfile::tempdir().map_err(CliError::io(
+            "create temporary directory",
+            std::env::temp_dir(),
+        ))?;
         tmp.path().to_path_buf()
     } else {
         dir

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tensor_core::Tensor;
 
-use cache_facade::{BackendKind, CacheConfig, CachedFn, FacadeError, Result, SegmentBackend};
+use cache_facade::{CacheConfig, CachedFn, FacadeError, Result, SegmentBackend, StoreKind};
 
 /// Demo settings.
 #[derive(Debug, Clone)]
@@ -98,14 +98,14 @@ pub fn synthetic_feature(i: u64, dim: usize) -> Vec<f32> {
 
 /// Runs the demo.
 pub fn run(opts: &DemoOptions) -> Result<DemoSummary> {
-    std::fs::create_dir_all(&opts.dir).map_err(|e| io(&opts.dir, e))?;
+    std::fs::create_dir_all(&opts.dir).map_err(FacadeError::io("create directory", &opts.dir))?;
     let name = format!("demo-features-d{}", opts.dim);
     let config =
-        CacheConfig::new(BackendKind::SegmentStore, &opts.dir, name).option("flush_every", 1024u64);
+        CacheConfig::new(StoreKind::SegmentStore, &opts.dir, name).option("flush_every", 1024u64);
     let cache_dir = config.cache_dir()?;
     // A demo starts cold, so both epochs show what they stand for.
     if cache_dir.exists() {
-        std::fs::remove_dir_all(&cache_dir).map_err(|e| io(&cache_dir, e))?;
+        std::fs::remove_dir_all(&cache_dir).map_err(FacadeError::io("remove", &cache_dir))?;
     }
     let backend = SegmentBackend::open(&config)?;
     let dim = opts.dim;
@@ -186,20 +186,15 @@ fn check_features(chunk: &[u64], features: &[tensor_core::Value], dim: usize) ->
     Ok(())
 }
 
-fn io(path: impl Into<PathBuf>, source: std::io::Error) -> FacadeError {
-    FacadeError::Io {
-        path: path.into(),
-        source,
-    }
-}
-
 /// Total size of the files under `dir`.
 pub fn dir_size(dir: &Path) -> Result<u64> {
     let mut total = 0;
-    let entries = std::fs::read_dir(dir).map_err(|e| io(dir, e))?;
+    let entries = std::fs::read_dir(dir).map_err(FacadeError::io("list directory", dir))?;
     for entry in entries {
-        let entry = entry.map_err(|e| io(dir, e))?;
-        let meta = entry.metadata().map_err(|e| io(entry.path(), e))?;
+        let entry = entry.map_err(FacadeError::io("list directory", dir))?;
+        let meta = entry
+            .metadata()
+            .map_err(FacadeError::io("stat", entry.path()))?;
         total += if meta.is_dir() {
             dir_size(&entry.path())?
         } else {

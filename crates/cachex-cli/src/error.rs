@@ -68,6 +68,15 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// A file-system error doing `op` on `path`, for `map_err`.
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl AsRef<std::path::Path>,
+    ) -> impl FnOnce(std::io::Error) -> CliError {
+        let io = cache_facade::FacadeError::io(op, path);
+        move |source| CliError::from(io(source))
+    }
+
     /// A store's error.
     pub fn store(e: impl std::error::Error + Send + Sync + 'static) -> CliError {
         CliError::Store(Box::new(e))

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use remote_cache::gc::{GcOptions, du, gc};
-use remote_cache::{Location, TierOptions};
+use remote_cache::{GcOptions, du, gc};
 use remote_tier::RemoteTier;
 use serde_json::json;
 
 use crate::error::{CliError, EXIT_SOUND, Result};
+use crate::remote::{open_tier, remote_cache_error};
 
 /// `30s`, `15m`, `1h`, `7d`, `2w` (a plain number is seconds) as a
 /// duration.
@@ -37,25 +37,15 @@ pub(crate) fn parse_duration(text: &str) -> std::result::Result<Duration, String
 /// The commit log at `url`, read through a temporary local tier (gc
 /// fetches only the pieces of files it folds).
 fn open(url: &str) -> Result<(RemoteTier, tempfile::TempDir)> {
-    let tmp = tempfile::tempdir().map_err(|e| {
-        CliError::from(cache_facade::FacadeError::Io {
-            path: std::env::temp_dir(),
-            source: e,
-        })
-    })?;
-    let options = TierOptions {
-        dir: Some(tmp.path().to_path_buf()),
-        budget: Some(1 << 30),
-        ..TierOptions::default()
-    };
-    let location = Location::parse_with(url, &options).map_err(remote_cache_error)?;
-    let Location::Remote(spec) = location else {
-        return Err(CliError::Usage(format!(
+    let tmp = tempfile::tempdir().map_err(CliError::io(
+        "create temporary directory",
+        std::env::temp_dir(),
+    ))?;
+    let tier = open_tier(url, tmp.path(), 1 << 30)?.ok_or_else(|| {
+        CliError::Usage(format!(
             "{url}: not a URL (gc and du work on caches in object storage)"
-        )));
-    };
-    let tier = RemoteTier::open_with_options(&spec.url, spec.options.clone(), spec.tier.clone())
-        .map_err(tier_error)?;
+        ))
+    })?;
     Ok((tier, tmp))
 }
 
@@ -158,23 +148,6 @@ pub(crate) fn run_du(url: &str, keep: Duration, json: bool) -> Result<(u8, Strin
         .join("\n")
     };
     Ok((EXIT_SOUND, text))
-}
-
-fn tier_error(e: remote_tier::Error) -> CliError {
-    match e {
-        remote_tier::Error::BadUrl { .. } | remote_tier::Error::BadOption { .. } => {
-            CliError::Usage(e.to_string())
-        }
-        e => CliError::store(e),
-    }
-}
-
-fn remote_cache_error(e: remote_cache::Error) -> CliError {
-    match e {
-        remote_cache::Error::BadLocation { .. } => CliError::Usage(e.to_string()),
-        remote_cache::Error::Tier(t) => tier_error(t),
-        e => CliError::store(e),
-    }
 }
 
 #[cfg(test)]

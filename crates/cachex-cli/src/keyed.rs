@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use remote_cache::{Location, RemoteSegments, StoreKind};
 use serde_json::Value;
 
-use crate::adapter::CacheKind;
 use crate::error::{CliError, Result};
 use crate::json::record_json;
 use crate::remote::remote_cache_error;
@@ -23,11 +22,11 @@ pub(crate) fn get(url: &str, key: &str) -> Result<Option<Value>> {
     // which kind of cache it is shows in the files then.
     let kind = {
         let opened = location
-            .open_dir(StoreKind::Segments)
+            .open_dir(StoreKind::SegmentStore)
             .map_err(remote_cache_error)?;
         cache_facade::detect(opened.path())
     };
-    if !matches!(kind, Some(CacheKind::SegmentStore | CacheKind::Torchcachex)) {
+    if kind.map(|found| found.kind) != Some(StoreKind::SegmentStore) {
         return Ok(None);
     }
     let options = segment_store::Options {

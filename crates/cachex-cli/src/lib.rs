@@ -36,7 +36,8 @@
 //!
 //! # Example
 //! ```
-//! use cachex_cli::{CacheKind, adapter_for, verify_path};
+//! use cachex_cli::{adapter_for, verify_path};
+//! use cache_facade::{Detected, StoreKind};
 //! use segment_store::{Options, SegmentStore};
 //! use tensor_core::{Tensor, Value};
 //!
@@ -47,7 +48,7 @@
 //! drop(store);
 //!
 //! let (kind, problems) = verify_path(dir.path())?;
-//! assert_eq!(kind, CacheKind::SegmentStore);
+//! assert_eq!(kind, Detected::own(StoreKind::SegmentStore));
 //! assert!(problems.is_empty());
 //! let stats = adapter_for(dir.path())?.stats(dir.path())?;
 //! assert_eq!(stats.get("entries"), Some(&serde_json::json!(1)));
@@ -66,8 +67,11 @@ pub mod json;
 mod keyed;
 mod remote;
 
-pub use adapter::{CacheAdapter, CacheKind};
+pub use adapter::CacheAdapter;
 pub use adapters::{ADAPTERS, adapter_for, detect};
 pub use cache_check::{Problem, ProblemKind, Summary};
+/// The kinds of cache, as one enum: now `cache_facade::Detected`.
+#[allow(deprecated)]
+pub use cache_facade::CacheKind;
 pub use cli::{Cli, Command, main, run, verify_path};
 pub use error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};

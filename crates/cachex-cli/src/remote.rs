@@ -12,10 +12,10 @@
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use remote_cache::snapshot::{migrate as migrate_manifests, pull_dir, push_dir};
-use remote_cache::{CacheDir, Location, StoreKind};
-use remote_tier::snapshot::{latest_manifest, pull_dir_with_progress};
-use remote_tier::{RemoteTier, TierConfig};
+use remote_cache::{CacheDir, Location, TierOptions};
+use remote_cache::{migrate as migrate_manifests, pull_dir, push_dir};
+use remote_tier::RemoteTier;
+use remote_tier::legacy_manifest::{latest_manifest, pull_dir_with_progress};
 
 use crate::error::{CliError, EXIT_SOUND, Result};
 
@@ -24,24 +24,44 @@ fn tier_dir(dir: Option<PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>)
     match dir {
         Some(d) => Ok((d, None)),
         None => {
-            let tmp = tempfile::tempdir().map_err(|e| {
-                CliError::from(cache_facade::FacadeError::Io {
-                    path: std::env::temp_dir(),
-                    source: e,
-                })
-            })?;
+            let tmp = tempfile::tempdir().map_err(CliError::io(
+                "create temporary directory",
+                std::env::temp_dir(),
+            ))?;
             Ok((tmp.path().to_path_buf(), Some(tmp)))
         }
     }
 }
 
 fn open(url: &str, dir: &Path, budget_mib: u64) -> Result<RemoteTier> {
-    let config = TierConfig::new(dir, budget_mib.saturating_mul(1 << 20));
-    RemoteTier::open(url, config).map_err(remote_error)
+    open_tier(url, dir, budget_mib.saturating_mul(1 << 20))?
+        .ok_or_else(|| CliError::Usage(format!("{url}: not a URL")))
+}
+
+/// The commit log at `url` through the local tier at `tier_dir` of
+/// `tier_budget` bytes, by remote-cache's one road (the storage options
+/// of the environment); `None` when `url` is a local path.
+pub(crate) fn open_tier(
+    url: &str,
+    tier_dir: &Path,
+    tier_budget: u64,
+) -> Result<Option<RemoteTier>> {
+    let options = TierOptions {
+        tier_dir: Some(tier_dir.to_path_buf()),
+        tier_budget: Some(tier_budget),
+        ..TierOptions::default()
+    };
+    let location = Location::parse_with(url, &options).map_err(remote_cache_error)?;
+    let Location::Remote(spec) = location else {
+        return Ok(None);
+    };
+    RemoteTier::open_with_options(&spec.url, spec.options.clone(), spec.tier.clone())
+        .map(Some)
+        .map_err(remote_error)
 }
 
 /// A URL the store cannot open is a usage error; the rest are problems.
-fn remote_error(e: remote_tier::Error) -> CliError {
+pub(crate) fn remote_error(e: remote_tier::Error) -> CliError {
     match e {
         remote_tier::Error::BadUrl { .. } | remote_tier::Error::BadOption { .. } => {
             CliError::Usage(e.to_string())
@@ -192,9 +212,7 @@ pub(crate) fn materialise(url: &str) -> Result<Materialised> {
     let Location::Remote(spec) = &location else {
         return Err(CliError::Usage(format!("{url}: not a URL")));
     };
-    let opened = location
-        .open_dir(StoreKind::Any)
-        .map_err(remote_cache_error)?;
+    let opened = location.open_dir(None).map_err(remote_cache_error)?;
     if opened.remote().is_some_and(|r| r.seq() > 0) {
         return Ok(Materialised {
             path: opened.path().to_path_buf(),
@@ -212,7 +230,7 @@ pub(crate) fn materialise(url: &str) -> Result<Materialised> {
             what: "nothing published here (no commits/ or manifests/)".into(),
         });
     }
-    let dest = remote_cache::default_work_dir(&spec.tier.cache_dir.join("snapshots"), &shown);
+    let dest = remote_cache::default_work_dir(&spec.tier.tier_dir.join("snapshots"), &shown);
     pull_dir_with_progress(&tier, &dest, &mut |_, _| {}).map_err(remote_error)?;
     Ok(Materialised {
         path: dest,

@@ -309,7 +309,10 @@ fn the_library_verify_names_each_problem_with_a_shared_kind() {
     let root = test_support::copy_fixture("loadit/records", tmp.path());
     std::fs::write(root.join("shards/7.x.shard.pickle"), b"junk").unwrap();
     let (kind, problems) = cachex_cli::verify_path(&root).unwrap();
-    assert_eq!(kind, cachex_cli::CacheKind::ShardStore);
+    assert_eq!(
+        kind,
+        cache_facade::Detected::own(cache_facade::StoreKind::ShardStore)
+    );
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].kind, cachex_cli::ProblemKind::Structure);
     assert!(problems[0].path.ends_with("7.x.shard.pickle"));

@@ -299,7 +299,7 @@ fn a_bucket_of_the_older_push_layout_is_migrated_into_a_commit() {
                 .to_str()
                 .unwrap()
                 .to_string();
-            files.push(remote_tier::snapshot::ManifestEntry {
+            files.push(remote_tier::legacy_manifest::ManifestEntry {
                 path: rel,
                 size: bytes.len() as u64,
                 blake3: hash,
@@ -307,7 +307,7 @@ fn a_bucket_of_the_older_push_layout_is_migrated_into_a_commit() {
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    let manifest = remote_tier::snapshot::Manifest {
+    let manifest = remote_tier::legacy_manifest::Manifest {
         version: 1,
         seq: 1,
         writer: "an-older-cachex".into(),

@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cache_facade::CacheKind;
+use cache_facade::{Detected, PeerFormat};
 use numpy::{IntoPyArray, PyArray1};
 use page_alloc::beton::{self, BetonField, BetonFile, BetonType, BetonValue};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use remote_cache::{CacheDir, StoreKind};
+use remote_cache::CacheDir;
 
 use crate::array::{Keeper, RowSink};
 use crate::handle::Handle;
@@ -44,7 +44,7 @@ struct OpenedBeton {
 
 impl OpenedBeton {
     fn open(py: Python<'_>, root: &Root) -> PyResult<Arc<Self>> {
-        let (path, remote) = errors::enter(py, || root.open_file(StoreKind::Any))?;
+        let (path, remote) = errors::enter(py, || root.open_file(None))?;
         let file = Arc::new(errors::enter(py, || beton::read(&path))?);
         let keeper = Keeper::wrap(py, file.clone())?.unbind();
         Ok(Arc::new(OpenedBeton {
@@ -333,7 +333,7 @@ impl PyBetonReader {
         let o = self.current(py)?;
         let path = &o.path;
         let problems = py.detach(|| beton::verify(path));
-        check::verify_to_py(py, CacheKind::Beton, path, &problems)
+        check::verify_to_py(py, Detected::peer(PeerFormat::Beton), path, &problems)
     }
 
     /// What the file holds, as `cachex inspect --json` prints it: `kind`,
@@ -418,7 +418,7 @@ pub fn write_beton(
         })
         .collect::<PyResult<_>>()?;
     errors::enter(py, || -> remote_cache::Result<()> {
-        let (path, remote) = root.open_file(StoreKind::Any)?;
+        let (path, remote) = root.open_file(None)?;
         let rows: Vec<Vec<BetonValue<'_>>> = owned
             .iter()
             .map(|s| {

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use cache_check::{Problem, Summary};
-use cache_facade::CacheKind;
+use cache_facade::Detected;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
@@ -19,11 +19,11 @@ use crate::json;
 /// `kind` a name such as `"checksum-mismatch"`).
 pub fn verify_to_py<'py>(
     py: Python<'py>,
-    kind: CacheKind,
+    kind: impl Into<Detected>,
     path: &Path,
     problems: &[Problem],
 ) -> PyResult<Bound<'py, PyDict>> {
-    let value = json!({"kind": kind.name(), "path": path, "problems": problems});
+    let value = json!({"kind": kind.into().name(), "path": path, "problems": problems});
     Ok(json::to_py(py, &value)?.cast_into::<PyDict>()?)
 }
 

@@ -47,8 +47,8 @@ impl PyCache {
     fn backend(&self, py: Python<'_>) -> PyResult<Shared> {
         self.handle.get(py, |py, _inherited| {
             self.in_child.store(true, Ordering::Release);
-            let config = &self.config;
-            let reader = errors::enter(py, || cache_facade::open_read_only(config))?;
+            let config = self.config.clone().read_only(true);
+            let reader = errors::enter(py, || cache_facade::open(&config))?;
             Ok(Arc::from(reader))
         })
     }
@@ -139,7 +139,7 @@ impl PyCache {
         let config = &self.config;
         if self.in_child.load(Ordering::Acquire) {
             drop(current);
-            let reader = errors::enter(py, || cache_facade::open_read_only(config))?;
+            let reader = errors::enter(py, || cache_facade::open(&config.clone().read_only(true)))?;
             self.handle.replace(py, Arc::from(reader));
             return Ok(());
         }
@@ -204,16 +204,8 @@ pub fn open(
     let mut config = config_arg(config)?;
     if tier_dir.is_some() || tier_budget.is_some() || storage_options.is_some() {
         let tier = TierArgs::new(tier_dir, tier_budget, storage_options)?;
-        let t = tier.options();
-        let mut remote = config.remote.clone().unwrap_or_default();
-        if t.dir.is_some() {
-            remote.tier_dir = t.dir.clone();
-        }
-        if t.budget.is_some() {
-            remote.tier_budget = t.budget;
-        }
-        remote.options.extend(t.storage_options.iter().cloned());
-        config.remote = Some(remote);
+        let base = config.remote.clone().unwrap_or_default();
+        config.remote = Some(tier.options().clone().over(&base));
     }
     let backend = errors::enter(py, || cache_facade::open(&config))?;
     let backend: Shared = Arc::from(backend);

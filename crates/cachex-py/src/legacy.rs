@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use cache_facade::CacheKind;
+use cache_facade::{Detected, PeerFormat, StoreKind};
 use page_alloc::beton;
 use pyo3::exceptions::PyDeprecationWarning;
 use pyo3::prelude::*;
@@ -36,7 +36,7 @@ pub fn memmap_inspect<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py
 pub fn memmap_verify<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
     deprecated(py, "memmap_verify", "MemmapArray(path).verify()")?;
     let problems = py.detach(|| memmap_array::verify(&path));
-    check::verify_to_py(py, CacheKind::MemmapArray, &path, &problems)
+    check::verify_to_py(py, StoreKind::MemmapArray, &path, &problems)
 }
 
 /// Deprecated: `PageReader(path).verify()`. Everything wrong with the page
@@ -45,7 +45,7 @@ pub fn memmap_verify<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py,
 pub fn page_verify<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
     deprecated(py, "page_verify", "PageReader(path).verify()")?;
     let problems = py.detach(|| page_alloc::verify(&path));
-    check::verify_to_py(py, CacheKind::PageAlloc, &path, &problems)
+    check::verify_to_py(py, StoreKind::PageAlloc, &path, &problems)
 }
 
 /// Deprecated: `BetonReader(path).verify()`. Everything wrong with the
@@ -54,5 +54,5 @@ pub fn page_verify<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, P
 pub fn beton_verify<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
     deprecated(py, "beton_verify", "BetonReader(path).verify()")?;
     let problems = py.detach(|| beton::verify(&path));
-    check::verify_to_py(py, CacheKind::Beton, &path, &problems)
+    check::verify_to_py(py, Detected::peer(PeerFormat::Beton), &path, &problems)
 }

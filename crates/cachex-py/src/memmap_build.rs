@@ -44,7 +44,7 @@ fn open_remote(
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join("/");
-    let opened = location.open_dir_under(&rel, StoreKind::Arrays)?;
+    let opened = location.open_dir_under(&rel, StoreKind::MemmapArray)?;
     Ok((rel, opened))
 }
 

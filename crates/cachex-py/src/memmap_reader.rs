@@ -4,12 +4,12 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cache_facade::CacheKind;
+use cache_facade::StoreKind;
 use memmap_array::MemmapArray;
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use remote_cache::{Location, RemoteArrays};
+use remote_cache::{Location, RemoteMemmapArray};
 use tensor_core::TensorView;
 
 use crate::array::{self, Keeper, RowSink};
@@ -26,7 +26,7 @@ use crate::{check, errors, json};
 #[allow(clippy::large_enum_variant)]
 enum Arrays {
     Local(MemmapArray),
-    Remote(RemoteArrays),
+    Remote(RemoteMemmapArray),
 }
 
 impl Arrays {
@@ -192,7 +192,7 @@ fn open_arrays(location: &Location, load: bool, fraction: f64) -> remote_cache::
                       through the local tier"
                 .into(),
         }),
-        Location::Remote(_) => Ok(Arrays::Remote(RemoteArrays::open(location)?)),
+        Location::Remote(_) => Ok(Arrays::Remote(RemoteMemmapArray::open(location)?)),
     }
 }
 
@@ -529,7 +529,7 @@ impl PyMemmapArray {
         errors::enter(py, || arrays.ensure(0..n))?;
         let dir = o.cache().dir();
         let problems = py.detach(|| memmap_array::verify(dir));
-        check::verify_to_py(py, CacheKind::MemmapArray, dir, &problems)
+        check::verify_to_py(py, StoreKind::MemmapArray, dir, &problems)
     }
 
     /// What the cache holds, as `cachex inspect --json` prints it: `kind`,

@@ -114,7 +114,7 @@ impl PyMemmapWriter {
     ) -> PyResult<Self> {
         let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
         let location = root.location();
-        let opened = errors::enter(py, || location.open_dir(StoreKind::Arrays))?;
+        let opened = errors::enter(py, || location.open_dir(StoreKind::MemmapArray))?;
         let path = opened.path().to_path_buf();
         let remote = opened.is_remote().then_some(opened);
         let schema = schema_arg(arrays, &nullable, &sidecars)?;

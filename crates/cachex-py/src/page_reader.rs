@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cache_facade::CacheKind;
+use cache_facade::StoreKind;
 use page_alloc::{FieldType, FieldValue, PageReader};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -384,7 +384,7 @@ impl PyPageReader {
         errors::enter(py, || pages.ensure_all())?;
         let path = o.reader().path();
         let problems = py.detach(|| page_alloc::verify(path));
-        check::verify_to_py(py, CacheKind::PageAlloc, path, &problems)
+        check::verify_to_py(py, StoreKind::PageAlloc, path, &problems)
     }
 
     /// What the file holds, as `cachex inspect --json` prints it: `kind`,

@@ -114,7 +114,7 @@ impl PyPageWriter {
         if let Some(a) = alignment {
             opts = opts.alignment(a);
         }
-        let (path, remote) = errors::enter(py, || root.open_file(StoreKind::Pages))?;
+        let (path, remote) = errors::enter(py, || root.open_file(StoreKind::PageAlloc))?;
         let w = errors::enter(py, || PageWriter::create(&path, schema, opts))?;
         Ok(PyPageWriter {
             fields: specs,

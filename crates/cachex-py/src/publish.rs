@@ -1,24 +1,23 @@
 //! Publishing at the interpreter's exit, and the failures of publishes
 //! that a drop could not raise, as warnings. The publishing itself is
-//! remote-cache's ([`remote_cache::publisher`]): a writer on a URL
+//! remote-cache's ([`remote_cache::Publisher`]): a writer on a URL
 //! publishes on a period and when dropped; `cachex/__init__.py` registers
 //! [`_publish_at_exit`] with `atexit` for the handles Python never drops.
 
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
-use remote_cache::publisher;
 
 /// Keeps last-publish failures for [`warn_failures`] (called once, when
 /// the module loads).
 pub fn collect_failures() {
-    publisher::collect_failures();
+    remote_cache::collect_failures();
 }
 
 /// Raises each last publish that failed since the previous call as a
 /// `RuntimeWarning` (a warnings filter that turns it into an error is
 /// reported as unraisable: this runs where nothing can raise).
 pub fn warn_failures(py: Python<'_>) {
-    warn_each(py, publisher::take_failures());
+    warn_each(py, remote_cache::take_failures());
 }
 
 fn warn_each(py: Python<'_>, failures: Vec<String>) {
@@ -37,6 +36,7 @@ fn warn_each(py: Python<'_>, failures: Vec<String>) {
 /// a `RuntimeWarning`. Registered with `atexit`; nothing in a forked child.
 #[pyfunction]
 pub fn _publish_at_exit(py: Python<'_>) {
-    let failures = py.detach(|| publisher::publish_all_at_exit(publisher::LAST_PUBLISH_BOUND));
+    let failures =
+        py.detach(|| remote_cache::publish_all_at_exit(remote_cache::LAST_PUBLISH_BOUND));
     warn_each(py, failures);
 }

@@ -58,7 +58,7 @@ impl TierArgs {
                 }
             }),
         };
-        let mut pairs = Vec::new();
+        let mut pairs = std::collections::BTreeMap::new();
         if let Some(d) = storage_options {
             for (k, v) in d.iter() {
                 let key: String = k.extract().map_err(|_| {
@@ -86,13 +86,13 @@ impl TierArgs {
                         "storage_options[{key:?}]: give a str, bool or number"
                     )));
                 };
-                pairs.push((key, value));
+                pairs.insert(key, value);
             }
         }
         Ok(TierArgs {
             options: TierOptions {
-                dir: tier_dir,
-                budget,
+                tier_dir,
+                tier_budget: budget,
                 storage_options: pairs,
                 single_publisher: false,
             },
@@ -108,8 +108,8 @@ impl TierArgs {
     /// (for pickling and for reopening through a constructor).
     pub fn to_kwargs(&self, kwargs: &Bound<'_, PyDict>) -> PyResult<()> {
         let py = kwargs.py();
-        kwargs.set_item("tier_dir", &self.options.dir)?;
-        kwargs.set_item("tier_budget", self.options.budget)?;
+        kwargs.set_item("tier_dir", &self.options.tier_dir)?;
+        kwargs.set_item("tier_budget", self.options.tier_budget)?;
         if self.options.storage_options.is_empty() {
             kwargs.set_item("storage_options", py.None())?;
         } else {
@@ -221,7 +221,10 @@ impl Root {
     /// the local tier that the prefix opened in for a store of `kind`
     /// (returned too: it holds the directory, and publishes what is
     /// written there).
-    pub fn open_file(&self, kind: StoreKind) -> remote_cache::Result<(PathBuf, Option<CacheDir>)> {
+    pub fn open_file(
+        &self,
+        kind: impl Into<Option<StoreKind>>,
+    ) -> remote_cache::Result<(PathBuf, Option<CacheDir>)> {
         match (self.split_file()?, &self.location) {
             (Some((dir, file)), _) => {
                 let opened = dir.location().open_dir(kind)?;

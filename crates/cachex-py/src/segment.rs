@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cache_facade::CacheKind;
+use cache_facade::StoreKind;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
 use remote_cache::RemoteSegments;
@@ -350,7 +350,7 @@ impl PySegmentStore {
             all.dedup();
             all
         });
-        check::verify_to_py(py, CacheKind::SegmentStore, self.handle.path(), &problems)
+        check::verify_to_py(py, StoreKind::SegmentStore, self.handle.path(), &problems)
     }
 
     /// What recovery found when this handle opened the cache, as the

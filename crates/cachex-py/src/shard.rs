@@ -17,7 +17,7 @@ use serde_pickle::ErrorCode;
 use shard_store::format::ShardName;
 use shard_store::{Compression, Options, Preload, ShardLength, ShardStore, StoreItem};
 
-use cache_facade::CacheKind;
+use cache_facade::StoreKind;
 use pyo3::types::PyDict;
 
 use crate::errors;
@@ -513,7 +513,7 @@ impl PyShardStore {
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let root = self.local_root(py)?;
         let problems = py.detach(|| shard_store::verify(&root));
-        check::verify_to_py(py, CacheKind::ShardStore, &root, &problems)
+        check::verify_to_py(py, StoreKind::ShardStore, &root, &problems)
     }
 
     /// What the root holds, as `cachex inspect --json` prints it: `kind`,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use remote_cache::commit::Piece;
+use remote_cache::Piece;
 use remote_cache::staged::{
     WRITER_BLOCK_HASHES, commit_files, fetch_file, open_tier, read_file, upload_files,
 };
@@ -30,10 +30,10 @@ fn tier_of(
 
 fn store_files(kind: &str) -> PyResult<StoreFiles> {
     let kind = match kind {
-        "segments" => StoreKind::Segments,
-        "arrays" => StoreKind::Arrays,
-        "pages" => StoreKind::Pages,
-        "shards" => StoreKind::Shards,
+        "segments" => StoreKind::SegmentStore,
+        "arrays" => StoreKind::MemmapArray,
+        "pages" => StoreKind::PageAlloc,
+        "shards" => StoreKind::ShardStore,
         other => {
             return Err(errors::invalid(format!(
                 "store kind {other:?}: give segments, arrays, pages or shards"

@@ -1,42 +1,6 @@
 //! The records of a commit log in object storage — commit records and
 //! checkpoints: their format, their names, and the checks every record
 //! read gets before a byte of it is applied.
-//!
-//! ```text
-//! <url>/objects/<blake3 hex>          one piece's bytes
-//! <url>/commits/<seq, 20 digits>.json
-//!     {"version":3,"seq":N,"writer":"<host-pid-time>",
-//!      "pieces":[{"path","offset","size","blake3","replace","blocks"?}],
-//!      "removed":["<path>", ...],
-//!      "log":"<id>",
-//!      "checksum":"<BLAKE3 of the record without it>"}
-//!     version 2: no "removed"; version 1: no "removed", no checksum
-//!     "blocks" (optional): {"version":1,"block_size":B,"blake3":["<hex>", ...]}
-//!     "log" (optional, any version): the id of the log in `<url>/log.json` (see
-//!     [`mod@crate::log_id`]); commits written before identities carry none, and
-//!     readers that predate it ignore it (the checksum covers it either way)
-//! <url>/checkpoints/<seq, 20 digits>.json
-//!     {"version":1,"seq":C,"writer":"<host-pid-time>",
-//!      "pieces":[{"path","offset","size","blake3","blocks"?}],
-//!      "checksum":"<BLAKE3 of the record without it>"}
-//! ```
-//!
-//! A **commit** lists the pieces it adds — the bytes `offset..offset +
-//! size` of a file, stored under their BLAKE3, either extending the file
-//! or (`replace`) standing for all of it — and the files its writer
-//! removed (`removed`: a compaction's old segments, a file deleted).
-//! Readers apply the pieces, then the removals. A store's local evictions
-//! (a disk budget's) are never published as removals.
-//!
-//! A **checkpoint** `C` is the whole file state after commit `C`: every
-//! file as the pieces that make it, in order (the first at offset 0, each
-//! next one where the previous ended). `gc` writes it (see
-//! [`mod@crate::gc`]); a cold open reads the newest checkpoint and the
-//! commits after it, so an open costs the same few requests after a
-//! million commits as after ten. A checkpoint refers to nothing but its
-//! objects: there is no chain of references a record could loop through,
-//! and the sequence number its name promises is checked against the one
-//! it carries.
 
 use remote_tier::{BlockList, RemoteTier};
 use serde::{Deserialize, Serialize};
@@ -93,6 +57,46 @@ impl Piece {
 }
 
 /// One commit record.
+///
+/// The records of a commit log in object storage — commit records and
+/// checkpoints: their format, their names, and the checks every record
+/// read gets before a byte of it is applied.
+///
+/// ```text
+/// <url>/objects/<blake3 hex>          one piece's bytes
+/// <url>/commits/<seq, 20 digits>.json
+///     {"version":3,"seq":N,"writer":"<host-pid-time>",
+///      "pieces":[{"path","offset","size","blake3","replace","blocks"?}],
+///      "removed":["<path>", ...],
+///      "log":"<id>",
+///      "checksum":"<BLAKE3 of the record without it>"}
+///     version 2: no "removed"; version 1: no "removed", no checksum
+///     "blocks" (optional): {"version":1,"block_size":B,"blake3":["<hex>", ...]}
+///     "log" (optional, any version): the id of the log in `<url>/log.json` (see
+///     [`LOG_OBJECT`](crate::LOG_OBJECT)); commits written before identities carry none, and
+///     readers that predate it ignore it (the checksum covers it either way)
+/// <url>/checkpoints/<seq, 20 digits>.json
+///     {"version":1,"seq":C,"writer":"<host-pid-time>",
+///      "pieces":[{"path","offset","size","blake3","blocks"?}],
+///      "checksum":"<BLAKE3 of the record without it>"}
+/// ```
+///
+/// A **commit** lists the pieces it adds — the bytes `offset..offset +
+/// size` of a file, stored under their BLAKE3, either extending the file
+/// or (`replace`) standing for all of it — and the files its writer
+/// removed (`removed`: a compaction's old segments, a file deleted).
+/// Readers apply the pieces, then the removals. A store's local evictions
+/// (a disk budget's) are never published as removals.
+///
+/// A **checkpoint** `C` is the whole file state after commit `C`: every
+/// file as the pieces that make it, in order (the first at offset 0, each
+/// next one where the previous ended). `gc` writes it (see
+/// [`gc`](crate::gc())); a cold open reads the newest checkpoint and the
+/// commits after it, so an open costs the same few requests after a
+/// million commits as after ten. A checkpoint refers to nothing but its
+/// objects: there is no chain of references a record could loop through,
+/// and the sequence number its name promises is checked against the one
+/// it carries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Commit {
     /// Format version ([`COMMIT_VERSION`]).

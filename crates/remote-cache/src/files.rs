@@ -1,6 +1,8 @@
 //! [`StoreFiles`]: how each store's files travel between a working
 //! directory and the commit log, as the store crates declare it.
 
+use crate::StoreKind;
+
 /// Which of a store's files stay on the machine, which are read by blocks
 /// from the local tier instead of copied whole, and whose removal is a
 /// local eviction rather than a deletion to publish. Each store crate
@@ -29,24 +31,7 @@ pub struct StoreFiles {
 /// blocks. At 4 KiB that is some 40 KiB a key, where the tier's 8 MiB
 /// would fetch most of a segment; the price is one 64-character hash per
 /// 4 KiB in the commit record (1.6% of the segment bytes).
-pub const SEGMENT_BLOCK_SIZE: u64 = remote_tier::blocks::MIN_BLOCK_SIZE;
-
-/// The stores a working directory may hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreKind {
-    /// segment-store (and the torchcachex drop-in).
-    Segments,
-    /// shard-store (and the loadit drop-in).
-    Shards,
-    /// memmap-array: `.bin` arrays read by blocks.
-    Arrays,
-    /// page-alloc: `.pages` files read by blocks.
-    Pages,
-    /// A cache of a kind not known before it is opened (the facade, the
-    /// `cachex` tool): every store's private files stay, every file is
-    /// copied whole.
-    Any,
-}
+pub const SEGMENT_BLOCK_SIZE: u64 = remote_tier::MIN_BLOCK_SIZE;
 
 fn never(_: &str) -> bool {
     false
@@ -56,7 +41,7 @@ fn never_by_blocks(_: &str, _: u64) -> bool {
     false
 }
 
-fn arrays_by_blocks(path: &str, _: u64) -> bool {
+fn memmap_by_blocks(path: &str, _: u64) -> bool {
     memmap_array::is_array_file(path)
 }
 
@@ -109,27 +94,29 @@ impl StoreFiles {
         remote_tier::BlockHashes::block_size_for(size, wanted.unwrap_or(tier.block_size))
     }
 
-    /// How the files of a store of `kind` travel.
-    pub fn for_kind(kind: StoreKind) -> StoreFiles {
-        match kind {
+    /// How the files of a store of `kind` travel; `None` for a cache of a
+    /// kind not known before it is opened (the facade, the `cachex` tool):
+    /// every store's private files stay, every file is copied whole.
+    pub fn for_kind(kind: impl Into<Option<StoreKind>>) -> StoreFiles {
+        match kind.into() {
             // Segments are read row by row where they are not whole
             // locally (`RemoteSegments::get_batch`): in small blocks.
-            StoreKind::Segments => StoreFiles {
+            Some(StoreKind::SegmentStore) => StoreFiles {
                 by_blocks: segments_by_blocks,
                 block_size: segment_block_size,
                 ..StoreFiles::PLAIN
             },
-            StoreKind::Shards | StoreKind::Any => StoreFiles {
+            Some(StoreKind::ShardStore) | None => StoreFiles {
                 private: shard_store::format::is_private,
                 by_blocks: never_by_blocks,
                 evicted_locally: shard_store::format::is_shard,
                 block_size: tier_block_size,
             },
-            StoreKind::Arrays => StoreFiles {
-                by_blocks: arrays_by_blocks,
+            Some(StoreKind::MemmapArray) => StoreFiles {
+                by_blocks: memmap_by_blocks,
                 ..StoreFiles::PLAIN
             },
-            StoreKind::Pages => StoreFiles {
+            Some(StoreKind::PageAlloc) => StoreFiles {
                 by_blocks: pages_by_blocks,
                 ..StoreFiles::PLAIN
             },
@@ -143,19 +130,19 @@ mod tests {
 
     #[test]
     fn each_store_names_its_files() {
-        let shards = StoreFiles::for_kind(StoreKind::Shards);
+        let shards = StoreFiles::for_kind(StoreKind::ShardStore);
         assert!((shards.private)("locks/a.lock") && (shards.private)("scratch"));
         assert!(!(shards.private)("lockstep.json") && !(shards.private)("shards/0.1.shard.pickle"));
         assert!((shards.evicted_locally)("shards/0.1.shard.pickle"));
         assert!(!(shards.evicted_locally)("metadata.json"));
-        let arrays = StoreFiles::for_kind(StoreKind::Arrays);
+        let arrays = StoreFiles::for_kind(StoreKind::MemmapArray);
         assert!((arrays.by_blocks)("x.bin", 1) && !(arrays.by_blocks)("sub/x.bin", 1));
-        assert!((StoreFiles::for_kind(StoreKind::Pages).by_blocks)(
+        assert!((StoreFiles::for_kind(StoreKind::PageAlloc).by_blocks)(
             "data.pages",
             1
         ));
         assert!(!(StoreFiles::PLAIN.by_blocks)("data.pages", 1));
-        let segments = StoreFiles::for_kind(StoreKind::Segments);
+        let segments = StoreFiles::for_kind(StoreKind::SegmentStore);
         let seg = "segments/segment_000003.arrow";
         assert!((segments.by_blocks)(seg, 1) && !(segments.by_blocks)("segment-index.log", 1));
         assert_eq!((segments.block_size)(seg, 1), Some(SEGMENT_BLOCK_SIZE));

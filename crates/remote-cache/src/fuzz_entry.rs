@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use remote_tier::{RemoteTier, TierConfig};
 
-use crate::journal::{OBJECTS, checkpoint_name, commit_name};
+use crate::commit::{OBJECTS, checkpoint_name, commit_name};
 use crate::{Next, RemoteDir, Result};
 
 /// The bytes of the objects every input may point at (`objects/<blake3>`):

@@ -2,55 +2,6 @@
 //! commit inside the retention window references, and folds the commits
 //! up to the window's first into a checkpoint; [`du`] reports what a bucket
 //! holds without changing it.
-//!
-//! **The window.** The commit that was current at `now − keep` (the last
-//! one whose record the store wrote before then, by the listing's
-//! last-modified time, the server's clock) and every commit after it are
-//! inside the retention window: a reader that was on the latest commit at
-//! any time within `keep` is on one of them, however long ago that commit
-//! was written. Let `C` be the window's first commit (the last commit when
-//! none was written within `keep`; none, 0, when every commit was). Live
-//! are: the objects of every file after commit `C`, and the pieces of
-//! every commit after `C`. A reader opened on any commit inside the window
-//! holds a state made of those, so gc never breaks it: its refresh applies
-//! commits that are all still there, and the files it reads by blocks are
-//! still in the store.
-//!
-//! **The checkpoint.** gc writes `checkpoints/<C>.json`: every file after
-//! commit `C`. A file made of several pieces (an index log appended by
-//! many commits) is folded into one object first, so a checkpoint holds
-//! one piece a file and the appended pieces before the window become
-//! garbage. A cold open reads the newest checkpoint and the commits after
-//! it: the same few requests after a million commits as after ten. Older
-//! checkpoints are deleted once a newer one is written. Commit records
-//! are kept (a few hundred bytes each; `du` counts them): a reader that is
-//! behind catches up one GET a commit, and one whose next commit lost an
-//! object to gc moves to the checkpoint instead.
-//!
-//! **The grace period.** An object the store wrote less than `grace` ago
-//! is never deleted, referenced or not: a publisher uploads its pieces
-//! before its commit, and those must survive a gc that runs in between.
-//! A publisher reuses an object already in the store only when the store
-//! wrote it within [`REUSE_WITHIN`](crate::journal::REUSE_WITHIN) (30
-//! minutes) and uploads it again otherwise, so with the default grace (an
-//! hour) a publisher that finds an old unreferenced object and commits it
-//! never loses it to a gc running meanwhile. A grace shorter than that
-//! reuse window is safe only when no publisher runs during the gc (as in
-//! `--grace 0s` on a cache nobody writes).
-//!
-//! **Publishes in flight.** A publish that takes longer than the grace
-//! period (a multi-hour push, a long Ray job) holds a lease on every
-//! object its commit will name ([`mod@crate::lease`]); gc keeps them while
-//! the lease lives. Before it deletes anything gc reads the leases, then
-//! the commits published since its survey (a lease is deleted only after
-//! its commit landed), and it reads both again whenever it last did more
-//! than [`RECHECK`] ago; each object is asked for
-//! again (HEAD) just before it is deleted, and kept if an upload renewed
-//! it within the grace period. Lapsed leases are deleted.
-//!
-//! Objects named by a push snapshot of the older `manifests/` layout (its
-//! latest manifest) are live too, so a bucket not yet migrated loses
-//! nothing.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -65,7 +16,7 @@ use crate::commit::{
     encode, parse_record_name, read_checkpoint, read_commit, writer_name,
 };
 use crate::files::StoreFiles;
-use crate::lease::{self, RECHECK};
+use crate::lease::{self, GC_RECHECK};
 use crate::log_state::LogState;
 use crate::upload;
 use crate::workdir::hash_open;
@@ -252,7 +203,7 @@ fn survey(tier: &RemoteTier, keep: Duration) -> Result<Survey> {
         .iter()
         .flat_map(|c| c.pieces.iter().map(Piece::object))
         .collect();
-    let manifest = match remote_tier::snapshot::latest_manifest(tier)? {
+    let manifest = match remote_tier::legacy_manifest::latest_manifest(tier)? {
         Some(m) => m
             .files
             .iter()
@@ -307,13 +258,67 @@ pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
     Ok(usage)
 }
 
-/// Collects the garbage of the commit log at `tier`'s URL (see the
-/// [module docs](self)): writes the checkpoint of the retention window's
+/// Collects the garbage of the commit log at `tier`'s URL (see below):
+/// writes the checkpoint of the retention window's
 /// first commit (folding files of several pieces into one object
 /// each, fetched through the tier), reads the commits published
 /// meanwhile, then deletes every object that nothing in the window needs
 /// and the grace period does not protect, and the older checkpoints.
 /// Safe to run while writers publish and readers refresh.
+///
+/// Garbage collection of a commit log: [`gc`] deletes the objects that no
+/// commit inside the retention window references, and folds the commits
+/// up to the window's first into a checkpoint; [`du`] reports what a bucket
+/// holds without changing it.
+///
+/// **The window.** The commit that was current at `now − keep` (the last
+/// one whose record the store wrote before then, by the listing's
+/// last-modified time, the server's clock) and every commit after it are
+/// inside the retention window: a reader that was on the latest commit at
+/// any time within `keep` is on one of them, however long ago that commit
+/// was written. Let `C` be the window's first commit (the last commit when
+/// none was written within `keep`; none, 0, when every commit was). Live
+/// are: the objects of every file after commit `C`, and the pieces of
+/// every commit after `C`. A reader opened on any commit inside the window
+/// holds a state made of those, so gc never breaks it: its refresh applies
+/// commits that are all still there, and the files it reads by blocks are
+/// still in the store.
+///
+/// **The checkpoint.** gc writes `checkpoints/<C>.json`: every file after
+/// commit `C`. A file made of several pieces (an index log appended by
+/// many commits) is folded into one object first, so a checkpoint holds
+/// one piece a file and the appended pieces before the window become
+/// garbage. A cold open reads the newest checkpoint and the commits after
+/// it: the same few requests after a million commits as after ten. Older
+/// checkpoints are deleted once a newer one is written. Commit records
+/// are kept (a few hundred bytes each; `du` counts them): a reader that is
+/// behind catches up one GET a commit, and one whose next commit lost an
+/// object to gc moves to the checkpoint instead.
+///
+/// **The grace period.** An object the store wrote less than `grace` ago
+/// is never deleted, referenced or not: a publisher uploads its pieces
+/// before its commit, and those must survive a gc that runs in between.
+/// A publisher reuses an object already in the store only when the store
+/// wrote it within [`REUSE_WITHIN`](crate::REUSE_WITHIN) (30
+/// minutes) and uploads it again otherwise, so with the default grace (an
+/// hour) a publisher that finds an old unreferenced object and commits it
+/// never loses it to a gc running meanwhile. A grace shorter than that
+/// reuse window is safe only when no publisher runs during the gc (as in
+/// `--grace 0s` on a cache nobody writes).
+///
+/// **Publishes in flight.** A publish that takes longer than the grace
+/// period (a multi-hour push, a long Ray job) holds a lease on every
+/// object its commit will name (`lease.rs`); gc keeps them while
+/// the lease lives. Before it deletes anything gc reads the leases, then
+/// the commits published since its survey (a lease is deleted only after
+/// its commit landed), and it reads both again whenever it last did more
+/// than [`GC_RECHECK`] ago; each object is asked for
+/// again (HEAD) just before it is deleted, and kept if an upload renewed
+/// it within the grace period. Lapsed leases are deleted.
+///
+/// Objects named by a push snapshot of the older `manifests/` layout (its
+/// latest manifest) are live too, so a bucket not yet migrated loses
+/// nothing.
 pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
     let s = survey(tier, options.keep)?;
     let mut report = GcReport {
@@ -356,7 +361,7 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
         }
         // A publish that started since the leases were read: its lease
         // and commits are read again before anything more is deleted.
-        if checked.elapsed() >= RECHECK {
+        if checked.elapsed() >= GC_RECHECK {
             let again = lease::held(tier, SystemTime::now(), CLOCK_SLACK)?;
             held.lapsed.retain(|l| again.lapsed.contains(l));
             leased.extend(again.objects);
@@ -470,7 +475,7 @@ fn write_checkpoint(tier: &RemoteTier, state: &LogState) -> Result<(Checkpoint, 
 /// store has it, recently written): its piece, with a block list when a
 /// reader may read it by blocks.
 fn fold(tier: &RemoteTier, path: &str, parts: &[Piece]) -> Result<Piece> {
-    let dir = tier.cache_dir().join("tmp");
+    let dir = tier.tier_dir().join("tmp");
     std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
     let tmp = durable_fs::unique_temp_path(&dir, "gc-fold");
     let folded = fold_into(tier, path, parts, &tmp);

@@ -19,7 +19,7 @@
 //! writes later, leaves its lease to lapse ([`STAGED_LEASE`]).
 //!
 //! gc reads the leases, then the commits published meanwhile, before it
-//! deletes anything, and again at least every [`RECHECK`] while it
+//! deletes anything, and again at least every [`GC_RECHECK`] while it
 //! deletes; every object a live lease names is kept. The order matters: a
 //! publisher deletes its lease only after its commit landed, so a lease
 //! gc missed because it was already gone belongs to a commit gc then
@@ -51,7 +51,7 @@ pub const STAGED_LEASE: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_LEASE: Duration = STAGED_LEASE;
 /// While it deletes, gc reads the leases and the commits published
 /// meanwhile again whenever it last read them longer ago than this.
-pub const RECHECK: Duration = Duration::from_secs(1);
+pub const GC_RECHECK: Duration = Duration::from_secs(1);
 
 /// A lease record.
 #[derive(Debug, Serialize, Deserialize)]

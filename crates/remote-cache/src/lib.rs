@@ -6,7 +6,7 @@
 //! The stores are unchanged: each keeps reading and writing a local
 //! directory. For a remote location that directory is a *working
 //! directory* that a [`RemoteDir`] keeps in step with a commit log in
-//! object storage (see [`mod@commit`] for the records and [`mod@journal`]
+//! object storage (see [`Commit`] for the records and [`RemoteDir`]
 //! for the rules):
 //!
 //! - **Open** applies every published commit: files are fetched through
@@ -16,7 +16,7 @@
 //!   arrays, page-alloc's page file) and for segments (read row by row
 //!   in 4 KiB blocks, whatever their size), left as sparse files in the
 //!   tier, linked into the working directory and fetched by block ranges
-//!   as rows, samples and keys are read ([`RemoteArrays`],
+//!   as rows, samples and keys are read ([`RemoteMemmapArray`],
 //!   [`RemotePages`], [`RemoteSegments::get_batch`]), each block checked
 //!   against the BLAKE3 its commit recorded for it before it is kept.
 //! - **Publish** ([`RemoteSegments::publish`], [`RemoteShards::publish`])
@@ -27,13 +27,13 @@
 //!   writers can never both claim one file (one gets [`Error::Conflict`]).
 //!   A writer need not call it: a [`Publisher`] publishes what its store
 //!   persisted every few seconds, and what is left when the handle is
-//!   dropped or the process exits ([`mod@publisher`]); a killed writer
+//!   dropped or the process exits ([`Publisher`]); a killed writer
 //!   loses at most that interval.
 //! - **Refresh** ([`RemoteSegments::refresh`], or on a period with
 //!   [`RemoteSegments::refresh_every`]) applies what other processes
 //!   published since, whole commits only. Reads never wait for its
 //!   requests: they see the files of the last commit applied.
-//! - **One log a directory** ([`mod@log_id`]): every log has an identity,
+//! - **One log a directory** ([`LOG_OBJECT`]): every log has an identity,
 //!   and a working directory never serves another log found at its URL
 //!   (a prefix rebuilt, another endpoint): it starts over from it when
 //!   opened, and an open handle refuses it ([`Error::OtherLog`]).
@@ -41,12 +41,12 @@
 //!   file deleted) is published in its commit, and readers remove those
 //!   files on refresh; a store's local evictions (shard-store's disk
 //!   budget, [`StoreFiles::evicted_locally`]) are never published.
-//! - **Garbage** ([`mod@gc`]: `cachex gc`, `cachex du`): objects that no
+//! - **Garbage** ([`gc()`]: `cachex gc`, `cachex du`): objects that no
 //!   commit inside a retention window needs are deleted after a grace
 //!   period, and the commits up to the window are folded into a
 //!   checkpoint, from which a cold open starts: an open costs the same
 //!   few requests after a million commits as after ten.
-//! - **Whole directories** ([`mod@snapshot`]: `cachex push`, `pull`,
+//! - **Whole directories** ([`push_dir`]: `cachex push`, `pull`,
 //!   `migrate`): a directory published as one commit of the same log, a
 //!   log materialised into a directory, and a bucket of the older
 //!   `manifests/` push layout converted into a commit.
@@ -116,7 +116,7 @@
 //! ```text
 //! <url>/log.json                         the log's identity: a random id, created once with a
 //!                                        conditional put before its first commit (and named
-//!                                        in every commit since); see [`mod@log_id`]
+//!                                        in every commit since); see [`LOG_OBJECT`]
 //! <url>/objects/<blake3>                 published bytes (content-addressed)
 //! <url>/commits/<seq>.json               commit records, applied in order: pieces (with the
 //!                                        BLAKE3 of each block of files read by blocks), then
@@ -124,7 +124,7 @@
 //! <url>/checkpoints/<seq>.json           every file after commit seq, written by gc: where a
 //!                                        cold open starts (the newest one)
 //! <url>/leases/<writer>-<n>.json        a publish in flight: the objects its commit will name,
-//!                                        kept by gc while the lease lives (see [`mod@lease`])
+//!                                        kept by gc while the lease lives (see [`gc()`])
 //! <url>/manifests/<seq>.json             the older push layout: read by `migrate` (and gc keeps
 //!                                        the objects its latest manifest names)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
@@ -135,8 +135,8 @@
 //!                                        started over from on open, refused by an open handle
 //!   .cachex-remote/blocks/<blake3>.json  block lists of the files linked into the tier
 //! ```
-//! The records' formats and checks are in [`mod@commit`]; how a working
-//! directory applies and publishes them in [`mod@journal`].
+//! The records' formats and checks are in [`Commit`]; how a working
+//! directory applies and publishes them in [`RemoteDir`].
 //!
 //! # Example
 //! ```
@@ -174,41 +174,52 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod commit;
+mod commit;
 mod error;
 mod files;
 #[doc(hidden)]
 pub mod fuzz_entry;
-pub mod gc;
+mod gc;
 #[doc(hidden)]
 pub mod hooks;
-pub mod journal;
-pub mod lease;
+mod lease;
 mod links;
 mod location;
-pub mod log_id;
+mod log_id;
 mod log_state;
 mod prefetch;
-pub mod publisher;
-pub mod snapshot;
+mod publisher;
+mod push_pull;
+mod remote_dir;
 pub mod staged;
 mod staged_segments;
 mod staging;
+mod store_kind;
 mod stores;
 mod upload;
 mod workdir;
 
-pub use commit::{Checkpoint, Commit, Piece};
+pub use commit::{
+    CHECKPOINT_VERSION, CHECKPOINTS, COMMIT_VERSION, COMMITS, Checkpoint, Commit, OBJECTS, Piece,
+    STATE_DIR, checkpoint_name, commit_name, parse_record_name,
+};
 pub use error::{Error, Result};
-pub use files::{StoreFiles, StoreKind};
-pub use gc::{GcOptions, GcReport, Usage};
-pub use journal::{Next, PublishReport, RefreshReport, RemoteDir};
+pub use files::StoreFiles;
+pub use gc::{DEFAULT_GRACE, DEFAULT_KEEP, GcOptions, GcReport, Usage, du, gc};
+pub use lease::{GC_RECHECK, LEASE_VERSION, LEASES, MAX_LEASE, PUBLISH_LEASE, STAGED_LEASE};
 pub use location::{
     CacheDir, DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV,
     TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,
 };
+pub use log_id::{LOG_OBJECT, LOG_VERSION};
 pub use log_state::LogState;
-pub use publisher::Publisher;
+pub use publisher::{
+    DEFAULT_PUBLISH_INTERVAL, LAST_PUBLISH_BOUND, PUBLISH_INTERVAL_ENV, Publish, PublishError,
+    PublishResult, Publisher, collect_failures, publish_all_at_exit, publish_interval,
+    take_failures,
+};
+pub use push_pull::{MigrateReport, PushReport, migrate, pull_dir, push_dir};
+pub use remote_dir::{Next, PublishReport, RefreshReport, RemoteDir};
 pub use remote_tier::redact_url;
 pub use staged_segments::{
     SEGMENT_STAGING, SegmentCommit, StagedSegments, decide_remote_segments, decide_staged_segments,
@@ -218,4 +229,10 @@ pub use staging::{
     COMMIT_RECORD, Decision, JOB_LOCK, StagingJob, commit_rename, finish_task, recover_staging,
     roll_forward, task_attempt, task_dir,
 };
-pub use stores::{Refresher, RemoteArrays, RemotePages, RemoteSegments, RemoteShards};
+pub use store_kind::StoreKind;
+pub use stores::{Refresher, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards};
+pub use upload::REUSE_WITHIN;
+
+/// [`RemoteMemmapArray`] under its former name.
+#[deprecated(note = "use RemoteMemmapArray")]
+pub type RemoteArrays = RemoteMemmapArray;

@@ -1,7 +1,7 @@
 //! Files read by blocks: the links a working directory holds into the
 //! local tier (sparse copies fetched as a store reads them), and the
 //! block lists kept beside them so each block is checked against the
-//! BLAKE3 its commit recorded (see [`mod@crate::journal`]).
+//! BLAKE3 its commit recorded (see [`RemoteDir`](crate::RemoteDir)).
 //!
 //! **Block lists.** A piece that is a whole file readers may read by
 //! blocks (`.bin` arrays, page files: any whole file larger than the
@@ -10,7 +10,7 @@
 //! rely on knowing it) carries the BLAKE3 of each `block_size`-byte block
 //! of it: the last may be short; `block_size` is the publisher's tier
 //! block size, doubled as needed to keep at most
-//! `remote_tier::blocks::MAX_BLOCKS` blocks. It lives inside the piece,
+//! `remote_tier::MAX_BLOCKS` blocks. It lives inside the piece,
 //! so it is committed atomically with it and read with the one GET of the
 //! commit; the field is optional, so commits without it (published before
 //! it existed) still read, and readers that do not know it ignore it. The
@@ -33,8 +33,8 @@ use std::sync::Arc;
 use remote_tier::{BlockHashes, BlockList};
 
 use crate::commit::{Commit, MAX_RECORD, OBJECTS, Piece, STATE_DIR, commit_name};
-use crate::journal::{RemoteDir, State};
 use crate::prefetch::{self, Opening};
+use crate::remote_dir::{RemoteDir, State};
 use crate::workdir::Known;
 use crate::{Error, Result};
 

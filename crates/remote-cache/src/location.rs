@@ -1,13 +1,15 @@
 //! [`Location`]: where a cache lives — a local directory, or an object
 //! store URL read through a local tier.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use remote_tier::{RemoteTier, TierConfig, redact_url};
+use serde::{Deserialize, Serialize};
 
-use crate::files::{StoreFiles, StoreKind};
-use crate::journal::{PublishReport, RefreshReport, RemoteDir};
+use crate::remote_dir::{PublishReport, RefreshReport, RemoteDir};
 use crate::{Error, Result};
+use crate::{StoreFiles, StoreKind};
 
 /// The environment variable naming the local tier directory.
 pub const TIER_DIR_ENV: &str = "CACHEX_TIER_DIR";
@@ -18,36 +20,65 @@ pub const TIER_BUDGET_ENV: &str = "CACHEX_TIER_BUDGET";
 /// gives one: 20 GiB.
 pub const DEFAULT_TIER_BUDGET: u64 = 20 << 30;
 
-/// Tier settings a caller gives (a Python keyword, a facade config, a
-/// `cachex` flag); what it leaves unset comes from the environment
-/// (`CACHEX_TIER_DIR`, `CACHEX_TIER_BUDGET`), read here and nowhere else.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Tier settings a caller gives — a Python keyword (`tier_dir=`,
+/// `tier_budget=`, `storage_options=`), a facade config's `remote`
+/// section, a `cachex` flag — spelled the same everywhere; what it leaves
+/// unset comes from the environment (`CACHEX_TIER_DIR`,
+/// `CACHEX_TIER_BUDGET`), read here and nowhere else. In a facade
+/// config (`"remote": {...}`), every field optional:
+///
+/// ```json
+/// {"tier_dir": "/scratch/tier", "tier_budget": 53687091200,
+///  "storage_options": {"aws_endpoint": "http://127.0.0.1:9000"},
+///  "single_publisher": false}
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TierOptions {
     /// The local tier directory (default: `CACHEX_TIER_DIR`, else
-    /// `$XDG_CACHE_HOME/cachex/tier`, else `~/.cache/cachex/tier`).
-    pub dir: Option<PathBuf>,
+    /// `$XDG_CACHE_HOME/cachex/tier`, else `~/.cache/cachex/tier`),
+    /// shared by every cache and process.
+    #[serde(default)]
+    pub tier_dir: Option<PathBuf>,
     /// The local tier's budget in bytes (default: `CACHEX_TIER_BUDGET`,
     /// else [`DEFAULT_TIER_BUDGET`]).
-    pub budget: Option<u64>,
+    #[serde(default)]
+    pub tier_budget: Option<u64>,
     /// `object_store` options over the environment's (`aws_endpoint`,
-    /// `aws_allow_http`, ...). Credentials belong in the environment;
-    /// options are never written to disk nor shown.
-    pub storage_options: Vec<(String, String)>,
+    /// `aws_region`, `aws_allow_http`, ...). Credentials belong in the
+    /// environment (`AWS_ACCESS_KEY_ID`, ...); options are never written
+    /// to disk nor shown. A config file may call them `options`.
+    #[serde(default, alias = "options")]
+    pub storage_options: BTreeMap<String, String>,
     /// Only one writer ever publishes to the URL
     /// ([`TierConfig::single_publisher`]): publishing works on servers
     /// that ignore conditional puts.
+    #[serde(default)]
     pub single_publisher: bool,
 }
 
 impl TierOptions {
+    /// These settings over `base`: each one given here wins, the storage
+    /// options of both are kept (these over `base`'s on a shared key).
+    pub fn over(self, base: &TierOptions) -> TierOptions {
+        let mut storage_options = base.storage_options.clone();
+        storage_options.extend(self.storage_options);
+        TierOptions {
+            tier_dir: self.tier_dir.or_else(|| base.tier_dir.clone()),
+            tier_budget: self.tier_budget.or(base.tier_budget),
+            storage_options,
+            single_publisher: self.single_publisher || base.single_publisher,
+        }
+    }
+
     /// The tier these settings describe for the cache root `root` (named
     /// in errors, redacted).
     pub fn tier_config(&self, root: &str) -> Result<TierConfig> {
-        let dir = match &self.dir {
+        let dir = match &self.tier_dir {
             Some(d) => d.clone(),
             None => tier_dir_from_env(root)?,
         };
-        let budget = match self.budget {
+        let budget = match self.tier_budget {
             Some(b) => b,
             None => tier_budget_from_env(root)?,
         };
@@ -149,8 +180,9 @@ impl Location {
 
     /// Opens the location for a store of `kind`: the local directory
     /// itself, or a working directory of this handle's own with every
-    /// published commit applied.
-    pub fn open_dir(&self, kind: StoreKind) -> Result<CacheDir> {
+    /// published commit applied. `None`: a cache whose kind is not known
+    /// before it is opened ([`StoreFiles::for_kind`]).
+    pub fn open_dir(&self, kind: impl Into<Option<StoreKind>>) -> Result<CacheDir> {
         self.open(StoreFiles::for_kind(kind))
     }
 
@@ -159,7 +191,11 @@ impl Location {
     /// `<url>/<rel>` in `<work>/<rel>`, where `<work>` is a working
     /// directory of the root's own ([`CacheDir::root`]) — for a caller
     /// that lays out several caches under one root (the facade).
-    pub fn open_dir_under(&self, rel: &str, kind: StoreKind) -> Result<CacheDir> {
+    pub fn open_dir_under(
+        &self,
+        rel: &str,
+        kind: impl Into<Option<StoreKind>>,
+    ) -> Result<CacheDir> {
         let files = StoreFiles::for_kind(kind);
         match self {
             Location::Local(dir) => Ok(CacheDir {
@@ -184,7 +220,7 @@ impl Location {
                 };
                 let (root, (dir, remote)) = match &spec.work_dir {
                     Some(w) => (w.clone(), open(w)?),
-                    None => open_in_work_dir(&spec.tier.cache_dir, &spec.url, open)?,
+                    None => open_in_work_dir(&spec.tier.tier_dir, &spec.url, open)?,
                 };
                 Ok(CacheDir {
                     root,
@@ -224,7 +260,7 @@ impl Location {
                     Some(d) => (d.clone(), RemoteDir::open_unapplied(tier, d, files)?),
                     None => {
                         let url = tier.url().to_string();
-                        open_in_work_dir(&spec.tier.cache_dir, &url, |work| {
+                        open_in_work_dir(&spec.tier.tier_dir, &url, |work| {
                             RemoteDir::open_unapplied(tier.clone(), work, files)
                         })?
                     }

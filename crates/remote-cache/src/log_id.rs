@@ -1,43 +1,6 @@
 //! A commit log's identity: which log a working directory (or a pulled
 //! directory) holds, so that it never takes another log at the same URL
 //! for its own.
-//!
-//! ```text
-//! <url>/log.json                        {"version":1,"id":"<32 hex>"}: created once, with a
-//!                                       conditional put, before the log's first commit
-//! <url>/commits/<seq>.json              "log":"<id>" in each commit written since
-//! <work dir>/.cachex-remote/log.json    the same record: the log this directory applied
-//! ```
-//!
-//! A log's URL does not name it: a prefix wiped and written again, or the
-//! same `s3://` URL on another endpoint, holds another log whose commits
-//! are numbered from 1 again. A reader that only asked for the commit
-//! after its last would apply another log's commits on top of its own, or
-//! find nothing and serve the old one.
-//!
-//! - **Created once.** The first publisher of a log (a store's publish,
-//!   `push`, a staged commit, `migrate`) puts `log.json` with a random id
-//!   under `PutMode::Create` before it claims a commit; of two that race,
-//!   one id wins and both commit under it. gc never deletes it.
-//! - **Checked on every refresh.** A refresh asks for `log.json` at the
-//!   same time as for the next commit (no extra round trip), and checks
-//!   every commit it applies that names its log. A directory that holds
-//!   another log's commits (another id, or a log without `log.json` where
-//!   the directory recorded one) **starts over** when it is opened: every
-//!   file and record of it is dropped and the bucket's log applied from
-//!   scratch. A handle already open (its store maps the old files)
-//!   **refuses** instead: its refresh, publish and reads fail with
-//!   [`Error::OtherLog`] naming both ids, and the next open starts over.
-//!   A writer's files not yet published go too: they were written over
-//!   the old log, and are no part of the new one. `pull` refuses: a
-//!   pulled directory is the user's.
-//! - **Logs written before identities** (no `log.json`) keep working: the
-//!   next publish of a build that knows identities (a store's publish,
-//!   `cachex push`, a staged commit, `cachex migrate`) adopts one by
-//!   creating `log.json`; a directory that applied commits of such
-//!   a log without recording an id adopts the id it finds first, trusting
-//!   the commits it applied as earlier builds did. Until a log has an id,
-//!   its readers cannot tell it from another (as before).
 
 use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
@@ -50,6 +13,47 @@ use crate::{Error, Result};
 
 /// The object that names a log, under its URL (and the file that names
 /// the log a directory holds, in its state directory).
+///
+/// A commit log's identity: which log a working directory (or a pulled
+/// directory) holds, so that it never takes another log at the same URL
+/// for its own.
+///
+/// ```text
+/// <url>/log.json                        {"version":1,"id":"<32 hex>"}: created once, with a
+///                                       conditional put, before the log's first commit
+/// <url>/commits/<seq>.json              "log":"<id>" in each commit written since
+/// <work dir>/.cachex-remote/log.json    the same record: the log this directory applied
+/// ```
+///
+/// A log's URL does not name it: a prefix wiped and written again, or the
+/// same `s3://` URL on another endpoint, holds another log whose commits
+/// are numbered from 1 again. A reader that only asked for the commit
+/// after its last would apply another log's commits on top of its own, or
+/// find nothing and serve the old one.
+///
+/// - **Created once.** The first publisher of a log (a store's publish,
+///   `push`, a staged commit, `migrate`) puts `log.json` with a random id
+///   under `PutMode::Create` before it claims a commit; of two that race,
+///   one id wins and both commit under it. gc never deletes it.
+/// - **Checked on every refresh.** A refresh asks for `log.json` at the
+///   same time as for the next commit (no extra round trip), and checks
+///   every commit it applies that names its log. A directory that holds
+///   another log's commits (another id, or a log without `log.json` where
+///   the directory recorded one) **starts over** when it is opened: every
+///   file and record of it is dropped and the bucket's log applied from
+///   scratch. A handle already open (its store maps the old files)
+///   **refuses** instead: its refresh, publish and reads fail with
+///   [`Error::OtherLog`] naming both ids, and the next open starts over.
+///   A writer's files not yet published go too: they were written over
+///   the old log, and are no part of the new one. `pull` refuses: a
+///   pulled directory is the user's.
+/// - **Logs written before identities** (no `log.json`) keep working: the
+///   next publish of a build that knows identities (a store's publish,
+///   `cachex push`, a staged commit, `cachex migrate`) adopts one by
+///   creating `log.json`; a directory that applied commits of such
+///   a log without recording an id adopts the id it finds first, trusting
+///   the commits it applied as earlier builds did. Until a log has an id,
+///   its readers cannot tell it from another (as before).
 pub const LOG_OBJECT: &str = "log.json";
 /// The identity record's format version.
 pub const LOG_VERSION: u32 = 1;

@@ -14,8 +14,9 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use durable_fs::Pool;
 use remote_tier::{BlockHashes, Expected, RemoteFile, RemoteTier};
 
 /// Requests in flight while a window is fetched.
@@ -53,10 +54,13 @@ pub fn windows(pieces: &[(Ahead, u64)], budget: u64) -> Vec<std::ops::Range<usiz
 /// time; returns how many arrived (errors are left to the caller's own
 /// fetch, which names the commit).
 pub fn fetch_window(tier: &RemoteTier, window: &[(Ahead, u64)]) -> usize {
-    at_once(window, IN_FLIGHT, |(ahead, _)| {
-        tier.fetch(&ahead.object, &ahead.expected).ok()
-    })
-    .len()
+    Pool::new(IN_FLIGHT)
+        .map(window, |(ahead, _)| {
+            tier.fetch(&ahead.object, &ahead.expected).is_ok()
+        })
+        .into_iter()
+        .filter(|arrived| *arrived)
+        .count()
 }
 
 /// Opens each object of `wanted` (name, block list) by blocks through
@@ -73,12 +77,16 @@ pub fn open_in_background(tier: RemoteTier, wanted: Vec<(String, Arc<BlockHashes
     let opening = std::thread::Builder::new()
         .name("cachex-open".into())
         .spawn(move || {
-            at_once(&wanted, workers, |(object, hashes)| {
-                if stopped.load(Ordering::Relaxed) {
-                    return None;
-                }
-                tier.open_by_blocks(object, Arc::clone(hashes)).ok()
-            })
+            Pool::new(workers)
+                .map(&wanted, |(object, hashes)| {
+                    if stopped.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    tier.open_by_blocks(object, Arc::clone(hashes)).ok()
+                })
+                .into_iter()
+                .flatten()
+                .collect()
         });
     Opening {
         thread: opening.ok(),
@@ -104,34 +112,6 @@ impl Drop for Opening {
             drop(h.join());
         }
     }
-}
-
-/// `f` of every item of `items`, up to `workers` at once on scoped
-/// threads; the answers that are `Some`, in no particular order.
-fn at_once<T: Sync, R: Send>(
-    items: &[T],
-    workers: usize,
-    f: impl Fn(&T) -> Option<R> + Sync,
-) -> Vec<R> {
-    let next = AtomicUsize::new(0);
-    let threads = workers.clamp(1, items.len().max(1));
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut got = Vec::new();
-                    while let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        got.extend(f(item));
-                    }
-                    got
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    })
 }
 
 /// Whether `local` already holds `end` bytes: a re-applied piece whose

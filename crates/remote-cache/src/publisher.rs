@@ -1,32 +1,5 @@
 //! [`Publisher`]: on a URL, what a writer persists in its working
 //! directory reaches the bucket without a call to `publish`.
-//!
-//! A store opened on a URL writes its working directory exactly as it
-//! writes a local one: a shard renamed into place once whole, a segment
-//! and its index group at each flush. Users of the Python tools cachex
-//! replaces (loadit, torchcachex) never call a `publish` — those tools
-//! persist as they go — so a writer on a URL publishes on its own:
-//!
-//! - **On a period** ([`publish_interval`]: [`DEFAULT_PUBLISH_INTERVAL`],
-//!   or `CACHEX_PUBLISH_INTERVAL` seconds, `0` for never), a background
-//!   thread publishes what the store persisted since — each completed
-//!   shard, each flushed segment — as one commit. It never flushes a
-//!   store itself: a segment store's pending records become a segment on
-//!   the store's own schedule, as they would locally.
-//! - **When the handle is dropped**, or at the process's exit
-//!   ([`publish_all_at_exit`], which the Python package calls from
-//!   `atexit`), a last publish takes whatever is left (after the store
-//!   flushed what it held, as its drop does locally). It is bounded
-//!   ([`LAST_PUBLISH_BOUND`]): a server that does not answer delays the
-//!   drop by that much at most, and its failure is reported
-//!   ([`take_failures`], or standard error), never raised from a drop.
-//!
-//! A writer killed (`SIGKILL`, a node lost) loses what it persisted since
-//! its last publish: at most one interval's work, which its working
-//! directory still holds for a writer that reopens it on that machine.
-//! Publishing mid-write is safe: every commit is whole or absent, and a
-//! segment store's publish waits for the flush in progress
-//! ([`SegmentStore::while_committed`](segment_store::SegmentStore::while_committed)).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -159,9 +132,39 @@ impl Shared {
 }
 
 /// Publishes a writer's working directory on a period and once more when
-/// dropped (see the [module docs](self)). Held by the handle it publishes
+/// dropped (see below). Held by the handle it publishes
 /// for, after the store in field order: the store's own drop (its last
 /// flush) comes first.
+///
+/// [`Publisher`]: on a URL, what a writer persists in its working
+/// directory reaches the bucket without a call to `publish`.
+///
+/// A store opened on a URL writes its working directory exactly as it
+/// writes a local one: a shard renamed into place once whole, a segment
+/// and its index group at each flush. Users of the Python tools cachex
+/// replaces (loadit, torchcachex) never call a `publish` — those tools
+/// persist as they go — so a writer on a URL publishes on its own:
+///
+/// - **On a period** ([`publish_interval`]: [`DEFAULT_PUBLISH_INTERVAL`],
+///   or `CACHEX_PUBLISH_INTERVAL` seconds, `0` for never), a background
+///   thread publishes what the store persisted since — each completed
+///   shard, each flushed segment — as one commit. It never flushes a
+///   store itself: a segment store's pending records become a segment on
+///   the store's own schedule, as they would locally.
+/// - **When the handle is dropped**, or at the process's exit
+///   ([`publish_all_at_exit`], which the Python package calls from
+///   `atexit`), a last publish takes whatever is left (after the store
+///   flushed what it held, as its drop does locally). It is bounded
+///   ([`LAST_PUBLISH_BOUND`]): a server that does not answer delays the
+///   drop by that much at most, and its failure is reported
+///   ([`take_failures`], or standard error), never raised from a drop.
+///
+/// A writer killed (`SIGKILL`, a node lost) loses what it persisted since
+/// its last publish: at most one interval's work, which its working
+/// directory still holds for a writer that reopens it on that machine.
+/// Publishing mid-write is safe: every commit is whole or absent, and a
+/// segment store's publish waits for the flush in progress
+/// ([`SegmentStore::while_committed`](segment_store::SegmentStore::while_committed)).
 pub struct Publisher {
     shared: Arc<Shared>,
 }

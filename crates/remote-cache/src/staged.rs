@@ -29,8 +29,8 @@ use remote_tier::RemoteTier;
 use crate::commit::{COMMIT_VERSION, Commit, MAX_RECORD, Piece, check_commit, commit_name, encode};
 use crate::files::StoreFiles;
 use crate::hooks::{self, Stage};
-use crate::journal::STORE_BLOCK_HASHES;
 use crate::lease::{Lease, PUBLISH_LEASE, STAGED_LEASE};
+use crate::remote_dir::STORE_BLOCK_HASHES;
 use crate::upload;
 use crate::workdir::hash_open;
 use crate::{Error, Location, Result};
@@ -286,7 +286,7 @@ mod tests {
         let (a, b) = (src.path().join("a"), src.path().join("b"));
         std::fs::write(&a, b"alpha").unwrap();
         std::fs::write(&b, vec![7u8; 10_000]).unwrap();
-        let segments = StoreFiles::for_kind(StoreKind::Segments);
+        let segments = StoreFiles::for_kind(StoreKind::SegmentStore);
         let first = upload_files(
             &tier,
             segments,

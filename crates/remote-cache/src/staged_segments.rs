@@ -302,7 +302,7 @@ fn upload_bytes(tier: &RemoteTier, files: &[(String, &[u8])]) -> Result<Vec<Piec
             .collect();
         upload_files(
             tier,
-            StoreFiles::for_kind(StoreKind::Segments),
+            StoreFiles::for_kind(StoreKind::SegmentStore),
             &refs,
             WRITER_BLOCK_HASHES,
         )

@@ -8,7 +8,7 @@
 
 use remote_cache::Error;
 use remote_cache::fuzz_entry::{CommitLog, payloads};
-use remote_cache::journal::{checkpoint_name, commit_name};
+use remote_cache::{checkpoint_name, commit_name};
 use serde_json::{Value as Json, json};
 
 fn sealed(value: Json) -> Vec<u8> {

@@ -9,8 +9,8 @@ mod common;
 use std::os::unix::fs::FileExt;
 
 use common::{build_arrays, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
-use remote_cache::journal::commit_name;
-use remote_cache::{Commit, Error, RemoteArrays, RemoteDir};
+use remote_cache::commit_name;
+use remote_cache::{Commit, Error, RemoteDir, RemoteMemmapArray};
 use remote_tier::RemoteTier;
 
 /// Rows of 4 KiB: 16 to a 64 KiB block of the test tiers.
@@ -69,7 +69,7 @@ fn arrays_are_published_with_a_hash_per_block_and_read_back() {
 
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
-    let arrays = RemoteArrays::open(&location).unwrap();
+    let arrays = RemoteMemmapArray::open(&location).unwrap();
     for i in [0u64, 17, 300, 599] {
         let view = arrays.array(i, "data").unwrap().unwrap();
         assert_eq!(
@@ -86,7 +86,7 @@ fn arrays_are_published_with_a_hash_per_block_and_read_back() {
     drop(arrays);
 
     // Opened again (the file linked again from the kept list): all rows.
-    let arrays = RemoteArrays::open(&location).unwrap();
+    let arrays = RemoteMemmapArray::open(&location).unwrap();
     arrays.ensure_rows(0..rows).unwrap();
     for i in 0..rows {
         let view = arrays.cache().array(i, "data").unwrap().unwrap();
@@ -99,7 +99,7 @@ fn arrays_are_published_with_a_hash_per_block_and_read_back() {
 
     // Without its kept list the file is not silently read unchecked.
     std::fs::remove_file(&kept).unwrap();
-    match RemoteArrays::open(&location) {
+    match RemoteMemmapArray::open(&location) {
         Err(Error::Corrupt { name, .. }) => assert!(name.ends_with(".json"), "{name}"),
         Err(other) => panic!("expected the missing list named, got {other}"),
         Ok(_) => panic!("a linked file opened without its block list"),
@@ -126,7 +126,7 @@ fn a_block_corrupted_on_the_server_is_refused_and_never_kept() {
 
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
-    let arrays = RemoteArrays::open(&location).unwrap();
+    let arrays = RemoteMemmapArray::open(&location).unwrap();
     let row = rows_of_block(5).start + 3;
     let err = match arrays.array(row, "data") {
         Err(e) => e,
@@ -182,7 +182,7 @@ fn a_file_linked_again_on_open_is_still_checked() {
     let object = format!("objects/{}", data_bin(&commit).blake3);
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
-    let arrays = RemoteArrays::open(&location).unwrap();
+    let arrays = RemoteMemmapArray::open(&location).unwrap();
     let view = arrays.array(0, "data").unwrap().unwrap();
     assert_eq!(view.as_slice::<i32>().unwrap(), &array_row(0)[..]);
     drop(view);
@@ -195,7 +195,7 @@ fn a_file_linked_again_on_open_is_still_checked() {
     admin.put_bytes(&object, bad).unwrap();
     // The commit is applied already: the list comes from the working
     // directory, not from the commit.
-    let arrays = RemoteArrays::open(&location).unwrap();
+    let arrays = RemoteMemmapArray::open(&location).unwrap();
     match arrays.array(rows_of_block(9).start, "data") {
         Err(Error::Tier(remote_tier::Error::BlockMismatch(m))) if m.block == 9 => {}
         Err(other) => panic!("expected a mismatch in block 9, got {other}"),
@@ -222,7 +222,7 @@ fn refused(
         .commit(&commit_name(1), remote_tier::record::seal(json).unwrap())
         .unwrap();
     let tier_dir = tempfile::tempdir().unwrap();
-    match RemoteArrays::open(&s3_location(endpoint, &url, tier_dir.path())) {
+    match RemoteMemmapArray::open(&s3_location(endpoint, &url, tier_dir.path())) {
         Err(Error::Corrupt {
             name, problem: p, ..
         }) => {
@@ -309,7 +309,7 @@ fn a_commit_without_block_lists_still_reads() {
 
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
-    let arrays = RemoteArrays::open(&location).unwrap();
+    let arrays = RemoteMemmapArray::open(&location).unwrap();
     assert!(arrays.remote().unwrap().is_by_blocks("data.bin"));
     arrays.ensure_rows(0..rows).unwrap();
     for i in 0..rows {
@@ -322,7 +322,7 @@ fn a_commit_without_block_lists_still_reads() {
     let work = arrays.remote().unwrap().dir().to_path_buf();
     assert!(!work.join(".cachex-remote/blocks").exists());
     drop(arrays);
-    let again = RemoteArrays::open(&location).unwrap();
+    let again = RemoteMemmapArray::open(&location).unwrap();
     let view = again.array(rows - 1, "data").unwrap().unwrap();
     assert_eq!(view.as_slice::<i32>().unwrap(), &array_row(rows - 1)[..]);
 }
@@ -345,7 +345,7 @@ fn the_list_of_a_replaced_file_is_dropped_from_the_working_directory() {
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
 
     let tier_dir = tempfile::tempdir().unwrap();
-    let arrays = RemoteArrays::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+    let arrays = RemoteMemmapArray::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
     let remote = arrays.remote().unwrap();
     let kept_lists = || -> Vec<String> {
         let dir = remote.dir().join(".cachex-remote/blocks");

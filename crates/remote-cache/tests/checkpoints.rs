@@ -15,7 +15,7 @@ use common::{
     RefuseCreates, Requests, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options,
     small_tier, tier,
 };
-use remote_cache::gc::{GcOptions, du, gc};
+use remote_cache::{GcOptions, du, gc};
 use remote_cache::{RemoteDir, RemoteSegments, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, SegmentStore};
@@ -274,14 +274,14 @@ fn a_working_directory_whose_linked_file_lost_its_object_reopens_onto_the_checkp
     };
     let url = new_bucket_url(&endpoint, "relinked");
     let (wt, w) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let writer = open_dir(&endpoint, &url, wt.path(), w.path(), StoreKind::Arrays);
+    let writer = open_dir(&endpoint, &url, wt.path(), w.path(), StoreKind::MemmapArray);
     // Larger than the tier fetches whole: readers link it, read by blocks.
     let first = bytes(300_000, 1);
     std::fs::write(w.path().join("data.bin"), &first).unwrap();
     assert_eq!(writer.publish().unwrap().seq, Some(1));
 
     let (rt, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let reader = open_dir(&endpoint, &url, rt.path(), r.path(), StoreKind::Arrays);
+    let reader = open_dir(&endpoint, &url, rt.path(), r.path(), StoreKind::MemmapArray);
     assert!(reader.is_by_blocks("data.bin"));
     reader.ensure("data.bin", 0..first.len() as u64).unwrap();
     assert_eq!(std::fs::read(r.path().join("data.bin")).unwrap(), first);
@@ -302,7 +302,7 @@ fn a_working_directory_whose_linked_file_lost_its_object_reopens_onto_the_checkp
 
     // Reopened, the working directory cannot link its file again, and
     // moves to the checkpoint of commit 2.
-    let reader = open_dir(&endpoint, &url, rt.path(), r.path(), StoreKind::Arrays);
+    let reader = open_dir(&endpoint, &url, rt.path(), r.path(), StoreKind::MemmapArray);
     assert_eq!(reader.seq(), 2);
     reader.ensure("data.bin", 0..second.len() as u64).unwrap();
     assert_eq!(std::fs::read(r.path().join("data.bin")).unwrap(), second);

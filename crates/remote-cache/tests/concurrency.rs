@@ -114,7 +114,7 @@ fn a_read_of_local_keys_answers_while_a_refresh_waits_for_the_server() {
     let remote = RemoteDir::open_unapplied(
         tier,
         &r.path().join("work"),
-        StoreFiles::for_kind(StoreKind::Segments),
+        StoreFiles::for_kind(StoreKind::SegmentStore),
     )
     .unwrap();
     let options = Options {

@@ -82,7 +82,7 @@ fn a_cold_open_on_a_server_that_stops_answering_fails_without_asking_for_every_s
     let remote = RemoteDir::open_unapplied(
         tier,
         &rt.path().join("work"),
-        StoreFiles::for_kind(StoreKind::Segments),
+        StoreFiles::for_kind(StoreKind::SegmentStore),
     )
     .unwrap();
     hangs.dead.store(true, Ordering::SeqCst);

@@ -132,7 +132,7 @@ fn local_evictions_are_never_published_and_meant_removals_are() {
     };
     let url = new_bucket_url(&endpoint, "evicted");
     let (t, w) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let writer = open_dir(&endpoint, &url, t.path(), w.path(), StoreKind::Shards);
+    let writer = open_dir(&endpoint, &url, t.path(), w.path(), StoreKind::ShardStore);
     let shard = "shards/0.10.shard.pickle";
     std::fs::create_dir_all(w.path().join("shards")).unwrap();
     std::fs::write(w.path().join(shard), b"ten items").unwrap();
@@ -149,7 +149,7 @@ fn local_evictions_are_never_published_and_meant_removals_are() {
     assert_eq!(writer.publish().unwrap().seq, None);
 
     let (t2, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let reader = open_dir(&endpoint, &url, t2.path(), r.path(), StoreKind::Shards);
+    let reader = open_dir(&endpoint, &url, t2.path(), r.path(), StoreKind::ShardStore);
     assert_eq!(reader.seq(), 2);
     assert_eq!(std::fs::read(r.path().join(shard)).unwrap(), b"ten items");
     assert!(r.path().join("metadata.json").exists());
@@ -164,10 +164,22 @@ fn a_removal_of_a_file_changed_here_and_not_published_is_a_conflict() {
     let url = new_bucket_url(&endpoint, "conflict");
     let (t1, w1) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (t2, w2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = open_dir(&endpoint, &url, t1.path(), w1.path(), StoreKind::Segments);
+    let a = open_dir(
+        &endpoint,
+        &url,
+        t1.path(),
+        w1.path(),
+        StoreKind::SegmentStore,
+    );
     std::fs::write(w1.path().join("shared.json"), b"v1").unwrap();
     a.publish().unwrap();
-    let b = open_dir(&endpoint, &url, t2.path(), w2.path(), StoreKind::Segments);
+    let b = open_dir(
+        &endpoint,
+        &url,
+        t2.path(),
+        w2.path(),
+        StoreKind::SegmentStore,
+    );
     assert_eq!(std::fs::read(w2.path().join("shared.json")).unwrap(), b"v1");
 
     // A removes the file and publishes; B has rewritten it meanwhile.

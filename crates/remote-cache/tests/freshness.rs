@@ -16,7 +16,7 @@ use common::{
     RequestLog, child_writer, keyed, new_bucket_url, s3_endpoint, s3_location, s3_options,
     small_tier, spawn_child_writer,
 };
-use remote_cache::journal::commit_name;
+use remote_cache::commit_name;
 use remote_cache::{RemoteDir, RemoteSegments};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::Options;
@@ -233,7 +233,7 @@ fn an_open_finds_new_commits_with_one_get_each_and_one_more() {
         "{all:?}"
     );
     assert!(
-        all[1].0 == "get" && all[1].1.ends_with(remote_cache::log_id::LOG_OBJECT),
+        all[1].0 == "get" && all[1].1.ends_with(remote_cache::LOG_OBJECT),
         "{all:?}"
     );
 

@@ -17,9 +17,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{build_arrays, keyed, new_bucket_url, s3_endpoint, s3_location, tier};
-use remote_cache::gc::{GcOptions, du, gc};
-use remote_cache::snapshot::push_dir;
-use remote_cache::{RemoteArrays, RemoteDir, RemoteSegments, StoreFiles};
+use remote_cache::push_dir;
+use remote_cache::{GcOptions, du, gc};
+use remote_cache::{RemoteDir, RemoteMemmapArray, RemoteSegments, StoreFiles};
 use remote_tier::RemoteTier;
 use segment_store::Options;
 use tensor_core::{Tensor, Value};
@@ -217,7 +217,7 @@ fn gc_keeps_the_commit_that_was_current_when_the_window_starts() {
         Some(1)
     );
     // Current, and reading by blocks: it fetches rows as it reads them.
-    let current = RemoteArrays::open(&s3_location(&endpoint, &url, r.path())).unwrap();
+    let current = RemoteMemmapArray::open(&s3_location(&endpoint, &url, r.path())).unwrap();
     assert_eq!(current.remote().unwrap().seq(), 1);
     let read_row = |i: u64| {
         let view = current.array(i, "data").unwrap().unwrap();
@@ -261,7 +261,7 @@ fn gc_keeps_the_commit_that_was_current_when_the_window_starts() {
     }
     // A cold open reads commit 2.
     let cold = tempfile::tempdir().unwrap();
-    let latest = RemoteArrays::open(&s3_location(&endpoint, &url, cold.path())).unwrap();
+    let latest = RemoteMemmapArray::open(&s3_location(&endpoint, &url, cold.path())).unwrap();
     latest.ensure_rows(0..rows).unwrap();
     for i in 0..rows {
         let view = latest.cache().array(i, "data").unwrap().unwrap();

@@ -18,11 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{new_bucket_url, s3_endpoint, tier};
-use remote_cache::gc::{GcOptions, GcReport, gc};
 use remote_cache::hooks::{Stage, on_publish};
-use remote_cache::snapshot::{pull_dir, push_dir};
 use remote_cache::staged::{WRITER_BLOCK_HASHES, commit_files, read_file, upload_files};
+use remote_cache::{GcOptions, GcReport, gc};
 use remote_cache::{LogState, RemoteDir, StoreFiles};
+use remote_cache::{pull_dir, push_dir};
 use remote_tier::RemoteTier;
 
 /// Every object older than a second or two is past it.

@@ -11,9 +11,9 @@ mod common;
 use std::path::Path;
 
 use common::{keyed, new_bucket_url, s3_endpoint, s3_options, small_tier};
-use remote_cache::journal::{COMMIT_VERSION, OBJECTS, commit_name};
-use remote_cache::log_id::LOG_OBJECT;
-use remote_cache::snapshot::pull_dir;
+use remote_cache::LOG_OBJECT;
+use remote_cache::pull_dir;
+use remote_cache::{COMMIT_VERSION, OBJECTS, commit_name};
 use remote_cache::{
     Commit, Error, Location, Piece, RemoteDir, RemoteSegments, StoreFiles, work_dir,
 };
@@ -282,7 +282,7 @@ fn the_same_url_on_another_endpoint_is_another_log() {
             let remote = RemoteDir::open_unapplied(
                 tier,
                 &work,
-                StoreFiles::for_kind(remote_cache::StoreKind::Segments),
+                StoreFiles::for_kind(remote_cache::StoreKind::SegmentStore),
             )
             .unwrap();
             RemoteSegments::with_unapplied(remote, read_only()).unwrap()

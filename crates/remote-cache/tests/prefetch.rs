@@ -14,7 +14,7 @@ use common::{build_arrays, new_bucket_url, s3_endpoint, s3_options, small_tier};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetResult, ObjectStore};
 use page_alloc::{PageWriter, Value, WriterOptions};
-use remote_cache::{RemoteArrays, RemoteDir, RemotePages, StoreFiles, StoreKind};
+use remote_cache::{RemoteDir, RemoteMemmapArray, RemotePages, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, TierConfig, build_store};
 use test_support::intercept::{Intercept, Intercepted};
 
@@ -84,7 +84,7 @@ fn published_pages(endpoint: &str, tag: &str, n: usize) -> String {
             .unwrap();
     }
     writer.finalize().unwrap();
-    publish(endpoint, &url, built.path(), StoreKind::Pages);
+    publish(endpoint, &url, built.path(), StoreKind::PageAlloc);
     url
 }
 
@@ -117,7 +117,7 @@ fn a_prefetched_epoch_of_a_page_file_sends_no_request() {
     let remote = RemoteDir::open(
         tier,
         &dir.path().join("work"),
-        StoreFiles::for_kind(StoreKind::Pages),
+        StoreFiles::for_kind(StoreKind::PageAlloc),
     )
     .unwrap();
     let pages = RemotePages::with_remote(remote, "data.pages").unwrap();
@@ -156,7 +156,7 @@ fn a_prefetched_epoch_of_arrays_sends_no_request() {
     let url = new_bucket_url(&endpoint, "prefetch-arrays");
     let row = |i: u64| (0..1024).map(|j| (i * 1024 + j) as i32).collect::<Vec<_>>();
     let built = build_arrays(rows, row);
-    publish(&endpoint, &url, built.path(), StoreKind::Arrays);
+    publish(&endpoint, &url, built.path(), StoreKind::MemmapArray);
     let dir = tempfile::tempdir().unwrap();
     let (tier, gets) = counted_tier(
         &endpoint,
@@ -166,10 +166,10 @@ fn a_prefetched_epoch_of_arrays_sends_no_request() {
     let remote = RemoteDir::open(
         tier,
         &dir.path().join("work"),
-        StoreFiles::for_kind(StoreKind::Arrays),
+        StoreFiles::for_kind(StoreKind::MemmapArray),
     )
     .unwrap();
-    let arrays = RemoteArrays::with_remote(remote).unwrap();
+    let arrays = RemoteMemmapArray::with_remote(remote).unwrap();
     let order: Vec<u64> = epoch(rows as usize).into_iter().map(|i| i as u64).collect();
     let warming = arrays.prefetch(&order);
     assert!(
@@ -208,18 +208,18 @@ fn a_prefetch_stays_within_the_bytes_it_is_given() {
         let remote = RemoteDir::open(
             probe,
             &t.path().join("w"),
-            StoreFiles::for_kind(StoreKind::Pages),
+            StoreFiles::for_kind(StoreKind::PageAlloc),
         )
         .unwrap();
         remote.object("data.pages").unwrap().len()
     };
-    config.budget_bytes = file_len / 4;
+    config.tier_budget = file_len / 4;
     let in_flight = config.parallelism as u64 * config.block_size;
     let (tier, _gets) = counted_tier(&endpoint, &url, config);
     let remote = RemoteDir::open(
         tier,
         &dir.path().join("work"),
-        StoreFiles::for_kind(StoreKind::Pages),
+        StoreFiles::for_kind(StoreKind::PageAlloc),
     )
     .unwrap();
     let pages = RemotePages::with_remote(remote, "data.pages").unwrap();

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{new_bucket_url, s3_endpoint, s3_location};
-use remote_cache::publisher::{DEFAULT_PUBLISH_INTERVAL, Publish, Publisher};
+use remote_cache::{DEFAULT_PUBLISH_INTERVAL, Publish, Publisher};
 use remote_cache::{RemoteSegments, RemoteShards};
 use tensor_core::{Tensor, Value};
 

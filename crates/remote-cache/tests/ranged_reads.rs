@@ -141,7 +141,8 @@ fn cold_reader(endpoint: &str, url: &str, tier_dir: &Path) -> (RemoteSegments, A
     .unwrap();
     let work = tier_dir.join("work");
     let remote =
-        RemoteDir::open_unapplied(tier, &work, StoreFiles::for_kind(StoreKind::Segments)).unwrap();
+        RemoteDir::open_unapplied(tier, &work, StoreFiles::for_kind(StoreKind::SegmentStore))
+            .unwrap();
     let options = Options {
         read_only: true,
         ..Options::default()
@@ -202,7 +203,7 @@ fn keys_of_w1_on_an_empty_tier_fetch_the_index_and_their_rows() {
         );
         // Nothing but the commit records, the log's identity, index logs
         // and schema besides.
-        let log_bytes = meter.bytes(|o| o.ends_with(remote_cache::log_id::LOG_OBJECT));
+        let log_bytes = meter.bytes(|o| o.ends_with(remote_cache::LOG_OBJECT));
         let index_files: u64 = ["segment-index.log", "schema.json"]
             .iter()
             .map(|f| {
@@ -349,7 +350,7 @@ fn a_working_directory_left_by_ranged_reads_opens_whole_for_other_stores() {
 
     // `cachex inspect URL` after a Python reader: the same working
     // directory, opened for a store that maps every segment whole.
-    let opened = location.open_dir(StoreKind::Any).unwrap();
+    let opened = location.open_dir(None).unwrap();
     assert_eq!(opened.path(), work);
     assert!(!std::fs::symlink_metadata(&segment).unwrap().is_symlink());
     let store = segment_store::SegmentStore::open(

@@ -203,7 +203,7 @@ fn a_writer_killed_mid_publish_leaves_the_last_commit_and_resumes() {
 /// The reader's record of applied commits in its working directory.
 fn applied_log(tier_dir: &std::path::Path, url: &str) -> std::path::PathBuf {
     remote_cache::default_work_dir(tier_dir, url)
-        .join(remote_cache::journal::STATE_DIR)
+        .join(remote_cache::STATE_DIR)
         .join("applied.jsonl")
 }
 
@@ -326,12 +326,7 @@ fn a_writer_refuses_to_publish_where_conditional_puts_are_ignored() {
         small_tier(tier_dir.path(), 1 << 30),
     )
     .unwrap();
-    assert!(
-        check
-            .list(remote_cache::journal::COMMITS)
-            .unwrap()
-            .is_empty()
-    );
+    assert!(check.list(remote_cache::COMMITS).unwrap().is_empty());
 }
 
 /// Counts the body bytes of every GET that reach the reader.
@@ -388,7 +383,7 @@ fn an_oversized_commit_record_is_refused_before_its_body_is_read() {
     let limit = 64u64 << 20;
     admin
         .put_bytes(
-            &remote_cache::journal::commit_name(1),
+            &remote_cache::commit_name(1),
             vec![b' '; (limit + (1 << 20)) as usize],
         )
         .unwrap();
@@ -405,7 +400,7 @@ fn an_oversized_commit_record_is_refused_before_its_body_is_read() {
     let err = RemoteDir::open(tier, work.path(), remote_cache::StoreFiles::PLAIN).unwrap_err();
     match &err {
         remote_cache::Error::Tier(remote_tier::Error::TooLarge { name, cap, .. }) => {
-            assert_eq!(name, &remote_cache::journal::commit_name(1));
+            assert_eq!(name, &remote_cache::commit_name(1));
             assert_eq!(*cap, limit);
         }
         other => panic!("expected the commit refused as too large, got {other:?}"),

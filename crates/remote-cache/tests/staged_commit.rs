@@ -202,7 +202,7 @@ fn a_job_on_a_url_is_one_commit_decided_again_when_its_number_is_taken() {
         TierConfig::new(tmp.path().join("tier"), 1 << 30),
     ))
     .unwrap();
-    let segments = StoreFiles::for_kind(StoreKind::Segments);
+    let segments = StoreFiles::for_kind(StoreKind::SegmentStore);
     let mut tasks = Vec::new();
     for (task, range) in [(0u64, 0..7), (1, 7..12)] {
         let dir = tmp.path().join(format!("task{task}"));

@@ -6,7 +6,7 @@ mod common;
 
 use common::{build_arrays, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
 use page_alloc::{PageWriter, Value, WriterOptions};
-use remote_cache::{Location, RemoteArrays, RemoteDir, RemotePages, RemoteShards};
+use remote_cache::{Location, RemoteDir, RemoteMemmapArray, RemotePages, RemoteShards};
 use remote_tier::RemoteTier;
 use tempfile::TempDir;
 
@@ -74,7 +74,7 @@ fn arrays_are_read_by_block_ranges() {
     publish_dir(&endpoint, &url, built.path());
 
     let tier_dir = tempfile::tempdir().unwrap();
-    let arrays = RemoteArrays::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+    let arrays = RemoteMemmapArray::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
     let remote = arrays.remote().unwrap();
     assert!(remote.is_by_blocks("data.bin"));
     for i in [0u64, 17, 300, 599] {
@@ -225,7 +225,7 @@ fn open_arrays_read_their_own_bytes_after_a_replacement_and_eviction() {
     let tier_dir = tempfile::tempdir().unwrap();
     let location =
         Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(s3_options(&endpoint));
-    let arrays = RemoteArrays::open(&location).unwrap();
+    let arrays = RemoteMemmapArray::open(&location).unwrap();
     let first = arrays.array(0, "data").unwrap().unwrap();
     assert_eq!(first.as_slice::<i32>().unwrap(), &array_row(0)[..]);
 
@@ -258,7 +258,7 @@ fn arrays_refreshed_before_their_first_read_read_their_own_bytes() {
     let (publisher, _tier) = publisher(&endpoint, &url, built.path());
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
     let tier_dir = tempfile::tempdir().unwrap();
-    let arrays = RemoteArrays::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+    let arrays = RemoteMemmapArray::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
 
     // data.bin replaced and the reader refreshed before it read a row:
     // its link names the new object now, its handle the first.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use common::{new_bucket_url, s3_endpoint, s3_options, small_tier, tier};
 use remote_cache::hooks::{Stage, on_publish};
-use remote_cache::snapshot::push_dir;
+use remote_cache::push_dir;
 use remote_cache::{Error, LogState, RemoteDir, StoreFiles};
 use remote_tier::RemoteTier;
 

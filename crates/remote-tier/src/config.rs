@@ -8,15 +8,15 @@ use crate::remote::RetryPolicy;
 /// multipart upload (S3 parts are at least 5 MiB).
 pub const DEFAULT_BLOCK_SIZE: u64 = 8 << 20;
 
-/// How a [`RemoteTier`] uses its local directory and the network.
+/// How a [`RemoteTier`](crate::RemoteTier) uses its local directory and the network.
 #[derive(Debug, Clone)]
 pub struct TierConfig {
     /// The local tier: fetched copies, block maps, locks. Several
     /// processes may share one.
-    pub cache_dir: PathBuf,
+    pub tier_dir: PathBuf,
     /// Bytes the local tier may hold before least-recently-used copies
     /// are evicted. Objects open in some reader are kept even over budget.
-    pub budget_bytes: u64,
+    pub tier_budget: u64,
     /// Large objects are fetched in blocks of this many bytes (those
     /// opened with a block list, in the list's block size), and a
     /// publisher records block lists in blocks of this size.
@@ -39,20 +39,20 @@ pub struct TierConfig {
     /// Only one writer ever publishes to this URL: commit records are
     /// written even where the server does not honour conditional puts
     /// (which are then not needed to keep two writers apart). Off by
-    /// default: [`RemoteTier::commit`] first checks, once per tier, that
+    /// default: [`RemoteTier::commit`](crate::RemoteTier::commit) first checks, once per tier, that
     /// the server refuses a second put-if-absent of one name, and
-    /// refuses to publish ([`Error::ConditionalPutIgnored`]) where it
+    /// refuses to publish ([`Error::ConditionalPutIgnored`](crate::Error::ConditionalPutIgnored)) where it
     /// does not.
     pub single_publisher: bool,
 }
 
 impl TierConfig {
     /// The defaults (8 MiB blocks, a read-ahead of 4 blocks growing to
-    /// 64, 8 requests in flight) for a local tier at `cache_dir` of at most `budget_bytes`.
-    pub fn new(cache_dir: impl Into<PathBuf>, budget_bytes: u64) -> TierConfig {
+    /// 64, 8 requests in flight) for a local tier at `tier_dir` of at most `tier_budget` bytes.
+    pub fn new(tier_dir: impl Into<PathBuf>, tier_budget: u64) -> TierConfig {
         TierConfig {
-            cache_dir: cache_dir.into(),
-            budget_bytes,
+            tier_dir: tier_dir.into(),
+            tier_budget,
             block_size: DEFAULT_BLOCK_SIZE,
             whole_file_max: DEFAULT_BLOCK_SIZE,
             prefetch_blocks: 4,

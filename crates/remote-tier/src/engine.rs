@@ -22,8 +22,8 @@ use crate::config::TierConfig;
 use crate::error::block_mismatch;
 use crate::format::{self, BlockMap};
 use crate::local::LocalDir;
-use crate::location::build_store;
 use crate::remote::{Failure, Remote};
+use crate::store_url::build_store;
 use crate::{Error, Result};
 
 /// What the caller knows of an object, checked on fetch.
@@ -379,8 +379,8 @@ impl Inner {
 
     /// Evicts when the local tier is over budget (after every fetch).
     pub(crate) fn after_fetch(&self) -> Result<()> {
-        if self.dir.usage()? > self.config.budget_bytes {
-            self.dir.evict(self.config.budget_bytes)?;
+        if self.dir.usage()? > self.config.tier_budget {
+            self.dir.evict(self.config.tier_budget)?;
         }
         Ok(())
     }

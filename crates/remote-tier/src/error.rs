@@ -238,9 +238,9 @@ impl Error {
     /// An [`Error::Io`] maker for `map_err`.
     pub(crate) fn io(
         op: &'static str,
-        path: &std::path::Path,
+        path: impl AsRef<std::path::Path>,
     ) -> impl FnOnce(std::io::Error) -> Error {
-        let path = path.to_path_buf();
+        let path = path.as_ref().to_path_buf();
         move |source| Error::Io { op, path, source }
     }
 }

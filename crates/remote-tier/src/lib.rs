@@ -16,7 +16,7 @@
 //! - **Verified.** Every response's length is checked; a whole fetch is
 //!   checked against the size and BLAKE3 the caller knows ([`Expected`])
 //!   before it is renamed into place. A large object whose publisher
-//!   recorded the BLAKE3 of each block ([`BlockHashes`], see [`blocks`])
+//!   recorded the BLAKE3 of each block ([`BlockHashes`], a [`BlockList`])
 //!   is opened with [`RemoteTier::open_verified`]: its sparse file uses
 //!   the recorded block size and every block is checked before a byte of
 //!   it is written (a mismatch is fetched once more, then is
@@ -37,15 +37,15 @@
 //!   block fetched once serve every thread and process; the others wait
 //!   and find it done.
 //! - **Bounded.** After every fetch, least-recently-used copies are
-//!   evicted until the tier fits [`TierConfig::budget_bytes`]. The tier
+//!   evicted until the tier fits [`TierConfig::tier_budget`]. The tier
 //!   only ever holds fetched copies, so eviction never removes the only
 //!   copy of anything; an object open in any process is skipped.
 //! - **Uploads.** [`RemoteTier::put_file`] uploads immutable files
 //!   (multipart above [`TierConfig::part_size`]); [`RemoteTier::commit`]
 //!   writes a commit record with a conditional put, so two writers can
 //!   never both claim one name.
-//! - **Snapshots of the older push layout.** [`snapshot::latest_manifest`]
-//!   and [`snapshot::pull_dir`] read a bucket that an older `cachex push`
+//! - **Snapshots of the older push layout.** [`legacy_manifest::latest_manifest`]
+//!   and [`legacy_manifest::pull_dir`] read a bucket that an older `cachex push`
 //!   wrote under `manifests/` (push now publishes a commit of
 //!   remote-cache's commit log, and `cachex migrate` converts such a
 //!   bucket into one).
@@ -61,7 +61,7 @@
 //!
 //! # On disk (the local tier)
 //! ```text
-//! <cache_dir>/
+//! <tier_dir>/
 //!   tier.lock               flock held while block maps change or copies are evicted
 //!   objects/<key>.whole     a small object fetched whole and verified
 //!   objects/<key>.sparse    a large object: its full size, fetched blocks in place
@@ -131,7 +131,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod blocks;
+mod blocks;
 mod config;
 mod engine;
 mod error;
@@ -139,24 +139,34 @@ mod file;
 mod format;
 #[doc(hidden)]
 pub mod fuzz_entry;
+pub mod legacy_manifest;
 mod local;
-mod location;
+mod object_state;
 mod open_files;
 mod pins;
 pub mod record;
 mod remote;
 mod shared;
-pub mod snapshot;
+mod store_url;
 mod tier;
 mod warm;
 
-pub use blocks::{BlockHasher, BlockHashes, BlockList};
+pub use blocks::{
+    BLOCK_LIST_VERSION, BlockHasher, BlockHashes, BlockList, MAX_BLOCK_SIZE, MAX_BLOCKS,
+    MIN_BLOCK_SIZE,
+};
 pub use config::{DEFAULT_BLOCK_SIZE, TierConfig};
 pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
-pub use location::{build_store, redact_url};
 pub use remote::RetryPolicy;
+pub use store_url::{build_store, redact_url};
 pub use tier::RemoteTier;
 pub use warm::{Warming, WarmingSet};
+
+/// The reader of the older push layout, under its former name.
+#[deprecated(note = "use remote_tier::legacy_manifest")]
+pub mod snapshot {
+    pub use crate::legacy_manifest::*;
+}

@@ -17,8 +17,8 @@ use crate::config::TierConfig;
 use crate::engine::{Conn, Expected, Inner, ObjectInfo, Rebuild};
 use crate::file::RemoteFile;
 use crate::local::{EvictReport, LocalDir};
-use crate::location::{build_store, redact_url};
 use crate::remote::{Failure, Remote, WAIT_SLACK};
+use crate::store_url::{build_store, redact_url};
 use crate::{Error, Result};
 
 /// An object store URL read through a bounded local disk tier.
@@ -79,7 +79,7 @@ impl RemoteTier {
         config: TierConfig,
     ) -> Result<RemoteTier> {
         crate::shared::runtime()?;
-        let dir = LocalDir::open(&config.cache_dir, config.retry.call_timeout())?;
+        let dir = LocalDir::open(&config.tier_dir, config.retry.call_timeout())?;
         let prefetch = Arc::new(Semaphore::new(config.parallelism.max(1)));
         let mut config = config;
         config.block_size = config.block_size.max(1);
@@ -117,8 +117,14 @@ impl RemoteTier {
     }
 
     /// The local tier directory.
-    pub fn cache_dir(&self) -> &Path {
+    pub fn tier_dir(&self) -> &Path {
         &self.inner.dir.root
+    }
+
+    /// The local tier directory, under its former name.
+    #[deprecated(note = "use RemoteTier::tier_dir")]
+    pub fn cache_dir(&self) -> &Path {
+        self.tier_dir()
     }
 
     /// The object `name`'s size and etag, from the store.
@@ -489,7 +495,7 @@ impl RemoteTier {
     /// [`Error::CommitTaken`]. Upload the files it points to first.
     ///
     /// Before its first commit a tier checks that the server honours
-    /// conditional puts (it puts one probe object under [`PROBE_DIR`]
+    /// conditional puts (it puts one probe object under [`PROBE_DIR`](crate::PROBE_DIR)
     /// twice, and the second put must be refused); where it does not,
     /// publishing is refused with [`Error::ConditionalPutIgnored`] unless
     /// [`TierConfig::single_publisher`] says no other writer publishes.
@@ -554,7 +560,7 @@ impl RemoteTier {
     /// Evicts least-recently-used copies until the local tier is within its
     /// budget (done after every fetch too).
     pub fn evict(&self) -> Result<EvictReport> {
-        self.inner.dir.evict(self.inner.config.budget_bytes)
+        self.inner.dir.evict(self.inner.config.tier_budget)
     }
 }
 

@@ -1,7 +1,7 @@
 //! [`Warming`]: blocks fetched into the local tier in the background, in
 //! the order a reader will want them (the next epoch's), before it asks.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -56,31 +56,27 @@ impl Warming {
         }
         let state = Arc::clone(&shared);
         let run = move || {
-            let next = AtomicUsize::new(0);
-            std::thread::scope(|scope| {
-                for _ in 0..workers.clamp(1, order.len()) {
-                    scope.spawn(|| {
-                        while !state.cancel.load(Ordering::Relaxed)
-                            && state.bytes.load(Ordering::Relaxed) < max_bytes
-                        {
-                            let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) else {
-                                return;
-                            };
-                            match fetch(i) {
-                                Ok(true) => {
-                                    state.fetched.fetch_add(1, Ordering::Relaxed);
-                                    state.bytes.fetch_add(block_bytes(i), Ordering::Relaxed);
-                                }
-                                Ok(false) => {
-                                    state.present.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Err(_) => {
-                                    state.failed.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                        }
-                    });
+            // A unit that finds the fill cancelled or over its bytes fails,
+            // so the pool starts no further one.
+            let _ = durable_fs::Pool::new(workers).try_map(&order, |&i| {
+                if state.cancel.load(Ordering::Relaxed)
+                    || state.bytes.load(Ordering::Relaxed) >= max_bytes
+                {
+                    return Err(());
                 }
+                match fetch(i) {
+                    Ok(true) => {
+                        state.fetched.fetch_add(1, Ordering::Relaxed);
+                        state.bytes.fetch_add(block_bytes(i), Ordering::Relaxed);
+                    }
+                    Ok(false) => {
+                        state.present.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        state.failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Ok(())
             });
             *state.finished.lock().unwrap_or_else(|p| p.into_inner()) = true;
             state.done.notify_all();

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use common::{s3_endpoint, s3_store, small_config, write_snapshot};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, PutResult};
-use remote_tier::snapshot::{Manifest, latest_manifest, pull_dir};
+use remote_tier::legacy_manifest::{Manifest, latest_manifest, pull_dir};
 use remote_tier::{Error, RemoteTier};
 use test_support::intercept::{Intercept, Intercepted};
 

@@ -9,7 +9,7 @@ mod common;
 use tensor_core::Value;
 
 use common::{s3_endpoint, s3_store, s3_tier, small_config, write_snapshot};
-use remote_tier::snapshot::{latest_manifest, pull_dir};
+use remote_tier::legacy_manifest::{latest_manifest, pull_dir};
 use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
 

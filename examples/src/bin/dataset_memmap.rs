@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use cache_facade::{BackendKind, CacheConfig, Dataset, SourcesConfig, Value, open};
+use cache_facade::{CacheConfig, Dataset, SourcesConfig, StoreKind, Value, open};
 use fingerprint::{Mode, stamp_sources};
 use memmap_array::{NewRow, Outcome, RowWriter, Schema, open_or_build};
 use tensor_core::{DType, Tensor};
@@ -204,7 +204,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // 6. The loader opens the same cache through the facade: same root,
     //    name, options and sources name the same directory and fingerprint.
-    let facade_config = CacheConfig::new(BackendKind::MemmapArray, &root, "dataset")
+    let facade_config = CacheConfig::new(StoreKind::MemmapArray, &root, "dataset")
         .option("dataset", "dna-profiles")
         .option("length", L)
         .sources(SourcesConfig {

@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cache_facade::{BackendKind, CacheBackend, CacheConfig, CachedFn, Value, open};
+use cache_facade::{CacheBackend, CacheConfig, CachedFn, StoreKind, Value, open};
 use tensor_core::Tensor;
 
 /// A stand-in for a feature extractor: a 64-wide embedding and a 10-class
@@ -42,7 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| tmp.path().to_path_buf());
     // The same config could come from a JSON file (CacheConfig::from_file).
-    let config = CacheConfig::new(BackendKind::SegmentStore, &root, "resnet-features")
+    let config = CacheConfig::new(StoreKind::SegmentStore, &root, "resnet-features")
         .option("flush_every", 256u64)
         .create_root(true);
     println!("cache directory: {}", config.cache_dir()?.display());

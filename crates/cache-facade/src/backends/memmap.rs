@@ -10,11 +10,11 @@ use memmap_array::{MemmapArray, NewRow, RowWriter, Schema};
 use tensor_core::{DType, Shape, SharedBytes, SharedTensor, Value};
 
 use super::{Counters, resolve_index};
-use crate::detect::CacheKind;
+use crate::Detected;
 use crate::prepare::{DirState, Spec, prepare};
 use crate::source::SourceKind;
 use crate::{
-    BackendKind, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Source, Stats,
+    CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Source, Stats, StoreKind,
 };
 
 /// The memmap-array backend: each row is a dict [`Value`] of its arrays
@@ -41,7 +41,7 @@ pub struct MemmapBackend {
 
 fn spec(can_build: bool) -> Spec {
     Spec {
-        kind: Some(CacheKind::MemmapArray),
+        kind: Some(Detected::own(StoreKind::MemmapArray)),
         version: memmap_array::CACHE_VERSION,
         can_build,
         complete: fingerprint::is_complete,
@@ -146,7 +146,7 @@ impl MemmapBackend {
 }
 
 fn check_kind(config: &CacheConfig) -> Result<()> {
-    if config.backend != BackendKind::MemmapArray {
+    if config.backend != StoreKind::MemmapArray {
         return Err(FacadeError::Config(format!(
             "MemmapBackend opened with a {} config",
             config.backend.name()
@@ -283,8 +283,8 @@ fn build_rows(
 }
 
 impl CacheBackend for MemmapBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::MemmapArray
+    fn kind(&self) -> StoreKind {
+        StoreKind::MemmapArray
     }
 
     fn supports(&self, op: Operation) -> bool {

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{BackendKind, CacheBackend, CacheConfig, Operation, Result, Source, Stats};
+use crate::{CacheBackend, CacheConfig, Operation, Result, Source, Stats, StoreKind};
 
 mod memmap;
 mod pages;
@@ -24,7 +24,7 @@ pub type Cache = Box<dyn CacheBackend>;
 ///
 /// A `root` that is a URL (`s3://bucket/prefix`, ...) opens the cache
 /// published at `<root>/<name>/<key>` from a local working directory (see
-/// [`crate::RemoteConfig`]); its `flush` publishes.
+/// [`crate::TierOptions`]); its `flush` publishes.
 pub fn open(config: &CacheConfig) -> Result<Cache> {
     if let Some((local, remote)) = crate::remote::localize(config)? {
         let inner = open_local(config.backend, &local)?;
@@ -33,25 +33,19 @@ pub fn open(config: &CacheConfig) -> Result<Cache> {
     open_local(config.backend, config)
 }
 
-/// Opens the cache `config` names for reading only: a segment-store cache
-/// without its writer lock (puts are refused), the others as [`open`]
-/// does (they are read-only without a source). For a handle reopened in a
-/// process forked from the one that opened `config` for writing.
+/// Opens the cache `config` names for reading only: [`open`] of it with
+/// [`CacheConfig::read_only`] set.
+#[deprecated(note = "use open with CacheConfig::read_only set")]
 pub fn open_read_only(config: &CacheConfig) -> Result<Cache> {
-    match config.backend {
-        BackendKind::SegmentStore if !config.root.to_str().is_some_and(remote_cache::is_url) => {
-            Ok(Box::new(SegmentBackend::open_read_only(config)?))
-        }
-        _ => open(config),
-    }
+    open(&config.clone().read_only(true))
 }
 
-fn open_local(kind: BackendKind, config: &CacheConfig) -> Result<Cache> {
+fn open_local(kind: StoreKind, config: &CacheConfig) -> Result<Cache> {
     Ok(match kind {
-        BackendKind::SegmentStore => Box::new(SegmentBackend::open(config)?),
-        BackendKind::MemmapArray => Box::new(MemmapBackend::open(config)?),
-        BackendKind::ShardStore => Box::new(ShardBackend::open(config)?),
-        BackendKind::PageAlloc => Box::new(PageBackend::open(config)?),
+        StoreKind::SegmentStore => Box::new(SegmentBackend::open(config)?),
+        StoreKind::MemmapArray => Box::new(MemmapBackend::open(config)?),
+        StoreKind::ShardStore => Box::new(ShardBackend::open(config)?),
+        StoreKind::PageAlloc => Box::new(PageBackend::open(config)?),
     })
 }
 
@@ -72,7 +66,7 @@ pub fn open_with_source(config: &CacheConfig, source: Source) -> Result<Cache> {
 
 fn open_local_with_source(config: &CacheConfig, source: Source) -> Result<Cache> {
     Ok(match config.backend {
-        BackendKind::SegmentStore => {
+        StoreKind::SegmentStore => {
             return Err(crate::FacadeError::Unsupported {
                 dir: config.cache_dir()?,
                 backend: config.backend.name(),
@@ -80,31 +74,31 @@ fn open_local_with_source(config: &CacheConfig, source: Source) -> Result<Cache>
                 why: "it is filled by put_batch (or CachedFn); open it with open",
             });
         }
-        BackendKind::MemmapArray => Box::new(MemmapBackend::open_with_source(config, source)?),
-        BackendKind::ShardStore => Box::new(ShardBackend::open_with_source(config, source)?),
-        BackendKind::PageAlloc => Box::new(PageBackend::open_with_source(config, source)?),
+        StoreKind::MemmapArray => Box::new(MemmapBackend::open_with_source(config, source)?),
+        StoreKind::ShardStore => Box::new(ShardBackend::open_with_source(config, source)?),
+        StoreKind::PageAlloc => Box::new(PageBackend::open_with_source(config, source)?),
     })
 }
 
 /// Why `kind` does not serve `op` (for [`crate::FacadeError::Unsupported`]).
-pub(crate) fn why_unsupported(kind: BackendKind, op: Operation) -> &'static str {
+pub(crate) fn why_unsupported(kind: StoreKind, op: Operation) -> &'static str {
     match (kind, op) {
-        (BackendKind::SegmentStore, Operation::GetByIndex) => {
+        (StoreKind::SegmentStore, Operation::GetByIndex) => {
             "segment-store is keyed: its records have no order; use get_batch with string ids"
         }
-        (BackendKind::MemmapArray, Operation::Put) => {
+        (StoreKind::MemmapArray, Operation::Put) => {
             "memmap-array caches are built once from a Source (open_with_source); rebuild to change them"
         }
-        (BackendKind::ShardStore, Operation::GetByKey) => {
+        (StoreKind::ShardStore, Operation::GetByKey) => {
             "shard-store items are addressed by index; use get_indices"
         }
-        (BackendKind::ShardStore, Operation::Put) => {
+        (StoreKind::ShardStore, Operation::Put) => {
             "shard-store items come from the source iterator; change the source and rebuild"
         }
-        (BackendKind::PageAlloc, Operation::GetByKey) => {
+        (StoreKind::PageAlloc, Operation::GetByKey) => {
             "page-alloc samples are addressed by index; use get_indices"
         }
-        (BackendKind::PageAlloc, Operation::Put) => {
+        (StoreKind::PageAlloc, Operation::Put) => {
             "a page file is built once from a Source and then only read; rebuild it to change it"
         }
         _ => "not supported by this backend",

@@ -10,9 +10,7 @@ use tensor_core::{Shape, SharedBytes, SharedTensor, Tensor, Value};
 use super::{Counters, resolve_index};
 use crate::prepare::{DirState, Spec, clear, commit, prepare};
 use crate::source::SourceKind;
-use crate::{
-    BackendKind, CacheBackend, CacheConfig, FacadeError, Operation, Result, Source, Stats,
-};
+use crate::{CacheBackend, CacheConfig, FacadeError, Operation, Result, Source, Stats, StoreKind};
 
 /// The page file inside the cache directory.
 pub const PAGE_FILE: &str = "data.pages";
@@ -129,7 +127,7 @@ impl PageBackend {
 }
 
 fn check_kind(config: &CacheConfig) -> Result<()> {
-    if config.backend != BackendKind::PageAlloc {
+    if config.backend != StoreKind::PageAlloc {
         return Err(FacadeError::Config(format!(
             "PageBackend opened with a {} config",
             config.backend.name()
@@ -252,8 +250,8 @@ fn sample_fields<'v>(
 }
 
 impl CacheBackend for PageBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::PageAlloc
+    fn kind(&self) -> StoreKind {
+        StoreKind::PageAlloc
     }
 
     fn supports(&self, op: Operation) -> bool {

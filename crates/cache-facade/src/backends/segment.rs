@@ -6,12 +6,10 @@ use segment_store::{Options as SegmentOptions, SegmentStore};
 use tensor_core::Value;
 
 use super::Counters;
+use crate::Detected;
 use crate::convert::check_record;
-use crate::detect::CacheKind;
 use crate::prepare::{DirState, Spec, commit, prepare};
-use crate::{
-    BackendKind, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats,
-};
+use crate::{CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats, StoreKind};
 
 /// The segment-store backend: any [`Value`] a record can hold (a tensor,
 /// or a dict, tuple or list of tensors and blobs, or a blob) by string id;
@@ -48,19 +46,11 @@ impl SegmentBackend {
         "multi_writer",
     ];
 
-    /// Opens (creating if needed) the cache `config` names.
+    /// Opens (creating if needed) the cache `config` names; read-only,
+    /// no writer lock taken and puts refused, where
+    /// [`CacheConfig::read_only`] says so.
     pub fn open(config: &CacheConfig) -> Result<SegmentBackend> {
-        Self::open_as(config, false)
-    }
-
-    /// Opens the cache `config` names read-only: no writer lock taken,
-    /// puts refused (what a process forked from the writer opens).
-    pub fn open_read_only(config: &CacheConfig) -> Result<SegmentBackend> {
-        Self::open_as(config, true)
-    }
-
-    fn open_as(config: &CacheConfig, read_only: bool) -> Result<SegmentBackend> {
-        if config.backend != BackendKind::SegmentStore {
+        if config.backend != StoreKind::SegmentStore {
             return Err(FacadeError::Config(format!(
                 "SegmentBackend opened with a {} config",
                 config.backend.name()
@@ -77,7 +67,7 @@ impl SegmentBackend {
             writer_id: config
                 .opt("multi_writer", false)?
                 .then_some(defaults.current_rank),
-            read_only,
+            read_only: config.read_only,
             ..defaults
         };
         let prepared = prepare(config, &SPEC)?;
@@ -96,10 +86,17 @@ impl SegmentBackend {
     pub fn store(&self) -> &SegmentStore {
         &self.store
     }
+
+    /// Opens the cache `config` names read-only: [`open`](Self::open) with
+    /// [`CacheConfig::read_only`] set.
+    #[deprecated(note = "use SegmentBackend::open with CacheConfig::read_only set")]
+    pub fn open_read_only(config: &CacheConfig) -> Result<SegmentBackend> {
+        Self::open(&config.clone().read_only(true))
+    }
 }
 
 const SPEC: Spec = Spec {
-    kind: Some(CacheKind::SegmentStore),
+    kind: Some(Detected::own(StoreKind::SegmentStore)),
     version: segment_store::format::INDEX_VERSION,
     // An empty store is a cache: it is filled by puts.
     can_build: true,
@@ -108,8 +105,8 @@ const SPEC: Spec = Spec {
 };
 
 impl CacheBackend for SegmentBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::SegmentStore
+    fn kind(&self) -> StoreKind {
+        StoreKind::SegmentStore
     }
 
     fn supports(&self, op: Operation) -> bool {

@@ -7,13 +7,11 @@ use shard_store::{Options as ShardOptions, PickleValue, ShardLength, ShardStore}
 use tensor_core::Value;
 
 use super::Counters;
+use crate::Detected;
 use crate::convert::{pickle_from_value, value_from_pickle};
-use crate::detect::CacheKind;
 use crate::prepare::{DirState, Spec, commit, prepare};
 use crate::source::SourceKind;
-use crate::{
-    BackendKind, CacheBackend, CacheConfig, FacadeError, Operation, Result, Source, Stats,
-};
+use crate::{CacheBackend, CacheConfig, FacadeError, Operation, Result, Source, Stats, StoreKind};
 
 /// The shard-store backend: item `i` of a [`Source::items`] iterator by
 /// index, pulled from the source once and cached in pickled shards that
@@ -36,7 +34,7 @@ pub struct ShardBackend {
 
 fn spec(can_build: bool) -> Spec {
     Spec {
-        kind: Some(CacheKind::ShardStore),
+        kind: Some(Detected::own(StoreKind::ShardStore)),
         version: shard_store::format::FORMAT_VERSION as u32,
         can_build,
         complete: crate::prepare::fingerprinted,
@@ -99,7 +97,7 @@ impl ShardBackend {
 }
 
 fn check_kind(config: &CacheConfig) -> Result<()> {
-    if config.backend != BackendKind::ShardStore {
+    if config.backend != StoreKind::ShardStore {
         return Err(FacadeError::Config(format!(
             "ShardBackend opened with a {} config",
             config.backend.name()
@@ -123,8 +121,8 @@ fn options(config: &CacheConfig) -> Result<ShardOptions> {
 }
 
 impl CacheBackend for ShardBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::ShardStore
+    fn kind(&self) -> StoreKind {
+        StoreKind::ShardStore
     }
 
     fn supports(&self, op: Operation) -> bool {

@@ -3,10 +3,11 @@
 use std::path::Path;
 
 use cache_check::{Problem, Summary};
+use cache_facade::{Detected, PeerFormat};
 use page_alloc::beton::{self, BetonFile, BetonValue};
 use serde_json::{Map, Value, json};
 
-use crate::adapter::{CacheAdapter, CacheKind, parse_index, ratio};
+use crate::adapter::{CacheAdapter, parse_index, ratio};
 use crate::error::{CliError, Result};
 use crate::json::{bytes_json, tensor_json};
 
@@ -14,8 +15,8 @@ use crate::json::{bytes_json, tensor_json};
 pub(crate) struct Beton;
 
 impl CacheAdapter for Beton {
-    fn kind(&self) -> CacheKind {
-        CacheKind::Beton
+    fn kind(&self) -> Detected {
+        Detected::peer(PeerFormat::Beton)
     }
 
     fn inspect(&self, path: &Path) -> Result<Summary> {

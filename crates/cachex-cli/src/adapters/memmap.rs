@@ -3,9 +3,10 @@
 use std::path::Path;
 
 use cache_check::{Problem, Summary};
+use cache_facade::{Detected, StoreKind};
 use serde_json::{Map, Value, json};
 
-use crate::adapter::{CacheAdapter, CacheKind, parse_index, ratio};
+use crate::adapter::{CacheAdapter, parse_index, ratio};
 use crate::error::{CliError, Result};
 use crate::json::tensor_json;
 
@@ -13,8 +14,8 @@ use crate::json::tensor_json;
 pub(crate) struct MemmapArray;
 
 impl CacheAdapter for MemmapArray {
-    fn kind(&self) -> CacheKind {
-        CacheKind::MemmapArray
+    fn kind(&self) -> Detected {
+        Detected::own(StoreKind::MemmapArray)
     }
 
     fn inspect(&self, path: &Path) -> Result<Summary> {

@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::adapter::CacheAdapter;
 use crate::error::{CliError, Result};
 
-/// Every adapter, one per [`CacheKind`](crate::CacheKind).
+/// Every adapter, one per kind of cache [`cache_facade::detect`] finds.
 pub static ADAPTERS: &[&dyn CacheAdapter] = &[
     &segments::SEGMENT_STORE,
     &segments::TORCHCACHEX,

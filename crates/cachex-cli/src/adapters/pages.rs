@@ -3,10 +3,11 @@
 use std::path::Path;
 
 use cache_check::{Problem, Summary};
+use cache_facade::{Detected, StoreKind};
 use page_alloc::{FieldValue, PageReader};
 use serde_json::{Map, Value, json};
 
-use crate::adapter::{CacheAdapter, CacheKind, parse_index, ratio};
+use crate::adapter::{CacheAdapter, parse_index, ratio};
 use crate::error::{CliError, Result};
 use crate::json::{bytes_json, tensor_json};
 
@@ -14,8 +15,8 @@ use crate::json::{bytes_json, tensor_json};
 pub(crate) struct PageAlloc;
 
 impl CacheAdapter for PageAlloc {
-    fn kind(&self) -> CacheKind {
-        CacheKind::PageAlloc
+    fn kind(&self) -> Detected {
+        Detected::own(StoreKind::PageAlloc)
     }
 
     fn inspect(&self, path: &Path) -> Result<Summary> {

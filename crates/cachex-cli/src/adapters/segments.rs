@@ -4,11 +4,12 @@
 use std::path::Path;
 
 use cache_check::{Problem, ProblemKind, Summary};
+use cache_facade::{Detected, PeerFormat, StoreKind};
 use segment_store::format::INDEX_FILE;
 use segment_store::{Options, SegmentStore};
 use serde_json::{Value, json};
 
-use crate::adapter::{CacheAdapter, CacheKind, ratio};
+use crate::adapter::{CacheAdapter, ratio};
 use crate::error::{CliError, Result};
 use crate::json::record_json;
 
@@ -33,11 +34,11 @@ pub(crate) fn open(path: &Path, read_only: bool) -> Result<SegmentStore> {
 }
 
 impl CacheAdapter for Segments {
-    fn kind(&self) -> CacheKind {
+    fn kind(&self) -> Detected {
         if self.torchcachex {
-            CacheKind::Torchcachex
+            Detected::peer(PeerFormat::Torchcachex)
         } else {
-            CacheKind::SegmentStore
+            Detected::own(StoreKind::SegmentStore)
         }
     }
 

@@ -3,10 +3,11 @@
 use std::path::Path;
 
 use cache_check::{Problem, Summary};
+use cache_facade::{Detected, StoreKind};
 use serde_json::Value;
 use shard_store::{Options, PickleValue};
 
-use crate::adapter::{CacheAdapter, CacheKind, ratio};
+use crate::adapter::{CacheAdapter, ratio};
 use crate::error::{CliError, Result};
 use crate::json::pickle_to_json;
 
@@ -14,8 +15,8 @@ use crate::json::pickle_to_json;
 pub(crate) struct ShardStore;
 
 impl CacheAdapter for ShardStore {
-    fn kind(&self) -> CacheKind {
-        CacheKind::ShardStore
+    fn kind(&self) -> Detected {
+        Detected::own(StoreKind::ShardStore)
     }
 
     fn inspect(&self, path: &Path) -> Result<Summary> {

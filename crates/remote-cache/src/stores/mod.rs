@@ -3,17 +3,17 @@
 //! materialises it first and publishes what the store wrote. One file per
 //! store.
 
-mod arrays;
+mod memmap_array;
 mod pages;
 mod segments;
 mod shards;
 
-pub use arrays::RemoteArrays;
+pub use memmap_array::RemoteMemmapArray;
 pub use pages::RemotePages;
 pub use segments::{Refresher, RemoteSegments};
 pub use shards::RemoteShards;
 
-use crate::journal::PublishReport;
+use crate::remote_dir::PublishReport;
 
 /// What a local location publishes or refreshes: nothing.
 fn local_publish() -> PublishReport {

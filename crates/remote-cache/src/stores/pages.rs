@@ -4,10 +4,10 @@ use page_alloc::format::RunSpan;
 use page_alloc::{PageReader, Sample};
 use remote_tier::{RemoteFile, Warming, WarmingSet};
 
-use crate::files::{StoreFiles, StoreKind};
-use crate::journal::RemoteDir;
 use crate::location::Location;
+use crate::remote_dir::RemoteDir;
 use crate::{Error, Result};
+use crate::{StoreFiles, StoreKind};
 
 /// A page-alloc file on a [`Location`], read by block ranges: the file of
 /// a remote cache stays a sparse file in the local tier; its header and
@@ -32,13 +32,13 @@ impl RemotePages {
     /// Opens the page file `file` (a name inside the cache directory,
     /// ending `.pages`) at `location`.
     pub fn open(location: &Location, file: &str) -> Result<RemotePages> {
-        let opened = location.open(StoreFiles::for_kind(StoreKind::Pages))?;
+        let opened = location.open(StoreFiles::for_kind(StoreKind::PageAlloc))?;
         RemotePages::open_in(opened.dir, opened.remote, file)
     }
 
     /// Opens the page file `file` in the working directory of `remote` (a
     /// commit log opened by the caller with the files of
-    /// [`StoreKind::Pages`]).
+    /// [`StoreKind::PageAlloc`]).
     pub fn with_remote(remote: RemoteDir, file: &str) -> Result<RemotePages> {
         RemotePages::open_in(remote.dir().to_path_buf(), Some(remote), file)
     }
@@ -131,7 +131,7 @@ impl RemotePages {
         let budget = self
             .remote
             .as_ref()
-            .map_or(0, |r| r.tier().config().budget_bytes);
+            .map_or(0, |r| r.tier().config().tier_budget);
         Warming::all(vec![object.warm(&ranges, budget)])
     }
 

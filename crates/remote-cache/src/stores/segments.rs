@@ -13,10 +13,10 @@ use tensor_core::Value;
 
 use super::local_publish;
 use crate::Result;
-use crate::files::{StoreFiles, StoreKind};
-use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
 use crate::publisher::{self, Publisher};
+use crate::remote_dir::{PublishReport, RefreshReport, RemoteDir};
+use crate::{StoreFiles, StoreKind};
 
 /// A segment-store cache on a [`Location`]: read, and append.
 ///
@@ -220,7 +220,7 @@ impl RemoteSegments {
     /// the request that learns what was published since is in flight
     /// ([`with_unapplied`](RemoteSegments::with_unapplied)).
     pub fn open(location: &Location, options: segment_store::Options) -> Result<RemoteSegments> {
-        let opened = location.open_unapplied(StoreFiles::for_kind(StoreKind::Segments))?;
+        let opened = location.open_unapplied(StoreFiles::for_kind(StoreKind::SegmentStore))?;
         match opened.remote {
             Some(remote) => RemoteSegments::with_unapplied(remote, options),
             None => Ok(RemoteSegments {
@@ -366,7 +366,7 @@ impl RemoteSegments {
             })
             .collect();
         let config = remote.tier().config();
-        let (budget, workers) = (config.budget_bytes, config.parallelism.max(1));
+        let (budget, workers) = (config.tier_budget, config.parallelism.max(1));
         {
             let mut coming = self.whole.1.lock().unwrap_or_else(|p| p.into_inner());
             coming.extend(files.iter().filter_map(|p| relative(remote.dir(), p)));

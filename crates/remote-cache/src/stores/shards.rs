@@ -7,10 +7,10 @@ use shard_store::{ShardStore, StoreItem};
 
 use super::local_publish;
 use crate::Result;
-use crate::files::{StoreFiles, StoreKind};
-use crate::journal::{PublishReport, RefreshReport, RemoteDir};
 use crate::location::Location;
 use crate::publisher::{self, Publisher};
+use crate::remote_dir::{PublishReport, RefreshReport, RemoteDir};
+use crate::{StoreFiles, StoreKind};
 
 /// A shard-store root on a [`Location`]: shards published by others are
 /// materialised before the store opens; shards this process generates
@@ -30,7 +30,7 @@ pub struct RemoteShards<T> {
 impl<T: StoreItem> RemoteShards<T> {
     /// Opens the published root at `location` without a source.
     pub fn open(location: &Location, options: shard_store::Options) -> Result<RemoteShards<T>> {
-        let opened = location.open(StoreFiles::for_kind(StoreKind::Shards))?;
+        let opened = location.open(StoreFiles::for_kind(StoreKind::ShardStore))?;
         let store = ShardStore::open(&opened.dir, options)?;
         let remote = opened.remote.map(Arc::new);
         Ok(RemoteShards {
@@ -52,7 +52,7 @@ impl<T: StoreItem> RemoteShards<T> {
         I: IntoIterator<Item = T>,
         I::IntoIter: Send + 'static,
     {
-        let opened = location.open(StoreFiles::for_kind(StoreKind::Shards))?;
+        let opened = location.open(StoreFiles::for_kind(StoreKind::ShardStore))?;
         let store = ShardStore::open_with_source(&opened.dir, options, source)?;
         let remote = opened.remote.map(Arc::new);
         Ok(RemoteShards {

@@ -208,8 +208,8 @@ pub fn write_snapshot(
     tier: &RemoteTier,
     dir: &std::path::Path,
     seq: u64,
-) -> remote_tier::Result<remote_tier::snapshot::Manifest> {
-    use remote_tier::snapshot::{MANIFEST_VERSION, Manifest, ManifestEntry};
+) -> remote_tier::Result<remote_tier::legacy_manifest::Manifest> {
+    use remote_tier::legacy_manifest::{MANIFEST_VERSION, Manifest, ManifestEntry};
     let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

@@ -1,9 +1,9 @@
 //! Reading the snapshots of the older push layout: `cachex push` used to
 //! publish a cache directory as a manifest under `manifests/`, beside
 //! the commit log that the stores publish to. Push now publishes a commit
-//! of that log (`remote_cache::snapshot`), and a bucket of the older
+//! of that log (`remote_cache::push_dir`), and a bucket of the older
 //! layout is converted into a commit by `cachex migrate`
-//! (`remote_cache::snapshot::migrate`); what is left here reads such a
+//! (`remote_cache::migrate`); what is left here reads such a
 //! bucket: its latest manifest, and a pull of it into a directory.
 //!
 //! A snapshot's files are stored under the BLAKE3 of their bytes (the

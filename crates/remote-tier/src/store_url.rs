@@ -78,6 +78,23 @@ where
         key: key.to_string(),
     };
 
+    // Each cloud builder: every option set by its key (an unknown key
+    // refused), then built over the tier's HTTP connector.
+    macro_rules! configured {
+        ($builder:expr) => {{
+            let mut b = $builder;
+            for (k, v) in options {
+                let key = k.parse().map_err(|_| unknown(&k))?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(
+                b.with_http_connector(SharedConnector)
+                    .build()
+                    .map_err(|e| bad_url(e.to_string()))?,
+            )
+        }};
+    }
+
     let store: Arc<dyn ObjectStore> = match scheme {
         ObjectStoreScheme::Local => {
             if let Some((k, _)) = options.first() {
@@ -92,55 +109,21 @@ where
             Arc::new(object_store::memory::InMemory::new())
         }
         ObjectStoreScheme::AmazonS3 => {
-            let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(parsed.as_str());
-            for (k, v) in options {
-                let key = k.parse().map_err(|_| unknown(&k))?;
-                b = b.with_config(key, v);
-            }
-            Arc::new(
-                b.with_http_connector(SharedConnector)
-                    .build()
-                    .map_err(|e| bad_url(e.to_string()))?,
-            )
+            configured!(object_store::aws::AmazonS3Builder::from_env().with_url(parsed.as_str()))
         }
         ObjectStoreScheme::GoogleCloudStorage => {
-            let mut b =
-                object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(parsed.as_str());
-            for (k, v) in options {
-                let key = k.parse().map_err(|_| unknown(&k))?;
-                b = b.with_config(key, v);
-            }
-            Arc::new(
-                b.with_http_connector(SharedConnector)
-                    .build()
-                    .map_err(|e| bad_url(e.to_string()))?,
+            configured!(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(parsed.as_str())
             )
         }
         ObjectStoreScheme::MicrosoftAzure => {
-            let mut b =
-                object_store::azure::MicrosoftAzureBuilder::from_env().with_url(parsed.as_str());
-            for (k, v) in options {
-                let key = k.parse().map_err(|_| unknown(&k))?;
-                b = b.with_config(key, v);
-            }
-            Arc::new(
-                b.with_http_connector(SharedConnector)
-                    .build()
-                    .map_err(|e| bad_url(e.to_string()))?,
+            configured!(
+                object_store::azure::MicrosoftAzureBuilder::from_env().with_url(parsed.as_str())
             )
         }
         ObjectStoreScheme::Http => {
             let base = &parsed[..url::Position::BeforePath];
-            let mut b = object_store::http::HttpBuilder::new().with_url(base);
-            for (k, v) in options {
-                let key = k.parse().map_err(|_| unknown(&k))?;
-                b = b.with_config(key, v);
-            }
-            Arc::new(
-                b.with_http_connector(SharedConnector)
-                    .build()
-                    .map_err(|e| bad_url(e.to_string()))?,
-            )
+            configured!(object_store::http::HttpBuilder::new().with_url(base))
         }
         other => return Err(bad_url(format!("unsupported scheme {other:?}"))),
     };

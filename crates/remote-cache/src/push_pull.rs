@@ -2,15 +2,6 @@
 //! ([`push_dir`]: a snapshot is a commit), a commit log materialised into
 //! a directory ([`pull_dir`]), and a bucket of the older push layout
 //! (`manifests/`) converted into a commit ([`migrate`]).
-//!
-//! A push publishes the directory as it is: every file whose bytes differ
-//! from the log's file of that name (each a whole-file piece, `replace`),
-//! and as removed every file the log holds and the directory does not.
-//! Its commit is claimed like any other (conditionally, the next number,
-//! again after another writer's); readers of the log apply it like any
-//! other. A pull is a working directory of its own, in the destination:
-//! pulling again applies only what was published since, and removes what
-//! commits removed.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -18,12 +9,12 @@ use std::path::{Path, PathBuf};
 
 use remote_tier::RemoteTier;
 
+use crate::StoreFiles;
 use crate::commit::{COMMIT_VERSION, Commit, Piece, STATE_DIR, commit_name, encode, writer_name};
-use crate::files::{StoreFiles, StoreKind};
 use crate::hooks::{self, Stage};
-use crate::journal::{RefreshReport, RemoteDir};
 use crate::lease::{Lease, PUBLISH_LEASE};
 use crate::log_state::LogState;
+use crate::remote_dir::{RefreshReport, RemoteDir};
 use crate::upload;
 use crate::workdir::{hash_open, local_entries};
 use crate::{Error, Result};
@@ -68,12 +59,26 @@ pub struct MigrateReport {
 /// directory are not published; a symbolic link is refused
 /// ([`Error::BadLocation`]), since what it points at may be a sparse copy
 /// of a file not all fetched.
+///
+/// A whole cache directory published as one commit of the commit log
+/// ([`push_dir`]: a snapshot is a commit), a commit log materialised into
+/// a directory ([`pull_dir`]), and a bucket of the older push layout
+/// (`manifests/`) converted into a commit ([`migrate`]).
+///
+/// A push publishes the directory as it is: every file whose bytes differ
+/// from the log's file of that name (each a whole-file piece, `replace`),
+/// and as removed every file the log holds and the directory does not.
+/// Its commit is claimed like any other (conditionally, the next number,
+/// again after another writer's); readers of the log apply it like any
+/// other. A pull is a working directory of its own, in the destination:
+/// pulling again applies only what was published since, and removes what
+/// commits removed.
 pub fn push_dir(
     tier: &RemoteTier,
     dir: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PushReport> {
-    let private = StoreFiles::for_kind(StoreKind::Any).private;
+    let private = StoreFiles::for_kind(None).private;
     let (listed, links) = local_entries(dir, private)?;
     // A link may stand for a file not all there (a working directory's
     // links into its tier are sparse): its bytes cannot be trusted.
@@ -224,10 +229,10 @@ fn holds(state: &LogState, piece: &Piece) -> bool {
 /// commit writes or removes and that is not as a pull left it is an
 /// [`Error::Conflict`]. The directory holds one log: pulling a URL whose
 /// log is another one than it holds (the prefix rebuilt, the same URL on
-/// another endpoint; see [`mod@crate::log_id`]) is [`Error::OtherLog`],
+/// another endpoint; see [`LOG_OBJECT`](crate::LOG_OBJECT)) is [`Error::OtherLog`],
 /// naming both, and changes nothing in it.
 pub fn pull_dir(tier: &RemoteTier, dest: &Path) -> Result<RefreshReport> {
-    let dir = RemoteDir::open_unapplied(tier.clone(), dest, StoreFiles::for_kind(StoreKind::Any))?;
+    let dir = RemoteDir::open_unapplied(tier.clone(), dest, StoreFiles::for_kind(None))?;
     // The directory holds the commits of one URL: another's would be
     // taken for this one's.
     let source = dest.join(STATE_DIR).join(PULLED_FROM);
@@ -258,13 +263,13 @@ fn pulled_from_elsewhere(dest: &Path, other: &str) -> Error {
 }
 
 /// Converts the latest snapshot of the older push layout
-/// (`manifests/<seq>.json`, see `remote_tier::snapshot`) at `tier`'s URL
+/// (`manifests/<seq>.json`, see `remote_tier::legacy_manifest`) at `tier`'s URL
 /// into commit 1 of an empty commit log: the objects are already where
 /// commits name them (`objects/<blake3>`), so only the commit record is
 /// written. `None` when there is no manifest; a log that holds commits
 /// already is left alone ([`MigrateReport::seq`] `None`).
 pub fn migrate(tier: &RemoteTier) -> Result<Option<MigrateReport>> {
-    let Some(manifest) = remote_tier::snapshot::latest_manifest(tier)? else {
+    let Some(manifest) = remote_tier::legacy_manifest::latest_manifest(tier)? else {
         return Ok(None);
     };
     let mut report = MigrateReport {
@@ -302,7 +307,7 @@ pub fn migrate(tier: &RemoteTier) -> Result<Option<MigrateReport>> {
         url: tier.url().to_string(),
         name: format!(
             "{}/{:020}.json",
-            remote_tier::snapshot::MANIFESTS,
+            remote_tier::legacy_manifest::MANIFESTS,
             manifest.seq
         ),
         problem,

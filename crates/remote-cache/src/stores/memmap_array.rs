@@ -1,4 +1,4 @@
-//! [`RemoteArrays`]: a finished memmap-array cache on a location, read by
+//! [`RemoteMemmapArray`]: a finished memmap-array cache on a location, read by
 //! block ranges.
 
 use std::ops::Range;
@@ -8,16 +8,16 @@ use remote_tier::{RemoteFile, Warming, WarmingSet};
 use tensor_core::TensorView;
 
 use crate::Result;
-use crate::files::{StoreFiles, StoreKind};
-use crate::journal::RemoteDir;
 use crate::location::Location;
+use crate::remote_dir::RemoteDir;
+use crate::{StoreFiles, StoreKind};
 
 /// A finished memmap-array cache on a [`Location`], read by block ranges:
 /// the `.bin` arrays of a remote cache stay sparse files in the local
 /// tier (linked into the working directory, mapped by the reader as
 /// usual), and each read first fetches the blocks of its rows.
 #[derive(Debug)]
-pub struct RemoteArrays {
+pub struct RemoteMemmapArray {
     cache: MemmapArray,
     remote: Option<RemoteDir>,
     /// Per array (schema order): the tier object its file maps (`None`
@@ -25,22 +25,22 @@ pub struct RemoteArrays {
     bins: Vec<(Option<RemoteFile>, u64)>,
 }
 
-impl RemoteArrays {
+impl RemoteMemmapArray {
     /// Opens the finished cache at `location`.
-    pub fn open(location: &Location) -> Result<RemoteArrays> {
-        let opened = location.open(StoreFiles::for_kind(StoreKind::Arrays))?;
-        RemoteArrays::open_in(&opened.dir, opened.remote)
+    pub fn open(location: &Location) -> Result<RemoteMemmapArray> {
+        let opened = location.open(StoreFiles::for_kind(StoreKind::MemmapArray))?;
+        RemoteMemmapArray::open_in(&opened.dir, opened.remote)
     }
 
     /// Opens the finished cache in the working directory of `remote` (a
     /// commit log opened by the caller with the files of
-    /// [`StoreKind::Arrays`], e.g. over a wrapped object store).
-    pub fn with_remote(remote: RemoteDir) -> Result<RemoteArrays> {
+    /// [`StoreKind::MemmapArray`], e.g. over a wrapped object store).
+    pub fn with_remote(remote: RemoteDir) -> Result<RemoteMemmapArray> {
         let dir = remote.dir().to_path_buf();
-        RemoteArrays::open_in(&dir, Some(remote))
+        RemoteMemmapArray::open_in(&dir, Some(remote))
     }
 
-    fn open_in(dir: &std::path::Path, remote: Option<RemoteDir>) -> Result<RemoteArrays> {
+    fn open_in(dir: &std::path::Path, remote: Option<RemoteDir>) -> Result<RemoteMemmapArray> {
         let cache = MemmapArray::open(dir)?;
         // The objects the arrays map (nothing refreshes the commit log in
         // between: this handle is its only owner yet).
@@ -67,7 +67,7 @@ impl RemoteArrays {
                 }
             }
         }
-        Ok(RemoteArrays {
+        Ok(RemoteMemmapArray {
             cache,
             remote,
             bins,
@@ -107,7 +107,7 @@ impl RemoteArrays {
         let budget = self
             .remote
             .as_ref()
-            .map_or(0, |r| r.tier().config().budget_bytes);
+            .map_or(0, |r| r.tier().config().tier_budget);
         let objects = self.bins.iter().filter(|(o, _)| o.is_some()).count().max(1) as u64;
         let fills = self
             .bins

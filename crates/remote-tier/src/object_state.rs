@@ -1,0 +1,464 @@
+//! [`ObjectState`]: what the handles of one open object share — its
+//! local copy, block map, pin and read-ahead — and how its blocks are
+//! fetched, checked and made durable.
+
+use std::fs::File;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::blocks::BlockHashes;
+use crate::engine::Inner;
+use crate::error::block_mismatch;
+use crate::format::BlockMap;
+use crate::open_files;
+use crate::pins::Pin;
+use crate::{Error, Result};
+
+/// The state of one open object, shared by its handles and prefetches.
+#[derive(Debug)]
+pub(crate) struct ObjectState {
+    pub(crate) tier: Arc<Inner>,
+    pub(crate) name: String,
+    pub(crate) key: String,
+    pub(crate) path: PathBuf,
+    /// This handle's entry in the process's set of open copies.
+    pub(crate) id: u64,
+    pub(crate) size: u64,
+    /// `None` for a whole object; the blocks known present otherwise.
+    pub(crate) blocks: Option<Mutex<BlockMap>>,
+    /// What each fetched block is checked against, when the publisher
+    /// recorded it (its block size is the map's).
+    pub(crate) hashes: Option<Arc<BlockHashes>>,
+    /// The local file's inode: block maps on disk are only trusted (and
+    /// only written) while the path still names this file, and the file
+    /// is opened again only while it does.
+    pub(crate) ino: u64,
+    /// The second (since the epoch) of the last touch.
+    pub(crate) touched: std::sync::atomic::AtomicU64,
+    /// Where the next sequential read would start, and the read-ahead
+    /// window it gets, in blocks.
+    pub(crate) ahead: Mutex<ReadAhead>,
+    /// Whether this handle marked blocks present without fsyncing them
+    /// (see [`sync`](crate::RemoteFile::sync)).
+    pub(crate) unsynced: std::sync::atomic::AtomicBool,
+    /// Keeps the copy from eviction; taken again in a forked child.
+    pub(crate) pin: Mutex<Pin>,
+}
+
+impl Drop for ObjectState {
+    /// The last handle of the object in this process makes the blocks it
+    /// fetched durable (best effort: a failure leaves them unsynced, which
+    /// the next boot fetches again), and closes its copy.
+    fn drop(&mut self) {
+        let _ = self.settle();
+        open_files::forget(self.id);
+    }
+}
+
+/// The most bytes one request of adjacent blocks fetches (8 MiB, the
+/// tier's default block): small blocks (a segment's 4 KiB) read together
+/// cost a request per run, not per block.
+const RUN_BYTES: u64 = 8 << 20;
+
+/// The read-ahead of one open object: the window doubles while reads
+/// continue where the last one ended (or inside what was read ahead),
+/// and starts over at a jump.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ReadAhead {
+    next: u64,
+    window: u64,
+}
+
+impl ReadAhead {
+    /// The window after a read of blocks `first..=last`: doubled (up to
+    /// `most`) when the read continues the last one or starts inside its
+    /// window, back to `initial` otherwise (0 turns read-ahead off).
+    fn after_read(&mut self, first: u64, last: u64, initial: u64, most: u64) -> u64 {
+        let sequential = self.window > 0
+            && first >= self.next.saturating_sub(1)
+            && first <= self.next.saturating_add(self.window);
+        self.window = if sequential {
+            self.window.saturating_mul(2).min(most.max(initial))
+        } else {
+            initial
+        };
+        self.next = last.saturating_add(1);
+        self.window
+    }
+}
+
+impl ObjectState {
+    /// The local file, from the process's set of open copies or opened
+    /// again by its path (read-write for a sparse one, which fetches write
+    /// into). In a forked child, the object is pinned for the child first.
+    pub(crate) fn file(&self) -> Result<Arc<File>> {
+        {
+            let mut pin = self.pin.lock().unwrap_or_else(|p| p.into_inner());
+            if !pin.is_own() {
+                *pin = self.tier.dir.pin(&self.key)?;
+            }
+        }
+        if let Some(file) = open_files::get(self.id) {
+            return Ok(file);
+        }
+        let opened = match self.blocks {
+            Some(_) => std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.path),
+            None => File::open(&self.path),
+        };
+        let file = opened.map_err(Error::io("open", &self.path))?;
+        let ino = file
+            .metadata()
+            .map_err(Error::io("stat", &self.path))?
+            .ino();
+        if ino != self.ino {
+            return Err(Error::Corrupt {
+                url: self.tier.url.to_string(),
+                name: self.name.clone(),
+                problem: format!(
+                    "its local copy {} was replaced while this handle had it closed; \
+                     open the object again",
+                    self.path.display()
+                ),
+            });
+        }
+        Ok(open_files::keep(self.id, file, &self.path, ino))
+    }
+
+    /// Whether block `i` is known present (always, for a whole object).
+    pub(crate) fn has(&self, i: u64) -> bool {
+        self.blocks.as_ref().is_none_or(|m| lock(m).has(i))
+    }
+
+    /// The byte range of block `i` and the etag its request requires:
+    /// the object's, unless blocks are checked against their hashes, which
+    /// already tell any other bytes from the published ones (and so keep
+    /// reading an object that was replaced by the same bytes again).
+    pub(crate) fn block(&self, i: u64) -> (Range<u64>, String) {
+        match &self.blocks {
+            Some(m) => {
+                let m = lock(m);
+                let etag = match self.hashes {
+                    Some(_) => String::new(),
+                    None => m.etag.clone(),
+                };
+                (m.block_range(i), etag)
+            }
+            None => (0..0, String::new()),
+        }
+    }
+
+    /// Whether the sparse path still names this handle's file.
+    pub(crate) fn current(&self) -> bool {
+        std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino)
+    }
+
+    /// Learns the blocks other processes fetched since.
+    pub(crate) fn refresh(&self) {
+        let Some(m) = &self.blocks else { return };
+        if !self.current() {
+            return;
+        }
+        if let Some(disk) = self.tier.read_map(&self.key) {
+            let mut mine = lock(m);
+            if disk.same_copy(&mine) {
+                mine.merge(&disk);
+            }
+        }
+    }
+
+    /// Records the blocks `blocks` present, in memory and (while the path
+    /// still names this file) in the block map on disk, with one write of
+    /// the map: durable (their bytes fsynced by the caller) without
+    /// `boot`, unsynced (written in boot `boot`, not fsynced) with it.
+    /// Call with the tier lock held.
+    fn mark_all(
+        &self,
+        blocks: std::ops::RangeInclusive<u64>,
+        boot: Option<[u8; 16]>,
+    ) -> Result<()> {
+        self.update_map(false, |mine| {
+            for i in blocks {
+                match boot {
+                    Some(boot) => mine.set_unsynced(i, boot),
+                    None => mine.set(i),
+                }
+            }
+        })
+    }
+
+    /// Applies `change` to the block map in memory, merges in what other
+    /// processes recorded on disk, and (while the path still names this
+    /// file) writes the result: durably when `durable` or when no block
+    /// is left unsynced, else without an fsync (a map of unsynced blocks
+    /// describes the page cache of this boot: it need not outlive it).
+    /// Call with the tier lock held.
+    fn update_map(&self, durable: bool, change: impl FnOnce(&mut BlockMap)) -> Result<()> {
+        let Some(m) = &self.blocks else { return Ok(()) };
+        let (encoded, unsynced) = {
+            let mut mine = lock(m);
+            change(&mut mine);
+            if let Some(disk) = self.tier.read_map(&self.key)
+                && disk.same_copy(&mine)
+            {
+                mine.merge(&disk);
+            }
+            (mine.encode(), mine.unsynced().is_some())
+        };
+        if self.current() {
+            let map = self.tier.dir.map(&self.key);
+            match durable || !unsynced {
+                true => durable_fs::write_atomic(&map, &encoded)?,
+                false => durable_fs::replace_unsynced(&map, &encoded)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the fetched bytes of blocks `first..=last` (starting at byte
+    /// `offset`) into the local file and marks them present: unsynced
+    /// where this boot is known (no fsync on the read path), else fsynced
+    /// first.
+    fn keep_fetched(&self, first: u64, last: u64, offset: u64, bytes: &[u8]) -> Result<()> {
+        let file = self.file()?;
+        file.write_all_at(bytes, offset)
+            .map_err(Error::io("write block", &self.path))?;
+        let boot = durable_fs::boot_id();
+        if boot.is_none() {
+            file.sync_data().map_err(Error::io("fsync", &self.path))?;
+        }
+        {
+            let _tier = self.tier.dir.lock_tier()?;
+            self.mark_all(first..=last, boot)?;
+        }
+        if boot.is_some() {
+            self.unsynced
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.tier.after_fetch()
+    }
+
+    /// Makes every block unsynced when this starts durable (see
+    /// [`RemoteFile::sync`](crate::RemoteFile::sync)): the blocks any process of this boot marked
+    /// unsynced before the fsync are covered by it, since each wrote its
+    /// bytes before marking them.
+    pub(crate) fn settle(&self) -> Result<()> {
+        let Some(m) = &self.blocks else { return Ok(()) };
+        if !self
+            .unsynced
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+            || !self.current()
+        {
+            return Ok(());
+        }
+        self.refresh();
+        let Some((_, before)) = lock(m).unsynced() else {
+            return Ok(());
+        };
+        self.file()?
+            .sync_data()
+            .map_err(Error::io("fsync", &self.path))?;
+        let _tier = self.tier.dir.lock_tier()?;
+        // Durably even if others marked blocks unsynced meanwhile: this
+        // write's directory fsync is what makes the sparse file's name
+        // durable with the first durable block.
+        self.update_map(true, |mine| {
+            for i in before {
+                mine.set(i);
+            }
+        })
+    }
+}
+
+/// Opens `path` read-only if it exists.
+pub(crate) fn open_existing(path: &Path) -> Result<Option<File>> {
+    match File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("open", path)(e)),
+    }
+}
+
+/// Locks a block map; a panic elsewhere cannot leave one half-updated
+/// (updates are single bit sets), so a poisoned lock is taken as is.
+pub(crate) fn lock(m: &Mutex<BlockMap>) -> MutexGuard<'_, BlockMap> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ObjectState {
+    /// The read-ahead window after a read of blocks `first..=last`.
+    pub(crate) fn read_ahead(&self, first: u64, last: u64) -> u64 {
+        let config = &self.tier.config;
+        let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        ahead.after_read(
+            first,
+            last,
+            config.prefetch_blocks,
+            config.max_prefetch_blocks,
+        )
+    }
+
+    /// `blocks` (ascending) as runs of adjacent blocks, each inside one
+    /// granule (see [`granule`](Self::granule)): what one request fetches.
+    pub(crate) fn runs(&self, blocks: &[u64]) -> Vec<(u64, u64)> {
+        let bs = self
+            .blocks
+            .as_ref()
+            .map_or(u64::MAX, |m| lock(m).block_size)
+            .max(1);
+        let per = (RUN_BYTES / bs).max(1);
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for &i in blocks {
+            match runs.last_mut() {
+                Some((first, last)) if i == *last + 1 && i / per == *first / per => *last = i,
+                _ => runs.push((i, i)),
+            }
+        }
+        runs
+    }
+
+    /// The granule of block `i`: the aligned group of blocks (8 MiB, or
+    /// one block where blocks are larger) whose fetches one fetch lock
+    /// serialises machine-wide, so that no block is fetched twice.
+    fn granule(&self, i: u64) -> u64 {
+        let bs = self
+            .blocks
+            .as_ref()
+            .map_or(u64::MAX, |m| lock(m).block_size)
+            .max(1);
+        i / (RUN_BYTES / bs).max(1)
+    }
+
+    /// Fetches the missing blocks of `first..=last` (one granule), each
+    /// run of them in one request, each block checked against its hash as
+    /// [`fetch_block`](Self::fetch_block) checks one, then marks them all;
+    /// under the granule's fetch lock, so that two fetchers on the machine
+    /// never fetch one block twice.
+    pub(crate) fn fetch_run(&self, first: u64, last: u64) -> Result<()> {
+        if first == last {
+            return self.fetch_block(first);
+        }
+        if (first..=last).all(|i| self.has(i)) {
+            return Ok(());
+        }
+        let _fetching = self
+            .tier
+            .dir
+            .fetch_lock(&self.key, Some(self.granule(first)))?;
+        self.refresh();
+        // What another fetcher left missing, in runs of its own.
+        let mut missing: Vec<(u64, u64)> = Vec::new();
+        for i in (first..=last).filter(|&i| !self.has(i)) {
+            match missing.last_mut() {
+                Some((_, end)) if *end + 1 == i => *end = i,
+                _ => missing.push((i, i)),
+            }
+        }
+        for (a, b) in missing {
+            self.fetch_locked_run(a, b)?;
+        }
+        Ok(())
+    }
+
+    /// Fetches blocks `first..=last` in one request, the granule's fetch
+    /// lock held by the caller.
+    fn fetch_locked_run(&self, first: u64, last: u64) -> Result<()> {
+        let (head, etag) = self.block(first);
+        let range = head.start..self.block(last).0.end;
+        let etag = (!etag.is_empty()).then_some(etag);
+        let mut bytes = self.tier.get(&self.name, range.clone(), etag.clone())?;
+        if let Some(h) = &self.hashes {
+            let bad = |bytes: &[u8]| {
+                (first..=last).find_map(|i| {
+                    let r = self.block(i).0;
+                    let at = (r.start - range.start) as usize..(r.end - range.start) as usize;
+                    match bytes.get(at) {
+                        Some(b) => {
+                            let (good, got) = h.check_block(i, b);
+                            (!good).then_some((i, got))
+                        }
+                        None => Some((i, [0u8; 32])),
+                    }
+                })
+            };
+            // As for one block: a second fetch absorbs a corruption in
+            // transit, a second mismatch is the store's bytes.
+            if bad(&bytes).is_some() {
+                bytes = self.tier.get(&self.name, range.clone(), etag)?;
+                if let Some((i, got)) = bad(&bytes) {
+                    return Err(block_mismatch(
+                        &self.tier.url,
+                        &self.name,
+                        &self.path,
+                        h,
+                        i,
+                        got,
+                    ));
+                }
+            }
+        }
+        self.keep_fetched(first, last, range.start, &bytes)
+    }
+
+    /// Fetches block `i` of `obj` unless it is present: one fetcher per
+    /// block machine-wide; bytes written before the block map says so
+    /// (see [`keep_fetched`](Self::keep_fetched)).
+    pub(crate) fn fetch_block(&self, i: u64) -> Result<()> {
+        if self.has(i) {
+            return Ok(());
+        }
+        let _fetching = self.tier.dir.fetch_lock(&self.key, Some(self.granule(i)))?;
+        self.refresh();
+        if self.has(i) {
+            return Ok(());
+        }
+        let (range, etag) = self.block(i);
+        let etag = (!etag.is_empty()).then_some(etag);
+        let mut bytes = self.tier.get(&self.name, range.clone(), etag.clone())?;
+        if let Some(h) = &self.hashes {
+            // Checked before a byte is written: a bad block never reaches
+            // the local file. One more fetch absorbs a corruption in
+            // transit; a second mismatch is the store's bytes.
+            let (good, _) = h.check_block(i, &bytes);
+            if !good {
+                bytes = self.tier.get(&self.name, range.clone(), etag)?;
+                let (good, got) = h.check_block(i, &bytes);
+                if !good {
+                    return Err(block_mismatch(
+                        &self.tier.url,
+                        &self.name,
+                        &self.path,
+                        h,
+                        i,
+                        got,
+                    ));
+                }
+            }
+        }
+        self.keep_fetched(i, i, range.start, &bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReadAhead;
+
+    #[test]
+    fn the_read_ahead_grows_while_reads_stay_sequential() {
+        let mut ahead = ReadAhead::default();
+        let windows: Vec<u64> = (0..7).map(|b| ahead.after_read(b, b, 2, 16)).collect();
+        assert_eq!(windows, [2, 4, 8, 16, 16, 16, 16]);
+        // A read inside the window read ahead still counts as sequential.
+        assert_eq!(ahead.after_read(12, 13, 2, 16), 16);
+        // A jump starts over.
+        assert_eq!(ahead.after_read(500, 500, 2, 16), 2);
+        assert_eq!(ahead.after_read(100, 100, 2, 16), 2);
+        // Off stays off.
+        let mut off = ReadAhead::default();
+        assert_eq!((0..4).map(|b| off.after_read(b, b, 0, 16)).sum::<u64>(), 0);
+    }
+}
