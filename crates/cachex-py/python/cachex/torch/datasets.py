@@ -233,10 +233,83 @@ class _Batched(_MapBase):
         return [operator.index(i) for i in np.asarray(index).reshape(-1).tolist()]
 
 
-class MemmapDataset(_Batched):
+class _Buffered(_Batched):
+    """A dataset whose batches are buffers its reader fills (``fill_batch``,
+    GIL released): one per name of ``_specs`` (dtype and shape of one
+    sample), plus what ``fill_batch`` reports per name (``_extra``: the
+    suffix and dtype of that array, e.g. ``"_lengths"``)."""
+
+    _specs: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
+    _extra: tuple[str, Any]
+
+    def _fill(self, indices: list[int], buffers: dict[str, np.ndarray]) -> dict[str, Any]:
+        """Fills ``buffers``' first rows with samples ``indices``; what the
+        reader reports per name."""
+        raise NotImplementedError
+
+    def empty_batch(self, n: int) -> dict[str, Any]:
+        """Uninitialised buffers for ``n`` samples of every buffered name
+        (reuse them with ``out=``)."""
+        return {
+            name: _empty((n, *shape), dtype, self.output, self.pin_memory)
+            for name, (dtype, shape) in self._specs.items()
+        }
+
+    def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Samples ``indices`` as ``{name: buffer}`` (``out``'s first rows when given)."""
+        indices = list(indices)
+        out = self.empty_batch(len(indices)) if out is None else out
+        reported = self._fill(
+            indices, {name: _as_numpy(out[name], dtype) for name, (dtype, _) in self._specs.items()}
+        )
+        batch = {name: out[name][: len(indices)] for name in self._specs}
+        suffix, dtype = self._extra
+        for name, rows in reported.items():
+            batch[f"{name}{suffix}"] = np.asarray(rows, dtype=dtype)
+        return batch
+
+
+def _field_specs(
+    kinds: dict[str, Any], widths: dict[str, int], fields: Sequence[str]
+) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+    """The buffer of one sample of each of ``fields`` of a page or beton
+    file: int64 for ints, float64 for floats, zero-padded uint8 of the
+    longest value for bytes, the array's dtype and shape for arrays."""
+    specs: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
+    for f in fields:
+        kind = kinds[f]
+        if kind == "int":
+            specs[f] = (np.dtype(np.int64), ())
+        elif kind == "float":
+            specs[f] = (np.dtype(np.float64), ())
+        elif kind == "bytes":
+            specs[f] = (np.dtype(np.uint8), (max(int(widths[f]), 1),))
+        else:
+            specs[f] = (_numpy_dtype(str(kind[0])), tuple(int(d) for d in kind[1]))
+    return specs
+
+
+def _chosen(names: Sequence[str] | None, have: Any, what: str, shown: Any) -> list[str]:
+    """``names`` (default: all of ``have``), refused with the file named
+    when one is not there."""
+    chosen = list(have) if names is None else list(names)
+    unknown = [n for n in chosen if n not in have]
+    if unknown:
+        raise InvalidInputError(f"{shown}: no {what} {unknown} (it has {list(have)})")
+    return chosen
+
+
+def _from_end(indices: list[int], n: int) -> list[int]:
+    """``indices`` with negative ones counted from the end of ``n``."""
+    return [i + n if i < 0 else i for i in indices]
+
+
+class MemmapDataset(_Buffered):
     """Rows of a memmap-array cache: ``dataset[i]`` is ``{name: array}``
     (read-only views, ``None`` for a null entry), ``dataset[indices]`` one
-    buffer per array, filled from the mapped files by ``fill_batch``.
+    buffer per array, filled from the mapped files by ``fill_batch``; a
+    nullable array also gets ``"<name>_present"`` (bool: which rows have
+    it, the others zero-filled).
 
     Parameters
     ----------
@@ -273,22 +346,18 @@ class MemmapDataset(_Batched):
         kwargs.update(tier_kwargs(tier_dir, tier_budget, storage_options))
         self.cache = MemmapArray(path, **kwargs)
         schema = self.cache.schema["arrays"]
-        self.arrays = list(schema) if arrays is None else list(arrays)
-        unknown = [a for a in self.arrays if a not in schema]
-        if unknown:
-            shown = self.cache.url or self.cache.path
-            raise InvalidInputError(f"{shown}: no arrays {unknown} (it has {list(schema)})")
+        self.arrays = _chosen(arrays, schema, "arrays", self.cache.url or self.cache.path)
         self._specs = {
-            a: (_numpy_dtype(schema[a]["dtype"]), tuple(schema[a]["shape"]), schema[a]["nullable"])
-            for a in self.arrays
+            a: (_numpy_dtype(schema[a]["dtype"]), tuple(schema[a]["shape"])) for a in self.arrays
         }
+        self._extra = ("_present", bool)
 
     def __len__(self) -> int:
         return len(self.cache)
 
     def blocks(self, block_bytes: int = 1 << 20) -> np.ndarray:
         """Runs of rows of about ``block_bytes`` (1 MiB) of the selected arrays."""
-        row = sum(d.itemsize * int(np.prod(s, dtype=np.int64)) for d, s, _ in self._specs.values())
+        row = sum(d.itemsize * int(np.prod(s, dtype=np.int64)) for d, s in self._specs.values())
         return even_blocks(len(self), max(1, block_bytes // max(row, 1)))
 
     def prefetch(self, indices: Sequence[int]) -> Prefetch:
@@ -299,32 +368,13 @@ class MemmapDataset(_Batched):
         row = self.cache.get_row(i)
         return {a: row[a] for a in self.arrays}
 
-    def empty_batch(self, n: int) -> dict[str, Any]:
-        """Uninitialised buffers for ``n`` rows of every array (reuse them with ``out=``)."""
-        return {
-            a: _empty((n, *shape), dtype, self.output, self.pin_memory)
-            for a, (dtype, shape, _) in self._specs.items()
-        }
-
-    def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Rows ``indices`` as ``{name: buffer}`` (``out``'s first rows when given).
-
-        A nullable array also gets ``"<name>_present"``: which rows have it
-        (the others are zero-filled).
-        """
-        indices = list(indices)
-        n = len(indices)
-        out = self.empty_batch(n) if out is None else out
-        present = self.cache.fill_batch(
-            indices, {a: _as_numpy(out[a], self._specs[a][0]) for a in self.arrays}
-        )
-        batch = {a: out[a][:n] for a in self.arrays}
-        for a, rows in present.items():
-            batch[f"{a}_present"] = np.asarray(rows, dtype=bool)
-        return batch
+    def _fill(self, indices: list[int], buffers: dict[str, np.ndarray]) -> dict[str, Any]:
+        # A nullable array's rows that have it, as "<name>_present" (the
+        # others are zero-filled).
+        return self.cache.fill_batch(indices, buffers)
 
 
-class PageDataset(_Batched):
+class PageDataset(_Buffered):
     """Samples of a page file: ``dataset[i]`` is ``{field: value}`` (ints and
     floats by value, bytes and arrays as read-only views), ``dataset[indices]``
     one buffer per field filled from the mapped pages by ``fill_batch``: int64
@@ -355,23 +405,9 @@ class PageDataset(_Batched):
             **tier_kwargs(tier_dir, tier_budget, storage_options),
         )
         kinds = self.reader.fields
-        self.fields = list(kinds) if fields is None else list(fields)
-        unknown = [f for f in self.fields if f not in kinds]
-        if unknown:
-            shown = self.reader.url or self.reader.path
-            raise InvalidInputError(f"{shown}: no fields {unknown} (it has {list(kinds)})")
-        widths = self.reader.max_sizes
-        self._specs: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-        for f in self.fields:
-            kind = kinds[f]
-            if kind == "int":
-                self._specs[f] = (np.dtype(np.int64), ())
-            elif kind == "float":
-                self._specs[f] = (np.dtype(np.float64), ())
-            elif kind == "bytes":
-                self._specs[f] = (np.dtype(np.uint8), (max(int(widths[f]), 1),))
-            else:
-                self._specs[f] = (_numpy_dtype(kind[0]), tuple(kind[1]))
+        self.fields = _chosen(fields, kinds, "fields", self.reader.url or self.reader.path)
+        self._specs = _field_specs(kinds, self.reader.max_sizes, self.fields)
+        self._extra = ("_lengths", np.int64)
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -389,28 +425,11 @@ class PageDataset(_Batched):
         sample = self.reader.sample(i)
         return {f: sample[f] for f in self.fields}
 
-    def empty_batch(self, n: int) -> dict[str, Any]:
-        """Uninitialised buffers for ``n`` samples of every field (reuse them with ``out=``)."""
-        return {
-            f: _empty((n, *shape), dtype, self.output, self.pin_memory)
-            for f, (dtype, shape) in self._specs.items()
-        }
-
-    def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Samples ``indices`` as ``{field: buffer}`` (``out``'s first rows when given)."""
-        n = len(self.reader)
-        indices = [i + n if i < 0 else i for i in indices]
-        out = self.empty_batch(len(indices)) if out is None else out
-        lengths = self.reader.fill_batch(
-            indices, {f: _as_numpy(out[f], self._specs[f][0]) for f in self.fields}
-        )
-        batch = {f: out[f][: len(indices)] for f in self.fields}
-        for f, lens in lengths.items():
-            batch[f"{f}_lengths"] = np.asarray(lens, dtype=np.int64)
-        return batch
+    def _fill(self, indices: list[int], buffers: dict[str, np.ndarray]) -> dict[str, Any]:
+        return self.reader.fill_batch(_from_end(indices, len(self.reader)), buffers)
 
 
-class BetonDataset(_Batched):
+class BetonDataset(_Buffered):
     """Samples of an FFCV ``.beton`` file: ``dataset[i]`` is ``{field: value}``
     as :meth:`cachex.BetonReader.sample` gives it (ints, floats and JSON
     text by value, bytes and arrays as read-only views, RGB images as
@@ -442,26 +461,13 @@ class BetonDataset(_Batched):
         self._setup(output, pin_memory)
         self.reader = BetonReader(path, **tier_kwargs(tier_dir, tier_budget, storage_options))
         kinds = self.reader.fields
-        self.fields = list(kinds) if fields is None else list(fields)
-        unknown = [f for f in self.fields if f not in kinds]
-        if unknown:
-            shown = self.reader.url or self.reader.path
-            raise InvalidInputError(f"{shown}: no fields {unknown} (it has {list(kinds)})")
+        self.fields = _chosen(fields, kinds, "fields", self.reader.url or self.reader.path)
         # Numbers, arrays and bytes are copied into buffers by
         # ``fill_batch``; JSON and images stay Python values.
         self._listed = [f for f in self.fields if kinds[f] in ("json", "rgb_image")]
-        widths = self.reader.max_sizes
-        self._specs: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
-        for f in self.fields:
-            kind = kinds[f]
-            if kind == "int":
-                self._specs[f] = (np.dtype(np.int64), ())
-            elif kind == "float":
-                self._specs[f] = (np.dtype(np.float64), ())
-            elif kind == "bytes":
-                self._specs[f] = (np.dtype(np.uint8), (max(int(widths[f]), 1),))
-            elif f not in self._listed:
-                self._specs[f] = (_numpy_dtype(str(kind[0])), tuple(int(d) for d in kind[1]))
+        buffered = [f for f in self.fields if f not in self._listed]
+        self._specs = _field_specs(kinds, self.reader.max_sizes, buffered)
+        self._extra = ("_lengths", np.int64)
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -474,29 +480,17 @@ class BetonDataset(_Batched):
         sample = self.reader.sample(i)
         return {f: sample[f] for f in self.fields}
 
-    def empty_batch(self, n: int) -> dict[str, Any]:
-        """Uninitialised buffers for ``n`` samples of every number, array and
-        bytes field (reuse them with ``out=``)."""
-        return {
-            f: _empty((n, *shape), dtype, self.output, self.pin_memory)
-            for f, (dtype, shape) in self._specs.items()
-        }
+    def _fill(self, indices: list[int], buffers: dict[str, np.ndarray]) -> dict[str, Any]:
+        return self.reader.fill_batch(_from_end(indices, len(self.reader)), buffers)
 
     def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
         """Samples ``indices`` as ``{field: buffer}`` (``out``'s first rows when
         given), filled from the mapped file by ``fill_batch``; JSON and image
         fields as lists."""
-        n = len(self.reader)
-        indices = [i + n if i < 0 else i for i in indices]
-        out = self.empty_batch(len(indices)) if out is None else out
-        lengths = self.reader.fill_batch(
-            indices, {f: _as_numpy(out[f], self._specs[f][0]) for f in self._specs}
-        )
-        batch = {f: out[f][: len(indices)] for f in self._specs}
-        for f, lens in lengths.items():
-            batch[f"{f}_lengths"] = np.asarray(lens, dtype=np.int64)
+        indices = list(indices)
+        batch = super().batch(indices, out)
         if self._listed:
-            samples = [self.reader.sample(i) for i in indices]
+            samples = [self.reader.sample(i) for i in _from_end(indices, len(self.reader))]
             for f in self._listed:
                 batch[f] = [s[f] for s in samples]
         return batch
