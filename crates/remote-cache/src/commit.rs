@@ -163,6 +163,16 @@ pub fn commit_name(seq: u64) -> String {
     format!("{COMMITS}/{seq:020}.json")
 }
 
+/// The sequence number after `last`, the last commit of the log at `url`
+/// (a log whose last number is `u64::MAX` is refused as corrupt).
+pub(crate) fn next_seq(url: &str, last: u64) -> Result<u64> {
+    last.checked_add(1).ok_or_else(|| Error::Corrupt {
+        url: url.to_string(),
+        name: commit_name(last),
+        problem: "the last sequence number there is: no commit can follow".into(),
+    })
+}
+
 /// The name of checkpoint `seq`.
 pub fn checkpoint_name(seq: u64) -> String {
     format!("{CHECKPOINTS}/{seq:020}.json")

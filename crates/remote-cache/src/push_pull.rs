@@ -173,11 +173,7 @@ pub fn push_dir(
                 report.bytes_uploaded += piece.size;
             }
         }
-        let seq = state.seq.checked_add(1).ok_or_else(|| Error::Corrupt {
-            url: tier.url().to_string(),
-            name: commit_name(state.seq),
-            problem: "the last sequence number there is: no commit can follow".into(),
-        })?;
+        let seq = crate::commit::next_seq(tier.url(), state.seq)?;
         let commit = Commit {
             version: COMMIT_VERSION,
             seq,

@@ -204,11 +204,7 @@ pub fn commit_files(
     pieces: Vec<Piece>,
     removed: Vec<String>,
 ) -> Result<Option<u64>> {
-    let seq = after.checked_add(1).ok_or_else(|| Error::Corrupt {
-        url: tier.url().to_string(),
-        name: commit_name(after),
-        problem: "the last sequence number there is: no commit can follow".into(),
-    })?;
+    let seq = crate::commit::next_seq(tier.url(), after)?;
     let name = commit_name(seq);
     let log = crate::log_id::ensure_log_id(tier, crate::log_id::read_log_id(tier)?)?;
     let commit = Commit {

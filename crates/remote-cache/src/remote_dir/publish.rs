@@ -46,11 +46,7 @@ impl RemoteDir {
         }
         let pieces: Vec<Piece> = pieces.into_iter().map(|(p, _)| p).collect();
         for _ in 0..MAX_COMMIT_RACES {
-            let seq = state.seq.checked_add(1).ok_or_else(|| Error::Corrupt {
-                url: self.tier.url().to_string(),
-                name: commit_name(state.seq),
-                problem: "the last sequence number there is: no commit can follow".into(),
-            })?;
+            let seq = crate::commit::next_seq(self.tier.url(), state.seq)?;
             let commit = Commit {
                 version: COMMIT_VERSION,
                 seq,
