@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 import procs
-from ray_support import cachex_verify, require_ray, run_cachex_verify, start_cluster
+from ray_support import (
+    cachex_verify,
+    keyed_dataset,
+    require_ray,
+    run_cachex_verify,
+    start_cluster,
+)
 
 ray = require_ray()
 
@@ -30,18 +36,8 @@ def cluster():
     yield from start_cluster(ray, __name__)
 
 
-def extract(batch: dict) -> dict:
-    ids = batch["id"]
-    return {
-        "key": np.array([f"k{i}" for i in ids], dtype=object),
-        "value": (ids[:, None] + np.arange(4)[None, :]).astype(np.float32),
-    }
-
-
 def dataset(n: int = N, start: int = 0):
-    return ray.data.range(n, override_num_blocks=BLOCKS).map_batches(
-        lambda b: extract({"id": b["id"] + start})
-    )
+    return keyed_dataset(ray, n, start, BLOCKS)
 
 
 def check_values(path: Path, ids: range) -> None:

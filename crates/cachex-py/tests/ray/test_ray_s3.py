@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ray_support import require_ray, start_cluster
+from ray_support import keyed_dataset, require_ray, start_cluster
 
 ray = require_ray()
 
@@ -26,18 +26,8 @@ def cluster():
     yield from start_cluster(ray, __name__)
 
 
-def extract(batch: dict) -> dict:
-    ids = batch["id"]
-    return {
-        "key": np.array([f"k{i}" for i in ids], dtype=object),
-        "value": (ids[:, None] + np.arange(4)[None, :]).astype(np.float32),
-    }
-
-
 def dataset(n: int = N, start: int = 0):
-    return ray.data.range(n, override_num_blocks=BLOCKS).map_batches(
-        lambda b: extract({"id": b["id"] + start})
-    )
+    return keyed_dataset(ray, n, start, BLOCKS)
 
 
 def commits(s3, url: str) -> int:

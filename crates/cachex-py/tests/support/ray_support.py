@@ -40,10 +40,11 @@ def require_ray():
 def start_cluster(ray, module: str):
     """A local Ray of two CPUs for one test module; yields, then shuts it down.
 
-    The module's functions go to Ray's workers by value: the workers cannot
-    import a test module.
+    The module's functions (and this module's) go to Ray's workers by
+    value: the workers cannot import a test module.
     """
     ray.cloudpickle.register_pickle_by_value(sys.modules[module])
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
@@ -70,3 +71,22 @@ def cachex_verify(path: Path) -> str:
     run = run_cachex_verify(path)
     assert run.returncode == 0, f"cachex verify {path}:\n{run.stdout}{run.stderr}"
     return run.stdout
+
+
+def keyed_rows(batch: dict) -> dict:
+    """Rows ``k<id>`` → ``id + [0, 1, 2, 3]`` (float32): the commit tests' records."""
+    import numpy as np
+
+    ids = batch["id"]
+    return {
+        "key": np.array([f"k{i}" for i in ids], dtype=object),
+        "value": (ids[:, None] + np.arange(4)[None, :]).astype(np.float32),
+    }
+
+
+def keyed_dataset(ray, n: int, start: int = 0, blocks: int = 4):
+    """Rows ``start .. start + n`` of :func:`keyed_rows`, in ``blocks``
+    blocks (one write task each)."""
+    return ray.data.range(n, override_num_blocks=blocks).map_batches(
+        lambda b: keyed_rows({"id": b["id"] + start})
+    )
