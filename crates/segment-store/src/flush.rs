@@ -389,13 +389,7 @@ fn write_schema(dir: &Path, schema: &RecordSchema, multi: bool) -> Result<()> {
         }
         return Ok(());
     }
-    let tmp = durable_fs::unique_temp_path(dir, SCHEMA_FILE);
-    durable_fs::write_synced(&tmp, json.as_bytes())
-        .and_then(|()| durable_fs::rename_and_sync(&tmp, &path))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::durable(e)
-        })
+    durable_fs::write_atomic_shared(&path, json.as_bytes()).map_err(Error::durable)
 }
 
 fn background(inner: Arc<Inner>, rx: Receiver<Job>) {
