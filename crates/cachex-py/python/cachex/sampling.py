@@ -570,14 +570,17 @@ class SamplingPlan:
                 f"the state was taken on another plan: cross_node {cross_node!r}, "
                 f"this plan's {self.cross_node!r}"
             )
-        if homes != self.homes:
-            if self._homes_given or homes < 1:
-                raise InvalidInputError(
-                    f"the state was taken on another plan: homes {homes!r}, "
-                    f"this plan's {self.homes!r}"
-                )
-            # The epoch's order depends on the homes: the state's keeps it whole.
-            self.homes = homes
+        if homes != self.homes and (self._homes_given or homes < 1):
+            raise InvalidInputError(
+                f"the state was taken on another plan: homes {homes!r}, this plan's {self.homes!r}"
+            )
+        # The epoch's order depends on the homes: the state's keeps it whole.
+        self.adopt_homes(homes)
+
+    def adopt_homes(self, homes: int) -> None:
+        """Takes ``homes`` groups (a loaded state's), forgetting orders made with others."""
+        if int(homes) != self.homes:
+            self.homes = int(homes)
             self._cached = self._home_of_block = None
 
 
@@ -616,14 +619,25 @@ MAX_RESTARTS = 64
 class SharedProgress:
     """A :class:`Progress` in shared memory, so that ``set_epoch`` and
     ``load_state_dict`` in the main process reach persistent DataLoader
-    workers too. It travels to workers as shared memory (fork, spawn,
-    forkserver) and pickles as plain numbers anywhere else."""
+    workers too, with the plan's :attr:`homes` (a loaded state's). It
+    travels to workers as shared memory (fork, spawn, forkserver) and
+    pickles as plain numbers anywhere else."""
 
-    def __init__(self, progress: Progress | None = None) -> None:
+    def __init__(self, progress: Progress | None = None, homes: int = 1) -> None:
         import multiprocessing
 
-        self.cells = multiprocessing.RawArray("q", 2 + 4 * MAX_RESTARTS)
+        self.cells = multiprocessing.RawArray("q", 3 + 4 * MAX_RESTARTS)
         self.set(progress or Progress())
+        self.homes = homes
+
+    @property
+    def homes(self) -> int:
+        """The plan's ``homes`` (see :meth:`SamplingPlan.adopt_homes`)."""
+        return int(self.cells[2 + 4 * MAX_RESTARTS])
+
+    @homes.setter
+    def homes(self, homes: int) -> None:
+        self.cells[2 + 4 * MAX_RESTARTS] = int(homes)
 
     def get(self) -> Progress:
         cells = self.cells
@@ -648,7 +662,7 @@ class SharedProgress:
 
         if get_spawning_popen() is not None:
             return (_shared_progress, (self.cells,))
-        return (SharedProgress, (self.get(),))
+        return (SharedProgress, (self.get(), self.homes))
 
 
 def _shared_progress(cells: Any) -> SharedProgress:

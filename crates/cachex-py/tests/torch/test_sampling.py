@@ -6,7 +6,9 @@ one process (their torchrun launches are in test_torchrun.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from collections import Counter
 
 import numpy as np
@@ -410,6 +412,30 @@ def test_the_datasets_pass_the_affinity_to_their_plan(tmp_path):
     got = [ids_of(ds.iterable(16, seed=2, rank=r, world_size=4, **node)) for r in range(4)]
     flat = Counter(i for g in got for b in g for i in b)
     assert set(flat) == set(range(N)) and len({len(g) for g in got}) == 1
+
+
+def test_a_state_loaded_after_workers_started_reaches_their_homes(tmp_path, monkeypatch):
+    """A persistent DataLoader worker holds its own copy of the plan and shares
+    the progress: the homes a loaded state brings reach its copy too."""
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    build_page(tmp_path / "a.pages")
+    ds = data.PageDataset(tmp_path / "a.pages")
+    node = {"affinity": "node", "cross_node": 0.1, "blocks": even_blocks(N, 5)}
+    taken = ds.iterable(4, seed=5, homes=3, rank=0, world_size=6, **node)
+    state = taken.state_dict(steps=2)
+    main = ds.iterable(4, seed=5, rank=0, world_size=2, **node)
+    worker = copy.copy(main)  # the worker's progress is the main process's shared one
+    worker.plan = pickle.loads(pickle.dumps(main.plan))
+    assert worker.plan.homes == main.plan.homes == 2
+    stale = pickle.loads(pickle.dumps(main.plan))  # 2 homes: not the state's order
+    main.load_state_dict(state)
+    history = main._progress.get().history
+    assert main.plan.homes == 3
+    assert not np.array_equal(stale.remaining(0, history), main.plan.remaining(0, history))
+    assert worker.order() == main.order()
+    assert worker.plan.homes == 3
+    assert pickle.loads(pickle.dumps(main._progress)).homes == 3
 
 
 def test_every_store_gives_its_blocks(tmp_path):

@@ -628,7 +628,7 @@ class _Planned:
             cross_node=cross_node,
         )
         self.rank, self.world_size = distributed_rank(rank, world_size)
-        self._progress = SharedProgress()
+        self._progress = SharedProgress(homes=self.plan.homes)
         self._steps = 0  # batches this process yielded in its current run
 
     @property
@@ -655,6 +655,7 @@ class _Planned:
     def deal(self, num_workers: int = 0) -> Deal:
         """This epoch's unread samples dealt to the ranks (and a DataLoader's workers)."""
         p = self._progress.get()
+        self.plan.adopt_homes(self._progress.homes)  # a state loaded after workers started
         return self.plan.deal(
             p.epoch, self.world_size, self._layout_workers(num_workers), p.history
         )
@@ -672,6 +673,7 @@ class _Planned:
             deal = self.deal(num_workers)
         else:
             layout = self._layout_workers(num_workers)
+            self.plan.adopt_homes(self._progress.homes)
             deal = self.plan.deal(int(epoch), self.world_size, layout)
         return deal.rank_order(self.rank)
 
@@ -695,6 +697,7 @@ class _Planned:
         earlier runs did not, re-dealt to this job's ranks and workers.
         """
         self._progress.set(self.plan.progress_of(state))
+        self._progress.homes = self.plan.homes
         self._steps = 0
 
 
