@@ -47,9 +47,10 @@ over the nodes and epochs 1..4)::
     0.1            0.858     0.075                                      0.14
     0.25           0.668     0.19                                       0.33
     0.5            0.444     0.375                                      0.56
-    1 (global)     0.241     -                                          0.76
+    1              0.241     -                                          0.76
 
-A node of the global order overlaps by about ``1 / homes``.
+``cross_node=1`` is the global order, where a node overlaps by about
+``1 / homes``.
 
 Dealing it out
 --------------

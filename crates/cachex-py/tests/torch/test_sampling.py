@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cachex
+from cachex import sampling
 from cachex.sampling import (
     Progress,
     SamplingPlan,
@@ -253,6 +254,22 @@ def test_cross_node_moves_a_fraction_of_the_blocks_and_keeps_groups_balanced():
     assert 0.98 < overlaps[0] < 1 and 0.55 < overlaps[1] < 0.8 and 0.15 < overlaps[2] < 0.35
     with pytest.raises(cachex.InvalidInputError, match="epoch"):
         node_overlap(plan, 0, 4, 2)
+
+
+def test_the_documented_overlap_table_is_what_node_overlap_measures():
+    doc = sampling.__doc__ or ""
+    table = doc[doc.index("cross_node f") :].split("\n\n")[0].splitlines()[1:]
+    assert len(table) == 5
+    for row in table:
+        f, overlap, kept_homes, one_share = row.split()
+        plan = SamplingPlan(
+            even_blocks(32_000, 32), 32, seed=0, affinity="node", homes=4, cross_node=float(f)
+        )
+        measured = np.mean([node_overlap(plan, e, 4, 2) for e in range(1, 5)])
+        assert f"{measured:.3f}" == overlap, row
+        assert float(one_share) == round(1 - measured, 2), row
+        if kept_homes != "-":
+            assert abs(float(kept_homes) - float(f) * (1 - 1 / 4)) < 0.005, row
 
 
 def test_an_affine_state_round_trips_and_another_affinity_is_refused():
