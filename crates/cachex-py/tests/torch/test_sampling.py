@@ -1,11 +1,14 @@
 """cachex.sampling: the plan's properties for random sizes, block layouts,
-seeds, world sizes, worker counts and resume points (hypothesis), the rank
+seeds, world sizes, worker counts, resume points and node affinities
+(hypothesis), the node-affine order against the global one, the rank
 from the environment, and the plan-driven sampler and iterable datasets in
 one process (their torchrun launches are in test_torchrun.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from collections import Counter
 
 import numpy as np
@@ -14,18 +17,30 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cachex
+from cachex import sampling
 from cachex.sampling import (
     Progress,
     SamplingPlan,
     Step,
+    default_homes,
     distributed_rank,
     even_blocks,
+    node_overlap,
     page_blocks,
 )
 from cachex.torch import datasets as data
 
 blocks_st = st.lists(st.integers(1, 12), min_size=0, max_size=25)
 run_st = st.tuples(st.integers(1, 5), st.integers(1, 4), st.integers(1, 9))  # ranks, workers, batch
+# The plan's affinity keywords: global, or node-affine with homes and cross_node.
+affinity_st = st.one_of(
+    st.just({}),
+    st.builds(
+        lambda h, f: {"affinity": "node", "homes": h, "cross_node": f},
+        st.integers(1, 5),
+        st.sampled_from([0.0, 0.1, 0.5, 1.0]) | st.floats(0, 1),
+    ),
+)
 
 
 def reads_of(deal, steps=None):
@@ -41,10 +56,13 @@ def reads_of(deal, steps=None):
     epoch=st.integers(0, 50),
     run=run_st,
     policy=st.sampled_from(["pad", "drop_last"]),
+    affinity=affinity_st,
 )
-def test_one_epoch_is_every_sample_once_in_equal_batches(blocks, seed, epoch, run, policy):
+def test_one_epoch_is_every_sample_once_in_equal_batches(
+    blocks, seed, epoch, run, policy, affinity
+):
     world, workers, bs = run
-    plan = SamplingPlan(blocks, bs, seed=seed, policy=policy)
+    plan = SamplingPlan(blocks, bs, seed=seed, policy=policy, **affinity)
     n = plan.num_samples
     deal = plan.deal(epoch, world, workers)
     per_rank = reads_of(deal)
@@ -74,12 +92,15 @@ def test_one_epoch_is_every_sample_once_in_equal_batches(blocks, seed, epoch, ru
     runs=st.lists(st.tuples(run_st, st.floats(0, 1)), min_size=1, max_size=4),
     last=run_st,
     policy=st.sampled_from(["pad", "drop_last"]),
+    affinity=affinity_st,
 )
-def test_restarts_with_any_world_size_read_the_epoch_exactly_once(blocks, seed, runs, last, policy):
+def test_restarts_with_any_world_size_read_the_epoch_exactly_once(
+    blocks, seed, runs, last, policy, affinity
+):
     """Runs stopped after some steps, then one that finishes: every sample
     read once (beyond the padding of each run), none lost but the last run's
     dropped tail."""
-    plan = SamplingPlan(blocks, 4, seed=seed, policy=policy)
+    plan = SamplingPlan(blocks, 4, seed=seed, policy=policy, **affinity)
     n = plan.num_samples
     history: list[Step] = []
     counts: Counter = Counter()
@@ -144,6 +165,160 @@ def test_a_state_of_another_plan_is_refused():
         SamplingPlan([4, 4], 0)
     with pytest.raises(cachex.InvalidInputError):
         SamplingPlan([4, 0], 2)
+
+
+# --- node-affine dealing ---------------------------------------------------------
+
+
+def global_order(blocks, seed, epoch) -> np.ndarray:
+    """The epoch's order as the plan computed it before node affinity existed
+    (blocks shuffled, then samples within blocks): the reference it keeps."""
+    sizes = np.asarray(blocks, dtype=np.int64)
+    n = int(sizes.sum())
+    if n == 0:
+        return np.arange(0, dtype=np.int64)
+    rng = np.random.default_rng([seed & 0xFFFFFFFFFFFFFFFF, epoch])
+    rank_of_block = np.empty(len(sizes), dtype=np.int64)
+    rank_of_block[rng.permutation(len(sizes))] = np.arange(len(sizes))
+    key = np.repeat(rank_of_block << 32, sizes) | rng.integers(0, 1 << 32, size=n, dtype=np.int64)
+    return np.argsort(key, kind="stable")
+
+
+@settings(max_examples=60, deadline=None)
+@given(blocks=blocks_st, seed=st.integers(0, 2**63), epoch=st.integers(0, 50))
+def test_the_global_order_is_unchanged_and_cross_node_one_is_global(blocks, seed, epoch):
+    expect = global_order(blocks, seed, epoch)
+    for affinity in (
+        {},
+        {"affinity": "global", "homes": 3, "cross_node": 0.2},
+        {"affinity": "node", "homes": 4, "cross_node": 1.0},
+        {"affinity": "node", "homes": 1, "cross_node": 0.0},  # one home: nothing to keep apart
+    ):
+        plan = SamplingPlan(blocks, 4, seed=seed, **affinity)
+        assert np.array_equal(plan.epoch_order(epoch), expect)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 5),
+    per_rank=st.integers(1, 4),  # blocks per rank
+    homes=st.integers(1, 4),
+    ranks=st.integers(1, 3),  # per node
+    seed=st.integers(0, 2**32),
+)
+def test_with_no_cross_node_each_node_reads_its_own_group_every_epoch(
+    size, per_rank, homes, ranks, seed
+):
+    """Equal blocks that split evenly over homes * ranks: node n's ranks read
+    exactly home group n, in every epoch."""
+    blocks = [size] * (per_rank * ranks * homes)
+    plan = SamplingPlan(blocks, 2, seed=seed, affinity="node", homes=homes, cross_node=0.0)
+    block_of = np.repeat(np.arange(len(blocks)), blocks)
+    world = homes * ranks
+    for epoch in range(3):
+        group = plan.epoch_homes(epoch)
+        assert np.bincount(group, minlength=homes).tolist() == [per_rank * ranks] * homes
+        deal = plan.deal(epoch, world)
+        for node in range(homes):
+            read = np.concatenate(
+                [deal.rank_order(r) for r in range(node * ranks, (node + 1) * ranks)]
+            )
+            assert sorted(read.tolist()) == np.flatnonzero(group[block_of] == node).tolist()
+
+
+def test_a_node_keeps_its_samples_in_a_new_order_every_epoch():
+    plan = SamplingPlan(even_blocks(960, 8), 16, seed=3, affinity="node", homes=4)
+    deals = [plan.deal(epoch, 8) for epoch in range(4)]
+    for node in range(4):
+        orders = [
+            np.concatenate([d.rank_order(2 * node), d.rank_order(2 * node + 1)]) for d in deals
+        ]
+        assert all(sorted(o.tolist()) == sorted(orders[0].tolist()) for o in orders)
+        assert len({tuple(o.tolist()) for o in orders}) == 4  # a new order each epoch
+    assert node_overlap(plan, 3, 4, 2).tolist() == [1.0] * 4
+
+
+def test_cross_node_moves_a_fraction_of_the_blocks_and_keeps_groups_balanced():
+    blocks = np.random.default_rng(5).integers(1, 40, size=1000)
+    n = int(blocks.sum())
+    overlaps = []
+    for f in (0.0, 0.25, 1.0):
+        plan = SamplingPlan(blocks, 32, seed=1, affinity="node", homes=4, cross_node=f)
+        for epoch in range(3):
+            counts = np.bincount(plan.epoch_homes(epoch), weights=blocks, minlength=4)
+            assert np.all(np.abs(counts - n / 4) <= blocks.max())  # within one block
+        overlaps.append(float(node_overlap(plan, 2, 4, 2).mean()))
+    # f = 0 keeps every sample on its node but for the spill of a block at each
+    # edge of a node's span; a quarter moving keeps most; the global order
+    # keeps about 1 / homes.
+    assert 0.98 < overlaps[0] < 1 and 0.55 < overlaps[1] < 0.8 and 0.15 < overlaps[2] < 0.35
+    with pytest.raises(cachex.InvalidInputError, match="epoch"):
+        node_overlap(plan, 0, 4, 2)
+
+
+def test_the_documented_overlap_table_is_what_node_overlap_measures():
+    doc = sampling.__doc__ or ""
+    table = doc[doc.index("cross_node f") :].split("\n\n")[0].splitlines()[1:]
+    assert len(table) == 5
+    for row in table:
+        f, overlap, kept_homes, one_share = row.split()
+        plan = SamplingPlan(
+            even_blocks(32_000, 32), 32, seed=0, affinity="node", homes=4, cross_node=float(f)
+        )
+        measured = np.mean([node_overlap(plan, e, 4, 2) for e in range(1, 5)])
+        assert f"{measured:.3f}" == overlap, row
+        assert float(one_share) == round(1 - measured, 2), row
+        if kept_homes != "-":
+            assert abs(float(kept_homes) - float(f) * (1 - 1 / 4)) < 0.005, row
+
+
+def test_an_affine_state_round_trips_and_another_affinity_is_refused():
+    plan = SamplingPlan([4] * 12, 2, seed=1, affinity="node", homes=3, cross_node=0.2)
+    state = json.loads(json.dumps(plan.state(Progress(2), Step(6, 1, 2, 1))))
+    assert (state["affinity"], state["homes"], state["cross_node"]) == ("node", 3, 0.2)
+    again = SamplingPlan([4] * 12, 2, seed=1, affinity="node", homes=3, cross_node=0.2)
+    assert again.progress_of(state) == Progress(2, [Step(6, 1, 2, 1)])
+    with pytest.raises(cachex.InvalidInputError, match="affinity 'node', this plan's 'global'"):
+        SamplingPlan([4] * 12, 2, seed=1).progress_of(state)
+    for other, what in (
+        ({"homes": 2, "cross_node": 0.2}, "homes 3"),
+        ({"homes": 3, "cross_node": 0.5}, "cross_node 0.2"),
+    ):
+        with pytest.raises(cachex.InvalidInputError, match=what):
+            SamplingPlan([4] * 12, 2, seed=1, affinity="node", **other).progress_of(state)
+    # A state from before affinity is a global one.
+    old = SamplingPlan([4] * 12, 2, seed=1).state(Progress(0), Step(2, 1, 2, 1))
+    for k in ("affinity", "homes", "cross_node"):
+        del old[k]
+    assert SamplingPlan([4] * 12, 2, seed=1).progress_of(old).history == [Step(2, 1, 2, 1)]
+    with pytest.raises(cachex.InvalidInputError, match="affinity 'global', this plan's 'node'"):
+        SamplingPlan([4] * 12, 2, seed=1, affinity="node", homes=3).progress_of(old)
+    for bad in ({"affinity": "rack"}, {"homes": 0}, {"cross_node": 1.5}):
+        with pytest.raises(cachex.InvalidInputError):
+            SamplingPlan([4], 2, **bad)
+
+
+def test_defaulted_homes_come_from_torchrun_and_adopt_a_loaded_state(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert default_homes() == 4
+    assert SamplingPlan([4] * 12, 2, affinity="node").homes == 4
+    # Three nodes of two ranks read a step, then a job of two nodes of four resumes.
+    blocks = [3, 5, 4, 6] * 6
+    first = SamplingPlan(blocks, 2, seed=9, affinity="node", homes=3, cross_node=0.1)
+    deal = first.deal(1, 6)
+    read = [i for r in range(6) for i in deal.batch(r, 0).tolist()]
+    state = first.state(Progress(1), Step(6, 1, 2, 1))
+    resumed = SamplingPlan(blocks, 2, seed=9, affinity="node", cross_node=0.1)
+    assert resumed.homes == 4
+    progress = resumed.progress_of(state)
+    assert resumed.homes == 3 and np.array_equal(resumed.epoch_order(1), first.epoch_order(1))
+    rest = resumed.deal(1, 8, history=progress.history)
+    read += [i for r in range(8) for i in rest.rank_order(r).tolist()]
+    assert sorted(set(read)) == list(range(sum(blocks)))
+    assert len(read) - sum(blocks) == rest.padded
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert default_homes() == 1
 
 
 def test_rank_comes_from_arguments_then_the_environment(monkeypatch):
@@ -242,6 +417,42 @@ def test_map_style_sampler_deals_the_plan(tmp_path):
     assert state["history"] == [[4, 1, 10, 1]]
     sampler.load_state_dict(state)
     assert len(sampler) == len(samplers[1]) - 1
+
+
+def test_the_datasets_pass_the_affinity_to_their_plan(tmp_path):
+    build_page(tmp_path / "a.pages")
+    ds = data.PageDataset(tmp_path / "a.pages")
+    node = {"affinity": "node", "homes": 2, "cross_node": 0.25}
+    for planned in (ds.iterable(16, rank=0, world_size=4, **node), ds.sampler(16, **node)):
+        plan = planned.plan
+        assert (plan.affinity, plan.homes, plan.cross_node) == ("node", 2, 0.25)
+    got = [ids_of(ds.iterable(16, seed=2, rank=r, world_size=4, **node)) for r in range(4)]
+    flat = Counter(i for g in got for b in g for i in b)
+    assert set(flat) == set(range(N)) and len({len(g) for g in got}) == 1
+
+
+def test_a_state_loaded_after_workers_started_reaches_their_homes(tmp_path, monkeypatch):
+    """A persistent DataLoader worker holds its own copy of the plan and shares
+    the progress: the homes a loaded state brings reach its copy too."""
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    build_page(tmp_path / "a.pages")
+    ds = data.PageDataset(tmp_path / "a.pages")
+    node = {"affinity": "node", "cross_node": 0.1, "blocks": even_blocks(N, 5)}
+    taken = ds.iterable(4, seed=5, homes=3, rank=0, world_size=6, **node)
+    state = taken.state_dict(steps=2)
+    main = ds.iterable(4, seed=5, rank=0, world_size=2, **node)
+    worker = copy.copy(main)  # the worker's progress is the main process's shared one
+    worker.plan = pickle.loads(pickle.dumps(main.plan))
+    assert worker.plan.homes == main.plan.homes == 2
+    stale = pickle.loads(pickle.dumps(main.plan))  # 2 homes: not the state's order
+    main.load_state_dict(state)
+    history = main._progress.get().history
+    assert main.plan.homes == 3
+    assert not np.array_equal(stale.remaining(0, history), main.plan.remaining(0, history))
+    assert worker.order() == main.order()
+    assert worker.plan.homes == 3
+    assert pickle.loads(pickle.dumps(main._progress)).homes == 3
 
 
 def test_every_store_gives_its_blocks(tmp_path):

@@ -113,6 +113,7 @@ from cachex._cachex import (
 from cachex._remote import TierBudget, tier_kwargs
 from cachex.errors import InvalidInputError
 from cachex.sampling import (
+    Affinity,
     Deal,
     Policy,
     Progress,
@@ -612,10 +613,22 @@ class _Planned:
         policy: Policy,
         rank: int | None,
         world_size: int | None,
+        affinity: Affinity,
+        homes: int | None,
+        cross_node: float,
     ) -> None:
-        self.plan = SamplingPlan(blocks, batch_size, seed=seed, shuffle=shuffle, policy=policy)
+        self.plan = SamplingPlan(
+            blocks,
+            batch_size,
+            seed=seed,
+            shuffle=shuffle,
+            policy=policy,
+            affinity=affinity,
+            homes=homes,
+            cross_node=cross_node,
+        )
         self.rank, self.world_size = distributed_rank(rank, world_size)
-        self._progress = SharedProgress()
+        self._progress = SharedProgress(homes=self.plan.homes)
         self._steps = 0  # batches this process yielded in its current run
 
     @property
@@ -642,6 +655,7 @@ class _Planned:
     def deal(self, num_workers: int = 0) -> Deal:
         """This epoch's unread samples dealt to the ranks (and a DataLoader's workers)."""
         p = self._progress.get()
+        self.plan.adopt_homes(self._progress.homes)  # a state loaded after workers started
         return self.plan.deal(
             p.epoch, self.world_size, self._layout_workers(num_workers), p.history
         )
@@ -659,6 +673,7 @@ class _Planned:
             deal = self.deal(num_workers)
         else:
             layout = self._layout_workers(num_workers)
+            self.plan.adopt_homes(self._progress.homes)
             deal = self.plan.deal(int(epoch), self.world_size, layout)
         return deal.rank_order(self.rank)
 
@@ -682,6 +697,7 @@ class _Planned:
         earlier runs did not, re-dealt to this job's ranks and workers.
         """
         self._progress.set(self.plan.progress_of(state))
+        self._progress.homes = self.plan.homes
         self._steps = 0
 
 
@@ -710,8 +726,13 @@ class PlanSampler(_Planned):
         policy: Policy = "pad",
         rank: int | None = None,
         world_size: int | None = None,
+        affinity: Affinity = "global",
+        homes: int | None = None,
+        cross_node: float = 0.0,
     ) -> None:
-        self._plan_setup(blocks, batch_size, seed, shuffle, policy, rank, world_size)
+        self._plan_setup(
+            blocks, batch_size, seed, shuffle, policy, rank, world_size, affinity, homes, cross_node
+        )
 
     def _layout_workers(self, num_workers: int) -> int:
         return 1  # the main process hands out every batch, whatever the workers
@@ -743,8 +764,9 @@ class IterableBatches(_IterableBase, _Planned):
     blocks
         The block layout (default: ``dataset.blocks()``: pages, shards, row
         or key runs).
-    seed, shuffle, policy
-        The plan's (see :class:`SamplingPlan`).
+    seed, shuffle, policy, affinity, homes, cross_node
+        The plan's (see :class:`SamplingPlan`; ``affinity="node"`` keeps
+        each node on mostly the same blocks across epochs).
     rank, world_size
         Override the rank found in ``torch.distributed`` or the environment.
     reuse_buffers
@@ -765,6 +787,9 @@ class IterableBatches(_IterableBase, _Planned):
         rank: int | None = None,
         world_size: int | None = None,
         reuse_buffers: bool = False,
+        affinity: Affinity = "global",
+        homes: int | None = None,
+        cross_node: float = 0.0,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
@@ -772,7 +797,18 @@ class IterableBatches(_IterableBase, _Planned):
         self.batch_size = batch_size
         self.reuse_buffers = reuse_buffers
         layout = dataset.blocks() if blocks is None else blocks
-        self._plan_setup(layout, batch_size or 1, seed, shuffle, policy, rank, world_size)
+        self._plan_setup(
+            layout,
+            batch_size or 1,
+            seed,
+            shuffle,
+            policy,
+            rank,
+            world_size,
+            affinity,
+            homes,
+            cross_node,
+        )
         if self.plan.num_samples != len(dataset):
             raise InvalidInputError(
                 f"the blocks hold {self.plan.num_samples} samples, the dataset {len(dataset)}"
