@@ -127,6 +127,12 @@ impl RemoteFile {
         Ok(file)
     }
 
+    /// What the handles of this object share (its key, tier, block map).
+    #[allow(dead_code)] // for plans.rs (issue 36 part B)
+    pub(crate) fn state(&self) -> &Arc<ObjectState> {
+        &self.state
+    }
+
     /// The object's name in the store.
     pub fn name(&self) -> &str {
         &self.state.name
