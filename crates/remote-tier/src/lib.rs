@@ -151,6 +151,8 @@ mod remote;
 mod shared;
 mod store_url;
 mod tier;
+#[allow(dead_code)] // used by the eviction pass (issue 36 part A) once it lands
+mod victims;
 mod warm;
 
 pub use blocks::{
