@@ -285,8 +285,8 @@ mod tests {
                     for s in &spans {
                         let x = s[p];
                         clock += 1;
-                        if resident.contains_key(&x) {
-                            resident.insert(x, clock);
+                        if let Some(last) = resident.get_mut(&x) {
+                            *last = clock;
                             continue;
                         }
                         m += 1;
