@@ -14,6 +14,7 @@ use object_store::{GetOptions, GetResult, ObjectStore, PutOptions, PutPayload, P
 use remote_tier::{RemoteTier, TierConfig, build_store};
 use test_support::intercept::{Intercept, Intercepted};
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
+pub use test_support::servers::{Backend, Server};
 
 /// Creates a bucket no other test uses and returns its name.
 pub fn new_bucket(endpoint: &str) -> String {
@@ -22,8 +23,18 @@ pub fn new_bucket(endpoint: &str) -> String {
 
 /// The S3 store of a fresh bucket (and the URL prefix inside it).
 pub fn s3_store(endpoint: &str, prefix: &str) -> (Arc<dyn ObjectStore>, ObjectPath, String) {
-    let url = format!("s3://{}/{prefix}", new_bucket(endpoint));
-    let (store, path) = build_store(&url, s3_options(endpoint)).expect("build the S3 store");
+    let server = Server {
+        backend: Backend::S3,
+        endpoint: endpoint.to_string(),
+    };
+    fresh_store(&server, prefix)
+}
+
+/// The store of a fresh root on `server` (and the URL prefix inside it).
+pub fn fresh_store(server: &Server, prefix: &str) -> (Arc<dyn ObjectStore>, ObjectPath, String) {
+    let url = server.new_url("tier", prefix);
+    let (store, path) = build_store(&url, server.options())
+        .unwrap_or_else(|e| panic!("build the {} store: {e}", server.backend.name()));
     (store, path, url)
 }
 
