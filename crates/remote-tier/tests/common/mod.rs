@@ -13,6 +13,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetResult, ObjectStore, PutOptions, PutPayload, PutResult};
 use remote_tier::{RemoteTier, TierConfig, build_store};
 use test_support::intercept::{Intercept, Intercepted};
+#[allow(unused_imports)]
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
 pub use test_support::servers::{Backend, Server};
 
@@ -41,6 +42,12 @@ pub fn fresh_store(server: &Server, prefix: &str) -> (Arc<dyn ObjectStore>, Obje
 /// A tier over the S3 URL `url` with a local tier in `dir`.
 pub fn s3_tier(endpoint: &str, url: &str, config: TierConfig) -> RemoteTier {
     RemoteTier::open_with_options(url, s3_options(endpoint), config).expect("open the S3 tier")
+}
+
+/// A tier over `url` on `server`, its local tier as `config` says.
+pub fn tier_on(server: &Server, url: &str, config: TierConfig) -> RemoteTier {
+    RemoteTier::open_with_options(url, server.options(), config)
+        .unwrap_or_else(|e| panic!("open the {} tier: {e}", server.backend.name()))
 }
 
 /// Small blocks so that tests cover many of them without much data.
