@@ -161,7 +161,7 @@ impl Server {
             ),
             Backend::Azure => panic!("Azure tests share the container {AZURE_CONTAINER}"),
         };
-        let answer = self.request(method, &path, &body);
+        let answer = self.request(method, &path, body.as_bytes());
         assert!(
             answer.starts_with("HTTP/1.1 200"),
             "create bucket {name} on the {} test server: {answer}",
@@ -169,8 +169,36 @@ impl Server {
         );
     }
 
+    /// Uploads `body` as the object `name` of `bucket` through
+    /// fake-gcs-server's JSON API (`uploadType=media`): the way onto the
+    /// GCS emulator, which refuses object_store's own uploads (the XML API's
+    /// `PUT`), for tests of what it does serve.
+    pub fn gcs_upload(&self, bucket: &str, name: &str, body: &[u8]) {
+        assert_eq!(
+            self.backend,
+            Backend::Gcs,
+            "gcs_upload on {:?}",
+            self.backend
+        );
+        let name: String = name
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let path = format!("/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}");
+        let answer = self.request("POST", &path, body);
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "upload {bucket}/{name} to the GCS test server: {answer}"
+        );
+    }
+
     /// Sends one request to the server and returns its whole answer.
-    fn request(&self, method: &str, path: &str, body: &str) -> String {
+    fn request(&self, method: &str, path: &str, body: &[u8]) -> String {
         let host = self
             .endpoint
             .trim_start_matches("http://")
@@ -183,14 +211,15 @@ impl Server {
         write!(
             conn,
             "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         )
+        .and_then(|()| conn.write_all(body))
         .unwrap_or_else(|e| panic!("send {method} {path} to the {server} test server: {e}"));
-        let mut answer = String::new();
-        conn.read_to_string(&mut answer)
+        let mut answer = Vec::new();
+        conn.read_to_end(&mut answer)
             .unwrap_or_else(|e| panic!("read the {server} test server's answer: {e}"));
-        answer
+        String::from_utf8_lossy(&answer).into_owned()
     }
 }
 
