@@ -227,12 +227,16 @@ impl Server {
 /// listed, `name::<test>` (each skips, or fails under `CI=true`, where
 /// [`Server::find`] does).
 ///
-/// ```ignore
+/// ```no_run
+/// use test_support::servers::{Backend, Server};
+///
 /// fn round_trip(backend: Backend) {
 ///     let Some(server) = Server::find(backend) else { return };
-///     // ...
+///     let url = server.new_url("demo", "cache");
+///     # let _ = url;
 /// }
 /// test_support::on_backends!([s3 = S3, azure = Azure] round_trip);
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! on_backends {

@@ -22,6 +22,7 @@ use remote_tier::{RemoteTier, TierConfig};
 use test_support::intercept::Intercept;
 #[allow(unused_imports)]
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
+#[allow(unused_imports)]
 pub use test_support::servers::{Backend, Server};
 
 /// Creates a bucket no other test uses; returns `s3://<bucket>/<prefix>`.
