@@ -12,10 +12,8 @@
 
 mod common;
 
-use std::os::unix::fs::FileExt;
-
-use common::{Backend, Server, sample, small_config, tier_on};
-use remote_tier::{Error, Expected};
+use common::{Backend, Server, cold_reads_are_right, sample, small_config, tier_on};
+use remote_tier::Error;
 
 /// A fresh bucket with `objects` put under `caches/`; the tier's URL.
 fn seeded(server: &Server, objects: &[(&str, &[u8])]) -> String {
@@ -48,46 +46,10 @@ fn objects_on_gcs_are_read_whole_by_blocks_and_listed() {
     );
     let dir = tempfile::tempdir().unwrap();
     let reader = tier_on(&server, &url, small_config(dir.path(), 1 << 30));
-
-    let f = reader.open_object("segments/small.arrow").unwrap();
-    assert!(f.is_complete() && f.len() == small.len() as u64);
-    let mut got = vec![0u8; small.len()];
-    f.file().unwrap().read_exact_at(&mut got, 0).unwrap();
-    assert_eq!(got, small);
-
-    let f = reader.open_object("segments/large.arrow").unwrap();
-    assert!(!f.is_complete(), "a large object is fetched by blocks");
-    for (start, len) in [(0usize, 10usize), (65_530, 20), (999_990, 13)] {
-        let mut buf = vec![0u8; len];
-        f.read_at(start as u64, &mut buf).unwrap();
-        assert_eq!(buf, large[start..start + len], "bytes {start}..+{len}");
-    }
-    assert!(reader.local_usage().unwrap() < large.len() as u64);
-    let expected = Expected {
-        size: Some(large.len() as u64),
-        blake3: Some(*blake3::hash(&large).as_bytes()),
-    };
-    let all = reader.fetch("segments/large.arrow", &expected).unwrap();
-    let mut got = vec![0u8; large.len()];
-    all.file().unwrap().read_exact_at(&mut got, 0).unwrap();
-    assert!(got == large, "large object read back differs");
-
+    cold_reads_are_right(&reader, &small, &large);
     assert_eq!(
         reader.head("segments/small.arrow").unwrap().size,
         small.len() as u64
-    );
-    let names: Vec<_> = reader
-        .list("segments")
-        .unwrap()
-        .into_iter()
-        .map(|o| (o.name, o.size))
-        .collect();
-    assert_eq!(
-        names,
-        [
-            ("segments/large.arrow".to_string(), large.len() as u64),
-            ("segments/small.arrow".to_string(), small.len() as u64)
-        ]
     );
     match reader.open_object("segments/nope.arrow") {
         Err(Error::NotFound { name, .. }) => assert_eq!(name, "segments/nope.arrow"),

@@ -270,3 +270,59 @@ pub fn write_snapshot(
     )?;
     Ok(manifest)
 }
+
+/// What a cold reader (`reader`, an empty local tier) must find of the
+/// objects `segments/small.arrow` (`small`, fetched whole) and
+/// `segments/large.arrow` (`large`, fetched by blocks): their bytes, read
+/// by ranges and whole against their hash, and both listed.
+pub fn cold_reads_are_right(reader: &RemoteTier, small: &[u8], large: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = reader.open_object("segments/small.arrow").unwrap();
+    assert!(f.is_complete() && f.len() == small.len() as u64);
+    let mut got = vec![0u8; small.len()];
+    f.file().unwrap().read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, small);
+
+    let f = reader.open_object("segments/large.arrow").unwrap();
+    assert_eq!(f.len(), large.len() as u64);
+    assert!(
+        !f.is_complete(),
+        "a large object is fetched by blocks, on demand"
+    );
+    for (start, len) in [
+        (0usize, 10usize),
+        (65_530, 20),
+        (999_990, 13),
+        (300_000, 200_000),
+    ] {
+        let mut buf = vec![0u8; len];
+        f.read_at(start as u64, &mut buf).unwrap();
+        assert_eq!(buf, large[start..start + len], "bytes {start}..+{len}");
+    }
+    // Only the blocks read (and their prefetch window) are local.
+    assert!(reader.local_usage().unwrap() < large.len() as u64);
+
+    let expected = remote_tier::Expected {
+        size: Some(large.len() as u64),
+        blake3: Some(*blake3::hash(large).as_bytes()),
+    };
+    let all = reader.fetch("segments/large.arrow", &expected).unwrap();
+    assert!(all.is_complete());
+    let mut got = vec![0u8; large.len()];
+    all.file().unwrap().read_exact_at(&mut got, 0).unwrap();
+    assert!(got == large, "large object read back differs");
+
+    let names: Vec<_> = reader
+        .list("segments")
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.name, o.size))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("segments/large.arrow".to_string(), large.len() as u64),
+            ("segments/small.arrow".to_string(), small.len() as u64)
+        ]
+    );
+}
