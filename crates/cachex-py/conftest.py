@@ -97,6 +97,8 @@ AZURE_ENV = {
 #: The Azure container scripts/test-servers creates, where each test takes a
 #: fresh prefix.
 AZURE_CONTAINER = "cachex"
+#: fake-gcs-server takes any bearer token.
+GCS_ENV = {"GOOGLE_BEARER_TOKEN": "cachex-test"}
 
 
 class Remote:
@@ -138,7 +140,11 @@ _BUCKETS = iter(range(1 << 30))
 # Set for the whole session, before any worker pool starts: a forkserver
 # (started by the first DataLoader that asks for one) hands its children
 # the environment it started with, not the one of the process asking.
-for _var, _env in (("CACHEX_S3_ENDPOINT", S3_ENV), ("CACHEX_AZURE_ENDPOINT", AZURE_ENV)):
+for _var, _env in (
+    ("CACHEX_S3_ENDPOINT", S3_ENV),
+    ("CACHEX_AZURE_ENDPOINT", AZURE_ENV),
+    ("CACHEX_GCS_ENDPOINT", GCS_ENV),
+):
     if os.environ.get(_var):
         for _key, _value in _env.items():
             os.environ.setdefault(_key, _value)
@@ -191,8 +197,59 @@ def azure(tmp_path: Path, monkeypatch) -> Remote:
     return Remote(f"az://{AZURE_CONTAINER}/{_fresh_name()}", options, tmp_path)
 
 
+class Gcs(Remote):
+    """A fresh bucket on the GCS emulator, which serves object_store's reads
+    but takes none of its uploads (the XML API's ``PUT``): objects get there
+    through :meth:`upload`, its JSON API."""
+
+    def __init__(self, endpoint: str, bucket: str, tmp: Path) -> None:
+        options = {"google_base_url": endpoint, "google_allow_http": True}
+        super().__init__(f"gs://{bucket}", options, tmp)
+        self.endpoint = endpoint
+        self.bucket = bucket
+
+    def upload(self, name: str, data: bytes) -> None:
+        """Puts ``data`` as the object ``name`` (``uploadType=media``)."""
+        import urllib.parse
+        import urllib.request
+
+        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        url = f"{self.endpoint}/upload/storage/v1/b/{self.bucket}/o?{query}"
+        request = urllib.request.Request(url, data=data, method="POST")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 200, f"upload {name}: {answer.status}"
+
+    def upload_tree(self, root: Path) -> None:
+        """Puts every file under ``root``, named by its path under it."""
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                self.upload(path.relative_to(root).as_posix(), path.read_bytes())
+
+
+@pytest.fixture
+def gcs(tmp_path: Path, monkeypatch) -> Gcs:
+    """A fresh bucket on the GCS emulator, with its token in the environment."""
+    import json
+    import urllib.request
+
+    endpoint = server_endpoint("CACHEX_GCS_ENDPOINT", "GCS")
+    for k, v in GCS_ENV.items():
+        monkeypatch.setenv(k, v)
+    bucket = _fresh_name()
+    request = urllib.request.Request(
+        f"{endpoint}/storage/v1/b?project=cachex-test",
+        data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200, f"create bucket {bucket}: {answer.status}"
+    return Gcs(endpoint, bucket, tmp_path)
+
+
 # Not GCS: its emulator (fake-gcs-server) refuses object_store's uploads, the
-# XML API's ``PUT /<bucket>/<object>`` (RELIABILITY.md).
+# XML API's ``PUT /<bucket>/<object>`` (RELIABILITY.md); reads run there in
+# ``test_every_store_published_elsewhere_is_read_on_gcs``.
 @pytest.fixture(params=["s3", "azure"])
 def remote(request) -> Remote:
     """A fresh root on each object-store test server in turn (S3, Azure)."""

@@ -1,6 +1,8 @@
 """Caches in object storage from Python: every store and drop-in over
 ``s3://`` on the S3 test server (moto) and ``az://`` on the Azure one
-(Azurite), every dataset over ``s3://``, each reader on a local tier of
+(Azurite) and read on ``gs://`` (fake-gcs-server, which takes no upload of
+object_store's: published to ``file://`` and copied there), every dataset
+over ``s3://``, each reader on a local tier of
 its own (a fresh tier stands for another machine); a writer process
 publishing while a reader process refreshes; DataLoader workers (fork,
 spawn) over an ``s3://`` page file and segment store; no credential in
@@ -154,6 +156,37 @@ def test_memmap_open_or_build_round_trip(remote):
     assert outcome == "cache hit" and calls == [1]
     assert cache.url is not None and cache.url.startswith(url + "/feats/")
     np.testing.assert_array_equal(cache.get_row(13)["x"], x_of(13))
+
+
+def test_every_store_published_elsewhere_is_read_on_gcs(gcs, tmp_path):
+    # Written to a file:// bucket, copied object by object onto the GCS
+    # emulator (which takes no upload of object_store's), read on gs://.
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    local = {"tier_dir": str(tmp_path / "tier-writer"), "tier_budget": "1G"}
+
+    def file_url(prefix: str) -> str:
+        return f"file://{bucket}/{prefix}"
+
+    with cachex.SegmentStore(file_url("features"), **local) as w:
+        w.put_batch({f"k{i}": x_of(i) for i in range(N)})
+    with cachex.ShardStore(file_url("squares"), squares, max_shard_length=10, **local) as w:
+        w.wait_until_all_cached()
+    write_memmap(file_url("arrays"), local)
+    write_pages(file_url("pages/data.pages"), local)
+    gcs.upload_tree(bucket)
+
+    segments = cachex.SegmentStore(gcs.url("features"), read_only=True, **gcs.tier("r1"))
+    assert len(segments) == N
+    np.testing.assert_array_equal(segments.get("k40"), x_of(40))
+    shards = cachex.ShardStore(gcs.url("squares"), **gcs.tier("r2"))
+    assert len(shards) == N and shards[17] == {"i": 17, "sq": 289}
+    arrays = cachex.MemmapArray(gcs.url("arrays"), **gcs.tier("r3"))
+    assert len(arrays) == N
+    np.testing.assert_array_equal(arrays.get_row(5)["x"], x_of(5))
+    pages = cachex.PageReader(gcs.url("pages/data.pages"), **gcs.tier("r4"))
+    assert len(pages) == N and pages.sample(11)["i"] == 11
+    np.testing.assert_array_equal(pages.sample(11)["x"], x_of(11))
 
 
 def test_page_url_must_name_a_file(s3):
