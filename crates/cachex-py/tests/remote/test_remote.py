@@ -1,10 +1,10 @@
-"""Caches in object storage from Python: every store and drop-in over
-``s3://`` on the S3 test server (moto) and ``az://`` on the Azure one
-(Azurite) and read on ``gs://`` (fake-gcs-server, which takes no upload of
-object_store's: published to ``file://`` and copied there), every dataset
-over ``s3://``, each reader on a local tier of
-its own (a fresh tier stands for another machine); a writer process
-publishing while a reader process refreshes; DataLoader workers (fork,
+"""Caches in object storage from Python: every store and drop-in written
+and read over ``s3://`` on the S3 test server (moto) and ``az://`` on the
+Azure one (Azurite); every store read on ``gs://`` (fake-gcs-server, which
+takes no upload of object_store's: published to ``file://`` and copied
+there); every dataset over ``s3://``; each reader on a local tier of its
+own (a fresh tier stands for another machine); a writer process publishing
+while a reader process refreshes; DataLoader workers (fork,
 spawn) over an ``s3://`` page file and segment store; no credential in
 any message or repr."""
 
