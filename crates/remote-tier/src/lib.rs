@@ -135,6 +135,7 @@ mod blocks;
 mod config;
 mod engine;
 mod error;
+mod evict;
 mod file;
 mod format;
 #[doc(hidden)]
@@ -149,8 +150,10 @@ mod plans;
 pub mod record;
 mod remote;
 mod shared;
+mod state;
 mod store_url;
 mod tier;
+mod victims;
 mod warm;
 
 pub use blocks::{
@@ -162,7 +165,9 @@ pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
+pub use pins::Lease;
 pub use remote::RetryPolicy;
+pub use state::TierStats;
 pub use store_url::{build_store, redact_url};
 pub use tier::RemoteTier;
 pub use warm::{Warming, WarmingSet};
