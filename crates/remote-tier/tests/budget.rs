@@ -320,7 +320,10 @@ fn a_freed_block_is_never_written_back_by_another_handle() {
     // h2, whose map in memory still has all 8 (a background fetch does
     // not look at the generation), marks a new block: the freed ones
     // stay freed on disk.
-    let warming = h2.warm(&[12 * block..12 * block + 10], 1 << 20);
+    let warming = h2.warm(
+        std::slice::from_ref(&(12 * block..12 * block + 10)),
+        1 << 20,
+    );
     assert!(warming.wait(Duration::from_secs(60)));
     assert_eq!((warming.fetched(), warming.failed()), (1, 0));
     assert_eq!(
@@ -359,7 +362,8 @@ fn an_older_builds_pin_record_keeps_its_object_whole() {
     file.write_all_at(&[1 << (bucket % 8)], bucket / 8).unwrap();
     let lock = durable_fs::FileLock::exclusive(&record).unwrap();
     let f = reader.open_leased("pages.bin", None).unwrap();
-    f.ensure_exact(&[0..data.len() as u64]).unwrap();
+    f.ensure_exact(std::slice::from_ref(&(0..data.len() as u64)))
+        .unwrap();
     let report = evictor.evict().unwrap();
     assert_eq!((report.punched, report.evicted), (0, 0), "{report:?}");
     assert_eq!(f.blocks_present(), (16, 16));
