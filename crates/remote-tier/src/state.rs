@@ -183,7 +183,10 @@ impl TierState {
         header[OFF_VERSION..OFF_VERSION + 8].copy_from_slice(&VERSION.to_le_bytes());
         // Dirty from birth: the first holder of tier.lock counts what is there.
         header[OFF_DIRTY..OFF_DIRTY + 8].copy_from_slice(&u64::MAX.to_le_bytes());
-        durable_fs::write_new_atomic(&path, &header)?;
+        if !path.exists() {
+            // Of processes racing to make it, one wins; the others map its.
+            durable_fs::write_new_atomic(&path, &header)?;
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
