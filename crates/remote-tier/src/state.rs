@@ -81,9 +81,10 @@ pub struct TierStats {
     pub generation: u64,
     /// Bytes fetched from the store (ranged and whole GETs).
     pub fetched_bytes: u64,
-    /// GET requests sent (each retry counts).
+    /// GET requests made (ranged and whole; the retries inside one
+    /// request are not counted apart).
     pub get_requests: u64,
-    /// HEAD requests sent.
+    /// HEAD requests made.
     pub head_requests: u64,
     /// Bytes freed by eviction (whole copies and punched blocks).
     pub evicted_bytes: u64,
