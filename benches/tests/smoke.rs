@@ -185,3 +185,58 @@ fn w6_smoke() {
         assert!(first["goal_s"].as_f64() > Some(0.0), "{first}");
     }
 }
+
+#[test]
+fn w9_smoke() {
+    // W9 reads through the Python package on the S3 server scripts/test
+    // starts (moto); outside it, as W6's smoke, nothing to read from.
+    if std::env::var("CACHEX_S3_ENDPOINT").is_err() {
+        let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}");
+        }
+        eprintln!("skipping w9 smoke: {msg}");
+        return;
+    }
+    // moto reads N / 16 samples: 64 of them, a few pages.
+    let lines = run_with("w9", "1024", &["--server", "moto"]);
+    let of = |phase: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["workload"] == "w9" && l["phase"] == phase)
+            .collect()
+    };
+    // 4 lines (M = 1, 1, 4, 4) × 3 epochs, one line per node.
+    let epochs = of("epoch");
+    assert_eq!(epochs.len(), (1 + 1 + 4 + 4) * 3, "{epochs:?}");
+    for e in &epochs {
+        assert_eq!(e["server"], "moto", "{e}");
+        for field in [
+            "fetched_bytes",
+            "get_requests",
+            "floor_bytes",
+            "budget",
+            "bound",
+        ] {
+            assert!(e[field].as_u64().is_some(), "epoch line lacks {field}: {e}");
+        }
+        assert!(e["max_physical"].as_u64() > Some(0), "{e}");
+        assert!(e["n"].as_u64() > Some(0), "{e}");
+    }
+    // Epoch 0 fetches what a node reads; the floor says at least as much.
+    for e in epochs.iter().filter(|e| e["epoch"] == 0) {
+        assert!(e["fetched_bytes"].as_u64() >= Some(1), "{e}");
+        assert!(e["floor_bytes"].as_u64() >= Some(1), "{e}");
+    }
+    assert_eq!(of("line").len(), 4);
+    let goals = of("goal");
+    let named = |g: &str| goals.iter().any(|l| l["goal"] == g);
+    for g in [
+        "allocated_within_budget",
+        "plan_at_floor",
+        "plan_vs_lru",
+        "segment_store",
+    ] {
+        assert!(named(g), "no {g} goal line: {goals:?}");
+    }
+}

@@ -78,7 +78,7 @@ impl Drop for Server {
 }
 
 /// The workspace's root (benches/ is one of its members).
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap_or(Path::new("."))
@@ -86,7 +86,7 @@ fn workspace() -> PathBuf {
 }
 
 /// `CACHEX_VENV`, else `target/py-venv` of the workspace (as scripts/test).
-fn venv() -> PathBuf {
+pub(crate) fn venv() -> PathBuf {
     if let Some(v) = std::env::var_os("CACHEX_VENV") {
         return PathBuf::from(v);
     }
