@@ -154,8 +154,9 @@ class Layout:
         data = np.asarray(batch["blob"])[: len(indices)]
         if not np.array_equal(lengths, self.lengths[indices]):
             raise WrongValueError(f"{where}: lengths {lengths} != {self.lengths[indices]}")
-        inside = np.arange(data.shape[1])[None, :] < lengths[:, None]
-        sums = np.where(inside, data, 0).sum(axis=1, dtype=np.uint64)
+        sums = np.array(
+            [data[r, :n].sum(dtype=np.uint64) for r, n in enumerate(lengths)], dtype=np.uint64
+        )
         bad = np.flatnonzero(sums != self.sums[indices])
         if len(bad):
             i = int(indices[bad[0]])
