@@ -162,6 +162,7 @@ pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
+pub use plans::{BlockUse, PlanHandle};
 pub use remote::RetryPolicy;
 pub use store_url::{build_store, redact_url};
 pub use tier::RemoteTier;
