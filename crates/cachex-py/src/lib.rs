@@ -35,6 +35,7 @@
 //!   src/memmap_{schema,writer,reader,build}.rs   MemmapWriter, MemmapArray, memmap_open_or_build
 //!   src/page_{fields,writer,reader}.rs beton.rs  PageWriter, PageReader, BetonReader
 //!   src/prefetch.rs              Prefetch: a remote reader's background fill of the tier
+//!   src/plan_handle.rs           PlanHandle: a reader's plan registered in the tier
 //!   src/publish.rs               the atexit publish of writers on URLs, failures as warnings
 //!   src/staged.rs staging.rs     cachex.ray's commits (remote-cache's protocol) and the
 //!                                drop-ins' durable write (durable-fs)
@@ -98,6 +99,7 @@ mod memmap_writer;
 mod page_fields;
 mod page_reader;
 mod page_writer;
+mod plan_handle;
 mod prefetch;
 mod publish;
 mod root;
@@ -134,6 +136,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<page_writer::PyPageWriter>()?;
     m.add_class::<page_reader::PyPageReader>()?;
     m.add_class::<prefetch::PyPrefetch>()?;
+    m.add_class::<plan_handle::PyPlanHandle>()?;
     m.add_function(wrap_pyfunction!(page_reader::_reopen_page_reader, m)?)?;
     m.add_class::<beton::PyBetonReader>()?;
     m.add_function(wrap_pyfunction!(beton::_reopen_beton_reader, m)?)?;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::StoreKind;
+use numpy::PyReadonlyArray1;
 use page_alloc::{FieldType, FieldValue, PageReader};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -12,6 +13,7 @@ use remote_cache::RemotePages;
 use crate::array::{Keeper, RowSink};
 use crate::handle::Handle;
 use crate::page_fields::{Cell, Column, batch_buffers, bytes_view, index_arg, tensor_view};
+use crate::plan_handle::PyPlanHandle;
 use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
 use crate::{check, errors};
@@ -350,6 +352,38 @@ impl PyPageReader {
                 Ok(PyPrefetch::finished())
             }
         }
+    }
+
+    /// Registers this reader's plan in the local tier: sample
+    /// `samples[j]` is read at batch `positions[j]` of this reader's clock
+    /// (`0..epoch_len` this epoch, `epoch_len..2*epoch_len` the next; both
+    /// int64 arrays of one length). The tier then evicts, in every
+    /// process, the pages needed furthest ahead first. Returns a
+    /// `PlanHandle` to `advance` after each batch and `close` at the end;
+    /// `None` for a local file (no tier).
+    fn set_plan(
+        &self,
+        py: Python<'_>,
+        samples: PyReadonlyArray1<'_, i64>,
+        positions: PyReadonlyArray1<'_, i64>,
+        epoch_len: u64,
+    ) -> PyResult<Option<PyPlanHandle>> {
+        let samples = samples
+            .as_array()
+            .iter()
+            .map(|&i| usize::try_from(i).map_err(|_| errors::invalid(format!("sample {i} < 0"))))
+            .collect::<PyResult<Vec<usize>>>()?;
+        let positions = positions
+            .as_array()
+            .iter()
+            .map(|&p| u64::try_from(p).map_err(|_| errors::invalid(format!("position {p} < 0"))))
+            .collect::<PyResult<Vec<u64>>>()?;
+        let o = self.current(py)?;
+        let Pages::Remote(r) = &*o.pages else {
+            return Ok(None);
+        };
+        let handle = errors::enter(py, || r.set_plan(&samples, &positions, epoch_len))?;
+        Ok(handle.map(PyPlanHandle::new))
     }
 
     /// FFCV's quasi-random epoch order: shuffled pages, samples shuffled

@@ -477,8 +477,13 @@ pub struct PlanHandle {
 impl PlanHandle {
     /// Moves the registrant's progress to `position` (the batches it has
     /// read in its clock: the blocks of earlier positions are no longer
-    /// needed this epoch). One 8-byte write in place.
+    /// needed this epoch). One 8-byte write in place; nothing in a
+    /// process forked from the registrant (the progress is the
+    /// registrant's).
     pub fn advance(&self, position: u64) -> Result<()> {
+        if self.pid != std::process::id() {
+            return Ok(());
+        }
         let position = position.min(self.epoch_len.saturating_mul(2));
         self.file
             .write_all_at(&position.to_le_bytes(), PROGRESS_AT)

@@ -2,7 +2,7 @@
 
 use page_alloc::format::RunSpan;
 use page_alloc::{PageReader, Sample};
-use remote_tier::{RemoteFile, Warming, WarmingSet};
+use remote_tier::{PlanHandle, RemoteFile, Warming, WarmingSet};
 
 use crate::location::Location;
 use crate::remote_dir::RemoteDir;
@@ -97,8 +97,7 @@ impl RemotePages {
         };
         let mut last = None;
         for &i in indices {
-            let k = self.runs.partition_point(|r| r.first_sample <= i as u64);
-            let Some(k) = k.checked_sub(1) else { continue };
+            let Some(k) = self.run_of(i) else { continue };
             if last == Some(k) || self.ready[k].load(std::sync::atomic::Ordering::Acquire) {
                 continue;
             }
@@ -107,6 +106,70 @@ impl RemotePages {
             self.ready[k].store(true, std::sync::atomic::Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Registers this reader's plan: sample `samples[j]` is read at
+    /// `positions[j]` of the reader's batch clock (`0..epoch_len` this
+    /// epoch, `epoch_len..2·epoch_len` the next; see
+    /// [`RemoteFile::set_plan`]). The local tier then evicts the pages
+    /// needed furthest ahead first. `None` for a file not read through
+    /// the tier (local, or copied whole). The plan counts until the
+    /// handle is dropped; [`PlanHandle::advance`] it after each batch.
+    pub fn set_plan(
+        &self,
+        samples: &[usize],
+        positions: &[u64],
+        epoch_len: u64,
+    ) -> Result<Option<PlanHandle>> {
+        let invalid = |reason: String| {
+            Error::Page(page_alloc::Error::Invalid {
+                path: self.reader.path().to_path_buf(),
+                what: "plan",
+                reason,
+            })
+        };
+        if samples.len() != positions.len() {
+            return Err(invalid(format!(
+                "{} samples but {} positions",
+                samples.len(),
+                positions.len()
+            )));
+        }
+        let len = self.reader.len();
+        if let Some(&i) = samples.iter().find(|&&i| i >= len) {
+            return Err(Error::Page(page_alloc::Error::OutOfRange {
+                path: self.reader.path().to_path_buf(),
+                index: i as u64,
+                len: len as u64,
+            }));
+        }
+        if let Some(&p) = positions
+            .iter()
+            .find(|&&p| p >= epoch_len.saturating_mul(2))
+        {
+            return Err(invalid(format!(
+                "position {p} outside this epoch and the next ({epoch_len} batches each)"
+            )));
+        }
+        let Some(object) = &self.object else {
+            return Ok(None);
+        };
+        let mut uses: Vec<(std::ops::Range<u64>, u64)> = Vec::new();
+        let mut last = None;
+        for (&i, &position) in samples.iter().zip(positions) {
+            let Some(k) = self.run_of(i) else { continue };
+            if last != Some((k, position)) {
+                uses.push((self.runs[k].bytes.clone(), position));
+                last = Some((k, position));
+            }
+        }
+        Ok(Some(object.set_plan(&uses, epoch_len)?))
+    }
+
+    /// The run that holds sample `i` (`None` before the first run).
+    fn run_of(&self, i: usize) -> Option<usize> {
+        let k = self.runs.partition_point(|r| r.first_sample <= i as u64);
+        k.checked_sub(1)
     }
 
     /// Starts fetching the pages of samples `indices` into the local tier
@@ -121,8 +184,7 @@ impl RemotePages {
         let mut ranges: Vec<std::ops::Range<u64>> = Vec::new();
         let mut last = None;
         for &i in indices {
-            let k = self.runs.partition_point(|r| r.first_sample <= i as u64);
-            let Some(k) = k.checked_sub(1) else { continue };
+            let Some(k) = self.run_of(i) else { continue };
             if last != Some(k) && !self.ready[k].load(std::sync::atomic::Ordering::Acquire) {
                 ranges.push(self.runs[k].bytes.clone());
             }
