@@ -342,8 +342,9 @@ pub(crate) struct NextUses {
 /// The planned blocks of one object.
 #[derive(Debug)]
 struct Planned {
-    /// The block size of the records counted (a record of another block
-    /// size, for a copy made under another block list, is left out).
+    /// The block size the block indices count in: the first record's (a
+    /// record of another block size, made for a copy under another block
+    /// list, is left out).
     block_size: u64,
     distance: HashMap<u32, u64>,
 }
@@ -356,20 +357,9 @@ impl NextUses {
         self.by_key.get(key)?.distance.get(&block).copied()
     }
 
-    /// The block size the plans of `key` count in, when some live plan
-    /// reads it.
-    pub(crate) fn block_size(&self, key: &str) -> Option<u64> {
-        self.by_key.get(key).map(|p| p.block_size)
-    }
-
     /// The keys of the objects some live plan reads.
     pub(crate) fn keys(&self) -> impl Iterator<Item = &str> {
         self.by_key.keys().map(String::as_str)
-    }
-
-    /// Whether no live plan is registered.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
     }
 
     /// Counts one record's blocks, at its own progress.
@@ -765,7 +755,6 @@ mod tests {
         .unwrap();
         let uses = next_uses(dir.path());
         assert_eq!(uses.keys().collect::<Vec<_>>(), ["k"]);
-        assert_eq!(uses.block_size("k"), Some(4096));
         assert_eq!(
             [0, 1, 2, 3].map(|b| uses.distance("k", b)),
             [Some(1), Some(3), Some(9), None]
@@ -781,7 +770,7 @@ mod tests {
         );
         drop(a);
         drop(b);
-        assert!(next_uses(dir.path()).is_empty());
+        assert_eq!(next_uses(dir.path()).keys().count(), 0);
         assert!(
             records_in(dir.path()).is_empty(),
             "dropping removes the record"
@@ -854,8 +843,9 @@ mod tests {
         assert!(!status.success());
         assert_eq!(live, Some(0), "the live child's plan counts");
         assert_eq!(records_in(dir.path()).len(), 1);
-        assert!(
-            next_uses(dir.path()).is_empty(),
+        assert_eq!(
+            next_uses(dir.path()).keys().count(),
+            0,
             "a dead registrant's plan does not"
         );
         assert!(
@@ -888,7 +878,6 @@ mod tests {
             .unwrap();
         let uses = next_uses(local.path());
         let key = crate::local::LocalDir::key("pages");
-        assert_eq!(uses.block_size(&key), Some(b));
         assert_eq!(
             [0, 1, 2, 3, 4].map(|i| uses.distance(&key, i)),
             [Some(0), Some(1), None, None, Some(6)]
@@ -927,6 +916,6 @@ mod tests {
             "past the next epoch"
         );
         drop(handle);
-        assert!(next_uses(local.path()).is_empty());
+        assert_eq!(next_uses(local.path()).keys().count(), 0);
     }
 }
