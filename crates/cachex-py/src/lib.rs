@@ -36,6 +36,7 @@
 //!   src/page_{fields,writer,reader}.rs beton.rs  PageWriter, PageReader, BetonReader
 //!   src/prefetch.rs              Prefetch: a remote reader's background fill of the tier
 //!   src/plan_handle.rs           PlanHandle: a reader's plan registered in the tier
+//!   src/tier_stats.rs            tier_stats: the counters of a machine's local tier
 //!   src/publish.rs               the atexit publish of writers on URLs, failures as warnings
 //!   src/staged.rs staging.rs     cachex.ray's commits (remote-cache's protocol) and the
 //!                                drop-ins' durable write (durable-fs)
@@ -108,6 +109,7 @@ mod seq;
 mod shard;
 mod staged;
 mod staging;
+mod tier_stats;
 
 use pyo3::prelude::*;
 
@@ -137,6 +139,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<page_reader::PyPageReader>()?;
     m.add_class::<prefetch::PyPrefetch>()?;
     m.add_class::<plan_handle::PyPlanHandle>()?;
+    m.add_function(wrap_pyfunction!(tier_stats::tier_stats, m)?)?;
     m.add_function(wrap_pyfunction!(page_reader::_reopen_page_reader, m)?)?;
     m.add_class::<beton::PyBetonReader>()?;
     m.add_function(wrap_pyfunction!(beton::_reopen_beton_reader, m)?)?;

@@ -74,6 +74,7 @@ from cachex._cachex import (
     memmap_open_or_build,
     open,
     stale_reason,
+    tier_stats,
     validate,
     write_beton,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "memmap_open_or_build",
     "open",
     "stale_reason",
+    "tier_stats",
     "validate",
     "write_beton",
 ]

@@ -37,9 +37,9 @@ def x_of(i: int) -> np.ndarray:
     return np.full(DIM, i, dtype=np.float32)
 
 
-def write_pages(url: str, **kw) -> None:
+def write_pages(url: str, n: int = N, **kw) -> None:
     w = cachex.PageWriter(url, {"i": "int", "x": ("float32", (DIM,))}, page_size=PAGE, **kw)
-    w.write_many({"i": i, "x": x_of(i)} for i in range(N))
+    w.write_many({"i": i, "x": x_of(i)} for i in range(n))
     w.finalize()
 
 
@@ -138,44 +138,36 @@ def test_set_plan_is_none_for_a_local_file(tmp_path):
     assert [int(b["i"][0]) for b in ds.iterable(1, shuffle=False)] == list(range(10))
 
 
-def test_tier_stats_move_with_reads_and_eviction(s3):
-    url = s3.url("stats/data.pages")
-    write_pages(url, **s3.tier("writer"))
-    tier = reader_tier(s3)
-    ds = data.PageDataset(url, **tier)
+def test_tier_stats_move_and_a_sample_view_stays_right_while_other_reads_evict(s3):
+    # 16 blocks of 8 MiB, half of them fit: the header's and the tables'
+    # blocks stay leased, and a process keeps its last few leases a while
+    # (remote-tier's sticky release), so a smaller file would leave
+    # nothing to evict.
+    n = 8192
+    url = s3.url("big/data.pages")
+    write_pages(url, n=n, **s3.tier("writer"))
+    tier = {**s3.tier("reader"), "tier_budget": 64 << 20}
+    reader = cachex.PageReader(url, **tier)
     before = cachex.tier_stats(tier["tier_dir"])
     assert set(before) == STATS and all(isinstance(v, int) for v in before.values())
+    kept = reader.sample(n // 2)
+    view = kept["x"]
+    it = data.PageDataset(url, **tier).iterable(64, seed=5)
     most = 0
-    for epoch in range(2):
-        it = ds.iterable(64, seed=5)
-        it.set_epoch(epoch)
-        for batch in it:
-            check(batch)
-            most = max(most, cachex.tier_stats(Path(tier["tier_dir"]))["allocated"])
+    for j, batch in enumerate(it):
+        check(batch)
+        most = max(most, cachex.tier_stats(Path(tier["tier_dir"]))["allocated"])
+        if j == 40:
+            break
     after = cachex.tier_stats(tier["tier_dir"])
-    assert after["fetched_bytes"] > before["fetched_bytes"] + N * DIM * 4 // 2
+    assert after["fetched_bytes"] > before["fetched_bytes"] + (64 << 20)
     assert after["get_requests"] > before["get_requests"]
     assert after["punched_blocks"] > 0 and after["evicted_bytes"] > 0
     assert after["generation"] > before["generation"]
-    # One 8 MiB block past the budget at most: the run a read is fetching.
-    assert most <= BUDGET + (8 << 20), (most, BUDGET)
-
-
-def test_a_sample_view_stays_right_while_other_reads_evict(s3):
-    url = s3.url("view/data.pages")
-    write_pages(url, **s3.tier("writer"))
-    tier = reader_tier(s3)
-    reader = cachex.PageReader(url, **tier)
-    kept = reader.sample(3)
-    view = kept["x"]
-    # Every other block read twice, through another reader of the same
-    # tier: the budget holds three blocks, so all but the leased are evicted.
-    other = data.PageDataset(url, **tier)
-    far = list(range(N - 1, N // 5, -97)) * 2
-    for start in range(0, len(far), 8):
-        check(other[far[start : start + 8]])
-    assert cachex.tier_stats(tier["tier_dir"])["punched_blocks"] > 0
-    assert np.array_equal(view, x_of(3)), "the leased block was never punched"
-    assert int(kept["i"]) == 3
+    # Within the budget but for the run a read is fetching and the block
+    # the view leases (reads that found everything leased went over).
+    assert most <= (64 << 20) + 2 * (8 << 20), (most, after["over_budget"])
+    assert np.array_equal(view, x_of(n // 2)), "the leased block was never punched"
+    assert int(kept["i"]) == n // 2
     del kept, view
-    assert np.array_equal(reader.sample(3)["x"], x_of(3))
+    assert np.array_equal(reader.sample(n // 2)["x"], x_of(n // 2))
