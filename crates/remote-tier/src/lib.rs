@@ -135,6 +135,7 @@ mod blocks;
 mod config;
 mod engine;
 mod error;
+mod evict;
 mod file;
 mod format;
 #[doc(hidden)]
@@ -144,13 +145,14 @@ mod local;
 mod object_state;
 mod open_files;
 mod pins;
-#[allow(dead_code)] // read by eviction (issue 36 part A) once it lands
 mod plans;
 pub mod record;
 mod remote;
 mod shared;
+mod state;
 mod store_url;
 mod tier;
+mod victims;
 mod warm;
 
 pub use blocks::{
@@ -162,7 +164,10 @@ pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
+pub use pins::Lease;
+pub use plans::{BlockUse, PlanHandle};
 pub use remote::RetryPolicy;
+pub use state::TierStats;
 pub use store_url::{build_store, redact_url};
 pub use tier::RemoteTier;
 pub use warm::{Warming, WarmingSet};
