@@ -34,8 +34,8 @@ read in earlier epochs)); in epoch 0, plus bytes(F) (the open fetches it).
 
 Then a ``line`` line per line (epochs after the first: fetched and floor
 per epoch over D, the largest ``max_physical`` over the budget, samples/s)
-and a ``goal`` line per goal, with the measured value, its limit and
-``met``; a goal is never retried. A wrong value read prints
+and a ``goal`` line per goal, with the measured ``value``, its
+``threshold`` and ``met``; a goal is never retried. A wrong value read prints
 ``{"wrong_value": ...}`` and exits 1.
 """
 
@@ -352,8 +352,9 @@ def summarize(line: dict[str, Any], records: list[dict[str, Any]], d: int) -> di
 def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records: list[Any]) -> None:
     """The issue's goals as numbers (``met``), never retried."""
 
-    def goal(name: str, value: float | None, limit: float | None, met: bool | None, **kw: Any):
-        emit("goal", goal=name, value=value, limit=limit, met=met, n=0, secs=0.0, **kw)
+    def goal(name: str, value: float | None, threshold: float | None, met: bool | None, **kw: Any):
+        # `threshold`, not `limit`: a runner line's `limit` names a machine limit.
+        emit("goal", goal=name, value=value, threshold=threshold, met=met, n=0, secs=0.0, **kw)
 
     by = {(s["nodes"], s["policy"], s["budget_frac"]): s for s in summaries}
     if records:
