@@ -118,16 +118,24 @@ fn w5_smoke() {
     run("w5", "200");
 }
 
+/// Whether the S3 server scripts/test starts is there (`CACHEX_S3_ENDPOINT`).
+/// Outside it (and outside CI, where its absence fails) the workload would
+/// start its own from the venv, which may not exist: `which` is skipped.
+fn s3_server(which: &str) -> bool {
+    if std::env::var("CACHEX_S3_ENDPOINT").is_ok() {
+        return true;
+    }
+    let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}");
+    }
+    eprintln!("skipping {which} smoke: {msg}");
+    false
+}
+
 #[test]
 fn w6_smoke() {
-    // The S3 server scripts/test starts; outside it (and outside CI) the
-    // workload would start its own from the venv, which may not exist.
-    if std::env::var("CACHEX_S3_ENDPOINT").is_err() {
-        let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}");
-        }
-        eprintln!("skipping w6 smoke: {msg}");
+    if !s3_server("w6") {
         return;
     }
     // moto (scripts/test's); s3s-fs too where CACHEX_W6_SERVERS says so
@@ -188,14 +196,8 @@ fn w6_smoke() {
 
 #[test]
 fn w9_smoke() {
-    // W9 reads through the Python package on the S3 server scripts/test
-    // starts (moto); outside it, as W6's smoke, nothing to read from.
-    if std::env::var("CACHEX_S3_ENDPOINT").is_err() {
-        let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}");
-        }
-        eprintln!("skipping w9 smoke: {msg}");
+    // W9 reads through the Python package too (the venv's).
+    if !s3_server("w9") {
         return;
     }
     // moto reads N / 16 samples: 64 of them, a few pages.

@@ -313,15 +313,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
     for kind in servers {
         let scratch = ctx.fresh_dir(&format!("w6-{}", kind.name())).map_err(err)?;
         let server = Server::start(kind, &scratch)?;
-        let bucket = format!(
-            "cachex-w6-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0)
-        );
-        server.new_bucket(&bucket)?;
+        let bucket = server.run_bucket("w6")?;
         if w1 {
             w1::run(ctx, &server, &bucket, n)?;
         }

@@ -212,6 +212,21 @@ impl Server {
         .collect()
     }
 
+    /// Creates a bucket of its own for one run of `workload` (named by the
+    /// process and the time, so runs on a shared moto never meet); its name.
+    pub fn run_bucket(&self, workload: &str) -> Result<String, RunError> {
+        let name = format!(
+            "cachex-{workload}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        );
+        self.new_bucket(&name)?;
+        Ok(name)
+    }
+
     /// Creates a bucket: moto takes an unsigned `PUT /<bucket>`; s3s-fs's
     /// bucket is a folder of its root.
     pub fn new_bucket(&self, name: &str) -> Result<(), RunError> {

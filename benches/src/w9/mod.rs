@@ -131,15 +131,7 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
         let setup = Setup::of(kind, n);
         let scratch = ctx.fresh_dir(&format!("w9-{}", kind.name())).map_err(err)?;
         let server = Server::start(kind, &scratch)?;
-        let bucket = format!(
-            "cachex-w9-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0)
-        );
-        server.new_bucket(&bucket)?;
+        let bucket = server.run_bucket("w9")?;
         progress!(
             "w9: writing and publishing {} samples ({} KiB pages) to {}",
             setup.samples,
