@@ -173,7 +173,6 @@ mod local;
 mod object_state;
 mod open_files;
 mod pins;
-#[allow(dead_code)] // read by eviction (issue 36 part A) once it lands
 mod plans;
 pub mod record;
 mod remote;
@@ -194,6 +193,7 @@ pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
 pub use pins::Lease;
+pub use plans::{BlockUse, PlanHandle};
 pub use remote::RetryPolicy;
 pub use state::TierStats;
 pub use store_url::{build_store, redact_url};

@@ -62,6 +62,7 @@ from cachex._cachex import (
     MemmapWriter,
     PageReader,
     PageWriter,
+    PlanHandle,
     Prefetch,
     SegmentStore,
     ShardStore,
@@ -73,6 +74,7 @@ from cachex._cachex import (
     memmap_open_or_build,
     open,
     stale_reason,
+    tier_stats,
     validate,
     write_beton,
 )
@@ -113,6 +115,7 @@ __all__ = [
     "MemmapWriter",
     "PageReader",
     "PageWriter",
+    "PlanHandle",
     "Prefetch",
     "ReadOnlyError",
     "SchemaMismatchError",
@@ -128,6 +131,7 @@ __all__ = [
     "memmap_open_or_build",
     "open",
     "stale_reason",
+    "tier_stats",
     "validate",
     "write_beton",
 ]

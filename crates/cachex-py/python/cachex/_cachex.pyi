@@ -699,6 +699,19 @@ class PageReader:
         them ahead (``madvise(WILLNEED)``) and the :class:`Prefetch` is
         already done (counts zero).
         """
+    def set_plan(
+        self, samples: npt.NDArray[np.int64], positions: npt.NDArray[np.int64], epoch_len: int
+    ) -> PlanHandle | None:
+        """Register this reader's plan of reads with the local tier.
+
+        Sample ``samples[j]`` is read at batch ``positions[j]`` of this
+        reader's clock: ``0..epoch_len`` is this epoch, ``epoch_len..2 *
+        epoch_len`` the next (int64 arrays of one length). The tier then
+        evicts, in every process of the machine, the pages needed furthest
+        ahead first and keeps the nearest. ``None`` for a local file.
+        Raises :class:`InvalidInputError` for a sample or position out of
+        range.
+        """
     def quasi_random_order(
         self, seed: int, window_pages: int = 8, *, share: int = 0, shares: int = 1
     ) -> list[int]:
@@ -711,6 +724,38 @@ class PageReader:
         """``cachex verify --json``'s object for this file (every page checksum)."""
     def inspect(self) -> Summary:
         """``cachex inspect --json``'s object for this file."""
+
+def tier_stats(tier_dir: str | os.PathLike[str]) -> dict[str, int]:
+    """The counters of the local tier at ``tier_dir``, shared by every process
+    of the machine: ``allocated``, ``generation``, ``fetched_bytes``,
+    ``get_requests``, ``head_requests``, ``evicted_bytes``,
+    ``punched_blocks``, ``rebuilds``, ``over_budget`` (a tier never opened
+    has none: :class:`CacheIOError`)."""
+
+@final
+class PlanHandle:
+    """A reader's plan registered in the machine's local tier
+    (:meth:`PageReader.set_plan`): while open, the tier evicts the pages
+    it needs furthest ahead first. A context manager; closed when dropped.
+    """
+
+    def advance(self, position: int) -> None:
+        """Move the plan's progress to ``position`` (batches read so far)."""
+    def close(self) -> None:
+        """Remove the plan (closing twice does nothing)."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+    @property
+    def path(self) -> Path:
+        """The plan record (``<tier_dir>/plans/<token>.plan``)."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
 
 @final
 class Prefetch:
