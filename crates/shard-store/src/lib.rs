@@ -92,6 +92,7 @@ mod error;
 pub mod format;
 mod inner;
 mod inspect;
+mod introspect;
 mod iter;
 mod options;
 mod pickle_check;
@@ -107,6 +108,7 @@ mod writer;
 pub use error::{Error, Result};
 pub use format::{Compression, Metadata, ShardName, StoreItem};
 pub use inspect::{Inspection, inspect, verify};
+pub use introspect::{Counters, CursorState, ShardFile};
 pub use iter::{Iter, ShardIter};
 pub use options::{Options, Preload, ShardLength};
 pub use seq::{
