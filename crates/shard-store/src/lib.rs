@@ -58,6 +58,12 @@
 //!   corrupt shard is detected on read (size, decode, item count),
 //!   quarantined and regenerated, or reported when there is no source.
 //!   [`verify`] lists every problem of a root; [`inspect`] summarizes it.
+//! - **Introspection** (what loadit's users read from its internals):
+//!   [`ShardStore::shard_files`], [`ShardStore::disk_bytes`],
+//!   [`ShardStore::cached_shards`], [`ShardStore::counters`] (cache misses)
+//!   and [`ShardStore::cursors`] report the store's state;
+//!   [`ShardStore::set_preload`] changes the preload of an open store and
+//!   [`ShardStore::finalize`] makes the shards on disk the whole length.
 //!
 //! # Example
 //!
