@@ -38,16 +38,27 @@ SDIST = "loadit-0.0.8.tar.gz"
 SUITE = "loadit-0.0.8/tests/test_iteration.py"
 MIN_PASS_RATIO = 0.85
 
-# The suite's conftest: the import swapped, and each test's outcome over its
+# The suite's conftest: the import swapped, each test's directory removed
+# once it ends (its loaders write up to 150 MB each: kept, the suite's
+# directories fill tens of gigabytes), and each test's outcome over its
 # setup, call and teardown written to $CACHEX_SUITE_COUNTS.
 CONFTEST = textwrap.dedent(
     """
-    import json, os, sys
+    import gc, json, os, shutil, sys
+
+    import pytest
 
     import cachex.loadit
 
     sys.modules["loadit"] = cachex.loadit
     _outcomes = {}
+
+
+    @pytest.fixture(autouse=True)
+    def _remove_the_test_s_directory(tmp_path):
+        yield
+        gc.collect()  # the test's loaders, and their workers, are gone
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
     def pytest_runtest_logreport(report):
@@ -102,9 +113,7 @@ def test_loadit_s_own_suite_passes_against_the_drop_in(tmp_path, record_property
         assert source is not None, f"{SDIST} has no {SUITE}"
         (suite / "test_iteration.py").write_bytes(source.read())
     (suite / "conftest.py").write_text(CONFTEST)
-    # None of the package's settings; each test's directory is removed once
-    # it ends (the suite's loaders write hundreds of megabytes each).
-    (suite / "pytest.ini").write_text("[pytest]\ntmp_path_retention_policy = none\n")
+    (suite / "pytest.ini").write_text("[pytest]\n")  # none of the package's settings
     counts_file = tmp_path / "counts.json"
     env = {**os.environ, "CACHEX_SUITE_COUNTS": str(counts_file)}
     # The drop-in the session imports is this one (an installed cachex too).
