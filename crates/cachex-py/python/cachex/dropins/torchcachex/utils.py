@@ -109,33 +109,32 @@ def _deserialize_sample(blob: bytes, map_location: str = "cpu") -> Any:
     return torch.load(io.BytesIO(blob), map_location=map_location, weights_only=False)
 
 
+def _map_tensors(obj: Any, fn: Any) -> Any:
+    """``obj`` with ``fn`` applied to each of its tensors, through dicts,
+    tuples and lists; other leaves as they are."""
+    if _is_tensor(obj):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(_map_tensors(v, fn) for v in obj)
+    if isinstance(obj, list):
+        return [_map_tensors(v, fn) for v in obj]
+    return obj
+
+
 def _move(obj: Any, device: Any) -> Any:
     """``obj``'s tensors on ``device`` (non-blocking except to MPS, which
     can hang on it); nothing moves without torch or a device."""
     if torch is None or device is None:
         return obj
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device=device, non_blocking=torch.device(device).type != "mps")
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    if isinstance(obj, tuple):
-        return tuple(_move(v, device) for v in obj)
-    if isinstance(obj, list):
-        return [_move(v, device) for v in obj]
-    return obj
+    non_blocking = torch.device(device).type != "mps"
+    return _map_tensors(obj, lambda t: t.to(device=device, non_blocking=non_blocking))
 
 
 def _cpu(obj: Any) -> Any:
     """``obj``'s tensors detached and on the CPU."""
-    if _is_tensor(obj):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, tuple):
-        return tuple(_cpu(v) for v in obj)
-    if isinstance(obj, list):
-        return [_cpu(v) for v in obj]
-    return obj
+    return _map_tensors(obj, lambda t: t.detach().cpu())
 
 
 def _leaves(obj: Any) -> list[Any]:
