@@ -29,7 +29,7 @@ Layout
 ``torch/``                           datasets, loader, ddp, batch buffers
 ``dropins/``                         the torchcachex and loadit drop-ins
 ``ray/``                             Ray Data sinks and sources
-``torchcachex/``, ``loadit.py``      the drop-ins' import paths (the same modules)
+``torchcachex.py``, ``loadit.py``    the drop-ins' import paths (the same modules)
 ``data/``, ``ddp/``, ``torchdata/``  deprecated paths of ``cachex.torch``'s modules
 ===================================  ===============================================
 

@@ -240,6 +240,9 @@ class SegmentStore:
         then publish what was written since the last publish (one commit)."""
     def __len__(self) -> int:
         """Distinct keys, persisted and pending."""
+    def key_locations(self) -> list[tuple[str, int, int]]:
+        """Every key the index holds with where its row is, ``(key, segment
+        id, row)`` by segment and row (pending rows once flushed)."""
     def stats(self) -> dict[str, int | float]:
         """Counters: entries, segments, pending, LRU use and hits, index size."""
     def compact(self) -> dict[str, int]:
@@ -1076,6 +1079,27 @@ class ShardStore:
         """The length if already known (no work), else ``None``."""
     def load_async(self, indices: Sequence[int]) -> None:
         """Background workers load the shards holding ``indices`` (none without workers)."""
+    def shard_files(self) -> list[tuple[Path, int, int, int]]:
+        """The shard files on disk by start: ``(path, start, end, bytes)`` each."""
+    def disk_bytes(self) -> int:
+        """Bytes of the shard files on disk (what ``memory_limit`` bounds)."""
+    @property
+    def cached_shards(self) -> int:
+        """Decoded shards held in memory (at most ``max_cache_size``)."""
+    def is_cached(self, start: int) -> bool:
+        """Whether the shard starting at ``start`` is decoded in memory."""
+    def counters(self) -> dict[str, int]:
+        """Cache misses since opening: ``{"memory_misses", "disk_misses"}``."""
+    @property
+    def preload(self) -> int:
+        """Shards the workers load after a foreground access (0: none)."""
+    def set_preload(self, shards: int) -> None:
+        """Sets :attr:`preload`, from the next access on."""
+    def cursors(self) -> list[tuple[int, bool] | None]:
+        """The source cursors: ``(items pulled, ended)``, ``None`` if unused."""
+    def finalize(self) -> int:
+        """Makes the end of the furthest shard on disk the final length (a
+        final length is kept); returns the final length."""
     def verify(self) -> VerifyReport:
         """``cachex verify --json``'s object for this root."""
     def inspect(self) -> Summary:
