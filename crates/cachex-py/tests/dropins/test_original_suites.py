@@ -11,6 +11,11 @@ subprocess) whose ``conftest.py`` makes ``import loadit`` give
 teardown all pass. The counts and the failing tests are printed (``-rP``
 shows them) and recorded as the test's properties.
 
+The whole suite takes about 13 minutes on the 2-core CI machine, so the test
+suite runs every eighth of its tests (sorted by name: the same ones every
+run, spread over all its parameters); ``CACHEX_LOADIT_SUITE_EVERY=1`` runs
+all of them (460 of 461 passed, 2026-11-28).
+
 Under ``CI=true`` a download that fails fails this test; elsewhere it
 skips, saying why. torchcachex 0.2.0's suite is not run here: torchcachex
 is on no registry (its tests are in its GitHub repository only); the
@@ -37,6 +42,8 @@ LOADIT = "loadit==0.0.8"
 SDIST = "loadit-0.0.8.tar.gz"
 SUITE = "loadit-0.0.8/tests/test_iteration.py"
 MIN_PASS_RATIO = 0.85
+#: Every how many of the suite's tests (sorted by name) run.
+EVERY = int(os.environ.get("CACHEX_LOADIT_SUITE_EVERY", "8"))
 
 # The suite's conftest: the import swapped, each test's directory removed
 # once it ends (its loaders write up to 150 MB each: kept, the suite's
@@ -59,6 +66,13 @@ CONFTEST = textwrap.dedent(
         yield
         gc.collect()  # the test's loaders, and their workers, are gone
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+    def pytest_collection_modifyitems(config, items):
+        every = int(os.environ.get("CACHEX_SUITE_EVERY", "1"))
+        ordered = sorted(items, key=lambda item: item.nodeid)
+        keep = {id(item) for i, item in enumerate(ordered) if i % every == 0}
+        items[:] = [item for item in items if id(item) in keep]
 
 
     def pytest_runtest_logreport(report):
@@ -115,7 +129,7 @@ def test_loadit_s_own_suite_passes_against_the_drop_in(tmp_path, record_property
     (suite / "conftest.py").write_text(CONFTEST)
     (suite / "pytest.ini").write_text("[pytest]\n")  # none of the package's settings
     counts_file = tmp_path / "counts.json"
-    env = {**os.environ, "CACHEX_SUITE_COUNTS": str(counts_file)}
+    env = {**os.environ, "CACHEX_SUITE_COUNTS": str(counts_file), "CACHEX_SUITE_EVERY": str(EVERY)}
     # The drop-in the session imports is this one (an installed cachex too).
     package = str(Path(cachex.__file__).parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package, env.get("PYTHONPATH")]))
@@ -141,12 +155,13 @@ def test_loadit_s_own_suite_passes_against_the_drop_in(tmp_path, record_property
     ratio = counts["passed"] / len(outcomes)
     report = (
         f"loadit 0.0.8's suite against cachex.loadit: {counts['passed']} of {len(outcomes)} "
-        f"passed ({ratio:.1%}); failed {counts['failed']}, skipped {counts['skipped']}: "
+        f"passed ({ratio:.1%}; one in {EVERY} of its tests); "
+        f"failed {counts['failed']}, skipped {counts['skipped']}: "
         f"{failing}"
     )
     print(report)
     record_property("loadit_suite_passed", counts["passed"])
     record_property("loadit_suite_total", len(outcomes))
     record_property("loadit_suite_not_passed", failing)
-    assert len(outcomes) > 400, f"the suite collected too little:\n{run.stdout[-3000:]}"
+    assert len(outcomes) > 400 // EVERY, f"the suite collected too little:\n{run.stdout[-3000:]}"
     assert ratio >= MIN_PASS_RATIO, f"{report}\n{run.stdout[-5000:]}"
