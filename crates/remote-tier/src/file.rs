@@ -126,7 +126,8 @@ impl RemoteFile {
                     unsynced: Default::default(),
                     pin: Mutex::new(pin),
                     leased,
-                    seen_gen: AtomicU64::new(tier.dir.state.generation()),
+                    // Never seen: the first lease reads the map again.
+                    seen_gen: AtomicU64::new(u64::MAX),
                     touch: Default::default(),
                 }
             }
