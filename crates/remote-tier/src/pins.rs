@@ -207,7 +207,7 @@ fn take_buckets(root: &Path, wait: Duration, set: &[(Region, u64)]) -> Result<()
 /// The blocks of one object a read is using: while a lease lives, no
 /// process of the tier frees them (their buckets are set in region 2 of
 /// this process's pin record). Dropping it releases them; up to
-/// [`STICKY`] buckets per process stay set a while longer, so that the
+/// 4 buckets per process stay set a while longer, so that the
 /// next lease of the same block takes no lock.
 #[derive(Debug)]
 pub struct Lease {

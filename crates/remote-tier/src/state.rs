@@ -81,9 +81,10 @@ pub struct TierStats {
     pub generation: u64,
     /// Bytes fetched from the store (ranged and whole GETs).
     pub fetched_bytes: u64,
-    /// GET requests sent (each retry counts).
+    /// GET requests made (ranged and whole; the retries inside one
+    /// request are not counted apart).
     pub get_requests: u64,
-    /// HEAD requests sent.
+    /// HEAD requests made.
     pub head_requests: u64,
     /// Bytes freed by eviction (whole copies and punched blocks).
     pub evicted_bytes: u64,
@@ -183,7 +184,10 @@ impl TierState {
         header[OFF_VERSION..OFF_VERSION + 8].copy_from_slice(&VERSION.to_le_bytes());
         // Dirty from birth: the first holder of tier.lock counts what is there.
         header[OFF_DIRTY..OFF_DIRTY + 8].copy_from_slice(&u64::MAX.to_le_bytes());
-        durable_fs::write_new_atomic(&path, &header)?;
+        if !path.exists() {
+            // Of processes racing to make it, one wins; the others map its.
+            durable_fs::write_new_atomic(&path, &header)?;
+        }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
