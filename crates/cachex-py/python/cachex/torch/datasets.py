@@ -73,6 +73,13 @@ tier, so no block is fetched twice on a machine. Credentials come from
 the environment: a ``forkserver`` worker has the environment the fork
 server started with (set them before the first DataLoader starts it).
 
+A page file on a URL stays within ``tier_budget`` even when it is larger:
+the tier frees blocks of the open file that no read holds. While
+:class:`IterableBatches` iterates it, it registers the batches its worker
+reads this epoch and the next with the tier (``plan_eviction=True``), so
+the tier evicts the pages needed furthest ahead first;
+:func:`cachex.tier_stats` reports the tier's traffic and bytes.
+
 Warming the next epoch
 ----------------------
 A page file or memmap array on a URL can be fetched into the tier ahead of
