@@ -1,9 +1,9 @@
 //! The workload runner of `BENCHMARKS.md` and its shared machinery.
 //!
-//! `cargo run --release -p benches --bin workload -- <w1|w2|w3|w4|w5|limits|all>
+//! `cargo run --release -p benches --bin workload -- <w1|w2|w3|w4|w5|w6|w9|limits|all>
 //! [--n N] [--seed S] [--dir D]` prints one JSON object per line on stdout
 //! (progress goes to stderr). Every workload lives in its own module
-//! (`w1` … `w5`) and reports through [`Ctx::emit`]; [`limits`] measures the
+//! (`w1` … `w6`, `w9`) and reports through [`Ctx::emit`]; [`limits`] measures the
 //! machine's own ceilings in the same run so that each throughput is also
 //! printed as a fraction of the relevant limit.
 #![deny(missing_docs)]
@@ -16,6 +16,7 @@ pub mod w3;
 pub mod w4;
 pub mod w5;
 pub mod w6;
+pub mod w9;
 pub mod write_runs;
 
 use std::path::PathBuf;
@@ -69,7 +70,7 @@ pub struct Ctx {
     pub limits: Limits,
     /// `--writers`: writer processes of W2's multi-writer phase (1: none).
     pub writers: usize,
-    /// `--server`: the S3 servers W6 reads from (`moto`, `s3s`, `both`).
+    /// `--server`: the S3 servers W6 and W9 read from (`moto`, `s3s`, `both`).
     pub w6_server: Option<String>,
     /// `--cache`: W6's caches (`w1`, `w5` or `both`).
     pub w6_cache: Option<String>,

@@ -118,16 +118,24 @@ fn w5_smoke() {
     run("w5", "200");
 }
 
+/// Whether the S3 server scripts/test starts is there (`CACHEX_S3_ENDPOINT`).
+/// Outside it (and outside CI, where its absence fails) the workload would
+/// start its own from the venv, which may not exist: `which` is skipped.
+fn s3_server(which: &str) -> bool {
+    if std::env::var("CACHEX_S3_ENDPOINT").is_ok() {
+        return true;
+    }
+    let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}");
+    }
+    eprintln!("skipping {which} smoke: {msg}");
+    false
+}
+
 #[test]
 fn w6_smoke() {
-    // The S3 server scripts/test starts; outside it (and outside CI) the
-    // workload would start its own from the venv, which may not exist.
-    if std::env::var("CACHEX_S3_ENDPOINT").is_err() {
-        let msg = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}");
-        }
-        eprintln!("skipping w6 smoke: {msg}");
+    if !s3_server("w6") {
         return;
     }
     // moto (scripts/test's); s3s-fs too where CACHEX_W6_SERVERS says so
@@ -183,5 +191,54 @@ fn w6_smoke() {
         let first = of("w1", "first_batch");
         assert!(first["first_batch_s"].as_f64() > Some(0.0), "{first}");
         assert!(first["goal_s"].as_f64() > Some(0.0), "{first}");
+    }
+}
+
+#[test]
+fn w9_smoke() {
+    // W9 reads through the Python package too (the venv's).
+    if !s3_server("w9") {
+        return;
+    }
+    // moto reads N / 16 samples: 64 of them, a few pages.
+    let lines = run_with("w9", "1024", &["--server", "moto"]);
+    let of = |phase: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["workload"] == "w9" && l["phase"] == phase)
+            .collect()
+    };
+    // 4 lines (M = 1, 1, 4, 4) × 3 epochs, one line per node.
+    let epochs = of("epoch");
+    assert_eq!(epochs.len(), (1 + 1 + 4 + 4) * 3, "{epochs:?}");
+    for e in &epochs {
+        assert_eq!(e["server"], "moto", "{e}");
+        for field in [
+            "fetched_bytes",
+            "get_requests",
+            "floor_bytes",
+            "budget",
+            "bound",
+        ] {
+            assert!(e[field].as_u64().is_some(), "epoch line lacks {field}: {e}");
+        }
+        assert!(e["max_physical"].as_u64() > Some(0), "{e}");
+        assert!(e["n"].as_u64() > Some(0), "{e}");
+    }
+    // Epoch 0 fetches what a node reads; the floor says at least as much.
+    for e in epochs.iter().filter(|e| e["epoch"] == 0) {
+        assert!(e["fetched_bytes"].as_u64() >= Some(1), "{e}");
+        assert!(e["floor_bytes"].as_u64() >= Some(1), "{e}");
+    }
+    assert_eq!(of("line").len(), 4);
+    let goals = of("goal");
+    let named = |g: &str| goals.iter().any(|l| l["goal"] == g);
+    for g in [
+        "allocated_within_budget",
+        "plan_at_floor",
+        "plan_vs_lru",
+        "segment_store",
+    ] {
+        assert!(named(g), "no {g} goal line: {goals:?}");
     }
 }

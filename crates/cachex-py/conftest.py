@@ -78,30 +78,43 @@ def pytest_make_collect_report(collector):
         _fail(report)
 
 
-# --- the S3 test server (moto) that scripts/test starts --------------------------
+# --- the object-store test servers that scripts/test starts (scripts/test-servers) ---
 
-#: Credentials the test server takes (it accepts any): set in the environment,
-#: where real ones belong, never passed in `storage_options`.
+#: Credentials the test servers take: set in the environment, where real ones
+#: belong, never passed in `storage_options`. moto takes any; Azurite takes its
+#: one account with the key Microsoft publishes for the emulator.
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "cachex-test",
     "AWS_SECRET_ACCESS_KEY": "cachex-test",
     "AWS_REGION": "us-east-1",
 }
+AZURE_ENV = {
+    "AZURE_STORAGE_ACCOUNT_NAME": "devstoreaccount1",
+    "AZURE_STORAGE_ACCOUNT_KEY": (
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+    ),
+}
+#: The Azure container scripts/test-servers creates, where each test takes a
+#: fresh prefix.
+AZURE_CONTAINER = "cachex"
+#: fake-gcs-server takes any bearer token.
+GCS_ENV = {"GOOGLE_BEARER_TOKEN": "cachex-test"}
 
 
-class S3:
-    """A fresh bucket on the test server, and what a store needs to reach it."""
+class Remote:
+    """A fresh root on one object-store test server, and what a store needs
+    to reach it."""
 
-    def __init__(self, endpoint: str, bucket: str, tmp: Path) -> None:
-        self.endpoint = endpoint
-        self.bucket = bucket
+    def __init__(self, root: str, options: dict, tmp: Path) -> None:
+        #: ``s3://<bucket>``, ``az://cachex/<prefix>``: no other test writes there.
+        self.root = root
         self.tmp = tmp
         #: The object store's options: where the server is, no credentials.
-        self.options = {"aws_endpoint": endpoint, "aws_allow_http": True}
+        self.options = options
 
     def url(self, prefix: str) -> str:
-        """``s3://<bucket>/<prefix>``."""
-        return f"s3://{self.bucket}/{prefix}"
+        """``<root>/<prefix>``."""
+        return f"{self.root}/{prefix}"
 
     def tier(self, name: str) -> dict:
         """The keywords of a store on its own local tier ``name`` (a fresh
@@ -113,26 +126,49 @@ class S3:
         }
 
 
+class S3(Remote):
+    """A fresh bucket on the S3 test server."""
+
+    def __init__(self, endpoint: str, bucket: str, tmp: Path) -> None:
+        super().__init__(f"s3://{bucket}", {"aws_endpoint": endpoint, "aws_allow_http": True}, tmp)
+        self.endpoint = endpoint
+        self.bucket = bucket
+
+
 _BUCKETS = iter(range(1 << 30))
 
 # Set for the whole session, before any worker pool starts: a forkserver
 # (started by the first DataLoader that asks for one) hands its children
 # the environment it started with, not the one of the process asking.
-if os.environ.get("CACHEX_S3_ENDPOINT"):
-    for _key, _value in S3_ENV.items():
-        os.environ.setdefault(_key, _value)
+for _var, _env in (
+    ("CACHEX_S3_ENDPOINT", S3_ENV),
+    ("CACHEX_AZURE_ENDPOINT", AZURE_ENV),
+    ("CACHEX_GCS_ENDPOINT", GCS_ENV),
+):
+    if os.environ.get(_var):
+        for _key, _value in _env.items():
+            os.environ.setdefault(_key, _value)
 
 
-def s3_endpoint() -> str:
-    """The test server's endpoint; a test without one skips, with the reason,
-    except under ``CI=true``, where it fails."""
-    endpoint = os.environ.get("CACHEX_S3_ENDPOINT")
+def server_endpoint(var: str, name: str) -> str:
+    """The endpoint of the test server in ``var``; a test without one skips,
+    with the reason, except under ``CI=true``, where it fails."""
+    endpoint = os.environ.get(var)
     if endpoint:
         return endpoint
-    reason = "CACHEX_S3_ENDPOINT not set: run scripts/test, which starts the S3 test server"
+    reason = f"{var} not set: run scripts/test, which starts the {name} test server"
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true and {reason}")
     pytest.skip(reason)
+
+
+def s3_endpoint() -> str:
+    """The S3 test server's endpoint (see :func:`server_endpoint`)."""
+    return server_endpoint("CACHEX_S3_ENDPOINT", "S3")
+
+
+def _fresh_name() -> str:
+    return f"cachex-py-{os.getpid()}-{next(_BUCKETS)}-{os.urandom(3).hex()}"
 
 
 @pytest.fixture
@@ -143,8 +179,78 @@ def s3(tmp_path: Path, monkeypatch) -> S3:
     endpoint = s3_endpoint()
     for k, v in S3_ENV.items():
         monkeypatch.setenv(k, v)
-    bucket = f"cachex-py-{os.getpid()}-{next(_BUCKETS)}-{os.urandom(3).hex()}"
+    bucket = _fresh_name()
     request = urllib.request.Request(f"{endpoint.rstrip('/')}/{bucket}", method="PUT")
     with urllib.request.urlopen(request, timeout=30) as answer:
         assert answer.status == 200, f"create bucket {bucket}: {answer.status}"
     return S3(endpoint, bucket, tmp_path)
+
+
+@pytest.fixture
+def azure(tmp_path: Path, monkeypatch) -> Remote:
+    """A fresh prefix in the container ``cachex`` on Azurite, with its
+    credentials in the environment."""
+    endpoint = server_endpoint("CACHEX_AZURE_ENDPOINT", "Azure")
+    for k, v in AZURE_ENV.items():
+        monkeypatch.setenv(k, v)
+    options = {"azure_storage_endpoint": endpoint, "azure_allow_http": True}
+    return Remote(f"az://{AZURE_CONTAINER}/{_fresh_name()}", options, tmp_path)
+
+
+class Gcs(Remote):
+    """A fresh bucket on the GCS emulator, which serves object_store's reads
+    but takes none of its uploads (the XML API's ``PUT``): objects get there
+    through :meth:`upload`, its JSON API."""
+
+    def __init__(self, endpoint: str, bucket: str, tmp: Path) -> None:
+        options = {"google_base_url": endpoint, "google_allow_http": True}
+        super().__init__(f"gs://{bucket}", options, tmp)
+        self.endpoint = endpoint
+        self.bucket = bucket
+
+    def upload(self, name: str, data: bytes) -> None:
+        """Puts ``data`` as the object ``name`` (``uploadType=media``)."""
+        import urllib.parse
+        import urllib.request
+
+        query = urllib.parse.urlencode({"uploadType": "media", "name": name})
+        url = f"{self.endpoint}/upload/storage/v1/b/{self.bucket}/o?{query}"
+        request = urllib.request.Request(url, data=data, method="POST")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert answer.status == 200, f"upload {name}: {answer.status}"
+
+    def upload_tree(self, root: Path) -> None:
+        """Puts every file under ``root``, named by its path under it."""
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                self.upload(path.relative_to(root).as_posix(), path.read_bytes())
+
+
+@pytest.fixture
+def gcs(tmp_path: Path, monkeypatch) -> Gcs:
+    """A fresh bucket on the GCS emulator, with its token in the environment."""
+    import json
+    import urllib.request
+
+    endpoint = server_endpoint("CACHEX_GCS_ENDPOINT", "GCS")
+    for k, v in GCS_ENV.items():
+        monkeypatch.setenv(k, v)
+    bucket = _fresh_name()
+    request = urllib.request.Request(
+        f"{endpoint}/storage/v1/b?project=cachex-test",
+        data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200, f"create bucket {bucket}: {answer.status}"
+    return Gcs(endpoint, bucket, tmp_path)
+
+
+# Not GCS: its emulator (fake-gcs-server) refuses object_store's uploads, the
+# XML API's ``PUT /<bucket>/<object>`` (RELIABILITY.md); reads run there in
+# ``test_every_store_published_elsewhere_is_read_on_gcs``.
+@pytest.fixture(params=["s3", "azure"])
+def remote(request) -> Remote:
+    """A fresh root on each object-store test server in turn (S3, Azure)."""
+    return request.getfixturevalue(request.param)

@@ -1,4 +1,4 @@
-//! The workload runner: `workload <w1|w2|w3|w4|w5|w6|limits|all> [--n N]
+//! The workload runner: `workload <w1|w2|w3|w4|w5|w6|w9|limits|all> [--n N]
 //! [--seed S] [--dir D] [--writers K] [--server moto|s3s|both]`. One JSON object per line on stdout.
 
 use std::path::PathBuf;
@@ -16,6 +16,9 @@ enum Which {
     W5,
     /// Remote reads (needs an S3 server: not part of `all`).
     W6,
+    /// Plan-aware and node-affine tiers over epochs (S3 servers and the
+    /// Python package: not part of `all`).
+    W9,
     Limits,
     All,
 }
@@ -43,7 +46,7 @@ struct Args {
     /// Writer processes of W2's `multi_writer` phase (1: no such phase).
     #[arg(long, default_value_t = 1)]
     writers: usize,
-    /// W6's S3 servers: `moto`, `s3s` (s3s-fs) or `both`.
+    /// W6's and W9's S3 servers: `moto`, `s3s` (s3s-fs) or `both`.
     #[arg(long, default_value = "both")]
     server: String,
     /// W6's caches: `w1`, `w5` or `both`.
@@ -116,16 +119,17 @@ fn run(args: &Args) -> Result<(), RunError> {
     }
     let all = args.which == Which::All;
     type Step = fn(&Ctx) -> Result<(), RunError>;
-    let steps: [(Which, Step); 6] = [
+    let steps: [(Which, Step); 7] = [
         (Which::W1, benches::w1::run),
         (Which::W2, benches::w2::run),
         (Which::W3, benches::w3::run),
         (Which::W4, benches::w4::run),
         (Which::W5, benches::w5::run),
         (Which::W6, benches::w6::run),
+        (Which::W9, benches::w9::run),
     ];
     for (which, step) in steps {
-        if (all && which != Which::W6) || args.which == which {
+        if (all && !matches!(which, Which::W6 | Which::W9)) || args.which == which {
             progress!("running {which:?}");
             benches::reset_peak_rss();
             step(&ctx)?;

@@ -78,7 +78,7 @@ impl Drop for Server {
 }
 
 /// The workspace's root (benches/ is one of its members).
-fn workspace() -> PathBuf {
+pub(crate) fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap_or(Path::new("."))
@@ -86,7 +86,7 @@ fn workspace() -> PathBuf {
 }
 
 /// `CACHEX_VENV`, else `target/py-venv` of the workspace (as scripts/test).
-fn venv() -> PathBuf {
+pub(crate) fn venv() -> PathBuf {
     if let Some(v) = std::env::var_os("CACHEX_VENV") {
         return PathBuf::from(v);
     }
@@ -210,6 +210,21 @@ impl Server {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+    }
+
+    /// Creates a bucket of its own for one run of `workload` (named by the
+    /// process and the time, so runs on a shared moto never meet); its name.
+    pub fn run_bucket(&self, workload: &str) -> Result<String, RunError> {
+        let name = format!(
+            "cachex-{workload}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        );
+        self.new_bucket(&name)?;
+        Ok(name)
     }
 
     /// Creates a bucket: moto takes an unsigned `PUT /<bucket>`; s3s-fs's

@@ -16,7 +16,9 @@ use crate::{Ctx, RunError, progress};
 
 const PAGE_FILE: &str = "data.pages";
 
-fn sample_bytes(seed: u64, i: usize) -> Vec<u8> {
+/// W5's sample `i` of seed `seed`: 1 to 64 KiB, each byte a function of
+/// `i` and its place.
+pub(crate) fn sample_bytes(seed: u64, i: usize) -> Vec<u8> {
     let mut rng = StdRng::seed_from_u64(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let len = rng.random_range(1024..=65_536);
     (0..len)
@@ -24,7 +26,8 @@ fn sample_bytes(seed: u64, i: usize) -> Vec<u8> {
         .collect()
 }
 
-fn checksum(bytes: &[u8]) -> u64 {
+/// What a sample's read is checked against: the sum of its bytes.
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     bytes.iter().map(|&b| u64::from(b)).sum()
 }
 
@@ -56,24 +59,67 @@ fn write(
     Ok((read_url, dir, bytes, sums))
 }
 
-/// Every sample once in a random order, summing its bytes (through
-/// `ensure` first when remote); returns seconds, then checks every sum.
+/// How a read orders the samples.
+#[derive(Clone, Copy)]
+enum Order {
+    /// Every sample once, uniformly shuffled.
+    Shuffled,
+    /// `cachex.sampling`'s epoch order: the pages shuffled, then the
+    /// samples within each page, so each page is read once (what a
+    /// budget smaller than the file needs once the tier evicts inside an
+    /// open file).
+    ByPage,
+}
+
+/// The samples of `reader` in `how`'s order for `seed`.
+fn order(reader: &PageReader, seed: u64, how: Order) -> Vec<usize> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x55);
+    match how {
+        Order::Shuffled => {
+            let mut order: Vec<usize> = (0..reader.len()).collect();
+            order.shuffle(&mut rng);
+            order
+        }
+        Order::ByPage => {
+            let runs = reader.run_spans();
+            let mut pages: Vec<std::ops::Range<usize>> = runs
+                .iter()
+                .enumerate()
+                .map(|(k, r)| {
+                    let end = runs
+                        .get(k + 1)
+                        .map_or(reader.len() as u64, |n| n.first_sample);
+                    r.first_sample as usize..end as usize
+                })
+                .collect();
+            pages.shuffle(&mut rng);
+            let mut order = Vec::with_capacity(reader.len());
+            for page in pages {
+                let mut within: Vec<usize> = page.collect();
+                within.shuffle(&mut rng);
+                order.extend(within);
+            }
+            order
+        }
+    }
+}
+
+/// Every sample once in `order`, summing its bytes (through `ensure`
+/// first when remote); returns seconds, then checks every sum.
 fn read(
-    ctx: &Ctx,
+    order: &[usize],
     reader: &PageReader,
     remote: Option<&RemotePages>,
     sums: &[u64],
     open_secs: f64,
 ) -> Result<f64, RunError> {
-    let mut order: Vec<usize> = (0..sums.len()).collect();
-    order.shuffle(&mut StdRng::seed_from_u64(ctx.seed ^ 0x55));
     let mut got = vec![0u64; sums.len()];
     let start = Instant::now();
     // The epoch's order is known before its first read: a remote reader
     // warms the tier in that order, many blocks in flight, while the
     // reads below take each sample as soon as its block is local.
-    let _warming = remote.map(|r| r.prefetch(&order));
-    for &i in &order {
+    let _warming = remote.map(|r| r.prefetch(order));
+    for &i in order {
         if let Some(r) = remote {
             r.ensure_samples(&[i]).map_err(err)?;
         }
@@ -102,7 +148,13 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
         let start = Instant::now();
         let local = PageReader::open(local_dir.join(PAGE_FILE)).map_err(err)?;
         let open = start.elapsed().as_secs_f64();
-        let secs = read(ctx, &local, None, &sums, open)?;
+        let secs = read(
+            &order(&local, ctx.seed, Order::Shuffled),
+            &local,
+            None,
+            &sums,
+            open,
+        )?;
         locals.push(Run {
             secs,
             open,
@@ -148,7 +200,12 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
                 remote.refresh().map_err(err)?;
                 let pages = RemotePages::with_remote(remote, PAGE_FILE).map_err(err)?;
                 let open = start.elapsed().as_secs_f64();
-                let secs = read(ctx, pages.reader(), Some(&pages), &sums, open)?;
+                let how = match phase {
+                    "read_budget" => Order::ByPage,
+                    _ => Order::Shuffled,
+                };
+                let order = order(pages.reader(), ctx.seed, how);
+                let secs = read(&order, pages.reader(), Some(&pages), &sums, open)?;
                 let run = Run {
                     secs,
                     open,

@@ -360,6 +360,10 @@ fn tier_kind(e: &remote_tier::Error) -> Kind {
         }
         E::CommitTaken { .. } => Kind::Locked,
         E::Local(e) => e.kind(),
+        // An argument the tier refused (a plan's positions).
+        E::Io { source, .. } if source.kind() == std::io::ErrorKind::InvalidInput => {
+            Kind::InvalidInput
+        }
         E::Unsupported { .. } | E::ConditionalPutIgnored { .. } => Kind::Other,
         _ => Kind::Io,
     }

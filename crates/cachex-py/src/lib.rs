@@ -35,6 +35,8 @@
 //!   src/memmap_{schema,writer,reader,build}.rs   MemmapWriter, MemmapArray, memmap_open_or_build
 //!   src/page_{fields,writer,reader}.rs beton.rs  PageWriter, PageReader, BetonReader
 //!   src/prefetch.rs              Prefetch: a remote reader's background fill of the tier
+//!   src/plan_handle.rs           PlanHandle: a reader's plan registered in the tier
+//!   src/tier_stats.rs            tier_stats: the counters of a machine's local tier
 //!   src/publish.rs               the atexit publish of writers on URLs, failures as warnings
 //!   src/staged.rs staging.rs     cachex.ray's commits (remote-cache's protocol) and the
 //!                                drop-ins' durable write (durable-fs)
@@ -98,6 +100,7 @@ mod memmap_writer;
 mod page_fields;
 mod page_reader;
 mod page_writer;
+mod plan_handle;
 mod prefetch;
 mod publish;
 mod root;
@@ -106,6 +109,7 @@ mod seq;
 mod shard;
 mod staged;
 mod staging;
+mod tier_stats;
 
 use pyo3::prelude::*;
 
@@ -134,6 +138,8 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<page_writer::PyPageWriter>()?;
     m.add_class::<page_reader::PyPageReader>()?;
     m.add_class::<prefetch::PyPrefetch>()?;
+    m.add_class::<plan_handle::PyPlanHandle>()?;
+    m.add_function(wrap_pyfunction!(tier_stats::tier_stats, m)?)?;
     m.add_function(wrap_pyfunction!(page_reader::_reopen_page_reader, m)?)?;
     m.add_class::<beton::PyBetonReader>()?;
     m.add_function(wrap_pyfunction!(beton::_reopen_beton_reader, m)?)?;

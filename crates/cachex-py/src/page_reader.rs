@@ -4,14 +4,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::StoreKind;
+use numpy::PyReadonlyArray1;
 use page_alloc::{FieldType, FieldValue, PageReader};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use remote_cache::RemotePages;
+use remote_tier::Lease;
 
 use crate::array::{Keeper, RowSink};
 use crate::handle::Handle;
 use crate::page_fields::{Cell, Column, batch_buffers, bytes_view, index_arg, tensor_view};
+use crate::plan_handle::PyPlanHandle;
 use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
 use crate::{check, errors};
@@ -43,18 +46,21 @@ impl Pages {
         }
     }
 
-    /// Makes the pages of samples `indices` local (nothing for a local file).
-    fn ensure(&self, indices: &[usize]) -> remote_cache::Result<()> {
+    /// Makes the pages of samples `indices` local and keeps them so while
+    /// the lease lives (nothing for a local file).
+    fn lease(&self, indices: &[usize]) -> remote_cache::Result<Option<Lease>> {
         match self {
-            Pages::Local(_) => Ok(()),
-            Pages::Remote(r) => r.ensure_samples(indices),
+            Pages::Local(_) => Ok(None),
+            Pages::Remote(r) => r.lease_samples(indices),
         }
     }
 
-    /// Makes every sample local (before a whole-file check).
-    fn ensure_all(&self) -> remote_cache::Result<()> {
+    /// Makes every sample local and keeps them so while the lease lives
+    /// (for a whole-file check: on a file larger than the tier's budget,
+    /// the tier goes over it meanwhile).
+    fn lease_all(&self) -> remote_cache::Result<Option<Lease>> {
         let all: Vec<usize> = (0..self.reader().len()).collect();
-        self.ensure(&all)
+        self.lease(&all)
     }
 }
 
@@ -115,14 +121,18 @@ impl PyPageReader {
         })
     }
 
-    /// The opening with samples `indices` made local (GIL released).
-    fn ready(&self, py: Python<'_>, indices: &[usize]) -> PyResult<Arc<Opening>> {
+    /// The opening with samples `indices` made local (GIL released), and
+    /// the lease that keeps them so (`None` for a local file).
+    fn ready(&self, py: Python<'_>, indices: &[usize]) -> PyResult<(Arc<Opening>, Option<Lease>)> {
         let o = self.current(py)?;
-        if matches!(*o.pages, Pages::Remote(_)) {
-            let pages = &o.pages;
-            errors::enter(py, || pages.ensure(indices))?;
-        }
-        Ok(o)
+        let lease = match *o.pages {
+            Pages::Remote(_) => {
+                let pages = &o.pages;
+                errors::enter(py, || pages.lease(indices))?
+            }
+            Pages::Local(_) => None,
+        };
+        Ok((o, lease))
     }
 }
 
@@ -233,17 +243,30 @@ impl PyPageReader {
     fn sample<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
         let len = self.current(py)?.reader().len();
         let i = index_arg(len, i)?;
-        let o = self.ready(py, &[i])?;
+        let (o, lease) = self.ready(py, &[i])?;
         let s = o.reader().sample(i).map_err(errors::to_py)?;
-        let owner = o.keeper.bind(py);
+        // The views' `.base`: the opening's keeper for a local file, else
+        // one that owns this sample's lease too.
+        let leased;
+        let owner = match lease {
+            Some(lease) => {
+                leased = Keeper::wrap(py, (o.pages.clone(), lease))?;
+                &leased
+            }
+            None => o.keeper.bind(py),
+        };
         let d = PyDict::new(py);
         for (k, f) in o.reader().schema().fields().iter().enumerate() {
             let v = match s.get(k).map_err(errors::to_py)? {
                 FieldValue::Int(x) => x.into_pyobject(py)?.into_any(),
                 FieldValue::Float(x) => x.into_pyobject(py)?.into_any(),
                 // SAFETY: the slices borrow the reader's mapping, which
-                // `owner` (an `Arc<PageReader>`) keeps alive; the file is
-                // never modified in place (writers rename new files over).
+                // `owner` keeps alive (it holds the opening's `Arc<Pages>`).
+                // Writers never modify a file in place (they rename new
+                // files over), and on a URL the tier frees blocks of the
+                // file it maps only outside leases: `owner` also owns the
+                // lease on this sample's run, so its bytes stay while any
+                // view of them lives.
                 FieldValue::Bytes(b) => unsafe { bytes_view(py, b, owner)? },
                 // SAFETY: as above.
                 FieldValue::Array(t) => unsafe { tensor_view(py, &t, owner)? },
@@ -292,7 +315,8 @@ impl PyPageReader {
         let (fields, indices) = (&fields, &indices);
         let lengths: Vec<Vec<usize>> =
             errors::enter(py, move || -> remote_cache::Result<Vec<Vec<usize>>> {
-                pages.ensure(indices)?;
+                // Held across the copies: the tier frees no leased page.
+                let _lease = pages.lease(indices)?;
                 let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
                 for (k, &i) in indices.iter().enumerate() {
                     let s = reader.sample(i)?;
@@ -352,6 +376,38 @@ impl PyPageReader {
         }
     }
 
+    /// Registers this reader's plan in the local tier: sample
+    /// `samples[j]` is read at batch `positions[j]` of this reader's clock
+    /// (`0..epoch_len` this epoch, `epoch_len..2*epoch_len` the next; both
+    /// int64 arrays of one length). The tier then evicts, in every
+    /// process, the pages needed furthest ahead first. Returns a
+    /// `PlanHandle` to `advance` after each batch and `close` at the end;
+    /// `None` for a local file (no tier).
+    fn set_plan(
+        &self,
+        py: Python<'_>,
+        samples: PyReadonlyArray1<'_, i64>,
+        positions: PyReadonlyArray1<'_, i64>,
+        epoch_len: u64,
+    ) -> PyResult<Option<PyPlanHandle>> {
+        let samples = samples
+            .as_array()
+            .iter()
+            .map(|&i| usize::try_from(i).map_err(|_| errors::invalid(format!("sample {i} < 0"))))
+            .collect::<PyResult<Vec<usize>>>()?;
+        let positions = positions
+            .as_array()
+            .iter()
+            .map(|&p| u64::try_from(p).map_err(|_| errors::invalid(format!("position {p} < 0"))))
+            .collect::<PyResult<Vec<u64>>>()?;
+        let o = self.current(py)?;
+        let Pages::Remote(r) = &*o.pages else {
+            return Ok(None);
+        };
+        let handle = errors::enter(py, || r.set_plan(&samples, &positions, epoch_len))?;
+        Ok(handle.map(PyPlanHandle::new))
+    }
+
     /// FFCV's quasi-random epoch order: shuffled pages, samples shuffled
     /// within windows of `window_pages` pages. With `shares > 1`, only
     /// share `share` of it: whole pages dealt out so that the shares of
@@ -380,8 +436,9 @@ impl PyPageReader {
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let o = self.current(py)?;
         let pages = &o.pages;
-        // The check reads every page: on a URL, fetched first.
-        errors::enter(py, || pages.ensure_all())?;
+        // The check reads every page: on a URL, fetched first and leased
+        // until it is done.
+        let _lease = errors::enter(py, || pages.lease_all())?;
         let path = o.reader().path();
         let problems = py.detach(|| page_alloc::verify(path));
         check::verify_to_py(py, StoreKind::PageAlloc, path, &problems)

@@ -303,6 +303,13 @@ impl PySegmentStore {
         Ok(py.detach(|| store.len()))
     }
 
+    /// Every key the index holds with where its row is, `(key, segment id,
+    /// row)` by segment and row (pending rows are not listed until a flush).
+    fn key_locations(&self, py: Python<'_>) -> PyResult<Vec<(String, u32, u32)>> {
+        let store = self.store(py)?;
+        errors::enter(py, || store.key_locations())
+    }
+
     /// Counters: entries, segments, pending records, LRU use and hits by
     /// tier, misses, index memory.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

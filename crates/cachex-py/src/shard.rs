@@ -507,6 +507,83 @@ impl PyShardStore {
         self.run(py, |s| s.wait_until_all_cached())
     }
 
+    /// The shard files on disk, by start: `(path, start, end, bytes)` each.
+    fn shard_files(&self, py: Python<'_>) -> PyResult<Vec<(PathBuf, u64, u64, u64)>> {
+        let files = self.run(py, |s| s.shard_files())?;
+        Ok(files
+            .into_iter()
+            .map(|f| (f.path, f.name.start, f.name.end, f.bytes))
+            .collect())
+    }
+
+    /// Bytes of the shard files on disk (what `memory_limit` bounds).
+    fn disk_bytes(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, |s| s.disk_bytes())
+    }
+
+    /// Decoded shards held in memory (at most `max_cache_size`).
+    #[getter]
+    fn cached_shards(&self, py: Python<'_>) -> PyResult<usize> {
+        self.run(py, |s| Ok(s.cached_shards()))
+    }
+
+    /// Whether the shard starting at `start` is decoded in memory.
+    fn is_cached(&self, py: Python<'_>, start: u64) -> PyResult<bool> {
+        self.run(py, |s| Ok(s.is_cached(start)))
+    }
+
+    /// Cache misses since the store opened: `{"memory_misses", "disk_misses"}`
+    /// (foreground lookups whose shard was not decoded in memory; lookups,
+    /// background ones too, whose shard had no file and was generated).
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = self.run(py, |s| Ok(s.counters()))?;
+        let d = PyDict::new(py);
+        d.set_item("memory_misses", c.memory_misses)?;
+        d.set_item("disk_misses", c.disk_misses)?;
+        Ok(d)
+    }
+
+    /// Shards the background workers load after a foreground access (0: none).
+    #[getter]
+    fn preload(&self, py: Python<'_>) -> PyResult<usize> {
+        self.run(py, |s| {
+            Ok(match s.preload() {
+                Preload::None => 0,
+                Preload::NextShards(n) => n,
+            })
+        })
+    }
+
+    /// Sets how many shards the workers load after a foreground access
+    /// (0: none), from the next access on.
+    fn set_preload(&self, py: Python<'_>, shards: usize) -> PyResult<()> {
+        let p = if shards == 0 {
+            Preload::None
+        } else {
+            Preload::NextShards(shards)
+        };
+        self.run(py, move |s| {
+            s.set_preload(p);
+            Ok(())
+        })
+    }
+
+    /// The source cursors (`max_workers` of them): `(items pulled, ended)`
+    /// each, `None` for one never used.
+    fn cursors(&self, py: Python<'_>) -> PyResult<Vec<Option<(u64, bool)>>> {
+        let cursors = self.run(py, |s| Ok(s.cursors()))?;
+        Ok(cursors
+            .into_iter()
+            .map(|c| c.map(|c| (c.pos, c.done)))
+            .collect())
+    }
+
+    /// Makes the end of the furthest shard on disk the final length (a
+    /// length already final is kept) and returns the final length.
+    fn finalize(&self, py: Python<'_>) -> PyResult<u64> {
+        self.run(py, |s| s.finalize())
+    }
+
     /// Everything wrong with the shards on disk, as `cachex verify --json`
     /// prints it: `{"kind": "shard-store", "path", "problems": [{"path",
     /// "kind", "detail"}, ...]}`, `problems` empty when sound.

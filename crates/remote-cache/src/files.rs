@@ -23,6 +23,12 @@ pub struct StoreFiles {
     /// tier's): their publisher records a block list in that size, and a
     /// reader links them whatever their size, fetching a block at a time.
     pub block_size: fn(&str, u64) -> Option<u64>,
+    /// Files read by blocks whose reader holds a lease on the bytes it
+    /// reads while it reads them (`RemotePages`): linked with
+    /// `remote_tier::RemoteTier::open_leased`, so the tier may free their
+    /// other blocks while they are open and a file larger than the budget
+    /// stays within it. Any other linked file is kept whole while open.
+    pub evict_blocks: fn(&str) -> bool,
 }
 
 /// The block size of segment files: a row read through byte ranges
@@ -49,6 +55,10 @@ fn pages_by_blocks(path: &str, _: u64) -> bool {
     page_alloc::format::is_page_file(path)
 }
 
+fn pages_evict_blocks(path: &str) -> bool {
+    page_alloc::format::is_page_file(path)
+}
+
 fn tier_block_size(_: &str, _: u64) -> Option<u64> {
     None
 }
@@ -68,6 +78,7 @@ impl StoreFiles {
         by_blocks: never_by_blocks,
         evicted_locally: never,
         block_size: tier_block_size,
+        evict_blocks: never,
     };
 
     /// The block size of the hashes a publisher records for the whole file
@@ -111,6 +122,7 @@ impl StoreFiles {
                 by_blocks: never_by_blocks,
                 evicted_locally: shard_store::format::is_shard,
                 block_size: tier_block_size,
+                evict_blocks: never,
             },
             Some(StoreKind::MemmapArray) => StoreFiles {
                 by_blocks: memmap_by_blocks,
@@ -118,6 +130,7 @@ impl StoreFiles {
             },
             Some(StoreKind::PageAlloc) => StoreFiles {
                 by_blocks: pages_by_blocks,
+                evict_blocks: pages_evict_blocks,
                 ..StoreFiles::PLAIN
             },
         }
@@ -142,6 +155,10 @@ mod tests {
             1
         ));
         assert!(!(StoreFiles::PLAIN.by_blocks)("data.pages", 1));
+        let pages = StoreFiles::for_kind(StoreKind::PageAlloc);
+        assert!((pages.evict_blocks)("data.pages") && !(pages.evict_blocks)("data.json"));
+        assert!(!(StoreFiles::PLAIN.evict_blocks)("data.pages"));
+        assert!(!(arrays.evict_blocks)("x.bin"));
         let segments = StoreFiles::for_kind(StoreKind::SegmentStore);
         let seg = "segments/segment_000003.arrow";
         assert!((segments.by_blocks)(seg, 1) && !(segments.by_blocks)("segment-index.log", 1));

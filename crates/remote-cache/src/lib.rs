@@ -230,7 +230,9 @@ pub use staging::{
     roll_forward, task_attempt, task_dir,
 };
 pub use store_kind::StoreKind;
-pub use stores::{Refresher, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards};
+pub use stores::{
+    LeasedSample, Refresher, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards,
+};
 pub use upload::REUSE_WITHIN;
 
 /// [`RemoteMemmapArray`] under its former name.

@@ -142,9 +142,11 @@ impl RemoteDir {
         (wanted.len() >= 2).then(|| prefetch::open_in_background(self.tier.clone(), wanted))
     }
 
-    /// Opens `object` through the tier (pinned while this handle lives;
-    /// every block checked against `hashes` when given) and links `path`
-    /// to its local file.
+    /// Opens `object` through the tier (pinned while this handle lives,
+    /// or for a file whose store leases what it reads
+    /// ([`StoreFiles::evict_blocks`](crate::StoreFiles::evict_blocks)),
+    /// open with only the leased blocks kept; every block checked against
+    /// `hashes` when given) and links `path` to its local file.
     pub(crate) fn link(
         &self,
         state: &mut State,
@@ -155,6 +157,8 @@ impl RemoteDir {
     ) -> Result<()> {
         let size = known.len;
         let file = match hashes {
+            // Read under leases: blocks of it may be freed while it is open.
+            h if (self.files.evict_blocks)(path) => self.tier.open_leased(object, h)?,
             // Read in blocks of the store's own size: sparse whatever its size.
             Some(h) if (self.files.block_size)(path, size).is_some() => {
                 self.tier.open_by_blocks(object, h)?

@@ -1,11 +1,11 @@
-//! segment-store on S3: a writer publishes, a cold reader reads; more
+//! segment-store on S3 and Azure Blob: a writer publishes, a cold reader reads; more
 //! writes, a refresh; two writers with their own ids both land; two that
 //! claim one segment id cannot both publish; a publish that fails before
 //! its commit leaves the remote at its last commit.
 
 mod common;
 
-use common::{keyed, new_bucket_url, s3_endpoint, s3_location};
+use common::{Backend, Server, keyed, location};
 use remote_cache::{Error, RemoteSegments};
 use segment_store::Options;
 use tensor_core::Tensor;
@@ -44,18 +44,22 @@ fn assert_records(store: &RemoteSegments, range: std::ops::Range<usize>) {
     }
 }
 
-#[test]
-fn a_writer_publishes_and_a_cold_reader_reads_then_refreshes() {
-    let Some(endpoint) = s3_endpoint() else {
+// Not on GCS: its emulator refuses object_store's uploads (RELIABILITY.md).
+test_support::on_backends!(
+    [s3 = S3, azure = Azure]
+    a_writer_publishes_and_a_cold_reader_reads_then_refreshes,
+    writers_with_their_own_ids_both_publish_and_readers_merge,
+    two_writers_claiming_one_segment_id_cannot_both_publish,
+);
+
+fn a_writer_publishes_and_a_cold_reader_reads_then_refreshes(backend: Backend) {
+    let Some(server) = Server::find(backend) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "caches/seg");
+    let url = server.new_url("rc", "caches/seg");
     let (wt, rt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let writer = RemoteSegments::open(
-        &s3_location(&endpoint, &url, wt.path()),
-        writer_options(None),
-    )
-    .unwrap();
+    let writer =
+        RemoteSegments::open(&location(&server, &url, wt.path()), writer_options(None)).unwrap();
     put(&writer, 0..100);
     let first = writer.publish().unwrap();
     assert_eq!(first.seq, Some(1));
@@ -66,7 +70,7 @@ fn a_writer_publishes_and_a_cold_reader_reads_then_refreshes() {
     );
 
     let reader =
-        RemoteSegments::open(&s3_location(&endpoint, &url, rt.path()), reader_options()).unwrap();
+        RemoteSegments::open(&location(&server, &url, rt.path()), reader_options()).unwrap();
     assert_eq!(reader.len(), 100);
     assert_records(&reader, 0..100);
 
@@ -83,24 +87,23 @@ fn a_writer_publishes_and_a_cold_reader_reads_then_refreshes() {
     // A reader reopened on the same working directory applies nothing again.
     drop(reader);
     let again =
-        RemoteSegments::open(&s3_location(&endpoint, &url, rt.path()), reader_options()).unwrap();
+        RemoteSegments::open(&location(&server, &url, rt.path()), reader_options()).unwrap();
     assert_eq!(again.remote().unwrap().seq(), 2);
     assert_records(&again, 0..160);
 }
 
-#[test]
-fn writers_with_their_own_ids_both_publish_and_readers_merge() {
-    let Some(endpoint) = s3_endpoint() else {
+fn writers_with_their_own_ids_both_publish_and_readers_merge(backend: Backend) {
+    let Some(server) = Server::find(backend) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "multi");
+    let url = server.new_url("rc", "multi");
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     std::thread::scope(|s| {
         for (w, dir) in dirs[..2].iter().enumerate() {
-            let (endpoint, url) = (&endpoint, &url);
+            let (server, url) = (&server, &url);
             s.spawn(move || {
                 let store = RemoteSegments::open(
-                    &s3_location(endpoint, url, dir.path()),
+                    &location(server, url, dir.path()),
                     writer_options(Some(w as u32)),
                 )
                 .unwrap();
@@ -112,39 +115,29 @@ fn writers_with_their_own_ids_both_publish_and_readers_merge() {
             });
         }
     });
-    let reader = RemoteSegments::open(
-        &s3_location(&endpoint, &url, dirs[2].path()),
-        reader_options(),
-    )
-    .unwrap();
+    let reader =
+        RemoteSegments::open(&location(&server, &url, dirs[2].path()), reader_options()).unwrap();
     assert_eq!(reader.remote().unwrap().seq(), 6, "six commits, none lost");
     assert_eq!(reader.len(), 300);
     assert_records(&reader, 0..150);
     assert_records(&reader, 1000..1150);
 }
 
-#[test]
-fn two_writers_claiming_one_segment_id_cannot_both_publish() {
-    let Some(endpoint) = s3_endpoint() else {
+fn two_writers_claiming_one_segment_id_cannot_both_publish(backend: Backend) {
+    let Some(server) = Server::find(backend) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "claim");
+    let url = server.new_url("rc", "claim");
     let (a, b, r) = (
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
     // Both open before either publishes: both write segment 0 of writer 7.
-    let wa = RemoteSegments::open(
-        &s3_location(&endpoint, &url, a.path()),
-        writer_options(Some(7)),
-    )
-    .unwrap();
-    let wb = RemoteSegments::open(
-        &s3_location(&endpoint, &url, b.path()),
-        writer_options(Some(7)),
-    )
-    .unwrap();
+    let wa =
+        RemoteSegments::open(&location(&server, &url, a.path()), writer_options(Some(7))).unwrap();
+    let wb =
+        RemoteSegments::open(&location(&server, &url, b.path()), writer_options(Some(7))).unwrap();
     put(&wa, 0..30);
     put(&wb, 500..530);
     assert_eq!(wa.publish().unwrap().seq, Some(1));
@@ -161,7 +154,7 @@ fn two_writers_claiming_one_segment_id_cannot_both_publish() {
     }
     assert!(err.to_string().contains("writer id"), "{err}");
     let reader =
-        RemoteSegments::open(&s3_location(&endpoint, &url, r.path()), reader_options()).unwrap();
+        RemoteSegments::open(&location(&server, &url, r.path()), reader_options()).unwrap();
     assert_eq!(reader.remote().unwrap().seq(), 1);
     assert_eq!(reader.len(), 30);
     assert_records(&reader, 0..30);

@@ -1,25 +1,33 @@
-//! shard-store, memmap-array and page-alloc through S3: shards generated
-//! and uploaded, then read by a cold reader without the source; arrays
-//! and page files read by block ranges into sparse local files.
+//! shard-store, memmap-array and page-alloc through S3 and Azure Blob:
+//! shards generated and uploaded, then read by a cold reader without the
+//! source; arrays and page files read by block ranges into sparse local
+//! files. (Not on GCS: its emulator refuses object_store's uploads; see
+//! RELIABILITY.md.)
 
 mod common;
 
-use common::{build_arrays, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
+use common::{Backend, Server, build_arrays, location, small_tier};
 use page_alloc::{PageWriter, Value, WriterOptions};
 use remote_cache::{Location, RemoteDir, RemoteMemmapArray, RemotePages, RemoteShards};
 use remote_tier::RemoteTier;
 use tempfile::TempDir;
 
-#[test]
-fn shards_generated_and_uploaded_are_read_by_a_cold_reader() {
-    let Some(endpoint) = s3_endpoint() else {
+test_support::on_backends!(
+    [s3 = S3, azure = Azure]
+    shards_generated_and_uploaded_are_read_by_a_cold_reader,
+    arrays_are_read_by_block_ranges,
+    page_files_are_read_by_block_ranges,
+);
+
+fn shards_generated_and_uploaded_are_read_by_a_cold_reader(backend: Backend) {
+    let Some(server) = Server::find(backend) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "shards");
+    let url = server.new_url("rc", "shards");
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let options = || shard_store::Options::default().shard_items(50);
     let generator =
-        RemoteShards::open_with_source(&s3_location(&endpoint, &url, a.path()), options(), || {
+        RemoteShards::open_with_source(&location(&server, &url, a.path()), options(), || {
             (0..420u64).map(|i| (i, format!("item {i}")))
         })
         .unwrap();
@@ -29,7 +37,7 @@ fn shards_generated_and_uploaded_are_read_by_a_cold_reader() {
     assert_eq!(published.seq, Some(1));
 
     let reader: RemoteShards<(u64, String)> =
-        RemoteShards::open(&s3_location(&endpoint, &url, b.path()), options()).unwrap();
+        RemoteShards::open(&location(&server, &url, b.path()), options()).unwrap();
     assert_eq!(reader.len().unwrap(), 420);
     for i in [0i64, 49, 50, 333, 419, -1] {
         let item = reader.get(i).unwrap();
@@ -42,11 +50,10 @@ fn shards_generated_and_uploaded_are_read_by_a_cold_reader() {
 
 /// A publisher of the local cache directory `dir` to `url` (as a build
 /// job would have after writing it), with the directory of its tier.
-fn publisher(endpoint: &str, url: &str, dir: &std::path::Path) -> (RemoteDir, TempDir) {
+fn publisher(server: &Server, url: &str, dir: &std::path::Path) -> (RemoteDir, TempDir) {
     let t = tempfile::tempdir().unwrap();
-    let tier =
-        RemoteTier::open_with_options(url, s3_options(endpoint), small_tier(t.path(), 1 << 30))
-            .unwrap();
+    let tier = RemoteTier::open_with_options(url, server.options(), small_tier(t.path(), 1 << 30))
+        .unwrap();
     (
         RemoteDir::open(tier, dir, remote_cache::StoreFiles::PLAIN).unwrap(),
         t,
@@ -54,8 +61,8 @@ fn publisher(endpoint: &str, url: &str, dir: &std::path::Path) -> (RemoteDir, Te
 }
 
 /// Publishes the local cache directory `dir` to `url` as its first commit.
-fn publish_dir(endpoint: &str, url: &str, dir: &std::path::Path) {
-    let (remote, _tier) = publisher(endpoint, url, dir);
+fn publish_dir(server: &Server, url: &str, dir: &std::path::Path) {
+    let (remote, _tier) = publisher(server, url, dir);
     assert_eq!(remote.publish().unwrap().seq, Some(1));
 }
 
@@ -63,18 +70,17 @@ fn array_row(i: u64) -> Vec<i32> {
     (0..1024).map(|j| (i * 1024 + j) as i32).collect()
 }
 
-#[test]
-fn arrays_are_read_by_block_ranges() {
-    let Some(endpoint) = s3_endpoint() else {
+fn arrays_are_read_by_block_ranges(backend: Backend) {
+    let Some(server) = Server::find(backend) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "arrays");
+    let url = server.new_url("rc", "arrays");
     let rows = 600u64; // 4 KiB a row: 2.4 MB, 38 blocks of 64 KiB
     let built = build_arrays(rows, array_row);
-    publish_dir(&endpoint, &url, built.path());
+    publish_dir(&server, &url, built.path());
 
     let tier_dir = tempfile::tempdir().unwrap();
-    let arrays = RemoteMemmapArray::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+    let arrays = RemoteMemmapArray::open(&location(&server, &url, tier_dir.path())).unwrap();
     let remote = arrays.remote().unwrap();
     assert!(remote.is_by_blocks("data.bin"));
     for i in [0u64, 17, 300, 599] {
@@ -110,12 +116,11 @@ fn arrays_are_read_by_block_ranges() {
     }
 }
 
-#[test]
-fn page_files_are_read_by_block_ranges() {
-    let Some(endpoint) = s3_endpoint() else {
+fn page_files_are_read_by_block_ranges(backend: Backend) {
+    let Some(server) = Server::find(backend) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "pages");
+    let url = server.new_url("rc", "pages");
     let built = tempfile::tempdir().unwrap();
     let schema = page_alloc::Schema::new().int("label").bytes("blob");
     let mut writer = PageWriter::create(
@@ -131,10 +136,10 @@ fn page_files_are_read_by_block_ranges() {
             .unwrap();
     }
     writer.finalize().unwrap();
-    publish_dir(&endpoint, &url, built.path());
+    publish_dir(&server, &url, built.path());
 
     let tier_dir = tempfile::tempdir().unwrap();
-    let location: Location = s3_location(&endpoint, &url, tier_dir.path());
+    let location: Location = location(&server, &url, tier_dir.path());
     let pages = RemotePages::open(&location, "data.pages").unwrap();
     assert!(pages.remote().unwrap().is_by_blocks("data.pages"));
     assert_eq!(pages.reader().len(), 400);
@@ -155,10 +160,10 @@ fn page_files_are_read_by_block_ranges() {
 
 #[test]
 fn an_open_page_file_reads_its_own_bytes_after_a_replacement_and_eviction() {
-    let Some(endpoint) = s3_endpoint() else {
+    let Some(server) = Server::find(Backend::S3) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "replaced");
+    let url = server.new_url("rc", "replaced");
     let built = tempfile::tempdir().unwrap();
     let path = built.path().join("data.pages");
     // Two versions of one page file: the same layout, other bytes.
@@ -176,14 +181,14 @@ fn an_open_page_file_reads_its_own_bytes_after_a_replacement_and_eviction() {
         writer.finalize().unwrap();
         std::fs::rename(&aside, &path).unwrap();
     };
-    let (publisher, _tier) = publisher(&endpoint, &url, built.path());
+    let (publisher, _tier) = publisher(&server, &url, built.path());
     write(1);
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
 
     // A one-byte budget: every fetch evicts whatever no reader holds.
     let tier_dir = tempfile::tempdir().unwrap();
     let location =
-        Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(s3_options(&endpoint));
+        Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(server.options());
     let pages = RemotePages::open(&location, "data.pages").unwrap();
     assert_eq!(pages.sample(0).unwrap().bytes(0).unwrap(), &blob(0, 1)[..]);
 
@@ -212,19 +217,19 @@ fn an_open_page_file_reads_its_own_bytes_after_a_replacement_and_eviction() {
 
 #[test]
 fn open_arrays_read_their_own_bytes_after_a_replacement_and_eviction() {
-    let Some(endpoint) = s3_endpoint() else {
+    let Some(server) = Server::find(Backend::S3) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "arrays-replaced");
+    let url = server.new_url("rc", "arrays-replaced");
     let rows = 200u64;
     let built = build_arrays(rows, array_row);
-    let (publisher, _tier) = publisher(&endpoint, &url, built.path());
+    let (publisher, _tier) = publisher(&server, &url, built.path());
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
 
     // A one-byte budget: every fetch evicts whatever no reader holds.
     let tier_dir = tempfile::tempdir().unwrap();
     let location =
-        Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(s3_options(&endpoint));
+        Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(server.options());
     let arrays = RemoteMemmapArray::open(&location).unwrap();
     let first = arrays.array(0, "data").unwrap().unwrap();
     assert_eq!(first.as_slice::<i32>().unwrap(), &array_row(0)[..]);
@@ -249,16 +254,16 @@ fn open_arrays_read_their_own_bytes_after_a_replacement_and_eviction() {
 
 #[test]
 fn arrays_refreshed_before_their_first_read_read_their_own_bytes() {
-    let Some(endpoint) = s3_endpoint() else {
+    let Some(server) = Server::find(Backend::S3) else {
         return;
     };
-    let url = new_bucket_url(&endpoint, "arrays-unread");
+    let url = server.new_url("rc", "arrays-unread");
     let rows = 100u64;
     let built = build_arrays(rows, array_row);
-    let (publisher, _tier) = publisher(&endpoint, &url, built.path());
+    let (publisher, _tier) = publisher(&server, &url, built.path());
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
     let tier_dir = tempfile::tempdir().unwrap();
-    let arrays = RemoteMemmapArray::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+    let arrays = RemoteMemmapArray::open(&location(&server, &url, tier_dir.path())).unwrap();
 
     // data.bin replaced and the reader refreshed before it read a row:
     // its link names the new object now, its handle the first.

@@ -14,8 +14,11 @@ pub struct TierConfig {
     /// The local tier: fetched copies, block maps, locks. Several
     /// processes may share one.
     pub tier_dir: PathBuf,
-    /// Bytes the local tier may hold before least-recently-used copies
-    /// are evicted. Objects open in some reader are kept even over budget.
+    /// Bytes the local tier may hold: every fetch reserves its bytes
+    /// first and evicts what it must. Objects open whole in some reader
+    /// are kept even over budget; those open by
+    /// [`open_leased`](crate::RemoteTier::open_leased) keep only their
+    /// leased blocks.
     pub tier_budget: u64,
     /// Large objects are fetched in blocks of this many bytes (those
     /// opened with a block list, in the list's block size), and a

@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::future::Future;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +23,7 @@ use crate::error::block_mismatch;
 use crate::format::{self, BlockMap};
 use crate::local::LocalDir;
 use crate::remote::{Failure, Remote};
+use crate::state::Stat;
 use crate::store_url::build_store;
 use crate::{Error, Result};
 
@@ -238,6 +239,7 @@ impl Inner {
             })
             .await
         })?;
+        self.dir.state.count(Stat::HeadRequests, 1);
         let (meta, _) = got.map_err(|(f, n)| remote.error(name, "head", f, n))?;
         Ok(ObjectInfo {
             name: name.to_string(),
@@ -278,11 +280,13 @@ impl Inner {
             })
             .await
         })?;
+        self.dir.state.count(Stat::GetRequests, 1);
         let (got, _) = got.map_err(|(f, n)| remote.error(name, "get", f, n))?;
         let sent = match &got {
             Ok(bytes) => bytes.len() as u64,
             Err(seen) => *seen,
         };
+        self.dir.state.count(Stat::FetchedBytes, sent.min(expect));
         match got {
             Ok(bytes) if sent == expect => Ok(bytes),
             _ => Err(Error::Corrupt {
@@ -360,8 +364,12 @@ impl Inner {
             })
             .await
         })?;
+        self.dir.state.count(Stat::GetRequests, 1);
         match got.map_err(|(f, n)| remote.error(name, "get", f, n))?.0 {
-            Streaming::Done(s) => Ok(s),
+            Streaming::Done(s) => {
+                self.dir.state.count(Stat::FetchedBytes, s.size);
+                Ok(s)
+            }
             Streaming::TooLarge(seen) => Err(Error::TooLarge {
                 url: remote.url.to_string(),
                 name: name.to_string(),
@@ -375,14 +383,6 @@ impl Inner {
                 problem: format!("asked for {want} bytes, the store sent {sent}"),
             }),
         }
-    }
-
-    /// Evicts when the local tier is over budget (after every fetch).
-    pub(crate) fn after_fetch(&self) -> Result<()> {
-        if self.dir.usage()? > self.config.tier_budget {
-            self.dir.evict(self.config.tier_budget)?;
-        }
-        Ok(())
     }
 
     /// Fetches the small object `name` whole into `<key>.whole` (one
@@ -401,15 +401,23 @@ impl Inner {
             return Ok(());
         }
         // An object fetched whole is small: at most what the caller
-        // expects, or the tier's whole-file size.
+        // expects, or the tier's whole-file size. That much is reserved.
         let cap = expected.size.unwrap_or(self.config.whole_file_max);
+        let reserved = self.reserve(crate::state::units(0..cap))?;
         let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
         let fetched = self.fetch_whole_to(name, &tmp, &dest, cap, expected, hashes);
         if let Err(e) = fetched {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        self.after_fetch()
+        let used = std::fs::metadata(&dest)
+            .map_err(Error::io("stat", &dest))?
+            .blocks()
+            * 512;
+        let _tier = self.dir.lock_tier()?;
+        let _changing = self.dir.state.changing();
+        reserved.settle(used);
+        Ok(())
     }
 
     /// [`fetch_whole`](Inner::fetch_whole)'s fetch into `tmp`, checked,
@@ -459,10 +467,7 @@ impl Inner {
     /// The block map of `key` on disk, if there is a valid one, without
     /// the unsynced blocks of another boot (their bytes may be gone).
     pub(crate) fn read_map(&self, key: &str) -> Option<BlockMap> {
-        let bytes = durable_fs::read_capped(&self.dir.map(key), format::MAX_MAP_BYTES).ok()?;
-        let mut map = BlockMap::decode(&bytes).ok()?;
-        map.keep_unsynced_of(durable_fs::boot_id());
-        Some(map)
+        self.dir.read_map(key)
     }
 
     /// The sparse file and block map of a large object, created (under the
@@ -536,8 +541,21 @@ impl Inner {
         // back beside the new file. The new file and its empty map need no
         // fsync: lost, or torn, they are made again; and the first map that
         // marks a block durable is written with a directory fsync (after
-        // the file's), which makes both names durable with it.
+        // the file's), which makes both names durable with it. The count
+        // loses the old copy (what a scan finds of it) and gains the new
+        // one's metadata.
+        let _changing = self.dir.state.changing();
+        let old: u64 = [self.dir.map(key), sparse.clone(), self.dir.touch(key)]
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.blocks() * 512)
+            .sum();
+        self.dir.state.sub(old);
+        self.dir
+            .state
+            .add(crate::state::meta_bytes(map.blocks(), map.etag.len()));
         let _ = durable_fs::remove_and_sync(&self.dir.map(key))?;
+        let _ = durable_fs::remove_and_sync(&self.dir.touch(key))?;
         let tmp = durable_fs::unique_temp_path(&self.dir.tmp, key);
         let file = durable_fs::create_temp(&tmp)?;
         file.set_len(info.size)

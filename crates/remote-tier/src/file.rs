@@ -4,6 +4,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -12,6 +13,7 @@ use crate::engine::{Expected, Inner, map_fits};
 use crate::local::LocalDir;
 use crate::object_state::{ObjectState, lock, open_existing};
 use crate::open_files;
+use crate::pins::{Lease, PinKind};
 use crate::warm::Warming;
 use crate::{Error, Result};
 
@@ -32,21 +34,28 @@ impl RemoteFile {
     /// Opens `name`; with `hashes`, every block fetched from now on is
     /// checked against them before it is kept, and a local copy made
     /// without them is not trusted. With `by_blocks`, a small object not
-    /// local yet is left sparse too, not fetched whole.
+    /// local yet is left sparse too, not fetched whole. A `leased` handle
+    /// (by blocks too) pins only the blocks it leases.
     pub(crate) fn open(
         tier: &Arc<Inner>,
         name: &str,
         expected: &Expected,
         hashes: Option<Arc<BlockHashes>>,
         by_blocks: bool,
+        leased: bool,
     ) -> Result<RemoteFile> {
+        let by_blocks = by_blocks || leased;
         tier.remote()?.path(name)?;
         let expected = &Expected {
             size: expected.size.or(hashes.as_ref().map(|h| h.size())),
             ..*expected
         };
         let key = LocalDir::key(name);
-        let pin = tier.dir.pin(&key)?;
+        let kind = match leased {
+            true => PinKind::Blocks,
+            false => PinKind::Whole,
+        };
+        let pin = tier.dir.pin(&key, kind)?;
         let id = open_files::new_id();
         let whole = tier.dir.whole(&key);
         let mut opened = open_existing(&whole)?;
@@ -91,6 +100,10 @@ impl RemoteFile {
                     ahead: Default::default(),
                     unsynced: Default::default(),
                     pin: Mutex::new(pin),
+                    // A whole copy is never freed by blocks.
+                    leased: false,
+                    seen_gen: Default::default(),
+                    touch: Default::default(),
                 }
             }
             None => {
@@ -112,6 +125,10 @@ impl RemoteFile {
                     ahead: Default::default(),
                     unsynced: Default::default(),
                     pin: Mutex::new(pin),
+                    leased,
+                    // Never seen: the first lease reads the map again.
+                    seen_gen: AtomicU64::new(u64::MAX),
+                    touch: Default::default(),
                 }
             }
         };
@@ -131,6 +148,79 @@ impl RemoteFile {
     #[allow(dead_code)] // for plans.rs (issue 36 part B)
     pub(crate) fn state(&self) -> &Arc<ObjectState> {
         &self.state
+    }
+
+    /// Whether this handle was opened by
+    /// [`open_leased`](crate::RemoteTier::open_leased): blocks of its copy
+    /// that no [`Lease`] holds may be freed while it is open.
+    pub fn is_leased(&self) -> bool {
+        self.state.leased
+    }
+
+    /// The tier's eviction generation: it changes whenever a copy or a
+    /// block is removed, so a reader that cached "these bytes are local"
+    /// under one generation must look again under another.
+    pub fn generation(&self) -> u64 {
+        self.state.tier.dir.state.generation()
+    }
+
+    /// Makes the bytes of `ranges` local and keeps them so until the
+    /// returned [`Lease`] drops: leases the blocks that cover them (no
+    /// process frees a leased block), learns the blocks freed since this
+    /// handle last looked, fetches the missing ones (with read-ahead, as
+    /// [`ensure`](Self::ensure)) and marks them used now. On a handle not
+    /// opened by [`open_leased`](crate::RemoteTier::open_leased) the whole
+    /// copy is kept anyway and the lease holds nothing.
+    pub fn lease(&self, ranges: &[Range<u64>]) -> Result<Lease> {
+        self.lease_with(ranges, true)
+    }
+
+    /// [`lease`](Self::lease), with or without read-ahead.
+    fn lease_with(&self, ranges: &[Range<u64>], read_ahead: bool) -> Result<Lease> {
+        let s = &self.state;
+        let root = &s.tier.dir.root;
+        if !s.leased {
+            match read_ahead {
+                true => self.ensure_ranges(ranges)?,
+                false => self.ensure_exact_ranges(ranges)?,
+            }
+            return Ok(Lease::empty(root));
+        }
+        let blocks = self.covered(ranges)?;
+        let lease = Lease::take(root, &s.key, &blocks, s.tier.dir.wait)?;
+        match read_ahead {
+            true => self.ensure_ranges(ranges)?,
+            false => self.ensure_exact_ranges(ranges)?,
+        }
+        s.touch_blocks(&blocks);
+        Ok(lease)
+    }
+
+    /// The blocks that cover `ranges` (checked against the size),
+    /// ascending, once each; none for a whole copy.
+    fn covered(&self, ranges: &[Range<u64>]) -> Result<Vec<u64>> {
+        let s = &self.state;
+        if let Some(r) = ranges.iter().find(|r| r.start > r.end || r.end > s.size) {
+            return Err(Error::OutOfRange {
+                url: s.tier.url.to_string(),
+                name: s.name.clone(),
+                start: r.start,
+                end: r.end,
+                size: s.size,
+            });
+        }
+        let Some(blocks) = &s.blocks else {
+            return Ok(Vec::new());
+        };
+        let bs = lock(blocks).block_size;
+        let mut wanted: Vec<u64> = ranges
+            .iter()
+            .filter(|r| !r.is_empty())
+            .flat_map(|r| r.start / bs..=(r.end - 1) / bs)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        Ok(wanted)
     }
 
     /// The object's name in the store.
@@ -190,9 +280,35 @@ impl RemoteFile {
     /// Makes the bytes `range` local: fetches the missing blocks that
     /// cover it (in parallel, coalesced with any other fetch of the same
     /// block on this machine), then starts fetching the next blocks in the
-    /// background.
+    /// background. On a handle of
+    /// [`open_leased`](crate::RemoteTier::open_leased) this is a
+    /// [`lease`](Self::lease) dropped at once: the bytes may be freed as
+    /// soon as it returns (hold a lease across the read instead).
     pub fn ensure(&self, range: Range<u64>) -> Result<()> {
-        if let Some((first, last)) = self.fetch_missing(std::slice::from_ref(&range))? {
+        match self.state.leased {
+            true => self
+                .lease_with(std::slice::from_ref(&range), true)
+                .map(drop),
+            false => self.ensure_ranges(std::slice::from_ref(&range)),
+        }
+    }
+
+    /// Makes the bytes of every range of `ranges` local, their missing
+    /// blocks fetched at once, and nothing more: no read-ahead, for
+    /// reads that jump (a row here, a row there) rather than stream. On a
+    /// handle of [`open_leased`](crate::RemoteTier::open_leased) the bytes
+    /// may be freed as soon as it returns (see [`ensure`](Self::ensure)).
+    pub fn ensure_exact(&self, ranges: &[Range<u64>]) -> Result<()> {
+        match self.state.leased {
+            true => self.lease_with(ranges, false).map(drop),
+            false => self.ensure_exact_ranges(ranges),
+        }
+    }
+
+    /// [`ensure`](Self::ensure)'s fetch, read-ahead and touch, leases
+    /// aside.
+    fn ensure_ranges(&self, ranges: &[Range<u64>]) -> Result<()> {
+        if let Some((first, last)) = self.fetch_missing(ranges)? {
             let window = self.state.read_ahead(first, last);
             self.prefetch(last + 1, window);
             self.touch();
@@ -200,10 +316,9 @@ impl RemoteFile {
         Ok(())
     }
 
-    /// Makes the bytes of every range of `ranges` local, their missing
-    /// blocks fetched at once, and nothing more: no read-ahead, for
-    /// reads that jump (a row here, a row there) rather than stream.
-    pub fn ensure_exact(&self, ranges: &[Range<u64>]) -> Result<()> {
+    /// [`ensure_exact`](Self::ensure_exact)'s fetch and touch, leases
+    /// aside.
+    fn ensure_exact_ranges(&self, ranges: &[Range<u64>]) -> Result<()> {
         if self.fetch_missing(ranges)?.is_some() {
             self.touch();
         }
@@ -211,32 +326,17 @@ impl RemoteFile {
     }
 
     /// Fetches the missing blocks that cover `ranges`; the first and last
-    /// block they cover (`None`: a whole object, or no bytes asked).
+    /// block they cover (`None`: a whole object, or no bytes asked). A
+    /// leased handle first learns the blocks freed since it last looked.
     fn fetch_missing(&self, ranges: &[Range<u64>]) -> Result<Option<(u64, u64)>> {
         let s = &self.state;
-        if let Some(r) = ranges.iter().find(|r| r.start > r.end || r.end > s.size) {
-            return Err(Error::OutOfRange {
-                url: s.tier.url.to_string(),
-                name: s.name.clone(),
-                start: r.start,
-                end: r.end,
-                size: s.size,
-            });
-        }
-        let Some(blocks) = &s.blocks else {
-            return Ok(None);
-        };
-        let bs = lock(blocks).block_size;
-        let mut wanted: Vec<u64> = ranges
-            .iter()
-            .filter(|r| !r.is_empty())
-            .flat_map(|r| r.start / bs..=(r.end - 1) / bs)
-            .collect();
-        wanted.sort_unstable();
-        wanted.dedup();
+        let wanted = self.covered(ranges)?;
         let (Some(&first), Some(&last)) = (wanted.first(), wanted.last()) else {
             return Ok(None);
         };
+        if s.leased {
+            s.resync_if_stale();
+        }
         let mut missing: Vec<u64> = wanted.into_iter().filter(|&i| !s.has(i)).collect();
         if !missing.is_empty() {
             s.refresh();
@@ -278,7 +378,7 @@ impl RemoteFile {
             if state.has(i) {
                 return Ok(false);
             }
-            state.fetch_block(i).map(|()| true)
+            state.prefetch_block(i)
         };
         let workers = s.tier.config.parallelism.max(1);
         Warming::start(order, max_bytes, workers, block_bytes, fetch)
@@ -298,7 +398,8 @@ impl RemoteFile {
     /// Reads `buf.len()` bytes at `offset`, fetching them first.
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let end = offset.saturating_add(buf.len() as u64);
-        self.ensure(offset..end)?;
+        // Held across the read: a leased handle's blocks may go otherwise.
+        let _lease = self.lease(std::slice::from_ref(&(offset..end)))?;
         self.state
             .file()?
             .read_exact_at(buf, offset)
@@ -336,7 +437,7 @@ impl RemoteFile {
             // A failed prefetch is only a miss: the read that needs the
             // block fetches it again and reports the error.
             s.tier.spawn_blocking(move || {
-                let _ = state.fetch_block(i);
+                let _ = state.prefetch_block(i);
                 drop(permit);
             });
         }
@@ -366,10 +467,19 @@ impl RemoteFile {
         let s = &self.state;
         {
             let _tier = s.tier.dir.lock_tier()?;
+            let _changing = s.tier.dir.state.changing();
+            let mut files = vec![s.path.clone()];
             if s.blocks.is_some() {
-                durable_fs::remove_and_sync(&s.tier.dir.map(&s.key))?;
+                files.insert(0, s.tier.dir.map(&s.key));
+                files.push(s.tier.dir.touch(&s.key));
             }
-            durable_fs::remove_and_sync(&s.path)?;
+            s.tier.dir.state.bump_generation();
+            for f in files {
+                let bytes = std::fs::metadata(&f).map_or(0, |m| m.blocks() * 512);
+                if durable_fs::remove_and_sync(&f)? {
+                    s.tier.dir.state.sub(bytes);
+                }
+            }
         }
         Err(self.corrupt("BLAKE3 mismatch; the local copy was removed".into()))
     }

@@ -129,6 +129,20 @@ impl BlockMap {
         set_bit(&mut u.bits, i);
     }
 
+    /// Marks block `i` absent (durable and unsynced bits both cleared).
+    pub fn clear(&mut self, i: u64) {
+        clear_bit(&mut self.bits, i);
+        if let Some(u) = &mut self.unsynced {
+            clear_bit(&mut u.bits, i);
+        }
+        self.drop_empty_unsynced();
+    }
+
+    /// Whether block `i` is present but not yet durable.
+    pub fn is_unsynced(&self, i: u64) -> bool {
+        self.unsynced.as_ref().is_some_and(|u| bit(&u.bits, i))
+    }
+
     /// The unsynced blocks and the boot they were written in.
     pub fn unsynced(&self) -> Option<([u8; 16], Vec<u64>)> {
         let u = self.unsynced.as_ref()?;

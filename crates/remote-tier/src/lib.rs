@@ -36,10 +36,22 @@
 //!   ([`RemoteFile::sync`]). The map itself is replaced atomically. One `flock` per block makes a
 //!   block fetched once serve every thread and process; the others wait
 //!   and find it done.
-//! - **Bounded.** After every fetch, least-recently-used copies are
-//!   evicted until the tier fits [`TierConfig::tier_budget`]. The tier
+//! - **Bounded, in O(1) per fetch.** Every fetch first reserves its bytes
+//!   in `tier.state`, a small file every process of the tier maps (the
+//!   node's counted bytes, an eviction generation, fetch statistics:
+//!   [`RemoteTier::stats`], [`TierStats::read`]). Only when the count
+//!   would pass [`TierConfig::tier_budget`] does one eviction pass run,
+//!   down to the budget less a slack, so a scan serves many fetches.
+//!   Idle copies go first, least recently used first; then blocks inside
+//!   copies open by [`RemoteTier::open_leased`] that no [`Lease`] holds
+//!   (hole-punched: the sparse file keeps its size), unplanned ones by
+//!   their last use, then planned ones, farthest next use first. So even
+//!   one open object larger than the budget stays within it. The tier
 //!   only ever holds fetched copies, so eviction never removes the only
-//!   copy of anything; an object open in any process is skipped.
+//!   copy of anything, and never a block a read is using: a reader
+//!   leases the blocks it reads ([`RemoteFile::lease`]), and a block's
+//!   bit leaves its map before its bytes are freed. Objects open by the
+//!   other `open*` calls (mapped whole by their readers) are kept whole.
 //! - **Uploads.** [`RemoteTier::put_file`] uploads immutable files
 //!   (multipart above [`TierConfig::part_size`]); [`RemoteTier::commit`]
 //!   writes a commit record with a conditional put, so two writers can
@@ -66,9 +78,14 @@
 //!   objects/<key>.whole     a small object fetched whole and verified
 //!   objects/<key>.sparse    a large object: its full size, fetched blocks in place
 //!   objects/<key>.blocks    which blocks of <key>.sparse are there (see below)
-//!   pins/<host>-<pid>-<nanos>-<n>  one process's pin record, flocked while it lives: a
-//!                           bitmap of 2^22 buckets of object keys it has open (not
-//!                           evicted while set); a dead process's is removed
+//!   tier.state              4 KiB, mapped by every process: counted bytes, eviction
+//!                           generation, dirty mark, block-use clock, statistics (`src/state.rs`)
+//!   objects/<key>.touch     a sparse copy's block-use clocks (u64 per block, for the LRU)
+//!   pins/<host>-<pid>-<nanos>-<n>  one process's pin record, flocked while it lives: three
+//!                           bitmaps of 2^22 buckets (512 KiB each): keys it has open, keys
+//!                           it needs whole, and `<key>#<block>` it leases; a dead process's
+//!                           is removed (one of 512 KiB is an older build's: pins whole)
+//!   plans/                  the readers' plan records (`src/plans.rs`)
 //!   locks/<key>.<n>.fetch   flock of the one fetcher of block n (`all`: the whole object);
 //!                           removed by the fetcher when its fetch is done
 //!   tmp/<key>.<host>.<pid>.<n>.tmp  fetches in flight; this host's dead processes' are
@@ -93,6 +110,8 @@
 //!
 //! # Example
 //! ```
+//! use std::os::unix::fs::FileExt;
+//!
 //! use remote_tier::{Expected, RemoteTier, TierConfig};
 //!
 //! let local = tempfile::tempdir()?;
@@ -121,6 +140,15 @@
 //! checked.read_at(2_500_000, &mut buf)?;
 //! assert_eq!(buf, segment[2_500_000..2_500_004]);
 //!
+//! // Or read under leases: blocks no lease holds may be freed while it is
+//! // open, so the copy stays within the budget whatever its size.
+//! let leased = tier.open_leased("segments/000001.arrow", None)?;
+//! let lease = leased.lease(&[2_500_000..2_500_004, 10..20])?;
+//! leased.file()?.read_exact_at(&mut buf, 2_500_000)?;
+//! drop(lease);
+//! assert_eq!(buf, segment[2_500_000..2_500_004]);
+//! assert!(tier.stats()?.allocated <= 64 << 20);
+//!
 //! // Or all of it, verified.
 //! let hash = *blake3::hash(&segment).as_bytes();
 //! let expected = Expected { size: Some(segment.len() as u64), blake3: Some(hash) };
@@ -135,6 +163,7 @@ mod blocks;
 mod config;
 mod engine;
 mod error;
+mod evict;
 mod file;
 mod format;
 #[doc(hidden)]
@@ -144,14 +173,13 @@ mod local;
 mod object_state;
 mod open_files;
 mod pins;
-#[allow(dead_code)] // read by eviction (issue 36 part A) once it lands
 mod plans;
 pub mod record;
 mod remote;
 mod shared;
+mod state;
 mod store_url;
 mod tier;
-#[allow(dead_code)] // used by the eviction pass (issue 36 part A) once it lands
 mod victims;
 mod warm;
 
@@ -164,7 +192,10 @@ pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
+pub use pins::Lease;
+pub use plans::{BlockUse, PlanHandle};
 pub use remote::RetryPolicy;
+pub use state::TierStats;
 pub use store_url::{build_store, redact_url};
 pub use tier::RemoteTier;
 pub use warm::{Warming, WarmingSet};

@@ -8,7 +8,8 @@ use std::time::SystemTime;
 
 use durable_fs::FileLock;
 
-use crate::pins::{self, Pin};
+use crate::pins::{self, Pin, PinKind};
+use crate::state::TierState;
 use crate::{Error, Result};
 
 /// Suffix of a whole fetched object (complete and verified).
@@ -17,6 +18,9 @@ pub(crate) const WHOLE: &str = ".whole";
 pub(crate) const SPARSE: &str = ".sparse";
 /// Suffix of a block-fetched object's block map.
 pub(crate) const BLOCKS: &str = ".blocks";
+/// Suffix of a sparse copy's touch clocks (a `u64` per block, the
+/// logical time of its last lease).
+pub(crate) const TOUCH: &str = ".touch";
 
 /// Names longer than this are shortened (file names stop at 255 bytes).
 const MAX_KEY: usize = 160;
@@ -30,7 +34,12 @@ pub(crate) struct LocalDir {
     pub(crate) tmp: PathBuf,
     /// The longest wait for a lock another process holds: a fetch it
     /// guards ends within a call's bound, so a holder past it has stopped.
-    wait: Duration,
+    pub(crate) wait: Duration,
+    /// The mapped `tier.state`: counted bytes, generation, statistics.
+    pub(crate) state: TierState,
+    /// Scans of `objects/` this handle made (what tests count).
+    #[cfg(test)]
+    pub(crate) scans: std::sync::atomic::AtomicU64,
 }
 
 /// What one eviction pass did.
@@ -42,29 +51,39 @@ pub struct EvictReport {
     pub bytes_after: u64,
     /// Objects whose local copies were removed.
     pub evicted: u64,
-    /// Objects kept over budget because a reader has them open.
+    /// Objects kept over budget because a reader has them open (whole).
     pub pinned: u64,
+    /// Blocks freed inside copies (hole-punched), open ones included.
+    pub punched: u64,
 }
 
 impl LocalDir {
     /// Opens (creating) the tier directory and sweeps what dead processes
     /// left: their fetches' temporary files, fetch-lock files no one
     /// holds, and pins of the older layout (`locks/<key>.pin`) no one
-    /// holds, and the pin records of dead processes.
+    /// holds, and the pin records of dead processes. A process alone
+    /// with the tier (no other live pin record) has its count rebuilt at
+    /// its first check.
     pub(crate) fn open(root: &Path, wait: Duration) -> Result<LocalDir> {
+        for d in ["", "objects", "locks", "tmp"] {
+            let d = root.join(d);
+            std::fs::create_dir_all(&d).map_err(Error::io("create directory", &d))?;
+        }
         let dir = LocalDir {
             root: root.to_path_buf(),
             objects: root.join("objects"),
             locks: root.join("locks"),
             tmp: root.join("tmp"),
             wait,
+            state: TierState::open(root)?,
+            #[cfg(test)]
+            scans: Default::default(),
         };
-        for d in [&dir.root, &dir.objects, &dir.locks, &dir.tmp] {
-            std::fs::create_dir_all(d).map_err(Error::io("create directory", d))?;
-        }
         durable_fs::remove_dead_temp_files(&dir.tmp);
         dir.sweep_locks()?;
-        pins::remove_dead(&dir.root);
+        if !pins::others_alive(&dir.root) {
+            dir.state.want_rebuild();
+        }
         Ok(dir)
     }
 
@@ -95,10 +114,15 @@ impl LocalDir {
         self.objects.join(format!("{key}{BLOCKS}"))
     }
 
+    pub(crate) fn touch(&self, key: &str) -> PathBuf {
+        self.objects.join(format!("{key}{TOUCH}"))
+    }
+
     /// Held by every open handle of the object: eviction skips an object
-    /// that any living process pins (see [`crate::pins`]).
-    pub(crate) fn pin(&self, key: &str) -> Result<Pin> {
-        Pin::take(&self.root, key, self.wait)
+    /// that any living process pins whole, and frees only unleased blocks
+    /// of one pinned by blocks (see [`crate::pins`]).
+    pub(crate) fn pin(&self, key: &str, kind: PinKind) -> Result<Pin> {
+        Pin::take(&self.root, key, self.wait, kind)
     }
 
     /// The pin of the older layout: a shared `flock` per object, which a
@@ -129,9 +153,13 @@ impl LocalDir {
         )?)
     }
 
-    /// Local objects by key: allocated bytes and last use.
-    fn scan(&self) -> Result<HashMap<String, (u64, SystemTime, bool)>> {
-        let mut found: HashMap<String, (u64, SystemTime, bool)> = HashMap::new();
+    /// Local objects by key, from one listing of `objects/` and a `stat`
+    /// of each file.
+    pub(crate) fn scan(&self) -> Result<HashMap<String, Found>> {
+        #[cfg(test)]
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut found: HashMap<String, Found> = HashMap::new();
         let entries =
             std::fs::read_dir(&self.objects).map_err(Error::io("list directory", &self.objects))?;
         for entry in entries {
@@ -144,6 +172,8 @@ impl LocalDir {
                 (k, true, true)
             } else if let Some(k) = name.strip_suffix(BLOCKS) {
                 (k, false, true)
+            } else if let Some(k) = name.strip_suffix(TOUCH) {
+                (k, false, true)
             } else {
                 continue;
             };
@@ -153,14 +183,18 @@ impl LocalDir {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Error::io("stat", &entry.path())(e)),
             };
-            let slot = found
-                .entry(key.to_string())
-                .or_insert((0, SystemTime::UNIX_EPOCH, sparse));
-            slot.0 += meta.blocks() * 512;
-            slot.2 |= sparse;
+            let slot = found.entry(key.to_string()).or_insert(Found {
+                bytes: 0,
+                used: SystemTime::UNIX_EPOCH,
+                sparse,
+                whole: false,
+            });
+            slot.bytes += meta.blocks() * 512;
+            slot.sparse |= sparse;
+            slot.whole |= data && !sparse;
             if data {
-                slot.1 = slot
-                    .1
+                slot.used = slot
+                    .used
                     .max(meta.modified().unwrap_or(SystemTime::UNIX_EPOCH));
             }
         }
@@ -170,60 +204,57 @@ impl LocalDir {
     /// Bytes the local tier holds on disk (sparse files count only their
     /// fetched blocks).
     pub(crate) fn usage(&self) -> Result<u64> {
-        Ok(self.scan()?.values().map(|v| v.0).sum())
+        Ok(self.scan()?.values().map(|v| v.bytes).sum())
     }
 
-    /// Removes least-recently-used local copies until the tier holds at
-    /// most `budget` bytes. Only fetched copies live here, so nothing
-    /// removed is the only copy; objects a reader has open are skipped.
-    pub(crate) fn evict(&self, budget: u64) -> Result<EvictReport> {
-        let _tier = self.lock_tier()?;
-        let found = self.scan()?;
-        let total: u64 = found.values().map(|v| v.0).sum();
-        let mut report = EvictReport {
-            bytes_before: total,
-            bytes_after: total,
-            ..EvictReport::default()
-        };
-        if total <= budget {
-            return Ok(report);
+    /// Makes the count of `tier.state` trustworthy (call with `tier.lock`
+    /// held): rebuilt by a scan when a holder died mid-change, the boot
+    /// changed, the file is new or damaged, or this process found itself
+    /// alone with the tier.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.state.stale() {
+            let total = self.usage()?;
+            self.state.rebuilt(total);
         }
-        let held = pins::held(&self.root)?;
-        let mut by_age: Vec<_> = found.into_iter().collect();
-        by_age.sort_by_key(|(_, (_, used, _))| *used);
-        for (key, (bytes, _, sparse)) in by_age {
-            if report.bytes_after <= budget {
-                break;
-            }
-            if held.has(&key) {
-                report.pinned += 1;
-                continue;
-            }
-            // A handle of an older build holds its own pin file: honoured,
-            // and removed with the copy it guards.
-            let legacy = self.legacy_pin_path(&key);
-            let _legacy = match legacy.exists() {
-                true => match FileLock::try_exclusive_live(&legacy)? {
-                    Some(lock) => Some(lock.remove_on_drop()),
-                    None => {
-                        report.pinned += 1;
-                        continue;
-                    }
-                },
-                false => None,
-            };
-            // The map goes first: a sparse file without a map is only
-            // space, never mistaken for fetched blocks.
-            if sparse {
-                durable_fs::remove_and_sync(&self.map(&key))?;
-                durable_fs::remove_and_sync(&self.sparse(&key))?;
-            }
-            durable_fs::remove_and_sync(&self.whole(&key))?;
-            report.bytes_after = report.bytes_after.saturating_sub(bytes);
-            report.evicted += 1;
-        }
-        Ok(report)
+        Ok(())
     }
+
+    /// Whether a handle of an older build holds `key`'s pin file (taken,
+    /// and removed with the copy it guards, when free: the lock is
+    /// returned to be held while the copy goes).
+    pub(crate) fn legacy_pin(&self, key: &str) -> Result<LegacyPin> {
+        let legacy = self.legacy_pin_path(key);
+        if !legacy.exists() {
+            return Ok(LegacyPin::None);
+        }
+        Ok(match FileLock::try_exclusive_live(&legacy)? {
+            Some(lock) => LegacyPin::Free(lock.remove_on_drop()),
+            None => LegacyPin::Held,
+        })
+    }
+}
+
+/// One object of `objects/`, as a scan found it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found {
+    /// Allocated bytes of all its files.
+    pub(crate) bytes: u64,
+    /// The last use of its data file (its mtime).
+    pub(crate) used: SystemTime,
+    /// Whether it has a sparse copy (or a map, or touch clocks).
+    pub(crate) sparse: bool,
+    /// Whether it has a whole copy.
+    pub(crate) whole: bool,
+}
+
+/// The pin file of the older layout of one object.
+pub(crate) enum LegacyPin {
+    /// There is none.
+    None,
+    /// A live handle of an older build holds it: keep the copy.
+    Held,
+    /// No one holds it: the lock, removed with the file when dropped.
+    Free(#[allow(dead_code)] FileLock),
 }
 
 impl LocalDir {

@@ -6,6 +6,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::blocks::BlockHashes;
@@ -14,6 +15,8 @@ use crate::error::block_mismatch;
 use crate::format::BlockMap;
 use crate::open_files;
 use crate::pins::Pin;
+use crate::state::{Reservation, units};
+use crate::victims::Admit;
 use crate::{Error, Result};
 
 /// The state of one open object, shared by its handles and prefetches.
@@ -43,8 +46,17 @@ pub(crate) struct ObjectState {
     /// Whether this handle marked blocks present without fsyncing them
     /// (see [`sync`](crate::RemoteFile::sync)).
     pub(crate) unsynced: std::sync::atomic::AtomicBool,
-    /// Keeps the copy from eviction; taken again in a forked child.
+    /// Keeps the copy from eviction (whole, or the blocks leased); taken
+    /// again in a forked child.
     pub(crate) pin: Mutex<Pin>,
+    /// Opened by [`open_leased`](crate::RemoteTier::open_leased): blocks
+    /// not leased may be freed while it is open.
+    pub(crate) leased: bool,
+    /// The tier's generation when the block map in memory was last made
+    /// equal to the disk's (a changed generation: blocks may be gone).
+    pub(crate) seen_gen: AtomicU64,
+    /// The touch clocks of the blocks (`<key>.touch`), opened on first use.
+    pub(crate) touch: Mutex<Option<File>>,
 }
 
 impl Drop for ObjectState {
@@ -97,7 +109,8 @@ impl ObjectState {
         {
             let mut pin = self.pin.lock().unwrap_or_else(|p| p.into_inner());
             if !pin.is_own() {
-                *pin = self.tier.dir.pin(&self.key)?;
+                let kind = pin.kind();
+                *pin = self.tier.dir.pin(&self.key, kind)?;
             }
         }
         if let Some(file) = open_files::get(self.id) {
@@ -171,45 +184,78 @@ impl ObjectState {
         }
     }
 
+    /// Makes the block map in memory the disk's when the tier's
+    /// generation moved since this handle last looked (blocks may have
+    /// been freed): replaced, not merged, so no freed block stays known.
+    /// A caller that reads blocks leases them first: a block freed before
+    /// its lease moved the generation, and none is freed after.
+    pub(crate) fn resync_if_stale(&self) {
+        let Some(m) = &self.blocks else { return };
+        let generation = self.tier.dir.state.generation();
+        if self.seen_gen.load(Ordering::Acquire) == generation {
+            return;
+        }
+        if self.current() {
+            let mut mine = lock(m);
+            match self.tier.read_map(&self.key) {
+                Some(disk) if disk.same_copy(&mine) => *mine = disk,
+                _ => {
+                    *mine =
+                        BlockMap::new(mine.block_size, mine.size, mine.etag.clone(), mine.checked)
+                }
+            }
+        }
+        self.seen_gen.store(generation, Ordering::Release);
+    }
+
     /// Records the blocks `blocks` present, in memory and (while the path
     /// still names this file) in the block map on disk, with one write of
     /// the map: durable (their bytes fsynced by the caller) without
     /// `boot`, unsynced (written in boot `boot`, not fsynced) with it.
-    /// Call with the tier lock held.
+    /// Returns the bytes (in page units) of the blocks that were not
+    /// present before. Call with the tier lock held.
     fn mark_all(
         &self,
         blocks: std::ops::RangeInclusive<u64>,
         boot: Option<[u8; 16]>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
+        let mut fresh = 0u64;
         self.update_map(false, |mine| {
             for i in blocks {
+                if !mine.has(i) {
+                    fresh += units(mine.block_range(i));
+                }
                 match boot {
                     Some(boot) => mine.set_unsynced(i, boot),
                     None => mine.set(i),
                 }
             }
-        })
+        })?;
+        Ok(fresh)
     }
 
-    /// Applies `change` to the block map in memory, merges in what other
-    /// processes recorded on disk, and (while the path still names this
-    /// file) writes the result: durably when `durable` or when no block
-    /// is left unsynced, else without an fsync (a map of unsynced blocks
-    /// describes the page cache of this boot: it need not outlive it).
-    /// Call with the tier lock held.
+    /// Applies `change` to the block map on disk (the authority, while the
+    /// path still names this file and it describes the same copy; else
+    /// to the one in memory), makes the result this handle's, and (while
+    /// the path still names this file) writes it: durably when `durable`
+    /// or when no block is left unsynced, else without an fsync (a map of
+    /// unsynced blocks describes the page cache of this boot: it need not
+    /// outlive it). Starting from the disk's map, a handle never writes
+    /// back a block another process freed. Call with the tier lock held.
     fn update_map(&self, durable: bool, change: impl FnOnce(&mut BlockMap)) -> Result<()> {
         let Some(m) = &self.blocks else { return Ok(()) };
+        let current = self.current();
         let (encoded, unsynced) = {
             let mut mine = lock(m);
-            change(&mut mine);
-            if let Some(disk) = self.tier.read_map(&self.key)
-                && disk.same_copy(&mine)
-            {
-                mine.merge(&disk);
-            }
+            let mut next = match current.then(|| self.tier.read_map(&self.key)).flatten() {
+                Some(disk) if disk.same_copy(&mine) => disk,
+                _ => mine.clone(),
+            };
+            change(&mut next);
+            *mine = next;
             (mine.encode(), mine.unsynced().is_some())
         };
-        if self.current() {
+        if current {
             let map = self.tier.dir.map(&self.key);
             match durable || !unsynced {
                 true => durable_fs::write_atomic(&map, &encoded)?,
@@ -223,7 +269,16 @@ impl ObjectState {
     /// `offset`) into the local file and marks them present: unsynced
     /// where this boot is known (no fsync on the read path), else fsynced
     /// first.
-    fn keep_fetched(&self, first: u64, last: u64, offset: u64, bytes: &[u8]) -> Result<()> {
+    /// The reservation made for the fetch is settled to the blocks that
+    /// were not present yet.
+    fn keep_fetched(
+        &self,
+        first: u64,
+        last: u64,
+        offset: u64,
+        bytes: &[u8],
+        reserved: Reservation<'_>,
+    ) -> Result<()> {
         let file = self.file()?;
         file.write_all_at(bytes, offset)
             .map_err(Error::io("write block", &self.path))?;
@@ -233,13 +288,14 @@ impl ObjectState {
         }
         {
             let _tier = self.tier.dir.lock_tier()?;
-            self.mark_all(first..=last, boot)?;
+            let _changing = self.tier.dir.state.changing();
+            let fresh = self.mark_all(first..=last, boot)?;
+            reserved.settle(fresh);
         }
         if boot.is_some() {
-            self.unsynced
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.unsynced.store(true, Ordering::Relaxed);
         }
-        self.tier.after_fetch()
+        Ok(())
     }
 
     /// Makes every block unsynced when this starts durable (see
@@ -248,11 +304,7 @@ impl ObjectState {
     /// bytes before marking them.
     pub(crate) fn settle(&self) -> Result<()> {
         let Some(m) = &self.blocks else { return Ok(()) };
-        if !self
-            .unsynced
-            .swap(false, std::sync::atomic::Ordering::Relaxed)
-            || !self.current()
-        {
+        if !self.unsynced.swap(false, Ordering::Relaxed) || !self.current() {
             return Ok(());
         }
         self.refresh();
@@ -265,10 +317,14 @@ impl ObjectState {
         let _tier = self.tier.dir.lock_tier()?;
         // Durably even if others marked blocks unsynced meanwhile: this
         // write's directory fsync is what makes the sparse file's name
-        // durable with the first durable block.
+        // durable with the first durable block. Only blocks the disk's
+        // map still marks unsynced are promoted: one freed since is not
+        // brought back.
         self.update_map(true, |mine| {
             for i in before {
-                mine.set(i);
+                if mine.is_unsynced(i) {
+                    mine.set(i);
+                }
             }
         })
     }
@@ -370,6 +426,7 @@ impl ObjectState {
         let (head, etag) = self.block(first);
         let range = head.start..self.block(last).0.end;
         let etag = (!etag.is_empty()).then_some(etag);
+        let reserved = self.tier.reserve(units(range.clone()))?;
         let mut bytes = self.tier.get(&self.name, range.clone(), etag.clone())?;
         if let Some(h) = &self.hashes {
             let bad = |bytes: &[u8]| {
@@ -401,23 +458,38 @@ impl ObjectState {
                 }
             }
         }
-        self.keep_fetched(first, last, range.start, &bytes)
+        self.keep_fetched(first, last, range.start, &bytes, reserved)
     }
 
     /// Fetches block `i` of `obj` unless it is present: one fetcher per
     /// block machine-wide; bytes written before the block map says so
     /// (see [`keep_fetched`](Self::keep_fetched)).
     pub(crate) fn fetch_block(&self, i: u64) -> Result<()> {
+        self.fetch_block_for(i, Admit::Read).map(drop)
+    }
+
+    /// Fetches block `i` ahead of its reads: only into room the tier has
+    /// or may free for it (see [`Admit::Prefetch`]). Whether it is local.
+    pub(crate) fn prefetch_block(&self, i: u64) -> Result<bool> {
+        self.fetch_block_for(i, Admit::Prefetch { distance: u64::MAX })
+    }
+
+    /// [`fetch_block`](Self::fetch_block) making room as `admit` allows;
+    /// whether the block is local.
+    fn fetch_block_for(&self, i: u64, admit: Admit) -> Result<bool> {
         if self.has(i) {
-            return Ok(());
+            return Ok(true);
         }
         let _fetching = self.tier.dir.fetch_lock(&self.key, Some(self.granule(i)))?;
         self.refresh();
         if self.has(i) {
-            return Ok(());
+            return Ok(true);
         }
         let (range, etag) = self.block(i);
         let etag = (!etag.is_empty()).then_some(etag);
+        let Some(reserved) = self.tier.make_room(units(range.clone()), admit)? else {
+            return Ok(false);
+        };
         let mut bytes = self.tier.get(&self.name, range.clone(), etag.clone())?;
         if let Some(h) = &self.hashes {
             // Checked before a byte is written: a bad block never reaches
@@ -439,7 +511,28 @@ impl ObjectState {
                 }
             }
         }
-        self.keep_fetched(i, i, range.start, &bytes)
+        self.keep_fetched(i, i, range.start, &bytes, reserved)?;
+        Ok(true)
+    }
+
+    /// Marks blocks `blocks` used now in the object's touch clocks (the
+    /// LRU order of blocks), best effort.
+    pub(crate) fn touch_blocks(&self, blocks: &[u64]) {
+        let now = self.tier.dir.state.tick();
+        let mut touch = self.touch.lock().unwrap_or_else(|p| p.into_inner());
+        if touch.is_none() {
+            *touch = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(self.tier.dir.touch(&self.key))
+                .ok();
+        }
+        if let Some(f) = touch.as_ref() {
+            for &b in blocks {
+                let _ = f.write_all_at(&now.to_le_bytes(), b * 8);
+            }
+        }
     }
 }
 

@@ -4,8 +4,17 @@
 //!
 //! Each process that opens objects in a tier keeps one pin record,
 //! `pins/<host>-<pid>-<nanos>-<n>`, exclusively `flock`ed for the
-//! process's life: a bitmap of [`BUCKETS`] bits, bit `b` set while the
-//! process holds any object whose key hashes to bucket `b`. Eviction
+//! process's life: three bitmaps ([`Region`]) of [`BUCKETS`] bits each,
+//! 512 KiB apiece. Region 0 ("open"): bit `b` set while the process holds
+//! any object whose key hashes to bucket `b`. Region 1 ("whole"): the
+//! same for handles that need the whole copy (they map it); a handle
+//! opened with [`RemoteTier::open_leased`](crate::RemoteTier::open_leased)
+//! sets only region 0, so eviction may free blocks of its copy. Region 2
+//! ("leased"): bit `bucket("<key>#<block>")` set while a [`Lease`] of
+//! the process holds that block, which is then never freed. A record of
+//! exactly 512 KiB was written by an older build: its bits count as
+//! whole pins (and an older build's eviction reads only region 0, so it
+//! keeps every object open here). Eviction
 //! (under `tier.lock`) reads the records whose lock it cannot take (their
 //! process lives; one it can take is a dead process's, and is removed)
 //! and keeps every object whose bucket is set in any of them. Two keys of
@@ -35,6 +44,35 @@ use crate::{Error, Result};
 /// with an open one (and is kept too).
 pub(crate) const BUCKETS: u64 = 1 << 22;
 
+/// The most released lease buckets a process leaves set, per tier: a
+/// loop of one lease per sample on one block then costs a mutex, not a
+/// `flock` of `tier.lock` per sample. The price: up to this many blocks
+/// per process that eviction cannot free.
+pub(crate) const STICKY: usize = 4;
+
+/// The bytes of one region of a pin record.
+const REGION_BYTES: u64 = BUCKETS / 8;
+
+/// The regions of a pin record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Region {
+    /// Objects open (any handle).
+    Open = 0,
+    /// Objects open by a handle that needs the whole copy.
+    Whole = 1,
+    /// Blocks leased (`bucket("<key>#<block>")`).
+    Leased = 2,
+}
+
+/// What a handle needs of its object's copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PinKind {
+    /// All of it, for its life (a mapping of the whole file).
+    Whole,
+    /// Only the blocks it leases, while it leases them.
+    Blocks,
+}
+
 /// The directory of the pin records, inside the tier directory.
 pub(crate) const PINS_DIR: &str = "pins";
 
@@ -48,8 +86,11 @@ struct Records {
 struct Record {
     file: File,
     path: PathBuf,
-    /// Handles per bucket; a bucket is set in the file while above zero.
-    counts: HashMap<u64, u32>,
+    /// Holders per (region, bucket); a bucket is set in the file while
+    /// above zero (or, for leases, while sticky).
+    counts: HashMap<(Region, u64), u32>,
+    /// Lease buckets released but left set, oldest first.
+    sticky: std::collections::VecDeque<u64>,
 }
 
 static RECORDS: PerProcess<Mutex<Records>> = PerProcess::new();
@@ -84,39 +125,34 @@ pub(crate) fn bucket(key: &str) -> u64 {
 pub(crate) struct Pin {
     root: PathBuf,
     bucket: u64,
+    kind: PinKind,
     pid: u32,
 }
 
 impl Pin {
-    /// Pins the object `key` of the tier at `root` for this process:
-    /// takes `tier.lock` (at most `wait`) when the bucket is not yet set.
-    pub(crate) fn take(root: &Path, key: &str, wait: Duration) -> Result<Pin> {
+    /// Pins the object `key` of the tier at `root` for this process (its
+    /// whole copy, or only the blocks later leased): takes `tier.lock` (at
+    /// most `wait`) when a bucket is not yet set.
+    pub(crate) fn take(root: &Path, key: &str, wait: Duration, kind: PinKind) -> Result<Pin> {
         let bucket = bucket(key);
         let pin = Pin {
             root: root.to_path_buf(),
             bucket,
+            kind,
             pid: std::process::id(),
         };
-        {
-            let mut records = records();
-            let record = records.record(root)?;
-            if let Some(n) = record.counts.get_mut(&bucket) {
-                *n += 1;
-                return Ok(pin);
-            }
-        }
-        // Set under the tier lock, which every eviction holds: one that
-        // already looked for pins has removed what it evicts by the time
-        // this holds it.
-        let _tier = FileLock::exclusive_within(&root.join("tier.lock"), wait)?;
-        let mut records = records();
-        let record = records.record(root)?;
-        let n = record.counts.entry(bucket).or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            record.write_byte(bucket)?;
-        }
+        let regions: &[Region] = match kind {
+            PinKind::Whole => &[Region::Open, Region::Whole],
+            PinKind::Blocks => &[Region::Open],
+        };
+        let set: Vec<(Region, u64)> = regions.iter().map(|&r| (r, bucket)).collect();
+        take_buckets(root, wait, &set)?;
         Ok(pin)
+    }
+
+    /// What this pin keeps.
+    pub(crate) fn kind(&self) -> PinKind {
+        self.kind
     }
 
     /// Whether this pin was taken by this process (not inherited through
@@ -135,18 +171,91 @@ impl Drop for Pin {
         let Some(record) = records.tiers.get_mut(&self.root) else {
             return;
         };
-        let gone = match record.counts.get_mut(&self.bucket) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
+        record.release(Region::Open, self.bucket);
+        if self.kind == PinKind::Whole {
+            record.release(Region::Whole, self.bucket);
+        }
+    }
+}
+
+/// Counts a holder of each `(region, bucket)` of `set` in this process,
+/// setting in the record (under `tier.lock`, which every eviction holds,
+/// so that one that already looked for pins is done by then) the buckets
+/// not yet set.
+fn take_buckets(root: &Path, wait: Duration, set: &[(Region, u64)]) -> Result<()> {
+    {
+        let mut records = records();
+        let record = records.record(root)?;
+        if set.iter().all(|rb| record.is_set(*rb)) {
+            for rb in set {
+                record.hold(*rb);
             }
-            Some(_) => true,
-            None => false,
+            return Ok(());
+        }
+    }
+    let _tier = FileLock::exclusive_within(&root.join("tier.lock"), wait)?;
+    let mut records = records();
+    let record = records.record(root)?;
+    for rb in set {
+        if record.hold(*rb) {
+            record.write_byte(rb.0, rb.1)?;
+        }
+    }
+    Ok(())
+}
+
+/// The blocks of one object a read is using: while a lease lives, no
+/// process of the tier frees them (their buckets are set in region 2 of
+/// this process's pin record). Dropping it releases them; up to
+/// 4 buckets per process stay set a while longer, so that the
+/// next lease of the same block takes no lock.
+#[derive(Debug)]
+pub struct Lease {
+    root: PathBuf,
+    buckets: Vec<u64>,
+    pid: u32,
+}
+
+impl Lease {
+    /// A lease of nothing (an object whose copy is whole-pinned anyway).
+    pub(crate) fn empty(root: &Path) -> Lease {
+        Lease {
+            root: root.to_path_buf(),
+            buckets: Vec::new(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// Leases `blocks` of the object `key` of the tier at `root`: takes
+    /// `tier.lock` (at most `wait`) only when a bucket is not yet set.
+    pub(crate) fn take(root: &Path, key: &str, blocks: &[u64], wait: Duration) -> Result<Lease> {
+        let mut buckets: Vec<u64> = blocks
+            .iter()
+            .map(|b| bucket(&format!("{key}#{b}")))
+            .collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        let set: Vec<(Region, u64)> = buckets.iter().map(|&b| (Region::Leased, b)).collect();
+        take_buckets(root, wait, &set)?;
+        Ok(Lease {
+            root: root.to_path_buf(),
+            buckets,
+            pid: std::process::id(),
+        })
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.pid != std::process::id() || self.buckets.is_empty() {
+            return;
+        }
+        let mut records = records();
+        let Some(record) = records.tiers.get_mut(&self.root) else {
+            return;
         };
-        if gone {
-            record.counts.remove(&self.bucket);
-            // Best effort: a bit left set only keeps a copy longer.
-            let _ = record.write_byte(self.bucket);
+        for &b in &self.buckets {
+            record.release(Region::Leased, b);
         }
     }
 }
@@ -164,7 +273,7 @@ impl Records {
                 .create_new(true)
                 .open(&path)
                 .map_err(Error::io("create pin record", &path))?;
-            file.set_len(BUCKETS / 8)
+            file.set_len(3 * REGION_BYTES)
                 .map_err(Error::io("size pin record", &path))?;
             // SAFETY: flock on a descriptor this function owns; it takes no
             // pointer and has no other effect on memory.
@@ -180,6 +289,7 @@ impl Records {
                     file,
                     path,
                     counts: HashMap::new(),
+                    sticky: Default::default(),
                 },
             );
         }
@@ -188,14 +298,58 @@ impl Records {
 }
 
 impl Record {
-    /// Writes the byte that holds `bucket` as the counts say.
-    fn write_byte(&self, bucket: u64) -> Result<()> {
+    /// Whether `(region, bucket)` is set in the file now.
+    fn is_set(&self, rb: (Region, u64)) -> bool {
+        self.counts.contains_key(&rb) || (rb.0 == Region::Leased && self.sticky.contains(&rb.1))
+    }
+
+    /// Counts one more holder; whether the bucket must be written (it
+    /// was not set).
+    fn hold(&mut self, rb: (Region, u64)) -> bool {
+        let was_set = self.is_set(rb);
+        if rb.0 == Region::Leased {
+            self.sticky.retain(|&b| b != rb.1);
+        }
+        *self.counts.entry(rb).or_insert(0) += 1;
+        !was_set
+    }
+
+    /// Counts one holder less; the last one clears the bucket (no lock
+    /// needed to give a pin up), except that released lease buckets stay
+    /// set while they are among the [`STICKY`] most recent.
+    fn release(&mut self, region: Region, bucket: u64) {
+        let rb = (region, bucket);
+        match self.counts.get_mut(&rb) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                return;
+            }
+            Some(_) => {
+                self.counts.remove(&rb);
+            }
+            None => return,
+        }
+        // Best effort below: a bit left set only keeps a copy longer.
+        if region != Region::Leased {
+            let _ = self.write_byte(region, bucket);
+            return;
+        }
+        self.sticky.push_back(bucket);
+        while self.sticky.len() > STICKY {
+            if let Some(old) = self.sticky.pop_front() {
+                let _ = self.write_byte(Region::Leased, old);
+            }
+        }
+    }
+
+    /// Writes the byte that holds `bucket` of `region` as the counts say.
+    fn write_byte(&self, region: Region, bucket: u64) -> Result<()> {
         let first = bucket / 8 * 8;
         let byte = (0..8u64)
-            .filter(|i| self.counts.contains_key(&(first + i)))
+            .filter(|i| self.is_set((region, first + i)))
             .fold(0u8, |b, i| b | (1 << i));
         self.file
-            .write_all_at(&[byte], bucket / 8)
+            .write_all_at(&[byte], region as u64 * REGION_BYTES + bucket / 8)
             .map_err(Error::io("write pin record", &self.path))
     }
 }
@@ -205,13 +359,18 @@ impl Record {
 /// processes are removed.
 pub(crate) fn held(root: &Path) -> Result<Held> {
     let dir = root.join(PINS_DIR);
-    let mut bits = vec![0u8; (BUCKETS / 8) as usize];
+    let region = REGION_BYTES as usize;
+    let mut held = Held {
+        open: vec![0u8; region],
+        whole: vec![0u8; region],
+        leased: vec![0u8; region],
+    };
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Held(bits)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(held),
         Err(e) => return Err(Error::io("list directory", &dir)(e)),
     };
-    let mut buf = vec![0u8; bits.len()];
+    let mut buf = vec![0u8; 3 * region];
     for entry in entries {
         let entry = entry.map_err(Error::io("list directory", &dir))?;
         let path = entry.path();
@@ -227,6 +386,10 @@ pub(crate) fn held(root: &Path) -> Result<Held> {
             let _ = std::fs::remove_file(&path);
             continue;
         }
+        let len = file
+            .metadata()
+            .map_err(Error::io("stat pin record", &path))?
+            .len();
         buf.fill(0);
         let mut at = 0;
         while at < buf.len() {
@@ -237,24 +400,63 @@ pub(crate) fn held(root: &Path) -> Result<Held> {
                 Err(e) => return Err(Error::io("read pin record", &path)(e)),
             }
         }
-        for (b, r) in bits.iter_mut().zip(&buf) {
-            *b |= r;
+        let (open, rest) = buf.split_at(region);
+        let (whole, leased) = rest.split_at(region);
+        // An older build's record (one region) pins whole.
+        let whole = if len == REGION_BYTES { open } else { whole };
+        for (dst, src) in [
+            (&mut held.open, open),
+            (&mut held.whole, whole),
+            (&mut held.leased, leased),
+        ] {
+            for (b, r) in dst.iter_mut().zip(src) {
+                *b |= r;
+            }
         }
     }
-    Ok(Held(bits))
+    Ok(held)
 }
 
 /// The union of the living pin records of a tier.
-pub(crate) struct Held(Vec<u8>);
+pub(crate) struct Held {
+    open: Vec<u8>,
+    whole: Vec<u8>,
+    leased: Vec<u8>,
+}
+
+/// Whether bit `b` of `bits` is set.
+fn has_bit(bits: &[u8], b: u64) -> bool {
+    bits.get((b / 8) as usize)
+        .is_some_and(|byte| byte & (1 << (b % 8)) != 0)
+}
 
 impl Held {
-    /// Whether some process may hold the object `key`.
+    /// Whether some process may hold the object `key` open.
     pub(crate) fn has(&self, key: &str) -> bool {
-        let b = bucket(key);
-        self.0
-            .get((b / 8) as usize)
-            .is_some_and(|byte| byte & (1 << (b % 8)) != 0)
+        has_bit(&self.open, bucket(key))
     }
+
+    /// Whether some process may need the whole copy of `key`.
+    pub(crate) fn whole(&self, key: &str) -> bool {
+        has_bit(&self.whole, bucket(key))
+    }
+
+    /// Whether some process may be reading block `block` of `key`.
+    pub(crate) fn leased(&self, key: &str, block: u64) -> bool {
+        has_bit(&self.leased, bucket(&format!("{key}#{block}")))
+    }
+}
+
+/// Whether any living process other than this one keeps a pin record in
+/// the tier at `root` (dead ones' are removed first).
+pub(crate) fn others_alive(root: &Path) -> bool {
+    remove_dead(root);
+    let own = records().tiers.get(root).map(|r| r.path.clone());
+    std::fs::read_dir(root.join(PINS_DIR)).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| own.as_deref() != Some(e.path().as_path()))
+    })
 }
 
 /// Removes the pin records of dead processes of the tier at `root` (their

@@ -1,14 +1,94 @@
 //! Plan records: the upcoming uses of an object's blocks, as the readers
-//! of a node registered them, so eviction can keep what is needed soonest.
+//! of a node registered them, so eviction can keep what is needed soonest
+//! (Belady's rule) instead of what was used last.
 //!
-//! (Interface stub: the records themselves land with issue 36 part B.
-//! Until then no block is planned and eviction stays an LRU.)
+//! Each reader (a rank, a DataLoader worker) that knows its order of the
+//! epoch registers it with [`RemoteFile::set_plan`](crate::RemoteFile::set_plan):
+//! for every block it reads, the position (in its own batch clock) of its
+//! first and last use this epoch and of its first use in the next one.
+//! The reader then moves its progress forward with
+//! [`PlanHandle::advance`] after each batch, and dropping the handle
+//! removes the record. Eviction reads every live record ([`next_uses`]):
+//! the node's next use of a block is the nearest over the records, each
+//! at its own progress. A block no live record reads again is unplanned,
+//! and is evicted by LRU as without plans.
+//!
+//! # On disk
+//! ```text
+//! <tier_dir>/plans/<host>-<pid>-<nanos>-<n>.plan   one registrant's record,
+//!                     flocked (exclusive) by it for the record's life
+//! <tier_dir>/plans/plan.<host>.<pid>.<n>.tmp        a record being written
+//! ```
+//! A record, little-endian, every field at its natural alignment up to
+//! the first object:
+//! ```text
+//! 0   magic "CXPLAN\0\0"
+//! 8   version u32 = 1
+//! 12  flags u32 = 0
+//! 16  progress u64        the registrant's position: written in place (one
+//!                         aligned 8-byte pwrite) after each batch
+//! 24  epoch_len u64       L: positions 0..L are this epoch, L..2L the next
+//! 32  objects u64         K
+//! 40  K × object:
+//!       key_len u16, key (UTF-8, the tier's escaped object key),
+//!       block_size u64, n u32,
+//!       n × { block u32, first u32, last u32, next_first u32 }
+//!                         (u32::MAX = none; first ≤ last < L; L ≤ next_first < 2L)
+//! end BLAKE3 (32 bytes) of every byte before it except progress
+//! ```
+//! The record is written whole under a temporary name, locked, and renamed
+//! into place, so a `.plan` is never seen half written. A record that does
+//! not check (another version, a torn or altered file, positions out of
+//! their epoch) is ignored: its blocks count as unplanned. A record whose
+//! lock is free belongs to a registrant that is gone, and is removed. (A
+//! child forked by the registrant shares the lock's open file, so a
+//! registrant's record lives as long as such a child too: its plan is
+//! then stale, which costs hits, never data.)
+//!
+//! The distance of a block at progress `p`: while this epoch still reads
+//! it (`first` set and `p ≤ last`), `first − p` (0 = in use now);
+//! otherwise, when the next epoch reads it, `next_first − p`; otherwise
+//! none. The ranks of a node move in lockstep (their collectives), so
+//! their batch indices are one clock, and the node's distance is the
+//! minimum over the records.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::fs::File;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::{Error, RemoteFile, Result};
 
 /// A position no use has (`first`, `last` or `next_first` unset).
 pub const NONE: u32 = u32::MAX;
+
+/// The directory of the plan records, inside the tier directory.
+pub(crate) const PLANS_DIR: &str = "plans";
+
+/// The first bytes of every plan record.
+const MAGIC: &[u8; 8] = b"CXPLAN\0\0";
+
+/// The record version this build writes and reads.
+const VERSION: u32 = 1;
+
+/// Where the progress is, in a record.
+const PROGRESS_AT: u64 = 16;
+
+/// The fixed part of a record, before its objects.
+const HEADER_LEN: usize = 40;
+
+/// The bytes of one block's uses.
+const USE_LEN: usize = 16;
+
+/// The suffix of a record's name.
+const PLAN_SUFFIX: &str = ".plan";
+
+/// How old a temporary record with no live writer must be before it is
+/// removed (its writer takes its lock right after creating it).
+const STALE_TEMP: Duration = Duration::from_secs(60);
 
 /// One block's uses in one reader's plan, in the reader's batch clock:
 /// positions `0..epoch_len` are this epoch, `epoch_len..2·epoch_len` the
@@ -17,13 +97,238 @@ pub const NONE: u32 = u32::MAX;
 pub struct BlockUse {
     /// The block's index in its object (offset / block size).
     pub block: u32,
-    /// Its first use this epoch, or [`NONE`].
+    /// Its first use this epoch, or `u32::MAX` (none).
     pub first: u32,
-    /// Its last use this epoch, or [`NONE`].
+    /// Its last use this epoch, or `u32::MAX` (none).
     pub last: u32,
     /// Its first use in the next epoch (a position ≥ `epoch_len`), or
-    /// [`NONE`].
+    /// `u32::MAX` (none).
     pub next_first: u32,
+}
+
+impl BlockUse {
+    /// A block with no use yet.
+    fn unused(block: u32) -> BlockUse {
+        BlockUse {
+            block,
+            first: NONE,
+            last: NONE,
+            next_first: NONE,
+        }
+    }
+
+    /// Adds a use at `position` (`epoch_len` tells this epoch's from the
+    /// next one's).
+    fn add(&mut self, position: u32, epoch_len: u64) {
+        if u64::from(position) < epoch_len {
+            self.first = if self.first == NONE {
+                position
+            } else {
+                self.first.min(position)
+            };
+            self.last = if self.last == NONE {
+                position
+            } else {
+                self.last.max(position)
+            };
+        } else {
+            self.next_first = self.next_first.min(position);
+        }
+    }
+
+    /// How many batches after `progress` the block is read next, `None`
+    /// when this plan does not read it again.
+    pub(crate) fn distance(&self, progress: u64) -> Option<u64> {
+        if self.first != NONE && progress <= u64::from(self.last) {
+            return Some(u64::from(self.first).saturating_sub(progress));
+        }
+        if self.next_first != NONE && progress <= u64::from(self.next_first) {
+            return Some(u64::from(self.next_first) - progress);
+        }
+        None
+    }
+
+    /// Whether the positions lie where a record of `epoch_len` allows.
+    fn fits(&self, epoch_len: u64) -> bool {
+        let this = match (self.first, self.last) {
+            (NONE, NONE) => true,
+            (NONE, _) | (_, NONE) => false,
+            (first, last) => first <= last && u64::from(last) < epoch_len,
+        };
+        let next = self.next_first == NONE
+            || (epoch_len..epoch_len.saturating_mul(2)).contains(&u64::from(self.next_first));
+        this && next
+    }
+}
+
+/// The plan of one object in a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ObjectPlan {
+    /// The object's key in the tier (its escaped name).
+    pub(crate) key: String,
+    /// The block size the block indices count in.
+    pub(crate) block_size: u64,
+    /// The planned blocks, each once.
+    pub(crate) uses: Vec<BlockUse>,
+}
+
+/// One registrant's record, as written and read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PlanRecord {
+    /// The registrant's position in its batch clock.
+    pub(crate) progress: u64,
+    /// The batches of this epoch (`L`).
+    pub(crate) epoch_len: u64,
+    /// The objects it reads.
+    pub(crate) objects: Vec<ObjectPlan>,
+}
+
+impl PlanRecord {
+    /// The record's bytes (see the module docs).
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let body: usize = self
+            .objects
+            .iter()
+            .map(|o| 2 + o.key.len() + 8 + 4 + o.uses.len() * USE_LEN)
+            .sum();
+        let mut out = Vec::with_capacity(HEADER_LEN + body + 32);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&self.progress.to_le_bytes());
+        out.extend_from_slice(&self.epoch_len.to_le_bytes());
+        out.extend_from_slice(&(self.objects.len() as u64).to_le_bytes());
+        for o in &self.objects {
+            out.extend_from_slice(&(o.key.len() as u16).to_le_bytes());
+            out.extend_from_slice(o.key.as_bytes());
+            out.extend_from_slice(&o.block_size.to_le_bytes());
+            out.extend_from_slice(&(o.uses.len() as u32).to_le_bytes());
+            for u in &o.uses {
+                for v in [u.block, u.first, u.last, u.next_first] {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        let sum = checksum(&out);
+        out.extend_from_slice(&sum);
+        out
+    }
+
+    /// Reads a record, or says what is wrong with it.
+    pub(crate) fn decode(bytes: &[u8]) -> std::result::Result<PlanRecord, String> {
+        if bytes.len() < HEADER_LEN + 32 {
+            return Err(format!("{} bytes, shorter than any record", bytes.len()));
+        }
+        if &bytes[..8] != MAGIC {
+            return Err("not a plan record (bad magic)".into());
+        }
+        let (data, sum) = bytes.split_at(bytes.len() - 32);
+        let mut cur = Cursor { bytes: data, at: 8 };
+        let version = cur.u32()?;
+        if version != VERSION {
+            return Err(format!("version {version}, this build reads {VERSION}"));
+        }
+        if checksum(data) != sum {
+            return Err("checksum mismatch (torn or altered)".into());
+        }
+        let _flags = cur.u32()?;
+        let progress = cur.u64()?;
+        let epoch_len = cur.u64()?;
+        let count = cur.u64()?;
+        if epoch_len.saturating_mul(2) > u64::from(NONE) {
+            return Err(format!("epoch length {epoch_len} too large"));
+        }
+        let mut objects = Vec::new();
+        for _ in 0..count {
+            let key_len = usize::from(cur.u16()?);
+            let key = std::str::from_utf8(cur.take(key_len)?)
+                .map_err(|_| "an object key is not UTF-8".to_string())?
+                .to_string();
+            let block_size = cur.u64()?;
+            if block_size == 0 {
+                return Err(format!("{key}: block size 0"));
+            }
+            let n = cur.u32()? as usize;
+            if n > cur.left() / USE_LEN {
+                return Err(format!("{key}: {n} blocks past the record's end"));
+            }
+            let mut uses = Vec::with_capacity(n);
+            for _ in 0..n {
+                let u = BlockUse {
+                    block: cur.u32()?,
+                    first: cur.u32()?,
+                    last: cur.u32()?,
+                    next_first: cur.u32()?,
+                };
+                if !u.fits(epoch_len) {
+                    return Err(format!(
+                        "{key}: block {} has positions outside its epochs of {epoch_len}",
+                        u.block
+                    ));
+                }
+                uses.push(u);
+            }
+            objects.push(ObjectPlan {
+                key,
+                block_size,
+                uses,
+            });
+        }
+        if cur.left() != 0 {
+            return Err(format!("{} bytes after the last object", cur.left()));
+        }
+        Ok(PlanRecord {
+            progress,
+            epoch_len,
+            objects,
+        })
+    }
+}
+
+/// BLAKE3 of a record's bytes (checksum excluded) but its progress.
+fn checksum(data: &[u8]) -> [u8; 32] {
+    let progress = PROGRESS_AT as usize..PROGRESS_AT as usize + 8;
+    let mut h = blake3::Hasher::new();
+    h.update(&data[..progress.start]);
+    h.update(&data[progress.end..]);
+    *h.finalize().as_bytes()
+}
+
+/// Reads a record's fields in order.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> std::result::Result<&[u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let end = end.ok_or_else(|| format!("ends inside a field at byte {}", self.at))?;
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn u16(&mut self) -> std::result::Result<u16, String> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self) -> std::result::Result<u32, String> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+
+    fn u64(&mut self) -> std::result::Result<u64, String> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn left(&self) -> usize {
+        self.bytes.len() - self.at
+    }
 }
 
 /// The node's next use of every planned block: the nearest over the live
@@ -31,7 +336,17 @@ pub struct BlockUse {
 #[derive(Debug, Default)]
 pub(crate) struct NextUses {
     /// Object key → (block → distance in batches; 0 = in use now).
-    by_key: HashMap<String, HashMap<u32, u64>>,
+    by_key: HashMap<String, Planned>,
+}
+
+/// The planned blocks of one object.
+#[derive(Debug)]
+struct Planned {
+    /// The block size the block indices count in: the first record's (a
+    /// record of another block size, made for a copy under another block
+    /// list, is left out).
+    block_size: u64,
+    distance: HashMap<u32, u64>,
 }
 
 impl NextUses {
@@ -39,7 +354,7 @@ impl NextUses {
     /// `None` when no live plan reads it again.
     pub(crate) fn distance(&self, key: &str, block: u64) -> Option<u64> {
         let block = u32::try_from(block).ok()?;
-        self.by_key.get(key)?.get(&block).copied()
+        self.by_key.get(key)?.distance.get(&block).copied()
     }
 
     /// The keys of the objects some live plan reads.
@@ -47,15 +362,560 @@ impl NextUses {
         self.by_key.keys().map(String::as_str)
     }
 
-    /// Whether no live plan is registered.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
+    /// Counts one record's blocks, at its own progress.
+    fn add(&mut self, record: &PlanRecord) {
+        for object in &record.objects {
+            let planned = self
+                .by_key
+                .entry(object.key.clone())
+                .or_insert_with(|| Planned {
+                    block_size: object.block_size,
+                    distance: HashMap::new(),
+                });
+            if planned.block_size != object.block_size {
+                continue;
+            }
+            for u in &object.uses {
+                if let Some(d) = u.distance(record.progress) {
+                    planned
+                        .distance
+                        .entry(u.block)
+                        .and_modify(|m| *m = (*m).min(d))
+                        .or_insert(d);
+                }
+            }
+        }
+        self.by_key.retain(|_, p| !p.distance.is_empty());
     }
 }
 
 /// The next uses the live plan records under `<tier_root>/plans/` give;
-/// a record that is unreadable, torn or of a dead registrant counts as
-/// absent (eviction then falls back to LRU for its blocks).
-pub(crate) fn next_uses(_tier_root: &Path) -> NextUses {
-    NextUses::default()
+/// a record that is unreadable, torn or of another version counts as
+/// absent (eviction then falls back to LRU for its blocks), and one whose
+/// registrant is gone is removed.
+pub(crate) fn next_uses(tier_root: &Path) -> NextUses {
+    let mut uses = NextUses::default();
+    for record in live_records(tier_root) {
+        uses.add(&record);
+    }
+    uses
+}
+
+/// The records of the live registrants of the tier at `tier_root`, in no
+/// order; removes the records of dead ones (and their stale temporary
+/// files), best effort.
+fn live_records(tier_root: &Path) -> Vec<PlanRecord> {
+    let Ok(entries) = std::fs::read_dir(tier_root.join(PLANS_DIR)) else {
+        return Vec::new();
+    };
+    let mut records = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        let free = try_lock_shared(&file);
+        if name.ends_with(durable_fs::TMP_SUFFIX) {
+            let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| {
+                SystemTime::now().duration_since(t).unwrap_or_default() > STALE_TEMP
+            });
+            if free && old {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
+        if !name.ends_with(PLAN_SUFFIX) {
+            continue;
+        }
+        if free {
+            // Its registrant is gone (it holds the lock for the record's life).
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        let mut bytes = Vec::new();
+        if std::io::Read::read_to_end(&mut &file, &mut bytes).is_err() {
+            continue;
+        }
+        if let Ok(record) = PlanRecord::decode(&bytes) {
+            records.push(record);
+        }
+    }
+    records
+}
+
+/// Takes a shared `flock` of `file` if no one holds it exclusively;
+/// returns whether it did (the lock goes with the descriptor).
+fn try_lock_shared(file: &File) -> bool {
+    // SAFETY: flock on a descriptor the caller owns; it takes no pointer
+    // and has no other effect on memory.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) == 0 }
+}
+
+/// A registered plan: its record lives (and counts for eviction) until
+/// this is dropped. Dropped in a process forked from the registrant, it
+/// does nothing (the registrant's record stays the registrant's).
+#[derive(Debug)]
+pub struct PlanHandle {
+    file: File,
+    path: PathBuf,
+    epoch_len: u64,
+    pid: u32,
+}
+
+impl PlanHandle {
+    /// Moves the registrant's progress to `position` (the batches it has
+    /// read in its clock: the blocks of earlier positions are no longer
+    /// needed this epoch). One 8-byte write in place; nothing in a
+    /// process forked from the registrant (the progress is the
+    /// registrant's).
+    pub fn advance(&self, position: u64) -> Result<()> {
+        if self.pid != std::process::id() {
+            return Ok(());
+        }
+        let position = position.min(self.epoch_len.saturating_mul(2));
+        self.file
+            .write_all_at(&position.to_le_bytes(), PROGRESS_AT)
+            .map_err(Error::io("advance plan record", &self.path))
+    }
+
+    /// The record's path (`<tier_dir>/plans/<token>.plan`).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PlanHandle {
+    fn drop(&mut self) {
+        if self.pid == std::process::id() {
+            // Removed while still locked: a reader never takes a record
+            // being dropped for a dead one and then meets another's file.
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Writes the record of `objects` under `<tier_root>/plans/` and returns
+/// its handle (progress 0).
+pub(crate) fn register(
+    tier_root: &Path,
+    objects: Vec<ObjectPlan>,
+    epoch_len: u64,
+) -> Result<PlanHandle> {
+    let dir = tier_root.join(PLANS_DIR);
+    std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
+    let bytes = PlanRecord {
+        progress: 0,
+        epoch_len,
+        objects,
+    }
+    .encode();
+    let tmp = durable_fs::unique_temp_path(&dir, "plan");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(Error::io("create plan record", &tmp))?;
+    let written = lock_exclusive(&file)
+        .and_then(|()| file.write_all_at(&bytes, 0))
+        .map_err(Error::io("write plan record", &tmp));
+    let path = dir.join(format!("{}{PLAN_SUFFIX}", durable_fs::host_pid_token()));
+    let placed = written.and_then(|()| {
+        std::fs::rename(&tmp, &path).map_err(Error::io("rename plan record into place", &path))
+    });
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(PlanHandle {
+        file,
+        path,
+        epoch_len,
+        pid: std::process::id(),
+    })
+}
+
+/// Takes an exclusive `flock` of `file`, waiting for a reader that holds
+/// a shared one for a moment.
+fn lock_exclusive(file: &File) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor the caller owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+impl RemoteFile {
+    /// Registers this reader's plan of the object: each `(byte range,
+    /// position)` is a read at `position` of the reader's batch clock,
+    /// where `0..epoch_len` is this epoch and `epoch_len..2·epoch_len` the
+    /// next. Eviction (in every process of the tier) then evicts the
+    /// blocks needed furthest ahead first and keeps the nearest. Call
+    /// [`PlanHandle::advance`] as batches are read; the plan counts until
+    /// the handle is dropped. Empty ranges are left out.
+    ///
+    /// Fails on a range past the object's end, a position at or past
+    /// `2·epoch_len`, or an `epoch_len` whose positions do not fit the
+    /// record (`2·epoch_len` must stay below `u32::MAX`).
+    pub fn set_plan(&self, uses: &[(Range<u64>, u64)], epoch_len: u64) -> Result<PlanHandle> {
+        let state = self.state();
+        let root = &state.tier.dir.root;
+        let bad = |problem: String| {
+            Error::io("register plan", root.join(PLANS_DIR))(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: {problem}", state.name),
+            ))
+        };
+        if epoch_len.saturating_mul(2) >= u64::from(NONE) {
+            return Err(bad(format!("epoch length {epoch_len} too large")));
+        }
+        let block_size = match &state.blocks {
+            Some(map) => map.lock().unwrap_or_else(|p| p.into_inner()).block_size,
+            None => state.size.max(1),
+        };
+        let mut by_block: HashMap<u32, BlockUse> = HashMap::new();
+        for (range, position) in uses {
+            if range.start >= range.end {
+                continue;
+            }
+            if range.end > state.size {
+                return Err(Error::OutOfRange {
+                    url: state.tier.url.to_string(),
+                    name: state.name.clone(),
+                    start: range.start,
+                    end: range.end,
+                    size: state.size,
+                });
+            }
+            if *position >= epoch_len.saturating_mul(2) {
+                return Err(bad(format!(
+                    "position {position} outside the two epochs of {epoch_len} batches"
+                )));
+            }
+            let position = *position as u32;
+            let first = range.start / block_size;
+            let last = (range.end - 1) / block_size;
+            for block in first..=last {
+                let Ok(block) = u32::try_from(block) else {
+                    return Err(bad(format!("block {block} past the record's range")));
+                };
+                by_block
+                    .entry(block)
+                    .or_insert_with(|| BlockUse::unused(block))
+                    .add(position, epoch_len);
+            }
+        }
+        let mut blocks: Vec<BlockUse> = by_block.into_values().collect();
+        blocks.sort_unstable_by_key(|u| u.block);
+        let object = ObjectPlan {
+            key: state.key.clone(),
+            block_size,
+            uses: blocks,
+        };
+        register(root, vec![object], epoch_len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the environment of the child of
+    /// `a_dead_registrants_record_is_removed`: the tier directory.
+    const CHILD_ROOT: &str = "REMOTE_TIER_PLAN_CHILD";
+
+    fn plan(key: &str, uses: &[(u32, u32, u32, u32)]) -> ObjectPlan {
+        ObjectPlan {
+            key: key.into(),
+            block_size: 4096,
+            uses: uses
+                .iter()
+                .map(|&(block, first, last, next_first)| BlockUse {
+                    block,
+                    first,
+                    last,
+                    next_first,
+                })
+                .collect(),
+        }
+    }
+
+    fn records_in(root: &Path) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = std::fs::read_dir(root.join(PLANS_DIR))
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_record_round_trips_and_progress_is_outside_its_checksum() {
+        let record = PlanRecord {
+            progress: 3,
+            epoch_len: 10,
+            objects: vec![
+                plan(
+                    "a%2Fpages",
+                    &[(0, 0, 4, 12), (7, 2, 2, NONE), (9, NONE, NONE, 10)],
+                ),
+                plan("b", &[]),
+            ],
+        };
+        let mut bytes = record.encode();
+        assert_eq!(PlanRecord::decode(&bytes), Ok(record.clone()));
+        bytes[PROGRESS_AT as usize..][..8].copy_from_slice(&7u64.to_le_bytes());
+        let moved = PlanRecord::decode(&bytes).unwrap();
+        assert_eq!(moved.progress, 7);
+        assert_eq!(moved.objects, record.objects);
+    }
+
+    #[test]
+    fn a_torn_or_altered_record_does_not_decode() {
+        let bytes = PlanRecord {
+            progress: 0,
+            epoch_len: 4,
+            objects: vec![plan("a", &[(1, 0, 1, 5)])],
+        }
+        .encode();
+        for cut in [0, 8, HEADER_LEN, bytes.len() - 1] {
+            assert!(PlanRecord::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut altered = bytes.clone();
+        altered[HEADER_LEN + 4] ^= 1;
+        assert!(PlanRecord::decode(&altered).is_err());
+        let mut newer = bytes;
+        newer[8] = 2;
+        let err = PlanRecord::decode(&newer).unwrap_err();
+        assert!(err.contains("version 2"), "{err}");
+    }
+
+    #[test]
+    fn positions_outside_their_epoch_do_not_decode() {
+        for bad in [
+            (0, 3, 1, NONE),
+            (0, 1, 4, NONE),
+            (0, NONE, NONE, 3),
+            (0, 1, NONE, NONE),
+        ] {
+            let bytes = PlanRecord {
+                progress: 0,
+                epoch_len: 4,
+                objects: vec![plan("a", &[bad])],
+            }
+            .encode();
+            assert!(PlanRecord::decode(&bytes).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn distance_follows_progress_through_this_epoch_into_the_next() {
+        let u = BlockUse {
+            block: 0,
+            first: 2,
+            last: 5,
+            next_first: 9,
+        };
+        let at: Vec<Option<u64>> = [0, 2, 4, 5, 6, 9, 10].map(|p| u.distance(p)).into();
+        assert_eq!(
+            at,
+            [Some(2), Some(0), Some(0), Some(0), Some(3), Some(0), None]
+        );
+        let only_next = BlockUse {
+            next_first: 7,
+            ..BlockUse::unused(1)
+        };
+        assert_eq!(only_next.distance(1), Some(6));
+        assert_eq!(BlockUse::unused(2).distance(0), None);
+    }
+
+    #[test]
+    fn next_uses_is_the_minimum_over_live_records_each_at_its_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = register(
+            dir.path(),
+            vec![plan(
+                "k",
+                &[(0, 1, 1, NONE), (1, 6, 7, NONE), (2, NONE, NONE, 9)],
+            )],
+            8,
+        )
+        .unwrap();
+        let b = register(
+            dir.path(),
+            vec![plan("k", &[(0, 5, 5, NONE), (1, 3, 3, NONE)])],
+            8,
+        )
+        .unwrap();
+        let uses = next_uses(dir.path());
+        assert_eq!(uses.keys().collect::<Vec<_>>(), ["k"]);
+        assert_eq!(
+            [0, 1, 2, 3].map(|b| uses.distance("k", b)),
+            [Some(1), Some(3), Some(9), None]
+        );
+        a.advance(2).unwrap();
+        b.advance(4).unwrap();
+        let uses = next_uses(dir.path());
+        // a: block 0 is done (next none), block 1 at 6 → 4, block 2 at 9 → 7;
+        // b: block 0 at 5 → 1, block 1 is done.
+        assert_eq!(
+            [0, 1, 2].map(|b| uses.distance("k", b)),
+            [Some(1), Some(4), Some(7)]
+        );
+        drop(a);
+        drop(b);
+        assert_eq!(next_uses(dir.path()).keys().count(), 0);
+        assert!(
+            records_in(dir.path()).is_empty(),
+            "dropping removes the record"
+        );
+    }
+
+    #[test]
+    fn a_torn_record_of_a_live_registrant_is_ignored_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let handle = register(dir.path(), vec![plan("k", &[(0, 0, 0, NONE)])], 2).unwrap();
+        let torn = handle.path().to_path_buf();
+        let len = std::fs::metadata(&torn).unwrap().len();
+        let live = register(dir.path(), vec![plan("j", &[(3, 1, 1, NONE)])], 2).unwrap();
+        // Torn: the tail is gone (a registrant that wrote it some other way).
+        File::options()
+            .write(true)
+            .open(&torn)
+            .unwrap()
+            .set_len(len - 5)
+            .unwrap();
+        let uses = next_uses(dir.path());
+        assert_eq!(uses.keys().collect::<Vec<_>>(), ["j"]);
+        assert_eq!(uses.distance("k", 0), None);
+        assert_eq!(uses.distance("j", 3), Some(1));
+        assert!(torn.exists(), "a live registrant's record stays");
+        drop((handle, live));
+    }
+
+    /// The child half of `a_dead_registrants_record_is_removed` (does
+    /// nothing unless spawned by it): registers a plan, says so, and
+    /// waits to be killed.
+    #[test]
+    fn registrant_child() {
+        let Ok(root) = std::env::var(CHILD_ROOT) else {
+            return;
+        };
+        let _handle = register(Path::new(&root), vec![plan("k", &[(0, 0, 0, 2)])], 2).unwrap();
+        println!("\nREGISTERED");
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
+        // Killed before stdin closes; never drops its handle itself.
+        std::thread::sleep(Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_dead_registrants_record_is_removed() {
+        use std::io::{BufRead, BufReader};
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "plans::tests::registrant_child",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ROOT, dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let registered = lines.any(|l| l.is_ok_and(|l| l == "REGISTERED"));
+        let live = next_uses(dir.path()).distance("k", 0);
+        // SAFETY: kill takes no pointer; the pid is our own child's, not
+        // yet waited for.
+        let killed = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+        let status = child.wait().unwrap();
+        assert!(registered, "the child registered its plan");
+        assert_eq!(killed, 0);
+        assert!(!status.success());
+        assert_eq!(live, Some(0), "the live child's plan counts");
+        assert_eq!(records_in(dir.path()).len(), 1);
+        assert_eq!(
+            next_uses(dir.path()).keys().count(),
+            0,
+            "a dead registrant's plan does not"
+        );
+        assert!(
+            records_in(dir.path()).is_empty(),
+            "and its record is removed"
+        );
+    }
+
+    #[test]
+    fn set_plan_records_each_blocks_first_last_and_next_use() {
+        let local = tempfile::tempdir().unwrap();
+        let mut config = crate::TierConfig::new(local.path(), 64 << 20);
+        config.block_size = 1 << 16;
+        config.whole_file_max = 1 << 16;
+        let tier = crate::RemoteTier::open("memory:///plans/set", config).unwrap();
+        tier.put_bytes("pages", vec![7u8; 300_000]).unwrap();
+        let file = tier.open_object("pages").unwrap();
+        let b = 1u64 << 16;
+        let handle = file
+            .set_plan(
+                &[
+                    (0..10, 3),
+                    (b - 1..b + 1, 1),
+                    (0..1, 0),
+                    (4 * b..4 * b + 5, 6),
+                    (5..5, 0),
+                ],
+                4,
+            )
+            .unwrap();
+        let uses = next_uses(local.path());
+        let key = crate::local::LocalDir::key("pages");
+        assert_eq!(
+            [0, 1, 2, 3, 4].map(|i| uses.distance(&key, i)),
+            [Some(0), Some(1), None, None, Some(6)]
+        );
+        let bytes = std::fs::read(handle.path()).unwrap();
+        let record = PlanRecord::decode(&bytes).unwrap();
+        assert_eq!(
+            record.objects[0].uses,
+            [
+                BlockUse {
+                    block: 0,
+                    first: 0,
+                    last: 3,
+                    next_first: NONE
+                },
+                BlockUse {
+                    block: 1,
+                    first: 1,
+                    last: 1,
+                    next_first: NONE
+                },
+                BlockUse {
+                    block: 4,
+                    first: NONE,
+                    last: NONE,
+                    next_first: 6
+                },
+            ]
+        );
+        assert!(
+            file.set_plan(&[(0..300_001, 0)], 4).is_err(),
+            "past the end"
+        );
+        assert!(
+            file.set_plan(&[(0..1, 8)], 4).is_err(),
+            "past the next epoch"
+        );
+        drop(handle);
+        assert_eq!(next_uses(local.path()).keys().count(), 0);
+    }
 }

@@ -18,6 +18,7 @@ use crate::engine::{Conn, Expected, Inner, ObjectInfo, Rebuild};
 use crate::file::RemoteFile;
 use crate::local::{EvictReport, LocalDir};
 use crate::remote::{Failure, Remote, WAIT_SLACK};
+use crate::state::TierStats;
 use crate::store_url::{build_store, redact_url};
 use crate::{Error, Result};
 
@@ -28,7 +29,7 @@ use crate::{Error, Result};
 /// call from inside one's blocking threads).
 #[derive(Debug, Clone)]
 pub struct RemoteTier {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl RemoteTier {
@@ -196,7 +197,7 @@ impl RemoteTier {
     /// fetched whole now; a large one gets a sparse local file whose
     /// blocks [`RemoteFile::ensure`] fetches on demand.
     pub fn open_object(&self, name: &str) -> Result<RemoteFile> {
-        RemoteFile::open(&self.inner, name, &Expected::default(), None, false)
+        RemoteFile::open(&self.inner, name, &Expected::default(), None, false, false)
     }
 
     /// [`open_object`](Self::open_object) for an object whose publisher
@@ -208,21 +209,46 @@ impl RemoteTier {
     /// with another) is not trusted: the object gets a fresh sparse file.
     /// Warm reads of blocks already local hash nothing.
     pub fn open_verified(&self, name: &str, hashes: Arc<BlockHashes>) -> Result<RemoteFile> {
-        RemoteFile::open(&self.inner, name, &Expected::default(), Some(hashes), false)
+        RemoteFile::open(
+            &self.inner,
+            name,
+            &Expected::default(),
+            Some(hashes),
+            false,
+            false,
+        )
     }
 
     /// [`open_verified`](Self::open_verified) for an object read in small
     /// parts (a row here, a row there): left sparse whatever its size, so
     /// that a small object is not fetched whole on open either.
     pub fn open_by_blocks(&self, name: &str, hashes: Arc<BlockHashes>) -> Result<RemoteFile> {
-        RemoteFile::open(&self.inner, name, &Expected::default(), Some(hashes), true)
+        RemoteFile::open(
+            &self.inner,
+            name,
+            &Expected::default(),
+            Some(hashes),
+            true,
+            false,
+        )
+    }
+
+    /// Opens the object `name` for reads that lease the bytes they use
+    /// ([`RemoteFile::lease`]): sparse and fetched by blocks whatever its
+    /// size, and while it is open eviction may free (hole-punch) any of
+    /// its blocks that no lease holds, so a copy larger than the budget
+    /// stays within it. Map only what a lease covers, for as long as it
+    /// lives: freed bytes read as zeros. With `hashes`, as
+    /// [`open_verified`](Self::open_verified).
+    pub fn open_leased(&self, name: &str, hashes: Option<Arc<BlockHashes>>) -> Result<RemoteFile> {
+        RemoteFile::open(&self.inner, name, &Expected::default(), hashes, true, true)
     }
 
     /// Fetches all of `name` into the local tier (blocks in parallel) and
     /// checks it against `expected`: a copy that does not match is removed
     /// and reported as [`Error::Corrupt`].
     pub fn fetch(&self, name: &str, expected: &Expected) -> Result<RemoteFile> {
-        let file = RemoteFile::open(&self.inner, name, expected, None, false)?;
+        let file = RemoteFile::open(&self.inner, name, expected, None, false, false)?;
         file.ensure(0..file.len())?;
         file.verify(expected)?;
         Ok(file)
@@ -557,10 +583,18 @@ impl RemoteTier {
         self.inner.dir.usage()
     }
 
-    /// Evicts least-recently-used copies until the local tier is within its
-    /// budget (done after every fetch too).
+    /// Evicts until the tier's count is within its budget: idle copies
+    /// least recently used first, then unleased blocks of copies open by
+    /// [`open_leased`](Self::open_leased) (planned ones last, farthest
+    /// next use first). Every fetch makes room this way before it starts.
     pub fn evict(&self) -> Result<EvictReport> {
-        self.inner.dir.evict(self.inner.config.tier_budget)
+        self.inner.evict_to_budget()
+    }
+
+    /// The tier's counters (shared by every process of the node using
+    /// its directory), from its `tier.state`.
+    pub fn stats(&self) -> Result<TierStats> {
+        Ok(self.inner.dir.state.stats())
     }
 }
 

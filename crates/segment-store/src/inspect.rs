@@ -410,6 +410,40 @@ impl SegmentStore {
         out
     }
 
+    /// Every key the index holds, with where its row is: `(key, segment
+    /// id, row)`, ordered by segment and row (torchcachex's `index` dict,
+    /// answered from this store). Rows still pending a flush are not
+    /// listed. Reads the key column of each segment holding a live row.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CorruptSegment`] naming the segment whose keys cannot be decoded.
+    pub fn key_locations(&self) -> crate::Result<Vec<(String, u32, u32)>> {
+        let inner = self.inner();
+        let (mut locs, segments, hint) = {
+            let st = inner.state.read();
+            let locs: Vec<_> = st.index.locations().collect();
+            (locs, st.segments.clone(), hint_of(st.schema.as_ref()))
+        };
+        locs.sort_unstable();
+        let mut out = Vec::with_capacity(locs.len());
+        let mut at = 0;
+        while at < locs.len() {
+            let seg = locs[at].seg;
+            let end = at + locs[at..].partition_point(|l| l.seg == seg);
+            if let Some(segment) = segments.get(&seg) {
+                let decoded = segment.decoded(hint)?;
+                for loc in &locs[at..end] {
+                    if let Some(key) = decoded.key(loc.row as usize) {
+                        out.push((key.to_owned(), seg, loc.row));
+                    }
+                }
+            }
+            at = end;
+        }
+        Ok(out)
+    }
+
     /// A summary of the cache: schema, entries, segments, sizes.
     pub fn inspect(&self) -> Inspection {
         let inner = self.inner();

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, mpsc};
 
 use parking_lot::Mutex;
@@ -96,6 +96,14 @@ pub(crate) struct Inner<T> {
     pub(crate) state: Mutex<State<T>>,
     pub(crate) cursors: Vec<Mutex<Option<Cursor<T>>>>,
     pub(crate) tick: AtomicU64,
+    /// Shards the workers load ahead of a foreground access (0: none);
+    /// starts as [`Options::preload_policy`], changed by `set_preload`.
+    pub(crate) preload: AtomicUsize,
+    /// Foreground shard lookups that missed the memory cache.
+    pub(crate) memory_misses: AtomicU64,
+    /// Shard lookups (foreground or background) that found no shard file
+    /// and went to the source.
+    pub(crate) disk_misses: AtomicU64,
     pub(crate) jobs: Option<Mutex<mpsc::Sender<Job>>>,
     pub(crate) stop: Arc<std::sync::atomic::AtomicBool>,
 }

@@ -58,6 +58,12 @@
 //!   corrupt shard is detected on read (size, decode, item count),
 //!   quarantined and regenerated, or reported when there is no source.
 //!   [`verify`] lists every problem of a root; [`inspect`] summarizes it.
+//! - **Introspection** (what loadit's users read from its internals):
+//!   [`ShardStore::shard_files`], [`ShardStore::disk_bytes`],
+//!   [`ShardStore::cached_shards`], [`ShardStore::counters`] (cache misses)
+//!   and [`ShardStore::cursors`] report the store's state;
+//!   [`ShardStore::set_preload`] changes the preload of an open store and
+//!   [`ShardStore::finalize`] makes the shards on disk the whole length.
 //!
 //! # Example
 //!
@@ -92,6 +98,7 @@ mod error;
 pub mod format;
 mod inner;
 mod inspect;
+mod introspect;
 mod iter;
 mod options;
 mod pickle_check;
@@ -107,6 +114,7 @@ mod writer;
 pub use error::{Error, Result};
 pub use format::{Compression, Metadata, ShardName, StoreItem};
 pub use inspect::{Inspection, inspect, verify};
+pub use introspect::{Counters, CursorState, ShardFile};
 pub use iter::{Iter, ShardIter};
 pub use options::{Options, Preload, ShardLength};
 pub use seq::{

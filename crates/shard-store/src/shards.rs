@@ -13,7 +13,6 @@ use crate::error::{Error, Result};
 use crate::format::StoreItem;
 use crate::inner::{Cursor, Inner, Job};
 use crate::iter::ShardRef;
-use crate::options::Preload;
 
 /// One item, borrowed from its decoded shard (no copy).
 #[derive(Clone)]
@@ -109,8 +108,9 @@ impl<T: StoreItem> Inner<T> {
         self.shard_with(start, wanted, true)
     }
 
-    /// [`Inner::shard`]; `preload` schedules the shards after it (only
-    /// foreground accesses do, or preloads would chain through the store).
+    /// [`Inner::shard`]; `preload` marks a foreground access, which
+    /// schedules the shards after it (background loads do not, or preloads
+    /// would chain through the store) and counts a memory-cache miss.
     pub(crate) fn shard_with(
         &self,
         start: u64,
@@ -133,9 +133,13 @@ impl<T: StoreItem> Inner<T> {
                 return Ok(None);
             }
         }
+        if preload {
+            self.memory_misses.fetch_add(1, Ordering::Relaxed);
+        }
         let loaded = match self.load_from_disk_or_quarantine(start)? {
             Some(shard) => Some(shard),
             None => {
+                self.disk_misses.fetch_add(1, Ordering::Relaxed);
                 if self.source.is_none() {
                     if self
                         .final_length_refreshed()?
@@ -175,11 +179,13 @@ impl<T: StoreItem> Inner<T> {
             }
         }
         if let Some(shard) = self.load_from_disk_or_quarantine(start)? {
+            self.memory_misses.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(match Arc::try_unwrap(shard) {
                 Ok(items) => ShardRef::Owned(items),
                 Err(shared) => ShardRef::Shared(shared),
             }));
         }
+        // A foreground lookup: it counts its own misses.
         Ok(self.shard(start, start)?.map(ShardRef::Shared))
     }
 
@@ -211,9 +217,10 @@ impl<T: StoreItem> Inner<T> {
         if self.jobs.is_none() || self.source.is_none() {
             return;
         }
-        let Preload::NextShards(n) = self.opts.preload_policy() else {
+        let n = self.preload.load(Ordering::Relaxed);
+        if n == 0 {
             return;
-        };
+        }
         let mut todo = Vec::new();
         {
             let mut state = self.state.lock();

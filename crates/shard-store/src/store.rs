@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 
 use durable_fs::FileLock;
@@ -17,7 +17,7 @@ use crate::format::{
 };
 use crate::inner::{Inner, Job, Paths, Source, StartMap, State};
 use crate::iter::{Iter, ShardIter};
-use crate::options::{Options, ShardLength};
+use crate::options::{Options, Preload, ShardLength};
 use crate::reader::read_metadata_file;
 use crate::shards::{Item, worker_loop};
 
@@ -27,7 +27,7 @@ use crate::shards::{Item, worker_loop};
 /// A cheap handle: clones share one cache. Safe to use from many threads;
 /// many processes may open the same root.
 pub struct ShardStore<T> {
-    inner: Arc<Inner<T>>,
+    pub(crate) inner: Arc<Inner<T>>,
     workers: Arc<Workers>,
 }
 
@@ -56,8 +56,14 @@ impl Drop for Workers {
                 let _ = tx.send(Job::Stop);
             }
         }
+        let me = std::thread::current().id();
         for h in self.handles.drain(..) {
-            let _ = h.join();
+            // The last handle may be dropped by one of these very workers
+            // (a Python garbage collection running on it): that one ends
+            // by itself once it reads the stop, and cannot join itself.
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
         }
     }
 }
@@ -211,6 +217,12 @@ impl<T: StoreItem> ShardStore<T> {
             }),
             cursors,
             tick: AtomicU64::new(1),
+            preload: AtomicUsize::new(match opts.preload_policy() {
+                Preload::None => 0,
+                Preload::NextShards(n) => n,
+            }),
+            memory_misses: AtomicU64::new(0),
+            disk_misses: AtomicU64::new(0),
             jobs: (workers > 0).then(|| Mutex::new(tx.clone())),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             opts,

@@ -9,8 +9,10 @@
 //!   `CACHEX_PYTHON`; a plain `cargo test` finds `target/py-venv` when it
 //!   exists. Under CI (`CI=true`) a missing venv fails the test instead of
 //!   skipping it, so interop can never silently stop running.
-//! - [`s3`]: the S3 test server `scripts/test` starts (`CACHEX_S3_ENDPOINT`),
-//!   its `object_store` options, and a fresh bucket per test.
+//! - [`servers`]: the object-store test servers `scripts/test` starts
+//!   (moto, fake-gcs-server, Azurite; `CACHEX_{S3,GCS,AZURE}_ENDPOINT`),
+//!   their `object_store` options, and a fresh root per test; [`s3`] is
+//!   its S3 side by endpoint, as the older tests call it.
 //! - [`intercept`] (feature `object-store`): a pass-through object store
 //!   whose requests a test or benchmark watches, delays, fails or alters.
 #![deny(missing_docs)]
@@ -18,6 +20,7 @@
 #[cfg(feature = "object-store")]
 pub mod intercept;
 pub mod s3;
+pub mod servers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

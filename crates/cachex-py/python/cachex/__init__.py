@@ -29,7 +29,7 @@ Layout
 ``torch/``                           datasets, loader, ddp, batch buffers
 ``dropins/``                         the torchcachex and loadit drop-ins
 ``ray/``                             Ray Data sinks and sources
-``torchcachex/``, ``loadit.py``      the drop-ins' import paths (the same modules)
+``torchcachex.py``, ``loadit.py``    the drop-ins' import paths (the same modules)
 ``data/``, ``ddp/``, ``torchdata/``  deprecated paths of ``cachex.torch``'s modules
 ===================================  ===============================================
 
@@ -62,6 +62,7 @@ from cachex._cachex import (
     MemmapWriter,
     PageReader,
     PageWriter,
+    PlanHandle,
     Prefetch,
     SegmentStore,
     ShardStore,
@@ -73,6 +74,7 @@ from cachex._cachex import (
     memmap_open_or_build,
     open,
     stale_reason,
+    tier_stats,
     validate,
     write_beton,
 )
@@ -113,6 +115,7 @@ __all__ = [
     "MemmapWriter",
     "PageReader",
     "PageWriter",
+    "PlanHandle",
     "Prefetch",
     "ReadOnlyError",
     "SchemaMismatchError",
@@ -128,6 +131,7 @@ __all__ = [
     "memmap_open_or_build",
     "open",
     "stale_reason",
+    "tier_stats",
     "validate",
     "write_beton",
 ]

@@ -240,6 +240,9 @@ class SegmentStore:
         then publish what was written since the last publish (one commit)."""
     def __len__(self) -> int:
         """Distinct keys, persisted and pending."""
+    def key_locations(self) -> list[tuple[str, int, int]]:
+        """Every key the index holds with where its row is, ``(key, segment
+        id, row)`` by segment and row (pending rows once flushed)."""
     def stats(self) -> dict[str, int | float]:
         """Counters: entries, segments, pending, LRU use and hits, index size."""
     def compact(self) -> dict[str, int]:
@@ -699,6 +702,19 @@ class PageReader:
         them ahead (``madvise(WILLNEED)``) and the :class:`Prefetch` is
         already done (counts zero).
         """
+    def set_plan(
+        self, samples: npt.NDArray[np.int64], positions: npt.NDArray[np.int64], epoch_len: int
+    ) -> PlanHandle | None:
+        """Register this reader's plan of reads with the local tier.
+
+        Sample ``samples[j]`` is read at batch ``positions[j]`` of this
+        reader's clock: ``0..epoch_len`` is this epoch, ``epoch_len..2 *
+        epoch_len`` the next (int64 arrays of one length). The tier then
+        evicts, in every process of the machine, the pages needed furthest
+        ahead first and keeps the nearest. ``None`` for a local file.
+        Raises :class:`InvalidInputError` for a sample or position out of
+        range.
+        """
     def quasi_random_order(
         self, seed: int, window_pages: int = 8, *, share: int = 0, shares: int = 1
     ) -> list[int]:
@@ -711,6 +727,38 @@ class PageReader:
         """``cachex verify --json``'s object for this file (every page checksum)."""
     def inspect(self) -> Summary:
         """``cachex inspect --json``'s object for this file."""
+
+def tier_stats(tier_dir: str | os.PathLike[str]) -> dict[str, int]:
+    """The counters of the local tier at ``tier_dir``, shared by every process
+    of the machine: ``allocated``, ``generation``, ``fetched_bytes``,
+    ``get_requests``, ``head_requests``, ``evicted_bytes``,
+    ``punched_blocks``, ``rebuilds``, ``over_budget`` (a tier never opened
+    has none: :class:`CacheIOError`)."""
+
+@final
+class PlanHandle:
+    """A reader's plan registered in the machine's local tier
+    (:meth:`PageReader.set_plan`): while open, the tier evicts the pages
+    it needs furthest ahead first. A context manager; closed when dropped.
+    """
+
+    def advance(self, position: int) -> None:
+        """Move the plan's progress to ``position`` (batches read so far)."""
+    def close(self) -> None:
+        """Remove the plan (closing twice does nothing)."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+    @property
+    def path(self) -> Path:
+        """The plan record (``<tier_dir>/plans/<token>.plan``)."""
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
 
 @final
 class Prefetch:
@@ -1031,6 +1079,27 @@ class ShardStore:
         """The length if already known (no work), else ``None``."""
     def load_async(self, indices: Sequence[int]) -> None:
         """Background workers load the shards holding ``indices`` (none without workers)."""
+    def shard_files(self) -> list[tuple[Path, int, int, int]]:
+        """The shard files on disk by start: ``(path, start, end, bytes)`` each."""
+    def disk_bytes(self) -> int:
+        """Bytes of the shard files on disk (what ``memory_limit`` bounds)."""
+    @property
+    def cached_shards(self) -> int:
+        """Decoded shards held in memory (at most ``max_cache_size``)."""
+    def is_cached(self, start: int) -> bool:
+        """Whether the shard starting at ``start`` is decoded in memory."""
+    def counters(self) -> dict[str, int]:
+        """Cache misses since opening: ``{"memory_misses", "disk_misses"}``."""
+    @property
+    def preload(self) -> int:
+        """Shards the workers load after a foreground access (0: none)."""
+    def set_preload(self, shards: int) -> None:
+        """Sets :attr:`preload`, from the next access on."""
+    def cursors(self) -> list[tuple[int, bool] | None]:
+        """The source cursors: ``(items pulled, ended)``, ``None`` if unused."""
+    def finalize(self) -> int:
+        """Makes the end of the furthest shard on disk the final length (a
+        final length is kept); returns the final length."""
     def verify(self) -> VerifyReport:
         """``cachex verify --json``'s object for this root."""
     def inspect(self) -> Summary:

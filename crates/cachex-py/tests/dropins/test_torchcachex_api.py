@@ -51,30 +51,22 @@ TORCHCACHEX_0_2_0_DECORATOR = [
     "state_dict",
 ]
 
-# The names cachex has no equivalent of (see the module docstring).
-NOT_PROVIDED = {"index", "executor"}
-
 
 def test_every_public_name_of_torchcachex_s_backend_exists(tmp_path):
     b = ArrowIPCCacheBackend(tmp_path, "m", async_write=False)
     b.put_batch({"a": np.ones((2, 2), np.float32)})
     for name in TORCHCACHEX_0_2_0_BACKEND:
         assert name in dir(b), name
-        if name in NOT_PROVIDED:
-            with pytest.raises(NotProvidedError, match=f"ArrowIPCCacheBackend.{name} .*: .+"):
-                getattr(b, name)
-        else:
-            getattr(b, name)
+        getattr(b, name)
     b.close()
 
 
-def test_not_provided_names_raise_a_cachex_error_that_hasattr_treats_as_absent(tmp_path):
+def test_submitting_to_the_writer_raises_a_cachex_error_naming_the_replacement(tmp_path):
     b = ArrowIPCCacheBackend(tmp_path, "m")
-    with pytest.raises(cachex.CacheError, match=r"key in backend\.store"):
-        b.index  # noqa: B018
+    with pytest.raises(NotProvidedError, match=r"executor\.submit .*: .*put_batch\(\)"):
+        b.executor.submit(print)
     with pytest.raises(cachex.CacheError, match=r"flush\(\)"):
-        b.executor  # noqa: B018
-    assert not hasattr(b, "executor") and getattr(b, "index", None) is None
+        b.executor.submit(print)
     b.close()
 
 

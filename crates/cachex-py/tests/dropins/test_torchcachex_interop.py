@@ -147,9 +147,12 @@ def test_a_torchcachex_cache_extended_by_the_drop_in_stays_readable_by_torchcach
         for i in range(5)
     }
     b.put_batch(new)
-    b.close()
-    # The stale index.pkl is gone, so torchcachex rebuilds from the segments.
+    # The stale index.pkl is gone before the new segment can land ...
     assert not (root / "index.pkl").exists()
+    b.close()
+    # ... and written again, from cachex's index, with the new keys.
+    index = pickle.loads((root / "index.pkl").read_bytes())
+    assert set(index) == set(want) | set(new)
     reader = TorchcachexLayoutReader(root)
     for key, w in want.items():
         got = reader.get(key)

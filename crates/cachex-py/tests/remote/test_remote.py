@@ -1,7 +1,10 @@
-"""Caches in object storage from Python: every store, drop-in and dataset
-over ``s3://`` on the S3 test server (moto), each reader on a local tier of
-its own (a fresh tier stands for another machine); a writer process
-publishing while a reader process refreshes; DataLoader workers (fork,
+"""Caches in object storage from Python: every store and drop-in written
+and read over ``s3://`` on the S3 test server (moto) and ``az://`` on the
+Azure one (Azurite); every store read on ``gs://`` (fake-gcs-server, which
+takes no upload of object_store's: published to ``file://`` and copied
+there); every dataset over ``s3://``; each reader on a local tier of its
+own (a fresh tier stands for another machine); a writer process publishing
+while a reader process refreshes; DataLoader workers (fork,
 spawn) over an ``s3://`` page file and segment store; no credential in
 any message or repr."""
 
@@ -34,13 +37,13 @@ def squares():
 # --- a round trip per store -----------------------------------------------------
 
 
-def test_segment_store_round_trip_and_refresh(s3):
-    url = s3.url("features")
-    with cachex.SegmentStore(url, **s3.tier("writer")) as w:
+def test_segment_store_round_trip_and_refresh(remote):
+    url = remote.url("features")
+    with cachex.SegmentStore(url, **remote.tier("writer")) as w:
         assert w.url == url and w.path.is_dir()
         w.put_batch({f"k{i}": x_of(i) for i in range(N)})
         w.flush()
-        reader = cachex.SegmentStore(url, read_only=True, **s3.tier("reader"))
+        reader = cachex.SegmentStore(url, read_only=True, **remote.tier("reader"))
         assert len(reader) == N
         values, missing = reader.get_batch(["k3", "nope", "k40"])
         assert missing == [1]
@@ -52,18 +55,18 @@ def test_segment_store_round_trip_and_refresh(s3):
         assert reader.refresh()["commits"] == 1
         np.testing.assert_array_equal(reader.get("late"), x_of(99))
     # close() published what the writer held: a cold tier sees everything.
-    cold = cachex.SegmentStore(url, read_only=True, **s3.tier("cold"))
+    cold = cachex.SegmentStore(url, read_only=True, **remote.tier("cold"))
     assert len(cold) == N + 1
     copy = pickle.loads(pickle.dumps(cold))
     assert copy.url == url and len(copy) == N + 1
 
 
-def test_shard_store_round_trip(s3):
-    url = s3.url("squares")
-    with cachex.ShardStore(url, squares, max_shard_length=10, **s3.tier("writer")) as w:
+def test_shard_store_round_trip(remote):
+    url = remote.url("squares")
+    with cachex.ShardStore(url, squares, max_shard_length=10, **remote.tier("writer")) as w:
         w.wait_until_all_cached()
         assert len(w) == N
-    reader = cachex.ShardStore(url, **s3.tier("reader"))
+    reader = cachex.ShardStore(url, **remote.tier("reader"))
     assert reader.url == url and len(reader) == N
     assert reader[17] == {"i": 17, "sq": 289}
     assert reader.get_many([0, N - 1]) == [{"i": 0, "sq": 0}, {"i": N - 1, "sq": (N - 1) ** 2}]
@@ -77,10 +80,10 @@ def write_memmap(url: str, tier: dict) -> None:
     assert w.finalize() == N
 
 
-def test_memmap_round_trip(s3):
-    url = s3.url("arrays")
-    write_memmap(url, s3.tier("writer"))
-    cache = cachex.MemmapArray(url, **s3.tier("reader"))
+def test_memmap_round_trip(remote):
+    url = remote.url("arrays")
+    write_memmap(url, remote.tier("writer"))
+    cache = cachex.MemmapArray(url, **remote.tier("reader"))
     assert cache.url == url and len(cache) == N
     np.testing.assert_array_equal(cache.get_row(5)["x"], x_of(5))
     np.testing.assert_array_equal(cache.get(-1, "x"), x_of(N - 1))
@@ -101,10 +104,10 @@ def write_pages(url: str, tier: dict) -> None:
     assert w.finalize()["path"] == url
 
 
-def test_page_round_trip(s3):
-    url = s3.url("pages/data.pages")
-    write_pages(url, s3.tier("writer"))
-    reader = cachex.PageReader(url, **s3.tier("reader"))
+def test_page_round_trip(remote):
+    url = remote.url("pages/data.pages")
+    write_pages(url, remote.tier("writer"))
+    reader = cachex.PageReader(url, **remote.tier("reader"))
     assert reader.url == url and len(reader) == N
     sample = reader.sample(11)
     assert sample["i"] == 11 and bytes(sample["blob"]) == bytes([11]) * 4
@@ -118,11 +121,13 @@ def test_page_round_trip(s3):
     assert pickle.loads(pickle.dumps(reader)).sample(-1)["i"] == N - 1
 
 
-def test_beton_round_trip(s3):
-    url = s3.url("ffcv/data.beton")
+def test_beton_round_trip(remote):
+    url = remote.url("ffcv/data.beton")
     fields = {"label": "int", "x": ("float32", (2, 3))}
-    cachex.write_beton(url, fields, [{"label": i, "x": x_of(i)} for i in range(N)], **s3.tier("w"))
-    reader = cachex.BetonReader(url, **s3.tier("reader"))
+    cachex.write_beton(
+        url, fields, [{"label": i, "x": x_of(i)} for i in range(N)], **remote.tier("w")
+    )
+    reader = cachex.BetonReader(url, **remote.tier("reader"))
     assert reader.url == url and len(reader) == N
     assert reader.sample(6)["label"] == 6
     np.testing.assert_array_equal(reader.sample(6)["x"], x_of(6))
@@ -130,8 +135,8 @@ def test_beton_round_trip(s3):
     assert pickle.loads(pickle.dumps(reader)).sample(-1)["label"] == N - 1
 
 
-def test_memmap_open_or_build_round_trip(s3):
-    url = s3.url("built")
+def test_memmap_open_or_build_round_trip(remote):
+    url = remote.url("built")
     arrays = {"x": ("float32", (2, 3))}
     calls = []
 
@@ -141,16 +146,47 @@ def test_memmap_open_or_build_round_trip(s3):
             w.write(f"s{i}", {"x": x_of(i)})
 
     cache, outcome = cachex.memmap_open_or_build(
-        url, "feats", {"v": 1}, build, arrays, **s3.tier("builder")
+        url, "feats", {"v": 1}, build, arrays, **remote.tier("builder")
     )
     assert "built" in outcome and len(cache) == N and calls == [1]
     # Another machine finds it published: a hit, nothing built.
     cache, outcome = cachex.memmap_open_or_build(
-        url, "feats", {"v": 1}, build, arrays, **s3.tier("reader")
+        url, "feats", {"v": 1}, build, arrays, **remote.tier("reader")
     )
     assert outcome == "cache hit" and calls == [1]
     assert cache.url is not None and cache.url.startswith(url + "/feats/")
     np.testing.assert_array_equal(cache.get_row(13)["x"], x_of(13))
+
+
+def test_every_store_published_elsewhere_is_read_on_gcs(gcs, tmp_path):
+    # Written to a file:// bucket, copied object by object onto the GCS
+    # emulator (which takes no upload of object_store's), read on gs://.
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    local = {"tier_dir": str(tmp_path / "tier-writer"), "tier_budget": "1G"}
+
+    def file_url(prefix: str) -> str:
+        return f"file://{bucket}/{prefix}"
+
+    with cachex.SegmentStore(file_url("features"), **local) as w:
+        w.put_batch({f"k{i}": x_of(i) for i in range(N)})
+    with cachex.ShardStore(file_url("squares"), squares, max_shard_length=10, **local) as w:
+        w.wait_until_all_cached()
+    write_memmap(file_url("arrays"), local)
+    write_pages(file_url("pages/data.pages"), local)
+    gcs.upload_tree(bucket)
+
+    segments = cachex.SegmentStore(gcs.url("features"), read_only=True, **gcs.tier("r1"))
+    assert len(segments) == N
+    np.testing.assert_array_equal(segments.get("k40"), x_of(40))
+    shards = cachex.ShardStore(gcs.url("squares"), **gcs.tier("r2"))
+    assert len(shards) == N and shards[17] == {"i": 17, "sq": 289}
+    arrays = cachex.MemmapArray(gcs.url("arrays"), **gcs.tier("r3"))
+    assert len(arrays) == N
+    np.testing.assert_array_equal(arrays.get_row(5)["x"], x_of(5))
+    pages = cachex.PageReader(gcs.url("pages/data.pages"), **gcs.tier("r4"))
+    assert len(pages) == N and pages.sample(11)["i"] == 11
+    np.testing.assert_array_equal(pages.sample(11)["x"], x_of(11))
 
 
 def test_page_url_must_name_a_file(s3):
@@ -161,17 +197,17 @@ def test_page_url_must_name_a_file(s3):
 # --- cachex.open and the drop-ins -------------------------------------------------
 
 
-def test_open_round_trip(s3):
-    config = {"backend": "segment-store", "root": s3.url("facade"), "name": "embed"}
-    cache = cachex.open({**config, "create_root": True}, **s3.tier("writer"))
+def test_open_round_trip(remote):
+    config = {"backend": "segment-store", "root": remote.url("facade"), "name": "embed"}
+    cache = cachex.open({**config, "create_root": True}, **remote.tier("writer"))
     cache.put_batch({f"k{i}": x_of(i) for i in range(5)})
     cache.flush()
     del cache
-    reader = cachex.open(config, **s3.tier("reader"))
+    reader = cachex.open(config, **remote.tier("reader"))
     values, missing = reader.get_batch(["k4", "k9"])
     assert missing == [1]
     np.testing.assert_array_equal(values[0], x_of(4))
-    writer = cachex.open(config, **s3.tier("writer"))
+    writer = cachex.open(config, **remote.tier("writer"))
     writer.put_batch({"k9": x_of(9)})
     writer.flush()
     assert reader.get_batch(["k9"])[1] == [0]
@@ -179,15 +215,15 @@ def test_open_round_trip(s3):
     np.testing.assert_array_equal(reader.get_batch(["k9"])[0][0], x_of(9))
 
 
-def test_torchcachex_backend_round_trip(s3):
-    url = s3.url("tcx")
-    backend = ArrowIPCCacheBackend(url, "features_v1", async_write=False, **s3.tier("writer"))
+def test_torchcachex_backend_round_trip(remote):
+    url = remote.url("tcx")
+    backend = ArrowIPCCacheBackend(url, "features_v1", async_write=False, **remote.tier("writer"))
     assert backend.url == f"{url}/features_v1"
     backend.put_batch({f"k{i}": x_of(i) for i in range(N)})
     backend.flush()
     assert url in repr(backend)
     backend.close()
-    reader = ArrowIPCCacheBackend(url, "features_v1", lru_size=0, **s3.tier("reader"))
+    reader = ArrowIPCCacheBackend(url, "features_v1", lru_size=0, **remote.tier("reader"))
     assert reader.schema_path.is_file()
     values, missing = reader.get_batch(["k0", "absent", "k33"])
     assert missing == [1]
@@ -215,12 +251,12 @@ def test_ranks_write_one_url_cache(s3):
         backend.close()
 
 
-def test_loadit_round_trip(s3):
-    url = s3.url("loadit")
-    with LoadIt(url, squares, max_shard_length=16, **s3.tier("writer")) as loader:
+def test_loadit_round_trip(remote):
+    url = remote.url("loadit")
+    with LoadIt(url, squares, max_shard_length=16, **remote.tier("writer")) as loader:
         loader.wait_until_all_cached()
     assert repr(loader) == f"LoadIt({url!r})"
-    reader = LoadIt(url, None, **s3.tier("reader"))
+    reader = LoadIt(url, None, **remote.tier("reader"))
     assert reader.url == url and len(reader) == N
     assert list(reader)[:3] == [{"i": i, "sq": i * i} for i in range(3)]
     assert reader[-1] == {"i": N - 1, "sq": (N - 1) ** 2}

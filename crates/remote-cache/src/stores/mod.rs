@@ -9,7 +9,7 @@ mod segments;
 mod shards;
 
 pub use memmap_array::RemoteMemmapArray;
-pub use pages::RemotePages;
+pub use pages::{LeasedSample, RemotePages};
 pub use segments::{Refresher, RemoteSegments};
 pub use shards::RemoteShards;
 

@@ -1,8 +1,18 @@
 //! [`RemotePages`]: a page-alloc file on a location, read by block ranges.
+//!
+//! The page file of a remote cache is linked leased
+//! ([`StoreFiles::evict_blocks`](crate::StoreFiles::evict_blocks)): the
+//! tier may free any of its blocks while it is open, except those a
+//! [`Lease`] holds. So the reader leases its header and tables for its
+//! life (the reader keeps them mapped), and every read leases the runs it
+//! reads for as long as it reads them ([`RemotePages::lease_samples`]).
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use page_alloc::format::RunSpan;
 use page_alloc::{PageReader, Sample};
-use remote_tier::{RemoteFile, Warming, WarmingSet};
+use remote_tier::{Lease, PlanHandle, RemoteFile, Warming, WarmingSet};
 
 use crate::location::Location;
 use crate::remote_dir::RemoteDir;
@@ -11,21 +21,42 @@ use crate::{StoreFiles, StoreKind};
 
 /// A page-alloc file on a [`Location`], read by block ranges: the file of
 /// a remote cache stays a sparse file in the local tier; its header and
-/// tables are fetched on open, each sample's run (page) before it is read.
+/// tables are fetched on open, each sample's run (page) before it is read,
+/// and the tier keeps only what its budget holds (with a plan registered,
+/// [`set_plan`](Self::set_plan), what is needed soonest).
 #[derive(Debug)]
 pub struct RemotePages {
     reader: PageReader,
     remote: Option<RemoteDir>,
     /// The tier object the reader maps (`None` when copied whole or
-    /// local): held, so that its copy stays (the tier never evicts an
-    /// object a handle holds) and runs are fetched into the file mapped,
-    /// whatever a later commit links the name to.
+    /// local): runs are fetched into the file mapped, whatever a later
+    /// commit links the name to.
     object: Option<RemoteFile>,
     /// Where each run's samples lie.
     runs: Vec<RunSpan>,
-    /// Runs known local: the held object's blocks stay, so each run is
-    /// ensured once.
-    ready: Vec<std::sync::atomic::AtomicBool>,
+    /// Runs seen local at generation `ready_at` of the tier: a run may be
+    /// freed since only if the generation moved.
+    ready: Vec<AtomicBool>,
+    ready_at: AtomicU64,
+    /// The header and tables, which the reader keeps mapped: leased for
+    /// the reader's life (dropped after it).
+    _tables: Option<Lease>,
+}
+
+/// A sample of a [`RemotePages`] with the lease that keeps its run local:
+/// its bytes stay while this lives (it derefs to the [`Sample`]).
+#[derive(Debug)]
+pub struct LeasedSample<'a> {
+    sample: Sample<'a>,
+    _lease: Option<Lease>,
+}
+
+impl<'a> std::ops::Deref for LeasedSample<'a> {
+    type Target = Sample<'a>;
+
+    fn deref(&self) -> &Sample<'a> {
+        &self.sample
+    }
 }
 
 impl RemotePages {
@@ -50,31 +81,34 @@ impl RemotePages {
     ) -> Result<RemotePages> {
         let path = dir.join(file);
         let object = remote.as_ref().and_then(|r| r.object(file));
-        if let Some(object) = &object {
-            let len = object.len();
-            let fixed = (page_alloc::format::HEADER_FIXED_LEN as u64).min(len);
-            object.ensure(0..fixed)?;
-            let head = read_at(&path, 0, fixed as usize)?;
-            for range in page_alloc::format::open_ranges(&head, len) {
-                object.ensure(range)?;
+        let tables = match &object {
+            Some(object) => {
+                let len = object.len();
+                let fixed = (page_alloc::format::HEADER_FIXED_LEN as u64).min(len);
+                let head_lease = object.lease(std::slice::from_ref(&(0..fixed)))?;
+                let head = read_at(&path, 0, fixed as usize)?;
+                let tables = object.lease(&page_alloc::format::open_ranges(&head, len))?;
+                drop(head_lease);
+                Some(tables)
             }
-        }
+            None => None,
+        };
         let reader = PageReader::open(&path)?;
         let runs = if object.is_some() {
             reader.run_spans()
         } else {
             Vec::new()
         };
-        let ready = runs
-            .iter()
-            .map(|_| std::sync::atomic::AtomicBool::new(false))
-            .collect();
+        let ready = runs.iter().map(|_| AtomicBool::new(false)).collect();
+        let ready_at = AtomicU64::new(object.as_ref().map_or(0, RemoteFile::generation));
         Ok(RemotePages {
             reader,
             remote,
             object,
             runs,
             ready,
+            ready_at,
+            _tables: tables,
         })
     }
 
@@ -90,40 +124,126 @@ impl RemotePages {
         self.remote.as_ref()
     }
 
-    /// Makes the pages of samples `indices` local.
-    pub fn ensure_samples(&self, indices: &[usize]) -> Result<()> {
+    /// Makes the pages of samples `indices` local and keeps them so until
+    /// the returned lease drops (no process's eviction frees a leased
+    /// block): hold it across the reads of those samples. `None` for a
+    /// file not read through the tier.
+    pub fn lease_samples(&self, indices: &[usize]) -> Result<Option<Lease>> {
         let Some(object) = &self.object else {
-            return Ok(());
+            return Ok(None);
         };
-        let mut last = None;
-        for &i in indices {
-            let k = self.runs.partition_point(|r| r.first_sample <= i as u64);
-            let Some(k) = k.checked_sub(1) else { continue };
-            if last == Some(k) || self.ready[k].load(std::sync::atomic::Ordering::Acquire) {
-                continue;
-            }
-            last = Some(k);
-            object.ensure(self.runs[k].bytes.clone())?;
-            self.ready[k].store(true, std::sync::atomic::Ordering::Release);
+        self.forget_if_evicted(object);
+        let mut runs: Vec<usize> = indices.iter().filter_map(|&i| self.run_of(i)).collect();
+        runs.sort_unstable();
+        runs.dedup();
+        let ranges: Vec<Range<u64>> = runs.iter().map(|&k| self.runs[k].bytes.clone()).collect();
+        let lease = object.lease(&ranges)?;
+        for k in runs {
+            self.ready[k].store(true, Ordering::Release);
         }
-        Ok(())
+        Ok(Some(lease))
+    }
+
+    /// Makes the pages of samples `indices` local: a
+    /// [`lease_samples`](Self::lease_samples) dropped at once, so the
+    /// pages may be freed again as soon as it returns (on a file larger
+    /// than the tier's budget they will be): lease across the reads
+    /// instead.
+    pub fn ensure_samples(&self, indices: &[usize]) -> Result<()> {
+        self.lease_samples(indices).map(drop)
+    }
+
+    /// Forgets which runs were local when the tier freed something since
+    /// they were seen.
+    fn forget_if_evicted(&self, object: &RemoteFile) {
+        let now = object.generation();
+        if self.ready_at.swap(now, Ordering::AcqRel) != now {
+            for r in &self.ready {
+                r.store(false, Ordering::Release);
+            }
+        }
+    }
+
+    /// Registers this reader's plan: sample `samples[j]` is read at
+    /// `positions[j]` of the reader's batch clock (`0..epoch_len` this
+    /// epoch, `epoch_len..2·epoch_len` the next; see
+    /// [`RemoteFile::set_plan`]). The local tier then evicts the pages
+    /// needed furthest ahead first. `None` for a file not read through
+    /// the tier (local, or copied whole). The plan counts until the
+    /// handle is dropped; [`PlanHandle::advance`] it after each batch.
+    pub fn set_plan(
+        &self,
+        samples: &[usize],
+        positions: &[u64],
+        epoch_len: u64,
+    ) -> Result<Option<PlanHandle>> {
+        let invalid = |reason: String| {
+            Error::Page(page_alloc::Error::Invalid {
+                path: self.reader.path().to_path_buf(),
+                what: "plan",
+                reason,
+            })
+        };
+        if samples.len() != positions.len() {
+            return Err(invalid(format!(
+                "{} samples but {} positions",
+                samples.len(),
+                positions.len()
+            )));
+        }
+        let len = self.reader.len();
+        if let Some(&i) = samples.iter().find(|&&i| i >= len) {
+            return Err(Error::Page(page_alloc::Error::OutOfRange {
+                path: self.reader.path().to_path_buf(),
+                index: i as u64,
+                len: len as u64,
+            }));
+        }
+        if let Some(&p) = positions
+            .iter()
+            .find(|&&p| p >= epoch_len.saturating_mul(2))
+        {
+            return Err(invalid(format!(
+                "position {p} outside this epoch and the next ({epoch_len} batches each)"
+            )));
+        }
+        let Some(object) = &self.object else {
+            return Ok(None);
+        };
+        let mut uses: Vec<(Range<u64>, u64)> = Vec::new();
+        let mut last = None;
+        for (&i, &position) in samples.iter().zip(positions) {
+            let Some(k) = self.run_of(i) else { continue };
+            if last != Some((k, position)) {
+                uses.push((self.runs[k].bytes.clone(), position));
+                last = Some((k, position));
+            }
+        }
+        Ok(Some(object.set_plan(&uses, epoch_len)?))
+    }
+
+    /// The run that holds sample `i` (`None` before the first run).
+    fn run_of(&self, i: usize) -> Option<usize> {
+        let k = self.runs.partition_point(|r| r.first_sample <= i as u64);
+        k.checked_sub(1)
     }
 
     /// Starts fetching the pages of samples `indices` into the local tier
     /// in the background, in that order (the next epoch's), at most the
     /// tier's budget of bytes — MosaicML's `predownload`. Reads meanwhile
     /// fetch what they need first; a sample whose pages arrived sends no
-    /// request. Nothing to do for a local file.
+    /// request. A prefetched page never evicts one a plan needs sooner.
+    /// Nothing to do for a local file.
     pub fn prefetch(&self, indices: &[usize]) -> WarmingSet {
         let Some(object) = &self.object else {
             return WarmingSet::default();
         };
-        let mut ranges: Vec<std::ops::Range<u64>> = Vec::new();
+        self.forget_if_evicted(object);
+        let mut ranges: Vec<Range<u64>> = Vec::new();
         let mut last = None;
         for &i in indices {
-            let k = self.runs.partition_point(|r| r.first_sample <= i as u64);
-            let Some(k) = k.checked_sub(1) else { continue };
-            if last != Some(k) && !self.ready[k].load(std::sync::atomic::Ordering::Acquire) {
+            let Some(k) = self.run_of(i) else { continue };
+            if last != Some(k) && !self.ready[k].load(Ordering::Acquire) {
                 ranges.push(self.runs[k].bytes.clone());
             }
             last = Some(k);
@@ -135,10 +255,14 @@ impl RemotePages {
         Warming::all(vec![object.warm(&ranges, budget)])
     }
 
-    /// Sample `index`, its page fetched first (see [`PageReader::sample`]).
-    pub fn sample(&self, index: usize) -> Result<Sample<'_>> {
-        self.ensure_samples(&[index])?;
-        Ok(self.reader.sample(index)?)
+    /// Sample `index`, its page fetched first and leased while the
+    /// returned sample lives (see [`PageReader::sample`]).
+    pub fn sample(&self, index: usize) -> Result<LeasedSample<'_>> {
+        let lease = self.lease_samples(&[index])?;
+        Ok(LeasedSample {
+            sample: self.reader.sample(index)?,
+            _lease: lease,
+        })
     }
 }
 

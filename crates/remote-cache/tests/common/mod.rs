@@ -20,7 +20,10 @@ use object_store::{
 use remote_cache::Location;
 use remote_tier::{RemoteTier, TierConfig};
 use test_support::intercept::Intercept;
+#[allow(unused_imports)]
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
+#[allow(unused_imports)]
+pub use test_support::servers::{Backend, Server};
 
 /// Creates a bucket no other test uses; returns `s3://<bucket>/<prefix>`.
 /// The test server accepts unsigned requests, so a bare `PUT /<bucket>` does.
@@ -46,6 +49,12 @@ pub fn small_tier(dir: &Path, budget: u64) -> TierConfig {
 /// directory inside it).
 pub fn s3_location(endpoint: &str, url: &str, tier_dir: &Path) -> Location {
     Location::remote(url, small_tier(tier_dir, 1 << 30)).with_options(s3_options(endpoint))
+}
+
+/// The location `url` on `server` with a local tier in `tier_dir` (and the
+/// working directory inside it).
+pub fn location(server: &Server, url: &str, tier_dir: &Path) -> Location {
+    Location::remote(url, small_tier(tier_dir, 1 << 30)).with_options(server.options())
 }
 
 /// Spawns this test binary as a child writer process that runs only the

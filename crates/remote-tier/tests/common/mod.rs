@@ -13,7 +13,10 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetResult, ObjectStore, PutOptions, PutPayload, PutResult};
 use remote_tier::{RemoteTier, TierConfig, build_store};
 use test_support::intercept::{Intercept, Intercepted};
+#[allow(unused_imports)]
 pub use test_support::s3::{endpoint as s3_endpoint, options as s3_options};
+#[allow(unused_imports)]
+pub use test_support::servers::{Backend, Server};
 
 /// Creates a bucket no other test uses and returns its name.
 pub fn new_bucket(endpoint: &str) -> String {
@@ -22,14 +25,30 @@ pub fn new_bucket(endpoint: &str) -> String {
 
 /// The S3 store of a fresh bucket (and the URL prefix inside it).
 pub fn s3_store(endpoint: &str, prefix: &str) -> (Arc<dyn ObjectStore>, ObjectPath, String) {
-    let url = format!("s3://{}/{prefix}", new_bucket(endpoint));
-    let (store, path) = build_store(&url, s3_options(endpoint)).expect("build the S3 store");
+    let server = Server {
+        backend: Backend::S3,
+        endpoint: endpoint.to_string(),
+    };
+    fresh_store(&server, prefix)
+}
+
+/// The store of a fresh root on `server` (and the URL prefix inside it).
+pub fn fresh_store(server: &Server, prefix: &str) -> (Arc<dyn ObjectStore>, ObjectPath, String) {
+    let url = server.new_url("tier", prefix);
+    let (store, path) = build_store(&url, server.options())
+        .unwrap_or_else(|e| panic!("build the {} store: {e}", server.backend.name()));
     (store, path, url)
 }
 
 /// A tier over the S3 URL `url` with a local tier in `dir`.
 pub fn s3_tier(endpoint: &str, url: &str, config: TierConfig) -> RemoteTier {
     RemoteTier::open_with_options(url, s3_options(endpoint), config).expect("open the S3 tier")
+}
+
+/// A tier over `url` on `server`, its local tier as `config` says.
+pub fn tier_on(server: &Server, url: &str, config: TierConfig) -> RemoteTier {
+    RemoteTier::open_with_options(url, server.options(), config)
+        .unwrap_or_else(|e| panic!("open the {} tier: {e}", server.backend.name()))
 }
 
 /// Small blocks so that tests cover many of them without much data.
@@ -250,4 +269,60 @@ pub fn write_snapshot(
         serde_json::to_vec(&manifest).unwrap(),
     )?;
     Ok(manifest)
+}
+
+/// What a cold reader (`reader`, an empty local tier) must find of the
+/// objects `segments/small.arrow` (`small`, fetched whole) and
+/// `segments/large.arrow` (`large`, fetched by blocks): their bytes, read
+/// by ranges and whole against their hash, and both listed.
+pub fn cold_reads_are_right(reader: &RemoteTier, small: &[u8], large: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = reader.open_object("segments/small.arrow").unwrap();
+    assert!(f.is_complete() && f.len() == small.len() as u64);
+    let mut got = vec![0u8; small.len()];
+    f.file().unwrap().read_exact_at(&mut got, 0).unwrap();
+    assert_eq!(got, small);
+
+    let f = reader.open_object("segments/large.arrow").unwrap();
+    assert_eq!(f.len(), large.len() as u64);
+    assert!(
+        !f.is_complete(),
+        "a large object is fetched by blocks, on demand"
+    );
+    for (start, len) in [
+        (0usize, 10usize),
+        (65_530, 20),
+        (999_990, 13),
+        (300_000, 200_000),
+    ] {
+        let mut buf = vec![0u8; len];
+        f.read_at(start as u64, &mut buf).unwrap();
+        assert_eq!(buf, large[start..start + len], "bytes {start}..+{len}");
+    }
+    // Only the blocks read (and their prefetch window) are local.
+    assert!(reader.local_usage().unwrap() < large.len() as u64);
+
+    let expected = remote_tier::Expected {
+        size: Some(large.len() as u64),
+        blake3: Some(*blake3::hash(large).as_bytes()),
+    };
+    let all = reader.fetch("segments/large.arrow", &expected).unwrap();
+    assert!(all.is_complete());
+    let mut got = vec![0u8; large.len()];
+    all.file().unwrap().read_exact_at(&mut got, 0).unwrap();
+    assert!(got == large, "large object read back differs");
+
+    let names: Vec<_> = reader
+        .list("segments")
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.name, o.size))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("segments/large.arrow".to_string(), large.len() as u64),
+            ("segments/small.arrow".to_string(), small.len() as u64)
+        ]
+    );
 }

@@ -106,6 +106,7 @@ from cachex._cachex import (
     BetonReader,
     MemmapArray,
     PageReader,
+    PlanHandle,
     Prefetch,
     SegmentStore,
     ShardStore,
@@ -421,6 +422,18 @@ class PageDataset(_Buffered):
         """Warms the pages of samples ``indices`` in that order (see
         :meth:`cachex.PageReader.prefetch`): on a URL in the background."""
         return self.reader.prefetch(list(indices))
+
+    def set_plan(self, samples: Any, positions: Any, epoch_len: int) -> PlanHandle | None:
+        """Registers a plan of reads with the local tier (see
+        :meth:`cachex.PageReader.set_plan`): sample ``samples[j]`` is read at
+        batch ``positions[j]`` (``0..epoch_len`` this epoch, the next epoch
+        after); ``None`` for a local file. :class:`IterableBatches` does it
+        for you (``plan_eviction``)."""
+        return self.reader.set_plan(
+            np.asarray(samples, dtype=np.int64).reshape(-1),
+            np.asarray(positions, dtype=np.int64).reshape(-1),
+            int(epoch_len),
+        )
 
     def item(self, i: int) -> dict[str, Any]:
         sample = self.reader.sample(i)
@@ -773,6 +786,15 @@ class IterableBatches(_IterableBase, _Planned):
         Outside DataLoader workers, fill the same buffers for every batch
         (a batch is valid until the next one is requested). Inside workers
         each batch gets its own buffer, since it goes to another process.
+    plan_eviction
+        For a dataset read through a local tier (a :class:`PageDataset` on
+        a URL): each iteration registers the batches this worker reads in
+        this epoch and the next with the tier (``dataset.set_plan``), moves
+        the plan forward after every batch and removes it when the
+        iteration ends, so the tier evicts the pages needed furthest ahead
+        first and keeps the nearest (every process of the machine shares
+        the tier and sees every rank's plan). ``False`` registers nothing:
+        the tier evicts the least recently used pages.
     """
 
     def __init__(
@@ -790,12 +812,14 @@ class IterableBatches(_IterableBase, _Planned):
         affinity: Affinity = "global",
         homes: int | None = None,
         cross_node: float = 0.0,
+        plan_eviction: bool = True,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
         self.dataset = dataset
         self.batch_size = batch_size
         self.reuse_buffers = reuse_buffers
+        self.plan_eviction = bool(plan_eviction)
         layout = dataset.blocks() if blocks is None else blocks
         self._plan_setup(
             layout,
@@ -842,31 +866,71 @@ class IterableBatches(_IterableBase, _Planned):
         result: Prefetch = prefetch(self.rank_order(epoch, num_workers))
         return result
 
+    def _register_plan(self, deal: Deal, worker: int) -> Any:
+        """Registers the batches worker ``worker`` reads in ``deal`` (positions
+        ``j``, the rank's batch index) and in the next epoch's deal
+        (positions ``L + j``, ``L`` = this deal's batches) with the
+        dataset's tier; the plan's handle, or ``None`` when the dataset has
+        no tier (or ``plan_eviction`` is off)."""
+        set_plan = getattr(self.dataset, "set_plan", None)
+        if not self.plan_eviction or set_plan is None or deal.num_batches == 0:
+            return None
+        length = deal.num_batches
+        following = self.plan.deal(self.epoch + 1, self.world_size, deal.num_workers)
+        parts: list[np.ndarray] = []
+        positions: list[np.ndarray] = []
+        for d, offset in ((deal, 0), (following, length)):
+            # Batches of the next epoch past ``2 L`` are left out: the next
+            # iteration registers them.
+            for j in range(worker, min(d.num_batches, length), deal.num_workers):
+                batch = d.batch(self.rank, j)
+                parts.append(batch)
+                positions.append(np.full(len(batch), offset + j, dtype=np.int64))
+        samples = np.concatenate(parts).astype(np.int64, copy=False)
+        return set_plan(samples, np.concatenate(positions), length)
+
     def __iter__(self) -> Iterator[Any]:
         info = _worker_info()
         worker, workers = (0, 0) if info is None else (info.id, info.num_workers)
-        batches = self.deal(workers).worker_batches(self.rank, worker)
+        deal = self.deal(workers)
         if info is None:
             self._steps = 0
+        handle = self._register_plan(deal, worker)
+        try:
+            yield from self._batches(deal, worker, handle, counted=info is None)
+        finally:
+            if handle is not None:
+                handle.close()
+
+    def _batches(self, deal: Deal, worker: int, handle: Any, counted: bool) -> Iterator[Any]:
+        """The batches (items when ``batch_size`` is ``None``) of worker
+        ``worker`` in ``deal``; the plan ``handle`` moves past each once the
+        next is asked for."""
+        positions = range(worker, deal.num_batches, deal.num_workers)
+        batches = zip(positions, deal.worker_batches(self.rank, worker), strict=True)
         ds = self.dataset
         if self.batch_size is None:
-            for indices in batches:
-                if info is None:
+            for j, indices in batches:
+                if counted:
                     self._steps += 1
                 yield ds.item(int(indices[0]))
+                if handle is not None:
+                    handle.advance(j + 1)
             return
-        reuse = self.reuse_buffers and info is None and hasattr(ds, "empty_batch")
+        reuse = self.reuse_buffers and counted and hasattr(ds, "empty_batch")
         buffers = ds.empty_batch(self.batch_size) if reuse else None
         prefetch = getattr(ds, "prefetch", None)
         upcoming = next(batches, None)
         while upcoming is not None:
-            current, upcoming = upcoming, next(batches, None)
+            (j, current), upcoming = upcoming, next(batches, None)
             if prefetch is not None and upcoming is not None:
-                prefetch(upcoming.tolist())
+                prefetch(upcoming[1].tolist())
             batch = ds.batch(current.tolist(), out=buffers)
-            if info is None:
+            if counted:
                 self._steps += 1
             yield batch
+            if handle is not None:
+                handle.advance(j + 1)
 
 
 class _FileBatches(IterableBatches):

@@ -68,18 +68,32 @@ Kept where loadit was right; changed where it was wrong:
 - **Utilities**: see :mod:`cachex.loadit.util` (``InterleaveSequences``
   fixed, ``ConcatableSequence.__add__`` fixed, ``RepeatSequence`` length,
   ``chunk_shuffle_idx`` permutations come from shard-store's generator).
+- ``memory_limit`` takes an int or a float, as loadit (a float is
+  rounded down to whole bytes).
+- ``preload_next_shard`` (the default ``preload_fn``) is run by the engine
+  and loads the shards loadit's function names (``max_workers // 2 - 1``
+  of them); assigning ``loader.preload_fn`` (``None`` to stop preloading)
+  takes effect from the next access, as in loadit.
 - Not provided: loadit's internal classes (``ShardedDataset``,
   ``DictCache``, ``WriterPool``, ``AsyncCacheBase``, ``size_estimator``);
-  ``mode`` is accepted and ignored. ``loader.shards`` is a small stand-in
-  with ``max_shard_length``, ``length()``, ``info()`` and ``all_present()``.
-- Every public name of loadit's ``LoadIt`` exists. Four of them are
-  loadit's internals, which the engine replaces; reading one raises
+  ``mode`` is accepted and ignored.
+- The internals loadit users read are answered from the engine's state:
+  ``loader.shards`` (``size()``: bytes of the shard files; ``get_all_shards()``:
+  :class:`ShardInfo` ``(path, start, end, size)`` each; ``length()``,
+  ``info()``, ``set_info()``, ``all_present()``, ``max_shard_length``,
+  ``_cache_miss_count``: shards generated because no file held them),
+  ``loader.shards.observer`` (:class:`ShardObserver`: no watchdog thread
+  runs, so ``unschedule_all()``, ``stop()`` and ``join()`` return at once),
+  ``loader.memory_cache`` (``size()``: decoded shards in memory,
+  ``_cache_miss_count``: reads whose shard was not in memory),
+  ``loader.writer_pool.writers[k].current_idx`` (how far the engine's
+  ``k``-th replay of the source has got) and ``loader.finalize()`` (the
+  end of the furthest shard on disk becomes the final length).
+- Every public name of loadit's ``LoadIt`` exists. One is loadit's thread
+  pool, which the engine replaces; reading it raises
   :class:`NotProvidedError` (a :class:`cachex.CacheError` and an
-  ``AttributeError``) naming what to use instead: ``finalize`` (the
-  length is recorded when the source ends: ``len(loader)``,
-  ``wait_until_all_cached()``, or ``length=``), ``executor`` (use
-  ``load_async``), ``memory_cache`` (``max_cache_size`` bounds the
-  engine's) and ``writer_pool`` (``wait_until_all_cached()``).
+  ``AttributeError``) naming what to use instead: ``executor`` (the
+  engine's workers; schedule loads with ``load_async``).
 - Errors from the store (corrupt shard, option mismatch on reopen, an
   uncached index without a source) are :class:`cachex.CacheError`
   subclasses naming the file; loadit raised ``AssertionError`` /
@@ -89,7 +103,14 @@ Kept where loadit was right; changed where it was wrong:
 from __future__ import annotations
 
 from cachex.dropins._not_provided import NotProvidedError
-from cachex.dropins.loadit.loadit import LoadIt, LoaditView, PreloadType, preload_next_shard
+from cachex.dropins.loadit.loadit import (
+    LoadIt,
+    LoaditView,
+    PreloadType,
+    ShardInfo,
+    ShardObserver,
+    preload_next_shard,
+)
 from cachex.dropins.loadit.util import (
     ConcatableSequence,
     InterleaveSequences,
@@ -109,6 +130,8 @@ __all__ = [
     "PreloadType",
     "RepeatSequence",
     "SequenceView",
+    "ShardInfo",
+    "ShardObserver",
     "chunk_shuffle",
     "chunk_shuffle_idx",
     "is_sequence",

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,7 +21,14 @@ from cachex._remote import TierBudget, is_url, tier_kwargs
 from cachex.dropins._not_provided import not_provided
 from cachex.dropins.loadit.util import SequenceView, is_sequence
 
-__all__ = ["LoadIt", "LoaditView", "PreloadType", "preload_next_shard"]
+__all__ = [
+    "LoadIt",
+    "LoaditView",
+    "PreloadType",
+    "ShardInfo",
+    "ShardObserver",
+    "preload_next_shard",
+]
 
 PreloadType = Callable[[Any, int], Iterable[list[int]]]
 
@@ -29,12 +37,52 @@ _ITER_CHUNK = 65536
 
 
 def preload_next_shard(loader: LoadIt, idx: int) -> list[list[int]]:
-    """loadit's default ``preload_fn``: the next ``max_workers // 2`` shards.
+    """loadit's default ``preload_fn``: the ``max_workers // 2 - 1`` shards
+    after the one holding ``idx`` (none below ``max_workers=4``).
 
-    Passed as itself (the default), the engine's own preload runs instead
-    (the next ``max(1, max_workers // 2)`` shards, scheduled in Rust).
+    Passed as itself (the default), the engine preloads those same shards,
+    scheduled in Rust instead of through this function.
     """
     return [[idx + i * loader.shards.max_shard_length] for i in range(1, loader.max_workers // 2)]
+
+
+def _next_shards(max_workers: int) -> int:
+    """How many shards :func:`preload_next_shard` asks for."""
+    return len(range(1, max_workers // 2))
+
+
+def _byte_budget(memory_limit: Any) -> int:
+    """``memory_limit`` (an int or a float, as loadit takes) as whole bytes."""
+    wrong = TypeError(f"memory_limit must be a number of bytes, not {type(memory_limit).__name__}")
+    if isinstance(memory_limit, str | bytes):
+        raise wrong
+    try:
+        limit = operator.index(memory_limit)
+    except TypeError:
+        try:
+            value = float(memory_limit)
+        except (TypeError, ValueError):
+            raise wrong from None
+        if not math.isfinite(value):
+            raise ValueError(f"memory_limit must be finite, got {memory_limit!r}") from None
+        limit = math.floor(value)
+    if limit < 0:
+        raise ValueError(f"memory_limit must be non-negative, got {memory_limit!r}")
+    return limit
+
+
+class ShardInfo(NamedTuple):
+    """A shard file on disk, as ``loader.shards.get_all_shards()`` lists it
+    (loadit's ``loadit.sharded_dataset.ShardInfo``)."""
+
+    path: Path
+    """The shard file."""
+    start: int
+    """Its first item's index."""
+    end: int
+    """One past its last item's index."""
+    size: int
+    """Its size in bytes (compressed, when the root is)."""
 
 
 class _IterableSource:
@@ -47,25 +95,149 @@ class _IterableSource:
         return iter(self.iterable)
 
 
-class _Shards:
-    """What loadit users read from ``loader.shards`` (a ``ShardedDataset`` there)."""
+class ShardObserver:
+    """``loader.shards.observer``: loadit's ``watchdog`` observer, which
+    cachex does not run.
 
-    def __init__(self, store: _cachex.ShardStore) -> None:
+    loadit watched ``shards/`` with a ``watchdog`` thread to date the shard
+    files other processes created, for its eviction order; cachex's engine
+    dates the shards itself, so no thread watches anything. The clean-up
+    calls loadit users make (``unschedule_all()``, ``stop()``, ``join()``)
+    therefore return at once, and :meth:`is_alive` says ``False``.
+    """
+
+    def start(self) -> None:
+        """Nothing to start: no thread watches the shard directory."""
+
+    def schedule(self, *args: Any, **kwargs: Any) -> None:
+        """Nothing to schedule: the engine dates shard files itself."""
+
+    def unschedule_all(self) -> None:
+        """Nothing is scheduled."""
+
+    def stop(self) -> None:
+        """Nothing runs, so nothing stops."""
+
+    def join(self, timeout: float | None = None) -> None:
+        """Returns at once: there is no thread to wait for."""
+
+    def is_alive(self) -> bool:
+        """``False``: no observer thread runs."""
+        return False
+
+
+class _Shards:
+    """``loader.shards``: what loadit users read from loadit's
+    ``ShardedDataset``, answered by the engine (the shard files on disk)."""
+
+    def __init__(self, store: _cachex.ShardStore, memory_limit: int | None) -> None:
         self._store = store
+        self.max_size = memory_limit
+        self.observer = ShardObserver()
 
     @property
     def max_shard_length(self) -> int:
+        """Items per full shard."""
         return self._store.max_shard_length
+
+    @property
+    def root_dir(self) -> Path:
+        """The root directory."""
+        return Path(self._store.root)
+
+    @property
+    def shard_dir(self) -> Path:
+        """Where the shard files are (``root_dir / "shards"``)."""
+        return self.root_dir / "shards"
 
     def length(self) -> int | None:
         """The length if known (no work), else ``None``."""
         return self._store.known_len
 
+    def __len__(self) -> int:
+        if (n := self._store.known_len) is None:
+            raise RuntimeError("Length is currently unknown for this ShardedDataset!")
+        return n
+
     def info(self) -> Any:
+        """The ``info`` stored in ``metadata.json``."""
         return self._store.info
 
+    def set_info(self, info: Any) -> None:
+        """Replaces ``info`` in ``metadata.json``."""
+        self._store.set_info(info)
+
     def all_present(self) -> bool:
+        """Whether every shard is on disk (False while the length is unknown)."""
         return self._store.all_cached_to_disk()
+
+    def size(self) -> int:
+        """Bytes of the shard files on disk: what ``memory_limit`` bounds."""
+        return self._store.disk_bytes()
+
+    def get_all_shards(self) -> list[ShardInfo]:
+        """Every shard file on disk, by start."""
+        return [ShardInfo(Path(p), a, b, n) for p, a, b, n in self._store.shard_files()]
+
+    @property
+    def _cache_miss_count(self) -> int:
+        """Shard lookups (background ones too) that found no shard file and
+        had the source generate it, since the loader opened."""
+        return self._store.counters()["disk_misses"]
+
+    def stop_observer(self) -> None:
+        """Nothing to stop (see :class:`ShardObserver`)."""
+
+
+class _MemoryCache:
+    """``loader.memory_cache``: loadit's ``DictCache`` of decoded shards,
+    answered by the engine's in-memory shard cache."""
+
+    def __init__(self, store: _cachex.ShardStore, max_cache_size: int) -> None:
+        self._store = store
+        self.max_size = max_cache_size
+
+    def size(self) -> int:
+        """Decoded shards held in memory (at most ``max_cache_size``)."""
+        return self._store.cached_shards
+
+    def __contains__(self, start: object) -> bool:
+        """Whether the shard starting at item ``start`` is decoded in memory."""
+        return isinstance(start, int) and start >= 0 and self._store.is_cached(start)
+
+    @property
+    def _cache_miss_count(self) -> int:
+        """Foreground reads whose shard was not in memory (read from disk or
+        generated), since the loader opened."""
+        return self._store.counters()["memory_misses"]
+
+
+class _Writer:
+    """One of ``loader.writer_pool.writers``: a replay of the source (a
+    cursor of the engine)."""
+
+    def __init__(self, store: _cachex.ShardStore, k: int) -> None:
+        self._store, self._k = store, k
+
+    @property
+    def current_idx(self) -> int:
+        """Index of the last item this replay pulled (-1 before any)."""
+        cursor = self._store.cursors()[self._k]
+        return -1 if cursor is None else cursor[0] - 1
+
+    @property
+    def finished(self) -> bool:
+        """Whether this replay reached the end of the source."""
+        cursor = self._store.cursors()[self._k]
+        return cursor is not None and cursor[1]
+
+
+class _WriterPool:
+    """``loader.writer_pool``: the ``max_workers`` replays of the source
+    (loadit's ``WriterPool``; the engine picks the replay for each shard)."""
+
+    def __init__(self, store: _cachex.ShardStore, max_workers: int) -> None:
+        self.writers = [_Writer(store, k) for k in range(max_workers)]
 
 
 class LoadIt(SequenceView):
@@ -104,16 +276,18 @@ class LoadIt(SequenceView):
     max_workers : int
         Iterator copies and background workers (1); more than 1 needs
         ``iterator_thread_safe=True``.
-    memory_limit : int, optional
-        Disk budget in bytes for the shard files; least recently used
-        shards are deleted and regenerated on demand.
+    memory_limit : int or float, optional
+        Disk budget in bytes for the shard files (a float is rounded down);
+        least recently used shards are deleted and regenerated on demand.
     compression : str, optional
         ``None`` or ``"zstd"`` (``shards/*.shard.pickle.zstd``). ``None``
         on an existing root adopts the root's compression.
     preload_fn : callable, optional
         ``preload_fn(loader, idx)`` yields lists of indices to load in the
-        background after an access (needs ``max_workers > 1``). The default
-        is the engine's preload of the next shards; ``None`` disables it.
+        background after an access (needs ``max_workers > 1``). The default,
+        :func:`preload_next_shard`, is run by the engine (the same shards);
+        ``None`` disables preloading. Assigning ``loader.preload_fn`` later
+        takes effect from the next access, as in loadit.
     preload_all_async : bool
         Fill the whole cache in the background (needs ``max_workers > 1``).
     info : JSON-able, optional
@@ -139,7 +313,7 @@ class LoadIt(SequenceView):
         max_shard_length: str | int | None = "64mb",
         max_cache_size: int = 128,
         max_workers: int = 1,
-        memory_limit: int | None = None,
+        memory_limit: float | None = None,
         compression: str | None = None,
         preload_fn: PreloadType | None = preload_next_shard,
         preload_all_async: bool = False,
@@ -179,10 +353,8 @@ class LoadIt(SequenceView):
                 stored = None
             if isinstance(stored, dict) and isinstance(stored.get("compression"), str):
                 compression = stored["compression"]
-        if preload_fn is preload_next_shard:
-            preload, self.preload_fn = None, None
-        else:
-            preload, self.preload_fn = 0, preload_fn
+        if memory_limit is not None:
+            memory_limit = _byte_budget(memory_limit)
         self.indices, self.index_map, self.length = None, None, None
         self.max_workers = max_workers
         self.manual_length = length
@@ -194,14 +366,31 @@ class LoadIt(SequenceView):
             max_workers=max_workers,
             memory_limit=memory_limit,
             compression=compression,
-            preload=preload,
+            preload=0,  # set by the preload_fn setter
             preload_all_async=preload_all_async,
             length=length,
             info=info,
             **tier_kwargs(tier_dir, tier_budget, storage_options),
         )
+        self.preload_fn = preload_fn
         self.root_dir = Path(self._store.root)
-        self.shards = _Shards(self._store)
+        self.shards = _Shards(self._store, memory_limit)
+        self.memory_cache = _MemoryCache(self._store, max_cache_size)
+        self.writer_pool = None if source is None else _WriterPool(self._store, max_workers)
+
+    @property
+    def preload_fn(self) -> PreloadType | None:
+        """What is loaded in the background after an access: loadit's
+        ``preload_fn`` (:func:`preload_next_shard` by default, ``None`` for
+        nothing). Assigning it takes effect from the next access."""
+        return self._preload_fn
+
+    @preload_fn.setter
+    def preload_fn(self, fn: PreloadType | None) -> None:
+        self._preload_fn = fn
+        # The default runs in the engine; another function runs here.
+        self._python_preload = None if fn is None or fn is preload_next_shard else fn
+        self._store.set_preload(_next_shards(self.max_workers) if fn is preload_next_shard else 0)
 
     @property
     def url(self) -> str | None:
@@ -262,7 +451,7 @@ class LoadIt(SequenceView):
         return len(self._store)
 
     def __getitem__(self, key: Any) -> Any:
-        if type(key) is int and self.preload_fn is None:
+        if type(key) is int and self._python_preload is None:
             return self._store[key]
         return self.get(key)
 
@@ -274,7 +463,7 @@ class LoadIt(SequenceView):
         if is_sequence(key):
             return LoaditView(self, key)
         i = operator.index(key)
-        preload_fn = preload_fn or self.preload_fn
+        preload_fn = preload_fn or self._python_preload
         if preload_fn is not None and self.max_workers > 1:
             i = self._nonnegative(i)
             for idx_list in preload_fn(self, i):
@@ -333,22 +522,17 @@ class LoadIt(SequenceView):
                     pass  # it does not: the length is known now
         return range(*s.indices(len(self)))
 
-    # loadit's internals, which the Rust engine replaces (see the module docs).
-    finalize = not_provided(
-        "the length is recorded when the source ends: len(loader) or "
-        "wait_until_all_cached() finds it; pass length= when it is known"
-    )
+    def finalize(self) -> None:
+        """Declares that the items end where the shards on disk end: the end
+        of the furthest shard file becomes the final length, recorded in
+        ``metadata.json`` (loadit's ``finalize``). A length already final is
+        kept: the engine records it when the source ends."""
+        self._store.finalize()
+
+    # loadit's thread pool, which the Rust engine replaces (see the module docs).
     executor = not_provided(
         "background loads run on the engine's own threads (max_workers - 1 of "
         "them); schedule them with load_async()"
-    )
-    memory_cache = not_provided(
-        "decoded shards are kept by the engine, max_cache_size of them; read "
-        "items with loader[i] / loader.get(i)"
-    )
-    writer_pool = not_provided(
-        "shards are written by the engine from create_iter; "
-        "wait_until_all_cached() writes every missing one"
     )
 
     @property
@@ -380,7 +564,7 @@ class LoaditView(SequenceView):
     def _item(self, index: Any) -> Any:
         i = operator.index(index)
         target = self.indices[i]
-        if self.loader.max_workers > 1 and self.loader.preload_fn is None:
+        if self.loader.max_workers > 1 and self.loader._python_preload is None:
             self.loader.load_async(self.preload_fn(self.loader, i % len(self))[0])
         return self.loader.get(target)
 

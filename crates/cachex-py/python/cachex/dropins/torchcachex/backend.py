@@ -1,115 +1,7 @@
-"""A drop-in for torchcachex 0.2.0 over cachex's Rust segment store.
-
-Change one import and keep the cache directories::
-
-    # from torchcachex import ArrowIPCCacheBackend, CacheModuleDecorator
-    from cachex.torchcachex import ArrowIPCCacheBackend, CacheModuleDecorator
-
-:class:`ArrowIPCCacheBackend` keeps torchcachex's constructor, defaults and
-methods (``put_batch``, ``get_batch``, ``flush``) and its on-disk layout::
-
-    <cache_dir>/<module_id>/
-      segments/segment_000000.arrow   Arrow IPC files: key, data, shape, ... columns
-      schema.json                     {"fields", "metadata", "output_structure"}
-      index.pkl                       torchcachex's index (read by torchcachex only)
-      segment-index.log               cachex's index (key hashes, appended per flush)
-      segment-store.lock              the writer's lock
-
-:class:`CacheModuleDecorator` (needs torch) wraps a stateless
-``nn.Module`` exactly as torchcachex's does.
-
-Values are torch tensors when torch is importable, numpy arrays otherwise
-(the backend works with numpy alone). Tensors read from disk are CPU
-copies the caller owns (writable, independent of the mapped files). With
-torch, one ``get_batch`` copies each tensor part of its values into one
-fresh buffer and cuts it into the values' tensors with one ``unbind``
-(a third to a half less time than a tensor per value): a value's tensor
-is a view that shares that buffer with the other values read in the
-same call, never overlapping them, so writing into one changes no other.
-What shares a buffer stays alive together: one value kept (by the caller
-or the LRU) keeps its batch's buffer, and ``torch.save`` of one value
-writes the whole buffer; ``.clone()`` a value to keep it on its own.
-Non-tensor values (inside dicts, tuples and lists, or whole) are pickled
-as torchcachex pickles them: **opening a cache unpickles its blobs**, so
-open only caches you trust.
-
-Differences from torchcachex (deliberate)
------------------------------------------
-* ``flush()`` waits for every write queued before it, including async
-  ones, and raises their errors; torchcachex's returned while queued
-  writes were still in its thread pool and lost their errors.
-* Every write is durable when ``flush()`` returns: segments are fsynced
-  and renamed, then the index log is appended and fsynced. torchcachex did
-  no fsync.
-* A value whose structure, names or dtypes differ from the cache's schema
-  raises :class:`cachex.SchemaMismatchError` and nothing of its batch is
-  written; torchcachex cast it silently (or wrote garbage). Shapes and
-  ranks are free, as in torchcachex (a shape per row): values of any
-  shapes share one cache. The first value fixes the schema, as in
-  torchcachex, even when the rest of its batch is refused.
-* bfloat16 is kept as bfloat16 (numpy side: ``ml_dtypes.bfloat16``);
-  torchcachex declared it float32 and failed converting it.
-* ``lru_size=0`` means no in-memory LRU; torchcachex then kept *every*
-  value in an unbounded dict. The LRU holds at most ``lru_size`` values
-  and evicts the least recently used in bulk (two generations of
-  ``lru_size / 2``), which costs a dict probe per value instead of
-  per-value reordering.
-* Two writer processes: the writer rank takes a lock, so a second writer
-  on the same directory gets :class:`cachex.LockedError` instead of both
-  numbering segments from the same id and overwriting each other's. To let
-  several processes write at once pass ``writer_id`` (say, the rank): each
-  then writes its own segment ids and index log (segment-store's
-  multi-writer mode).
-* When a non-tensor first argument makes the decorator run the whole
-  batch, outputs are taken at each miss's position in the batch;
-  torchcachex took them at the position in the list of misses (caching
-  other samples' outputs under those keys).
-* Keys that are not ``str`` (ints, numpy or torch scalars) are stored as
-  ``str(key)`` (torchcachex could not persist them).
-* The first write into a directory torchcachex wrote removes its
-  ``index.pkl`` (before any new segment lands), so torchcachex, which
-  trusts that file, rebuilds its index from the segments on its next open
-  instead of missing the new keys.
-* In a forked child (a DataLoader worker) of the writer, puts fill the
-  LRU only, as on a non-writer rank; the child reads the directory
-  read-only. ``max_workers`` bounds how many flushes may queue for the one
-  background writer thread (segments are written in order).
-* numpy arrays are stored as tensors (torchcachex pickled them). Where
-  the cache's schema holds a blob (a dict member or tuple item that was
-  no tensor in the first value, or a whole value that was neither tensor,
-  dict, tuple nor list), anything is pickled, as torchcachex does.
-* A batch's tensors are views of one buffer per tensor part (see above);
-  torchcachex copied each value's tensor on its own.
-* ``cache_dir`` may be a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
-  ``file://``; torchcachex took local directories only), with the
-  keyword-only ``tier_dir``, ``tier_budget`` and ``storage_options``: the
-  cache is read and written in a working directory over the machine's
-  local tier, ``flush()`` / ``close()`` publish, ``refresh()`` applies
-  what other writers published. Without them, what the writer persists
-  still reaches the bucket: each segment it flushes within a few seconds
-  (``CACHEX_PUBLISH_INTERVAL``, default 5), the rest when the backend is
-  dropped or the interpreter exits; a killed writer loses at most its last
-  interval.
-
-Attributes: torchcachex 0.2.0's public ones all exist. ``schema`` is a
-``pyarrow.Schema`` read from ``schema.json`` as torchcachex reads it (it
-needs pyarrow, which cachex does not). ``lru`` is cachex's own two-generation
-LRU (``len``, ``in``, ``get``; torchcachex had a ``cachetools.LRUCache``).
-Two are internals cachex has no equivalent of; reading them raises
-:class:`NotProvidedError` (a :class:`cachex.CacheError` and an
-``AttributeError``) that names what to use instead:
-
-* ``index`` (torchcachex's ``{key: (segment_id, row)}`` dict): cachex's
-  index holds key hashes in ``segment-index.log``; use ``key in
-  backend.store``, ``len(backend.store)`` or ``get_batch``.
-* ``executor`` (its write thread pool): the store writes on its own
-  thread; ``flush()`` waits for the queued writes.
-
-cachex adds ``lru_size``, ``store`` (the :class:`cachex.SegmentStore`),
-``is_writer``, ``url``, ``refresh()``, ``close()`` and the context-manager
-protocol.
-:class:`CacheModuleDecorator` keeps every public name of torchcachex's
-(it is the same kind of ``nn.Module``).
+"""torchcachex 0.2.0's ``torchcachex.backend``: :class:`ArrowIPCCacheBackend`,
+a persistent per-sample cache in torchcachex's layout on cachex's Rust
+segment store. See :mod:`cachex.torchcachex` for the layout and where it
+differs from torchcachex's.
 """
 
 from __future__ import annotations
@@ -130,26 +22,16 @@ import numpy as np
 from cachex import _cachex
 from cachex._cachex import SegmentStore
 from cachex._remote import TierBudget, is_url, join, tier_kwargs
-from cachex.dropins._not_provided import NotProvidedError, not_provided
+from cachex.dropins._not_provided import NotProvidedError
+from cachex.dropins.torchcachex.utils import _move
 from cachex.errors import CacheError, InvalidInputError
 
 try:  # torch is optional: without it values are numpy arrays.
     import torch
-    import torch.nn as nn
 except ImportError:  # pragma: no cover - exercised in the numpy-only CI venv
     torch = None
-    nn = None
 
-__all__ = [
-    "ArrowIPCCacheBackend",
-    "CacheModuleDecorator",
-    "NotProvidedError",
-    "TorchRequiredError",
-]
-
-
-class TorchRequiredError(CacheError, ImportError):
-    """The call needs PyTorch (``CacheModuleDecorator``) and torch is not importable."""
+__all__ = ["ArrowIPCCacheBackend", "WriteQueue"]
 
 
 # Writers whose locks a forked child must not inherit held.
@@ -392,28 +274,17 @@ _ARROW_TYPES = {
 }
 
 
-def _arrow_type(pa: Any, text: str) -> Any:
-    """The pyarrow type a ``schema.json`` type string names."""
+def _arrow_type(pa: Any, text: str, unknown: Any = None) -> Any:
+    """The pyarrow type a ``schema.json`` type string names; an unknown one
+    is ``unknown``, or a :class:`cachex.CacheError` without it."""
     if text.startswith("list<") and text.endswith(">"):
-        return pa.list_(_arrow_type(pa, text[5:-1].split(": ")[-1]))
+        return pa.list_(_arrow_type(pa, text[5:-1].split(": ")[-1], unknown))
     try:
         return getattr(pa, _ARROW_TYPES[text])()
     except KeyError:
+        if unknown is not None:
+            return unknown
         raise CacheError(f"schema.json: unknown type {text!r}") from None
-
-
-def _move(obj: Any, device: Any) -> Any:
-    if torch is None or device is None:
-        return obj
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device=device, non_blocking=torch.device(device).type != "mps")
-    if isinstance(obj, dict):
-        return {k: _move(v, device) for k, v in obj.items()}
-    if isinstance(obj, tuple):
-        return tuple(_move(v, device) for v in obj)
-    if isinstance(obj, list):
-        return [_move(v, device) for v in obj]
-    return obj
 
 
 class _Lru:
@@ -477,6 +348,38 @@ class _Lru:
     def get(self, key: str, default: Any = None) -> Any:
         v = self.get_many([key])[0][0]
         return default if v is None else v
+
+
+class WriteQueue:
+    """``backend.executor`` with ``async_write=True``: the store's one
+    background writer thread, standing for torchcachex's write thread pool.
+
+    What torchcachex's users do with that pool works:
+    ``shutdown(wait=True)`` returns once every value put so far is written
+    (it is the backend's :meth:`~ArrowIPCCacheBackend.flush`) and raises
+    their write errors; ``shutdown(wait=False)`` leaves the writes running.
+    Unlike a thread pool's, the writer keeps taking writes afterwards. It
+    runs the store's segment writes only: :meth:`submit` raises
+    :class:`NotProvidedError`.
+    """
+
+    def __init__(self, backend: ArrowIPCCacheBackend) -> None:
+        self._backend = weakref.ref(backend)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """With ``wait``, returns once every value put so far is written;
+        queued writes are never cancelled (``cancel_futures`` is ignored)."""
+        backend = self._backend()
+        if wait and backend is not None:
+            backend.flush()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Not provided: the writer runs the store's segment writes only."""
+        raise NotProvidedError(
+            "ArrowIPCCacheBackend.executor.submit is not provided by cachex: the store's "
+            "writer thread runs segment writes only; put_batch() queues values, flush() "
+            "waits for them"
+        )
 
 
 class ArrowIPCCacheBackend:
@@ -569,10 +472,15 @@ class ArrowIPCCacheBackend:
             int(current_rank) if current_rank is not None else int(os.getenv("RANK", "0"))
         )
         self.lru_size = int(lru_size)
-        self.lru = _Lru(self.lru_size)
+        # torchcachex's lru is a dict when disabled: here one that stays empty.
+        self.lru: _Lru | dict[str, Any] = _Lru(self.lru_size) if self.lru_size else {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._legacy_index_checked = False
+        # Whether values were put since index.pkl was last written (it was
+        # removed then, before their segments could land).
+        self._index_dirty = False
+        # index.pkl is written by a sole local writer only (see _write_index).
+        self._writes_index = writer_id is None and not is_url(cache_dir)
         # Set by _settle_schema, at the first put: schema.json then leaves
         # every rank free, and _blobs names its blob columns.
         self._schema_settled = False
@@ -663,14 +571,69 @@ class ArrowIPCCacheBackend:
         fields = [pa.field(f["name"], _arrow_type(pa, f["type"])) for f in doc["fields"]]
         return pa.schema(fields, metadata=doc.get("metadata") or None)
 
-    index = not_provided(
-        "cachex's index holds key hashes, not a dict of keys; test a key with "
-        "`key in backend.store`, count with `len(backend.store)`, read with get_batch()"
-    )
-    executor = not_provided(
-        "writes run on the store's own background thread (async_write=True); "
-        "flush() waits for them and raises their errors"
-    )
+    @property
+    def index(self) -> dict[str, tuple[int, int]]:
+        """torchcachex's index: ``{key: (segment_id, row)}`` for every
+        flushed value, built from cachex's index on each read.
+
+        A snapshot: changing it changes nothing (``put_batch`` writes).
+        Values still pending a flush appear once flushed, as in torchcachex.
+        Building it reads the key column of every segment.
+        """
+        return {key: (seg, row) for key, seg, row in self.store.key_locations()}
+
+    @property
+    def key_to_idx(self) -> dict[str, tuple[int, int]]:
+        """The same as :attr:`index` (the name torchcachex's own scale tests read)."""
+        return self.index
+
+    def _load_schema(self) -> Any:
+        """The segments' Arrow schema read from ``schema.json`` (torchcachex's
+        private loader, which :attr:`schema` is): a ``pyarrow.Schema``.
+
+        Raises
+        ------
+        FileNotFoundError
+            No value was cached yet (there is no ``schema.json``).
+        """
+        if not self.schema_path.exists():
+            raise FileNotFoundError(f"{self.schema_path}: no schema yet (nothing was cached)")
+        return self.schema
+
+    def _parse_arrow_type(self, type_str: str) -> Any:
+        """The pyarrow type a ``schema.json`` type string names, as torchcachex
+        parses it: ``list<...>`` recursively, an unknown name as ``string``."""
+        import pyarrow as pa
+
+        return _arrow_type(pa, type_str, unknown=pa.string())
+
+    def _torch_to_arrow_dtype(self, torch_dtype: Any) -> Any:
+        """The pyarrow type cachex stores a tensor of ``torch_dtype`` as (the
+        element type of its ``*_data`` column; bfloat16 as uint16).
+
+        Raises
+        ------
+        cachex.InvalidInputError
+            cachex stores no tensor of that dtype (complex ones; torchcachex
+            said float32 and then failed to write them).
+        """
+
+        if torch is None:
+            raise NotProvidedError(
+                "ArrowIPCCacheBackend._torch_to_arrow_dtype maps torch dtypes and torch "
+                "is not importable"
+            )
+        probe = _to_store(torch.zeros(1, dtype=torch_dtype))
+        fields = json.loads(_inferred_schema("k", probe))["fields"]
+        (data,) = (f["type"] for f in fields if f["name"] == "data")
+        return self._parse_arrow_type(data).value_type
+
+    @property
+    def executor(self) -> WriteQueue | None:
+        """The background writer (torchcachex's write thread pool): a
+        :class:`WriteQueue` with ``async_write=True``, None without (as
+        torchcachex)."""
+        return WriteQueue(self) if self.async_write else None
 
     def _schema_doc(self) -> dict[str, Any] | None:
         """``schema.json`` as a dict; None when there is none yet, or when it
@@ -798,7 +761,7 @@ class ArrowIPCCacheBackend:
             return
         pairs = [(_key(k), v) for k, v in items.items()]
         if self.is_writer:
-            self._forget_legacy_index()
+            self._index_changes()
             if not self._schema_settled:
                 self._settle_schema(pairs[0][0], _to_store(pairs[0][1]))
             self.store.put_batch([(k, _to_store(v, self._blobs)) for k, v in pairs])
@@ -835,15 +798,31 @@ class ArrowIPCCacheBackend:
         self._blobs = _blob_columns(_read_text(self.schema_path))
         self._schema_settled = True
 
-    def _forget_legacy_index(self) -> None:
-        """Remove torchcachex's ``index.pkl`` before the first new segment lands."""
-        if self._legacy_index_checked:
+    def _index_changes(self) -> None:
+        """Removes ``index.pkl`` before the first segment of new values can
+        land: torchcachex, which trusts that file, then rebuilds its index
+        from the segments rather than missing the new keys."""
+        if self._index_dirty:
             return
         _cachex._durable_remove(self.index_path)
-        self._legacy_index_checked = True
+        self._index_dirty = True
+
+    def _write_index(self) -> None:
+        """Writes ``index.pkl`` (torchcachex's ``{key: (segment_id, row)}``
+        pickle) from cachex's index when values were put since it was last
+        written, once they are all flushed. A sole local writer only: with
+        ``writer_id`` each writer knows only what it has read, and on a URL
+        the working directory is not where torchcachex would look."""
+        if not self._index_dirty or not self._writes_index:
+            return
+        self.store.flush()
+        index = pickle.dumps(self.index, protocol=pickle.HIGHEST_PROTOCOL)
+        _cachex._durable_write(self.index_path, index)
+        self._index_dirty = False
 
     def flush(self) -> None:
-        """Write every pending value and wait for queued writes (writer rank only).
+        """Write every pending value, wait for queued writes and write
+        ``index.pkl`` when values were put since (writer rank only).
 
         Raises
         ------
@@ -852,12 +831,16 @@ class ArrowIPCCacheBackend:
         """
         if self.is_writer:
             self.store.flush()
+            self._write_index()
 
     def close(self) -> None:
-        """Flush and release the writer lock; the backend is unusable after."""
+        """Flush, write ``index.pkl`` and release the writer lock; the backend
+        is unusable after."""
         if not self.store.closed:
             if os.getpid() != self._pid:
                 return  # a forked child leaves the parent's writer alone
+            if self.is_writer:
+                self._write_index()
             self.store.close()
 
     def __enter__(self) -> ArrowIPCCacheBackend:
@@ -879,174 +862,3 @@ class ArrowIPCCacheBackend:
             f"ArrowIPCCacheBackend({root!r}, {self.module_id!r}, "
             f"lru_size={self.lru_size}, writer={self.is_writer})"
         )
-
-
-# Batch tree helpers (torchcachex's _tree_index / _tree_stack semantics).
-def _tree_index(x: Any, i: int) -> Any:
-    if torch is not None and isinstance(x, torch.Tensor):
-        return x[i]
-    if isinstance(x, list):
-        if x and torch is not None and isinstance(x[0], torch.Tensor):
-            return x[i]  # a list of per-sample tensors (variable shapes)
-        return [_tree_index(v, i) for v in x]
-    if isinstance(x, tuple):
-        return tuple(_tree_index(v, i) for v in x)
-    if isinstance(x, dict):
-        return {k: _tree_index(v, i) for k, v in x.items()}
-    return x
-
-
-def _tree_stack(samples: list[Any]) -> Any:
-    if not samples:
-        raise ValueError("cannot stack an empty list of samples")
-    x0 = samples[0]
-    if torch is not None and isinstance(x0, torch.Tensor):
-        if all(s.shape == x0.shape for s in samples):
-            return torch.stack(samples, dim=0)
-        return samples  # variable shapes: a list keeps each one
-    if isinstance(x0, list):
-        return [_tree_stack([s[j] for s in samples]) for j in range(len(x0))]
-    if isinstance(x0, tuple):
-        return tuple(_tree_stack([s[j] for s in samples]) for j in range(len(x0)))
-    if isinstance(x0, dict):
-        return {k: _tree_stack([s[k] for s in samples]) for k in x0}
-    return samples
-
-
-def _cpu(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, tuple):
-        return tuple(_cpu(v) for v in obj)
-    if isinstance(obj, list):
-        return [_cpu(v) for v in obj]
-    return obj
-
-
-if nn is not None:
-
-    class CacheModuleDecorator(nn.Module):
-        """Read-through cache around a stateless module, per sample (torchcachex's).
-
-        Calls look every sample's ``cache_ids`` up, run ``module`` only on
-        the misses (rows of the first argument when it is a tensor), cache
-        their outputs (detached, on CPU) and return the whole batch in
-        input order, stacked, on the first argument's device.
-
-        Parameters
-        ----------
-        module : nn.Module
-            The computation; no trainable parameters while training unless
-            ``enforce_stateless=False``.
-        cache_backend : ArrowIPCCacheBackend
-            Where outputs live.
-        enabled : bool
-            False runs ``module`` directly (True).
-        key_from_batch_fn : callable, optional
-            ``fn(*args, **kwargs) -> ids`` when calls carry no ``cache_ids``.
-        enforce_stateless : bool
-            Raise RuntimeError when the module has trainable parameters in
-            training mode (True).
-        map_location_on_read : str
-            Where cached tensors are read to before moving to the input's
-            device ("cpu").
-        """
-
-        def __init__(
-            self,
-            module: nn.Module,
-            cache_backend: ArrowIPCCacheBackend,
-            enabled: bool = True,
-            key_from_batch_fn: Callable[..., list[str]] | None = None,
-            enforce_stateless: bool = True,
-            map_location_on_read: str = "cpu",
-        ) -> None:
-            super().__init__()
-            self.module = module
-            self.cache = cache_backend
-            self.enabled = enabled
-            self.key_from_batch_fn = key_from_batch_fn
-            self.enforce_stateless = enforce_stateless
-            self.map_location_on_read = map_location_on_read
-
-        def _extract_keys(self, args: tuple, kwargs: dict) -> list[Any]:
-            ids = kwargs.get("cache_ids")
-            if ids is None and args and isinstance(args[0], dict) and "cache_ids" in args[0]:
-                ids = args[0]["cache_ids"]
-            if ids is None and self.key_from_batch_fn is not None:
-                ids = self.key_from_batch_fn(*args, **kwargs)
-            if ids is None:
-                raise ValueError(
-                    "CacheModuleDecorator requires `cache_ids` in kwargs or batch dict, "
-                    "or provide `key_from_batch_fn` to derive per-sample keys."
-                )
-            if isinstance(ids, torch.Tensor):
-                ids = ids.tolist()
-            return list(ids)
-
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
-            """The module's output for the batch, cached per sample."""
-            clean = {k: v for k, v in kwargs.items() if k != "cache_ids"}
-            if not self.enabled:
-                return self.module(*args, **clean)
-            keys = self._extract_keys(args, kwargs)
-            cached, missing = self.cache.get_batch(keys, map_location=self.map_location_on_read)
-            if self.enforce_stateless and self.training:
-                for p in self.module.parameters(recurse=True):
-                    if p.requires_grad:
-                        raise RuntimeError(
-                            "CacheModuleDecorator: wrapped module has trainable parameters "
-                            "while caching is enabled. Set enforce_stateless=False to allow."
-                        )
-            ref = args[0] if args else None
-            device = ref.device if isinstance(ref, torch.Tensor) else torch.device("cpu")
-            if not missing:
-                return _tree_stack([_move(v, device) for v in cached])
-            sub_batch = isinstance(ref, torch.Tensor)
-            if sub_batch:
-                idx = torch.tensor(missing, dtype=torch.long, device=ref.device)
-                call_args = (ref.index_select(0, idx), *args[1:])
-            else:
-                call_args = args  # the whole batch runs; outputs indexed by position
-            with torch.no_grad():
-                out = self.module(*call_args, **clean)
-            if any(t.device.type == "mps" for t in _leaves(out)):
-                torch.mps.synchronize()
-            fresh: dict[int, Any] = {}
-            for j, pos in enumerate(missing):
-                fresh[pos] = _tree_index(out, j if sub_batch else pos)
-            self.cache.put_batch({keys[pos]: _cpu(v) for pos, v in fresh.items()})
-            merged = [fresh[i] if i in fresh else cached[i] for i in range(len(keys))]
-            return _tree_stack([_move(v, device) for v in merged])
-
-        def state_dict(self, *args: Any, **kwargs: Any) -> dict:
-            """The wrapped module's state dict (the cache lives on disk, not in it)."""
-            return self.module.state_dict(*args, **kwargs)
-
-        def load_state_dict(
-            self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False
-        ) -> Any:
-            """Loads into the wrapped module."""
-            return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
-
-    def _leaves(obj: Any) -> list[Any]:
-        if isinstance(obj, torch.Tensor):
-            return [obj]
-        if isinstance(obj, dict):
-            return [t for v in obj.values() for t in _leaves(v)]
-        if isinstance(obj, tuple | list):
-            return [t for v in obj for t in _leaves(v)]
-        return []
-
-else:
-
-    class CacheModuleDecorator:  # type: ignore[no-redef]
-        """torchcachex's module decorator; needs PyTorch (not importable here)."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise TorchRequiredError(
-                "cachex.torchcachex.CacheModuleDecorator wraps a torch.nn.Module and needs "
-                "PyTorch, which is not importable; ArrowIPCCacheBackend works without it"
-            )

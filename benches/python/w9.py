@@ -1,0 +1,459 @@
+"""W9 of ``BENCHMARKS.md``: a tier that knows the epoch (the child the Rust
+runner starts, ``workload w9``).
+
+    python benches/python/w9.py <config.json>
+
+The runner has published one page file and written its layout (each
+sample's checksum, length and run, as little-endian u64s) and the line
+matrix into ``config.json``. Each line simulates ``nodes`` nodes, each with
+its own tier directory and one ``cachex.torch.PageDataset`` on the URL
+with ``tier_budget`` = the line's fraction of a node's share of the file
+(the file over ``nodes``), and ``ranks`` rank threads per node, each
+iterating ``IterableBatches(dataset, batch, rank=node * ranks + r,
+world_size=nodes * ranks, affinity=..., homes=nodes, cross_node=...,
+plan_eviction=...)`` after ``set_epoch(e)``, for ``epochs`` epochs. Within
+an epoch the nodes read one after another, their ranks at once (the reads
+release the GIL). Every batch is checked against the layout's checksums.
+
+Per (line, epoch, node) it prints an ``epoch`` line: the bucket traffic
+from ``cachex.tier_stats(tier_dir)`` deltas (``fetched_bytes``,
+``fetched_ratio`` over the file's bytes D, ``get_requests``,
+``evicted_bytes``, ``punched_blocks``, ``over_budget``), ``secs`` and
+``samples_per_s``, ``floor_bytes`` (below), ``max_counted`` (the tier's
+counted bytes after every batch), ``max_physical`` (allocated bytes of the
+tier's ``objects/``, ``tmp/`` and working directories after every batch,
+each file once), ``max_metadata`` (of those, the bytes of files that are
+not copies: block maps, touch clocks, the working directories' records),
+``budget``, ``bound`` and ``overlap`` (the fraction of
+the node's samples it also read the epoch before).
+
+The floor, from the plan: S = the tier blocks the node reads this epoch,
+less the blocks a reader keeps for its life (header and tables, F); B' =
+budget - bytes(F); floor = bytes(S) - min(B', bytes(S ∩ blocks the node
+read in earlier epochs)); in epoch 0, plus bytes(F) (the open fetches it).
+
+Then a ``line`` line per line (epochs after the first: fetched and floor
+per epoch over D, the largest ``max_physical`` over the budget, samples/s)
+and a ``goal`` line per goal, with the measured ``value``, its
+``threshold`` and ``met``; a goal is never retried. A wrong value read prints
+``{"wrong_value": ...}`` and exits 1.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import shutil
+import stat
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import cachex
+from cachex.torch import IterableBatches, PageDataset
+
+#: Counters of ``cachex.tier_stats`` whose per-epoch deltas each line reports.
+DELTAS = ("fetched_bytes", "get_requests", "evicted_bytes", "punched_blocks", "over_budget")
+
+
+class WrongValueError(Exception):
+    """A batch held something other than the samples written."""
+
+
+def emit(phase: str, **fields: Any) -> None:
+    print(json.dumps({"phase": phase, **fields}), flush=True)
+
+
+def progress(msg: str) -> None:
+    print(f"[w9] {msg}", file=sys.stderr, flush=True)
+
+
+def tier_stats(tier_dir: Path) -> dict[str, int]:
+    """The tier's counters; zeros before its first open made them."""
+    if not (tier_dir / "tier.state").exists():
+        return dict.fromkeys(("allocated", *DELTAS), 0)
+    return cachex.tier_stats(tier_dir)
+
+
+def physical(tier_dir: Path) -> tuple[int, int]:
+    """Allocated bytes of the tier's ``objects/``, ``tmp/`` and working
+    directories (``work/``: a copy there is disk the tier holds too), each
+    file once, and of those the bytes of files that are not copies of
+    objects (block maps, touch clocks, the working directories' records)."""
+    seen: set[int] = set()
+    total = meta = 0
+    for sub in ("objects", "tmp", "work"):
+        for dirpath, _, names in os.walk(tier_dir / sub):
+            for name in names:
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue  # removed by an eviction meanwhile
+                if st.st_ino in seen or not stat.S_ISREG(st.st_mode):
+                    continue
+                seen.add(st.st_ino)
+                total += st.st_blocks * 512
+                if sub == "objects":
+                    is_meta = not name.endswith((".sparse", ".whole"))
+                else:
+                    is_meta = sub == "work" and ".cachex-remote" in dirpath
+                if is_meta:
+                    meta += st.st_blocks * 512
+    return total, meta
+
+
+@dataclass
+class Layout:
+    """What the runner wrote: each sample's checksum, length and tier blocks."""
+
+    sums: np.ndarray
+    lengths: np.ndarray
+    first_block: np.ndarray
+    last_block: np.ndarray
+    block_bytes: np.ndarray  # of every tier block of the file
+    fixed: np.ndarray  # bool per block: kept by a reader for its life
+
+    @classmethod
+    def load(cls, config: dict[str, Any]) -> Layout:
+        table = np.fromfile(config["layout"], dtype="<u8").reshape(-1, 4).astype(np.int64)
+        bs, size = int(config["block_size"]), int(config["dataset_bytes"])
+        nblocks = -(-size // bs)
+        starts = np.arange(nblocks, dtype=np.int64) * bs
+        fixed = np.zeros(nblocks, dtype=bool)
+        for lo, hi in config["fixed_ranges"]:
+            if hi > lo:
+                fixed[lo // bs : (hi - 1) // bs + 1] = True
+        return cls(
+            sums=table[:, 0].astype(np.uint64),
+            lengths=table[:, 1],
+            first_block=table[:, 2] // bs,
+            last_block=(table[:, 3] - 1) // bs,
+            block_bytes=np.minimum(bs, size - starts),
+            fixed=fixed,
+        )
+
+    def blocks(self, samples: np.ndarray) -> np.ndarray:
+        """The tier blocks samples ``samples`` lie in (bool per block)."""
+        marks = np.zeros(len(self.block_bytes) + 1, dtype=np.int64)
+        np.add.at(marks, self.first_block[samples], 1)
+        np.add.at(marks, self.last_block[samples] + 1, -1)
+        return np.cumsum(marks)[:-1] > 0
+
+    def bytes_of(self, blocks: np.ndarray) -> int:
+        return int(self.block_bytes[blocks].sum())
+
+    def check(self, indices: np.ndarray, batch: dict[str, Any], where: str) -> int:
+        """Checks a batch against the checksums; the bytes it held."""
+        lengths = np.asarray(batch["blob_lengths"], dtype=np.int64)
+        data = np.asarray(batch["blob"])[: len(indices)]
+        if not np.array_equal(lengths, self.lengths[indices]):
+            raise WrongValueError(f"{where}: lengths {lengths} != {self.lengths[indices]}")
+        sums = np.array(
+            [data[r, :n].sum(dtype=np.uint64) for r, n in enumerate(lengths)], dtype=np.uint64
+        )
+        bad = np.flatnonzero(sums != self.sums[indices])
+        if len(bad):
+            i = int(indices[bad[0]])
+            raise WrongValueError(f"{where}: sample {i} sums to {sums[bad[0]]}, not {self.sums[i]}")
+        return int(lengths.sum())
+
+
+@dataclass
+class Node:
+    """One simulated node: its tier, its dataset and its ranks' iterables."""
+
+    tier: Path
+    dataset: Any
+    ranks: list[tuple[int, Any]]
+    before: dict[str, int]
+    seen: np.ndarray  # blocks read in earlier epochs
+    last_samples: np.ndarray | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    max_counted: int = 0
+    max_physical: int = 0
+    max_metadata: int = 0
+
+    def measure(self) -> None:
+        counted = tier_stats(self.tier)["allocated"]
+        total, meta = physical(self.tier)
+        with self.lock:
+            self.max_counted = max(self.max_counted, counted)
+            self.max_physical = max(self.max_physical, total)
+            self.max_metadata = max(self.max_metadata, meta)
+
+
+def open_node(config: dict[str, Any], line: dict[str, Any], k: int, budget: int) -> Node:
+    tier = Path(config["root"]) / line["name"] / f"node{k}"
+    tier.mkdir(parents=True, exist_ok=True)
+    before = tier_stats(tier)
+    ds = PageDataset(
+        config["url"],
+        fields=["blob"],
+        tier_dir=tier,
+        tier_budget=budget,
+        storage_options=config["storage_options"],
+    )
+    m, r = int(line["nodes"]), int(config["ranks"])
+    affine = line["affinity"] == "node"
+    ranks = []
+    for local in range(r):
+        rank = k * r + local
+        it = IterableBatches(
+            ds,
+            int(config["batch"]),
+            seed=int(config["seed"]),
+            rank=rank,
+            world_size=m * r,
+            reuse_buffers=True,
+            affinity=line["affinity"],
+            homes=m if affine else None,
+            cross_node=float(line["cross_node"]),
+            plan_eviction=bool(line["plan_eviction"]),
+        )
+        ranks.append((rank, it))
+    return Node(tier, ds, ranks, before, np.zeros(0, dtype=bool))
+
+
+def read_epoch(node: Node, layout: Layout, epoch: int, where: str) -> tuple[int, int, float]:
+    """Every rank of ``node`` reads epoch ``epoch`` at once; samples, bytes, seconds."""
+    deals = []
+    for rank, it in node.ranks:
+        it.set_epoch(epoch)
+        deals.append((rank, it, it.deal()))
+    counts = [[0, 0] for _ in deals]
+    errors: list[BaseException] = []
+
+    def rank_loop(slot: int, rank: int, it: Any, deal: Any) -> None:
+        try:
+            for j, batch in enumerate(it):
+                indices = deal.batch(rank, j)
+                counts[slot][1] += layout.check(indices, batch, f"{where} rank {rank} batch {j}")
+                counts[slot][0] += len(indices)
+                node.measure()
+        except BaseException as e:  # handed to the main thread
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=rank_loop, args=(slot, rank, it, deal))
+        for slot, (rank, it, deal) in enumerate(deals)
+    ]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    secs = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return sum(c[0] for c in counts), sum(c[1] for c in counts), secs
+
+
+def run_line(config: dict[str, Any], layout: Layout, line: dict[str, Any]) -> list[dict[str, Any]]:
+    d = int(config["dataset_bytes"])
+    m, ranks = int(line["nodes"]), int(config["ranks"])
+    budget = int(float(line["budget_frac"]) * d / m)
+    fixed_bytes = layout.bytes_of(layout.fixed)
+    # One fetch run per reading thread: the blocks of the largest page.
+    bound = budget + ranks * (int(config["max_run"]) + 2 * int(config["block_size"]))
+    nodes = [open_node(config, line, k, budget) for k in range(m)]
+    records = []
+    try:
+        for epoch in range(int(config["epochs"])):
+            for k, node in enumerate(nodes):
+                samples = np.unique(
+                    np.concatenate([it.deal().rank_order(rank) for rank, it in node.ranks])
+                )
+                wanted = layout.blocks(samples) & ~layout.fixed
+                seen = node.seen if len(node.seen) else np.zeros_like(wanted)
+                kept = min(max(budget - fixed_bytes, 0), layout.bytes_of(wanted & seen))
+                floor = layout.bytes_of(wanted) - kept + (fixed_bytes if epoch == 0 else 0)
+                overlap = (
+                    float(np.isin(samples, node.last_samples).mean())
+                    if node.last_samples is not None
+                    else None
+                )
+                node.max_counted = node.max_physical = node.max_metadata = 0
+                where = f"{line['name']} epoch {epoch} node {k}"
+                n, nbytes, secs = read_epoch(node, layout, epoch, where)
+                after = tier_stats(node.tier)
+                delta = {c: after[c] - node.before[c] for c in DELTAS}
+                node.before = after
+                node.seen = seen | wanted
+                node.last_samples = samples
+                rec = {
+                    "line": line["name"],
+                    "policy": line["policy"],
+                    "nodes": m,
+                    "budget_frac": line["budget_frac"],
+                    "epoch": epoch,
+                    "node": k,
+                    "n": n,
+                    "bytes": nbytes,
+                    "secs": secs,
+                    "samples_per_s": n / max(secs, 1e-9),
+                    **delta,
+                    "fetched_ratio": delta["fetched_bytes"] / d,
+                    "floor_bytes": floor,
+                    "floor_ratio": floor / d,
+                    "over_floor": delta["fetched_bytes"] / floor if floor else None,
+                    "max_counted": node.max_counted,
+                    "max_physical": node.max_physical,
+                    "max_metadata": node.max_metadata,
+                    "budget": budget,
+                    "bound": bound + node.max_metadata,
+                    "overlap": overlap,
+                }
+                emit("epoch", **rec)
+                records.append(rec)
+    finally:
+        for node in nodes:
+            node.ranks.clear()
+        nodes.clear()
+        gc.collect()
+        shutil.rmtree(Path(config["root"]) / line["name"], ignore_errors=True)
+    return records
+
+
+def summarize(line: dict[str, Any], records: list[dict[str, Any]], d: int) -> dict[str, Any]:
+    later = [r for r in records if r["epoch"] >= 1]
+    epochs = max(len({r["epoch"] for r in later}), 1)
+    n = sum(r["n"] for r in later)
+    secs = sum(r["secs"] for r in later)
+    overlaps = [r["overlap"] for r in later if r["overlap"] is not None]
+    summary = {
+        "line": line["name"],
+        "policy": line["policy"],
+        "nodes": line["nodes"],
+        "budget_frac": line["budget_frac"],
+        "n": n,
+        "bytes": sum(r["bytes"] for r in later),
+        "secs": secs,
+        "fetched_after_first": sum(r["fetched_bytes"] for r in later),
+        "fetched_per_epoch_ratio": sum(r["fetched_bytes"] for r in later) / d / epochs,
+        "floor_per_epoch_ratio": sum(r["floor_bytes"] for r in later) / d / epochs,
+        "requests_per_epoch": sum(r["get_requests"] for r in later) / epochs,
+        "max_physical_over_budget": max(r["max_physical"] / max(r["budget"], 1) for r in records),
+        "within_bound": all(r["max_physical"] <= r["bound"] for r in records),
+        "samples_per_s": n / max(secs, 1e-9),
+        "samples_per_s_all": sum(r["n"] for r in records)
+        / max(sum(r["secs"] for r in records), 1e-9),
+        "overlap": float(np.mean(overlaps)) if overlaps else None,
+    }
+    emit("line", **summary)
+    return summary
+
+
+def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records: list[Any]) -> None:
+    """The issue's goals as numbers (``met``), never retried."""
+
+    def goal(name: str, value: float | None, threshold: float | None, met: bool | None, **kw: Any):
+        # `threshold`, not `limit`: a runner line's `limit` names a machine limit.
+        emit("goal", goal=name, value=value, threshold=threshold, met=met, n=0, secs=0.0, **kw)
+
+    by = {(s["nodes"], s["policy"], s["budget_frac"]): s for s in summaries}
+    if records:
+        worst = max(records, key=lambda r: r["max_physical"] / max(r["bound"], 1))
+        ratio = worst["max_physical"] / max(worst["bound"], 1)
+        goal(
+            "allocated_within_budget",
+            ratio,
+            1.0,
+            ratio <= 1.0,
+            worst_line=worst["line"],
+            max_physical=worst["max_physical"],
+            bound=worst["bound"],
+            budget=worst["budget"],
+        )
+    for (m, policy, b), s in sorted(by.items()):
+        if m != 1 or policy != "plan":
+            continue
+        fetched, floor = s["fetched_per_epoch_ratio"], s["floor_per_epoch_ratio"]
+        goal(
+            "plan_at_floor",
+            fetched,
+            1.05 * floor,
+            fetched <= 1.05 * floor,
+            budget_frac=b,
+            floor_ratio=floor,
+            issue_floor_ratio=max(1.0 - b, 0.0),
+        )
+        lru = by.get((1, "lru", b))
+        if lru is not None and b >= 0.5:
+            theirs = lru["fetched_per_epoch_ratio"]
+            ratio = fetched / theirs if theirs else None
+            met = ratio <= 0.6 if ratio is not None else fetched == 0
+            goal("plan_vs_lru", ratio, 0.6, met, budget_frac=b, lru_ratio=theirs)
+    for (m, policy, b), s in sorted(by.items()):
+        if m > 1 and policy.startswith("affine") and b >= 1.0:
+            total = s["fetched_per_epoch_ratio"] * max(
+                len({r["epoch"] for r in records if r["line"] == s["line"]}) - 1, 1
+            )
+            f = next(x["cross_node"] for x in lines if x["name"] == s["line"])
+            if f == 0:
+                goal("affine_fetched_once", total, 0.05, total <= 0.05, budget_frac=b, nodes=m)
+            else:
+                goal(
+                    "affine_cross_node_traffic",
+                    s["fetched_per_epoch_ratio"],
+                    None,
+                    None,
+                    budget_frac=b,
+                    nodes=m,
+                    cross_node=f,
+                    expected_per_epoch=f * (1 - 1 / m),
+                    overlap=s["overlap"],
+                )
+    for (m, policy, b), s in sorted(by.items()):
+        lru = by.get((m, "lru", b))
+        if policy == "lru" or lru is None:
+            continue
+        ratio = s["samples_per_s_all"] / max(lru["samples_per_s_all"], 1e-9)
+        goal("throughput_vs_lru", ratio, 1.0, ratio >= 1.0, policy=policy, nodes=m, budget_frac=b)
+    goal(
+        "segment_store",
+        None,
+        None,
+        None,
+        measured=False,
+        why="its linked segments stay whole-pinned for the store's life (design B2 not built): "
+        "the budget cannot bound them, so W9 has no segment-store line",
+    )
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(Path(argv[1]).read_text())
+    layout = Layout.load(config)
+    d = int(config["dataset_bytes"])
+    progress(
+        f"{config['server']}: {config['samples']} samples, {d / 1e6:.1f} MB, "
+        f"{len(config['lines'])} lines x {config['epochs']} epochs"
+    )
+    summaries, records = [], []
+    try:
+        for line in config["lines"]:
+            start = time.perf_counter()
+            recs = run_line(config, layout, line)
+            records += recs
+            s = summarize(line, recs, d)
+            summaries.append(s)
+            progress(
+                f"{line['name']}: epochs >= 1 fetched {s['fetched_per_epoch_ratio']:.3f} D/epoch "
+                f"(floor {s['floor_per_epoch_ratio']:.3f}), max physical "
+                f"{s['max_physical_over_budget']:.2f} x budget, {s['samples_per_s']:.0f} samples/s "
+                f"({time.perf_counter() - start:.1f} s)"
+            )
+    except WrongValueError as e:
+        print(json.dumps({"wrong_value": str(e)}), flush=True)
+        return 1
+    goals(config["lines"], summaries, records)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,415 @@
+//! Making room: the reservation every fetch takes before it starts, and
+//! the eviction pass that frees whole copies and single blocks.
+//!
+//! A fetch reserves its bytes in `tier.state` first ([`Inner::make_room`]):
+//! while the count plus the fetch fits the budget, that is one lock and a
+//! few atomics, no scan. Otherwise one eviction pass runs, down to the
+//! budget less the fetch and a slack (1/16 of the budget, at most
+//! 64 MiB), so that one scan serves many fetches.
+//!
+//! The pass lists `objects/`, reads the pin records and the live plans,
+//! and builds its candidates:
+//! - an object no process has open is a whole candidate (LRU by its
+//!   copy's mtime), unless a live plan reads it: then its present blocks
+//!   are, so a page file between epochs keeps its planned blocks;
+//! - an object open only by handles of
+//!   [`open_leased`](crate::RemoteTier::open_leased) gives its present
+//!   blocks (LRU by their touch clock, or by next planned use), except
+//!   leased ones and those not aligned to 4 KiB pages;
+//! - an object some handle needs whole is never a candidate.
+//!
+//! [`victims::choose`](crate::victims::choose) orders them. A block is
+//! freed by clearing its bit in the block map on disk (written durably),
+//! bumping the generation, and only then punching its bytes out of the
+//! sparse file (`fallocate(PUNCH_HOLE | KEEP_SIZE)`): a handle that reads
+//! a block leases it first and then compares the generation, so it either
+//! holds a block no pass may free or learns that its map is stale. Where
+//! the file system cannot punch holes, the object is evicted whole once
+//! no process has it open. Maps are read only for open or planned objects.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::AsRawFd;
+use std::time::SystemTime;
+
+use crate::engine::Inner;
+use crate::format::BlockMap;
+use crate::local::{EvictReport, Found, LegacyPin, LocalDir};
+use crate::pins;
+use crate::state::{PAGE, Reservation, Stat, units};
+use crate::victims::{Admit, Candidate, choose};
+use crate::{Error, Result};
+
+impl Inner {
+    /// Reserves `need` bytes for a fetch: evicts first when the count
+    /// plus `need` would pass the budget. A read that finds no room
+    /// (everything leased or pinned whole) reserves anyway and is counted
+    /// in `over_budget`; a prefetch gets `None` and should skip its block.
+    pub(crate) fn make_room(&self, need: u64, admit: Admit) -> Result<Option<Reservation<'_>>> {
+        let state = &self.dir.state;
+        let budget = self.config.tier_budget;
+        let _tier = self.dir.lock_tier()?;
+        self.dir.check()?;
+        if state.allocated().saturating_add(need) > budget {
+            let slack = (budget / 16).min(64 << 20);
+            let target = budget.saturating_sub(need).saturating_sub(slack);
+            self.dir
+                .pass(state.allocated().saturating_sub(target), admit)?;
+            if state.allocated().saturating_add(need) > budget {
+                match admit {
+                    Admit::Read => state.count(Stat::OverBudget, 1),
+                    Admit::Prefetch { .. } => return Ok(None),
+                }
+            }
+        }
+        let _changing = state.changing();
+        Ok(Some(Reservation::new(state, need)))
+    }
+
+    /// [`make_room`](Self::make_room) for a read, which always gets its
+    /// reservation.
+    pub(crate) fn reserve(&self, need: u64) -> Result<Reservation<'_>> {
+        Ok(self
+            .make_room(need, Admit::Read)?
+            .unwrap_or_else(|| Reservation::new(&self.dir.state, 0)))
+    }
+
+    /// Evicts until the count is within the budget (no slack).
+    pub(crate) fn evict_to_budget(&self) -> Result<EvictReport> {
+        let _tier = self.dir.lock_tier()?;
+        self.dir.check()?;
+        let excess = self
+            .dir
+            .state
+            .allocated()
+            .saturating_sub(self.config.tier_budget);
+        self.dir.pass(excess, Admit::Read)
+    }
+}
+
+/// One object's part in a pass.
+struct Object {
+    found: Found,
+    /// Some process has it open.
+    open: bool,
+    /// Its block map, read when its blocks are candidates.
+    map: Option<BlockMap>,
+}
+
+impl LocalDir {
+    /// The block map of `key` on disk, if there is a valid one, without
+    /// the unsynced blocks of another boot (their bytes may be gone).
+    pub(crate) fn read_map(&self, key: &str) -> Option<BlockMap> {
+        let bytes = durable_fs::read_capped(&self.map(key), crate::format::MAX_MAP_BYTES).ok()?;
+        let mut map = BlockMap::decode(&bytes).ok()?;
+        map.keep_unsynced_of(durable_fs::boot_id());
+        Some(map)
+    }
+
+    /// The touch clocks of `key`'s blocks (0 where never leased).
+    fn read_touch(&self, key: &str, blocks: u64) -> Vec<u64> {
+        let mut clocks = vec![0u64; blocks as usize];
+        if let Ok(bytes) = std::fs::read(self.touch(key)) {
+            for (c, w) in clocks.iter_mut().zip(bytes.chunks_exact(8)) {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(w);
+                *c = u64::from_le_bytes(b);
+            }
+        }
+        clocks
+    }
+
+    /// One eviction pass freeing at least `need` counted bytes where it
+    /// can (call with `tier.lock` held and the count checked).
+    pub(crate) fn pass(&self, need: u64, admit: Admit) -> Result<EvictReport> {
+        let found = self.scan()?;
+        let total: u64 = found.values().map(|f| f.bytes).sum();
+        let mut report = EvictReport {
+            bytes_before: total,
+            bytes_after: total,
+            ..EvictReport::default()
+        };
+        if need == 0 {
+            return Ok(report);
+        }
+        let held = pins::held(&self.root)?;
+        let plans = crate::plans::next_uses(&self.root);
+        let planned: HashSet<&str> = plans.keys().collect();
+        let mut objects: HashMap<String, Object> = HashMap::new();
+        let mut cands: Vec<Candidate> = Vec::new();
+        for (key, f) in found {
+            let open = held.has(&key);
+            let whole = |protected: bool| Candidate {
+                key: key.clone(),
+                block: None,
+                bytes: f.bytes,
+                last_use: nanos(f.used),
+                next_use: None,
+                protected,
+            };
+            let by_blocks = f.sparse
+                && !f.whole
+                && if open {
+                    !held.whole(&key)
+                } else {
+                    planned.contains(key.as_str())
+                };
+            let map = by_blocks.then(|| self.read_map(&key)).flatten();
+            let Some(map) = map else {
+                if open {
+                    report.pinned += 1;
+                }
+                cands.push(whole(open));
+                objects.insert(
+                    key,
+                    Object {
+                        found: f,
+                        open,
+                        map: None,
+                    },
+                );
+                continue;
+            };
+            let clocks = self.read_touch(&key, map.blocks());
+            for b in (0..map.blocks()).filter(|&b| map.has(b)) {
+                let r = map.block_range(b);
+                let aligned = r.start % PAGE == 0 && (r.end % PAGE == 0 || r.end == map.size);
+                cands.push(Candidate {
+                    key: key.clone(),
+                    block: Some(b),
+                    bytes: units(r),
+                    last_use: clocks.get(b as usize).copied().unwrap_or(0),
+                    next_use: plans.distance(&key, b),
+                    protected: !aligned || held.leased(&key, b),
+                });
+            }
+            objects.insert(
+                key,
+                Object {
+                    found: f,
+                    open,
+                    map: Some(map),
+                },
+            );
+        }
+        let chosen = choose(&cands, need, admit);
+        if chosen.is_empty() {
+            return Ok(report);
+        }
+        let _changing = self.state.changing();
+        self.state.bump_generation();
+        let mut blocks: HashMap<&str, Vec<u64>> = HashMap::new();
+        for &i in &chosen {
+            let c = &cands[i];
+            match c.block {
+                Some(b) => blocks.entry(c.key.as_str()).or_default().push(b),
+                None => {
+                    let freed = self.remove_object(&c.key, objects[&c.key].found.bytes)?;
+                    if freed > 0 {
+                        report.evicted += 1;
+                    } else {
+                        report.pinned += 1;
+                    }
+                    report.bytes_after = report.bytes_after.saturating_sub(freed);
+                }
+            }
+        }
+        for (key, victims) in blocks {
+            let Some(object) = objects.get_mut(key) else {
+                continue;
+            };
+            let freed = self.punch(key, object, &victims, &mut report)?;
+            report.bytes_after = report.bytes_after.saturating_sub(freed);
+        }
+        Ok(report)
+    }
+
+    /// Removes every file of the idle object `key` (whose files a scan
+    /// found allocating `bytes`) and uncounts them; 0 when a handle of an
+    /// older build keeps it.
+    fn remove_object(&self, key: &str, bytes: u64) -> Result<u64> {
+        let _legacy = match self.legacy_pin(key)? {
+            LegacyPin::Held => return Ok(0),
+            other => other,
+        };
+        // The map goes first: a sparse file without a map is only space,
+        // never mistaken for fetched blocks.
+        durable_fs::remove_and_sync(&self.map(key))?;
+        durable_fs::remove_and_sync(&self.sparse(key))?;
+        durable_fs::remove_and_sync(&self.touch(key))?;
+        durable_fs::remove_and_sync(&self.whole(key))?;
+        self.state.sub(bytes);
+        self.state.count(Stat::EvictedBytes, bytes);
+        Ok(bytes)
+    }
+
+    /// Frees blocks `victims` of the sparse copy of `key`: clears their
+    /// bits in the map on disk, then punches their bytes out (the
+    /// generation was bumped by the caller). An idle object left without
+    /// a block is removed; one whose file system cannot punch is removed
+    /// whole when idle (else only its bits go, its bytes stay counted).
+    /// Returns the bytes freed.
+    fn punch(
+        &self,
+        key: &str,
+        object: &mut Object,
+        victims: &[u64],
+        report: &mut EvictReport,
+    ) -> Result<u64> {
+        let Some(map) = object.map.as_mut() else {
+            return Ok(0);
+        };
+        let ranges: Vec<std::ops::Range<u64>> =
+            victims.iter().map(|&b| map.block_range(b)).collect();
+        for &b in victims {
+            map.clear(b);
+        }
+        let map_path = self.map(key);
+        durable_fs::write_atomic(&map_path, &map.encode())?;
+        let sparse = self.sparse(key);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&sparse)
+            .map_err(Error::io("open", &sparse))?;
+        let mut freed = 0u64;
+        for r in &ranges {
+            let len = units(r.clone());
+            // SAFETY: fallocate on a descriptor this function owns; it
+            // takes no pointer. The range lies inside the file and on page
+            // boundaries (unaligned blocks are never candidates), so it
+            // frees exactly this block, whose bit is already cleared.
+            let done = unsafe {
+                libc::fallocate(
+                    file.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    r.start as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+            if done != 0 {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                    drop(file);
+                    if !object.open {
+                        let bytes = object.found.bytes;
+                        let gone = self.remove_object(key, bytes)?;
+                        report.evicted += u64::from(gone > 0);
+                        return Ok(gone);
+                    }
+                    return Ok(freed);
+                }
+                return Err(Error::io("punch a hole in", &sparse)(e));
+            }
+            let bytes = units(r.clone());
+            freed += bytes;
+            self.state.sub(bytes);
+            self.state.count(Stat::EvictedBytes, bytes);
+            self.state.count(Stat::PunchedBlocks, 1);
+            report.punched += 1;
+        }
+        drop(file);
+        if !object.open && map.present() == 0 {
+            let rest = object.found.bytes.saturating_sub(freed);
+            let gone = self.remove_object(key, rest)?;
+            report.evicted += u64::from(gone > 0);
+            freed += gone;
+        }
+        Ok(freed)
+    }
+}
+
+/// `t` in nanoseconds since the epoch (0 before it).
+fn nanos(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use crate::{RemoteTier, TierConfig};
+
+    /// A tier over a fresh in-memory store, 64 KiB blocks, no read-ahead.
+    fn tier(dir: &std::path::Path, budget: u64) -> RemoteTier {
+        let mut config = TierConfig::new(dir, budget);
+        config.block_size = 64 << 10;
+        config.whole_file_max = 64 << 10;
+        config.prefetch_blocks = 0;
+        let url = format!("memory:///evict-{}", crate::open_files::new_id());
+        RemoteTier::open(&url, config).unwrap()
+    }
+
+    fn bytes(len: usize, seed: u8) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect()
+    }
+
+    #[test]
+    fn fetches_within_the_budget_scan_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let tier = tier(dir.path(), 1 << 30);
+        let data = bytes(4 << 20, 1);
+        tier.put_bytes("big", data.clone()).unwrap();
+        let f = tier.open_object("big").unwrap();
+        let before = tier.inner.dir.scans.load(Ordering::Relaxed);
+        let mut buf = vec![0u8; 100];
+        for b in 0..64u64 {
+            f.read_at(b * (64 << 10) + 7, &mut buf).unwrap();
+            assert_eq!(buf, data[(b * (64 << 10) + 7) as usize..][..100]);
+        }
+        let scans = tier.inner.dir.scans.load(Ordering::Relaxed) - before;
+        let stats = tier.stats().unwrap();
+        // The one scan: the count's rebuild, this process being alone.
+        assert_eq!(
+            (scans, stats.rebuilds),
+            (1, 1),
+            "64 fetches within the budget"
+        );
+        assert_eq!(stats.get_requests, 64);
+        assert_eq!(stats.fetched_bytes, 4 << 20);
+        let usage = tier.local_usage().unwrap();
+        assert!(
+            stats.allocated >= usage && stats.allocated <= usage + (64 << 10),
+            "counted {} for {usage} on disk",
+            stats.allocated
+        );
+    }
+
+    #[test]
+    fn a_tier_over_budget_scans_once_per_slack_not_per_fetch() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = 1 << 20;
+        let tier = tier(dir.path(), budget);
+        // 48 idle objects of 64 KiB (fetched whole), three budgets' worth.
+        let mut fetches = 0u64;
+        let mut scans = 0;
+        for i in 0..48u8 {
+            let name = format!("o{i}");
+            let data = bytes(60 << 10, i);
+            tier.put_bytes(&name, data.clone()).unwrap();
+            let before = tier.inner.dir.scans.load(Ordering::Relaxed);
+            let f = tier.open_object(&name).unwrap();
+            let mut got = vec![0u8; data.len()];
+            f.read_at(0, &mut got).unwrap();
+            scans += tier.inner.dir.scans.load(Ordering::Relaxed) - before;
+            assert!(got == data);
+            fetches += 1;
+            let stats = tier.stats().unwrap();
+            assert!(stats.allocated <= budget, "{stats:?}");
+            assert!(tier.local_usage().unwrap() <= budget);
+        }
+        // Each pass frees a sixteenth of the budget beyond the fetch (here
+        // one more object): one pass per two fetches once full, and none
+        // before (the first scan is the count's rebuild).
+        assert!(
+            scans <= fetches / 2 + 2,
+            "{scans} scans for {fetches} fetches"
+        );
+        let stats = tier.stats().unwrap();
+        assert!(
+            stats.evicted_bytes > 0 && stats.over_budget == 0,
+            "{stats:?}"
+        );
+    }
+}
