@@ -1,5 +1,5 @@
 //! Writes a small page file, reads it back, and prints `inspect`:
-//! `cargo run -p page-alloc --example pages_demo -- <path>`.
+//! `cargo run -p cachex-page-alloc --example pages_demo -- <path>`.
 
 use page_alloc::{PageReader, PageWriter, Schema, Value, WriterOptions, inspect, verify};
 use tensor_core::DType;
