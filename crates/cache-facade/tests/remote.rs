@@ -153,15 +153,10 @@ const HOLDER_ENV: &str = "CACHE_FACADE_REMOTE_HOLDER";
 /// until its stdin closes.
 #[test]
 fn holder_process_child() {
-    let Ok(args) = std::env::var(HOLDER_ENV) else {
+    let Some(fields) = test_support::s3::child_fields(HOLDER_ENV) else {
         return;
     };
-    let mut parts = args.splitn(3, '\n');
-    let (endpoint, bucket, tier) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
+    let (endpoint, bucket, tier) = (&*fields[0], &*fields[1], &*fields[2]);
     let config = config(
         endpoint,
         StoreKind::SegmentStore,
@@ -204,7 +199,7 @@ fn two_processes_open_one_url_on_one_tier_at_once() {
         ])
         .env(
             HOLDER_ENV,
-            format!("{endpoint}\n{bucket}\n{}", shared.path().display()),
+            test_support::s3::child_env(&endpoint, &bucket, shared.path(), &[]),
         )
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -107,16 +107,11 @@ const READER_CHILD: &str = "CACHEX_TEST_BUDGET_READER";
 /// the object, checking each, then says DONE.
 #[test]
 fn reading_child() {
-    let Ok(args) = std::env::var(READER_CHILD) else {
+    let Some(fields) = test_support::s3::child_fields(READER_CHILD) else {
         return;
     };
-    let mut parts = args.splitn(4, '\n');
-    let (endpoint, url, dir, seed) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap().parse::<u64>().unwrap(),
-    );
+    let (endpoint, url, dir) = (&*fields[0], &*fields[1], &*fields[2]);
+    let seed: u64 = fields[3].parse().unwrap();
     let tier = s3_tier(endpoint, url, small_config(Path::new(dir), BUDGET));
     let f = tier.open_leased("pages.bin", None).unwrap();
     let data = sample(3 * BUDGET as usize + 12_345, 7);
@@ -152,7 +147,12 @@ fn processes_reading_one_leased_object_share_the_budget() {
                 ])
                 .env(
                     READER_CHILD,
-                    format!("{endpoint}\n{url}\n{}\n{}", dir.path().display(), 1000 + i),
+                    test_support::s3::child_env(
+                        &endpoint,
+                        &url,
+                        dir.path(),
+                        &[&(1000 + i).to_string()],
+                    ),
                 )
                 .stdout(std::process::Stdio::piped())
                 .spawn()
@@ -208,15 +208,10 @@ const DYING_CHILD: &str = "CACHEX_TEST_BUDGET_DYING";
 /// waits to be killed.
 #[test]
 fn dying_child() {
-    let Ok(args) = std::env::var(DYING_CHILD) else {
+    let Some(fields) = test_support::s3::child_fields(DYING_CHILD) else {
         return;
     };
-    let mut parts = args.splitn(3, '\n');
-    let (endpoint, url, dir) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
+    let (endpoint, url, dir) = (&*fields[0], &*fields[1], &*fields[2]);
     let dir = Path::new(dir);
     let tier = s3_tier(endpoint, url, small_config(dir, BUDGET));
     let f = tier.open_leased("pages.bin", None).unwrap();
@@ -256,7 +251,7 @@ fn a_holder_killed_mid_change_makes_the_next_rebuild() {
         .args(["--exact", "dying_child", "--nocapture", "--test-threads=1"])
         .env(
             DYING_CHILD,
-            format!("{endpoint}\n{url}\n{}", dir.path().display()),
+            test_support::s3::child_env(&endpoint, &url, dir.path(), &[]),
         )
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -45,15 +45,10 @@ fn read_all(endpoint: &str, url: &str, dir: &std::path::Path) -> u64 {
 /// unless spawned by it).
 #[test]
 fn shared_tier_child() {
-    let Ok(args) = std::env::var(CHILD_ENV) else {
+    let Some(fields) = test_support::s3::child_fields(CHILD_ENV) else {
         return;
     };
-    let mut parts = args.splitn(3, '\n');
-    let (endpoint, url, dir) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
+    let (endpoint, url, dir) = (&*fields[0], &*fields[1], &*fields[2]);
     let gets = read_all(endpoint, url, std::path::Path::new(dir));
     println!("\nGETS={gets}");
 }
@@ -80,7 +75,7 @@ fn two_processes_share_one_local_tier() {
             ])
             .env(
                 CHILD_ENV,
-                format!("{endpoint}\n{url}\n{}", shared.path().display()),
+                test_support::s3::child_env(&endpoint, &url, shared.path(), &[]),
             )
             .output()
             .unwrap()

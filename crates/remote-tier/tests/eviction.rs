@@ -171,15 +171,10 @@ const PIN_CHILD: &str = "CACHEX_TEST_PIN_CHILD";
 /// tier, says so, and holds it until its stdin closes.
 #[test]
 fn pinning_child() {
-    let Ok(args) = std::env::var(PIN_CHILD) else {
+    let Some(fields) = test_support::s3::child_fields(PIN_CHILD) else {
         return;
     };
-    let mut parts = args.splitn(3, '\n');
-    let (endpoint, url, dir) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
+    let (endpoint, url, dir) = (&*fields[0], &*fields[1], &*fields[2]);
     let tier = s3_tier(
         endpoint,
         url,
@@ -211,7 +206,7 @@ fn an_object_open_in_another_process_is_not_evicted() {
         ])
         .env(
             PIN_CHILD,
-            format!("{endpoint}\n{url}\n{}", dir.path().display()),
+            test_support::s3::child_env(&endpoint, &url, dir.path(), &[]),
         )
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

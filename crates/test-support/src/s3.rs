@@ -34,3 +34,30 @@ pub fn new_bucket(endpoint: &str, tag: &str) -> String {
         .trim_end_matches('/')
         .to_string()
 }
+
+/// What a test hands a child process of itself (spawned to share a bucket
+/// and a directory with it) in one environment variable: the endpoint, the
+/// bucket URL, the directory and any further fields, a line each. The
+/// child reads them back with [`child_fields`].
+pub fn child_env(endpoint: &str, url: &str, dir: &std::path::Path, rest: &[&str]) -> String {
+    let dir = dir.display().to_string();
+    [endpoint, url, dir.as_str()]
+        .into_iter()
+        .chain(rest.iter().copied())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The fields a parent passed in `var` with [`child_env`] (endpoint, URL,
+/// directory, then the rest), or `None` when this process is not such a
+/// child: the child half of a test then does nothing.
+pub fn child_fields(var: &str) -> Option<Vec<String>> {
+    let value = std::env::var(var).ok()?;
+    let fields: Vec<String> = value.split('\n').map(str::to_string).collect();
+    assert!(
+        fields.len() >= 3,
+        "{var} holds {} fields, not 3 or more",
+        fields.len()
+    );
+    Some(fields)
+}

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
-import tomllib
 
 import pytest
-from conftest import REPO
+import tomllib
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from conftest import REPO
 
 PYPROJECT = tomllib.loads((REPO / "crates" / "cachex-py" / "pyproject.toml").read_text())
 EXTRAS: dict[str, list[str]] = PYPROJECT["project"]["optional-dependencies"]
@@ -58,9 +60,11 @@ def test_metadata_declares_every_extra_of_pyproject():
     requires = [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
     for extra, reqs in EXTRAS.items():
         for req in reqs:
-            name = Requirement(req).name
+            name = canonicalize_name(Requirement(req).name)
             assert any(
-                r.name == name and r.marker is not None and r.marker.evaluate({"extra": extra})
+                canonicalize_name(r.name) == name
+                and r.marker is not None
+                and r.marker.evaluate({"extra": extra})
                 for r in requires
             ), f"{req} of extra {extra!r} missing from Requires-Dist"
 

@@ -68,7 +68,7 @@ pub fn spawn_child_writer(
 ) -> std::process::Child {
     std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
-        .env(env, format!("{endpoint}\n{url}\n{}", dir.display()))
+        .env(env, test_support::s3::child_env(endpoint, url, dir, &[]))
         .stdout(std::process::Stdio::piped())
         .stderr(stderr)
         .spawn()
@@ -79,13 +79,8 @@ pub fn spawn_child_writer(
 /// segment store it was told to write, as writer `writer_id`. `None` when
 /// this process is not that child (the test then does nothing).
 pub fn child_writer(env: &str, writer_id: u32) -> Option<remote_cache::RemoteSegments> {
-    let args = std::env::var(env).ok()?;
-    let mut parts = args.splitn(3, '\n');
-    let (endpoint, url, dir) = (
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-        parts.next().unwrap(),
-    );
+    let fields = test_support::s3::child_fields(env)?;
+    let (endpoint, url, dir) = (&*fields[0], &*fields[1], &*fields[2]);
     let options = segment_store::Options {
         writer_id: Some(writer_id),
         ..segment_store::Options::default()
