@@ -4,7 +4,7 @@
 //! the tier's budget at 25% to 110% of a node's share.
 //!
 //! The runner starts each server (as W6 does, [`crate::w6::server`]),
-//! writes W5's samples into one page file ([`layout`]), publishes it with a
+//! writes W5's samples into one page file (`layout.rs`), publishes it with a
 //! block list in the tier block W9 reads in, and writes each sample's
 //! checksum, length and run beside it. It then runs one Python child per
 //! server (`benches/python/w9.py`, imports paid once) with the line matrix
