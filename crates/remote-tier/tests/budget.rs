@@ -270,9 +270,26 @@ fn a_holder_killed_mid_change_makes_the_next_rebuild() {
     assert_eq!(after.allocated, tier.local_usage().unwrap(), "{after:?}");
 }
 
-/// `(present, total)` blocks of `name` as a fresh handle reads its map.
+/// The present blocks of `name` as a fresh handle reads its map.
 fn present(tier: &RemoteTier, name: &str) -> u64 {
     tier.open_leased(name, None).unwrap().blocks_present().0
+}
+
+/// A fresh bucket holding `pages.bin` (1 MiB of `sample(_, seed)`) and two
+/// tiers on one directory: a reader with room for everything, and an
+/// evictor with no room at all, whose `evict` frees all it may.
+fn reader_and_evictor(
+    endpoint: &str,
+    tag: &str,
+    seed: u64,
+) -> (tempfile::TempDir, RemoteTier, RemoteTier, Vec<u8>) {
+    let (_, _, url) = s3_store(endpoint, tag);
+    let dir = tempfile::tempdir().unwrap();
+    let reader = s3_tier(endpoint, &url, small_config(dir.path(), 1 << 30));
+    let evictor = s3_tier(endpoint, &url, small_config(dir.path(), 0));
+    let data = sample(1 << 20, seed);
+    reader.put_bytes("pages.bin", data.clone()).unwrap();
+    (dir, reader, evictor, data)
 }
 
 #[test]
@@ -280,25 +297,16 @@ fn a_freed_block_is_never_written_back_by_another_handle() {
     let Some(endpoint) = s3_endpoint() else {
         return;
     };
-    let (_, _, url) = s3_store(&endpoint, "resurrect");
-    let dir = tempfile::tempdir().unwrap();
-    let reader = s3_tier(&endpoint, &url, small_config(dir.path(), 1 << 30));
-    // The same tier directory with no room at all: its evict frees all
-    // it may.
-    let evictor = s3_tier(&endpoint, &url, small_config(dir.path(), 0));
-    let data = sample(1 << 20, 11);
-    reader.put_bytes("pages.bin", data.clone()).unwrap();
+    let (_dir, reader, evictor, data) = reader_and_evictor(&endpoint, "resurrect", 11);
     let block = 64 << 10;
     // Two handles of one object: separate states, one map in memory each.
     let h1 = reader.open_leased("pages.bin", None).unwrap();
     let h2 = reader.open_leased("pages.bin", None).unwrap();
-    for b in 0..8u64 {
-        h1.ensure_exact(std::slice::from_ref(&(b * block..b * block + 10)))
-            .unwrap();
-    }
-    for b in 0..8u64 {
-        h2.ensure_exact(std::slice::from_ref(&(b * block..b * block + 10)))
-            .unwrap();
+    for h in [&h1, &h2] {
+        for b in 0..8u64 {
+            h.ensure_exact(std::slice::from_ref(&(b * block..b * block + 10)))
+                .unwrap();
+        }
     }
     assert_eq!(h2.blocks_present().0, 8);
     let report = evictor.evict().unwrap();
@@ -339,12 +347,7 @@ fn an_older_builds_pin_record_keeps_its_object_whole() {
     let Some(endpoint) = s3_endpoint() else {
         return;
     };
-    let (_, _, url) = s3_store(&endpoint, "oldpin");
-    let dir = tempfile::tempdir().unwrap();
-    let reader = s3_tier(&endpoint, &url, small_config(dir.path(), 1 << 30));
-    let evictor = s3_tier(&endpoint, &url, small_config(dir.path(), 0));
-    let data = sample(1 << 20, 5);
-    reader.put_bytes("pages.bin", data.clone()).unwrap();
+    let (dir, reader, evictor, data) = reader_and_evictor(&endpoint, "oldpin", 5);
     // An older build's record: one 512 KiB bitmap, the object's bucket
     // set (bucket = first 8 bytes of BLAKE3(key), little-endian, mod 2^22),
     // flocked by its (living) process.
