@@ -70,14 +70,7 @@ fn arrays_are_published_with_a_hash_per_block_and_read_back() {
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
     let arrays = RemoteMemmapArray::open(&location).unwrap();
-    for i in [0u64, 17, 300, 599] {
-        let view = arrays.array(i, "data").unwrap().unwrap();
-        assert_eq!(
-            view.as_slice::<i32>().unwrap(),
-            &array_row(i)[..],
-            "row {i}"
-        );
-    }
+    common::assert_rows(&arrays, &[0, 17, 300, 599], array_row);
     let work = arrays.remote().unwrap().dir().to_path_buf();
     let kept = work
         .join(".cachex-remote/blocks")

@@ -133,14 +133,7 @@ fn every_store_published_elsewhere_is_read_by_a_cold_reader_on_gcs() {
 
     let arrays = RemoteMemmapArray::open(&on_gcs("arrays")).unwrap();
     assert!(arrays.remote().unwrap().is_by_blocks("data.bin"));
-    for i in [0u64, 17, 300, 599] {
-        let view = arrays.array(i, "data").unwrap().unwrap();
-        assert_eq!(
-            view.as_slice::<i32>().unwrap(),
-            &array_row(i)[..],
-            "row {i}"
-        );
-    }
+    common::assert_rows(&arrays, &[0, 17, 300, 599], array_row);
 
     let pages = RemotePages::open(&on_gcs("pages"), "data.pages").unwrap();
     assert!(pages.remote().unwrap().is_by_blocks("data.pages"));

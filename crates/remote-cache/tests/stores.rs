@@ -83,14 +83,7 @@ fn arrays_are_read_by_block_ranges(backend: Backend) {
     let arrays = RemoteMemmapArray::open(&location(&server, &url, tier_dir.path())).unwrap();
     let remote = arrays.remote().unwrap();
     assert!(remote.is_by_blocks("data.bin"));
-    for i in [0u64, 17, 300, 599] {
-        let view = arrays.array(i, "data").unwrap().unwrap();
-        assert_eq!(
-            view.as_slice::<i32>().unwrap(),
-            &array_row(i)[..],
-            "row {i}"
-        );
-    }
+    common::assert_rows(&arrays, &[0, 17, 300, 599], array_row);
     // Only the blocks of those rows (and a block of prefetch after each)
     // were fetched: the sparse file is far from whole.
     let sparse = tier_dir.path().join("objects");

@@ -121,6 +121,19 @@ pub fn build_arrays(rows: u64, row: impl Fn(u64) -> Vec<i32>) -> tempfile::TempD
     built
 }
 
+/// Rows `rows` of array `data` of a remote memmap-array cache built by
+/// [`build_arrays`] read back as `row(i)`.
+pub fn assert_rows(
+    arrays: &remote_cache::RemoteMemmapArray,
+    rows: &[u64],
+    row: impl Fn(u64) -> Vec<i32>,
+) {
+    for &i in rows {
+        let view = arrays.array(i, "data").unwrap().unwrap();
+        assert_eq!(view.as_slice::<i32>().unwrap(), &row(i)[..], "row {i}");
+    }
+}
+
 /// A tier on `url` in `dir` (1 GiB budget, small blocks).
 pub fn tier(endpoint: &str, url: &str, dir: &Path) -> RemoteTier {
     RemoteTier::open_with_options(url, s3_options(endpoint), small_tier(dir, 1 << 30)).unwrap()
