@@ -302,6 +302,22 @@ impl<'a> RowSink<'a> {
         })
     }
 
+    /// The same sink, no longer tied to a borrow of its array (for fill
+    /// threads that outlive the call that made it).
+    ///
+    /// # Safety
+    /// The caller keeps a reference to the array (so it is neither freed
+    /// nor resized) for as long as the sink or a copy of its rows' address
+    /// is used, and lets one thread at a time write a row.
+    pub unsafe fn detach(self) -> RowSink<'static> {
+        RowSink {
+            ptr: self.ptr,
+            stride: self.stride,
+            rows: self.rows,
+            _array: PhantomData,
+        }
+    }
+
     /// Bytes per row.
     pub fn stride(&self) -> usize {
         self.stride

@@ -34,6 +34,7 @@
 //!   src/shard.rs                                 ShardStore
 //!   src/memmap_{schema,writer,reader,build}.rs   MemmapWriter, MemmapArray, memmap_open_or_build
 //!   src/page_{fields,writer,reader}.rs beton.rs  PageWriter, PageReader, BetonReader
+//!   src/threaded.rs              ThreadedFill: native threads filling a ring of batch buffers
 //!   src/prefetch.rs              Prefetch: a remote reader's background fill of the tier
 //!   src/plan_handle.rs           PlanHandle: a reader's plan registered in the tier
 //!   src/tier_stats.rs            tier_stats: the counters of a machine's local tier
@@ -109,6 +110,7 @@ mod seq;
 mod shard;
 mod staged;
 mod staging;
+mod threaded;
 mod tier_stats;
 
 use pyo3::prelude::*;
@@ -141,6 +143,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan_handle::PyPlanHandle>()?;
     m.add_function(wrap_pyfunction!(tier_stats::tier_stats, m)?)?;
     m.add_function(wrap_pyfunction!(page_reader::_reopen_page_reader, m)?)?;
+    m.add_class::<threaded::PyThreadedFill>()?;
     m.add_class::<beton::PyBetonReader>()?;
     m.add_function(wrap_pyfunction!(beton::_reopen_beton_reader, m)?)?;
     m.add_function(wrap_pyfunction!(beton::write_beton, m)?)?;

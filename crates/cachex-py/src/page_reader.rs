@@ -24,7 +24,7 @@ use crate::{check, errors};
 /// it is read: the bytes not fetched read as zeros).
 // One value per opening, behind an `Arc`: its size does not matter.
 #[allow(clippy::large_enum_variant)]
-enum Pages {
+pub(crate) enum Pages {
     Local(PageReader),
     Remote(RemotePages),
 }
@@ -39,11 +39,68 @@ impl Pages {
         Ok(Pages::Remote(RemotePages::open(dir.location(), &file)?))
     }
 
-    fn reader(&self) -> &PageReader {
+    pub(crate) fn reader(&self) -> &PageReader {
         match self {
             Pages::Local(r) => r,
             Pages::Remote(r) => r.reader(),
         }
+    }
+
+    /// Field `name`'s index and what a batch buffer of it holds (an
+    /// `InvalidInputError` for a name the file has not).
+    pub(crate) fn column(&self, name: &str) -> PyResult<(usize, Column<'_>)> {
+        let schema = self.reader().schema();
+        let field = schema
+            .index_of(name)
+            .ok_or_else(|| errors::invalid(format!("no field {name:?} in this file")))?;
+        let kind = match &schema.fields()[field].ty {
+            FieldType::Int => Column::Int,
+            FieldType::Float => Column::Float,
+            FieldType::Bytes => Column::Bytes,
+            FieldType::Array { dtype, shape } => Column::Array(*dtype, shape.dims()),
+        };
+        Ok((field, kind))
+    }
+
+    /// Copies samples `indices` into rows `0..` of `sinks` (field
+    /// `fields[c]` into `sinks[c]`, zero padded), telling `length(c, row,
+    /// bytes)` each value's length; the samples' pages are leased across
+    /// the copies. Call with the GIL released: the one fill loop of
+    /// `fill_batch` and of the threaded loader's fill threads.
+    pub(crate) fn fill_rows(
+        &self,
+        fields: &[usize],
+        sinks: &[RowSink<'_>],
+        indices: &[usize],
+        mut length: impl FnMut(usize, usize, usize),
+    ) -> remote_cache::Result<()> {
+        let reader = self.reader();
+        let schema = reader.schema();
+        // Held across the copies: the tier frees no leased page.
+        let _lease = self.lease(indices)?;
+        for (k, &i) in indices.iter().enumerate() {
+            let s = reader.sample(i)?;
+            for (c, (sink, &field)) in sinks.iter().zip(fields).enumerate() {
+                let cell = match s.get(field)? {
+                    FieldValue::Int(x) => Cell::Int(x),
+                    FieldValue::Float(x) => Cell::Float(x),
+                    FieldValue::Bytes(b) => Cell::Bytes(b),
+                    FieldValue::Array(t) => Cell::Bytes(t.bytes()),
+                };
+                let len = cell.write_to(sink, k).map_err(|len| {
+                    remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
+                        path: reader.path().to_path_buf(),
+                        reason: format!(
+                            "sample {i}: field {} holds {len} bytes, the buffer row {}",
+                            schema.fields()[field].name,
+                            sink.stride()
+                        ),
+                    })
+                })?;
+                length(c, k, len);
+            }
+        }
+        Ok(())
     }
 
     /// Makes the pages of samples `indices` local and keeps them so while
@@ -119,6 +176,12 @@ impl PyPageReader {
         self.handle.get(py, |py, inherited| {
             Opening::open(py, &self.root, inherited.options.clone())
         })
+    }
+
+    /// The pages open now (in a forked child, first reopened): what the
+    /// threaded loader's fill threads read.
+    pub(crate) fn pages(&self, py: Python<'_>) -> PyResult<Arc<Pages>> {
+        Ok(self.current(py)?.pages.clone())
     }
 
     /// The opening with samples `indices` made local (GIL released), and
@@ -291,21 +354,9 @@ impl PyPageReader {
     ) -> PyResult<Bound<'py, PyDict>> {
         let o = self.current(py)?;
         let pages = &o.pages;
-        let reader = o.reader();
+        let schema = o.reader().schema();
         let n = indices.len();
-        let schema = reader.schema();
-        let (names, buffers) = batch_buffers(out, n, |name| {
-            let field = schema
-                .index_of(name)
-                .ok_or_else(|| errors::invalid(format!("no field {name:?} in this file")))?;
-            let kind = match &schema.fields()[field].ty {
-                FieldType::Int => Column::Int,
-                FieldType::Float => Column::Float,
-                FieldType::Bytes => Column::Bytes,
-                FieldType::Array { dtype, shape } => Column::Array(*dtype, shape.dims()),
-            };
-            Ok((field, kind))
-        })?;
+        let (names, buffers) = batch_buffers(out, n, |name| pages.column(name))?;
         let sinks = buffers
             .iter()
             .zip(&names)
@@ -313,35 +364,13 @@ impl PyPageReader {
             .collect::<PyResult<Vec<_>>>()?;
         let fields: Vec<usize> = names.iter().map(|(_, f)| *f).collect();
         let (fields, indices) = (&fields, &indices);
-        let lengths: Vec<Vec<usize>> =
-            errors::enter(py, move || -> remote_cache::Result<Vec<Vec<usize>>> {
-                // Held across the copies: the tier frees no leased page.
-                let _lease = pages.lease(indices)?;
-                let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
-                for (k, &i) in indices.iter().enumerate() {
-                    let s = reader.sample(i)?;
-                    for ((sink, &field), lens) in sinks.iter().zip(fields).zip(&mut lengths) {
-                        let cell = match s.get(field)? {
-                            FieldValue::Int(x) => Cell::Int(x),
-                            FieldValue::Float(x) => Cell::Float(x),
-                            FieldValue::Bytes(b) => Cell::Bytes(b),
-                            FieldValue::Array(t) => Cell::Bytes(t.bytes()),
-                        };
-                        let len = cell.write_to(sink, k).map_err(|len| {
-                            remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
-                                path: reader.path().to_path_buf(),
-                                reason: format!(
-                                    "sample {i}: field {} holds {len} bytes, the buffer row {}",
-                                    schema.fields()[field].name,
-                                    sink.stride()
-                                ),
-                            })
-                        })?;
-                        lens.push(len);
-                    }
-                }
-                Ok(lengths)
+        let lengths: Vec<Vec<usize>> = errors::enter(py, move || {
+            let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
+            pages.fill_rows(fields, &sinks, indices, |column, _, len| {
+                lengths[column].push(len)
             })?;
+            Ok::<_, remote_cache::Error>(lengths)
+        })?;
         let result = PyDict::new(py);
         for ((name, field), lens) in names.into_iter().zip(lengths) {
             if schema.fields()[field].ty == FieldType::Bytes {
