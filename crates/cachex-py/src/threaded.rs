@@ -4,11 +4,12 @@
 //! GIL (what `cachex.torch.ThreadedLoader` runs on).
 //!
 //! The ring has `depth` slots (one buffer set each, allocated once by the
-//! caller); batch `k` goes into slot `k % depth`. Taking batch `j`
-//! (`next_batch`) releases batch `j - 1`: the loop has moved past it. The
-//! threads fill batches up to `j + depth - 1` meanwhile, so the slot the
-//! loop holds is never written, and a slot is reused `depth - 1` batches
-//! after the loop moved past it.
+//! caller); batch `k` goes into slot `k % depth`. The loop holds the last
+//! `hold` batches it took (1: the current one; 2 when it copies the one
+//! before asynchronously, a pinned buffer's `non_blocking` copy to a GPU):
+//! taking batch `j` (`next_batch`) releases batch `j - hold`. The threads
+//! fill up to `depth - hold` batches ahead meanwhile, and never a slot the
+//! loop holds.
 //!
 //! The threads are the workspace's one pool (`durable_fs::Pool`, batches
 //! taken in order, stopped at the first failure) run by one coordinator
@@ -66,7 +67,7 @@ struct Filled {
 
 /// The ring's state, under one lock.
 struct State {
-    /// Batches the loop moved past (it holds batch `released` at most).
+    /// Batches the loop moved past (it holds batches `released..taken`).
     released: usize,
     /// Per slot, the batch last filled into it.
     filled: Vec<Option<Filled>>,
@@ -85,6 +86,8 @@ struct Ring {
     slots: Vec<Slot>,
     indices: Vec<usize>,
     offsets: Vec<usize>,
+    /// Batches the loop holds (see the module docs).
+    hold: usize,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -338,9 +341,11 @@ impl PyThreadedFill {
     /// len(slots)`: `slots[s]` maps field names to writable C-contiguous
     /// buffers as `PageReader.fill_batch` takes them, every slot the same
     /// fields; `lengths[s]` maps bytes fields to int64 buffers that get
-    /// each value's length.
+    /// each value's length. Taking batch `j` releases batch `j - hold`
+    /// (`1 <= hold < len(slots)`).
     #[new]
-    #[pyo3(signature = (reader, indices, offsets, slots, lengths, *, threads=2))]
+    #[pyo3(signature = (reader, indices, offsets, slots, lengths, *, threads=2, hold=1))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         reader: &PyPageReader,
@@ -349,6 +354,7 @@ impl PyThreadedFill {
         slots: Vec<Bound<'_, PyDict>>,
         lengths: Vec<Bound<'_, PyDict>>,
         threads: usize,
+        hold: usize,
     ) -> PyResult<Self> {
         if threads == 0 {
             return Err(errors::invalid("threads 0: give at least 1"));
@@ -363,12 +369,18 @@ impl PyThreadedFill {
         let rows = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
         let (fields, slots, buffers) = slot_buffers(&pages, &slots, &lengths, rows)?;
         let depth = slots.len();
+        if hold == 0 || hold >= depth {
+            return Err(errors::invalid(format!(
+                "hold {hold} with {depth} slots: give 1 <= hold < len(slots)"
+            )));
+        }
         let ring = Arc::new(Ring {
             pages,
             fields,
             slots,
             indices,
             offsets,
+            hold,
             state: Mutex::new(State {
                 released: 0,
                 filled: (0..depth).map(|_| None).collect(),
@@ -412,7 +424,7 @@ impl PyThreadedFill {
     }
 
     /// The next batch as `(slot, rows)` once filled, releasing the one
-    /// before (its slot may be refilled from now on); `None` after the
+    /// `hold` before (its slot may be refilled from now on); `None` after the
     /// last. Waits with the GIL released, at most `timeout` seconds
     /// (`None`: until filled), then raises `CacheError`. A failed batch
     /// raises its error (a `CorruptError` naming the file, ...), and every
@@ -453,8 +465,9 @@ impl PyThreadedFill {
         loop {
             let got = py.detach(|| {
                 let mut st = ring.state.lock();
-                if st.released < j {
-                    st.released = j;
+                let released = (j + 1).saturating_sub(ring.hold);
+                if st.released < released {
+                    st.released = released;
                     ring.changed.notify_all();
                 }
                 let slice_end = Instant::now() + SLICE;

@@ -793,6 +793,57 @@ class Prefetch:
         """Blocks asked for (already local ones included)."""
 
 @final
+class ThreadedFill:
+    """Native threads filling a ring of preallocated batch buffers with a
+    page file's samples, batch by batch in the order given, ahead of the
+    loop and without the GIL (what :class:`cachex.torch.ThreadedLoader`
+    runs on).
+
+    Batch ``k`` (samples ``indices[offsets[k]:offsets[k + 1]]``) goes into
+    slot ``k % len(slots)``. Taking batch ``j`` releases batch ``j - hold``
+    (``1 <= hold < len(slots)``): its slot may be refilled from then on;
+    the slots of the ``hold`` batches taken last are never written.
+    ``slots[s]`` maps field names to
+    writable C-contiguous buffers as :meth:`PageReader.fill_batch` takes
+    them (every slot the same keys, in order); ``lengths[s]`` maps bytes
+    fields to int64 buffers that get each value's length. In a process
+    forked after it started, every call raises :class:`CacheError`.
+    """
+
+    def __new__(
+        cls,
+        reader: PageReader,
+        indices: npt.NDArray[np.int64],
+        offsets: npt.NDArray[np.int64],
+        slots: Sequence[dict[str, npt.NDArray[Any]]],
+        lengths: Sequence[dict[str, npt.NDArray[np.int64]]],
+        *,
+        threads: int = 2,
+        hold: int = 1,
+    ) -> Self: ...
+    def __len__(self) -> int: ...
+    @property
+    def depth(self) -> int:
+        """The number of slots."""
+    def next_batch(self, timeout: float | None = None) -> tuple[int, int] | None:
+        """The next batch as ``(slot, rows)`` once filled (``None`` after the last).
+
+        Waits with the GIL released, at most ``timeout`` seconds (``None``:
+        until filled), then raises :class:`CacheError`. A failed batch
+        raises its error (a :class:`CorruptError` naming the file, ...),
+        every call after it a :class:`CacheError`.
+        """
+    def close(self, timeout: float = 10.0) -> bool:
+        """Stop the threads after the batches in flight and join them within ``timeout`` s.
+
+        Whether they ended; if not, the buffers are never freed (a thread
+        may still write them).
+        """
+    @property
+    def finished(self) -> bool:
+        """Whether the threads ended (every batch filled, closed, or a failed batch)."""
+
+@final
 class BetonReader:
     """A validated FFCV ``.beton`` file, memory-mapped.
 

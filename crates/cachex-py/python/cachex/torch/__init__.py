@@ -11,6 +11,8 @@ numpy alone); :class:`ResumableDataLoader` needs it.
                                        and :class:`PlanSampler` read any of them in the
                                        order of one :class:`cachex.sampling.SamplingPlan`
 :mod:`cachex.torch.loader`             :class:`ResumableDataLoader` (needs torch)
+:mod:`cachex.torch.threaded`           :class:`ThreadedLoader`: native threads fill a
+                                       ring of batch buffers, no worker processes
 :mod:`cachex.torch.ddp`                :func:`rank_backend`, :func:`refresh_backend`:
                                        every rank persists into one segment store
 ``cachex/torch/_buffers.py``           batch buffers and collation (numpy or torch)
@@ -25,8 +27,9 @@ from cachex.torch.datasets import *  # noqa: F403 - every name of its __all__
 from cachex.torch.datasets import HAS_TORCH
 from cachex.torch.datasets import __all__ as _datasets
 from cachex.torch.ddp import rank_backend, refresh_backend
+from cachex.torch.threaded import ThreadedLoader
 
-__all__ = [*_datasets, "rank_backend", "refresh_backend"]
+__all__ = [*_datasets, "ThreadedLoader", "rank_backend", "refresh_backend"]
 
 if HAS_TORCH:
     from cachex.torch.loader import ResumableDataLoader
