@@ -90,6 +90,7 @@ from cachex.errors import (
     ReadOnlyError,
     SchemaMismatchError,
     StaleError,
+    WorkerError,
 )
 from cachex.facade import CachedFn, cached
 from cachex.ragged import Ragged
@@ -125,6 +126,7 @@ __all__ = [
     "SegmentStore",
     "ShardStore",
     "StaleError",
+    "WorkerError",
     "__version__",
     "bfloat16_is_native",
     "cached",

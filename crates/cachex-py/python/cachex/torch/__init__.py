@@ -11,6 +11,8 @@ numpy alone); :class:`ResumableDataLoader` needs it.
                                        and :class:`PlanSampler` read any of them in the
                                        order of one :class:`cachex.sampling.SamplingPlan`
 :mod:`cachex.torch.loader`             :class:`ResumableDataLoader` (needs torch)
+``cachex/torch/_ring.py``              the workers' batch ring (``ring=True``) and
+                                       :func:`keep` (needs torch)
 :mod:`cachex.torch.ddp`                :func:`rank_backend`, :func:`refresh_backend`:
                                        every rank persists into one segment store
 ``cachex/torch/_buffers.py``           batch buffers and collation (numpy or torch)
@@ -29,6 +31,7 @@ from cachex.torch.ddp import rank_backend, refresh_backend
 __all__ = [*_datasets, "rank_backend", "refresh_backend"]
 
 if HAS_TORCH:
+    from cachex.torch._ring import keep
     from cachex.torch.loader import ResumableDataLoader
 
-    __all__ += ["ResumableDataLoader"]
+    __all__ += ["ResumableDataLoader", "keep"]

@@ -828,6 +828,15 @@ class PlanSampler(_Planned):
             yield indices.tolist()
 
 
+def _worker_ring(config: Any, worker: int, dataset: Any, batch_size: int) -> Any:
+    """The worker's batch ring (see ``cachex/torch/_ring.py``), or ``None``."""
+    if config is None:
+        return None
+    from cachex.torch._ring import worker_ring
+
+    return worker_ring(config, worker, dataset, batch_size)
+
+
 class IterableBatches(_IterableBase, _Planned):
     """Batches of a map-style dataset in the order of a :class:`SamplingPlan`,
     each DataLoader worker of each rank reading its own run of blocks.
@@ -908,6 +917,9 @@ class IterableBatches(_IterableBase, _Planned):
             raise InvalidInputError(
                 f"the blocks hold {self.plan.num_samples} samples, the dataset {len(dataset)}"
             )
+
+    #: Set by ``ResumableDataLoader(ring=True)``: the workers' batch ring.
+    _ring: Any = None
 
     def _layout_workers(self, num_workers: int) -> int:
         return max(int(num_workers), 1)
@@ -990,13 +1002,18 @@ class IterableBatches(_IterableBase, _Planned):
             return
         reuse = self.reuse_buffers and counted and hasattr(ds, "empty_batch")
         buffers = ds.empty_batch(self.batch_size) if reuse else None
+        # A ResumableDataLoader(ring=True) worker fills its ring's slots.
+        ring = None if counted else _worker_ring(self._ring, worker, ds, self.batch_size)
         prefetch = getattr(ds, "prefetch", None)
         upcoming = next(batches, None)
         while upcoming is not None:
             (j, current), upcoming = upcoming, next(batches, None)
             if prefetch is not None and upcoming is not None:
                 prefetch(upcoming[1].tolist())
-            batch = ds.batch(current.tolist(), out=buffers)
+            if ring is not None:
+                batch = ring.put(current.tolist())
+            else:
+                batch = ds.batch(current.tolist(), out=buffers)
             if counted:
                 self._steps += 1
             yield batch
