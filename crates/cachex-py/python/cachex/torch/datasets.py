@@ -865,7 +865,9 @@ class IterableBatches(_IterableBase, _Planned):
     reuse_buffers
         Outside DataLoader workers, fill the same buffers for every batch
         (a batch is valid until the next one is requested). Inside workers
-        each batch gets its own buffer, since it goes to another process.
+        each batch gets its own buffer, since it goes to another process,
+        unless the loader fills a ring of shared ones
+        (``ResumableDataLoader(..., ring=True)``).
     plan_eviction
         For a dataset read through a local tier (a :class:`PageDataset` on
         a URL): each iteration registers the batches this worker reads in

@@ -148,11 +148,12 @@ class ResumableDataLoader(DataLoader):
             except StopIteration:
                 return
             except RuntimeError as e:
-                if "exited unexpectedly" in str(e) or "DataLoader worker" in str(e):
+                if "exited unexpectedly" in str(e):
                     raise WorkerError(f"ResumableDataLoader: {e}") from e
                 raise
-            if isinstance(batch, RingBatch) and ring is not None:
-                msg, batch = batch, self._ring_collate(ring.view(batch))
+            if ring is not None:
+                msg = batch if isinstance(batch, RingBatch) else None
+                batch = self._ring_collate(batch if msg is None else ring.view(msg))
                 if self.pin_memory:
                     batch = _pin(batch)
                 # The loop took this batch: the one before is free.
