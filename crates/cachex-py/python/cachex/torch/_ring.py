@@ -20,6 +20,11 @@ memory), allocated once per worker:
   held was released, polling with a bounded wait: past ``timeout`` seconds
   (or when the main process is gone) it raises :class:`cachex.WorkerError`.
 
+A ragged field (``ragged=True``) lives in the slots too: a slot's values
+buffer starts empty, grows to its first batch's bytes plus a quarter (and
+at least doubles when a later batch outgrows it), and the slot is sent
+again when it grew, so growth happens in the first batches, not per batch.
+
 So a batch's memory is valid until the loop takes the next batch: keep one
 longer with :func:`keep` (a copy that owns its memory). The ring's depth
 is ``prefetch_factor + 2``: the batches in flight, the one being filled and
@@ -39,6 +44,7 @@ import torch
 
 from cachex.errors import WorkerError
 from cachex.ragged import Ragged
+from cachex.torch._buffers import _as_numpy
 
 __all__ = ["RingBatch", "RingConfig", "RingReader", "WorkerRing", "keep"]
 
@@ -203,10 +209,10 @@ class RingReader:
             if isinstance(buf, Ragged):
                 values, offsets = buf.values[: msg.totals[name]], buf.offsets[: n + 1]
                 if self.numpy_output:
-                    values, offsets = values.numpy(), offsets.numpy()
+                    values, offsets = _as_numpy(values), _as_numpy(offsets)
                 batch[name] = Ragged(values, offsets)
             else:
-                batch[name] = buf[:n].numpy() if self.numpy_output else buf[:n]
+                batch[name] = _as_numpy(buf[:n]) if self.numpy_output else buf[:n]
         batch.update(msg.extras)
         return batch
 
