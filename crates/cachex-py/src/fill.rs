@@ -195,23 +195,18 @@ pub fn fill_rows<'r, E>(
     let mut totals = vec![0usize; sinks.len()];
     let any_ragged = sinks.iter().any(|s| matches!(s, Sink::Ragged { .. }));
     if any_ragged {
+        for sink in sinks {
+            if let Sink::Ragged { offsets, .. } = sink {
+                offsets.write(0, &0i64.to_le_bytes());
+            }
+        }
         for (k, &i) in indices.iter().enumerate() {
             row.clear();
             cells(i, &mut row)?;
             for ((sink, cell), total) in sinks.iter().zip(&row).zip(&mut totals) {
                 if let Sink::Ragged { offsets, .. } = sink {
-                    if k == 0 {
-                        offsets.write(0, &0i64.to_le_bytes());
-                    }
                     *total += cell.len();
                     offsets.write(k + 1, &(*total as i64).to_le_bytes());
-                }
-            }
-        }
-        if indices.is_empty() {
-            for sink in sinks {
-                if let Sink::Ragged { offsets, .. } = sink {
-                    offsets.write(0, &0i64.to_le_bytes());
                 }
             }
         }
