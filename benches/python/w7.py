@@ -96,13 +96,32 @@ def rss_of_tree(pid: int) -> dict[str, int]:
     return total
 
 
-def check_bytes(seed: int, ids: Any, data: Any, lengths: Any) -> int:
-    """Every byte of a padded batch against W5's pattern; the bytes checked."""
-    ids, data, lengths = np.asarray(ids), np.asarray(data), np.asarray(lengths)
-    for row, (i, n) in enumerate(zip(ids.tolist(), lengths.tolist(), strict=True)):
-        if not np.array_equal(data[row, :n], w5_pattern(seed, i, n)):
+def touch(batch: dict[str, Any]) -> tuple[int, int]:
+    """Touches every byte of a batch's ``data`` (padded rows, or ragged
+    values); its samples and payload bytes."""
+    data = batch["data"]
+    if "data_lengths" in batch:
+        data.max()
+        lengths = np.asarray(batch["data_lengths"])
+        return len(lengths), int(lengths.sum())
+    data.values.max()
+    offsets = np.asarray(data.offsets)
+    return len(offsets) - 1, int(offsets[-1] - offsets[0])
+
+
+def check_bytes(seed: int, batch: dict[str, Any]) -> int:
+    """Every byte of a batch against W5's pattern; the bytes checked."""
+    ids, data = np.asarray(batch["id"]).tolist(), batch["data"]
+    if "data_lengths" in batch:
+        rows, lengths = np.asarray(data), np.asarray(batch["data_lengths"]).tolist()
+        values = [rows[r, :n] for r, n in enumerate(lengths)]
+    else:
+        flat, offsets = np.asarray(data.values), np.asarray(data.offsets).tolist()
+        values = [flat[offsets[r] : offsets[r + 1]] for r in range(len(ids))]
+    for i, v in zip(ids, values, strict=True):
+        if not np.array_equal(v, w5_pattern(seed, i, len(v))):
             raise SystemExit(f"w7: sample {i} differs from W5's bytes")
-    return int(lengths.sum())
+    return sum(len(v) for v in values)
 
 
 # --- one rank (started by torchrun) ---------------------------------------------
@@ -114,10 +133,12 @@ RSS_FIRST = 3
 def rank_loader(args: argparse.Namespace) -> Any:
     from cachex.torch import PageDataset, ResumableDataLoader, ThreadedLoader
 
-    ds = PageDataset(args.path, output=args.output).iterable(args.batch, seed=args.seed)
+    pages = PageDataset(args.path, output=args.output, ragged=args.ragged)
+    ds = pages.iterable(args.batch, seed=args.seed)
     if args.loader == "threaded":
         return ThreadedLoader(ds, threads=args.threads)
-    return ResumableDataLoader(ds, num_workers=args.workers)
+    ring = {"ring": True} if args.ring and args.workers else {}
+    return ResumableDataLoader(ds, num_workers=args.workers, **ring)
 
 
 def rank_side(args: argparse.Namespace) -> None:
@@ -136,27 +157,26 @@ def rank_side(args: argparse.Namespace) -> None:
     samples = nbytes = 0
     first = None
     rss_first = rss_end = rss_of_tree(os.getpid())
+    last = len(loader)
     for steps, batch in enumerate(loader, 1):
         if first is None:
             first = time.perf_counter()
-        lengths = batch["data_lengths"]
-        batch["data"].max()  # touches every byte of the batch
-        samples += len(lengths)
-        nbytes += int(np.asarray(lengths).sum())
+        n, b = touch(batch)
+        samples, nbytes = samples + n, nbytes + b
         if steps == RSS_FIRST:
             rss_first = rss_of_tree(os.getpid())
+        if steps == last:  # the workers are still there
+            rss_end = rss_of_tree(os.getpid())
         if args.stop_after and steps == args.stop_after:
             Path(args.out, "state.json").write_text(json.dumps(loader.state_dict()))
             break
-    else:
-        rss_end = rss_of_tree(os.getpid())
     elapsed = time.perf_counter() - t0
     checked = 0
     if not args.stop_after:
         # The same epoch again, untimed: every byte against W5's pattern.
         loader.load_state_dict(state)
         for batch in loader:
-            checked += check_bytes(args.seed, batch["id"], batch["data"], batch["data_lengths"])
+            checked += check_bytes(args.seed, batch)
     if hasattr(loader, "close"):
         loader.close()
     figures = [samples, nbytes, checked, *rss_first.values(), *rss_end.values()]
@@ -231,6 +251,8 @@ def streaming_side(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     samples = nbytes = 0
     rss_first = rss_of_tree(os.getpid())
+    rss_end = rss_first
+    last = len(loader)
     for steps, batch in enumerate(loader, 1):
         for s in batch:
             data = np.frombuffer(s["data"], dtype=np.uint8)
@@ -239,7 +261,8 @@ def streaming_side(args: argparse.Namespace) -> None:
         samples += len(batch)
         if steps == RSS_FIRST:
             rss_first = rss_of_tree(os.getpid())
-    rss_end = rss_of_tree(os.getpid())
+        if steps == last:  # the workers are still there
+            rss_end = rss_of_tree(os.getpid())
     elapsed = time.perf_counter() - t0
     checked = 0
     for batch in loader:  # the same bytes again (its next epoch), untimed: every byte
@@ -333,6 +356,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--output", choices=["torch", "numpy"], default="torch")
+    ap.add_argument("--ragged", action="store_true", help="bytes as cachex.Ragged, not padded")
+    ap.add_argument("--ring", action="store_true", help="the workers' batch ring (ring=True)")
     ap.add_argument("--dir", default="")
     ap.add_argument(
         "--streaming-python",
@@ -369,10 +394,13 @@ def main() -> None:
         workers=args.workers,
         threads=args.threads,
         output=args.output,
+        ragged=args.ragged,
+        ring=args.ring,
         load_average=os.getloadavg()[0],
     )
     common = ["--path", str(path), "--seed", str(args.seed), "--batch", str(args.batch)]
     common += ["--out", str(root), "--output", args.output, "--threads", str(args.threads)]
+    common += [flag for flag, on in (("--ragged", args.ragged), ("--ring", args.ring)) if on]
     with_workers = [*common, "--workers", str(args.workers)]
     one_process(path, args.batch, args.seed)  # warms the page cache for every side alike
     rates: dict[str, float] = {}

@@ -11,9 +11,10 @@ use pyo3::types::{PyDict, PyTuple};
 use remote_cache::RemotePages;
 use remote_tier::Lease;
 
-use crate::array::{Keeper, RowSink};
+use crate::array::Keeper;
+use crate::fill::{Cell, Column, Filled, Sink, batch_buffers, fill_rows, report};
 use crate::handle::Handle;
-use crate::page_fields::{Cell, Column, batch_buffers, bytes_view, index_arg, tensor_view};
+use crate::page_fields::{bytes_view, index_arg, tensor_view};
 use crate::plan_handle::PyPlanHandle;
 use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
@@ -62,45 +63,48 @@ impl Pages {
         Ok((field, kind))
     }
 
-    /// Copies samples `indices` into rows `0..` of `sinks` (field
-    /// `fields[c]` into `sinks[c]`, zero padded), telling `length(c, row,
-    /// bytes)` each value's length; the samples' pages are leased across
-    /// the copies. Call with the GIL released: the one fill loop of
-    /// `fill_batch` and of the threaded loader's fill threads.
-    pub(crate) fn fill_rows(
+    /// Copies samples `indices` into `sinks` (field `fields[c]` into
+    /// `sinks[c]`), their pages leased across the copies: the fill of
+    /// `fill_batch` and of the threaded loader's threads. Call with the
+    /// GIL released.
+    pub(crate) fn fill(
         &self,
         fields: &[usize],
-        sinks: &[RowSink<'_>],
+        sinks: &[Sink<'_>],
         indices: &[usize],
-        mut length: impl FnMut(usize, usize, usize),
-    ) -> remote_cache::Result<()> {
+    ) -> remote_cache::Result<Vec<Filled>> {
         let reader = self.reader();
         let schema = reader.schema();
         // Held across the copies: the tier frees no leased page.
         let _lease = self.lease(indices)?;
-        for (k, &i) in indices.iter().enumerate() {
-            let s = reader.sample(i)?;
-            for (c, (sink, &field)) in sinks.iter().zip(fields).enumerate() {
-                let cell = match s.get(field)? {
-                    FieldValue::Int(x) => Cell::Int(x),
-                    FieldValue::Float(x) => Cell::Float(x),
-                    FieldValue::Bytes(b) => Cell::Bytes(b),
-                    FieldValue::Array(t) => Cell::Bytes(t.bytes()),
-                };
-                let len = cell.write_to(sink, k).map_err(|len| {
-                    remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
-                        path: reader.path().to_path_buf(),
-                        reason: format!(
-                            "sample {i}: field {} holds {len} bytes, the buffer row {}",
-                            schema.fields()[field].name,
-                            sink.stride()
-                        ),
-                    })
-                })?;
-                length(c, k, len);
-            }
-        }
-        Ok(())
+        fill_rows(
+            indices,
+            sinks,
+            |i, row: &mut Vec<Cell<'_>>| {
+                let s = reader.sample(i)?;
+                for &field in fields {
+                    row.push(match s.get(field)? {
+                        FieldValue::Int(x) => Cell::Int(x),
+                        FieldValue::Float(x) => Cell::Float(x),
+                        FieldValue::Bytes(b) => Cell::Bytes(b),
+                        FieldValue::Array(t) => Cell::Bytes(t.bytes()),
+                    });
+                }
+                Ok(())
+            },
+            |e| {
+                remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
+                    path: reader.path().to_path_buf(),
+                    reason: format!(
+                        "sample {}: field {} holds {} bytes, the buffer row {}",
+                        e.sample,
+                        schema.fields()[fields[e.position]].name,
+                        e.len,
+                        e.room
+                    ),
+                })
+            },
+        )
     }
 
     /// Makes the pages of samples `indices` local and keeps them so while
@@ -344,8 +348,12 @@ impl PyPageReader {
     /// writable C-contiguous arrays with at least `len(indices)` rows —
     /// int64 for int fields, float64 for floats, the field's dtype and
     /// `(n, *shape)` for arrays, uint8 `(n, width)` for bytes (zero
-    /// padded). Fields not in `out` are skipped. Returns the byte lengths
-    /// of each bytes field's values (`{name: [len, ...]}`).
+    /// padded) — or, for a bytes field, a ragged pair `(values, offsets)`
+    /// (uint8 1-D, int64 of at least `n + 1`). Fields not in `out` are
+    /// skipped. Returns the byte lengths of each padded bytes field's
+    /// values (`{name: [len, ...]}`) and each ragged pair's total bytes
+    /// (`{name: total}`); when a total exceeds its values buffer, only the
+    /// offsets were written: grow the buffer and call again.
     fn fill_batch<'py>(
         &self,
         py: Python<'py>,
@@ -355,29 +363,18 @@ impl PyPageReader {
         let o = self.current(py)?;
         let pages = &o.pages;
         let schema = o.reader().schema();
-        let n = indices.len();
-        let (names, buffers) = batch_buffers(out, n, |name| pages.column(name))?;
-        let sinks = buffers
+        let (names, targets) = batch_buffers(out, indices.len(), |name| pages.column(name))?;
+        let sinks = targets
             .iter()
             .zip(&names)
-            .map(|(a, (name, _))| RowSink::new(&format!("out[{name:?}]"), a))
+            .map(|(t, (name, _))| Sink::new(name, t))
             .collect::<PyResult<Vec<_>>>()?;
         let fields: Vec<usize> = names.iter().map(|(_, f)| *f).collect();
         let (fields, indices) = (&fields, &indices);
-        let lengths: Vec<Vec<usize>> = errors::enter(py, move || {
-            let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
-            pages.fill_rows(fields, &sinks, indices, |column, _, len| {
-                lengths[column].push(len)
-            })?;
-            Ok::<_, remote_cache::Error>(lengths)
-        })?;
-        let result = PyDict::new(py);
-        for ((name, field), lens) in names.into_iter().zip(lengths) {
-            if schema.fields()[field].ty == FieldType::Bytes {
-                result.set_item(name, lens)?;
-            }
-        }
-        Ok(result)
+        let filled = errors::enter(py, move || pages.fill(fields, &sinks, indices))?;
+        report(py, names, filled, |f| {
+            schema.fields()[f].ty == FieldType::Bytes
+        })
     }
 
     /// Warms the pages of samples `indices`, in that order (the next

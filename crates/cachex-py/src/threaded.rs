@@ -36,17 +36,17 @@ use pyo3::types::PyDict;
 
 use crate::array::RowSink;
 use crate::errors::{self, Kind};
+use crate::fill::{Column, Filled, Sink, Target, batch_buffers};
 use crate::fork::ForkMark;
-use crate::page_fields::{Cell, Column, batch_buffers};
 use crate::page_reader::{Pages, PyPageReader};
 
 /// How long a wait sleeps between checks for Ctrl-C.
 const SLICE: Duration = Duration::from_millis(100);
 
-/// One slot's buffers: each field's rows, and the lengths' rows of the
-/// fields that report lengths (bytes fields given a lengths buffer).
+/// One slot's buffers: each field's (rows, or a bytes field's ragged
+/// pair), and the lengths' rows of the bytes fields in rows given one.
 struct Slot {
-    fields: Vec<RowSink<'static>>,
+    fields: Vec<Sink<'static>>,
     lengths: Vec<Option<RowSink<'static>>>,
 }
 
@@ -60,7 +60,7 @@ struct Slot {
 unsafe impl Sync for Slot {}
 
 /// What a fill left in a slot.
-struct Filled {
+struct Done {
     batch: usize,
     result: remote_cache::Result<()>,
 }
@@ -70,7 +70,7 @@ struct State {
     /// Batches the loop moved past (it holds batches `released..taken`).
     released: usize,
     /// Per slot, the batch last filled into it.
-    filled: Vec<Option<Filled>>,
+    filled: Vec<Option<Done>>,
     /// The batch that failed, once the loop reached it.
     failed: Option<usize>,
     stop: bool,
@@ -83,6 +83,7 @@ struct State {
 struct Ring {
     pages: Arc<Pages>,
     fields: Vec<usize>,
+    names: Vec<String>,
     slots: Vec<Slot>,
     indices: Vec<usize>,
     offsets: Vec<usize>,
@@ -126,20 +127,44 @@ impl Ring {
         }
         let slot = &self.slots[k % self.depth()];
         let indices = &self.indices[self.offsets[k]..self.offsets[k + 1]];
-        let result =
-            self.pages
-                .fill_rows(&self.fields, &slot.fields, indices, |column, row, len| {
-                    if let Some(sink) = &slot.lengths[column] {
-                        // An int64 row always takes the 8 bytes (checked when
-                        // the buffers were given).
-                        let _ = Cell::Int(len as i64).write_to(sink, row);
-                    }
-                });
+        let result = self
+            .pages
+            .fill(&self.fields, &slot.fields, indices)
+            .and_then(|filled| self.report(k, slot, filled));
         let failed = result.is_err();
         let mut st = self.state.lock();
-        st.filled[k % self.depth()] = Some(Filled { batch: k, result });
+        st.filled[k % self.depth()] = Some(Done { batch: k, result });
         self.changed.notify_all();
         if failed { Err(Stopped) } else { Ok(()) }
+    }
+
+    /// Writes what the fill of batch `k` reported into `slot`: each bytes
+    /// value's length into its lengths row; a ragged pair whose values did
+    /// not fit (nothing of the batch was copied) is an error.
+    fn report(&self, k: usize, slot: &Slot, filled: Vec<Filled>) -> remote_cache::Result<()> {
+        for (c, filled) in filled.into_iter().enumerate() {
+            match (filled, &slot.fields[c], &slot.lengths[c]) {
+                (Filled::Lengths(lens), _, Some(sink)) => {
+                    for (row, len) in lens.into_iter().enumerate() {
+                        sink.write(row, &(len as i64).to_le_bytes());
+                    }
+                }
+                (Filled::Total(total), Sink::Ragged { values, .. }, _)
+                    if !values.copy_at(total, &[]) =>
+                {
+                    return Err(remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
+                        path: self.pages.reader().path().to_path_buf(),
+                        reason: format!(
+                            "batch {k}: field {}'s values take {total} bytes, more than \
+                             its values buffer holds",
+                            self.names[c]
+                        ),
+                    }));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// Runs the pool over every batch (on the coordinator thread).
@@ -221,16 +246,16 @@ impl PyThreadedFill {
     }
 }
 
-/// The arrays of each slot's dict `slots[s]` (and `lengths[s]`), checked
-/// against the file's fields for `rows` samples: the field indices, the
-/// column of each field's length buffer, and the slots.
+/// The buffers of each slot's dict `slots[s]` (and `lengths[s]`), checked
+/// against the file's fields for `rows` samples: the field names and
+/// indices, the slots, and every array (to keep alive).
 #[allow(clippy::type_complexity)]
 fn slot_buffers<'py>(
     pages: &Pages,
     slots: &[Bound<'py, PyDict>],
     lengths: &[Bound<'py, PyDict>],
     rows: usize,
-) -> PyResult<(Vec<usize>, Vec<Slot>, Vec<Py<PyUntypedArray>>)> {
+) -> PyResult<(Vec<(String, usize)>, Vec<Slot>, Vec<Py<PyUntypedArray>>)> {
     if slots.is_empty() || slots.len() != lengths.len() {
         return Err(errors::invalid(format!(
             "give at least one slot, and one lengths dict a slot ({} slots, {} lengths)",
@@ -238,35 +263,42 @@ fn slot_buffers<'py>(
             lengths.len()
         )));
     }
+    let detached = |what: String, a: &Bound<'py, PyUntypedArray>| {
+        // SAFETY: `keep` holds every array for the object's life (and it
+        // leaks them when the threads cannot be joined).
+        RowSink::new(&what, a).map(|r| unsafe { r.detach() })
+    };
     let mut fields: Option<Vec<(String, usize)>> = None;
     let mut out = Vec::with_capacity(slots.len());
     let mut keep = Vec::new();
     for (s, (slot, lens)) in slots.iter().zip(lengths).enumerate() {
-        let (names, arrays) = batch_buffers(slot, rows, |name| pages.column(name))?;
+        let (names, targets) = batch_buffers(slot, rows, |name| pages.column(name))?;
         if fields.as_ref().is_some_and(|f| *f != names) {
             return Err(errors::invalid(format!(
                 "slot {s} has other fields than slot 0 (give every slot the same dict keys, in order)"
             )));
         }
-        let sinks = arrays
-            .iter()
-            .zip(&names)
-            .map(|(a, (name, _))| {
-                // SAFETY: `keep` holds the array for the object's life (and
-                // leaks it when the threads cannot be joined).
-                RowSink::new(&format!("slots[{s}][{name:?}]"), a).map(|r| unsafe { r.detach() })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+        let mut sinks = Vec::with_capacity(targets.len());
+        for (target, (name, _)) in targets.iter().zip(&names) {
+            let what = format!("slots[{s}][{name:?}]");
+            sinks.push(match target {
+                Target::Rows(a) => Sink::Rows(detached(what, a)?),
+                Target::Ragged(v, o) => Sink::Ragged {
+                    values: detached(what.clone(), v)?,
+                    offsets: detached(what, o)?,
+                },
+            });
+        }
         let mut length_sinks: Vec<Option<RowSink<'static>>> = names.iter().map(|_| None).collect();
         for (name, buf) in lens.iter() {
             let name: String = name.extract()?;
-            let column = names.iter().position(|(n, _)| *n == name);
-            let is_bytes = column
-                .map(|c| matches!(pages.column(&names[c].0), Ok((_, Column::Bytes))))
-                .unwrap_or(false);
-            let Some(column) = column.filter(|_| is_bytes) else {
+            let column = names.iter().position(|(n, _)| *n == name).filter(|&c| {
+                matches!(targets[c], Target::Rows(_))
+                    && matches!(pages.column(&name), Ok((_, Column::Bytes)))
+            });
+            let Some(column) = column else {
                 return Err(errors::invalid(format!(
-                    "lengths[{s}][{name:?}]: not a bytes field of the slot"
+                    "lengths[{s}][{name:?}]: not a bytes field of the slot in rows"
                 )));
             };
             let a = buf.cast_into::<PyUntypedArray>().map_err(|_| {
@@ -280,24 +312,22 @@ fn slot_buffers<'py>(
                     "lengths[{s}][{name:?}]: give int64 ({rows},) or longer"
                 )));
             }
-            let sink = RowSink::new(&format!("lengths[{s}][{name:?}]"), &a)?;
-            // SAFETY: as above (`keep`).
-            length_sinks[column] = Some(unsafe { sink.detach() });
+            length_sinks[column] = Some(detached(format!("lengths[{s}][{name:?}]"), &a)?);
             keep.push(a.unbind());
         }
-        keep.extend(arrays.into_iter().map(Bound::unbind));
+        for target in targets {
+            match target {
+                Target::Rows(a) => keep.push(a.unbind()),
+                Target::Ragged(v, o) => keep.extend([v.unbind(), o.unbind()]),
+            }
+        }
         out.push(Slot {
             fields: sinks,
             lengths: length_sinks,
         });
         fields.get_or_insert(names);
     }
-    let fields = fields
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(_, f)| f)
-        .collect();
-    Ok((fields, out, keep))
+    Ok((fields.unwrap_or_default(), out, keep))
 }
 
 /// `offsets` as batch bounds into `indices` (0 first, `len(indices)`
@@ -367,7 +397,8 @@ impl PyThreadedFill {
             pages.reader().len(),
         )?;
         let rows = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-        let (fields, slots, buffers) = slot_buffers(&pages, &slots, &lengths, rows)?;
+        let (named, slots, buffers) = slot_buffers(&pages, &slots, &lengths, rows)?;
+        let (names, fields) = named.into_iter().unzip();
         let depth = slots.len();
         if hold == 0 || hold >= depth {
             return Err(errors::invalid(format!(
@@ -377,6 +408,7 @@ impl PyThreadedFill {
         let ring = Arc::new(Ring {
             pages,
             fields,
+            names,
             slots,
             indices,
             offsets,
@@ -428,7 +460,7 @@ impl PyThreadedFill {
     /// last. Waits with the GIL released, at most `timeout` seconds
     /// (`None`: until filled), then raises `CacheError`. A failed batch
     /// raises its error (a `CorruptError` naming the file, ...), and every
-    /// call after it a `CacheError`.
+    /// call after it, or after `close()`, a `CacheError`.
     #[pyo3(signature = (timeout=None))]
     fn next_batch(
         &mut self,
@@ -449,6 +481,9 @@ impl PyThreadedFill {
         };
         let ring = self.ring.clone();
         let j = self.taken;
+        if ring.state.lock().stop {
+            return Err(errors::closed(&self.path));
+        }
         if let Some(k) = ring.state.lock().failed {
             return Err(errors::raise(
                 Kind::Other,

@@ -25,6 +25,7 @@ Layout
 ``__init__.py``                      the stores (native ``_cachex``), errors, ``open``, ``cached``
 ``_cachex.pyi``                      stubs of the native module
 ``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
+``ragged.py``                        :class:`Ragged`: variable-size values of a batch
 ``sampling.py``                      the sampling plan (numpy only)
 ``torch/``                           datasets, loader, ddp, batch buffers
 ``dropins/``                         the torchcachex and loadit drop-ins
@@ -89,8 +90,10 @@ from cachex.errors import (
     ReadOnlyError,
     SchemaMismatchError,
     StaleError,
+    WorkerError,
 )
 from cachex.facade import CachedFn, cached
+from cachex.ragged import Ragged
 
 # A forked child (a DataLoader worker) marks every live handle: readers
 # reopen on first use, writers refuse with ForkedWriterError. See cachex.torch.
@@ -117,11 +120,13 @@ __all__ = [
     "PageWriter",
     "PlanHandle",
     "Prefetch",
+    "Ragged",
     "ReadOnlyError",
     "SchemaMismatchError",
     "SegmentStore",
     "ShardStore",
     "StaleError",
+    "WorkerError",
     "__version__",
     "bfloat16_is_native",
     "cached",

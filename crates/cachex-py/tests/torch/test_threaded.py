@@ -204,3 +204,24 @@ def test_pinned_buffers_are_allocated_once(page):
         seen += n
         pointers.add(batch["blob"].data_ptr())
     assert len(pointers) == loader.depth
+
+
+@pytest.mark.parametrize("output", ["numpy", "torch"])
+def test_ragged_fields_come_as_values_and_offsets(page, output):
+    if output == "torch":
+        pytest.importorskip("torch", reason="torch is not installed")
+    pages = PageDataset(page, output=output, ragged=True)
+    it = pages.iterable(BATCH, seed=2, world_size=1)
+    order = it.rank_order(num_workers=0).tolist()
+    seen = 0
+    for batch in ThreadedLoader(it, depth=3):
+        blob = batch["blob"]
+        assert isinstance(blob, cachex.Ragged) and "blob_lengths" not in batch
+        ids = np.asarray(batch["i"]).tolist()
+        assert ids == order[seen : seen + len(ids)]
+        offsets = np.asarray(blob.offsets).tolist()
+        assert offsets[0] == 0 and len(np.asarray(blob.values)) == offsets[-1]
+        for r, i in enumerate(ids):
+            assert np.asarray(blob.values)[offsets[r] : offsets[r + 1]].tobytes() == blob_of(i)
+        seen += len(ids)
+    assert seen == N

@@ -20,6 +20,9 @@ reads the same batches, in the same plan order, with native threads
 
 Where it differs from :class:`ResumableDataLoader` (deliberately):
 
+- A dataset opened with ``ragged=True`` gets each bytes field as a
+  :class:`cachex.Ragged` (values and offsets, no padding); the ring's
+  values buffers are sized for the widest batch the file can make.
 - A batch's buffers are a slot of the ring: valid until the next batch is
   requested (with ``pin_memory=True``, until the one after: the loop may
   still be copying the pinned batch to the GPU with ``non_blocking=True``).
@@ -41,6 +44,7 @@ import numpy as np
 
 from cachex._cachex import ThreadedFill
 from cachex.errors import InvalidInputError
+from cachex.ragged import Ragged
 from cachex.torch._buffers import _as_numpy, _check_output, _empty
 from cachex.torch.datasets import IterableBatches, PageDataset
 
@@ -101,24 +105,40 @@ class ThreadedLoader:
         self.steps = 0
         self._fill: ThreadedFill | None = None
         rows = dataset.batch_size
+        self._ragged = pages._ragged
+        int64 = np.dtype(np.int64)
+
+        def alloc(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+            return _empty(shape, dtype, pages.output, pin_memory)
+
         self._slots: list[dict[str, Any]] = []
         self._lengths: list[dict[str, Any]] = []
         for _ in range(depth):
-            self._slots.append(
-                {
-                    name: _empty((rows, *shape), dtype, pages.output, pin_memory)
-                    for name, (dtype, shape) in pages._specs.items()
-                }
-            )
+            slot: dict[str, Any] = {}
+            for name, (dtype, shape) in pages._specs.items():
+                if name in self._ragged:
+                    # Room for the widest values: never grown while threads fill.
+                    widest = max(int(pages.reader.max_sizes[name]), 1) * rows
+                    slot[name] = Ragged(alloc((widest,), dtype), alloc((rows + 1,), int64))
+                else:
+                    slot[name] = alloc((rows, *shape), dtype)
+            self._slots.append(slot)
             self._lengths.append(
                 {
-                    name: _empty((rows,), np.dtype(np.int64), pages.output, pin_memory)
+                    name: alloc((rows,), int64)
                     for name in pages._specs
-                    if pages.reader.fields[name] == "bytes"
+                    if pages.reader.fields[name] == "bytes" and name not in self._ragged
                 }
             )
         self._views = [
-            {name: _as_numpy(buf, pages._specs[name][0]) for name, buf in slot.items()}
+            {
+                name: (
+                    (_as_numpy(buf.values), _as_numpy(buf.offsets))
+                    if name in self._ragged
+                    else _as_numpy(buf, pages._specs[name][0])
+                )
+                for name, buf in slot.items()
+            }
             for slot in self._slots
         ]
         self._length_views = [
@@ -173,7 +193,13 @@ class ThreadedLoader:
         try:
             while (got := fill.next_batch(self.timeout)) is not None:
                 slot, rows = got
-                batch = {name: buf[:rows] for name, buf in self._slots[slot].items()}
+                batch = {}
+                for name, buf in self._slots[slot].items():
+                    if name in self._ragged:
+                        end = int(self._views[slot][name][1][rows])
+                        batch[name] = Ragged(buf.values[:end], buf.offsets[: rows + 1])
+                    else:
+                        batch[name] = buf[:rows]
                 for name, buf in self._lengths[slot].items():
                     batch[f"{name}_lengths"] = buf[:rows]
                 # Counted as handed over: a state taken after this batch's
