@@ -44,23 +44,27 @@ impl PyPrefetch {
     }
 }
 
+/// The instant a wait of `timeout` seconds from now ends (`None`: no
+/// end); an `InvalidInputError` for a negative or non-finite timeout.
+pub fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_finite() && t >= 0.0 => {
+            Ok(Some(Instant::now() + Duration::from_secs_f64(t.min(1e9))))
+        }
+        Some(t) => Err(errors::invalid(format!(
+            "timeout {t}: give a number of seconds >= 0, or None"
+        ))),
+    }
+}
+
 #[pymethods]
 impl PyPrefetch {
     /// Waits at most `timeout` seconds (`None`: until it ends) for the fill
     /// to end, with the GIL released; whether it has.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t.is_finite() && t >= 0.0 => {
-                Some(Instant::now() + Duration::from_secs_f64(t.min(1e9)))
-            }
-            Some(t) => {
-                return Err(errors::invalid(format!(
-                    "timeout {t}: give a number of seconds >= 0, or None"
-                )));
-            }
-        };
+        let deadline = deadline(timeout)?;
         if std::process::id() != self.pid {
             // No thread of this process fills: waiting would only time out.
             return Ok(self.fill.is_finished());

@@ -468,17 +468,7 @@ impl PyThreadedFill {
         timeout: Option<f64>,
     ) -> PyResult<Option<(usize, usize)>> {
         self.check_fork()?;
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t.is_finite() && t >= 0.0 => {
-                Some(Instant::now() + Duration::from_secs_f64(t.min(1e9)))
-            }
-            Some(t) => {
-                return Err(errors::invalid(format!(
-                    "timeout {t}: give a number of seconds >= 0, or None"
-                )));
-            }
-        };
+        let deadline = crate::prefetch::deadline(timeout)?;
         let ring = self.ring.clone();
         let j = self.taken;
         if ring.state.lock().stop {
