@@ -89,7 +89,8 @@ class ResumableDataLoader(DataLoader):
         """The plan's state after the batches this run handed to the loop."""
         return self.planned.state_dict(steps=self.steps, num_workers=self.num_workers)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`'s output (taken by any rank of the stopped job)."""
-        self.planned.load_state_dict(state)
+    def load_state_dict(self, state: dict[str, Any], skip_steps: int = 0) -> None:
+        """Resume from :meth:`state_dict`'s output (taken by any rank of the stopped
+        job), skipping ``skip_steps`` global batches unread."""
+        self.planned.load_state_dict(state, skip_steps=skip_steps)
         self.steps = 0
