@@ -26,6 +26,7 @@ Layout
 ``_cachex.pyi``                      stubs of the native module
 ``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
 ``sampling.py``                      the sampling plan (numpy only)
+``streams.py``                       streams of a mixture and their plan (numpy only)
 ``torch/``                           datasets, loader, ddp, batch buffers
 ``dropins/``                         the torchcachex and loadit drop-ins
 ``ray/``                             Ray Data sinks and sources
@@ -91,6 +92,7 @@ from cachex.errors import (
     StaleError,
 )
 from cachex.facade import CachedFn, cached
+from cachex.streams import Stream
 
 # A forked child (a DataLoader worker) marks every live handle: readers
 # reopen on first use, writers refuse with ForkedWriterError. See cachex.torch.
@@ -122,6 +124,7 @@ __all__ = [
     "SegmentStore",
     "ShardStore",
     "StaleError",
+    "Stream",
     "__version__",
     "bfloat16_is_native",
     "cached",
