@@ -18,7 +18,10 @@ none of them
     weighted, streams in proportion to their sizes).
 
 ``proportion`` is relative and ``repeat`` / ``choose`` absolute: a mixture
-takes one kind or the other, as Streaming does.
+takes one kind or the other, as Streaming does. (Streaming deals the
+samples left over by flooring the shares to streams drawn at random; here
+they go to the largest remainders, so each stream is within one sample of
+its share.)
 
 The mixture's order
 -------------------
@@ -179,12 +182,13 @@ def stream_counts(
         if weights.sum() <= 0:
             raise InvalidInputError("the streams' proportions add up to 0")
         total = int(sizes_.sum()) if epoch_size is None else int(epoch_size)
-        counts = (total * (weights / weights.sum())).astype(np.int64)
+        exact = total * (weights / weights.sum())
+        counts = exact.astype(np.int64)
         shortfall = total - int(counts.sum())
-        drawn = np.random.default_rng(int(seed) & 0xFFFFFFFFFFFFFFFF).choice(
-            len(streams), shortfall, replace=False
-        )
-        counts[drawn] += 1
+        # The few left over go to the largest remainders (ties drawn by the
+        # seed), so that every stream is within one sample of its share.
+        ties = np.random.default_rng(int(seed) & 0xFFFFFFFFFFFFFFFF).random(len(streams))
+        counts[np.lexsort((ties, counts - exact))[:shortfall]] += 1
     else:
         if epoch_size is not None:
             raise InvalidInputError("epoch_size goes with proportions, not repeat / choose")

@@ -768,6 +768,15 @@ class PlanSampler(_Planned):
         )
         self._plan_setup(plan, rank, world_size)
 
+    @classmethod
+    def of_plan(
+        cls, plan: SamplingPlan, *, rank: int | None = None, world_size: int | None = None
+    ) -> PlanSampler:
+        """A sampler of ``plan`` (a :class:`cachex.streams.MixturePlan`, say) for this rank."""
+        sampler = cls.__new__(cls)
+        sampler._plan_setup(plan, rank, world_size)
+        return sampler
+
     def _layout_workers(self, num_workers: int) -> int:
         return 1  # the main process hands out every batch, whatever the workers
 

@@ -79,11 +79,10 @@ class MixedDataset(_Batched):
 
     def sampler(self, batch_size: int, **plan: Any) -> PlanSampler:
         """A :class:`PlanSampler` in the mixture's order (``plan``: its keywords)."""
-        sampler = PlanSampler(self.blocks(), batch_size, **plan)
-        rank, world = sampler.rank, sampler.world_size
-        options = {k: v for k, v in plan.items() if k not in ("rank", "world_size")}
-        sampler._plan_setup(self.sampling_plan(batch_size, **options), rank, world)
-        return sampler
+        rank, world = plan.pop("rank", None), plan.pop("world_size", None)
+        return PlanSampler.of_plan(
+            self.sampling_plan(batch_size, **plan), rank=rank, world_size=world
+        )
 
     def iterable(self, batch_size: int | None, **plan: Any) -> IterableBatches:
         """An :class:`IterableBatches` in the mixture's order (``plan``: its keywords)."""
