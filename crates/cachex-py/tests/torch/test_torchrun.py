@@ -256,6 +256,10 @@ def test_readme_torchrun_example_resumes(tmp_path):
     w = cachex.PageWriter(tmp_path / "train.pages", {"label": "int", "image": ("uint8", (8, 8))})
     w.write_many([{"label": i % 10, "image": np.full((8, 8), i, np.uint8)} for i in range(100)])
     w.finalize()
+    m = cachex.MemmapWriter(tmp_path / "extra", {"tokens": ("int32", (16,))})
+    for i in range(50):
+        m.write(f"e{i}", {"tokens": np.full(16, i, np.int32)})
+    m.finalize()
     states = []
     for cmd in commands:
         nproc = int(cmd[cmd.index("--nproc_per_node") + 1])
@@ -264,7 +268,8 @@ def test_readme_torchrun_example_resumes(tmp_path):
         argv[argv.index("--nproc_per_node") + 1] = str(nproc)
         run_argv([*argv, *rest], cwd=tmp_path)
         states.append(json.loads((tmp_path / "state.json").read_text()))
-    # 2 ranks x 2 workers ran 3 steps of epoch 0; 1 rank read its other 52
-    # samples (7 batches of 8), then all of epoch 1 (13 batches).
-    assert (states[0]["epoch"], states[0]["history"]) == (0, [[2, 2, 8, 3]])
-    assert (states[1]["epoch"], states[1]["history"]) == (1, [[1, 2, 8, 13]])
+    # 150 samples an epoch (105 pages, 45 rows), global batches of 12: 2 ranks
+    # x 2 workers ran 3 of epoch 0; 3 ranks read its other 10, then epoch 1.
+    assert (states[0]["epoch"], states[0]["position"]) == (0, 36)
+    assert (states[1]["epoch"], states[1]["position"]) == (1, 150)
+    assert states[1]["counts"] == [105, 45]
