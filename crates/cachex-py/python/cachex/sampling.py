@@ -3,10 +3,12 @@
 A :class:`SamplingPlan` is a pure function of the dataset's size and block
 layout (the pages of a page file or an FFCV ``.beton``, the shards of a
 shard store, row blocks of a memmap array, key blocks of a segment store),
-the seed, the epoch, the world size, the DataLoader worker count and how
-far the epoch has got. No
+the seed, the epoch, the global batch size, the world size, the
+replication, the DataLoader worker count and how far the epoch has got. No
 store is touched; numpy does the work (a 10M-sample epoch costs one
-``argsort``, no Python loop per sample).
+``argsort``, no Python loop per sample). A mixture of several stores
+(:class:`cachex.Stream`) is a :class:`cachex.streams.MixturePlan`: the same
+plan over an epoch order that interleaves the streams.
 
 The epoch's order
 -----------------
@@ -22,14 +24,19 @@ per node; default ``WORLD_SIZE // LOCAL_WORLD_SIZE``, else 1) fixed for the
 run: a seed-derived permutation of the blocks cut into contiguous groups of
 about ``N / homes`` samples each (within one block). Each epoch a fraction
 ``cross_node`` = f of the blocks, drawn afresh, leaves its home and is dealt
-to the groups short of ``N / homes``; the epoch's order is the groups
-concatenated, group 0 first, each group's blocks shuffled and the samples
-within each block shuffled every epoch. ``torchrun``'s ranks are node-major
+to the groups short of ``N / homes``. Each group's blocks are shuffled and
+the samples within each block every epoch, and the epoch's order takes the
+groups in turn, one sample each (round robin: any stretch of the order
+holds about as many of each group); within each global batch the samples
+are then sorted by group, stably, so the batch holds ``G / homes`` samples
+of every group, group 0's first. ``torchrun``'s ranks are node-major
 (``rank = node * ranks_per_node + local``), so with ``world_size = homes *
-ranks_per_node`` node ``n`` reads group ``n`` (give or take one block at
-each edge): the same blocks every epoch, which its local tier keeps, in a
-new order. Dealing is unchanged, so every guarantee below holds as it does
-for the global order; ``cross_node=1`` (or one home) *is* the global order.
+ranks_per_node`` and ``G`` a multiple of ``homes`` node ``n`` reads group
+``n`` (until the smaller groups run out near the epoch's end): the same
+blocks every epoch, which its local tier keeps, in a new order. The order
+does not depend on the world size (for a fixed ``homes``), so every
+guarantee below holds as it does for the global order; ``cross_node=1``
+(or one home) *is* the global order.
 
 The price is shuffle quality: a node's epoch draws from its own group, and
 only a fraction f of the blocks crosses between nodes per epoch. Once each
@@ -52,39 +59,60 @@ over the nodes and epochs 1..4)::
 ``cross_node=1`` is the global order, where a node overlaps by about
 ``1 / homes``.
 
-Dealing it out
+Global batches
 --------------
-The samples not yet read (all of them at the start of an epoch) are cut
-into ``world_size`` contiguous spans, one per rank, of equal length, so
-that **every rank yields the same number of batches** (a rank with fewer
-would leave the collective and hang the others). The ``policy`` says how:
+The order is cut into **global batches** of ``G`` samples
+(``global_batch_size``; default ``batch_size`` times the data-parallel
+ranks): global batch ``k`` is the order's samples ``[k G, (k + 1) G)``
+(from where the epoch was resumed), the same samples in the same places
+whatever the world size and worker count. The ``world_size`` ranks form
+``D = world_size / replication`` data-parallel ranks (``replication=k``:
+``k`` consecutive ranks, a tensor- or sequence-parallel group, read the
+same batches; the world size must be a multiple of ``k``), and
+data-parallel rank ``d`` reads the ``d``-th slice of ``G / D`` samples of
+each global batch (``D`` must divide ``G``). Rank batch ``j`` is its slice
+of global batch ``j`` and is produced by DataLoader worker ``j %
+num_workers`` (the order in which torch's DataLoader takes batches from
+its workers). So that **every rank yields the same number of batches** (a
+rank with fewer would leave the collective and hang the others), the
+``policy`` settles the last, partial global batch of ``m < G`` samples:
 
 ``"pad"`` (default; ``DistributedSampler``'s ``drop_last=False``)
-    Every rank gets ``ceil(M / world_size)`` samples; the order is extended
-    by repeating its first samples, fewer than ``world_size`` of them
-    (:attr:`Deal.padded` counts them). Every rank's last batch may be short,
-    of the same size on every rank.
+    It is read: every rank's slice is ``ceil(m / D)`` samples, the order
+    extended by repeating its first samples, fewer than ``D`` of them
+    (:attr:`Deal.padded` counts them).
 ``"drop_last"``
-    Every rank gets only full batches: ``M // (world_size * batch_size)``
-    of them; the rest of the order, fewer than ``world_size * batch_size``
-    samples, is not read this epoch (:attr:`Deal.dropped`).
+    It is not read this epoch (:attr:`Deal.dropped`).
 
-Otherwise every sample is read exactly once per epoch.
+Otherwise every sample is read exactly once per epoch. A rank's
+consecutive batches are ``G`` samples apart in the order, so a worker no
+longer reads a run of blocks of its own: a global batch of ``G``
+consecutive samples spans about ``G / block`` blocks, which the ranks
+share. That is the price of an order that does not depend on the world
+size.
 
-A rank's span is cut into batches; batch ``j`` is produced by DataLoader
-worker ``j % num_workers`` (the order in which torch's DataLoader takes
-batches from its workers), and each worker's batches are a contiguous run of
-the span, so each worker reads its own blocks.
+Resumption and skipping
+-----------------------
+How far an epoch got is its **position**: the samples of the order read,
+``k G`` after ``k`` global batches. A state dict (format
+``cachex.sampling/2``) holds the plan's identity, the epoch and the
+position; a restart with any world size, worker count or replication
+deals global batches from the position on, so it reads exactly what the
+uninterrupted job would have (with ``"pad"``, the last batch's padding
+depends on ``D``). ``load_state_dict(state, skip_steps=n)`` moves the
+position ``n`` global batches on, unread (e.g. past a loss spike).
 
-Resumption
-----------
-The DataLoader yields a rank's batches in order ``0, 1, 2, ...``, so after
-``k`` steps each rank has read the first ``k`` batches of its span: how far
-an epoch got is ``(world_size, num_workers, batch_size, k)``. A restart,
-with any world size, worker count or batch size, re-deals the samples not
-yet read (in their order). Each restart within an epoch appends one such
-entry to :attr:`Progress.history`; a state is a few numbers, never a list
-of samples.
+The global batch size may change on a restart: the position is kept, so
+no sample is read twice or skipped, but the batches after the change are
+cut at ``position + k G'``, not where the old size would have cut them,
+and a job that changes ``G`` reads other global batches than one that did
+not.
+
+A state of format ``cachex.sampling/1`` (ranks reading contiguous spans,
+before the global order) is read when it stopped at an epoch's start and
+refused with :class:`~cachex.errors.InvalidInputError` when it stopped
+within one: its ranks' reads are no prefix of the global order. The
+:class:`Step` entries of its ``history`` are what it stored.
 
 Rank
 ----

@@ -788,14 +788,15 @@ class PlanSampler(_Planned):
 
 
 class IterableBatches(_IterableBase, _Planned):
-    """Batches of a map-style dataset in the order of a :class:`SamplingPlan`,
-    each DataLoader worker of each rank reading its own run of blocks.
+    """Batches of a map-style dataset in the order of a :class:`SamplingPlan`:
+    batch ``j`` of a rank is its slice of global batch ``j``.
 
     Use ``DataLoader(it, batch_size=None, num_workers=...)``; batch ``j`` of
     a rank comes from worker ``j % num_workers``, the order in which the
     DataLoader takes them, so the loader yields the rank's batches in plan
-    order and a state is just a count (see :mod:`cachex.sampling`). Every
-    rank yields the same number of batches.
+    order and a state is just a position (see :mod:`cachex.sampling`). Every
+    rank yields the same number of batches. A :class:`cachex.torch.MixedDataset`
+    brings its own plan (its streams interleaved; see :mod:`cachex.streams`).
 
     Parameters
     ----------
