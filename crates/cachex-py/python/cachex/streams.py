@@ -31,13 +31,15 @@ of the stream's blocks, seeded per stream and pass), and epoch ``e`` takes
 the run's samples ``[e c, (e + 1) c)`` (``c``: the stream's samples per
 epoch). So a down-sampled stream (``c < len``) goes through all its samples
 before any repeats, across epochs; an up-sampled one reads whole passes and
-a remainder. An epoch that reads the end of pass ``q`` and the start of pass
-``q + 1`` would see the end's samples twice: pass ``q + 1`` puts them last
-(a stable partition of its order), so a stream that is not up-sampled reads
-each sample at most once per epoch. Pass ``q + 1`` depends on pass ``q``'s
-end, so a plan computes the passes in turn and keeps the last few: a
-resume in epoch ``e`` of a down-sampled stream computes about ``e c / len``
-passes once.
+a remainder. An epoch of a stream that is not up-sampled that reads the end
+of pass ``q`` and the start of pass ``q + 1`` would see some samples twice:
+pass ``q + 1`` puts the end's samples last (a stable partition of its
+order), so such a stream reads each sample at most once per epoch. Pass
+``q + 1`` then depends on pass ``q``'s end, so a plan computes the passes in
+turn and keeps the last few: a resume in epoch ``e`` of a down-sampled
+stream computes about ``e c / len`` passes once. An up-sampled stream's
+passes are independent (each epoch reads its samples about ``c / len``
+times, whole passes and a part).
 
 The streams are interleaved evenly and deterministically: sample ``i`` of
 stream ``s`` gets the key ``(i + u_s) / c_s`` (``u_s``: a seeded offset per
@@ -223,19 +225,21 @@ def block_shuffle(blocks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     if count == 0:
         return np.empty(0, dtype=np.int64)
     widest = int(blocks.max())
-    if count * widest > 2 * n + 1024:  # ragged blocks: rows of padding would cost more
+    # Ragged blocks (rows of padding would cost more) or huge ones: one sort.
+    if count * widest > 2 * n + 1024 or widest >= 1 << 31:
         rank = np.empty(count, dtype=np.int64)
         rank[rng.permutation(count)] = np.arange(count)
         key = np.repeat(rank << 32, blocks) | rng.integers(0, 1 << 32, size=n, dtype=np.int64)
         return np.argsort(key, kind="stable").astype(np.int64, copy=False)
     perm = rng.permutation(count)
-    rows = np.empty((count, widest), dtype=np.int64)
-    rows[:] = np.arange(widest, dtype=np.int64)
+    rows = np.empty((count, widest), dtype=np.int32)  # half the memory traffic of int64
+    rows[:] = np.arange(widest, dtype=np.int32)
     rng.permuted(rows, axis=1, out=rows)
     sizes = blocks[perm]
-    keep = rows < sizes[:, None]
-    rows += (np.cumsum(blocks) - blocks)[perm][:, None]
-    return rows[keep]
+    keep = rows < sizes[:, None].astype(np.int32)
+    starts = np.repeat((np.cumsum(blocks) - blocks)[perm], sizes)
+    starts += rows[keep]
+    return starts
 
 
 class _Passes:
@@ -260,6 +264,12 @@ class _Passes:
 
     def pass_order(self, q: int) -> np.ndarray:
         if q in self.kept:
+            return self.kept[q]
+        if self.per_epoch > self.n:
+            # Up-sampled: an epoch reads whole passes anyway, none deferred.
+            self.kept[q] = self.raw(q)
+            for old in sorted(self.kept)[:-_KEPT_PASSES]:
+                del self.kept[old]
             return self.kept[q]
         below = [k for k in self.kept if k < q]
         k = max(below) if below else 0
