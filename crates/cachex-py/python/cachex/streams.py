@@ -104,12 +104,12 @@ class Stream:
         **options: Any,
     ) -> None:
         weights = {"proportion": proportion, "repeat": repeat, "choose": choose}
-        given = [k for k, v in weights.items() if v is not None]
+        given = {k: float(v) for k, v in weights.items() if v is not None}
         if len(given) > 1:
             raise InvalidInputError(f"a stream with {' and '.join(given)}: give at most one")
-        for name in given:
-            if not weights[name] >= 0:  # NaN too
-                raise InvalidInputError(f"{name} {weights[name]}: give a number >= 0")
+        for name, value in given.items():
+            if not value >= 0:  # NaN too
+                raise InvalidInputError(f"{name} {value:g}: give a number >= 0")
         self.source = source
         self.proportion = None if proportion is None else float(proportion)
         self.repeat = None if repeat is None else float(repeat)
@@ -158,7 +158,7 @@ class Stream:
 
 
 def stream_counts(
-    sizes: Sequence[int],
+    sizes: Sequence[int] | np.ndarray,
     streams: Sequence[Stream],
     epoch_size: int | None = None,
     seed: int = 0,
@@ -208,7 +208,8 @@ def stream_counts(
     empty = [i for i in range(len(streams)) if counts[i] and not sizes_[i]]
     if empty:
         raise InvalidInputError(f"streams {empty} are empty but asked for samples")
-    return counts
+    result: np.ndarray = counts
+    return result
 
 
 def _stream_seed(seed: int, stream: int) -> int:
@@ -230,7 +231,8 @@ def block_shuffle(blocks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         rank = np.empty(count, dtype=np.int64)
         rank[rng.permutation(count)] = np.arange(count)
         key = np.repeat(rank << 32, blocks) | rng.integers(0, 1 << 32, size=n, dtype=np.int64)
-        return np.argsort(key, kind="stable").astype(np.int64, copy=False)
+        shuffled: np.ndarray = np.argsort(key, kind="stable").astype(np.int64, copy=False)
+        return shuffled
     perm = rng.permutation(count)
     rows = np.empty((count, widest), dtype=np.int32)  # half the memory traffic of int64
     rows[:] = np.arange(widest, dtype=np.int32)
@@ -310,7 +312,9 @@ class _Passes:
         return np.concatenate(parts)
 
 
-def interleave_ranks(counts: Sequence[int], offsets: Sequence[int]) -> list[np.ndarray]:
+def interleave_ranks(
+    counts: Sequence[int] | np.ndarray, offsets: Sequence[int] | np.ndarray
+) -> list[np.ndarray]:
     """Each stream's samples' places in the interleaved order: sample ``i`` of
     stream ``s`` has the key ``(i K + offsets[s]) / counts[s]`` (``K``: the
     offsets' scale), ties going to the lower stream; its place is ``i`` plus
@@ -362,7 +366,7 @@ class MixturePlan(SamplingPlan):
     def __init__(
         self,
         blocks: Sequence[Any],
-        counts: Sequence[int],
+        counts: Sequence[int] | np.ndarray,
         batch_size: int,
         *,
         seed: int = 0,

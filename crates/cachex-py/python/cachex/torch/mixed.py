@@ -135,6 +135,7 @@ def _merge(parts: dict[int, Any], stream: np.ndarray) -> dict[str, Any] | None:
         if part.keys() != first.keys() or any(_row_spec(v) != specs[k] for k, v in part.items()):
             return None
     merged: dict[str, Any] = {}
+    rows: Any
     for name, value in first.items():
         if torch is not None and isinstance(value, torch.Tensor):
             rows = torch.empty((len(stream), *value.shape[1:]), dtype=value.dtype)
