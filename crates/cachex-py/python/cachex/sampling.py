@@ -126,6 +126,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
@@ -600,14 +601,33 @@ class SamplingPlan:
         epoch: int,
         world_size: int,
         num_workers: int = 1,
-        position: int | Progress = 0,
+        position: int | Progress | Sequence[Step] = 0,
         global_batch_size: int | None = None,
+        *,
+        batch_size: int | None = None,
     ) -> Deal:
         """Epoch ``epoch``'s global order from ``position`` on (a :class:`Progress`
         of that epoch, or a count of samples read), dealt to ``world_size`` ranks
-        in global batches of ``global_batch_size`` (default: :meth:`global_batch`)."""
+        in global batches of ``global_batch_size`` (default: :meth:`global_batch`).
+
+        ``batch_size`` (deprecated: use ``global_batch_size``) is a per-rank
+        batch: global batches of ``batch_size`` times the data-parallel ranks.
+        A ``position`` given as a history of :class:`Step` (the per-rank spans'
+        form) is read when empty and refused otherwise.
+        """
+        if batch_size is not None:
+            warnings.warn(
+                "SamplingPlan.deal(batch_size=) is deprecated: use global_batch_size= "
+                "(batch_size times the data-parallel ranks)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if global_batch_size is None:
+                global_batch_size = int(batch_size) * data_parallel(
+                    int(world_size), self.replication
+                )
         g = self.global_batch(world_size) if global_batch_size is None else int(global_batch_size)
-        start = position.position if isinstance(position, Progress) else int(position)
+        start = self._position(position)
         order = self.epoch_order(epoch)
         if self._affine and 0 <= start <= len(order) and g >= 1:
             order = self._node_major(epoch, order, start, g)
@@ -620,6 +640,23 @@ class SamplingPlan:
             self.policy,
             self.replication,
         )
+
+    def remaining(self, epoch: int, position: int | Progress | Sequence[Step] = 0) -> np.ndarray:
+        """The samples of epoch ``epoch`` from ``position`` on, in the global order."""
+        return self.epoch_order(epoch)[self._position(position) :]
+
+    @staticmethod
+    def _position(position: int | Progress | Sequence[Step]) -> int:
+        if isinstance(position, Progress):
+            return position.position
+        if isinstance(position, (list, tuple)):
+            if any(s.steps for s in position):
+                raise InvalidInputError(
+                    "a history of runs (per-rank spans) cannot place a position in the "
+                    "global order: give the position (a Progress or a sample count)"
+                )
+            return 0
+        return int(position)
 
     def skip(self, progress: Progress, steps: int, global_batch_size: int) -> Progress:
         """``progress`` moved past ``steps`` more global batches, unread."""
@@ -641,8 +678,14 @@ class SamplingPlan:
             "policy": self.policy,
         }
 
-    def state(self, progress: Progress) -> dict[str, Any]:
-        """A state dict: the plan's identity and ``progress``."""
+    def state(self, progress: Progress, step: Step | None = None) -> dict[str, Any]:
+        """A state dict: the plan's identity and ``progress`` (moved on by
+        ``step``'s global batches when given: ``steps`` of ``batch_size``
+        times the data-parallel ranks of ``world_size``)."""
+        if step is not None and step.steps:
+            g = step.batch_size * data_parallel(step.world_size, self.replication)
+            end = min(progress.position + step.steps * g, len(self.epoch_order(progress.epoch)))
+            progress = Progress(progress.epoch, end, g)
         return {
             "format": STATE_FORMAT,
             **self.identity(),

@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import cachex
-from cachex.sampling import Progress, SamplingPlan, data_parallel
+from cachex.sampling import Progress, SamplingPlan, Step, data_parallel, even_blocks
 from cachex.torch import datasets as data
 
 blocks_st = st.lists(st.integers(1, 12), min_size=1, max_size=25)
@@ -205,3 +205,17 @@ def test_an_old_state_is_read_at_an_epochs_start_and_refused_within_one():
     old["history"] = [[2, 1, 2, 1]]
     with pytest.raises(cachex.InvalidInputError, match=r"cachex\.sampling/1 state stopped within"):
         plan.progress_of(old)
+
+
+def test_the_older_calls_still_work_or_say_what_to_give():
+    plan = SamplingPlan(even_blocks(40, 4), 2, seed=5)
+    with pytest.warns(DeprecationWarning, match="global_batch_size"):
+        deal = plan.deal(0, 4, 1, batch_size=3)
+    assert deal.global_batch_size == 12 and deal.batch_size == 3
+    # A run of 2 steps of 4 ranks x 3 is the position 24 of the global order.
+    state = plan.state(Progress(0), Step(4, 2, 3, 2))
+    assert (state["position"], state["global_batch_size"]) == (24, 12)
+    assert plan.remaining(0, Progress(0, 24)).tolist() == plan.epoch_order(0)[24:].tolist()
+    assert plan.deal(0, 2, 1, []).start == 0  # an empty history is an epoch's start
+    with pytest.raises(cachex.InvalidInputError, match="history of runs"):
+        plan.remaining(0, [Step(2, 1, 2, 1)])
