@@ -498,11 +498,12 @@ class SamplingPlan:
         self.cross_node = float(cross_node)
         self._homes_given = homes is not None
         self._cached: tuple[int, np.ndarray] | None = None
+        self._node_cached: tuple[tuple[int, int, int, int], np.ndarray] | None = None
         self._home_of_block: np.ndarray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker recomputes the epoch's order rather than unpickling it.
-        return {**self.__dict__, "_cached": None, "_home_of_block": None}
+        return {**self.__dict__, "_cached": None, "_node_cached": None, "_home_of_block": None}
 
     @property
     def layout_digest(self) -> str:
@@ -557,12 +558,17 @@ class SamplingPlan:
     def _node_major(self, epoch: int, order: np.ndarray, start: int, g: int) -> np.ndarray:
         """``order`` with each global batch from ``start`` on sorted by group
         (stable): node ``n``'s ranks, node-major, read group ``n``'s part."""
+        key = (int(epoch), self.homes, int(start), int(g))
+        if self._node_cached is not None and self._node_cached[0] == key:
+            return self._node_cached[1]
         home = np.repeat(self.epoch_homes(epoch), self.blocks)
         tail = order[start:]
         window = np.arange(len(tail), dtype=np.int64) // g
-        return np.concatenate(
+        sorted_ = np.concatenate(
             (order[:start], tail[np.argsort(window * self.homes + home[tail], kind="stable")])
         )
+        self._node_cached = (key, sorted_)
+        return sorted_
 
     @property
     def _affine(self) -> bool:
@@ -763,7 +769,7 @@ class SamplingPlan:
         """Takes ``homes`` groups (a loaded state's), forgetting orders made with others."""
         if int(homes) != self.homes:
             self.homes = int(homes)
-            self._cached = self._home_of_block = None
+            self._cached = self._node_cached = self._home_of_block = None
 
 
 def node_overlap(plan: SamplingPlan, epoch: int, nodes: int, ranks_per_node: int) -> np.ndarray:
