@@ -233,3 +233,12 @@ def test_a_mixed_dataset_reads_stores_of_different_kinds(tmp_path):
     batch = same.batch([0, 75, 1, 89])
     assert batch["i"].tolist() == [0, 505, 1, 519] and batch["stream"].tolist() == [0, 1, 0, 1]
     assert MixedDataset([Stream(str(tmp_path / "a.pages"))])[[3, 4]]["i"].tolist() == [3, 4]
+
+
+def test_an_iterable_takes_a_list_of_streams(tmp_path):
+    pages = build_pages(tmp_path / "a.pages", 30, 0)
+    more = build_pages(tmp_path / "b.pages", 10, 100)
+    it = data.IterableBatches([Stream(pages, choose=10), Stream(more)], 5, world_size=1, rank=0)
+    assert isinstance(it.dataset, MixedDataset)
+    got = [i for batch in it for i in batch["i"].tolist()]
+    assert len(got) == 20 and sorted(i for i in got if i >= 100) == list(range(100, 110))

@@ -804,7 +804,8 @@ class IterableBatches(_IterableBase, _Planned):
     ----------
     dataset
         A map-style dataset of :mod:`cachex.torch` (anything with ``len``,
-        ``batch(indices, out=None)`` and ``blocks()``).
+        ``batch(indices, out=None)`` and ``blocks()``), or a list of
+        streams (:class:`cachex.Stream`; a :class:`cachex.torch.MixedDataset` of them).
     batch_size
         Samples per batch; ``None`` yields single samples (``dataset.item``).
     blocks
@@ -853,6 +854,10 @@ class IterableBatches(_IterableBase, _Planned):
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
+        if isinstance(dataset, (list, tuple)):
+            from cachex.torch.mixed import MixedDataset  # it builds on this module
+
+            dataset = MixedDataset(dataset)
         self.dataset = dataset
         self.reuse_buffers = reuse_buffers
         self.plan_eviction = bool(plan_eviction)
