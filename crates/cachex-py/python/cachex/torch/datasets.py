@@ -789,6 +789,18 @@ class PlanSampler(_Planned):
             yield indices.tolist()
 
 
+def _is_streams(dataset: Any) -> bool:
+    """A non-empty list or tuple of :class:`cachex.Stream` (a plain list of
+    samples stays a map-style dataset)."""
+    from cachex.streams import Stream
+
+    return (
+        isinstance(dataset, (list, tuple))
+        and len(dataset) > 0
+        and all(isinstance(s, Stream) for s in dataset)
+    )
+
+
 class IterableBatches(_IterableBase, _Planned):
     """Batches of a map-style dataset in the order of a :class:`SamplingPlan`:
     batch ``j`` of a rank is its slice of global batch ``j``.
@@ -854,7 +866,7 @@ class IterableBatches(_IterableBase, _Planned):
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
-        if isinstance(dataset, (list, tuple)):
+        if _is_streams(dataset):
             from cachex.torch.mixed import MixedDataset  # it builds on this module
 
             dataset = MixedDataset(dataset)
