@@ -104,7 +104,7 @@ from __future__ import annotations
 import operator
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -268,16 +268,28 @@ class _Buffered(_Batched):
         (reuse them with ``out=``); a ragged field's values buffer starts
         empty and grows as batches need. ``shared=True``: torch tensors in
         shared memory whatever the output, for another process to map."""
+        alloc = self._allocator(shared)
+        return self._buffers(n, alloc, alloc)
+
+    def _allocator(self, shared: bool) -> Callable[[tuple[int, ...], np.dtype[Any]], Any]:
+        """How this dataset allocates a buffer of a shape and dtype."""
 
         def alloc(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
             if shared:
                 return _shared(shape, dtype)
             return _empty(shape, dtype, self.output, self.pin_memory)
 
+        return alloc
+
+    def _buffers(
+        self, n: int, alloc: Callable[..., Any], values: Callable[..., Any]
+    ) -> dict[str, Any]:
+        """Buffers for ``n`` samples from ``alloc``; a ragged field's empty
+        values buffer from ``values``."""
         out: dict[str, Any] = {}
         for name, (dtype, shape) in self._specs.items():
             if name in self._ragged:
-                out[name] = Ragged(alloc((0,), dtype), alloc((n + 1,), np.dtype(np.int64)))
+                out[name] = Ragged(values((0,), dtype), alloc((n + 1,), np.dtype(np.int64)))
             else:
                 out[name] = alloc((n, *shape), dtype)
         return out
@@ -291,7 +303,10 @@ class _Buffered(_Batched):
         indices = list(indices)
         n = len(indices)
         fresh = out is None
-        out = self.empty_batch(n) if out is None else out
+        alloc = self._allocator(shared=False)
+        if out is None:
+            # Ragged values sized once the fill reported them.
+            out = self._buffers(n, alloc, np.empty)
         buffers: dict[str, Any] = {}
         for name, (dtype, _) in self._specs.items():
             if name in self._ragged:
@@ -301,15 +316,18 @@ class _Buffered(_Batched):
                 buffers[name] = _as_numpy(out[name], dtype)
         reported = self._fill(indices, buffers)
         short = [name for name in self._ragged if reported[name] > len(buffers[name][0])]
-        for name in short:
+        for name in self._ragged if fresh else short:
             values, offsets = out[name]
             need = int(reported[name])
             # A buffer kept for reuse grows with room to spare, one for this
             # batch alone to its size.
-            size = need if fresh else max(need + need // 4, 2 * len(values))
-            grown = _like(values, (size,), self._specs[name][0])
+            dtype = self._specs[name][0]
+            if fresh:
+                grown = alloc((need,), dtype)
+            else:
+                grown = _like(values, (max(need + need // 4, 2 * len(values)),), dtype)
             out[name] = Ragged(grown, offsets)
-            buffers[name] = (_as_numpy(grown, self._specs[name][0]), buffers[name][1])
+            buffers[name] = (_as_numpy(grown, dtype), buffers[name][1])
         if short:
             reported = self._fill(indices, buffers)
         batch: dict[str, Any] = {}
