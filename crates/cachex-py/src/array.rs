@@ -307,6 +307,20 @@ impl<'a> RowSink<'a> {
         self.stride
     }
 
+    /// Copies `src` to byte `start` of the buffer, leaving the bytes
+    /// around it as they are; false (nothing written) when it does not fit.
+    pub fn copy_at(&self, start: usize, src: &[u8]) -> bool {
+        let end = start.checked_add(src.len());
+        if end.is_none_or(|end| end > self.rows * self.stride) {
+            return false;
+        }
+        // SAFETY: `start + src.len()` lies inside the buffer of `rows *
+        // stride` bytes (checked above and at construction); `copy` allows
+        // the ranges to overlap.
+        unsafe { std::ptr::copy(src.as_ptr(), self.ptr.add(start), src.len()) };
+        true
+    }
+
     /// Copies `src` into row `k` and zero-fills the rest of the row; false
     /// (nothing written) when `k` is past the end or `src` longer than a row.
     pub fn write(&self, k: usize, src: &[u8]) -> bool {

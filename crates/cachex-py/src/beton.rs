@@ -10,12 +10,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use remote_cache::CacheDir;
 
-use crate::array::{Keeper, RowSink};
+use crate::array::Keeper;
+use crate::fill::{Cell, Column, Filled, Sink, batch_buffers, fill_rows, report};
 use crate::handle::Handle;
-use crate::page_fields::{
-    Cell, Column, Owned, Spec, batch_buffers, bytes_view, index_arg, sample_arg, spec_arg,
-    tensor_view,
-};
+use crate::page_fields::{Owned, Spec, bytes_view, index_arg, sample_arg, spec_arg, tensor_view};
 use crate::root::{Root, TierArgs};
 use crate::{check, errors};
 
@@ -203,12 +201,9 @@ impl PyBetonReader {
     }
 
     /// Copies samples `indices` into the caller's preallocated buffers,
-    /// with the GIL released: `out` maps field names to writable
-    /// C-contiguous arrays with at least `len(indices)` rows — int64 for
-    /// int fields, float64 for floats, the field's dtype and `(n, *shape)`
-    /// for arrays, uint8 `(n, width)` for bytes (zero padded). JSON and
-    /// image fields are read with `sample`. Returns the byte lengths of
-    /// each bytes field's values (`{name: [len, ...]}`).
+    /// with the GIL released, as `PageReader.fill_batch` (padded rows or
+    /// ragged `(values, offsets)` pairs for bytes fields). JSON and image
+    /// fields are read with `sample`.
     fn fill_batch<'py>(
         &self,
         py: Python<'py>,
@@ -224,7 +219,7 @@ impl PyBetonReader {
                 file.len()
             )));
         }
-        let (names, buffers) = batch_buffers(out, n, |name| {
+        let (names, targets) = batch_buffers(out, n, |name| {
             let field = file
                 .fields()
                 .iter()
@@ -243,48 +238,41 @@ impl PyBetonReader {
             };
             Ok((field, kind))
         })?;
-        let sinks = buffers
+        let sinks = targets
             .iter()
             .zip(&names)
-            .map(|(a, (name, _))| RowSink::new(&format!("out[{name:?}]"), a))
+            .map(|(t, (name, _))| Sink::new(name, t))
             .collect::<PyResult<Vec<_>>>()?;
         let (names_ref, indices) = (&names, &indices);
-        let lengths: Vec<Vec<usize>> =
-            errors::enter(py, move || -> page_alloc::Result<Vec<Vec<usize>>> {
-                let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
-                for (k, &i) in indices.iter().enumerate() {
-                    for ((sink, (name, field)), lens) in
-                        sinks.iter().zip(names_ref).zip(&mut lengths)
-                    {
-                        let cell = match file.get(i, *field)? {
+        let filled = errors::enter(py, move || -> page_alloc::Result<Vec<Filled>> {
+            fill_rows(
+                indices,
+                &sinks,
+                |i, row: &mut Vec<Cell<'_>>| {
+                    for (_, field) in names_ref {
+                        row.push(match file.get(i, *field)? {
                             BetonValue::Int(x) => Cell::Int(x),
                             BetonValue::Float(x) => Cell::Float(x),
                             BetonValue::Bytes(b) => Cell::Bytes(b),
                             BetonValue::NDArray(t) => Cell::Bytes(t.bytes()),
                             // Refused above.
                             BetonValue::Json(_) | BetonValue::RgbImage { .. } => Cell::Bytes(&[]),
-                        };
-                        let len = cell.write_to(sink, k).map_err(|len| {
-                            page_alloc::Error::PoolTooSmall {
-                                path: file.path().to_path_buf(),
-                                reason: format!(
-                                    "sample {i}: field {name} holds {len} bytes, the buffer row {}",
-                                    sink.stride()
-                                ),
-                            }
-                        })?;
-                        lens.push(len);
+                        });
                     }
-                }
-                Ok(lengths)
-            })?;
-        let result = PyDict::new(py);
-        for ((name, field), lens) in names.into_iter().zip(lengths) {
-            if file.fields()[field].ty == BetonType::Bytes {
-                result.set_item(name, lens)?;
-            }
-        }
-        Ok(result)
+                    Ok(())
+                },
+                |e| page_alloc::Error::PoolTooSmall {
+                    path: file.path().to_path_buf(),
+                    reason: format!(
+                        "sample {}: field {} holds {} bytes, the buffer row {}",
+                        e.sample, names_ref[e.position].0, e.len, e.room
+                    ),
+                },
+            )
+        })?;
+        report(py, names, filled, |f| {
+            file.fields()[f].ty == BetonType::Bytes
+        })
     }
 
     /// The page each sample's stored values lie in (int64, counted from

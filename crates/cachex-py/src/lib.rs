@@ -88,6 +88,7 @@ mod check;
 mod convert;
 mod errors;
 mod facade;
+mod fill;
 mod fingerprint;
 mod fork;
 mod handle;

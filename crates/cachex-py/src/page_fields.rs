@@ -3,98 +3,12 @@
 //! shape)`), sample values converted in field order, and read-only views
 //! of a mapped file's bytes.
 
-use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use page_alloc::Value;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict};
 use tensor_core::{DType, Shape, TensorView};
 
-use crate::array::RowSink;
 use crate::{array, errors};
-
-/// What one field's buffer of a batch holds (`fill_batch`): an int64 or
-/// float64 per row, a uint8 row of bytes, or the field's array per row.
-pub enum Column<'s> {
-    /// int64 `(n,)`.
-    Int,
-    /// float64 `(n,)`.
-    Float,
-    /// uint8 `(n, width)`, zero padded.
-    Bytes,
-    /// The field's dtype, `(n, *shape)`.
-    Array(DType, &'s [usize]),
-}
-
-/// The caller's buffers `out` (`{field name: numpy array}`) for a batch of
-/// `n` samples, each checked against what its field holds (`column(name)`:
-/// the field's index and [`Column`], or the error for a name it has not):
-/// the names with their field indices, and the arrays, in `out`'s order.
-#[allow(clippy::type_complexity)]
-pub fn batch_buffers<'py, 's>(
-    out: &Bound<'py, PyDict>,
-    n: usize,
-    mut column: impl FnMut(&str) -> PyResult<(usize, Column<'s>)>,
-) -> PyResult<(Vec<(String, usize)>, Vec<Bound<'py, PyUntypedArray>>)> {
-    let mut names = Vec::with_capacity(out.len());
-    let mut buffers = Vec::with_capacity(out.len());
-    for (name, buf) in out.iter() {
-        let name: String = name.extract()?;
-        let (field, kind) = column(&name)?;
-        let a = buf
-            .cast_into::<PyUntypedArray>()
-            .map_err(|_| errors::invalid(format!("out[{name:?}] must be a numpy array")))?;
-        let dtype = array::dtype_of(&a.dtype())?;
-        let shape = a.shape().to_vec();
-        let ok = match kind {
-            Column::Int => dtype == DType::I64 && shape.len() == 1,
-            Column::Float => dtype == DType::F64 && shape.len() == 1,
-            Column::Bytes => dtype == DType::U8 && shape.len() == 2,
-            Column::Array(fd, fs) => dtype == fd && shape.get(1..) == Some(fs),
-        };
-        if !ok || shape.first().copied().unwrap_or(0) < n {
-            return Err(errors::invalid(format!(
-                "out[{name:?}]: {dtype} {shape:?} does not fit {n} samples of this field"
-            )));
-        }
-        names.push((name, field));
-        buffers.push(a);
-    }
-    Ok((names, buffers))
-}
-
-/// One value as a row of a batch buffer takes it.
-pub enum Cell<'a> {
-    /// An int, written as 8 little-endian bytes.
-    Int(i64),
-    /// A float, written as 8 little-endian bytes.
-    Float(f64),
-    /// Bytes or an array's bytes, zero padded to the row.
-    Bytes(&'a [u8]),
-}
-
-impl Cell<'_> {
-    /// Writes the value into row `k` of `sink`: its length in bytes, or
-    /// as the error the length that does not fit the row.
-    pub fn write_to(&self, sink: &RowSink<'_>, k: usize) -> Result<usize, usize> {
-        let inline: [u8; 8];
-        let src: &[u8] = match self {
-            Cell::Int(x) => {
-                inline = x.to_le_bytes();
-                &inline
-            }
-            Cell::Float(x) => {
-                inline = x.to_le_bytes();
-                &inline
-            }
-            Cell::Bytes(b) => b,
-        };
-        if sink.write(k, src) {
-            Ok(src.len())
-        } else {
-            Err(src.len())
-        }
-    }
-}
 
 /// One field kind as given from Python: `"int"`, `"float"`, `"bytes"`,
 /// `"json"` (beton only) or `(dtype, shape)`.

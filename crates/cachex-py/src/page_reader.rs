@@ -11,9 +11,10 @@ use pyo3::types::{PyDict, PyTuple};
 use remote_cache::RemotePages;
 use remote_tier::Lease;
 
-use crate::array::{Keeper, RowSink};
+use crate::array::Keeper;
+use crate::fill::{Cell, Column, Filled, Sink, batch_buffers, fill_rows, report};
 use crate::handle::Handle;
-use crate::page_fields::{Cell, Column, batch_buffers, bytes_view, index_arg, tensor_view};
+use crate::page_fields::{bytes_view, index_arg, tensor_view};
 use crate::plan_handle::PyPlanHandle;
 use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
@@ -281,8 +282,12 @@ impl PyPageReader {
     /// writable C-contiguous arrays with at least `len(indices)` rows —
     /// int64 for int fields, float64 for floats, the field's dtype and
     /// `(n, *shape)` for arrays, uint8 `(n, width)` for bytes (zero
-    /// padded). Fields not in `out` are skipped. Returns the byte lengths
-    /// of each bytes field's values (`{name: [len, ...]}`).
+    /// padded) — or, for a bytes field, a ragged pair `(values, offsets)`
+    /// (uint8 1-D, int64 of at least `n + 1`). Fields not in `out` are
+    /// skipped. Returns the byte lengths of each padded bytes field's
+    /// values (`{name: [len, ...]}`) and each ragged pair's total bytes
+    /// (`{name: total}`); when a total exceeds its values buffer, only the
+    /// offsets were written: grow the buffer and call again.
     fn fill_batch<'py>(
         &self,
         py: Python<'py>,
@@ -294,7 +299,7 @@ impl PyPageReader {
         let reader = o.reader();
         let n = indices.len();
         let schema = reader.schema();
-        let (names, buffers) = batch_buffers(out, n, |name| {
+        let (names, targets) = batch_buffers(out, n, |name| {
             let field = schema
                 .index_of(name)
                 .ok_or_else(|| errors::invalid(format!("no field {name:?} in this file")))?;
@@ -306,49 +311,48 @@ impl PyPageReader {
             };
             Ok((field, kind))
         })?;
-        let sinks = buffers
+        let sinks = targets
             .iter()
             .zip(&names)
-            .map(|(a, (name, _))| RowSink::new(&format!("out[{name:?}]"), a))
+            .map(|(t, (name, _))| Sink::new(name, t))
             .collect::<PyResult<Vec<_>>>()?;
         let fields: Vec<usize> = names.iter().map(|(_, f)| *f).collect();
         let (fields, indices) = (&fields, &indices);
-        let lengths: Vec<Vec<usize>> =
-            errors::enter(py, move || -> remote_cache::Result<Vec<Vec<usize>>> {
-                // Held across the copies: the tier frees no leased page.
-                let _lease = pages.lease(indices)?;
-                let mut lengths = vec![Vec::with_capacity(n); sinks.len()];
-                for (k, &i) in indices.iter().enumerate() {
+        let filled = errors::enter(py, move || -> remote_cache::Result<Vec<Filled>> {
+            // Held across the copies: the tier frees no leased page.
+            let _lease = pages.lease(indices)?;
+            fill_rows(
+                indices,
+                &sinks,
+                |i, row: &mut Vec<Cell<'_>>| {
                     let s = reader.sample(i)?;
-                    for ((sink, &field), lens) in sinks.iter().zip(fields).zip(&mut lengths) {
-                        let cell = match s.get(field)? {
+                    for &field in fields {
+                        row.push(match s.get(field)? {
                             FieldValue::Int(x) => Cell::Int(x),
                             FieldValue::Float(x) => Cell::Float(x),
                             FieldValue::Bytes(b) => Cell::Bytes(b),
                             FieldValue::Array(t) => Cell::Bytes(t.bytes()),
-                        };
-                        let len = cell.write_to(sink, k).map_err(|len| {
-                            remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
-                                path: reader.path().to_path_buf(),
-                                reason: format!(
-                                    "sample {i}: field {} holds {len} bytes, the buffer row {}",
-                                    schema.fields()[field].name,
-                                    sink.stride()
-                                ),
-                            })
-                        })?;
-                        lens.push(len);
+                        });
                     }
-                }
-                Ok(lengths)
-            })?;
-        let result = PyDict::new(py);
-        for ((name, field), lens) in names.into_iter().zip(lengths) {
-            if schema.fields()[field].ty == FieldType::Bytes {
-                result.set_item(name, lens)?;
-            }
-        }
-        Ok(result)
+                    Ok(())
+                },
+                |e| {
+                    remote_cache::Error::Page(page_alloc::Error::PoolTooSmall {
+                        path: reader.path().to_path_buf(),
+                        reason: format!(
+                            "sample {}: field {} holds {} bytes, the buffer row {}",
+                            e.sample,
+                            schema.fields()[fields[e.position]].name,
+                            e.len,
+                            e.room
+                        ),
+                    })
+                },
+            )
+        })?;
+        report(py, names, filled, |f| {
+            schema.fields()[f].ty == FieldType::Bytes
+        })
     }
 
     /// Warms the pages of samples `indices`, in that order (the next

@@ -25,6 +25,7 @@ Layout
 ``__init__.py``                      the stores (native ``_cachex``), errors, ``open``, ``cached``
 ``_cachex.pyi``                      stubs of the native module
 ``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
+``ragged.py``                        :class:`Ragged`: variable-size values of a batch
 ``sampling.py``                      the sampling plan (numpy only)
 ``streams.py``                       streams of a mixture and their plan (numpy only)
 ``torch/``                           datasets, loader, ddp, batch buffers
@@ -90,8 +91,10 @@ from cachex.errors import (
     ReadOnlyError,
     SchemaMismatchError,
     StaleError,
+    WorkerError,
 )
 from cachex.facade import CachedFn, cached
+from cachex.ragged import Ragged
 from cachex.streams import Stream
 
 # A forked child (a DataLoader worker) marks every live handle: readers
@@ -119,12 +122,14 @@ __all__ = [
     "PageWriter",
     "PlanHandle",
     "Prefetch",
+    "Ragged",
     "ReadOnlyError",
     "SchemaMismatchError",
     "SegmentStore",
     "ShardStore",
     "StaleError",
     "Stream",
+    "WorkerError",
     "__version__",
     "bfloat16_is_native",
     "cached",

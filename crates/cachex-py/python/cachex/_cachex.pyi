@@ -676,8 +676,10 @@ class PageReader:
     def sample(self, i: int) -> dict[str, Any]:
         """Sample ``i``: ints/floats by value, bytes and arrays as read-only views."""
     def fill_batch(
-        self, indices: Sequence[int], out: Mapping[str, np.ndarray]
-    ) -> dict[str, list[int]]:
+        self,
+        indices: Sequence[int],
+        out: Mapping[str, np.ndarray | tuple[np.ndarray, np.ndarray]],
+    ) -> dict[str, list[int] | int]:
         """Copy samples into preallocated buffers with the GIL released.
 
         Parameters
@@ -687,12 +689,17 @@ class PageReader:
             Field name -> writable C-contiguous array with at least
             ``len(indices)`` rows: int64 (ints), float64 (floats), the
             field's dtype and ``(n, *shape)`` (arrays), uint8 ``(n, width)``
-            (bytes, zero padded).
+            (bytes, zero padded); or for a bytes field a ragged pair
+            ``(values, offsets)`` (a :class:`cachex.Ragged`): uint8 1-D
+            values, int64 offsets of at least ``len(indices) + 1``.
 
         Returns
         -------
         dict
-            The byte length of each bytes field's values.
+            The byte length of each padded bytes field's values (a list),
+            each ragged pair's total bytes (an int). A total larger than
+            the pair's values buffer: only the offsets were written (and
+            nothing else of the batch); grow the buffer and call again.
         """
     def prefetch(self, indices: Sequence[int]) -> Prefetch:
         """Warm the pages of samples ``indices`` in that order (the next epoch's); returns at once.
@@ -824,12 +831,15 @@ class BetonReader:
     def max_sizes(self) -> dict[str, int]:
         """The largest value of each bytes and array field, in bytes (``fill_batch``'s widths)."""
     def fill_batch(
-        self, indices: Sequence[int], out: Mapping[str, np.ndarray]
-    ) -> dict[str, list[int]]:
+        self,
+        indices: Sequence[int],
+        out: Mapping[str, np.ndarray | tuple[np.ndarray, np.ndarray]],
+    ) -> dict[str, list[int] | int]:
         """Copy samples into preallocated buffers with the GIL released.
 
         As :meth:`PageReader.fill_batch` (int, float, bytes and array
-        fields; JSON and images are read with :meth:`sample`).
+        fields, bytes padded or as a ragged pair; JSON and images are read
+        with :meth:`sample`).
         """
     def sample_pages(self) -> npt.NDArray[np.int64]:
         """The page each sample's stored values lie in (-1: ints and floats only)."""

@@ -17,6 +17,7 @@ __all__ = [
     "ReadOnlyError",
     "SchemaMismatchError",
     "StaleError",
+    "WorkerError",
 ]
 
 
@@ -63,3 +64,9 @@ class StaleError(CacheError):
 
     The message says why: which config field, which file, which version.
     """
+
+
+class WorkerError(CacheError, RuntimeError):
+    """A DataLoader worker died, or could not hand a batch over: it waited
+    past its timeout for the loop to release a batch slot, or its main
+    process was gone. The message names the worker and what it waited for."""

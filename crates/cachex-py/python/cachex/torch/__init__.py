@@ -13,6 +13,8 @@ numpy alone); :class:`ResumableDataLoader` needs it.
 :mod:`cachex.torch.mixed`              :class:`MixedDataset`: several streams
                                        (:class:`cachex.Stream`) read as one mixture
 :mod:`cachex.torch.loader`             :class:`ResumableDataLoader` (needs torch)
+``cachex/torch/_ring.py``              the workers' batch ring (``ring=True``) and
+                                       :func:`keep` (needs torch)
 :mod:`cachex.torch.ddp`                :func:`rank_backend`, :func:`refresh_backend`:
                                        every rank persists into one segment store
 ``cachex/torch/_buffers.py``           batch buffers and collation (numpy or torch)
@@ -32,6 +34,7 @@ from cachex.torch.mixed import MixedDataset
 __all__ = [*_datasets, "MixedDataset", "rank_backend", "refresh_backend"]
 
 if HAS_TORCH:
+    from cachex.torch._ring import keep
     from cachex.torch.loader import ResumableDataLoader
 
-    __all__ += ["ResumableDataLoader"]
+    __all__ += ["ResumableDataLoader", "keep"]

@@ -60,19 +60,34 @@ def _torch_dtype(dtype: np.dtype) -> Any:
     return torch.from_numpy(np.empty(0, dtype)).dtype
 
 
+def _shared(shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """An uninitialised torch tensor in shared memory: another process maps
+    it when it receives it (a DataLoader worker's batch, a ring slot)."""
+    numel = int(np.prod(shape, dtype=np.int64))
+    proto = torch.empty(0, dtype=_torch_dtype(dtype))
+    storage = proto._typed_storage()._new_shared(numel, device="cpu")
+    return proto.new(storage).resize_(shape)
+
+
 def _empty(shape: tuple[int, ...], dtype: np.dtype, output: Output, pin_memory: bool) -> Any:
     """An uninitialised buffer; in a DataLoader worker a torch one lives in shared memory."""
     if output == "numpy":
         return np.empty(shape, dtype)
-    tdtype = _torch_dtype(dtype)
     if _worker_info() is not None:
         # As torch's default_collate: the batch goes to the main process
         # through shared memory, so allocate it there and skip the copy.
-        numel = int(np.prod(shape, dtype=np.int64))
-        proto = torch.empty(0, dtype=tdtype)
-        storage = proto._typed_storage()._new_shared(numel, device="cpu")
-        return proto.new(storage).resize_(shape)
-    return torch.empty(shape, dtype=tdtype, pin_memory=pin_memory)
+        return _shared(shape, dtype)
+    return torch.empty(shape, dtype=_torch_dtype(dtype), pin_memory=pin_memory)
+
+
+def _like(buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """An uninitialised buffer of ``shape`` in the same memory as ``buf``
+    (numpy, shared, pinned or plain torch): a grown ragged values buffer."""
+    if isinstance(buf, np.ndarray):
+        return np.empty(shape, dtype)
+    if buf.is_shared():
+        return _shared(shape, dtype)
+    return torch.empty(shape, dtype=buf.dtype, pin_memory=buf.is_pinned())
 
 
 def _as_numpy(buf: Any, dtype: np.dtype | None = None) -> np.ndarray:

@@ -104,7 +104,7 @@ from __future__ import annotations
 import operator
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -120,6 +120,7 @@ from cachex._cachex import (
 )
 from cachex._remote import TierBudget, tier_kwargs
 from cachex.errors import InvalidInputError
+from cachex.ragged import Ragged
 from cachex.sampling import (
     Affinity,
     Deal,
@@ -139,8 +140,10 @@ from cachex.torch._buffers import (
     _check_output,
     _empty,
     _IterableBase,
+    _like,
     _MapBase,
     _numpy_dtype,
+    _shared,
     _worker_info,
     collate,
     torch,
@@ -246,44 +249,108 @@ class _Buffered(_Batched):
     """A dataset whose batches are buffers its reader fills (``fill_batch``,
     GIL released): one per name of ``_specs`` (dtype and shape of one
     sample), plus what ``fill_batch`` reports per name (``_extra``: the
-    suffix and dtype of that array, e.g. ``"_lengths"``)."""
+    suffix and dtype of that array, e.g. ``"_lengths"``). The names in
+    ``_ragged`` are bytes fields batched as :class:`cachex.Ragged` (their
+    spec is the values' dtype)."""
 
     _specs: dict[str, tuple[np.dtype[Any], tuple[int, ...]]]
     _extra: tuple[str, Any]
+    _ragged: tuple[str, ...] = ()
 
-    def _fill(self, indices: list[int], buffers: dict[str, np.ndarray]) -> dict[str, Any]:
-        """Fills ``buffers``' first rows with samples ``indices``; what the
-        reader reports per name."""
+    def _fill(self, indices: list[int], buffers: dict[str, Any]) -> dict[str, Any]:
+        """Fills ``buffers``' first rows with samples ``indices`` (a ragged
+        name's buffer is its ``(values, offsets)`` pair); what the reader
+        reports per name."""
         raise NotImplementedError
 
-    def empty_batch(self, n: int) -> dict[str, Any]:
+    def empty_batch(self, n: int, *, shared: bool = False) -> dict[str, Any]:
         """Uninitialised buffers for ``n`` samples of every buffered name
-        (reuse them with ``out=``)."""
-        return {
-            name: _empty((n, *shape), dtype, self.output, self.pin_memory)
-            for name, (dtype, shape) in self._specs.items()
-        }
+        (reuse them with ``out=``); a ragged field's values buffer starts
+        empty and grows as batches need. ``shared=True``: torch tensors in
+        shared memory whatever the output, for another process to map."""
+        alloc = self._allocator(shared)
+        return self._buffers(n, alloc, alloc)
+
+    def _allocator(self, shared: bool) -> Callable[[tuple[int, ...], np.dtype[Any]], Any]:
+        """How this dataset allocates a buffer of a shape and dtype."""
+
+        def alloc(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+            if shared:
+                return _shared(shape, dtype)
+            return _empty(shape, dtype, self.output, self.pin_memory)
+
+        return alloc
+
+    def _buffers(
+        self, n: int, alloc: Callable[..., Any], values: Callable[..., Any]
+    ) -> dict[str, Any]:
+        """Buffers for ``n`` samples from ``alloc``; a ragged field's empty
+        values buffer from ``values``."""
+        out: dict[str, Any] = {}
+        for name, (dtype, shape) in self._specs.items():
+            if name in self._ragged:
+                out[name] = Ragged(values((0,), dtype), alloc((n + 1,), np.dtype(np.int64)))
+            else:
+                out[name] = alloc((n, *shape), dtype)
+        return out
 
     def batch(self, indices: Sequence[int], out: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Samples ``indices`` as ``{name: buffer}`` (``out``'s first rows when given)."""
+        """Samples ``indices`` as ``{name: buffer}`` (``out``'s first rows when
+        given). A ragged field is a :class:`cachex.Ragged` over ``out``'s
+        pair; when a batch's values outgrow its values buffer, ``out[name]``
+        is replaced by a pair with a larger one (at least twice as large,
+        so a reused ``out`` stops growing after the first batches)."""
         indices = list(indices)
-        out = self.empty_batch(len(indices)) if out is None else out
-        reported = self._fill(
-            indices, {name: _as_numpy(out[name], dtype) for name, (dtype, _) in self._specs.items()}
-        )
-        batch = {name: out[name][: len(indices)] for name in self._specs}
+        n = len(indices)
+        fresh = out is None
+        alloc = self._allocator(shared=False)
+        if out is None:
+            # Ragged values sized once the fill reported them.
+            out = self._buffers(n, alloc, np.empty)
+        buffers: dict[str, Any] = {}
+        for name, (dtype, _) in self._specs.items():
+            if name in self._ragged:
+                values, offsets = out[name]
+                buffers[name] = (_as_numpy(values, dtype), _as_numpy(offsets))
+            else:
+                buffers[name] = _as_numpy(out[name], dtype)
+        reported = self._fill(indices, buffers)
+        short = [name for name in self._ragged if reported[name] > len(buffers[name][0])]
+        for name in self._ragged if fresh else short:
+            values, offsets = out[name]
+            need = int(reported[name])
+            # A buffer kept for reuse grows with room to spare, one for this
+            # batch alone to its size.
+            dtype = self._specs[name][0]
+            if fresh:
+                grown = alloc((need,), dtype)
+            else:
+                grown = _like(values, (max(need + need // 4, 2 * len(values)),), dtype)
+            out[name] = Ragged(grown, offsets)
+            buffers[name] = (_as_numpy(grown, dtype), buffers[name][1])
+        if short:
+            reported = self._fill(indices, buffers)
+        batch: dict[str, Any] = {}
+        for name in self._specs:
+            if name in self._ragged:
+                values, offsets = out[name]
+                batch[name] = Ragged(values[: int(reported[name])], offsets[: n + 1])
+            else:
+                batch[name] = out[name][:n]
         suffix, dtype = self._extra
         for name, rows in reported.items():
-            batch[f"{name}{suffix}"] = np.asarray(rows, dtype=dtype)
+            if name not in self._ragged:
+                batch[f"{name}{suffix}"] = np.asarray(rows, dtype=dtype)
         return batch
 
 
 def _field_specs(
-    kinds: dict[str, Any], widths: dict[str, int], fields: Sequence[str]
+    kinds: dict[str, Any], widths: dict[str, int], fields: Sequence[str], ragged: bool = False
 ) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
     """The buffer of one sample of each of ``fields`` of a page or beton
     file: int64 for ints, float64 for floats, zero-padded uint8 of the
-    longest value for bytes, the array's dtype and shape for arrays."""
+    longest value for bytes (the values' uint8 when ``ragged``), the
+    array's dtype and shape for arrays."""
     specs: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
     for f in fields:
         kind = kinds[f]
@@ -292,7 +359,7 @@ def _field_specs(
         elif kind == "float":
             specs[f] = (np.dtype(np.float64), ())
         elif kind == "bytes":
-            specs[f] = (np.dtype(np.uint8), (max(int(widths[f]), 1),))
+            specs[f] = (np.dtype(np.uint8), () if ragged else (max(int(widths[f]), 1),))
         else:
             specs[f] = (_numpy_dtype(str(kind[0])), tuple(int(d) for d in kind[1]))
     return specs
@@ -390,6 +457,13 @@ class PageDataset(_Buffered):
     for ints, float64 for floats, ``(n, *shape)`` for arrays and zero-padded
     uint8 ``(n, max size)`` for bytes, with ``"<field>_lengths"`` (int64).
 
+    ``ragged=True`` batches each bytes field as a :class:`cachex.Ragged`
+    instead: the values end to end in one uint8 buffer plus ``n + 1``
+    offsets, no padding and no ``"<field>_lengths"`` (``.lengths`` has
+    them; ``.padded()`` gives the padded rows on request). It moves the
+    payload's bytes where padding moves ``n`` times the widest value; the
+    default stays padded, the layout batches have always had.
+
     ``path`` may be a URL naming the file under a prefix
     (``s3://bucket/prefix/data.pages``), with ``tier_dir``, ``tier_budget``
     and ``storage_options`` (see the module docs).
@@ -403,6 +477,7 @@ class PageDataset(_Buffered):
         populate: bool = False,
         output: Output = "numpy",
         pin_memory: bool = False,
+        ragged: bool = False,
         tier_dir: str | os.PathLike[str] | None = None,
         tier_budget: TierBudget | None = None,
         storage_options: dict[str, Any] | None = None,
@@ -415,7 +490,9 @@ class PageDataset(_Buffered):
         )
         kinds = self.reader.fields
         self.fields = _chosen(fields, kinds, "fields", self.reader.url or self.reader.path)
-        self._specs = _field_specs(kinds, self.reader.max_sizes, self.fields)
+        self.ragged = bool(ragged)
+        self._ragged = tuple(f for f in self.fields if self.ragged and kinds[f] == "bytes")
+        self._specs = _field_specs(kinds, self.reader.max_sizes, self.fields, self.ragged)
         self._extra = ("_lengths", np.int64)
 
     def __len__(self) -> int:
@@ -458,7 +535,9 @@ class BetonDataset(_Buffered):
     one buffer per field filled from the mapped file by ``fill_batch`` (GIL
     released): int64 for ints, float64 for floats, ``(n, *shape)`` for
     arrays, zero-padded uint8 ``(n, max size)`` for bytes with
-    ``"<field>_lengths"`` (int64); JSON and images as lists.
+    ``"<field>_lengths"`` (int64), or with ``ragged=True`` a
+    :class:`cachex.Ragged` per bytes field (as :class:`PageDataset`); JSON
+    and images as lists.
 
     Its plan's blocks are the file's pages (:meth:`blocks`), so the plan's
     order is FFCV's quasi-random one: pages shuffled, then the samples of
@@ -475,6 +554,7 @@ class BetonDataset(_Buffered):
         fields: Sequence[str] | None = None,
         output: Output = "numpy",
         pin_memory: bool = False,
+        ragged: bool = False,
         tier_dir: str | os.PathLike[str] | None = None,
         tier_budget: TierBudget | None = None,
         storage_options: dict[str, Any] | None = None,
@@ -487,7 +567,9 @@ class BetonDataset(_Buffered):
         # ``fill_batch``; JSON and images stay Python values.
         self._listed = [f for f in self.fields if kinds[f] in ("json", "rgb_image")]
         buffered = [f for f in self.fields if f not in self._listed]
-        self._specs = _field_specs(kinds, self.reader.max_sizes, buffered)
+        self.ragged = bool(ragged)
+        self._ragged = tuple(f for f in buffered if self.ragged and kinds[f] == "bytes")
+        self._specs = _field_specs(kinds, self.reader.max_sizes, buffered, self.ragged)
         self._extra = ("_lengths", np.int64)
 
     def __len__(self) -> int:
@@ -801,6 +883,15 @@ def _is_streams(dataset: Any) -> bool:
     )
 
 
+def _worker_ring(config: Any, worker: int, dataset: Any, batch_size: int) -> Any:
+    """The worker's batch ring (see ``cachex/torch/_ring.py``), or ``None``."""
+    if config is None:
+        return None
+    from cachex.torch._ring import worker_ring
+
+    return worker_ring(config, worker, dataset, batch_size)
+
+
 class IterableBatches(_IterableBase, _Planned):
     """Batches of a map-style dataset in the order of a :class:`SamplingPlan`:
     batch ``j`` of a rank is its slice of global batch ``j``.
@@ -833,7 +924,9 @@ class IterableBatches(_IterableBase, _Planned):
     reuse_buffers
         Outside DataLoader workers, fill the same buffers for every batch
         (a batch is valid until the next one is requested). Inside workers
-        each batch gets its own buffer, since it goes to another process.
+        each batch gets its own buffer, since it goes to another process,
+        unless the loader fills a ring of shared ones
+        (``ResumableDataLoader(..., ring=True)``).
     plan_eviction
         For a dataset read through a local tier (a :class:`PageDataset` on
         a URL): each iteration registers the batches this worker reads in
@@ -905,6 +998,9 @@ class IterableBatches(_IterableBase, _Planned):
             raise InvalidInputError(
                 f"the blocks hold {self.plan.num_samples} samples, the dataset {len(dataset)}"
             )
+
+    #: Set by ``ResumableDataLoader(ring=True)``: the workers' batch ring.
+    _ring: Any = None
 
     def _layout_workers(self, num_workers: int) -> int:
         return max(int(num_workers), 1)
@@ -989,13 +1085,18 @@ class IterableBatches(_IterableBase, _Planned):
             return
         reuse = self.reuse_buffers and counted and hasattr(ds, "empty_batch")
         buffers = ds.empty_batch(self.batch_size) if reuse else None
+        # A ResumableDataLoader(ring=True) worker fills its ring's slots.
+        ring = None if counted else _worker_ring(self._ring, worker, ds, self.batch_size)
         prefetch = getattr(ds, "prefetch", None)
         upcoming = next(batches, None)
         while upcoming is not None:
             (j, current), upcoming = upcoming, next(batches, None)
             if prefetch is not None and upcoming is not None:
                 prefetch(upcoming[1].tolist())
-            batch = ds.batch(current.tolist(), out=buffers)
+            if ring is not None:
+                batch = ring.put(current.tolist())
+            else:
+                batch = ds.batch(current.tolist(), out=buffers)
             if counted:
                 self._steps += 1
             yield batch
