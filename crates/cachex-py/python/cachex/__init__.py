@@ -27,6 +27,7 @@ Layout
 ``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
 ``ragged.py``                        :class:`Ragged`: variable-size values of a batch
 ``sampling.py``                      the sampling plan (numpy only)
+``streams.py``                       streams of a mixture and their plan (numpy only)
 ``torch/``                           datasets, loader, ddp, batch buffers
 ``dropins/``                         the torchcachex and loadit drop-ins
 ``ray/``                             Ray Data sinks and sources
@@ -94,6 +95,7 @@ from cachex.errors import (
 )
 from cachex.facade import CachedFn, cached
 from cachex.ragged import Ragged
+from cachex.streams import Stream
 
 # A forked child (a DataLoader worker) marks every live handle: readers
 # reopen on first use, writers refuse with ForkedWriterError. See cachex.torch.
@@ -126,6 +128,7 @@ __all__ = [
     "SegmentStore",
     "ShardStore",
     "StaleError",
+    "Stream",
     "WorkerError",
     "__version__",
     "bfloat16_is_native",

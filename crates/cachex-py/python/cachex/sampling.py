@@ -3,10 +3,12 @@
 A :class:`SamplingPlan` is a pure function of the dataset's size and block
 layout (the pages of a page file or an FFCV ``.beton``, the shards of a
 shard store, row blocks of a memmap array, key blocks of a segment store),
-the seed, the epoch, the world size, the DataLoader worker count and how
-far the epoch has got. No
+the seed, the epoch, the global batch size, the world size, the
+replication, the DataLoader worker count and how far the epoch has got. No
 store is touched; numpy does the work (a 10M-sample epoch costs one
-``argsort``, no Python loop per sample).
+``argsort``, no Python loop per sample). A mixture of several stores
+(:class:`cachex.Stream`) is a :class:`cachex.streams.MixturePlan`: the same
+plan over an epoch order that interleaves the streams.
 
 The epoch's order
 -----------------
@@ -22,14 +24,19 @@ per node; default ``WORLD_SIZE // LOCAL_WORLD_SIZE``, else 1) fixed for the
 run: a seed-derived permutation of the blocks cut into contiguous groups of
 about ``N / homes`` samples each (within one block). Each epoch a fraction
 ``cross_node`` = f of the blocks, drawn afresh, leaves its home and is dealt
-to the groups short of ``N / homes``; the epoch's order is the groups
-concatenated, group 0 first, each group's blocks shuffled and the samples
-within each block shuffled every epoch. ``torchrun``'s ranks are node-major
+to the groups short of ``N / homes``. Each group's blocks are shuffled and
+the samples within each block every epoch, and the epoch's order takes the
+groups in turn, one sample each (round robin: any stretch of the order
+holds about as many of each group); within each global batch the samples
+are then sorted by group, stably, so the batch holds ``G / homes`` samples
+of every group, group 0's first. ``torchrun``'s ranks are node-major
 (``rank = node * ranks_per_node + local``), so with ``world_size = homes *
-ranks_per_node`` node ``n`` reads group ``n`` (give or take one block at
-each edge): the same blocks every epoch, which its local tier keeps, in a
-new order. Dealing is unchanged, so every guarantee below holds as it does
-for the global order; ``cross_node=1`` (or one home) *is* the global order.
+ranks_per_node`` and ``G`` a multiple of ``homes`` node ``n`` reads group
+``n`` (until the smaller groups run out near the epoch's end): the same
+blocks every epoch, which its local tier keeps, in a new order. The order
+does not depend on the world size (for a fixed ``homes``), so every
+guarantee below holds as it does for the global order; ``cross_node=1``
+(or one home) *is* the global order.
 
 The price is shuffle quality: a node's epoch draws from its own group, and
 only a fraction f of the blocks crosses between nodes per epoch. Once each
@@ -47,44 +54,65 @@ over the nodes and epochs 1..4)::
     0.1            0.858     0.075                                      0.14
     0.25           0.668     0.19                                       0.33
     0.5            0.444     0.375                                      0.56
-    1              0.241     -                                          0.76
+    1              0.239     -                                          0.76
 
 ``cross_node=1`` is the global order, where a node overlaps by about
 ``1 / homes``.
 
-Dealing it out
+Global batches
 --------------
-The samples not yet read (all of them at the start of an epoch) are cut
-into ``world_size`` contiguous spans, one per rank, of equal length, so
-that **every rank yields the same number of batches** (a rank with fewer
-would leave the collective and hang the others). The ``policy`` says how:
+The order is cut into **global batches** of ``G`` samples
+(``global_batch_size``; default ``batch_size`` times the data-parallel
+ranks): global batch ``k`` is the order's samples ``[k G, (k + 1) G)``
+(from where the epoch was resumed), the same samples in the same places
+whatever the world size and worker count. The ``world_size`` ranks form
+``D = world_size / replication`` data-parallel ranks (``replication=k``:
+``k`` consecutive ranks, a tensor- or sequence-parallel group, read the
+same batches; the world size must be a multiple of ``k``), and
+data-parallel rank ``d`` reads the ``d``-th slice of ``G / D`` samples of
+each global batch (``D`` must divide ``G``). Rank batch ``j`` is its slice
+of global batch ``j`` and is produced by DataLoader worker ``j %
+num_workers`` (the order in which torch's DataLoader takes batches from
+its workers). So that **every rank yields the same number of batches** (a
+rank with fewer would leave the collective and hang the others), the
+``policy`` settles the last, partial global batch of ``m < G`` samples:
 
 ``"pad"`` (default; ``DistributedSampler``'s ``drop_last=False``)
-    Every rank gets ``ceil(M / world_size)`` samples; the order is extended
-    by repeating its first samples, fewer than ``world_size`` of them
-    (:attr:`Deal.padded` counts them). Every rank's last batch may be short,
-    of the same size on every rank.
+    It is read: every rank's slice is ``ceil(m / D)`` samples, the order
+    extended by repeating its first samples, fewer than ``D`` of them
+    (:attr:`Deal.padded` counts them).
 ``"drop_last"``
-    Every rank gets only full batches: ``M // (world_size * batch_size)``
-    of them; the rest of the order, fewer than ``world_size * batch_size``
-    samples, is not read this epoch (:attr:`Deal.dropped`).
+    It is not read this epoch (:attr:`Deal.dropped`).
 
-Otherwise every sample is read exactly once per epoch.
+Otherwise every sample is read exactly once per epoch. A rank's
+consecutive batches are ``G`` samples apart in the order, so a worker no
+longer reads a run of blocks of its own: a global batch of ``G``
+consecutive samples spans about ``G / block`` blocks, which the ranks
+share. That is the price of an order that does not depend on the world
+size.
 
-A rank's span is cut into batches; batch ``j`` is produced by DataLoader
-worker ``j % num_workers`` (the order in which torch's DataLoader takes
-batches from its workers), and each worker's batches are a contiguous run of
-the span, so each worker reads its own blocks.
+Resumption and skipping
+-----------------------
+How far an epoch got is its **position**: the samples of the order read,
+``k G`` after ``k`` global batches. A state dict (format
+``cachex.sampling/2``) holds the plan's identity, the epoch and the
+position; a restart with any world size, worker count or replication
+deals global batches from the position on, so it reads exactly what the
+uninterrupted job would have (with ``"pad"``, the last batch's padding
+depends on ``D``). ``load_state_dict(state, skip_steps=n)`` moves the
+position ``n`` global batches on, unread (e.g. past a loss spike).
 
-Resumption
-----------
-The DataLoader yields a rank's batches in order ``0, 1, 2, ...``, so after
-``k`` steps each rank has read the first ``k`` batches of its span: how far
-an epoch got is ``(world_size, num_workers, batch_size, k)``. A restart,
-with any world size, worker count or batch size, re-deals the samples not
-yet read (in their order). Each restart within an epoch appends one such
-entry to :attr:`Progress.history`; a state is a few numbers, never a list
-of samples.
+The global batch size may change on a restart: the position is kept, so
+no sample is read twice or skipped, but the batches after the change are
+cut at ``position + k G'``, not where the old size would have cut them,
+and a job that changes ``G`` reads other global batches than one that did
+not.
+
+A state of format ``cachex.sampling/1`` (ranks reading contiguous spans,
+before the global order) is read when it stopped at an epoch's start and
+refused with :class:`~cachex.errors.InvalidInputError` when it stopped
+within one: its ranks' reads are no prefix of the global order. The
+:class:`Step` entries of its ``history`` are what it stored.
 
 Rank
 ----
@@ -98,8 +126,9 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -115,6 +144,7 @@ __all__ = [
     "SamplingPlan",
     "SharedProgress",
     "Step",
+    "data_parallel",
     "distributed_rank",
     "even_blocks",
     "node_overlap",
@@ -125,7 +155,9 @@ Policy = Literal["pad", "drop_last"]
 Affinity = Literal["global", "node"]
 
 #: The ``format`` of a plan state; a state of another format is refused.
-STATE_FORMAT = "cachex.sampling/1"
+STATE_FORMAT = "cachex.sampling/2"
+#: The format of states of per-rank spans (before the global order).
+_OLD_FORMAT = "cachex.sampling/1"
 
 _SEED_MASK = 0xFFFFFFFFFFFFFFFF
 #: Mixed into the seed of the homes ("home"), so they differ from every epoch's draw.
@@ -233,7 +265,9 @@ def _as_blocks(blocks: int | Sequence[int] | np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Step:
-    """How far one run of an epoch got: ``steps`` batches on every rank."""
+    """How far one run of an epoch got under the per-rank spans of format
+    ``cachex.sampling/1``: ``steps`` batches on every rank. Read from old
+    states only (see "Resumption" in the module docs)."""
 
     world_size: int
     num_workers: int
@@ -243,92 +277,141 @@ class Step:
 
 @dataclass
 class Progress:
-    """An epoch and how far it got: one :class:`Step` per run that stopped in it."""
+    """An epoch and how far it got: ``position`` samples of its global order read."""
 
     epoch: int = 0
-    history: list[Step] = field(default_factory=list)
+    position: int = 0
+    #: The global batch size the position was reached with (0: none yet).
+    global_batch_size: int = 0
+
+
+def data_parallel(world_size: int, replication: int) -> int:
+    """The data-parallel ranks of ``world_size`` ranks in groups of ``replication``."""
+    if replication < 1 or world_size < 1 or world_size % replication:
+        raise InvalidInputError(
+            f"world_size {world_size} is not a multiple of replication {replication}: "
+            "give replication >= 1 that divides the world size"
+        )
+    return world_size // replication
 
 
 class Deal:
-    """The samples of an epoch not yet read, dealt to ranks and workers.
+    """The samples of an epoch's global order from ``start`` on, dealt in
+    global batches to ranks and workers.
+
+    Global batch ``k`` is the order's positions ``[start + k G, start + (k + 1) G)``;
+    data-parallel rank ``d`` (rank ``r // replication``) reads its
+    ``d``-th slice of ``G / D`` samples (``D``: the data-parallel ranks), so
+    the batch is the same whatever the world size.
 
     Attributes
     ----------
-    remaining : numpy.ndarray
-        The sample indices still to read, in the epoch's order.
-    per_rank : int
-        Samples each rank reads (padding included).
+    order : numpy.ndarray
+        The epoch's samples in their global order.
+    start : int
+        The position the deal begins at (what earlier runs read).
+    global_batch_size : int
+        Samples of one global batch (``G``).
+    batch_size : int
+        Samples of one full batch of one rank (``G / D``).
     num_batches : int
         Batches each rank yields (the same on every rank).
+    sizes : numpy.ndarray
+        Each batch's samples on one rank (the last may be shorter).
     padded : int
-        Samples read twice to even out the ranks (policy ``"pad"``).
+        Samples read twice to even out the ranks' last batch (policy ``"pad"``).
     dropped : int
         Samples not read this epoch (policy ``"drop_last"``).
     """
 
     def __init__(
         self,
-        remaining: np.ndarray,
+        order: np.ndarray,
+        start: int,
         world_size: int,
         num_workers: int,
-        batch_size: int,
+        global_batch_size: int,
         policy: Policy,
+        replication: int = 1,
     ) -> None:
-        if world_size < 1 or num_workers < 1 or batch_size < 1:
+        if num_workers < 1 or global_batch_size < 1:
             raise InvalidInputError(
-                f"world_size {world_size}, num_workers {num_workers}, batch_size {batch_size}: "
+                f"num_workers {num_workers}, global_batch_size {global_batch_size}: "
                 "give at least 1 each"
             )
-        m = len(remaining)
-        self.remaining = remaining
+        ranks = data_parallel(world_size, replication)
+        if global_batch_size % ranks:
+            raise InvalidInputError(
+                f"global_batch_size {global_batch_size} does not split over {ranks} "
+                f"data-parallel ranks (world_size {world_size}, replication {replication})"
+            )
+        n = len(order)
+        if not 0 <= start <= n:
+            raise InvalidInputError(f"position {start} outside an epoch of {n} samples")
+        self.order = order
+        self.start = int(start)
         self.world_size = world_size
+        self.replication = replication
+        self.data_parallel = ranks
         self.num_workers = num_workers
-        self.batch_size = batch_size
+        self.global_batch_size = global_batch_size
+        self.batch_size = global_batch_size // ranks
+        m = n - self.start
         if policy == "pad":
-            per_rank = -(-m // world_size)
-            nb = -(-per_rank // batch_size)
+            nb = -(-m // global_batch_size)
+            last = m - (nb - 1) * global_batch_size if nb else 0
+            last_per_rank = -(-last // ranks)
         elif policy == "drop_last":
-            nb = m // (world_size * batch_size)
-            per_rank = nb * batch_size
+            nb = m // global_batch_size
+            last_per_rank = self.batch_size
         else:
             raise InvalidInputError(f"policy {policy!r}: give 'pad' or 'drop_last'")
-        self.per_rank = per_rank
         self.num_batches = nb
-        self.padded = max(world_size * per_rank - m, 0)
-        self.dropped = max(m - world_size * per_rank, 0)
-        sizes = np.full(nb, batch_size, dtype=np.int64)
+        self.sizes = np.full(nb, self.batch_size, dtype=np.int64)
         if nb:
-            sizes[-1] = per_rank - (nb - 1) * batch_size
-        # Worker-major layout: worker w's batches (j = w, w + W, ...) are
-        # consecutive in the span, so a worker reads its own blocks.
-        j = np.arange(nb)
-        order = np.lexsort((j // num_workers, j % num_workers))
-        offsets = np.empty(nb, dtype=np.int64)
-        offsets[order] = np.cumsum(sizes[order]) - sizes[order]
-        self.sizes = sizes
-        self.offsets = offsets
+            self.sizes[-1] = last_per_rank
+        read = int(self.sizes.sum()) * ranks
+        self.padded = max(read - m, 0)
+        self.dropped = max(m - read, 0)
 
-    def _span_start(self, rank: int) -> int:
-        if not 0 <= rank < self.world_size:
-            raise InvalidInputError(f"rank {rank} of world_size {self.world_size}")
-        return rank * self.per_rank
+    @property
+    def remaining(self) -> np.ndarray:
+        """The samples from :attr:`start` on, in the global order."""
+        return self.order[self.start :]
+
+    @property
+    def per_rank(self) -> int:
+        """Samples each rank reads (padding included)."""
+        return int(self.sizes.sum())
+
+    def end(self, steps: int) -> int:
+        """The position after ``steps`` global batches (the epoch's end at most)."""
+        return min(self.start + max(int(steps), 0) * self.global_batch_size, len(self.order))
 
     def batch(self, rank: int, j: int) -> np.ndarray:
-        """The sample indices of rank ``rank``'s batch ``j``."""
-        lo = self._span_start(rank) + int(self.offsets[j])
-        pos = np.arange(lo, lo + int(self.sizes[j]))
-        return self.remaining[pos % len(self.remaining)]
+        """The sample indices of rank ``rank``'s batch ``j`` (its slice of global batch ``j``)."""
+        if not 0 <= rank < self.world_size:
+            raise InvalidInputError(f"rank {rank} of world_size {self.world_size}")
+        size = int(self.sizes[j])
+        lo = self.start + j * self.global_batch_size + (rank // self.replication) * size
+        return self.order[np.arange(lo, lo + size) % max(len(self.order), 1)]
+
+    def global_batch(self, j: int) -> np.ndarray:
+        """Global batch ``j``: every data-parallel rank's batch ``j`` in rank order."""
+        return np.concatenate(
+            [self.batch(d * self.replication, j) for d in range(self.data_parallel)]
+        )
 
     def rank_order(self, rank: int) -> np.ndarray:
         """Every sample rank ``rank`` reads, its batches ``0, 1, ...`` in turn
         (the order its loop receives them; padding included)."""
-        lo = self._span_start(rank)
-        m = len(self.remaining)
-        if m == 0 or self.num_batches == 0:
-            return np.empty(0, dtype=np.int64)
-        starts = self.offsets - (np.cumsum(self.sizes) - self.sizes)
-        within = np.repeat(starts, self.sizes) + np.arange(int(self.sizes.sum()))
-        return self.remaining[(lo + within) % m]
+        if not 0 <= rank < self.world_size:
+            raise InvalidInputError(f"rank {rank} of world_size {self.world_size}")
+        sizes, total = self.sizes, self.per_rank
+        j = np.arange(self.num_batches, dtype=np.int64)
+        first = self.start + j * self.global_batch_size + (rank // self.replication) * sizes
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        return self.order[(np.repeat(first, sizes) + within) % max(len(self.order), 1)]
 
     def worker_batches(self, rank: int, worker: int = 0, start: int = 0) -> Iterator[np.ndarray]:
         """Batches ``j >= start`` of rank ``rank`` that worker ``worker`` produces, in order."""
@@ -337,18 +420,6 @@ class Deal:
         first = start + (worker - start) % self.num_workers
         for j in range(first, self.num_batches, self.num_workers):
             yield self.batch(rank, j)
-
-    def read_positions(self, steps: int) -> np.ndarray:
-        """Positions in :attr:`remaining` that every rank's first ``steps`` batches read."""
-        steps = min(max(int(steps), 0), self.num_batches)
-        m = len(self.remaining)
-        if steps == 0 or m == 0:
-            return np.empty(0, dtype=np.int64)
-        offs, sizes = self.offsets[:steps], self.sizes[:steps]
-        within = np.repeat(offs - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
-        starts = np.arange(self.world_size, dtype=np.int64) * self.per_rank
-        pos = (starts[:, None] + within[None, :]).reshape(-1)
-        return pos[pos < m]  # a padded position repeats a sample; it reads nothing new
 
 
 class SamplingPlan:
@@ -361,13 +432,14 @@ class SamplingPlan:
         next ``b1`` block 1, ...), or a sample count (blocks of one sample:
         a plain permutation).
     batch_size : int
-        Samples per batch.
+        Samples per batch of one rank (the global batch is ``batch_size``
+        times the data-parallel ranks) unless ``global_batch_size`` is given.
     seed : int
         The seed of every epoch's order.
     shuffle : bool
         Shuffle blocks and samples within blocks (else file order).
     policy : {"pad", "drop_last"}
-        How ranks are evened out (see the module docs).
+        How the last global batch is evened out (see the module docs).
     affinity : {"global", "node"}
         ``"node"``: the blocks a node reads stay mostly the same across
         epochs (see the module docs); ``"global"``: one shuffle of all.
@@ -377,6 +449,12 @@ class SamplingPlan:
         state's).
     cross_node : float
         The fraction of blocks, 0 to 1, that moves between nodes each epoch.
+    global_batch_size : int, optional
+        Samples of one global batch, all data-parallel ranks together: fix it
+        and global batch ``k`` is the same whatever the world size.
+    replication : int
+        Consecutive ranks that read the same batches (a tensor- or
+        sequence-parallel group); the world size must be a multiple.
     """
 
     def __init__(
@@ -390,9 +468,15 @@ class SamplingPlan:
         affinity: Affinity = "global",
         homes: int | None = None,
         cross_node: float = 0.0,
+        global_batch_size: int | None = None,
+        replication: int = 1,
     ) -> None:
         if batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1")
+        if global_batch_size is not None and int(global_batch_size) < 1:
+            raise InvalidInputError(f"global_batch_size {global_batch_size}: give at least 1")
+        if int(replication) < 1:
+            raise InvalidInputError(f"replication {replication}: give at least 1")
         if policy not in ("pad", "drop_last"):
             raise InvalidInputError(f"policy {policy!r}: give 'pad' or 'drop_last'")
         if affinity not in ("global", "node"):
@@ -404,6 +488,8 @@ class SamplingPlan:
         self.blocks = _as_blocks(blocks)
         self.num_samples = int(self.blocks.sum())
         self.batch_size = int(batch_size)
+        self.global_batch_size = None if global_batch_size is None else int(global_batch_size)
+        self.replication = int(replication)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.policy: Policy = policy
@@ -412,19 +498,27 @@ class SamplingPlan:
         self.cross_node = float(cross_node)
         self._homes_given = homes is not None
         self._cached: tuple[int, np.ndarray] | None = None
+        self._node_cached: tuple[tuple[int, int, int, int], np.ndarray] | None = None
         self._home_of_block: np.ndarray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker recomputes the epoch's order rather than unpickling it.
-        return {**self.__dict__, "_cached": None, "_home_of_block": None}
+        return {**self.__dict__, "_cached": None, "_node_cached": None, "_home_of_block": None}
 
     @property
     def layout_digest(self) -> str:
         """A short hash of the block layout (a state names the layout it was taken on)."""
         return hashlib.blake2b(self.blocks.tobytes(), digest_size=8).hexdigest()
 
+    def global_batch(self, world_size: int) -> int:
+        """The global batch size with ``world_size`` ranks (``global_batch_size``,
+        else ``batch_size`` times the data-parallel ranks)."""
+        if self.global_batch_size is not None:
+            return self.global_batch_size
+        return self.batch_size * data_parallel(int(world_size), self.replication)
+
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """Every sample index once, in epoch ``epoch``'s order (int64)."""
+        """Every sample index once, in epoch ``epoch``'s global order (int64)."""
         if self._cached is not None and self._cached[0] == epoch:
             return self._cached[1]
         n, sizes = self.num_samples, self.blocks
@@ -435,8 +529,9 @@ class SamplingPlan:
             if self._affine:
                 rng = np.random.default_rng([seed, int(epoch), 2])
                 # The groups in turn, each group's blocks shuffled.
+                home = self.epoch_homes(epoch)
                 blocks = rng.permutation(len(sizes))
-                blocks = blocks[np.argsort(self.epoch_homes(epoch)[blocks], kind="stable")]
+                blocks = blocks[np.argsort(home[blocks], kind="stable")]
             else:
                 rng = np.random.default_rng([seed, int(epoch)])
                 blocks = rng.permutation(len(sizes))
@@ -448,8 +543,32 @@ class SamplingPlan:
                 0, 1 << 32, size=n, dtype=np.int64
             )
             order = np.argsort(key, kind="stable").astype(np.int64, copy=False)
+            if self._affine:
+                group = np.repeat(home, sizes)[order]
+                counts = np.bincount(group, minlength=self.homes)
+                # Round robin over the groups' runs: every prefix of the
+                # order holds each group's next samples evenly.
+                within = np.arange(n, dtype=np.int64) - np.repeat(
+                    np.cumsum(counts) - counts, counts
+                )
+                order = order[np.argsort(within * self.homes + group, kind="stable")]
         self._cached = (int(epoch), order)
         return order
+
+    def _node_major(self, epoch: int, order: np.ndarray, start: int, g: int) -> np.ndarray:
+        """``order`` with each global batch from ``start`` on sorted by group
+        (stable): node ``n``'s ranks, node-major, read group ``n``'s part."""
+        key = (int(epoch), self.homes, int(start), int(g))
+        if self._node_cached is not None and self._node_cached[0] == key:
+            return self._node_cached[1]
+        home = np.repeat(self.epoch_homes(epoch), self.blocks)
+        tail = order[start:]
+        window = np.arange(len(tail), dtype=np.int64) // g
+        sorted_ = np.concatenate(
+            (order[:start], tail[np.argsort(window * self.homes + home[tail], kind="stable")])
+        )
+        self._node_cached = (key, sorted_)
+        return sorted_
 
     @property
     def _affine(self) -> bool:
@@ -483,74 +602,142 @@ class SamplingPlan:
         home[moved] = np.minimum(np.searchsorted(cuts, starts, side="right"), h - 1)
         return home
 
-    def remaining(self, epoch: int, history: Sequence[Step] = ()) -> np.ndarray:
-        """The samples of epoch ``epoch`` that the runs in ``history`` did not read."""
-        rest = self.epoch_order(epoch)
-        for step in history:
-            deal = Deal(rest, step.world_size, step.num_workers, step.batch_size, self.policy)
-            keep = np.ones(len(rest), dtype=bool)
-            keep[deal.read_positions(step.steps)] = False
-            rest = rest[keep]
-        return rest
-
     def deal(
         self,
         epoch: int,
         world_size: int,
         num_workers: int = 1,
-        history: Sequence[Step] = (),
+        position: int | Progress | Sequence[Step] = 0,
+        global_batch_size: int | None = None,
+        *,
         batch_size: int | None = None,
     ) -> Deal:
-        """What is left of epoch ``epoch`` after ``history``, dealt to ``world_size`` ranks."""
+        """Epoch ``epoch``'s global order from ``position`` on (a :class:`Progress`
+        of that epoch, or a count of samples read), dealt to ``world_size`` ranks
+        in global batches of ``global_batch_size`` (default: :meth:`global_batch`).
+
+        ``batch_size`` (deprecated: use ``global_batch_size``) is a per-rank
+        batch: global batches of ``batch_size`` times the data-parallel ranks.
+        A ``position`` given as a history of :class:`Step` (the per-rank spans'
+        form) is read when empty and refused otherwise.
+        """
+        if batch_size is not None:
+            warnings.warn(
+                "SamplingPlan.deal(batch_size=) is deprecated: use global_batch_size= "
+                "(batch_size times the data-parallel ranks)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if global_batch_size is None:
+                global_batch_size = int(batch_size) * data_parallel(
+                    int(world_size), self.replication
+                )
+        g = self.global_batch(world_size) if global_batch_size is None else int(global_batch_size)
+        start = self._position(position)
+        order = self.epoch_order(epoch)
+        if self._affine and 0 <= start <= len(order) and g >= 1:
+            order = self._node_major(epoch, order, start, g)
         return Deal(
-            self.remaining(epoch, history),
-            world_size,
+            order,
+            start,
+            int(world_size),
             max(int(num_workers), 1),
-            self.batch_size if batch_size is None else int(batch_size),
+            g,
             self.policy,
+            self.replication,
         )
+
+    def remaining(self, epoch: int, position: int | Progress | Sequence[Step] = 0) -> np.ndarray:
+        """The samples of epoch ``epoch`` from ``position`` on, in the global order."""
+        return self.epoch_order(epoch)[self._position(position) :]
+
+    @staticmethod
+    def _position(position: int | Progress | Sequence[Step]) -> int:
+        if isinstance(position, Progress):
+            return position.position
+        if isinstance(position, (list, tuple)):
+            if any(s.steps for s in position):
+                raise InvalidInputError(
+                    "a history of runs (per-rank spans) cannot place a position in the "
+                    "global order: give the position (a Progress or a sample count)"
+                )
+            return 0
+        return int(position)
+
+    def skip(self, progress: Progress, steps: int, global_batch_size: int) -> Progress:
+        """``progress`` moved past ``steps`` more global batches, unread."""
+        if int(steps) < 0:
+            raise InvalidInputError(f"skip_steps {steps}: give a count >= 0")
+        n = len(self.epoch_order(progress.epoch))
+        end = min(progress.position + int(steps) * int(global_batch_size), n)
+        return Progress(progress.epoch, end, int(global_batch_size))
 
     # --- state -------------------------------------------------------------
 
-    def state(self, progress: Progress, step: Step | None = None) -> dict[str, Any]:
-        """A state dict: the plan's identity and ``progress`` (plus ``step``, this run's)."""
-        # A run that read nothing changes nothing: it is left out.
-        history = [s for s in [*progress.history, step] if s is not None and s.steps]
+    def identity(self) -> dict[str, Any]:
+        """What a state must agree on to resume with this plan."""
         return {
-            "format": STATE_FORMAT,
             "num_samples": self.num_samples,
             "layout": self.layout_digest,
             "seed": self.seed,
             "shuffle": self.shuffle,
             "policy": self.policy,
+        }
+
+    def state(self, progress: Progress, step: Step | None = None) -> dict[str, Any]:
+        """A state dict: the plan's identity and ``progress`` (moved on by
+        ``step``'s global batches when given: ``steps`` of ``batch_size``
+        times the data-parallel ranks of ``world_size``)."""
+        if step is not None and step.steps:
+            g = step.batch_size * data_parallel(step.world_size, self.replication)
+            end = min(progress.position + step.steps * g, len(self.epoch_order(progress.epoch)))
+            progress = Progress(progress.epoch, end, g)
+        return {
+            "format": STATE_FORMAT,
+            **self.identity(),
             "affinity": self.affinity,
             "homes": self.homes,
             "cross_node": self.cross_node,
             "epoch": int(progress.epoch),
-            "history": [[s.world_size, s.num_workers, s.batch_size, s.steps] for s in history],
+            "position": int(progress.position),
+            "global_batch_size": int(progress.global_batch_size),
         }
 
     def progress_of(self, state: dict[str, Any]) -> Progress:
-        """The :class:`Progress` a state dict holds, checked against this plan."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        """The :class:`Progress` a state dict holds, checked against this plan.
+
+        A state of format ``cachex.sampling/1`` (per-rank spans) is read
+        when it stopped at an epoch's start; one that stopped within an
+        epoch is refused: what its ranks read is no prefix of the global order.
+        """
+        fmt = state.get("format") if isinstance(state, dict) else None
+        if fmt not in (STATE_FORMAT, _OLD_FORMAT):
             raise InvalidInputError(f"not a sampling state of format {STATE_FORMAT!r}")
-        mine = self.state(Progress())
-        for k in ("num_samples", "layout", "seed", "shuffle", "policy"):
-            if state.get(k) != mine[k]:
+        mine = self.identity()
+        for k, v in mine.items():
+            if state.get(k) != v:
                 raise InvalidInputError(
-                    f"the state was taken on another plan: {k} {state.get(k)!r}, "
-                    f"this plan's {mine[k]!r}"
+                    f"the state was taken on another plan: {k} {state.get(k)!r}, this plan's {v!r}"
                 )
         try:
-            history = [Step(*(int(x) for x in s)) for s in state["history"]]
             epoch = int(state["epoch"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise InvalidInputError(f"a sampling state with a bad epoch or history: {e}") from e
-        for s in history:
-            if min(s.world_size, s.num_workers, s.batch_size) < 1 or s.steps < 0:
-                raise InvalidInputError(f"a sampling state with a bad step {s}")
+            if fmt == _OLD_FORMAT:
+                if any(int(s[3]) for s in state["history"]):
+                    raise InvalidInputError(
+                        f"a {_OLD_FORMAT} state stopped within epoch {epoch}: its ranks read "
+                        "contiguous spans, which the global order cannot continue; resume "
+                        "from a state taken at an epoch's start, or with cachex before the "
+                        "global order"
+                    )
+                position, g = 0, 0
+            else:
+                position, g = int(state["position"]), int(state["global_batch_size"])
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise InvalidInputError(f"a sampling state with a bad epoch or position: {e}") from e
+        if position < 0 or g < 0:
+            raise InvalidInputError(f"a sampling state with a bad position {position} or {g}")
         self._check_affinity(state)
-        return Progress(epoch, history)
+        return Progress(epoch, position, g)
 
     def _check_affinity(self, state: dict[str, Any]) -> None:
         """Refuses a state of another affinity; a defaulted ``homes`` takes the state's."""
@@ -582,7 +769,7 @@ class SamplingPlan:
         """Takes ``homes`` groups (a loaded state's), forgetting orders made with others."""
         if int(homes) != self.homes:
             self.homes = int(homes)
-            self._cached = self._home_of_block = None
+            self._cached = self._node_cached = self._home_of_block = None
 
 
 def node_overlap(plan: SamplingPlan, epoch: int, nodes: int, ranks_per_node: int) -> np.ndarray:
@@ -613,10 +800,6 @@ def node_overlap(plan: SamplingPlan, epoch: int, nodes: int, ranks_per_node: int
     )
 
 
-#: Restarts within one epoch that a shared progress holds.
-MAX_RESTARTS = 64
-
-
 class SharedProgress:
     """A :class:`Progress` in shared memory, so that ``set_epoch`` and
     ``load_state_dict`` in the main process reach persistent DataLoader
@@ -627,36 +810,24 @@ class SharedProgress:
     def __init__(self, progress: Progress | None = None, homes: int = 1) -> None:
         import multiprocessing
 
-        self.cells = multiprocessing.RawArray("q", 3 + 4 * MAX_RESTARTS)
+        self.cells = multiprocessing.RawArray("q", 4)
         self.set(progress or Progress())
         self.homes = homes
 
     @property
     def homes(self) -> int:
         """The plan's ``homes`` (see :meth:`SamplingPlan.adopt_homes`)."""
-        return int(self.cells[2 + 4 * MAX_RESTARTS])
+        return int(self.cells[3])
 
     @homes.setter
     def homes(self, homes: int) -> None:
-        self.cells[2 + 4 * MAX_RESTARTS] = int(homes)
+        self.cells[3] = int(homes)
 
     def get(self) -> Progress:
-        cells = self.cells
-        n = int(cells[1])
-        return Progress(
-            int(cells[0]), [Step(*(int(x) for x in cells[2 + 4 * k : 6 + 4 * k])) for k in range(n)]
-        )
+        return Progress(*(int(x) for x in self.cells[:3]))
 
     def set(self, progress: Progress) -> None:
-        if len(progress.history) > MAX_RESTARTS:
-            raise InvalidInputError(
-                f"{len(progress.history)} restarts within epoch {progress.epoch}: "
-                f"at most {MAX_RESTARTS} are kept"
-            )
-        flat = [x for s in progress.history for x in astuple(s)]
-        self.cells[2 : 2 + len(flat)] = flat
-        self.cells[1] = len(progress.history)
-        self.cells[0] = int(progress.epoch)
+        self.cells[:3] = [int(x) for x in astuple(progress)]
 
     def __reduce__(self) -> Any:
         from multiprocessing.context import get_spawning_popen

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import cachex
 import procs
-from cachex.sampling import SamplingPlan, Step
+from cachex.sampling import Progress, SamplingPlan
 from cachex.torch import datasets as data
 
 # The tier copies files up to one block (8 MiB) whole when opened, and a
@@ -255,8 +255,8 @@ def test_rank_order_is_what_the_rank_reads_in_turn(blocks, seed, world, workers,
     """What ``prefetch_epoch`` warms: every batch of the rank, in the order
     its loop receives them (also after a loaded state)."""
     plan = SamplingPlan(blocks, bs, seed=seed, policy=policy)
-    history = [Step(world, workers, bs, steps)]
-    deal = plan.deal(2, world, workers, history)
+    start = min(steps * bs * world, plan.num_samples)
+    deal = plan.deal(2, world, workers, Progress(2, start, bs * world))
     for rank in range(world):
         parts = [deal.batch(rank, j) for j in range(deal.num_batches)]
         want = np.concatenate(parts).tolist() if parts else []

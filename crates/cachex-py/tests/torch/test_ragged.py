@@ -105,6 +105,9 @@ def test_ragged_page_batches_hold_the_padded_batches_values(page, output):
     # A batch of its own holds exactly its values.
     assert len(blobs.values) == sum(len(blob(i)) for i in indices)
     assert np.array_equal(np.asarray(r["x"]), np.asarray(p["x"]))
+    # Values of no bytes at all are still the output's type.
+    empty = ragged[[0, 7]]["blob"]
+    assert type(empty.values) is type(r["x"]) and len(empty.values) == 0 and len(empty) == 2
 
 
 def test_a_reused_ragged_buffer_grows_then_stays(page):

@@ -187,3 +187,7 @@ def test_a_dead_worker_is_a_typed_error_not_a_hang(page):
     assert workers
     assert time.monotonic() - started < 60
     assert not procs.left_alive(workers)
+    # The loader starts new workers after the error (dying the same way).
+    with pytest.raises(cachex.WorkerError, match="exited unexpectedly"):
+        for _ in loader:
+            pass

@@ -21,7 +21,6 @@ from cachex import sampling
 from cachex.sampling import (
     Progress,
     SamplingPlan,
-    Step,
     default_homes,
     distributed_rank,
     even_blocks,
@@ -97,33 +96,31 @@ def test_one_epoch_is_every_sample_once_in_equal_batches(
 def test_restarts_with_any_world_size_read_the_epoch_exactly_once(
     blocks, seed, runs, last, policy, affinity
 ):
-    """Runs stopped after some steps, then one that finishes: every sample
-    read once (beyond the padding of each run), none lost but the last run's
-    dropped tail."""
+    """Runs stopped after some steps, then one that finishes, each with its
+    own world size, workers and global batch: every sample read once (beyond
+    the padding of a last batch), none lost but the last run's dropped tail."""
     plan = SamplingPlan(blocks, 4, seed=seed, policy=policy, **affinity)
     n = plan.num_samples
-    history: list[Step] = []
+    progress = Progress(3)
     counts: Counter = Counter()
     padding = 0
     for (world, workers, bs), frac in [*runs, (last, 1.0)]:
-        deal = plan.deal(3, world, workers, history, batch_size=bs)
+        deal = plan.deal(3, world, workers, progress, global_batch_size=bs * world)
         steps = round(frac * deal.num_batches)
         for batches in reads_of(deal, steps).values():
             counts.update(int(i) for b in batches for i in b)
-        padding += deal.padded if steps else 0
-        history.append(Step(world, workers, bs, steps))
-        # A state names the runs, not the samples: a few numbers.
-        state = plan.state(Progress(3, history[:-1]), history[-1])
-        assert plan.progress_of(json.loads(json.dumps(state))).history == [
-            s for s in history if s.steps
-        ]
+        padding += deal.padded if steps and steps == deal.num_batches else 0
+        progress = Progress(3, deal.end(steps), bs * world)
+        # A state is the position in the global order: a few numbers.
+        state = plan.state(progress)
+        assert plan.progress_of(json.loads(json.dumps(state))) == progress
     assert sum(counts.values()) - len(counts) <= padding
     if policy == "pad":
         assert set(counts) == set(range(n))
+        assert progress.position == n
     else:
         assert max(counts.values(), default=1) == 1
-        assert n - len(counts) == deal.dropped
-    assert len(plan.remaining(3, history)) == (0 if policy == "pad" else deal.dropped)
+        assert n - len(counts) == deal.dropped == n - progress.position
 
 
 @settings(max_examples=60, deadline=None)
@@ -144,14 +141,14 @@ def test_the_order_keeps_each_block_together_and_changes_with_the_epoch(blocks, 
 
 def test_a_large_plan_is_numpy_work_and_its_state_is_small():
     plan = SamplingPlan(even_blocks(2_000_000, 1000), 256, seed=7)
-    deal = plan.deal(0, 8, 4, [Step(2, 2, 256, 1000)])
+    deal = plan.deal(0, 8, 4, Progress(0, 2 * 1000 * 256, 512))
     assert deal.num_batches == -(-(2_000_000 - 2 * 1000 * 256) // 8 // 256)
-    state = plan.state(Progress(0, [Step(2, 2, 256, 1000)]), Step(8, 4, 256, 10))
+    state = plan.state(Progress(0, deal.end(10), 8 * 256))
     assert len(json.dumps(state)) < 400
 
 
 def test_a_state_of_another_plan_is_refused():
-    state = SamplingPlan([4, 4], 2, seed=1).state(Progress(0), Step(1, 1, 2, 1))
+    state = SamplingPlan([4, 4], 2, seed=1).state(Progress(0, 2, 2))
     for other in (
         SamplingPlan([4, 4], 2, seed=2),
         SamplingPlan([8], 2, seed=1),
@@ -274,10 +271,10 @@ def test_the_documented_overlap_table_is_what_node_overlap_measures():
 
 def test_an_affine_state_round_trips_and_another_affinity_is_refused():
     plan = SamplingPlan([4] * 12, 2, seed=1, affinity="node", homes=3, cross_node=0.2)
-    state = json.loads(json.dumps(plan.state(Progress(2), Step(6, 1, 2, 1))))
+    state = json.loads(json.dumps(plan.state(Progress(2, 12, 12))))
     assert (state["affinity"], state["homes"], state["cross_node"]) == ("node", 3, 0.2)
     again = SamplingPlan([4] * 12, 2, seed=1, affinity="node", homes=3, cross_node=0.2)
-    assert again.progress_of(state) == Progress(2, [Step(6, 1, 2, 1)])
+    assert again.progress_of(state) == Progress(2, 12, 12)
     with pytest.raises(cachex.InvalidInputError, match="affinity 'node', this plan's 'global'"):
         SamplingPlan([4] * 12, 2, seed=1).progress_of(state)
     for other, what in (
@@ -287,10 +284,10 @@ def test_an_affine_state_round_trips_and_another_affinity_is_refused():
         with pytest.raises(cachex.InvalidInputError, match=what):
             SamplingPlan([4] * 12, 2, seed=1, affinity="node", **other).progress_of(state)
     # A state from before affinity is a global one.
-    old = SamplingPlan([4] * 12, 2, seed=1).state(Progress(0), Step(2, 1, 2, 1))
+    old = SamplingPlan([4] * 12, 2, seed=1).state(Progress(0, 4, 4))
     for k in ("affinity", "homes", "cross_node"):
         del old[k]
-    assert SamplingPlan([4] * 12, 2, seed=1).progress_of(old).history == [Step(2, 1, 2, 1)]
+    assert SamplingPlan([4] * 12, 2, seed=1).progress_of(old) == Progress(0, 4, 4)
     with pytest.raises(cachex.InvalidInputError, match="affinity 'global', this plan's 'node'"):
         SamplingPlan([4] * 12, 2, seed=1, affinity="node", homes=3).progress_of(old)
     for bad in ({"affinity": "rack"}, {"homes": 0}, {"cross_node": 1.5}):
@@ -308,12 +305,12 @@ def test_defaulted_homes_come_from_torchrun_and_adopt_a_loaded_state(monkeypatch
     first = SamplingPlan(blocks, 2, seed=9, affinity="node", homes=3, cross_node=0.1)
     deal = first.deal(1, 6)
     read = [i for r in range(6) for i in deal.batch(r, 0).tolist()]
-    state = first.state(Progress(1), Step(6, 1, 2, 1))
+    state = first.state(Progress(1, deal.end(1), 12))
     resumed = SamplingPlan(blocks, 2, seed=9, affinity="node", cross_node=0.1)
     assert resumed.homes == 4
     progress = resumed.progress_of(state)
     assert resumed.homes == 3 and np.array_equal(resumed.epoch_order(1), first.epoch_order(1))
-    rest = resumed.deal(1, 8, history=progress.history)
+    rest = resumed.deal(1, 8, position=progress)
     read += [i for r in range(8) for i in rest.rank_order(r).tolist()]
     assert sorted(set(read)) == list(range(sum(blocks)))
     assert len(read) - sum(blocks) == rest.padded
@@ -377,7 +374,7 @@ def test_page_iterable_ranks_are_disjoint_equal_and_resume(tmp_path):
         it = iter(ds)
         read += [i for _ in range(2) for i in next(it)["i"].tolist()]
     state = first[0].state_dict()
-    assert state == first[1].state_dict() and state["history"] == [[2, 1, 16, 2]]
+    assert state == first[1].state_dict() and state["position"] == 2 * 2 * 16
     rest = data.PageDataset(path).iterable(16, seed=4, world_size=1, rank=0)
     rest.set_epoch(0)  # the loaded epoch's own set_epoch keeps the state
     rest.load_state_dict(state)
@@ -414,7 +411,7 @@ def test_map_style_sampler_deals_the_plan(tmp_path):
     it = iter(sampler)
     next(it)
     state = sampler.state_dict()
-    assert state["history"] == [[4, 1, 10, 1]]
+    assert (state["position"], state["global_batch_size"]) == (40, 40)
     sampler.load_state_dict(state)
     assert len(sampler) == len(samplers[1]) - 1
 
@@ -447,9 +444,8 @@ def test_a_state_loaded_after_workers_started_reaches_their_homes(tmp_path, monk
     assert worker.plan.homes == main.plan.homes == 2
     stale = pickle.loads(pickle.dumps(main.plan))  # 2 homes: not the state's order
     main.load_state_dict(state)
-    history = main._progress.get().history
     assert main.plan.homes == 3
-    assert not np.array_equal(stale.remaining(0, history), main.plan.remaining(0, history))
+    assert not np.array_equal(stale.epoch_order(0), main.plan.epoch_order(0))
     assert worker.order() == main.order()
     assert worker.plan.homes == 3
     assert pickle.loads(pickle.dumps(main._progress)).homes == 3

@@ -178,7 +178,44 @@ def test_a_killed_job_resumes_with_the_same_and_another_world_size(stores, tmp_p
         assert len(json.dumps(saved[0])) < 400  # a few numbers, not the samples
         state = str(out / "page.state.rank0.json")
     assert sorted(read) == list(range(N)) and set(read.values()) == {1}  # exactly once
-    assert saved[0]["history"] == [[2, 2, 4, 3], [2, 2, 4, 3], [3, 1, 4, 4]]
+    # The position in the global order: 2 runs of 3 global batches of 8, then 4 of 12.
+    assert (saved[0]["epoch"], saved[0]["position"], saved[0]["global_batch_size"]) == (0, N, 12)
+
+
+def global_batches(out: Path, nproc: int) -> list[list[list[int]]]:
+    """The mixture's global batches a job logged: its ranks' batches joined, rank by rank."""
+    ranks = [
+        [json.loads(line)["rows"] for line in (out / f"mix.rank{r}.jsonl").read_text().splitlines()]
+        for r in range(nproc)
+    ]
+    assert len({len(r) for r in ranks}) == 1
+    return [[row for r in ranks for row in r[k]] for k in range(len(ranks[0]))]
+
+
+def test_a_two_stream_mixture_resumed_on_another_world_size_reads_the_same_global_batches(
+    stores, tmp_path
+):
+    """A page file (0.7) and a memmap array (0.3), 120 samples an epoch in
+    global batches of 12: 2 ranks x 2 workers killed after 4 steps, resumed
+    on 3 ranks x 1 worker, read what an uninterrupted job reads."""
+    common = ["mix", "--page", str(stores["page"]), "--memmap", str(stores["memmap"])]
+    common += ["--epoch-size", "120", "--global-batch", "12", "--seed", "3"]
+    whole, stopped, resumed = (tmp_path / d for d in ("whole", "stopped", "resumed"))
+    for d in (whole, stopped, resumed):
+        d.mkdir()
+    run(2, *common, "--out", str(whole), "--workers", "2")
+    run_until_stopped(
+        2, stopped, *common, "--out", str(stopped), "--workers", "2", "--stop-after", "4"
+    )
+    state = stopped / "mix.state.rank0.json"
+    assert json.loads(state.read_text())["position"] == 48
+    run(3, *common, "--out", str(resumed), "--workers", "1", "--resume", str(state))
+    expect = global_batches(whole, 2)
+    assert len(expect) == 10 and global_batches(stopped, 2) == expect[:4]
+    assert global_batches(resumed, 3) == expect[4:]
+    rows = [tuple(r) for b in expect for r in b]
+    assert Counter(s for s, _ in rows) == {0: 84, 1: 36}  # 0.7 and 0.3 of 120
+    assert len(set(rows)) == 120  # down-sampled: no sample twice in the epoch
 
 
 def test_ranks_cache_into_one_store_and_hit_on_each_others_keys(tmp_path):
@@ -219,6 +256,10 @@ def test_readme_torchrun_example_resumes(tmp_path):
     w = cachex.PageWriter(tmp_path / "train.pages", {"label": "int", "image": ("uint8", (8, 8))})
     w.write_many([{"label": i % 10, "image": np.full((8, 8), i, np.uint8)} for i in range(100)])
     w.finalize()
+    m = cachex.MemmapWriter(tmp_path / "extra", {"tokens": ("int32", (16,))})
+    for i in range(50):
+        m.write(f"e{i}", {"tokens": np.full(16, i, np.int32)})
+    m.finalize()
     states = []
     for cmd in commands:
         nproc = int(cmd[cmd.index("--nproc_per_node") + 1])
@@ -227,7 +268,8 @@ def test_readme_torchrun_example_resumes(tmp_path):
         argv[argv.index("--nproc_per_node") + 1] = str(nproc)
         run_argv([*argv, *rest], cwd=tmp_path)
         states.append(json.loads((tmp_path / "state.json").read_text()))
-    # 2 ranks x 2 workers ran 3 steps of epoch 0; 1 rank read its other 52
-    # samples (7 batches of 8), then all of epoch 1 (13 batches).
-    assert (states[0]["epoch"], states[0]["history"]) == (0, [[2, 2, 8, 3]])
-    assert (states[1]["epoch"], states[1]["history"]) == (1, [[1, 2, 8, 13]])
+    # 150 samples an epoch (105 pages, 45 rows), global batches of 12: 2 ranks
+    # x 2 workers ran 3 of epoch 0; 3 ranks read its other 10, then epoch 1.
+    assert (states[0]["epoch"], states[0]["position"]) == (0, 36)
+    assert (states[1]["epoch"], states[1]["position"]) == (1, 150)
+    assert states[1]["counts"] == [105, 45]

@@ -10,6 +10,14 @@ ranks stop after K steps, record their pids and their workers' in
 ``<out>/stopped.rank<r>.pids``, say so in ``<out>/stopped.rank<r>``, and wait
 to be killed. ``--resume FILE`` loads a state first.
 
+``mix``: a mixture (:class:`cachex.torch.MixedDataset`) of the page file
+``--page`` (stream 0, proportion 0.7) and the memmap array ``--memmap``
+(stream 1, 0.3), ``--epoch-size`` samples an epoch, read in global batches
+of ``--global-batch`` through a ``ResumableDataLoader``; each rank appends
+``{"step", "rows"}`` lines (``rows``: ``[stream, i]`` of each row of its
+batch, in order) to ``<out>/mix.rank<r>.jsonl``; ``--stop-after`` and
+``--resume`` as for ``read``.
+
 ``cache``: the decorator (:mod:`cachex.torch.ddp`): every rank computes its share
 of the keys into one cache (writer id = rank), flushes, meets the others at
 a barrier, refreshes, and reads the whole epoch again, recording how many
@@ -47,6 +55,27 @@ def dataset_of(spec: str, batch_size: int, seed: int) -> data.IterableBatches:
     raise SystemExit(f"unknown store {kind!r}")
 
 
+def mixture(args: argparse.Namespace) -> data.IterableBatches:
+    from cachex import Stream
+    from cachex.torch import MixedDataset
+
+    mixed = MixedDataset(
+        [
+            Stream(args.page, proportion=0.7),
+            Stream(data.MemmapDataset(args.memmap, arrays=["i"]), proportion=0.3),
+        ],
+        epoch_size=args.epoch_size,
+    )
+    return mixed.iterable(None, global_batch_size=args.global_batch, seed=args.seed)
+
+
+def rows_of(batch: dict) -> list[list[int]]:
+    """``[stream, i]`` of every row of a mixture's batch, in the batch's order."""
+    stream = np.asarray(batch["stream"]).reshape(-1).tolist()
+    ids = {s: iter(np.asarray(p["i"]).reshape(-1).tolist()) for s, p in batch["parts"].items()}
+    return [[s, next(ids[s])] for s in stream]
+
+
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
@@ -63,11 +92,11 @@ def own_pids() -> list[int]:
 
 def read(args: argparse.Namespace, rank: int) -> None:
     out = Path(args.out)
-    for spec in args.stores.split(","):
+    specs = ["mix:"] if args.job == "mix" else args.stores.split(",")
+    for spec in specs:
         name = spec.split(":", 1)[0]
-        loader = ResumableDataLoader(
-            dataset_of(spec, args.batch_size, args.seed), num_workers=args.workers
-        )
+        planned = mixture(args) if name == "mix" else dataset_of(spec, args.batch_size, args.seed)
+        loader = ResumableDataLoader(planned, num_workers=args.workers)
         if args.resume:
             loader.load_state_dict(json.loads(Path(args.resume).read_text()))
         loader.set_epoch(loader.epoch)
@@ -75,11 +104,18 @@ def read(args: argparse.Namespace, rank: int) -> None:
         state_file = out / f"{name}.state.rank{rank}.json"
         steps = 0
         for batch in loader:
-            ids = np.asarray(batch["i"]).reshape(-1).tolist()
+            if name == "mix":
+                rows = rows_of(batch)
+                ids = [i for _, i in rows]
+            else:
+                ids = np.asarray(batch["i"]).reshape(-1).tolist()
             total = torch.tensor([len(ids)])
             dist.all_reduce(total)
             steps += 1
-            log.write(json.dumps({"store": name, "step": steps, "ids": ids, "total": int(total)}))
+            line = {"store": name, "step": steps, "ids": ids, "total": int(total)}
+            if name == "mix":
+                line["rows"] = rows
+            log.write(json.dumps(line))
             log.write("\n")
             log.flush()
             write_atomic(state_file, json.dumps(loader.state_dict()))
@@ -166,7 +202,7 @@ def cache(args: argparse.Namespace, rank: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("job", choices=["read", "cache"])
+    ap.add_argument("job", choices=["read", "cache", "mix"])
     ap.add_argument("--stores", default="")
     ap.add_argument("--out", required=True)
     ap.add_argument("--batch-size", type=int, default=8)
@@ -175,11 +211,15 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=0)
     ap.add_argument("--stop-after", type=int, default=0)
     ap.add_argument("--resume", default="")
+    ap.add_argument("--page", default="")
+    ap.add_argument("--memmap", default="")
+    ap.add_argument("--epoch-size", type=int, default=0)
+    ap.add_argument("--global-batch", type=int, default=12)
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     try:
-        read(args, rank) if args.job == "read" else cache(args, rank)
+        cache(args, rank) if args.job == "cache" else read(args, rank)
     finally:
         dist.destroy_process_group()
 

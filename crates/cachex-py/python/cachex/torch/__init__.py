@@ -10,6 +10,8 @@ numpy alone); :class:`ResumableDataLoader` needs it.
                                        :class:`BetonDataset`); :class:`IterableBatches`
                                        and :class:`PlanSampler` read any of them in the
                                        order of one :class:`cachex.sampling.SamplingPlan`
+:mod:`cachex.torch.mixed`              :class:`MixedDataset`: several streams
+                                       (:class:`cachex.Stream`) read as one mixture
 :mod:`cachex.torch.loader`             :class:`ResumableDataLoader` (needs torch)
 :mod:`cachex.torch.threaded`           :class:`ThreadedLoader`: native threads fill a
                                        ring of batch buffers, no worker processes
@@ -29,9 +31,10 @@ from cachex.torch.datasets import *  # noqa: F403 - every name of its __all__
 from cachex.torch.datasets import HAS_TORCH
 from cachex.torch.datasets import __all__ as _datasets
 from cachex.torch.ddp import rank_backend, refresh_backend
+from cachex.torch.mixed import MixedDataset
 from cachex.torch.threaded import ThreadedLoader
 
-__all__ = [*_datasets, "ThreadedLoader", "rank_backend", "refresh_backend"]
+__all__ = [*_datasets, "MixedDataset", "ThreadedLoader", "rank_backend", "refresh_backend"]
 
 if HAS_TORCH:
     from cachex.torch._ring import keep

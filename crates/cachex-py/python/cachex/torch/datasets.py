@@ -104,7 +104,7 @@ from __future__ import annotations
 import operator
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -128,7 +128,7 @@ from cachex.sampling import (
     Progress,
     SamplingPlan,
     SharedProgress,
-    Step,
+    data_parallel,
     distributed_rank,
     even_blocks,
     page_blocks,
@@ -268,16 +268,28 @@ class _Buffered(_Batched):
         (reuse them with ``out=``); a ragged field's values buffer starts
         empty and grows as batches need. ``shared=True``: torch tensors in
         shared memory whatever the output, for another process to map."""
+        alloc = self._allocator(shared)
+        return self._buffers(n, alloc, alloc)
+
+    def _allocator(self, shared: bool) -> Callable[[tuple[int, ...], np.dtype[Any]], Any]:
+        """How this dataset allocates a buffer of a shape and dtype."""
 
         def alloc(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
             if shared:
                 return _shared(shape, dtype)
             return _empty(shape, dtype, self.output, self.pin_memory)
 
+        return alloc
+
+    def _buffers(
+        self, n: int, alloc: Callable[..., Any], values: Callable[..., Any]
+    ) -> dict[str, Any]:
+        """Buffers for ``n`` samples from ``alloc``; a ragged field's empty
+        values buffer from ``values``."""
         out: dict[str, Any] = {}
         for name, (dtype, shape) in self._specs.items():
             if name in self._ragged:
-                out[name] = Ragged(alloc((0,), dtype), alloc((n + 1,), np.dtype(np.int64)))
+                out[name] = Ragged(values((0,), dtype), alloc((n + 1,), np.dtype(np.int64)))
             else:
                 out[name] = alloc((n, *shape), dtype)
         return out
@@ -291,7 +303,10 @@ class _Buffered(_Batched):
         indices = list(indices)
         n = len(indices)
         fresh = out is None
-        out = self.empty_batch(n) if out is None else out
+        alloc = self._allocator(shared=False)
+        if out is None:
+            # Ragged values sized once the fill reported them.
+            out = self._buffers(n, alloc, np.empty)
         buffers: dict[str, Any] = {}
         for name, (dtype, _) in self._specs.items():
             if name in self._ragged:
@@ -301,15 +316,18 @@ class _Buffered(_Batched):
                 buffers[name] = _as_numpy(out[name], dtype)
         reported = self._fill(indices, buffers)
         short = [name for name in self._ragged if reported[name] > len(buffers[name][0])]
-        for name in short:
+        for name in self._ragged if fresh else short:
             values, offsets = out[name]
             need = int(reported[name])
             # A buffer kept for reuse grows with room to spare, one for this
             # batch alone to its size.
-            size = need if fresh else max(need + need // 4, 2 * len(values))
-            grown = _like(values, (size,), self._specs[name][0])
+            dtype = self._specs[name][0]
+            if fresh:
+                grown = alloc((need,), dtype)
+            else:
+                grown = _like(values, (max(need + need // 4, 2 * len(values)),), dtype)
             out[name] = Ragged(grown, offsets)
-            buffers[name] = (_as_numpy(grown, self._specs[name][0]), buffers[name][1])
+            buffers[name] = (_as_numpy(grown, dtype), buffers[name][1])
         if short:
             reported = self._fill(indices, buffers)
         batch: dict[str, Any] = {}
@@ -681,37 +699,24 @@ class ShardDataset(_Batched):
 
 class _Planned:
     """What the plan-driven sampler and iterable share: the plan, this
-    process's rank, the epoch and how far it got (shared with DataLoader
-    workers), and the state dict."""
+    process's rank, the epoch and how far it got in the global order
+    (shared with DataLoader workers), and the state dict."""
 
     plan: SamplingPlan
     rank: int
     world_size: int
 
-    def _plan_setup(
-        self,
-        blocks: Any,
-        batch_size: int,
-        seed: int,
-        shuffle: bool,
-        policy: Policy,
-        rank: int | None,
-        world_size: int | None,
-        affinity: Affinity,
-        homes: int | None,
-        cross_node: float,
-    ) -> None:
-        self.plan = SamplingPlan(
-            blocks,
-            batch_size,
-            seed=seed,
-            shuffle=shuffle,
-            policy=policy,
-            affinity=affinity,
-            homes=homes,
-            cross_node=cross_node,
-        )
+    def _plan_setup(self, plan: SamplingPlan, rank: int | None, world_size: int | None) -> None:
+        self.plan = plan
         self.rank, self.world_size = distributed_rank(rank, world_size)
+        # Refused here rather than at the first batch: a world size the
+        # replication or the global batch does not divide.
+        self.global_batch_size = plan.global_batch(self.world_size)
+        if self.global_batch_size % data_parallel(self.world_size, plan.replication):
+            raise InvalidInputError(
+                f"global_batch_size {self.global_batch_size} does not split over "
+                f"{data_parallel(self.world_size, plan.replication)} data-parallel ranks"
+            )
         self._progress = SharedProgress(homes=self.plan.homes)
         self._steps = 0  # batches this process yielded in its current run
 
@@ -737,11 +742,11 @@ class _Planned:
         raise NotImplementedError
 
     def deal(self, num_workers: int = 0) -> Deal:
-        """This epoch's unread samples dealt to the ranks (and a DataLoader's workers)."""
+        """This epoch's unread global batches dealt to the ranks (and a DataLoader's workers)."""
         p = self._progress.get()
         self.plan.adopt_homes(self._progress.homes)  # a state loaded after workers started
         return self.plan.deal(
-            p.epoch, self.world_size, self._layout_workers(num_workers), p.history
+            p.epoch, self.world_size, self._layout_workers(num_workers), p, self.global_batch_size
         )
 
     def __len__(self) -> int:
@@ -758,30 +763,44 @@ class _Planned:
         else:
             layout = self._layout_workers(num_workers)
             self.plan.adopt_homes(self._progress.homes)
-            deal = self.plan.deal(int(epoch), self.world_size, layout)
+            deal = self.plan.deal(int(epoch), self.world_size, layout, 0, self.global_batch_size)
         return deal.rank_order(self.rank)
 
     def state_dict(self, steps: int | None = None, num_workers: int = 0) -> dict[str, Any]:
-        """The epoch and how far it got: a few numbers, never a list of samples.
+        """The epoch and its position in the global order: a few numbers,
+        never a list of samples.
 
         ``steps`` is how many batches this rank's training loop received in
         this run (default: counted by this object, right when it iterates in
         the main process; with DataLoader workers use
-        :class:`cachex.torch.ResumableDataLoader`, which counts them and
-        passes ``num_workers``).
+        :class:`cachex.torch.ResumableDataLoader`, which counts them).
+        Every rank's state is the same. ``num_workers`` is not needed any
+        more (the position does not depend on it) and is accepted for the
+        callers that pass it.
         """
         steps = self._steps if steps is None else int(steps)
-        run = Step(self.world_size, self._layout_workers(num_workers), self.plan.batch_size, steps)
-        return self.plan.state(self._progress.get(), run)
+        p = self._progress.get()
+        if steps:
+            self.plan.adopt_homes(self._progress.homes)
+            n = len(self.plan.epoch_order(p.epoch))  # cached: no deal to build
+            end = min(p.position + steps * self.global_batch_size, n)
+            p = Progress(p.epoch, end, self.global_batch_size)
+        return self.plan.state(p)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resumes from :meth:`state_dict`'s output, with any world size or worker count.
+    def load_state_dict(self, state: dict[str, Any], skip_steps: int = 0) -> None:
+        """Resumes from :meth:`state_dict`'s output, with any world size,
+        worker count, replication or global batch size.
 
-        The next iteration reads the samples of the state's epoch that the
-        earlier runs did not, re-dealt to this job's ranks and workers.
+        The next iteration reads the state's epoch from its position in the
+        global order on, re-dealt to this job's ranks and workers, after
+        skipping ``skip_steps`` global batches (of this job's size) unread
+        (e.g. the batches around a loss spike).
         """
-        self._progress.set(self.plan.progress_of(state))
+        progress = self.plan.progress_of(state)
         self._progress.homes = self.plan.homes
+        if skip_steps:
+            progress = self.plan.skip(progress, skip_steps, self.global_batch_size)
+        self._progress.set(progress)
         self._steps = 0
 
 
@@ -798,6 +817,9 @@ class PlanSampler(_Planned):
     Call :meth:`set_epoch` before each epoch; resume with
     :meth:`load_state_dict` (the DataLoader runs ahead of the training loop:
     take states from :class:`cachex.torch.ResumableDataLoader`).
+    ``global_batch_size`` and ``replication`` are the plan's (see
+    :class:`SamplingPlan`); with ``global_batch_size`` the batches are this
+    rank's slices of it, whatever ``batch_size``.
     """
 
     def __init__(
@@ -813,10 +835,31 @@ class PlanSampler(_Planned):
         affinity: Affinity = "global",
         homes: int | None = None,
         cross_node: float = 0.0,
+        global_batch_size: int | None = None,
+        replication: int = 1,
     ) -> None:
-        self._plan_setup(
-            blocks, batch_size, seed, shuffle, policy, rank, world_size, affinity, homes, cross_node
+        plan = SamplingPlan(
+            blocks,
+            batch_size,
+            seed=seed,
+            shuffle=shuffle,
+            policy=policy,
+            affinity=affinity,
+            homes=homes,
+            cross_node=cross_node,
+            global_batch_size=global_batch_size,
+            replication=replication,
         )
+        self._plan_setup(plan, rank, world_size)
+
+    @classmethod
+    def of_plan(
+        cls, plan: SamplingPlan, *, rank: int | None = None, world_size: int | None = None
+    ) -> PlanSampler:
+        """A sampler of ``plan`` (a :class:`cachex.streams.MixturePlan`, say) for this rank."""
+        sampler = cls.__new__(cls)
+        sampler._plan_setup(plan, rank, world_size)
+        return sampler
 
     def _layout_workers(self, num_workers: int) -> int:
         return 1  # the main process hands out every batch, whatever the workers
@@ -826,6 +869,18 @@ class PlanSampler(_Planned):
         for indices in self.deal().worker_batches(self.rank):
             self._steps += 1
             yield indices.tolist()
+
+
+def _is_streams(dataset: Any) -> bool:
+    """A non-empty list or tuple of :class:`cachex.Stream` (a plain list of
+    samples stays a map-style dataset)."""
+    from cachex.streams import Stream
+
+    return (
+        isinstance(dataset, (list, tuple))
+        and len(dataset) > 0
+        and all(isinstance(s, Stream) for s in dataset)
+    )
 
 
 def _worker_ring(config: Any, worker: int, dataset: Any, batch_size: int) -> Any:
@@ -838,28 +893,32 @@ def _worker_ring(config: Any, worker: int, dataset: Any, batch_size: int) -> Any
 
 
 class IterableBatches(_IterableBase, _Planned):
-    """Batches of a map-style dataset in the order of a :class:`SamplingPlan`,
-    each DataLoader worker of each rank reading its own run of blocks.
+    """Batches of a map-style dataset in the order of a :class:`SamplingPlan`:
+    batch ``j`` of a rank is its slice of global batch ``j``.
 
     Use ``DataLoader(it, batch_size=None, num_workers=...)``; batch ``j`` of
     a rank comes from worker ``j % num_workers``, the order in which the
     DataLoader takes them, so the loader yields the rank's batches in plan
-    order and a state is just a count (see :mod:`cachex.sampling`). Every
-    rank yields the same number of batches.
+    order and a state is just a position (see :mod:`cachex.sampling`). Every
+    rank yields the same number of batches. A :class:`cachex.torch.MixedDataset`
+    brings its own plan (its streams interleaved; see :mod:`cachex.streams`).
 
     Parameters
     ----------
     dataset
         A map-style dataset of :mod:`cachex.torch` (anything with ``len``,
-        ``batch(indices, out=None)`` and ``blocks()``).
+        ``batch(indices, out=None)`` and ``blocks()``), or a list of
+        streams (:class:`cachex.Stream`; a :class:`cachex.torch.MixedDataset` of them).
     batch_size
         Samples per batch; ``None`` yields single samples (``dataset.item``).
     blocks
         The block layout (default: ``dataset.blocks()``: pages, shards, row
         or key runs).
-    seed, shuffle, policy, affinity, homes, cross_node
+    seed, shuffle, policy, affinity, homes, cross_node, global_batch_size, replication
         The plan's (see :class:`SamplingPlan`; ``affinity="node"`` keeps
-        each node on mostly the same blocks across epochs).
+        each node on mostly the same blocks across epochs; with
+        ``global_batch_size``, ``batch_size=None`` takes this rank's slice
+        of it; ``replication=k`` gives k consecutive ranks the same batches).
     rank, world_size
         Override the rank found in ``torch.distributed`` or the environment.
     reuse_buffers
@@ -895,26 +954,46 @@ class IterableBatches(_IterableBase, _Planned):
         homes: int | None = None,
         cross_node: float = 0.0,
         plan_eviction: bool = True,
+        global_batch_size: int | None = None,
+        replication: int = 1,
     ) -> None:
         if batch_size is not None and batch_size < 1:
             raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
+        if _is_streams(dataset):
+            from cachex.torch.mixed import MixedDataset  # it builds on this module
+
+            dataset = MixedDataset(dataset)
         self.dataset = dataset
-        self.batch_size = batch_size
         self.reuse_buffers = reuse_buffers
         self.plan_eviction = bool(plan_eviction)
-        layout = dataset.blocks() if blocks is None else blocks
-        self._plan_setup(
-            layout,
-            batch_size or 1,
-            seed,
-            shuffle,
-            policy,
-            rank,
-            world_size,
-            affinity,
-            homes,
-            cross_node,
-        )
+        options: dict[str, Any] = {
+            "seed": seed,
+            "shuffle": shuffle,
+            "policy": policy,
+            "affinity": affinity,
+            "homes": homes,
+            "cross_node": cross_node,
+            "global_batch_size": global_batch_size,
+            "replication": replication,
+        }
+        # A dataset of several streams makes its own plan (cachex.torch.MixedDataset).
+        make_plan = getattr(dataset, "sampling_plan", None)
+        if make_plan is not None and blocks is None:
+            plan = make_plan(batch_size or 1, **options)
+        else:
+            layout = dataset.blocks() if blocks is None else blocks
+            plan = SamplingPlan(layout, batch_size or 1, **options)
+        self._plan_setup(plan, rank, world_size)
+        per_rank = self.global_batch_size // data_parallel(self.world_size, replication)
+        if batch_size is None and global_batch_size is not None:
+            batch_size = per_rank  # derived: the rank's slice of the global batch
+        elif batch_size is not None and batch_size != per_rank:
+            raise InvalidInputError(
+                f"batch_size {batch_size} is not global_batch_size {self.global_batch_size} "
+                f"over {data_parallel(self.world_size, replication)} data-parallel ranks "
+                f"({per_rank}): give batch_size=None with a global_batch_size"
+            )
+        self.batch_size = batch_size
         if self.plan.num_samples != len(dataset):
             raise InvalidInputError(
                 f"the blocks hold {self.plan.num_samples} samples, the dataset {len(dataset)}"
@@ -961,7 +1040,9 @@ class IterableBatches(_IterableBase, _Planned):
         if not self.plan_eviction or set_plan is None or deal.num_batches == 0:
             return None
         length = deal.num_batches
-        following = self.plan.deal(self.epoch + 1, self.world_size, deal.num_workers)
+        following = self.plan.deal(
+            self.epoch + 1, self.world_size, deal.num_workers, 0, self.global_batch_size
+        )
         parts: list[np.ndarray] = []
         positions: list[np.ndarray] = []
         for d, offset in ((deal, 0), (following, length)):

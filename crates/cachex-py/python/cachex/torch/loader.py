@@ -38,6 +38,7 @@ code that keeps batches (``list(loader)``) copies them with :func:`keep`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -147,10 +148,16 @@ class ResumableDataLoader(DataLoader):
                 batch = next(batches)
             except StopIteration:
                 return
-            except RuntimeError as e:
-                if "exited unexpectedly" in str(e):
-                    raise WorkerError(f"ResumableDataLoader: {e}") from e
-                raise
+            except (RuntimeError, EOFError, OSError) as e:
+                if not _worker_died(batches, e):
+                    raise
+                # Stop the other workers and torch's watch on them now: the
+                # error may be caught and the loader iterated again.
+                _stop(batches)
+                self._iterator = None
+                raise WorkerError(
+                    f"ResumableDataLoader: a DataLoader worker exited unexpectedly ({e})"
+                ) from e
             if ring is not None:
                 msg = batch if isinstance(batch, RingBatch) else None
                 batch = self._ring_collate(batch if msg is None else ring.view(msg))
@@ -175,10 +182,53 @@ class ResumableDataLoader(DataLoader):
         """The plan's state after the batches this run handed to the loop."""
         return self.planned.state_dict(steps=self.steps, num_workers=self.num_workers)
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`'s output (taken by any rank of the stopped job)."""
-        self.planned.load_state_dict(state)
+    def load_state_dict(self, state: dict[str, Any], skip_steps: int = 0) -> None:
+        """Resume from :meth:`state_dict`'s output (taken by any rank of the stopped
+        job), skipping ``skip_steps`` global batches unread."""
+        self.planned.load_state_dict(state, skip_steps=skip_steps)
         self.steps = 0
+
+
+def _worker_died(batches: Any, error: BaseException) -> bool:
+    """Whether ``error`` from the DataLoader iterator ``batches`` means one
+    of its workers is gone: torch's own report, or a broken connection
+    while this process fetched memory a worker sent (then its exit shows
+    within a second or two)."""
+    if "exited unexpectedly" in str(error):
+        return True
+    if isinstance(error, RuntimeError):
+        return False
+    workers = getattr(batches, "_workers", [])
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            if any(not w.is_alive() for w in workers):
+                return True
+            time.sleep(0.01)
+        except RuntimeError as again:  # torch's SIGCHLD handler saw it first
+            if "exited unexpectedly" in str(again):
+                return True
+            raise
+    return False
+
+
+def _stop(batches: Any) -> None:
+    """Ends the workers of the DataLoader iterator ``batches`` after one died."""
+    from torch.utils.data._utils.signal_handling import _remove_worker_pids
+
+    for _ in range(3):
+        # torch's SIGCHLD handler raises while the dead worker is watched.
+        try:
+            if getattr(batches, "_worker_pids_set", False):
+                _remove_worker_pids(id(batches))
+                batches._worker_pids_set = False
+            break
+        except RuntimeError as e:
+            if "exited unexpectedly" not in str(e):
+                break
+    shutdown = getattr(batches, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def _as_is(batch: Any) -> Any:
