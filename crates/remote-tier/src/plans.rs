@@ -854,13 +854,19 @@ mod tests {
         );
     }
 
+    /// A tier at `url` (`memory://`) in `local`, of 64 KiB blocks, which
+    /// fetches only objects of one block whole.
+    fn block_tier(local: &Path, url: &str) -> crate::RemoteTier {
+        let mut config = crate::TierConfig::new(local, 64 << 20);
+        config.block_size = 1 << 16;
+        config.whole_file_max = 1 << 16;
+        crate::RemoteTier::open(url, config).unwrap()
+    }
+
     #[test]
     fn set_plan_records_each_blocks_first_last_and_next_use() {
         let local = tempfile::tempdir().unwrap();
-        let mut config = crate::TierConfig::new(local.path(), 64 << 20);
-        config.block_size = 1 << 16;
-        config.whole_file_max = 1 << 16;
-        let tier = crate::RemoteTier::open("memory:///plans/set", config).unwrap();
+        let tier = block_tier(local.path(), "memory:///plans/set");
         tier.put_bytes("pages", vec![7u8; 300_000]).unwrap();
         let file = tier.open_object("pages").unwrap();
         let b = 1u64 << 16;
@@ -918,13 +924,11 @@ mod tests {
         drop(handle);
         assert_eq!(next_uses(local.path()).keys().count(), 0);
     }
+
     #[test]
     fn under_a_plan_read_ahead_fetches_only_the_blocks_read_soon() {
         let local = tempfile::tempdir().unwrap();
-        let mut config = crate::TierConfig::new(local.path(), 64 << 20);
-        config.block_size = 1 << 16;
-        config.whole_file_max = 1 << 16;
-        let tier = crate::RemoteTier::open("memory:///plans/ahead", config).unwrap();
+        let tier = block_tier(local.path(), "memory:///plans/ahead");
         let b = 1u64 << 16;
         for name in ["planned", "unplanned"] {
             tier.put_bytes(name, vec![7u8; 16 << 16]).unwrap();
