@@ -6,7 +6,8 @@
 //! ```text
 //! offset 0            header            128 B fixed part + 96 B per field
 //! data_offset         data pages        page k starts at data_offset + k * page_size
-//!                                       (data_offset = header_len rounded up to 4 KiB)
+//!                                       (data_offset = header_len rounded up to
+//!                                       min(page_size, 1 MiB); version 1: to 4 KiB)
 //! meta_offset         metadata table    num_samples rows of row_len bytes
 //! runs_offset         run table         num_runs entries of 72 B
 //! footer_offset       footer            64 B, the commit record; ends the file
@@ -17,7 +18,7 @@
 //! | at | type | field |
 //! |---|---|---|
 //! | 0 | `[u8; 8]` | magic `b"CXPAGES\0"` |
-//! | 8 | u32 | format version (= [`VERSION`]) |
+//! | 8 | u32 | format version ([`VERSION`]; [`VERSION_4K_DATA`] is still read) |
 //! | 12 | u32 | header_len = 128 + 96 * num_fields |
 //! | 16 | u64 | page_size (power of two, 4 KiB ..= 4 GiB) |
 //! | 24 | u32 | alignment of every allocation (power of two, 8 ..= 4096) |
@@ -62,6 +63,13 @@
 //! file length u64 @32, version u32 @40, zero u32 @44, the first 8 bytes of
 //! BLAKE3 of footer bytes `0..48` @48, magic `b"CXPGEND\0"` @56.
 //!
+//! **Versions**: version 2 starts the data pages at a multiple of the page
+//! size (at most [`MAX_DATA_ALIGN`]), so a remote tier whose blocks divide
+//! that alignment holds whole pages, and no two pages share a block; the
+//! padding after the header is a hole, never written. Version 1 started
+//! them at the next 4 KiB ([`DATA_ALIGN`]); every other byte is laid out
+//! alike, and readers take both, each checked against its own rule.
+//!
 //! Integrity: the footer commits the header; the header commits both
 //! tables; each run entry commits its page bytes. Opening checks the
 //! footer, header and tables (O(index)); [`crate::verify`] also hashes
@@ -80,8 +88,10 @@ use crate::{Error, Result};
 pub const MAGIC: [u8; 8] = *b"CXPAGES\0";
 /// Magic bytes that end a committed page file.
 pub const FOOTER_MAGIC: [u8; 8] = *b"CXPGEND\0";
-/// The format version this crate writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this crate writes (data pages aligned to the page size).
+pub const VERSION: u32 = 2;
+/// The first format version (data pages aligned to 4 KiB), still read.
+pub const VERSION_4K_DATA: u32 = 1;
 /// Size of the fixed part of the header.
 pub const HEADER_FIXED_LEN: usize = 128;
 /// Size of one field descriptor.
@@ -92,6 +102,9 @@ pub const RUN_LEN: usize = 72;
 pub const FOOTER_LEN: usize = 64;
 /// Data pages start at a multiple of this (so `O_DIRECT` can write them).
 pub const DATA_ALIGN: u64 = 4096;
+/// Largest alignment of the data start: a page size larger than this
+/// aligns the data to it, so the padding after the header stays small.
+pub const MAX_DATA_ALIGN: u64 = 1 << 20;
 /// Smallest page size.
 pub const MIN_PAGE_SIZE: u64 = 4096;
 /// Largest page size.
@@ -139,10 +152,21 @@ pub(crate) fn round_up(x: u64, to: u64) -> Option<u64> {
     Some(x.checked_add(mask)? & !mask)
 }
 
-/// Where the data pages start for a header of `header_len` bytes.
-pub(crate) fn data_offset_for(header_len: u64) -> u64 {
-    // header_len is at most 128 + 96 * 256, far from overflow.
-    header_len.div_ceil(DATA_ALIGN) * DATA_ALIGN
+/// What the data start of a file of `version` and `page_size` is a multiple of.
+pub(crate) fn data_align(version: u32, page_size: u64) -> u64 {
+    if version == VERSION_4K_DATA {
+        DATA_ALIGN
+    } else {
+        page_size.clamp(DATA_ALIGN, MAX_DATA_ALIGN)
+    }
+}
+
+/// Where the data pages start for a header of `header_len` bytes in a file
+/// of `version` and `page_size`.
+pub(crate) fn data_offset_for(header_len: u64, version: u32, page_size: u64) -> u64 {
+    // header_len is at most 128 + 96 * 256 and the alignment at most 1 MiB: far from overflow.
+    let align = data_align(version, page_size);
+    header_len.div_ceil(align) * align
 }
 
 /// Length of the header for `num_fields` fields.
@@ -170,6 +194,7 @@ pub(crate) fn check_geometry(page_size: u64, alignment: u64) -> std::result::Res
 /// The fixed header fields (everything but the schema).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Header {
+    pub version: u32,
     pub page_size: u64,
     pub alignment: u64,
     pub num_samples: u64,
@@ -188,7 +213,7 @@ impl Header {
         let len = header_len_for(schema.len());
         let mut b = vec![0u8; len];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version.to_le_bytes());
         b[12..16].copy_from_slice(&(len as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.page_size.to_le_bytes());
         b[24..28].copy_from_slice(&(self.alignment as u32).to_le_bytes());
@@ -354,11 +379,15 @@ pub struct RunSpan {
 }
 
 /// The footer bytes for a header hash and the final file length.
-pub(crate) fn encode_footer(header_hash: &[u8; 32], file_len: u64) -> [u8; FOOTER_LEN] {
+pub(crate) fn encode_footer(
+    header_hash: &[u8; 32],
+    file_len: u64,
+    version: u32,
+) -> [u8; FOOTER_LEN] {
     let mut f = [0u8; FOOTER_LEN];
     f[0..32].copy_from_slice(header_hash);
     f[32..40].copy_from_slice(&file_len.to_le_bytes());
-    f[40..44].copy_from_slice(&VERSION.to_le_bytes());
+    f[40..44].copy_from_slice(&version.to_le_bytes());
     let check = blake3::hash(&f[0..48]);
     f[48..56].copy_from_slice(&check.as_bytes()[..8]);
     f[56..64].copy_from_slice(&FOOTER_MAGIC);
@@ -419,11 +448,11 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
         ));
     }
     let version = rd_u32(bytes, 8);
-    if version != VERSION {
+    if version != VERSION && version != VERSION_4K_DATA {
         return Err(Error::UnsupportedVersion {
             path: path.to_path_buf(),
             found: u64::from(version),
-            supported: "1",
+            supported: "1, 2",
         });
     }
     // Footer: the commit record.
@@ -438,7 +467,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
     if footer[48..56] != check.as_bytes()[..8] {
         return Err(Error::checksum(path, "footer"));
     }
-    if rd_u32(footer, 40) != VERSION || rd_u32(footer, 44) != 0 {
+    if rd_u32(footer, 40) != version || rd_u32(footer, 44) != 0 {
         return Err(Error::corrupt(path, "footer version field mismatch"));
     }
     let footer_len_field = rd_u64(footer, 32);
@@ -471,6 +500,7 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
         return Err(Error::checksum(path, "header"));
     }
     let header = Header {
+        version,
         page_size: rd_u64(bytes, 16),
         alignment: u64::from(rd_u32(bytes, 24)),
         num_samples: rd_u64(bytes, 32),
@@ -497,12 +527,13 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
         .map_err(|e| Error::corrupt(path, format!("schema: {e}")))?;
     // Table placement, all with checked arithmetic.
     let overflow = || Error::corrupt(path, "table offsets overflow");
-    if header.data_offset != data_offset_for(header_len as u64) {
+    if header.data_offset != data_offset_for(header_len as u64, version, header.page_size) {
         return Err(Error::corrupt(
             path,
             format!(
-                "data offset {} is not the header length rounded up to {DATA_ALIGN}",
-                header.data_offset
+                "data offset {} is not the header length rounded up to {} (version {version})",
+                header.data_offset,
+                data_align(version, header.page_size)
             ),
         ));
     }

@@ -85,6 +85,8 @@ pub struct FieldInfo {
 pub struct Inspection {
     /// The file.
     pub path: PathBuf,
+    /// Its format version (1: data at 4 KiB; 2: data aligned to the page size).
+    pub format_version: u32,
     /// Its length.
     pub file_len: u64,
     /// Samples.
@@ -135,6 +137,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Inspection> {
     }
     Ok(Inspection {
         path: reader.path().to_path_buf(),
+        format_version: h.version,
         file_len: bytes.len() as u64,
         num_samples: h.num_samples,
         page_size: h.page_size,
@@ -164,7 +167,7 @@ impl Inspection {
             })
             .collect();
         cache_check::Summary::new("page-alloc", &self.path)
-            .fact("format_version", format::VERSION)
+            .fact("format_version", self.format_version)
             .fact("file_len", self.file_len)
             .fact("num_samples", self.num_samples)
             .fact("page_size", self.page_size)
@@ -187,7 +190,7 @@ impl fmt::Display for Inspection {
             f,
             "{}: page-alloc file, format version {}",
             self.path.display(),
-            format::VERSION
+            self.format_version
         )?;
         writeln!(
             f,

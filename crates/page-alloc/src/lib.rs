@@ -22,6 +22,7 @@
 //! data.pages
 //! ├── header          magic, version, page size, alignment, sample count,
 //! │                   field schema, table offsets, checksum of the tables
+//! ├── (hole)          up to the next multiple of the page size (≤ 1 MiB)
 //! ├── page 0 ..       data pages (runs of pages for oversized samples)
 //! ├── metadata table  one row per sample: inline values, (ptr, size) pairs
 //! ├── run table       per page run: pages, bytes used, samples, BLAKE3

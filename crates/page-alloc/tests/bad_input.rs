@@ -352,3 +352,46 @@ fn bad_schemas_options_and_samples_are_typed_errors() {
     assert!(beton::write(&bpath, &j, &[vec![BetonValue::Int(3)]]).is_err());
     assert!(!bpath.exists());
 }
+
+/// `bytes` relabelled as format version `version` (header and footer), resealed.
+fn relabel(bytes: &[u8], version: u32) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    let n = b.len();
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    b[n - 24..n - 20].copy_from_slice(&version.to_le_bytes());
+    reseal(&mut b);
+    b
+}
+
+#[test]
+fn version_1_files_read_and_each_version_checks_its_own_data_start() {
+    // With 4 KiB pages both versions start the data at 4 KiB: the same
+    // bytes labelled version 1 are a valid version 1 file.
+    let good = sample_file();
+    assert_eq!(u64_at(&good, 40), 4096);
+    let v1 = relabel(&good, 1);
+    assert_eq!(open_and_read(&v1).unwrap(), open_and_read(&good).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.pages");
+    std::fs::write(&path, &v1).unwrap();
+    assert_eq!(page_alloc::inspect(&path).unwrap().format_version, 1);
+    assert!(verify(&path).is_empty());
+
+    // 64 KiB pages: version 2 starts the data at 64 KiB, which version 1's
+    // rule (the next 4 KiB) refuses.
+    let path = dir.path().join("v2.pages");
+    let mut w = PageWriter::create(
+        &path,
+        common::blob_schema(),
+        WriterOptions::default().page_size(64 << 10).alignment(64),
+    )
+    .unwrap();
+    w.write_parallel(&common::Blobs(vec![100, 70_000, 5]), 1)
+        .unwrap();
+    w.finalize().unwrap();
+    let v2 = std::fs::read(&path).unwrap();
+    assert_eq!(u64_at(&v2, 40), 64 << 10);
+    assert_eq!(page_alloc::inspect(&path).unwrap().format_version, 2);
+    assert!(open_and_read(&v2).is_ok());
+    expect_corrupt(&relabel(&v2, 1), "data offset 65536");
+}

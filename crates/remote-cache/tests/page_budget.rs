@@ -125,6 +125,21 @@ fn write_pages(dir: &Path) -> Vec<usize> {
     starts
 }
 
+/// Writes the page file into `built` and publishes it at `url` with a
+/// block list in `BLOCK` blocks; each page's first sample (as
+/// [`write_pages`]) and the file's size.
+fn publish_pages(endpoint: &str, url: &str, built: &Path) -> (Vec<usize>, u64) {
+    let starts = write_pages(built);
+    let size = std::fs::metadata(built.join("data.pages")).unwrap().len();
+    let t = tempfile::tempdir().unwrap();
+    let mut config = small_tier(t.path(), 1 << 30);
+    config.block_size = BLOCK;
+    let tier = RemoteTier::open_with_options(url, s3_options(endpoint), config).unwrap();
+    let publisher = RemoteDir::open(tier, built, remote_cache::StoreFiles::PLAIN).unwrap();
+    assert_eq!(publisher.publish().unwrap().seq, Some(1));
+    (starts, size)
+}
+
 /// The child half of `a_page_file_three_times_the_budget_read_by_three_ranks_with_plans`
 /// (does nothing unless spawned by it): rank `rank` reads its batches of
 /// every epoch, one when told `go`, and answers `done <allocated>`.
@@ -230,19 +245,7 @@ fn a_page_file_three_times_the_budget_read_by_three_ranks_with_plans() {
     };
     let url = new_bucket_url(&endpoint, "page-budget");
     let built = tempfile::tempdir().unwrap();
-    let starts = write_pages(built.path());
-    let size = std::fs::metadata(built.path().join("data.pages"))
-        .unwrap()
-        .len();
-    {
-        let t = tempfile::tempdir().unwrap();
-        let mut config = small_tier(t.path(), 1 << 30);
-        config.block_size = BLOCK;
-        let tier = RemoteTier::open_with_options(&url, s3_options(&endpoint), config).unwrap();
-        let publisher =
-            RemoteDir::open(tier, built.path(), remote_cache::StoreFiles::PLAIN).unwrap();
-        assert_eq!(publisher.publish().unwrap().seq, Some(1));
-    }
+    let (starts, size) = publish_pages(&endpoint, &url, built.path());
     let budget = size / 3 / BLOCK * BLOCK;
     let tier_dir = tempfile::tempdir().unwrap();
     let args = format!("{endpoint}\n{url}\n{}\n{budget}", tier_dir.path().display());
@@ -345,4 +348,39 @@ fn a_page_file_three_times_the_budget_read_by_three_ranks_with_plans() {
             .count()
     });
     assert_eq!(left, 0);
+}
+
+#[test]
+fn a_page_file_smaller_than_the_whole_file_size_is_read_within_the_budget() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let url = new_bucket_url(&endpoint, "page-budget-small");
+    let built = tempfile::tempdir().unwrap();
+    let (_, size) = publish_pages(&endpoint, &url, built.path());
+    // The reader's tier would fetch a file this size whole, outside any
+    // lease; a page file is linked and leased instead.
+    let budget = size / 3 / BLOCK * BLOCK;
+    let tier_dir = tempfile::tempdir().unwrap();
+    let mut config = reader_tier(tier_dir.path(), budget);
+    config.whole_file_max = size * 2;
+    let location = Location::remote(&url, config).with_options(s3_options(&endpoint));
+    let pages = RemotePages::open(&location, "data.pages").unwrap();
+    let linked = pages.reader().path().symlink_metadata().unwrap();
+    assert!(linked.file_type().is_symlink(), "the page file is linked");
+    let runs = PAGE + BLOCK;
+    let mut most = 0u64;
+    for batch in (0..SAMPLES).collect::<Vec<_>>().chunks(BATCH) {
+        let _lease = pages.lease_samples(batch).unwrap();
+        for &i in batch {
+            let s = pages.reader().sample(i).unwrap();
+            assert!(s.bytes(1).unwrap() == &blob(i)[..], "sample {i}");
+        }
+        most = most.max(TierStats::read(tier_dir.path()).unwrap().allocated);
+    }
+    assert!(
+        most <= budget + runs,
+        "{most} bytes counted at most, over {budget} + {runs}"
+    );
+    assert!(physical(tier_dir.path()).0 <= budget + runs);
 }

@@ -4,8 +4,10 @@
 //! A fetch reserves its bytes in `tier.state` first ([`Inner::make_room`]):
 //! while the count plus the fetch fits the budget, that is one lock and a
 //! few atomics, no scan. Otherwise one eviction pass runs, down to the
-//! budget less the fetch and a slack (1/16 of the budget, at most
-//! 64 MiB), so that one scan serves many fetches.
+//! budget less the fetch and a slack, so that one scan serves many
+//! fetches: 1/16 of the budget (at most 64 MiB) by LRU, 1/256 (at most
+//! 4 MiB) while a live plan reads some object, since every block a plan
+//! would have kept and the slack frees is fetched again.
 //!
 //! The pass lists `objects/`, reads the pin records and the live plans,
 //! and builds its candidates:
@@ -50,10 +52,10 @@ impl Inner {
         let _tier = self.dir.lock_tier()?;
         self.dir.check()?;
         if state.allocated().saturating_add(need) > budget {
-            let slack = (budget / 16).min(64 << 20);
-            let target = budget.saturating_sub(need).saturating_sub(slack);
-            self.dir
-                .pass(state.allocated().saturating_sub(target), admit)?;
+            let excess = state
+                .allocated()
+                .saturating_sub(budget.saturating_sub(need));
+            self.dir.pass(excess, Slack::of(budget), admit)?;
             if state.allocated().saturating_add(need) > budget {
                 match admit {
                     Admit::Read => state.count(Stat::OverBudget, 1),
@@ -82,7 +84,31 @@ impl Inner {
             .state
             .allocated()
             .saturating_sub(self.config.tier_budget);
-        self.dir.pass(excess, Admit::Read)
+        self.dir.pass(excess, Slack::NONE, Admit::Read)
+    }
+}
+
+/// What a pass frees beyond the bytes asked for, so that one scan serves
+/// many fetches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slack {
+    /// Without a plan: 1/16 of the budget, at most 64 MiB.
+    lru: u64,
+    /// Under a plan, where every block freed early is one the plan would
+    /// have kept, and is fetched again: 1/256 of the budget, at most 4 MiB.
+    planned: u64,
+}
+
+impl Slack {
+    /// No slack: free exactly what is asked.
+    const NONE: Slack = Slack { lru: 0, planned: 0 };
+
+    /// The slack of a tier of `budget` bytes.
+    fn of(budget: u64) -> Slack {
+        Slack {
+            lru: (budget / 16).min(64 << 20),
+            planned: (budget / 256).min(4 << 20),
+        }
     }
 }
 
@@ -120,7 +146,7 @@ impl LocalDir {
 
     /// One eviction pass freeing at least `need` counted bytes where it
     /// can (call with `tier.lock` held and the count checked).
-    pub(crate) fn pass(&self, need: u64, admit: Admit) -> Result<EvictReport> {
+    pub(crate) fn pass(&self, need: u64, slack: Slack, admit: Admit) -> Result<EvictReport> {
         let found = self.scan()?;
         let total: u64 = found.values().map(|f| f.bytes).sum();
         let mut report = EvictReport {
@@ -134,6 +160,10 @@ impl LocalDir {
         let held = pins::held(&self.root)?;
         let plans = crate::plans::next_uses(&self.root);
         let planned: HashSet<&str> = plans.keys().collect();
+        let need = need.saturating_add(match planned.is_empty() {
+            true => slack.lru,
+            false => slack.planned,
+        });
         let mut objects: HashMap<String, Object> = HashMap::new();
         let mut cands: Vec<Candidate> = Vec::new();
         for (key, f) in found {

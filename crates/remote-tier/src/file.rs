@@ -17,6 +17,10 @@ use crate::pins::{Lease, PinKind};
 use crate::warm::Warming;
 use crate::{Error, Result};
 
+/// How many batches ahead a block must be planned for a read-ahead to
+/// fetch it while a live plan reads its object.
+pub(crate) const PLANNED_READ_AHEAD: u64 = 2;
+
 /// An object of the store open through the local tier: a local file that
 /// holds the whole object, or a sparse one whose blocks are fetched on
 /// [`ensure`](RemoteFile::ensure). Map [`file`](RemoteFile::file) (not the
@@ -373,12 +377,17 @@ impl RemoteFile {
         }
         let state = Arc::clone(&self.state);
         let block_bytes = move |i: u64| state.block(i).0.end - state.block(i).0.start;
+        // Each block is admitted at its own next planned use, so a warm
+        // never evicts a block a plan needs sooner.
+        let (distances, _) = s.planned_distances(&order);
+        let distance: std::collections::HashMap<u64, u64> =
+            order.iter().copied().zip(distances).collect();
         let state = Arc::clone(&self.state);
         let fetch = move |i: u64| {
             if state.has(i) {
                 return Ok(false);
             }
-            state.prefetch_block(i)
+            state.prefetch_block(i, distance.get(&i).copied().unwrap_or(u64::MAX))
         };
         let workers = s.tier.config.parallelism.max(1);
         Warming::start(order, max_bytes, workers, block_bytes, fetch)
@@ -421,13 +430,24 @@ impl RemoteFile {
 
     /// Starts background fetches of the `window` blocks after `from`, as
     /// far as the tier's free request slots allow.
+    ///
+    /// While a live plan reads this object, only the blocks of the window
+    /// it reads within [`PLANNED_READ_AHEAD`] batches are fetched, each
+    /// admitted at its own next use: the next blocks of the file are not
+    /// what a shuffled order reads next, and fetching them would evict
+    /// blocks the plan needs sooner.
     fn prefetch(&self, from: u64, window: u64) {
         let s = &self.state;
         let Some(blocks) = &s.blocks else { return };
         let total = lock(blocks).blocks();
         let until = from.saturating_add(window).min(total);
-        for i in from..until {
-            if s.has(i) {
+        let missing: Vec<u64> = (from..until).filter(|&i| !s.has(i)).collect();
+        if missing.is_empty() {
+            return;
+        }
+        let (distances, planned) = s.planned_distances(&missing);
+        for (i, distance) in missing.into_iter().zip(distances) {
+            if planned && distance > PLANNED_READ_AHEAD {
                 continue;
             }
             let Ok(permit) = s.tier.prefetch_slots().try_acquire_owned() else {
@@ -437,7 +457,7 @@ impl RemoteFile {
             // A failed prefetch is only a miss: the read that needs the
             // block fetches it again and reports the error.
             s.tier.spawn_blocking(move || {
-                let _ = state.prefetch_block(i);
+                let _ = state.prefetch_block(i, distance);
                 drop(permit);
             });
         }

@@ -468,10 +468,24 @@ impl ObjectState {
         self.fetch_block_for(i, Admit::Read).map(drop)
     }
 
-    /// Fetches block `i` ahead of its reads: only into room the tier has
-    /// or may free for it (see [`Admit::Prefetch`]). Whether it is local.
-    pub(crate) fn prefetch_block(&self, i: u64) -> Result<bool> {
-        self.fetch_block_for(i, Admit::Prefetch { distance: u64::MAX })
+    /// Fetches block `i`, whose next planned use is `distance` batches
+    /// ahead (`u64::MAX`: none), ahead of its reads: only into room the
+    /// tier has or may free for it (see [`Admit::Prefetch`]). Whether it is
+    /// local.
+    pub(crate) fn prefetch_block(&self, i: u64, distance: u64) -> Result<bool> {
+        self.fetch_block_for(i, Admit::Prefetch { distance })
+    }
+
+    /// The next planned use of each of `blocks` (`u64::MAX` where none),
+    /// and whether a live plan reads this object at all.
+    pub(crate) fn planned_distances(&self, blocks: &[u64]) -> (Vec<u64>, bool) {
+        let uses = crate::plans::next_uses(&self.tier.dir.root);
+        let planned = uses.keys().any(|k| k == self.key);
+        let distances = blocks
+            .iter()
+            .map(|&b| uses.distance(&self.key, b).unwrap_or(u64::MAX))
+            .collect();
+        (distances, planned)
     }
 
     /// [`fetch_block`](Self::fetch_block) making room as `admit` allows;

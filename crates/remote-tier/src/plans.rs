@@ -854,13 +854,19 @@ mod tests {
         );
     }
 
+    /// A tier at `url` (`memory://`) in `local`, of 64 KiB blocks, which
+    /// fetches only objects of one block whole.
+    fn block_tier(local: &Path, url: &str) -> crate::RemoteTier {
+        let mut config = crate::TierConfig::new(local, 64 << 20);
+        config.block_size = 1 << 16;
+        config.whole_file_max = 1 << 16;
+        crate::RemoteTier::open(url, config).unwrap()
+    }
+
     #[test]
     fn set_plan_records_each_blocks_first_last_and_next_use() {
         let local = tempfile::tempdir().unwrap();
-        let mut config = crate::TierConfig::new(local.path(), 64 << 20);
-        config.block_size = 1 << 16;
-        config.whole_file_max = 1 << 16;
-        let tier = crate::RemoteTier::open("memory:///plans/set", config).unwrap();
+        let tier = block_tier(local.path(), "memory:///plans/set");
         tier.put_bytes("pages", vec![7u8; 300_000]).unwrap();
         let file = tier.open_object("pages").unwrap();
         let b = 1u64 << 16;
@@ -917,5 +923,49 @@ mod tests {
         );
         drop(handle);
         assert_eq!(next_uses(local.path()).keys().count(), 0);
+    }
+
+    #[test]
+    fn under_a_plan_read_ahead_fetches_only_the_blocks_read_soon() {
+        let local = tempfile::tempdir().unwrap();
+        let tier = block_tier(local.path(), "memory:///plans/ahead");
+        let b = 1u64 << 16;
+        for name in ["planned", "unplanned"] {
+            tier.put_bytes(name, vec![7u8; 16 << 16]).unwrap();
+        }
+        let present = |file: &RemoteFile, blocks: std::ops::Range<u64>| -> Vec<bool> {
+            blocks.map(|i| file.state().has(i)).collect()
+        };
+        let settled = |file: &RemoteFile, want: std::ops::Range<u64>| {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while want.clone().any(|i| !file.state().has(i)) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // Let any other read-ahead land too.
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let mut buf = [0u8; 10];
+
+        // No plan: the four blocks after the read.
+        let file = tier.open_object("unplanned").unwrap();
+        file.read_at(8 * b, &mut buf).unwrap();
+        settled(&file, 9..13);
+        assert_eq!(present(&file, 8..14), [true, true, true, true, true, false]);
+
+        // A plan reading block 2 next batch and block 3 ten batches on:
+        // only block 2 of the window 1..5 is read ahead.
+        let file = tier.open_object("planned").unwrap();
+        let _plan = file
+            .set_plan(
+                &[(0..1, 0), (2 * b..2 * b + 1, 1), (3 * b..3 * b + 1, 10)],
+                16,
+            )
+            .unwrap();
+        file.read_at(0, &mut buf).unwrap();
+        settled(&file, 2..3);
+        assert_eq!(
+            present(&file, 0..6),
+            [true, false, true, false, false, false]
+        );
     }
 }

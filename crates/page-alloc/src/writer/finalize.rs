@@ -50,6 +50,7 @@ impl PageWriter {
         let meta_len = self.num_samples * self.row_len as u64;
         let footer_offset = data_end + tables.len() as u64;
         let header = Header {
+            version: format::VERSION,
             page_size: self.opts.page_size,
             alignment: u64::from(self.opts.alignment),
             num_samples: self.num_samples,
@@ -69,7 +70,11 @@ impl PageWriter {
         self.file.sync_all().map_err(io("fsync"))?;
         step_done!(FinalizeStep::SyncData);
         let file_len = footer_offset + FOOTER_LEN as u64;
-        let footer = format::encode_footer(blake3::hash(&header_bytes).as_bytes(), file_len);
+        let footer = format::encode_footer(
+            blake3::hash(&header_bytes).as_bytes(),
+            file_len,
+            header.version,
+        );
         self.file
             .write_all_at(&footer, footer_offset)
             .map_err(io("write footer"))?;

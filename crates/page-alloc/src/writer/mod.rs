@@ -98,7 +98,11 @@ impl PageWriter {
         } else {
             None
         };
-        let data_offset = format::data_offset_for(format::header_len_for(schema.len()) as u64);
+        let data_offset = format::data_offset_for(
+            format::header_len_for(schema.len()) as u64,
+            format::VERSION,
+            options.page_size,
+        );
         let var_fields = (0..schema.len())
             .filter(|&i| !schema.fields()[i].ty.is_inline())
             .collect::<Vec<_>>();

@@ -376,13 +376,17 @@ impl RemoteDir {
 
     /// Whether piece `p` is linked into the tier and read by blocks rather
     /// than copied whole: a whole file the store reads by blocks, larger
-    /// than the tier fetches whole or read in blocks of its own size.
+    /// than the tier fetches whole, read in blocks of its own size, or
+    /// read under leases.
     pub(crate) fn linked(&self, p: &Piece) -> bool {
+        // A file its store reads under leases is linked whatever its size:
+        // a whole copy of a small one would sit outside the tier's budget.
         p.offset == 0
             && p.size > 0
             && (self.files.by_blocks)(&p.path, p.size)
             && (p.size > self.tier_whole_max()
-                || (self.files.block_size)(&p.path, p.size).is_some())
+                || (self.files.block_size)(&p.path, p.size).is_some()
+                || (self.files.evict_blocks)(&p.path))
     }
 
     pub(crate) fn tier_whole_max(&self) -> u64 {
