@@ -136,6 +136,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shard::_reopen_shard_store, m)?)?;
     m.add_class::<seq::PyInterleaveIndex>()?;
     m.add_function(wrap_pyfunction!(seq::chunk_shuffle_indices, m)?)?;
+    m.add_function(wrap_pyfunction!(seq::block_shuffle_indices, m)?)?;
     m.add_function(wrap_pyfunction!(seq::concat_locate, m)?)?;
     m.add_function(wrap_pyfunction!(seq::repeat_index, m)?)?;
     m.add_class::<page_writer::PyPageWriter>()?;

@@ -3,10 +3,12 @@
 //! decides which part and offset an index lands on (one copy of the math,
 //! shared with `shard_store::{Concat, Interleave, Repeat, chunk_shuffle}`).
 
-use numpy::{IntoPyArray, PyArray1};
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use shard_store::ConcatStep;
+
+use crate::errors;
 
 /// The permutation of `chunk_shuffle` (int64 array): each chunk of
 /// `chunk_size` indices (and the shorter last one) permuted in place,
@@ -23,6 +25,32 @@ pub fn chunk_shuffle_indices(
         .map(|i| i as i64)
         .collect::<Vec<i64>>()
         .into_pyarray(py)
+}
+
+/// A block-shuffled permutation (int64 array) of `0..sum(blocks)`: the
+/// blocks (runs of consecutive indices of the given sizes) in a random
+/// order, the indices within each block shuffled; the same for a seed on
+/// every platform (`cachex.streams`' passes; shard-store's
+/// `block_shuffle_indices`). A negative size is an `InvalidInputError`.
+#[pyfunction]
+pub fn block_shuffle_indices<'py>(
+    py: Python<'py>,
+    blocks: PyReadonlyArray1<'_, i64>,
+    seed: u64,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let sizes = blocks
+        .as_array()
+        .iter()
+        .map(|&n| usize::try_from(n).map_err(|_| n))
+        .collect::<Result<Vec<usize>, i64>>()
+        .map_err(|n| errors::invalid(format!("block size {n}: sizes are at least 0")))?;
+    let idx = py.detach(|| shard_store::block_shuffle_indices(&sizes, seed));
+    // In place: usize and i64 have one size, so the collect reuses the buffer.
+    Ok(idx
+        .into_iter()
+        .map(|i| i as i64)
+        .collect::<Vec<i64>>()
+        .into_pyarray(py))
 }
 
 /// Where item `index` of a concatenation lies, given the part lengths

@@ -119,7 +119,7 @@ pub use iter::{Iter, ShardIter};
 pub use options::{Options, Preload, ShardLength};
 pub use seq::{
     Concat, ConcatStep, Indices, Interleave, InterleaveIndex, RandomAccess, Repeat, SequenceView,
-    chunk_shuffle, chunk_shuffle_indices, concat_locate, repeat_index,
+    block_shuffle_indices, chunk_shuffle, chunk_shuffle_indices, concat_locate, repeat_index,
 };
 pub use shards::Item;
 pub use store::ShardStore;

@@ -493,11 +493,32 @@ pub fn chunk_shuffle_indices(chunk_size: usize, length: usize, seed: u64) -> Vec
     let mut rng = SplitMix64(seed);
     let mut out: Vec<usize> = (0..length).collect();
     for block in out.chunks_mut(chunk) {
-        // Fisher-Yates.
-        for i in (1..block.len()).rev() {
-            let j = (rng.next() % (i as u64 + 1)) as usize;
-            block.swap(i, j);
-        }
+        rng.shuffle(block);
+    }
+    out
+}
+
+/// A block-shuffled permutation of `0..blocks.iter().sum()`: the blocks
+/// (runs of consecutive indices of the given sizes) in a random order,
+/// the indices within each block shuffled (the order a sampling plan
+/// reads a store in: consecutive indices come from one block). One
+/// Fisher-Yates pass over the blocks and one over each block's indices;
+/// deterministic for a `seed`, on every platform.
+pub fn block_shuffle_indices(blocks: &[usize], seed: u64) -> Vec<usize> {
+    let mut rng = SplitMix64(seed);
+    let mut starts = Vec::with_capacity(blocks.len());
+    let mut total = 0usize;
+    for &size in blocks {
+        starts.push(total);
+        total += size;
+    }
+    let mut order: Vec<usize> = (0..blocks.len()).collect();
+    rng.shuffle(&mut order);
+    let mut out = Vec::with_capacity(total);
+    for b in order {
+        let at = out.len();
+        out.extend(starts[b]..starts[b] + blocks[b]);
+        rng.shuffle(&mut out[at..]);
     }
     out
 }
@@ -512,6 +533,14 @@ impl SplitMix64 {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+
+    /// Fisher-Yates, as [`chunk_shuffle_indices`] draws it.
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
     }
 }
 

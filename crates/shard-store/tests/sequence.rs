@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use shard_store::{
     Concat, Error, Interleave, Options, RandomAccess, Repeat, SequenceView, ShardStore,
-    chunk_shuffle, chunk_shuffle_indices,
+    block_shuffle_indices, chunk_shuffle, chunk_shuffle_indices,
 };
 
 fn collect<S: RandomAccess>(s: &S) -> Vec<S::Item> {
@@ -91,6 +91,35 @@ proptest! {
         prop_assert_eq!(sorted, (0..len).collect::<Vec<_>>());
         prop_assert_eq!(chunk_shuffle_indices(chunk, len, seed), p, "deterministic");
     }
+
+    #[test]
+    fn block_shuffle_keeps_each_block_together(blocks in proptest::collection::vec(0usize..40, 0..30), seed in any::<u64>()) {
+        let p = block_shuffle_indices(&blocks, seed);
+        let total: usize = blocks.iter().sum();
+        prop_assert_eq!(p.len(), total);
+        let mut sorted = p.clone();
+        sorted.sort_unstable();
+        prop_assert_eq!(sorted, (0..total).collect::<Vec<_>>(), "every index once");
+        // The block of each index; the output visits each block in one run.
+        let block_of: Vec<usize> = blocks
+            .iter()
+            .enumerate()
+            .flat_map(|(b, &n)| std::iter::repeat_n(b, n))
+            .collect();
+        let runs = p.windows(2).filter(|w| block_of[w[0]] != block_of[w[1]]).count();
+        let non_empty = blocks.iter().filter(|&&n| n > 0).count();
+        prop_assert_eq!(runs + usize::from(total > 0), non_empty, "one run per block");
+        prop_assert_eq!(block_shuffle_indices(&blocks, seed), p, "deterministic");
+    }
+}
+
+#[test]
+fn block_shuffle_moves_blocks_and_samples() {
+    // 100 blocks of 100: some block leaves its place, some sample its slot.
+    let p = block_shuffle_indices(&[100; 100], 7);
+    let visited: Vec<usize> = p.chunks(100).map(|run| run[0] / 100).collect();
+    assert_ne!(visited, (0..100).collect::<Vec<_>>());
+    assert!(p.iter().enumerate().any(|(i, &j)| i % 100 != j % 100));
 }
 
 #[test]

@@ -27,7 +27,7 @@ Layout
 ``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
 ``ragged.py``                        :class:`Ragged`: variable-size values of a batch
 ``sampling.py``                      the sampling plan (numpy only)
-``streams.py``                       streams of a mixture and their plan (numpy only)
+``streams.py``                       streams of a mixture and their plan (numpy, a native shuffle)
 ``torch/``                           datasets, loader, ddp, batch buffers
 ``dropins/``                         the torchcachex and loadit drop-ins
 ``ray/``                             Ray Data sinks and sources

@@ -1184,6 +1184,11 @@ class InterleaveIndex:
 def chunk_shuffle_indices(chunk_size: int, length: int, seed: int) -> np.ndarray:
     """The permutation of ``chunk_shuffle`` (int64), identical to Rust's for a seed."""
 
+def block_shuffle_indices(blocks: np.ndarray, seed: int) -> np.ndarray:
+    """A block-shuffled permutation (int64) of ``0..sum(blocks)``: the blocks in
+    a random order, the indices within each shuffled; the same for a seed on
+    every platform. A negative size raises ``InvalidInputError``."""
+
 def concat_locate(known: Sequence[int | None], index: int) -> tuple[int, int, bool] | None:
     """``(part, offset, probe)`` of item ``index`` of a concatenation, or ``None`` past the end."""
 

@@ -64,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from cachex._cachex import block_shuffle_indices
 from cachex.errors import InvalidInputError
 from cachex.sampling import Policy, SamplingPlan, _as_blocks
 
@@ -217,31 +218,13 @@ def _stream_seed(seed: int, stream: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def block_shuffle(blocks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def block_shuffle(blocks: np.ndarray, seed: int) -> np.ndarray:
     """Every sample once: the blocks in a random order, the samples within
-    each shuffled (the order of a :class:`~cachex.sampling.SamplingPlan`,
-    drawn without a sort: each block's permutation is a shuffled row of
-    ``0..B``, ``B`` the largest block, keeping the entries below its size)."""
-    n, count = int(blocks.sum()), len(blocks)
-    if count == 0:
-        return np.empty(0, dtype=np.int64)
-    widest = int(blocks.max())
-    # Ragged blocks (rows of padding would cost more) or huge ones: one sort.
-    if count * widest > 2 * n + 1024 or widest >= 1 << 31:
-        rank = np.empty(count, dtype=np.int64)
-        rank[rng.permutation(count)] = np.arange(count)
-        key = np.repeat(rank << 32, blocks) | rng.integers(0, 1 << 32, size=n, dtype=np.int64)
-        shuffled: np.ndarray = np.argsort(key, kind="stable").astype(np.int64, copy=False)
-        return shuffled
-    perm = rng.permutation(count)
-    rows = np.empty((count, widest), dtype=np.int32)  # half the memory traffic of int64
-    rows[:] = np.arange(widest, dtype=np.int32)
-    rng.permuted(rows, axis=1, out=rows)
-    sizes = blocks[perm]
-    keep = rows < sizes[:, None].astype(np.int32)
-    starts = np.repeat((np.cumsum(blocks) - blocks)[perm], sizes)
-    starts += rows[keep]
-    return starts
+    each shuffled (the order of a :class:`~cachex.sampling.SamplingPlan`),
+    drawn natively (one Fisher-Yates pass over the blocks and one over each
+    block's samples; ``_cachex.block_shuffle_indices``), the same for a seed
+    on every platform."""
+    return block_shuffle_indices(np.ascontiguousarray(blocks, dtype=np.int64), seed)
 
 
 class _Passes:
@@ -259,7 +242,7 @@ class _Passes:
         """Pass ``q``'s block-shuffled order, before the deferral."""
         if not self.shuffle:
             return np.arange(self.n, dtype=np.int64)
-        return block_shuffle(self.blocks, np.random.default_rng([self.seed, int(q)]))
+        return block_shuffle(self.blocks, _stream_seed(self.seed, int(q)))
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "kept": {}}
