@@ -8,6 +8,7 @@ first batch.
 
     python benches/python/w7.py [--n 50000] [--seed 0] [--dir DIR] [--batch 256]
                                 [--workers 2] [--threads 2] [--output torch]
+                                [--rounds 3]
                                 [--streaming-python target/streaming-venv/bin/python]
 
 Needs torch and the built ``cachex`` package; the peer line needs a Python
@@ -17,7 +18,10 @@ saying so, when it does not exist)::
     python3 -m venv target/streaming-venv
     target/streaming-venv/bin/pip install mosaicml-streaming==0.13.0
 
-Prints one JSON line per figure. Every byte each path delivered is checked
+Prints one JSON line per figure: each path and the one-process read are
+timed in each of ``--rounds`` rounds (an epoch lasts under a second here),
+the ``ratio`` line is of the medians, with each round's ratios beside
+them. Every byte each path delivered is checked
 against W5's pattern after its clock (a second, untimed pass of the same
 loader over the same epoch, on each rank). Standalone: the rank side is
 this same file, started by torchrun with ``--rank-side`` (``--peer
@@ -371,6 +375,7 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--resume", default="")
     ap.add_argument("--stop-after", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3, help="timings of each path (medians)")
     args = ap.parse_args()
     if args.write_mds:
         from streaming.base.util import clean_stale_shared_memory
@@ -403,26 +408,35 @@ def main() -> None:
     common += [flag for flag, on in (("--ragged", args.ragged), ("--ring", args.ring)) if on]
     with_workers = [*common, "--workers", str(args.workers)]
     one_process(path, args.batch, args.seed)  # warms the page cache for every side alike
-    rates: dict[str, float] = {}
-    for what, extra in (
+    # An epoch here lasts well under a second, so one timing is noisy: every
+    # path and the one-process read are timed in each of --rounds rounds
+    # (each round all of them, back to back), and the ratios are of medians.
+    paths = (
         (f"read_2x{args.workers}", with_workers),
         ("read_2x0", [*common, "--workers", "0"]),
         ("read_threaded", [*common, "--loader", "threaded"]),
-    ):
-        launch_secs = launch(extra, 2)
-        ranks = json.loads((root / "rank0.json").read_text())
-        rates[what] = read_line(what, ranks, total, launch_secs=launch_secs)
-    samples, nbytes, secs = one_process(path, args.batch, args.seed)
-    if nbytes != total:
-        raise SystemExit(f"w7: one process read {nbytes} bytes, the file holds {total}")
-    single = samples / secs
-    emit(
-        what="read_one_process",
-        samples=samples,
-        secs=secs,
-        samples_per_s=single,
-        gb_per_s=nbytes / secs / 1e9,
     )
+    runs: dict[str, list[float]] = {what: [] for what, _ in paths}
+    singles: list[float] = []
+    for round_ in range(args.rounds):
+        for what, extra in paths:
+            launch_secs = launch(extra, 2)
+            ranks = json.loads((root / "rank0.json").read_text())
+            runs[what].append(read_line(what, ranks, total, launch_secs=launch_secs, round=round_))
+        samples, nbytes, secs = one_process(path, args.batch, args.seed)
+        if nbytes != total:
+            raise SystemExit(f"w7: one process read {nbytes} bytes, the file holds {total}")
+        singles.append(samples / secs)
+        emit(
+            what="read_one_process",
+            samples=samples,
+            secs=secs,
+            samples_per_s=singles[-1],
+            gb_per_s=nbytes / secs / 1e9,
+            round=round_,
+        )
+    rates = {what: float(np.median(r)) for what, r in runs.items()}
+    single = float(np.median(singles))
     peer = Path(args.streaming_python)
     streaming = None
     if peer.exists():
@@ -444,7 +458,13 @@ def main() -> None:
         emit(what=f"streaming_2x{args.workers}", skipped=f"no {peer}")
     emit(
         what="ratio",
+        rounds=args.rounds,
+        median_samples_per_s={**rates, "read_one_process": single},
         **{f"{k}_over_one_process": v / single for k, v in rates.items()},
+        **{
+            f"{k}_over_one_process_by_round": [a / b for a, b in zip(r, singles, strict=True)]
+            for k, r in runs.items()
+        },
         **({f"{k}_over_streaming": v / streaming for k, v in rates.items()} if streaming else {}),
     )
     # A job stopped after 20 steps (fewer on a small N), then restarted from its state.
