@@ -697,6 +697,25 @@ class ShardDataset(_Batched):
 # --- the sampling plan in a training loop ------------------------------------
 
 
+class _PlanLoader:
+    """What the loaders over a plan share (``ResumableDataLoader``,
+    ``ThreadedLoader``): the plan's epoch and the steps taken in it."""
+
+    planned: _Planned
+    steps: int
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return self.planned.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """As the dataset's or sampler's ``set_epoch`` (a new epoch starts at step 0)."""
+        if int(epoch) != self.planned.epoch:
+            self.steps = 0
+        self.planned.set_epoch(epoch)
+
+
 class _Planned:
     """What the plan-driven sampler and iterable share: the plan, this
     process's rank, the epoch and how far it got in the global order

@@ -49,12 +49,12 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from cachex.errors import InvalidInputError, WorkerError
 from cachex.torch._ring import RingBatch, RingConfig, RingReader
-from cachex.torch.datasets import IterableBatches, PlanSampler
+from cachex.torch.datasets import IterableBatches, PlanSampler, _PlanLoader
 
 __all__ = ["ResumableDataLoader"]
 
 
-class ResumableDataLoader(DataLoader):
+class ResumableDataLoader(_PlanLoader, DataLoader):
     """A ``DataLoader`` over a plan-driven dataset or sampler, with
     ``state_dict()`` / ``load_state_dict()``.
 
@@ -120,17 +120,6 @@ class ResumableDataLoader(DataLoader):
                 "or sampler=cachex.torch.PlanSampler(...)"
             )
         self.steps = 0
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the next iteration reads."""
-        return self.planned.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """As the dataset's or sampler's ``set_epoch`` (reaches persistent workers)."""
-        if int(epoch) != self.planned.epoch:
-            self.steps = 0
-        self.planned.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
         self.steps = 0

@@ -46,12 +46,12 @@ from cachex._cachex import ThreadedFill
 from cachex.errors import InvalidInputError
 from cachex.ragged import Ragged
 from cachex.torch._buffers import _as_numpy, _check_output, _empty
-from cachex.torch.datasets import IterableBatches, PageDataset
+from cachex.torch.datasets import IterableBatches, PageDataset, _PlanLoader
 
 __all__ = ["ThreadedLoader"]
 
 
-class ThreadedLoader:
+class ThreadedLoader(_PlanLoader):
     """Batches of an :class:`IterableBatches` over a :class:`PageDataset`,
     filled by ``threads`` native threads into a ring of ``depth`` buffer
     sets allocated once, with ``state_dict()`` / ``load_state_dict()``.
@@ -153,17 +153,6 @@ class ThreadedLoader:
     def __len__(self) -> int:
         """Batches every rank yields in the next iteration."""
         return len(self.planned)
-
-    @property
-    def epoch(self) -> int:
-        """The epoch the next iteration reads."""
-        return self.planned.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """As :meth:`IterableBatches.set_epoch`."""
-        if int(epoch) != self.planned.epoch:
-            self.steps = 0
-        self.planned.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         self.close()
