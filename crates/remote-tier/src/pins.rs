@@ -15,7 +15,7 @@
 //! exactly 512 KiB was written by an older build: its bits count as
 //! whole pins (and an older build's eviction reads only region 0, so it
 //! keeps every object open here). Eviction
-//! (under `tier.lock`) reads the records whose lock it cannot take (their
+//! (under `tier.lock`) maps the records whose lock it cannot take (their
 //! process lives; one it can take is a dead process's, and is removed)
 //! and keeps every object whose bucket is set in any of them. Two keys of
 //! one bucket only keep a copy longer than needed: never less.
@@ -32,6 +32,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -273,8 +274,9 @@ impl Records {
                 .create_new(true)
                 .open(&path)
                 .map_err(Error::io("create pin record", &path))?;
-            file.set_len(3 * REGION_BYTES)
-                .map_err(Error::io("size pin record", &path))?;
+            // Locked before it is sized: another process's eviction takes
+            // an empty record whose lock is free for one being made, and a
+            // sized one whose lock is free for a dead process's.
             // SAFETY: flock on a descriptor this function owns; it takes no
             // pointer and has no other effect on memory.
             let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
@@ -283,6 +285,8 @@ impl Records {
                 let _ = std::fs::remove_file(&path);
                 return Err(Error::io("lock pin record", &path)(e));
             }
+            file.set_len(3 * REGION_BYTES)
+                .map_err(Error::io("size pin record", &path))?;
             self.tiers.insert(
                 root.to_path_buf(),
                 Record {
@@ -357,20 +361,24 @@ impl Record {
 /// The buckets every living process of the tier at `root` holds, read
 /// from their pin records (call with `tier.lock` held). Records of dead
 /// processes are removed.
+///
+/// Each living record is mapped, not read: a pass looks up one bit per
+/// candidate object or block in each record, so its cost follows the
+/// candidates, not the records' 1.5 MiB (an eviction pass runs about once
+/// per fetch while a plan is live). A bit set or cleared while the pass
+/// runs is seen or not, as if the records were read a moment later; a
+/// lease taken after the pass looked is caught by the generation the pass
+/// bumps before it frees anything.
 pub(crate) fn held(root: &Path) -> Result<Held> {
     let dir = root.join(PINS_DIR);
-    let region = REGION_BYTES as usize;
     let mut held = Held {
-        open: vec![0u8; region],
-        whole: vec![0u8; region],
-        leased: vec![0u8; region],
+        records: Vec::new(),
     };
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(held),
         Err(e) => return Err(Error::io("list directory", &dir)(e)),
     };
-    let mut buf = vec![0u8; 3 * region];
     for entry in entries {
         let entry = entry.map_err(Error::io("list directory", &dir))?;
         let path = entry.path();
@@ -379,71 +387,105 @@ pub(crate) fn held(root: &Path) -> Result<Held> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(Error::io("open pin record", &path)(e)),
         };
-        // SAFETY: flock on a descriptor this function owns.
-        let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
-        if free {
-            // Its process is gone: nothing it held is open.
-            let _ = std::fs::remove_file(&path);
-            continue;
-        }
         let len = file
             .metadata()
             .map_err(Error::io("stat pin record", &path))?
             .len();
-        buf.fill(0);
-        let mut at = 0;
-        while at < buf.len() {
-            match file.read_at(&mut buf[at..], at as u64) {
-                Ok(0) => break,
-                Ok(n) => at += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io("read pin record", &path)(e)),
-            }
+        if is_dead(&file, &path, len) {
+            let _ = std::fs::remove_file(&path);
+            continue;
         }
-        let (open, rest) = buf.split_at(region);
-        let (whole, leased) = rest.split_at(region);
-        // An older build's record (one region) pins whole.
-        let whole = if len == REGION_BYTES { open } else { whole };
-        for (dst, src) in [
-            (&mut held.open, open),
-            (&mut held.whole, whole),
-            (&mut held.leased, leased),
-        ] {
-            for (b, r) in dst.iter_mut().zip(src) {
-                *b |= r;
-            }
+        if len == 0 {
+            continue; // being made: locked, not yet sized, no bit set
         }
+        // SAFETY: pin records are never truncated (sized once when made,
+        // before any bit is set; an older build's stays 512 KiB), so the
+        // mapping stays backed for its life, even once the file is
+        // removed. Its process writes it concurrently, so its bytes are
+        // only ever read as `AtomicU8`s (`MappedRecord::byte`), never
+        // through a `&[u8]`.
+        let map = unsafe { memmap2::MmapOptions::new().len(len as usize).map(&file) }
+            .map_err(Error::io("map pin record", &path))?;
+        held.records.push(MappedRecord { map });
     }
     Ok(held)
 }
 
-/// The union of the living pin records of a tier.
-pub(crate) struct Held {
-    open: Vec<u8>,
-    whole: Vec<u8>,
-    leased: Vec<u8>,
+/// Whether the pin record `file` (at `path`, `len` bytes) belongs to a
+/// dead process: its lock is free. A record is locked before it is sized,
+/// so a free lock on an empty record is one being made (left alone)
+/// unless it is older than a minute (its maker died in between).
+fn is_dead(file: &File, path: &Path, len: u64) -> bool {
+    // SAFETY: flock on a descriptor the caller owns.
+    let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    if !free {
+        return false;
+    }
+    len > 0
+        || std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > Duration::from_secs(60))
 }
 
-/// Whether bit `b` of `bits` is set.
-fn has_bit(bits: &[u8], b: u64) -> bool {
-    bits.get((b / 8) as usize)
-        .is_some_and(|byte| byte & (1 << (b % 8)) != 0)
+/// The union of the living pin records of a tier: their mappings.
+pub(crate) struct Held {
+    records: Vec<MappedRecord>,
+}
+
+/// One living process's pin record, mapped read-only.
+struct MappedRecord {
+    map: memmap2::Mmap,
+}
+
+impl MappedRecord {
+    /// The record's byte at `off`, if it has one.
+    fn byte(&self, off: usize) -> Option<u8> {
+        if off >= self.map.len() {
+            return None;
+        }
+        // SAFETY: `off` is within the mapping; `AtomicU8` has the size and
+        // alignment of `u8`, and the byte is only read atomically, as its
+        // writer (another process, `write_all_at`) changes it meanwhile.
+        let byte = unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU8) };
+        Some(byte.load(Ordering::Relaxed))
+    }
+
+    /// Whether bit `b` of `region` is set. An older build's record (one
+    /// region) pins whole: its region 0 stands for both open and whole.
+    fn has(&self, region: Region, b: u64) -> bool {
+        let legacy = self.map.len() as u64 == REGION_BYTES;
+        let index = match (legacy, region) {
+            (true, Region::Leased) => return false,
+            (true, _) => 0,
+            (false, r) => r as u64,
+        };
+        let off = (index * REGION_BYTES + b / 8) as usize;
+        self.byte(off)
+            .is_some_and(|byte| byte & (1 << (b % 8)) != 0)
+    }
 }
 
 impl Held {
+    /// Whether bucket `b` of `region` is set in any living record.
+    fn any(&self, region: Region, b: u64) -> bool {
+        self.records.iter().any(|r| r.has(region, b))
+    }
+
     /// Whether some process may hold the object `key` open.
     pub(crate) fn has(&self, key: &str) -> bool {
-        has_bit(&self.open, bucket(key))
+        self.any(Region::Open, bucket(key))
     }
 
     /// Whether some process may need the whole copy of `key`.
     pub(crate) fn whole(&self, key: &str) -> bool {
-        has_bit(&self.whole, bucket(key))
+        self.any(Region::Whole, bucket(key))
     }
 
     /// Whether some process may be reading block `block` of `key`.
     pub(crate) fn leased(&self, key: &str, block: u64) -> bool {
-        has_bit(&self.leased, bucket(&format!("{key}#{block}")))
+        !self.records.is_empty() && self.any(Region::Leased, bucket(&format!("{key}#{block}")))
     }
 }
 
@@ -466,12 +508,75 @@ pub(crate) fn remove_dead(root: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        let Ok(file) = File::open(entry.path()) else {
+        let path = entry.path();
+        let Ok(file) = File::open(&path) else {
             continue;
         };
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
-            let _ = std::fs::remove_file(entry.path());
+        let len = file.metadata().map_or(0, |m| m.len());
+        if is_dead(&file, &path, len) {
+            let _ = std::fs::remove_file(&path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record another process is making (empty, its lock not yet taken)
+    /// stays; a sized one whose lock is free is a dead process's, and goes.
+    #[test]
+    fn a_record_being_made_stays_and_a_dead_ones_goes() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(PINS_DIR);
+        std::fs::create_dir_all(&dir).unwrap();
+        let making = dir.join("host-1-making");
+        File::create(&making).unwrap();
+        let dead = dir.join("host-2-dead");
+        let file = File::create(&dead).unwrap();
+        file.set_len(3 * REGION_BYTES).unwrap();
+        let b = bucket("obj");
+        file.write_all_at(&[1 << (b % 8)], b / 8).unwrap();
+        drop(file);
+
+        let seen = held(root.path()).unwrap();
+        assert!(!seen.has("obj"), "a dead process's pin kept its object");
+        assert!(making.exists(), "a record being made was removed");
+        assert!(!dead.exists(), "a dead process's record stayed");
+    }
+
+    /// The mapped records show a living process's pins as they change, in
+    /// each region; an older build's one-region record pins whole.
+    #[test]
+    fn held_sees_living_pins_and_an_older_builds_record_pins_whole() {
+        let root = tempfile::tempdir().unwrap();
+        let wait = Duration::from_secs(10);
+        let pin = Pin::take(root.path(), "blocks", wait, PinKind::Blocks).unwrap();
+        let seen = held(root.path()).unwrap();
+        assert!(seen.has("blocks") && !seen.whole("blocks"));
+        assert!(!seen.has("other") && !seen.leased("blocks", 3));
+
+        let lease = Lease::take(root.path(), "blocks", &[3], wait).unwrap();
+        assert!(
+            seen.leased("blocks", 3),
+            "a lease taken after the mapping is seen"
+        );
+        assert!(!seen.leased("blocks", 4));
+        drop(lease);
+        drop(pin);
+        assert!(!seen.has("blocks"), "a pin given up is no longer seen");
+
+        // An older build's record: one 512 KiB region, locked by a live
+        // holder (a descriptor of this test's own).
+        let old = root.path().join(PINS_DIR).join("host-3-old");
+        let file = File::create(&old).unwrap();
+        file.set_len(REGION_BYTES).unwrap();
+        // SAFETY: flock on a descriptor this test owns.
+        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let b = bucket("legacy");
+        file.write_all_at(&[1 << (b % 8)], b / 8).unwrap();
+        let seen = held(root.path()).unwrap();
+        assert!(seen.has("legacy") && seen.whole("legacy"));
+        assert!(!seen.leased("legacy", 0));
     }
 }
