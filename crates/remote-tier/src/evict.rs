@@ -95,7 +95,8 @@ pub(crate) struct Slack {
     /// Without a plan: 1/16 of the budget, at most 64 MiB.
     lru: u64,
     /// Under a plan, where every block freed early is one the plan would
-    /// have kept, and is fetched again: 1/256 of the budget, at most 4 MiB.
+    /// have kept, and is fetched again: 1/256 of the budget, at most 4 MiB
+    /// (plus, up to `lru`, blocks no plan reads again: see `pass`).
     planned: u64,
 }
 
@@ -160,10 +161,16 @@ impl LocalDir {
         let held = pins::held(&self.root)?;
         let plans = crate::plans::next_uses(&self.root);
         let planned: HashSet<&str> = plans.keys().collect();
-        let need = need.saturating_add(match planned.is_empty() {
-            true => slack.lru,
-            false => slack.planned,
-        });
+        // Under a plan the slack proper is small (a block freed early is
+        // one the plan would have kept); up to the LRU's slack more comes
+        // from blocks no plan reads again, which cost nothing to free now.
+        let (need, extra) = match planned.is_empty() {
+            true => (need.saturating_add(slack.lru), 0),
+            false => (
+                need.saturating_add(slack.planned),
+                slack.lru.saturating_sub(slack.planned),
+            ),
+        };
         let mut objects: HashMap<String, Object> = HashMap::new();
         let mut cands: Vec<Candidate> = Vec::new();
         for (key, f) in found {
@@ -221,7 +228,7 @@ impl LocalDir {
                 },
             );
         }
-        let chosen = choose(&cands, need, admit);
+        let chosen = choose(&cands, need, extra, admit);
         if chosen.is_empty() {
             return Ok(report);
         }

@@ -77,10 +77,13 @@ fn rank(c: &Candidate, admit: Admit) -> Option<(u8, u64)> {
 
 /// The candidates to free, as indices into `cands` in eviction order:
 /// the shortest prefix of the order whose bytes reach `need`, or every
-/// candidate `admit` may take when they cannot. Ties fall to the key and
-/// block (then the candidates' order), so the choice is the same in every
-/// process.
-pub(crate) fn choose(cands: &[Candidate], need: u64, admit: Admit) -> Vec<usize> {
+/// candidate `admit` may take when they cannot; then, up to `need +
+/// extra` bytes, the unplanned candidates that follow (no live plan reads
+/// them again, so freeing them now fetches nothing more than freeing them
+/// later would: slack that spares the next passes without costing the
+/// plan a block). Ties fall to the key and block (then the candidates'
+/// order), so the choice is the same in every process.
+pub(crate) fn choose(cands: &[Candidate], need: u64, extra: u64, admit: Admit) -> Vec<usize> {
     let mut order: Vec<(u8, u64, usize)> = cands
         .iter()
         .enumerate()
@@ -99,11 +102,11 @@ pub(crate) fn choose(cands: &[Candidate], need: u64, admit: Admit) -> Vec<usize>
         return chosen;
     }
     for (_, _, i) in order {
-        freed = freed.saturating_add(cands[i].bytes);
-        chosen.push(i);
-        if freed >= need {
+        if freed >= need && (cands[i].next_use.is_some() || freed >= need.saturating_add(extra)) {
             break;
         }
+        freed = freed.saturating_add(cands[i].bytes);
+        chosen.push(i);
     }
     chosen
 }
@@ -184,9 +187,10 @@ mod tests {
         fn choice_is_the_reference_prefix(
             cands in proptest::collection::vec(candidate(), 0..40),
             need in 0u64..600,
+            extra in prop_oneof![Just(0u64), 0u64..300],
             admit in admit(),
         ) {
-            let chosen = choose(&cands, need, admit);
+            let chosen = choose(&cands, need, extra, admit);
             let full = reference(&cands, admit);
             prop_assert!(chosen.len() <= full.len());
             let freed: u64 = chosen.iter().map(|&i| cands[i].bytes).sum();
@@ -202,8 +206,23 @@ mod tests {
                 prop_assert!(chosen.is_empty());
             } else if possible >= need {
                 prop_assert!(freed >= need);
-                let before_last = freed - cands[*chosen.last().unwrap()].bytes;
-                prop_assert!(before_last < need, "took more than needed");
+                let last = &cands[*chosen.last().unwrap()];
+                let before_last = freed - last.bytes;
+                // Past `need`, only unplanned candidates, up to `need + extra`.
+                prop_assert!(
+                    before_last < need
+                        || (last.next_use.is_none() && before_last < need + extra),
+                    "took more than needed"
+                );
+                // It stops early only at a planned candidate or the slack's end.
+                if let Some(&next) = full.get(chosen.len()) {
+                    prop_assert!(
+                        freed < need
+                            || cands[next].next_use.is_some()
+                            || freed >= need + extra,
+                        "left unplanned slack behind"
+                    );
+                }
             } else {
                 prop_assert_eq!(chosen.len(), full.len());
             }
@@ -308,7 +327,7 @@ mod tests {
                                     protected: reading.contains(&y),
                                 })
                                 .collect();
-                            let chosen = choose(&cands, 1, Admit::Read);
+                            let chosen = choose(&cands, 1, 0, Admit::Read);
                             assert!(!chosen.is_empty(), "nothing evictable");
                             for i in chosen {
                                 resident.remove(&(cands[i].block.unwrap() as usize));
