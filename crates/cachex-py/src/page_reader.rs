@@ -116,12 +116,17 @@ impl Pages {
         }
     }
 
-    /// Makes every sample local and keeps them so while the lease lives
-    /// (for a whole-file check: on a file larger than the tier's budget,
-    /// the tier goes over it meanwhile).
-    fn lease_all(&self) -> remote_cache::Result<Option<Lease>> {
-        let all: Vec<usize> = (0..self.reader().len()).collect();
-        self.lease(&all)
+    /// Every problem of the file (`page_alloc::verify`); through a tier,
+    /// each run fetched and leased only while it is checked, so the
+    /// check stays within the tier's budget. Call with the GIL released.
+    fn verify(&self) -> Vec<cache_check::Problem> {
+        let path = self.reader().path();
+        match self {
+            Pages::Local(_) => page_alloc::verify(path),
+            Pages::Remote(r) => page_alloc::verify_with(path, |range| {
+                r.lease_bytes(range).map_err(std::io::Error::other)
+            }),
+        }
     }
 }
 
@@ -462,11 +467,8 @@ impl PyPageReader {
     fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let o = self.current(py)?;
         let pages = &o.pages;
-        // The check reads every page: on a URL, fetched first and leased
-        // until it is done.
-        let _lease = errors::enter(py, || pages.lease_all())?;
         let path = o.reader().path();
-        let problems = py.detach(|| page_alloc::verify(path));
+        let problems = py.detach(|| pages.verify());
         check::verify_to_py(py, StoreKind::PageAlloc, path, &problems)
     }
 

@@ -25,7 +25,39 @@ pub fn verify(path: impl AsRef<Path>) -> Vec<Problem> {
         .collect()
 }
 
+/// [`verify`] of a page file read through a local tier, which holds only
+/// what was fetched: `hold` is called with each byte range of the pages
+/// (and of the header's and tables' padding) before it is read, and what
+/// it returns is kept until that range is checked, so a file larger than
+/// the tier's budget is checked one run at a time. The header and tables
+/// must be local already (a reader keeps them). An error from `hold` is
+/// a problem of the file (kind `io`), and the check stops there.
+pub fn verify_with<G>(
+    path: impl AsRef<Path>,
+    mut hold: impl FnMut(std::ops::Range<u64>) -> std::io::Result<G>,
+) -> Vec<Problem> {
+    let path = path.as_ref();
+    let mut hold = |r: std::ops::Range<u64>| {
+        hold(r).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            op: "fetch the pages of",
+            source,
+        })
+    };
+    verify_errors_holding(path, &mut hold)
+        .iter()
+        .map(problem_of)
+        .collect()
+}
+
 fn verify_errors(path: &Path) -> Vec<Error> {
+    verify_errors_holding(path, &mut |_| Ok(()))
+}
+
+fn verify_errors_holding<G>(
+    path: &Path,
+    hold: &mut dyn FnMut(std::ops::Range<u64>) -> Result<G>,
+) -> Vec<Error> {
     let data = match Backing::map(path, false) {
         Ok(d) => d,
         Err(e) => return vec![e],
@@ -38,7 +70,7 @@ fn verify_errors(path: &Path) -> Vec<Error> {
     let mut problems = Problems::new(MAX_PROBLEMS);
     validate::check_runs(&mut layout, bytes, path, &mut problems);
     if !problems.full() {
-        validate::check_page_hashes(&layout, bytes, path, &mut problems);
+        validate::check_page_hashes_holding(&layout, bytes, path, &mut problems, hold);
     }
     problems.list
 }

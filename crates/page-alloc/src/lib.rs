@@ -72,7 +72,7 @@ mod writer;
 
 pub use durable_fs::BoxError;
 pub use error::{Error, Result};
-pub use inspect::{FieldInfo, Inspection, MAX_PROBLEMS, inspect, verify};
+pub use inspect::{FieldInfo, Inspection, MAX_PROBLEMS, inspect, verify, verify_with};
 pub use reader::{BufferPool, FieldValue, PageReader, ReadOptions, Sample};
 pub use recover::{lock_path, recover, temp_path};
 pub use schema::{Field, FieldType, Schema};

@@ -212,6 +212,30 @@ pub(crate) fn check_page_hashes(
     path: &Path,
     problems: &mut Problems,
 ) {
+    check_page_hashes_holding(layout, bytes, path, problems, &mut |_| Ok(()));
+}
+
+/// [`check_page_hashes`], calling `hold` with each byte range before it
+/// reads it (the header's and tables' padding, each run with its page
+/// slack) and keeping what it returns until that range is checked: a file
+/// read through a local tier fetches and leases one range at a time. A
+/// range `hold` fails on is a problem, and the check stops there.
+pub(crate) fn check_page_hashes_holding<G>(
+    layout: &Layout,
+    bytes: &[u8],
+    path: &Path,
+    problems: &mut Problems,
+    hold: &mut dyn FnMut(std::ops::Range<u64>) -> Result<G, Error>,
+) {
+    let mut held = |problems: &mut Problems, start: u64, end: u64| -> Option<G> {
+        match hold(start..end.max(start)) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                problems.push(e);
+                None
+            }
+        }
+    };
     // Padding is not hashed, so it must be zero: then every byte of the
     // file is either checked by a hash or known.
     let zero_check = |problems: &mut Problems, start: u64, end: u64, what: &str| -> bool {
@@ -228,18 +252,26 @@ pub(crate) fn check_page_hashes(
         }
     };
     let header_len = header_len_for(layout.schema.len()) as u64;
+    let Some(guard) = held(problems, header_len, layout.header.data_offset) else {
+        return;
+    };
     if !zero_check(problems, header_len, layout.header.data_offset, "header") {
         return;
     }
+    drop(guard);
     let pages_end = layout
         .header
         .num_pages
         .checked_mul(layout.header.page_size)
         .and_then(|n| n.checked_add(layout.header.data_offset));
-    if let Some(end) = pages_end
-        && !zero_check(problems, end, layout.header.meta_offset, "table")
-    {
-        return;
+    if let Some(end) = pages_end {
+        let Some(guard) = held(problems, end, layout.header.meta_offset) else {
+            return;
+        };
+        if !zero_check(problems, end, layout.header.meta_offset, "table") {
+            return;
+        }
+        drop(guard);
     }
     for k in 0..layout.header.num_runs {
         let Some(run) = layout.run(bytes, k) else {
@@ -251,6 +283,15 @@ pub(crate) fn check_page_hashes(
             // The last page may be cut short: the tables follow its data.
             Some((used_end, run_end.min(layout.header.meta_offset)))
         });
+        let start = layout.page_offset(run.first_page).unwrap_or(0);
+        let end = slack.map_or(start, |(used_end, run_end)| used_end.max(run_end));
+        let Some(_guard) = held(
+            problems,
+            start.min(bytes.len() as u64),
+            end.min(bytes.len() as u64),
+        ) else {
+            return;
+        };
         if let Some((used_end, run_end)) = slack
             && !zero_check(problems, used_end, run_end, "page")
         {

@@ -6,7 +6,9 @@ mod common;
 use common::{meta_offset, reseal, write_blobs};
 use page_alloc::beton::{self, BetonField, BetonType, BetonValue};
 use page_alloc::fuzz_entry::{beton_read, open_and_read, open_and_read_resealed};
-use page_alloc::{Error, PageReader, PageWriter, Schema, Value, WriterOptions, verify};
+use page_alloc::{
+    Error, PageReader, PageWriter, Schema, Value, WriterOptions, verify, verify_with,
+};
 use tensor_core::DType;
 
 fn sample_file() -> Vec<u8> {
@@ -39,6 +41,69 @@ fn bit_flips_in_header_tables_and_footer_are_errors() {
             assert!(err.is_bad_file(), "flip at {at}: {err}");
         }
     }
+}
+
+/// `verify_with` asks for every byte of the pages and the padding before
+/// it reads it, holds each range only while it checks it, finds what
+/// `verify` finds, and names a range it could not get as an `io` problem.
+#[test]
+fn verify_with_holds_each_range_while_it_checks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = sample_file();
+    let data_offset = u64_at(&good, 40);
+    let meta = meta_offset(&good) as u64;
+    let path = dir.path().join("held.pages");
+    std::fs::write(&path, &good).unwrap();
+
+    let live = std::cell::Cell::new(0usize);
+    struct Guard<'a>(&'a std::cell::Cell<usize>);
+    impl Drop for Guard<'_> {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() - 1);
+        }
+    }
+    let mut asked: Vec<std::ops::Range<u64>> = Vec::new();
+    let problems = verify_with(&path, |r| {
+        assert_eq!(live.get(), 0, "{r:?} asked for while another range is held");
+        live.set(1);
+        asked.push(r);
+        Ok(Guard(&live))
+    });
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(live.get(), 0);
+    // Every byte from the data's start to the tables was asked for.
+    asked.sort_by_key(|r| r.start);
+    let mut covered = data_offset;
+    for r in asked
+        .iter()
+        .filter(|r| r.start >= data_offset && !r.is_empty())
+    {
+        assert!(
+            r.start <= covered,
+            "bytes {covered}..{} never asked for",
+            r.start
+        );
+        covered = covered.max(r.end);
+    }
+    assert_eq!(covered, meta);
+
+    let mut bad = good.clone();
+    bad[data_offset as usize + 1] ^= 1;
+    std::fs::write(&path, &bad).unwrap();
+    assert_eq!(verify_with(&path, |_| Ok(())), verify(&path));
+    assert!(!verify(&path).is_empty());
+
+    std::fs::write(&path, &good).unwrap();
+    let failed = verify_with(&path, |r| match r.start >= data_offset {
+        true => Err(std::io::Error::other("the bucket said no")),
+        false => Ok(()),
+    });
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    let text = failed[0].to_string();
+    assert!(
+        text.contains("held.pages") && text.contains("the bucket said no"),
+        "{text}"
+    );
 }
 
 #[test]

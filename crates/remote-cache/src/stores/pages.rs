@@ -144,6 +144,20 @@ impl RemotePages {
         Ok(Some(lease))
     }
 
+    /// Makes bytes `range` of the file local and keeps them so until the
+    /// returned lease drops: a whole-file check (`page_alloc::verify_with`)
+    /// holds one run at a time, so it stays within the tier's budget.
+    /// `None` for a file not read through the tier, or an empty range.
+    pub fn lease_bytes(&self, range: Range<u64>) -> Result<Option<Lease>> {
+        let Some(object) = &self.object else {
+            return Ok(None);
+        };
+        if range.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(object.lease(std::slice::from_ref(&range))?))
+    }
+
     /// Makes the pages of samples `indices` local: a
     /// [`lease_samples`](Self::lease_samples) dropped at once, so the
     /// pages may be freed again as soon as it returns (on a file larger
