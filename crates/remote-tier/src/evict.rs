@@ -38,7 +38,7 @@ use crate::format::BlockMap;
 use crate::local::{EvictReport, Found, LegacyPin, LocalDir};
 use crate::pins;
 use crate::state::{PAGE, Reservation, Stat, units};
-use crate::victims::{Admit, Candidate, choose};
+use crate::victims::{Admit, Candidate, NEVER, choose};
 use crate::{Error, Result};
 
 impl Inner {
@@ -215,7 +215,9 @@ impl LocalDir {
                     block: Some(b),
                     bytes: units(r),
                     last_use: clocks.get(b as usize).copied().unwrap_or(0),
-                    next_use: plans.distance(&key, b),
+                    next_use: plans
+                        .distance(&key, b)
+                        .or(planned.contains(key.as_str()).then_some(NEVER)),
                     protected: !aligned || held.leased(&key, b),
                 });
             }

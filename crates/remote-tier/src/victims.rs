@@ -10,7 +10,10 @@
 //! 2. blocks no live plan reads again, least recently used first;
 //! 3. what a plan reads again, the farthest next use first (Belady's
 //!    rule: with the order of the epoch known, evicting the block needed
-//!    furthest ahead fetches the fewest blocks again).
+//!    furthest ahead fetches the fewest blocks again). First in it come
+//!    the blocks of an object a live plan reads that the plan does not
+//!    read within the two epochs it covers ([`NEVER`]): known idle, not
+//!    merely unknown.
 //!
 //! A read that must make room may take any of them. A prefetch may take
 //! whole idle copies and planned candidates needed strictly later than
@@ -38,6 +41,17 @@ pub(crate) struct Candidate {
     /// Never chosen: a leased block, an object a reader takes whole, a
     /// block that cannot be punched.
     pub(crate) protected: bool,
+}
+
+/// The next use of a block of an object some live plan reads, when no
+/// plan reads that block within the epochs it covers: the farthest there
+/// is, so a prefetch may take it (an unplanned block of an open object it
+/// may not: without a plan nothing says it is idle).
+pub(crate) const NEVER: u64 = u64::MAX;
+
+/// Whether no live plan reads `c` within the epochs it covers.
+fn unplanned(c: &Candidate) -> bool {
+    c.next_use.is_none_or(|d| d == NEVER)
 }
 
 /// Why room is made.
@@ -102,7 +116,7 @@ pub(crate) fn choose(cands: &[Candidate], need: u64, extra: u64, admit: Admit) -
         return chosen;
     }
     for (_, _, i) in order {
-        if freed >= need && (cands[i].next_use.is_some() || freed >= need.saturating_add(extra)) {
+        if freed >= need && (!unplanned(&cands[i]) || freed >= need.saturating_add(extra)) {
             break;
         }
         freed = freed.saturating_add(cands[i].bytes);
@@ -123,7 +137,7 @@ mod tests {
             proptest::option::of(0u64..6),
             1u64..100,
             0u64..20,
-            proptest::option::of(0u64..20),
+            proptest::option::of(prop_oneof![0u64..20, Just(NEVER)]),
             proptest::bool::weighted(0.2),
         )
             .prop_map(
@@ -211,14 +225,14 @@ mod tests {
                 // Past `need`, only unplanned candidates, up to `need + extra`.
                 prop_assert!(
                     before_last < need
-                        || (last.next_use.is_none() && before_last < need + extra),
+                        || (unplanned(last) && before_last < need + extra),
                     "took more than needed"
                 );
                 // It stops early only at a planned candidate or the slack's end.
                 if let Some(&next) = full.get(chosen.len()) {
                     prop_assert!(
                         freed < need
-                            || cands[next].next_use.is_some()
+                            || !unplanned(&cands[next])
                             || freed >= need + extra,
                         "left unplanned slack behind"
                     );

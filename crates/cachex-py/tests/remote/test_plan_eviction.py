@@ -8,6 +8,7 @@ not fit and is ``None`` for a local file."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +63,7 @@ def check(batch: dict) -> None:
     assert np.array_equal(batch["x"], np.repeat(i.astype(np.float32)[:, None], DIM, axis=1))
 
 
-def test_the_plan_record_lives_for_the_iteration_and_moves_with_it(s3):
+def test_the_plan_record_moves_with_the_iteration_and_stays_until_the_next(s3):
     url = s3.url("plan/data.pages")
     write_pages(url, **s3.tier("writer"))
     tier = reader_tier(s3)
@@ -80,13 +81,28 @@ def test_the_plan_record_lives_for_the_iteration_and_moves_with_it(s3):
             first = record
         assert record == first, "one record for the whole iteration"
     assert len(seen) == len(it) > 3
-    assert plans(tier) == [], "removed at the end"
-    # An iteration left half-way removes its record too.
+    # Kept past the iteration, at its end: its next-epoch part covers the
+    # reads until the next iteration registers its own, which replaces it.
+    assert plans(tier) == [first] and progress(first) == len(it)
+    it.set_epoch(1)
     stopped = iter(it)
     check(next(stopped))
-    assert len(plans(tier)) == 1
-    stopped.close()
-    assert plans(tier) == []
+    (second,) = plans(tier)
+    assert second != first and progress(second) == 0
+    stopped.close()  # left half-way: kept too
+    assert plans(tier) == [second]
+    # A generator of the first iteration resumed after the second began
+    # finds its plan gone and reads on without it.
+    again = iter(it)
+    check(next(again))
+    (third,) = plans(tier)
+    third_gen = iter(it)
+    check(next(third_gen))
+    assert plans(tier) != [third]
+    check(next(again))
+    del again, third_gen, stopped, it
+    gc.collect()
+    assert plans(tier) == [], "removed with the iterable"
 
 
 def test_plan_eviction_false_registers_nothing(s3):

@@ -104,6 +104,7 @@ from __future__ import annotations
 import operator
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -911,6 +912,11 @@ def _worker_ring(config: Any, worker: int, dataset: Any, batch_size: int) -> Any
     return worker_ring(config, worker, dataset, batch_size)
 
 
+#: The plan each iterable's workers registered last, by worker (see
+#: ``IterableBatches._keep_plan``); an entry goes with its iterable.
+_KEPT_PLANS: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
+
+
 class IterableBatches(_IterableBase, _Planned):
     """Batches of a map-style dataset in the order of a :class:`SamplingPlan`:
     batch ``j`` of a rank is its slice of global batch ``j``.
@@ -949,12 +955,13 @@ class IterableBatches(_IterableBase, _Planned):
     plan_eviction
         For a dataset read through a local tier (a :class:`PageDataset` on
         a URL): each iteration registers the batches this worker reads in
-        this epoch and the next with the tier (``dataset.set_plan``), moves
-        the plan forward after every batch and removes it when the
-        iteration ends, so the tier evicts the pages needed furthest ahead
-        first and keeps the nearest (every process of the machine shares
-        the tier and sees every rank's plan). ``False`` registers nothing:
-        the tier evicts the least recently used pages.
+        this epoch and the next with the tier (``dataset.set_plan``) and
+        moves the plan forward after every batch, so the tier evicts the
+        pages needed furthest ahead first and keeps the nearest (every
+        process of the machine shares the tier and sees every rank's
+        plan). A plan stays registered after its iteration, until the next
+        one registers its own or this object goes. ``False`` registers
+        nothing: the tier evicts the least recently used pages.
     """
 
     def __init__(
@@ -1074,6 +1081,20 @@ class IterableBatches(_IterableBase, _Planned):
         samples = np.concatenate(parts).astype(np.int64, copy=False)
         return set_plan(samples, np.concatenate(positions), length)
 
+    def _keep_plan(self, worker: int, handle: Any) -> None:
+        """Keeps worker ``worker``'s new plan ``handle`` and removes the one
+        it registered before. A plan outlives its iteration: its part of
+        the next epoch tells the tier what this worker reads next until
+        the next iteration registers its own (between the two, the other
+        ranks' plans alone would leave those pages unclaimed, and the
+        first to be freed). It goes with this object."""
+        kept = _KEPT_PLANS.setdefault(self, {})
+        previous = kept.pop(worker, None)
+        if handle is not None:
+            kept[worker] = handle
+        if previous is not None:
+            previous.close()
+
     def __iter__(self) -> Iterator[Any]:
         info = _worker_info()
         worker, workers = (0, 0) if info is None else (info.id, info.num_workers)
@@ -1081,11 +1102,8 @@ class IterableBatches(_IterableBase, _Planned):
         if info is None:
             self._steps = 0
         handle = self._register_plan(deal, worker)
-        try:
-            yield from self._batches(deal, worker, handle, counted=info is None)
-        finally:
-            if handle is not None:
-                handle.close()
+        self._keep_plan(worker, handle)
+        yield from self._batches(deal, worker, handle, counted=info is None)
 
     def _batches(self, deal: Deal, worker: int, handle: Any, counted: bool) -> Iterator[Any]:
         """The batches (items when ``batch_size`` is ``None``) of worker
@@ -1099,7 +1117,7 @@ class IterableBatches(_IterableBase, _Planned):
                 if counted:
                     self._steps += 1
                 yield ds.item(int(indices[0]))
-                if handle is not None:
+                if handle is not None and not handle.closed:
                     handle.advance(j + 1)
             return
         reuse = self.reuse_buffers and counted and hasattr(ds, "empty_batch")
@@ -1119,7 +1137,7 @@ class IterableBatches(_IterableBase, _Planned):
             if counted:
                 self._steps += 1
             yield batch
-            if handle is not None:
+            if handle is not None and not handle.closed:
                 handle.advance(j + 1)
 
 

@@ -179,6 +179,7 @@ class ThreadedLoader(_PlanLoader):
         self._fill = fill
         self.steps = 0
         handle = planned._register_plan(deal, 0)
+        planned._keep_plan(0, handle)
         try:
             while (got := fill.next_batch(self.timeout)) is not None:
                 slot, rows = got
@@ -195,11 +196,9 @@ class ThreadedLoader(_PlanLoader):
                 # step resumes with the next one.
                 self.steps += 1
                 yield batch
-                if handle is not None:
+                if handle is not None and not handle.closed:
                     handle.advance(self.steps)
         finally:
-            if handle is not None:
-                handle.close()
             fill.close()
 
     def close(self, timeout: float = 10.0) -> bool:
