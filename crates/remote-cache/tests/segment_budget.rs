@@ -127,6 +127,26 @@ fn read_checked(store: &RemoteSegments, batch: &[usize], who: &str) {
     let (got, missing) = store.get_batch(&keys).unwrap();
     assert!(missing.is_empty(), "{who}: {missing:?} missing");
     for (&i, v) in batch.iter().zip(&got) {
+        if v.as_ref() != Some(&record(i)) {
+            let want = record(i);
+            if let (Some(Value::Tensor(g)), Value::Tensor(w)) = (v.as_ref(), &want) {
+                let (g, w) = (g.as_slice::<f32>().unwrap(), w.as_slice::<f32>().unwrap());
+                let bad: Vec<usize> = (0..g.len().min(w.len()))
+                    .filter(|&k| g[k] != w[k])
+                    .collect();
+                eprintln!(
+                    "DEBUG {who} record {i}: len {} vs {}, {} bad from {:?} to {:?}, got {:?}",
+                    g.len(),
+                    w.len(),
+                    bad.len(),
+                    bad.first(),
+                    bad.last(),
+                    bad.first().map(|&k| g[k])
+                );
+            } else {
+                eprintln!("DEBUG {who} record {i}: {:?}", v.as_ref().map(|_| "other"));
+            }
+        }
         assert_eq!(v.as_ref(), Some(&record(i)), "{who}: record {i}");
     }
 }
