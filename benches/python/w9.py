@@ -259,6 +259,8 @@ def open_node(config: dict[str, Any], line: dict[str, Any], k: int, budget: int)
             tier_dir=tier,
             tier_budget=budget,
             storage_options=config["storage_options"],
+            # Records come from the tier every epoch, not from memory.
+            lru_bytes=0,
         )
     else:
         ds = PageDataset(

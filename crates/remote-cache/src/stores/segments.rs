@@ -114,6 +114,9 @@ fn whole_segment(
     Ok(Some((file, Box::new(AssertUnwindSafe(copy)))))
 }
 
+/// Keys a unit of a [`RemoteSegments::prefetch`] of rows reads at once.
+const WARM_KEYS: usize = 16;
+
 /// A segment of which one call reads a sixteenth of the rows, or of
 /// which a sixteenth of the blocks were fetched, is read whole.
 const WHOLE_AT: usize = 16;
@@ -328,20 +331,32 @@ impl RemoteSegments {
         }
     }
 
-    /// Starts fetching the segments that hold `keys` into the local tier
-    /// in the background, all of each, verified, in the order the keys
-    /// first need them (the next epoch's), up to the tier's parallelism at
-    /// once and at most the tier's budget of bytes; returns at once. A key
-    /// of a segment that arrived is read with no request (from its blocks
-    /// in the tier); one read before its segment arrives is read through
-    /// byte ranges as usual, or waits for the segment where the store may
-    /// map it (see the type's docs). The blocks fetched are the tier's to
-    /// evict like any other: nothing stays pinned once fetched. Nothing to
-    /// do for a local cache, or for segments already whole here.
+    /// Starts fetching what `keys` need into the local tier in the
+    /// background, in the order the keys first need it (the next epoch's,
+    /// the next batch's), up to the tier's parallelism at once and at most
+    /// the tier's budget of bytes; returns at once. Where the store may
+    /// map its segments (every linked segment fits the budget, see the
+    /// type's docs) that is the segments that hold `keys`, all of each,
+    /// verified: a key of a segment that arrived is read with no request,
+    /// and one read while its segment is on its way waits for it. Beyond
+    /// that, only the blocks of the keys' rows (and each segment's footer
+    /// and batch metadata), read as [`get_batch`](Self::get_batch) reads
+    /// them, 16 keys at a time: a whole segment for a key or
+    /// two would evict what the next reads need. Either way the blocks
+    /// fetched are the tier's to evict like any other: nothing stays
+    /// pinned once fetched. Nothing to do for a local cache, or for
+    /// segments already whole here.
     pub fn prefetch<K: AsRef<str>>(&self, keys: &[K]) -> WarmingSet {
         let Some(remote) = &self.remote else {
             return WarmingSet::default();
         };
+        let src = Fetched {
+            remote,
+            coming: &self.coming,
+        };
+        if !src.leased_fit() {
+            return self.warm_rows(remote, keys);
+        }
         let files: Vec<(String, RemoteFile)> = self
             .store
             .segment_files_of(keys)
@@ -370,9 +385,48 @@ impl RemoteSegments {
             // whole.
             let fetched = (0..linked.len())
                 .step_by(chunk as usize)
-                .try_for_each(|at| linked.ensure_exact(&[at..(at + chunk).min(linked.len())]));
+                .try_for_each(|at| {
+                    let run = at..(at + chunk).min(linked.len());
+                    linked.ensure_exact(std::slice::from_ref(&run))
+                });
             coming.set().remove(rel);
             fetched.map(|()| true)
+        };
+        let bytes = move |i: u64| sizes.get(i as usize).copied().unwrap_or(0);
+        Warming::all(vec![Warming::start(order, budget, workers, bytes, fetch)])
+    }
+
+    /// [`prefetch`](Self::prefetch) of the rows of `keys` only: their
+    /// blocks read through the store's ranged path, [`WARM_KEYS`] keys a
+    /// unit, the records dropped.
+    fn warm_rows<K: AsRef<str>>(&self, remote: &Arc<RemoteDir>, keys: &[K]) -> WarmingSet {
+        let chunks: Vec<Vec<String>> = keys
+            .chunks(WARM_KEYS)
+            .map(|c| c.iter().map(|k| k.as_ref().to_string()).collect())
+            .collect();
+        let config = remote.tier().config();
+        let (budget, workers) = (config.tier_budget, config.parallelism.max(1));
+        // A unit's bytes, for the budget: its keys' share of the segments.
+        let per_key = remote.leased_bytes() / self.store.len().max(1) as u64;
+        let sizes: Vec<u64> = chunks.iter().map(|c| c.len() as u64 * per_key).collect();
+        let (store, remote, coming) = (
+            Arc::clone(&self.store),
+            Arc::clone(remote),
+            Arc::clone(&self.coming),
+        );
+        let order: Vec<u64> = (0..chunks.len() as u64).collect();
+        let fetch = move |i: u64| -> remote_tier::Result<bool> {
+            let Some(keys) = chunks.get(i as usize) else {
+                return Ok(false);
+            };
+            let src = Fetched {
+                remote: &remote,
+                coming: &coming,
+            };
+            store
+                .get_batch_ranged(keys, &src)
+                .map(|_| true)
+                .map_err(|e| remote_tier::Error::Runtime(e.to_string()))
         };
         let bytes = move |i: u64| sizes.get(i as usize).copied().unwrap_or(0);
         Warming::all(vec![Warming::start(order, budget, workers, bytes, fetch)])
