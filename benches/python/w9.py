@@ -440,11 +440,13 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
     by = {
         (s["nodes"], s["policy"], s["budget_frac"]): s for s in summaries if s["store"] == "pages"
     }
-    if records:
-        worst = max(records, key=lambda r: r["max_physical"] / max(r["bound"], 1))
+
+    def within_bound(name: str, recs: list[dict[str, Any]], **kw: Any) -> None:
+        """The largest ``max_physical`` over its ``bound`` among ``recs``."""
+        worst = max(recs, key=lambda r: r["max_physical"] / max(r["bound"], 1))
         ratio = worst["max_physical"] / max(worst["bound"], 1)
         goal(
-            "allocated_within_budget",
+            name,
             ratio,
             1.0,
             ratio <= 1.0,
@@ -452,7 +454,11 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
             max_physical=worst["max_physical"],
             bound=worst["bound"],
             budget=worst["budget"],
+            **kw,
         )
+
+    if records:
+        within_bound("allocated_within_budget", records)
     for (m, policy, b), s in sorted(by.items()):
         if m != 1 or policy != "plan":
             continue
@@ -500,19 +506,7 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
         goal("throughput_vs_lru", ratio, 1.0, ratio >= 1.0, policy=policy, nodes=m, budget_frac=b)
     seg = [r for r in records if r["store"] == "segments"]
     if seg:
-        worst = max(seg, key=lambda r: r["max_physical"] / max(r["bound"], 1))
-        ratio = worst["max_physical"] / max(worst["bound"], 1)
-        goal(
-            "segment_store_within_budget",
-            ratio,
-            1.0,
-            ratio <= 1.0,
-            measured=True,
-            worst_line=worst["line"],
-            max_physical=worst["max_physical"],
-            bound=worst["bound"],
-            budget=worst["budget"],
-        )
+        within_bound("segment_store_within_budget", seg, measured=True)
 
 
 def main(argv: list[str]) -> int:

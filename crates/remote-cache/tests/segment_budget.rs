@@ -20,9 +20,10 @@ use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
-use common::{new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
+use common::{
+    Children, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier, spawn_ready_child,
+};
 use remote_cache::{Location, RemoteSegments};
 use remote_tier::{TierConfig, TierStats};
 use segment_store::Options;
@@ -318,46 +319,6 @@ fn segment_budget_child() {
     assert!(stdin.next().is_none());
 }
 
-/// The readers' processes and their output; each is killed (by its pid)
-/// and waited for if the test ends before they do.
-struct Readers(Vec<(Child, std::io::Lines<BufReader<std::process::ChildStdout>>)>);
-
-impl Drop for Readers {
-    fn drop(&mut self) {
-        for (child, _) in &mut self.0 {
-            if child.try_wait().ok().flatten().is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-}
-
-/// Starts reader `rank`'s process and waits for it to open the store.
-fn spawn_reader(
-    args: &str,
-    rank: usize,
-) -> (Child, std::io::Lines<BufReader<std::process::ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "segment_budget_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, format!("{args}\n{rank}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l == "READY")),
-        "reader {rank} opened the store"
-    );
-    (child, lines)
-}
-
 #[test]
 fn a_segment_store_three_times_the_budget_read_by_three_processes() {
     let Some(endpoint) = s3_endpoint() else {
@@ -367,7 +328,18 @@ fn a_segment_store_three_times_the_budget_read_by_three_processes() {
     let budget = size / 3 / BLOCK * BLOCK;
     let tier_dir = tempfile::tempdir().unwrap();
     let args = format!("{endpoint}\n{url}\n{}\n{budget}", tier_dir.path().display());
-    let mut readers = Readers((0..READERS).map(|r| spawn_reader(&args, r)).collect());
+    let mut readers = Children(
+        (0..READERS)
+            .map(|r| {
+                spawn_ready_child(
+                    "segment_budget_child",
+                    CHILD,
+                    format!("{args}\n{r}"),
+                    &format!("reader {r}"),
+                )
+            })
+            .collect(),
+    );
     let bound = budget + runs(READERS);
     let batches_per_pass = batches(0, 0, READERS).len();
     let (mut most_counted, mut most_data) = (0u64, 0u64);
