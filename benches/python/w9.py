@@ -32,6 +32,14 @@ less the blocks a reader keeps for its life (header and tables, F); B' =
 budget - bytes(F); floor = bytes(S) - min(B', bytes(S ∩ blocks the node
 read in earlier epochs)); in epoch 0, plus bytes(F) (the open fetches it).
 
+The same samples in a segment store (``config["segments"]``: each
+``sample_<i>`` a ``{"blob": bytes}`` record) make the lines whose ``store``
+is ``segments``: one ``cachex.torch.SegmentDataset`` per node, read the same
+way (a segment dataset registers no plan: ``lru`` lines only). Their
+floor is counted in samples' bytes: bytes(S) - min(budget, bytes(S ∩ the
+samples the node read in earlier epochs)), and their ``bound`` allows one
+batch's rows per rank (each leased while it is read) beside the budget.
+
 Then a ``line`` line per line (epochs after the first: fetched and floor
 per epoch over D, the largest ``max_physical`` over the budget, samples/s)
 and a ``goal`` line per goal, with the measured ``value``, its
@@ -56,7 +64,7 @@ from typing import Any
 import numpy as np
 
 import cachex
-from cachex.torch import IterableBatches, PageDataset
+from cachex.torch import IterableBatches, PageDataset, SegmentDataset
 
 #: Counters of ``cachex.tier_stats`` whose per-epoch deltas each line reports.
 DELTAS = ("fetched_bytes", "get_requests", "evicted_bytes", "punched_blocks", "over_budget")
@@ -148,6 +156,18 @@ class Layout:
     def bytes_of(self, blocks: np.ndarray) -> int:
         return int(self.block_bytes[blocks].sum())
 
+    def floor(
+        self, samples: np.ndarray, seen: np.ndarray, budget: int, epoch: int
+    ) -> tuple[int, np.ndarray]:
+        """The floor of an epoch reading ``samples`` after the blocks ``seen``
+        (empty: none), and the blocks seen after it."""
+        wanted = self.blocks(samples) & ~self.fixed
+        seen = seen if len(seen) else np.zeros_like(wanted)
+        fixed_bytes = self.bytes_of(self.fixed)
+        kept = min(max(budget - fixed_bytes, 0), self.bytes_of(wanted & seen))
+        floor = self.bytes_of(wanted) - kept + (fixed_bytes if epoch == 0 else 0)
+        return floor, seen | wanted
+
     def check(self, indices: np.ndarray, batch: dict[str, Any], where: str) -> int:
         """Checks a batch against the checksums; the bytes it held."""
         lengths = np.asarray(batch["blob_lengths"], dtype=np.int64)
@@ -165,6 +185,46 @@ class Layout:
 
 
 @dataclass
+class SegmentLayout:
+    """The segment store's samples: each one's checksum and length."""
+
+    sums: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def load(cls, segments: dict[str, Any]) -> SegmentLayout:
+        table = np.fromfile(segments["layout"], dtype="<u8").reshape(-1, 2)
+        return cls(sums=table[:, 0], lengths=table[:, 1].astype(np.int64))
+
+    def floor(
+        self, samples: np.ndarray, seen: np.ndarray, budget: int, epoch: int
+    ) -> tuple[int, np.ndarray]:
+        """The floor in samples' bytes (see the module docs), and the
+        samples seen after this epoch."""
+        wanted = np.zeros(len(self.lengths), dtype=bool)
+        wanted[samples] = True
+        seen = seen if len(seen) else np.zeros_like(wanted)
+        kept = min(budget, int(self.lengths[wanted & seen].sum()))
+        return int(self.lengths[wanted].sum()) - kept, seen | wanted
+
+    def check(self, indices: np.ndarray, batch: dict[str, Any], where: str) -> int:
+        """Checks a batch (``blob``: a list of bytes) against the checksums;
+        the bytes it held."""
+        blobs = batch["blob"]
+        lengths = np.array([len(b) for b in blobs], dtype=np.int64)
+        if not np.array_equal(lengths, self.lengths[indices]):
+            raise WrongValueError(f"{where}: lengths {lengths} != {self.lengths[indices]}")
+        sums = np.array(
+            [np.frombuffer(b, dtype=np.uint8).sum(dtype=np.uint64) for b in blobs], dtype=np.uint64
+        )
+        bad = np.flatnonzero(sums != self.sums[indices])
+        if len(bad):
+            i = int(indices[bad[0]])
+            raise WrongValueError(f"{where}: sample {i} sums to {sums[bad[0]]}, not {self.sums[i]}")
+        return int(lengths.sum())
+
+
+@dataclass
 class Node:
     """One simulated node: its tier, its dataset and its ranks' iterables."""
 
@@ -172,7 +232,7 @@ class Node:
     dataset: Any
     ranks: list[tuple[int, Any]]
     before: dict[str, int]
-    seen: np.ndarray  # blocks read in earlier epochs
+    seen: np.ndarray  # blocks (samples, for a segment store) read in earlier epochs
     last_samples: np.ndarray | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     max_counted: int = 0
@@ -192,13 +252,24 @@ def open_node(config: dict[str, Any], line: dict[str, Any], k: int, budget: int)
     tier = Path(config["root"]) / line["name"] / f"node{k}"
     tier.mkdir(parents=True, exist_ok=True)
     before = tier_stats(tier)
-    ds = PageDataset(
-        config["url"],
-        fields=["blob"],
-        tier_dir=tier,
-        tier_budget=budget,
-        storage_options=config["storage_options"],
-    )
+    if line["store"] == "segments":
+        ds: Any = SegmentDataset(
+            config["segments"]["url"],
+            [f"sample_{i}" for i in range(int(config["samples"]))],
+            tier_dir=tier,
+            tier_budget=budget,
+            storage_options=config["storage_options"],
+            # Records come from the tier every epoch, not from memory.
+            lru_bytes=0,
+        )
+    else:
+        ds = PageDataset(
+            config["url"],
+            fields=["blob"],
+            tier_dir=tier,
+            tier_budget=budget,
+            storage_options=config["storage_options"],
+        )
     m, r = int(line["nodes"]), int(config["ranks"])
     affine = line["affinity"] == "node"
     ranks = []
@@ -220,7 +291,9 @@ def open_node(config: dict[str, Any], line: dict[str, Any], k: int, budget: int)
     return Node(tier, ds, ranks, before, np.zeros(0, dtype=bool))
 
 
-def read_epoch(node: Node, layout: Layout, epoch: int, where: str) -> tuple[int, int, float]:
+def read_epoch(
+    node: Node, layout: Layout | SegmentLayout, epoch: int, where: str
+) -> tuple[int, int, float]:
     """Every rank of ``node`` reads epoch ``epoch`` at once; samples, bytes, seconds."""
     deals = []
     for rank, it in node.ranks:
@@ -254,13 +327,22 @@ def read_epoch(node: Node, layout: Layout, epoch: int, where: str) -> tuple[int,
     return sum(c[0] for c in counts), sum(c[1] for c in counts), secs
 
 
-def run_line(config: dict[str, Any], layout: Layout, line: dict[str, Any]) -> list[dict[str, Any]]:
-    d = int(config["dataset_bytes"])
+def run_line(
+    config: dict[str, Any], layouts: dict[str, Layout | SegmentLayout], line: dict[str, Any]
+) -> list[dict[str, Any]]:
+    store = line["store"]
+    layout = layouts[store]
     m, ranks = int(line["nodes"]), int(config["ranks"])
+    if store == "segments":
+        d = int(config["segments"]["dataset_bytes"])
+        # One batch's rows per reading thread.
+        run = int(config["segments"]["max_run"])
+    else:
+        d = int(config["dataset_bytes"])
+        # One fetch run per reading thread: the blocks of the largest page.
+        run = int(config["max_run"]) + 2 * int(config["block_size"])
     budget = int(float(line["budget_frac"]) * d / m)
-    fixed_bytes = layout.bytes_of(layout.fixed)
-    # One fetch run per reading thread: the blocks of the largest page.
-    bound = budget + ranks * (int(config["max_run"]) + 2 * int(config["block_size"]))
+    bound = budget + ranks * run
     nodes = [open_node(config, line, k, budget) for k in range(m)]
     records = []
     try:
@@ -269,10 +351,7 @@ def run_line(config: dict[str, Any], layout: Layout, line: dict[str, Any]) -> li
                 samples = np.unique(
                     np.concatenate([it.deal().rank_order(rank) for rank, it in node.ranks])
                 )
-                wanted = layout.blocks(samples) & ~layout.fixed
-                seen = node.seen if len(node.seen) else np.zeros_like(wanted)
-                kept = min(max(budget - fixed_bytes, 0), layout.bytes_of(wanted & seen))
-                floor = layout.bytes_of(wanted) - kept + (fixed_bytes if epoch == 0 else 0)
+                floor, seen = layout.floor(samples, node.seen, budget, epoch)
                 overlap = (
                     float(np.isin(samples, node.last_samples).mean())
                     if node.last_samples is not None
@@ -284,10 +363,11 @@ def run_line(config: dict[str, Any], layout: Layout, line: dict[str, Any]) -> li
                 after = tier_stats(node.tier)
                 delta = {c: after[c] - node.before[c] for c in DELTAS}
                 node.before = after
-                node.seen = seen | wanted
+                node.seen = seen
                 node.last_samples = samples
                 rec = {
                     "line": line["name"],
+                    "store": store,
                     "policy": line["policy"],
                     "nodes": m,
                     "budget_frac": line["budget_frac"],
@@ -328,6 +408,7 @@ def summarize(line: dict[str, Any], records: list[dict[str, Any]], d: int) -> di
     overlaps = [r["overlap"] for r in later if r["overlap"] is not None]
     summary = {
         "line": line["name"],
+        "store": line["store"],
         "policy": line["policy"],
         "nodes": line["nodes"],
         "budget_frac": line["budget_frac"],
@@ -356,12 +437,16 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
         # `threshold`, not `limit`: a runner line's `limit` names a machine limit.
         emit("goal", goal=name, value=value, threshold=threshold, met=met, n=0, secs=0.0, **kw)
 
-    by = {(s["nodes"], s["policy"], s["budget_frac"]): s for s in summaries}
-    if records:
-        worst = max(records, key=lambda r: r["max_physical"] / max(r["bound"], 1))
+    by = {
+        (s["nodes"], s["policy"], s["budget_frac"]): s for s in summaries if s["store"] == "pages"
+    }
+
+    def within_bound(name: str, recs: list[dict[str, Any]], **kw: Any) -> None:
+        """The largest ``max_physical`` over its ``bound`` among ``recs``."""
+        worst = max(recs, key=lambda r: r["max_physical"] / max(r["bound"], 1))
         ratio = worst["max_physical"] / max(worst["bound"], 1)
         goal(
-            "allocated_within_budget",
+            name,
             ratio,
             1.0,
             ratio <= 1.0,
@@ -369,7 +454,11 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
             max_physical=worst["max_physical"],
             bound=worst["bound"],
             budget=worst["budget"],
+            **kw,
         )
+
+    if records:
+        within_bound("allocated_within_budget", records)
     for (m, policy, b), s in sorted(by.items()):
         if m != 1 or policy != "plan":
             continue
@@ -415,15 +504,9 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
             continue
         ratio = s["samples_per_s_all"] / max(lru["samples_per_s_all"], 1e-9)
         goal("throughput_vs_lru", ratio, 1.0, ratio >= 1.0, policy=policy, nodes=m, budget_frac=b)
-    goal(
-        "segment_store",
-        None,
-        None,
-        None,
-        measured=False,
-        why="its linked segments stay whole-pinned for the store's life (design B2 not built): "
-        "the budget cannot bound them, so W9 has no segment-store line",
-    )
+    seg = [r for r in records if r["store"] == "segments"]
+    if seg:
+        within_bound("segment_store_within_budget", seg, measured=True)
 
 
 def main(argv: list[str]) -> int:
@@ -433,7 +516,10 @@ def main(argv: list[str]) -> int:
     only = {n for n in os.environ.get("W9_LINES", "").split(",") if n}
     if only:
         config["lines"] = [line for line in config["lines"] if line["name"] in only]
-    layout = Layout.load(config)
+    layouts: dict[str, Layout | SegmentLayout] = {
+        "pages": Layout.load(config),
+        "segments": SegmentLayout.load(config["segments"]),
+    }
     d = int(config["dataset_bytes"])
     progress(
         f"{config['server']}: {config['samples']} samples, {d / 1e6:.1f} MB, "
@@ -443,9 +529,10 @@ def main(argv: list[str]) -> int:
     try:
         for line in config["lines"]:
             start = time.perf_counter()
-            recs = run_line(config, layout, line)
+            recs = run_line(config, layouts, line)
             records += recs
-            s = summarize(line, recs, d)
+            dl = int(config["segments"]["dataset_bytes"]) if line["store"] == "segments" else d
+            s = summarize(line, recs, dl)
             summaries.append(s)
             progress(
                 f"{line['name']}: epochs >= 1 fetched {s['fetched_per_epoch_ratio']:.3f} D/epoch "

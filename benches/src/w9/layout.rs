@@ -107,3 +107,82 @@ pub(super) fn write(
         layout,
     })
 }
+
+/// The segment store's name in the bucket (beside the page file's).
+pub(super) const SEGMENT_STORE: &str = "w9seg";
+
+/// One server's W9 segment store: where it is read from and its size.
+pub(super) struct Segments {
+    /// `s3://bucket/w9seg`.
+    pub(super) url: String,
+    /// The segments' bytes (the dataset's size, D).
+    pub(super) bytes: u64,
+    /// The largest sample in bytes.
+    pub(super) max_sample: u64,
+    /// `(checksum, length)` of every sample, as little-endian u64s.
+    pub(super) layout: PathBuf,
+}
+
+/// Writes the same `n` samples of `seed` as [`write`] into a segment store
+/// (`sample_<i>` → `{"blob": bytes}`, `per_segment` to a segment) in
+/// `scratch`, publishes it to `bucket/w9seg` on `server`, and writes the
+/// layout beside.
+pub(super) fn write_segments(
+    server: &Server,
+    bucket: &str,
+    scratch: &Path,
+    n: usize,
+    seed: u64,
+    per_segment: usize,
+) -> Result<Segments, RunError> {
+    let (read_url, url, options) = server.urls(bucket, SEGMENT_STORE);
+    let local = scratch.join("local-segments");
+    std::fs::create_dir_all(&local).map_err(err)?;
+    let store_options = segment_store::Options {
+        flush_every: per_segment,
+        ..segment_store::Options::default()
+    };
+    let store = segment_store::SegmentStore::open(&local, store_options).map_err(err)?;
+    let layout = scratch.join("segments-layout.u64");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&layout).map_err(err)?);
+    let mut max_sample = 0;
+    for start in (0..n).step_by(per_segment) {
+        let mut batch = Vec::with_capacity(per_segment);
+        for i in start..(start + per_segment).min(n) {
+            let b = sample_bytes(seed, i);
+            max_sample = max_sample.max(b.len() as u64);
+            for v in [checksum(&b), b.len() as u64] {
+                out.write_all(&v.to_le_bytes()).map_err(err)?;
+            }
+            let record = tensor_core::Value::dict([("blob", tensor_core::Value::blob(b))]);
+            batch.push((format!("sample_{i}"), record));
+        }
+        store.put_batch(&batch).map_err(err)?;
+    }
+    store.flush().map_err(err)?;
+    drop(store);
+    out.flush().map_err(err)?;
+    let bytes = std::fs::read_dir(local.join("segments"))
+        .map_err(err)?
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "arrow"))
+        .map(|e| e.metadata().map_or(0, |m| m.len()))
+        .sum();
+
+    let (object_store, prefix) = build_store(&url, options).map_err(err)?;
+    let config = TierConfig::new(scratch.join("publish-tier-segments"), 1 << 40);
+    let tier = RemoteTier::with_store(object_store, prefix, &url, config).map_err(err)?;
+    let remote = RemoteDir::open(tier, &local, StoreFiles::for_kind(StoreKind::SegmentStore))
+        .map_err(err)?;
+    remote.publish().map_err(err)?;
+    drop(remote);
+    server.settle(bucket, SEGMENT_STORE)?;
+    let _ = std::fs::remove_dir_all(&local);
+    let _ = std::fs::remove_dir_all(scratch.join("publish-tier-segments"));
+    Ok(Segments {
+        url: read_url,
+        bytes,
+        max_sample,
+        layout,
+    })
+}

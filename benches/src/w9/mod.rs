@@ -19,6 +19,12 @@
 //! - moto (which loads the whole object for every ranged GET): N / 16
 //!   samples, 64 KiB pages, 16 KiB blocks, the budget 0.5 only, M = 1
 //!   `lru` and `plan`, M = 4 `plan` and `affine_f0` (4 lines).
+//!
+//! The same samples also go into a segment store (`sample_<i>` →
+//! `{"blob": bytes}`, a twelfth of them to a segment), published beside
+//! the page file and read through `cachex.torch.SegmentDataset`: M = 1
+//! `lru` at budgets 0.5 and 1.1 of the store on s3s-fs, 0.5 on moto (a
+//! segment dataset registers no plan, so there is no `plan` line).
 
 mod layout;
 
@@ -39,6 +45,8 @@ const RANKS: usize = 2;
 const BATCH: usize = 16;
 /// Nodes of the multi-node lines.
 const NODES: usize = 4;
+/// Segments of the segment store.
+const SEGMENTS: usize = 12;
 /// Budgets, as fractions of a node's share of the dataset.
 const BUDGETS: [f64; 5] = [0.25, 0.5, 0.75, 0.9, 1.1];
 
@@ -46,9 +54,11 @@ fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> RunError {
     RunError::store("w9", e)
 }
 
-/// One line of the matrix: how many nodes, how they read and evict, and
-/// the budget.
+/// One line of the matrix: which store, how many nodes, how they read
+/// and evict, and the budget.
 struct LineSpec {
+    /// `pages` or `segments`.
+    store: &'static str,
     nodes: usize,
     /// `lru`, `plan`, `affine_f0` or `affine_f0.1`.
     policy: &'static str,
@@ -63,8 +73,13 @@ impl LineSpec {
             "affine_f0" => ("node", 0.0, true),
             _ => ("node", 0.1, true),
         };
+        let prefix = match self.store {
+            "segments" => "seg_",
+            _ => "",
+        };
         json!({
-            "name": format!("m{}_{}_b{}", self.nodes, self.policy, self.budget),
+            "name": format!("{prefix}m{}_{}_b{}", self.nodes, self.policy, self.budget),
+            "store": self.store,
             "policy": self.policy,
             "nodes": self.nodes,
             "budget_frac": self.budget,
@@ -86,8 +101,15 @@ struct Setup {
 impl Setup {
     fn of(kind: Kind, n: usize) -> Setup {
         let line = |nodes, policy, budget| LineSpec {
+            store: "pages",
             nodes,
             policy,
+            budget,
+        };
+        let segments = |budget| LineSpec {
+            store: "segments",
+            nodes: 1,
+            policy: "lru",
             budget,
         };
         match kind {
@@ -101,6 +123,7 @@ impl Setup {
                         lines.push(line(NODES, policy, budget));
                     }
                 }
+                lines.extend([segments(0.5), segments(1.1)]);
                 Setup {
                     samples: n,
                     page_size: 256 << 10,
@@ -117,6 +140,7 @@ impl Setup {
                     line(1, "plan", 0.5),
                     line(NODES, "plan", 0.5),
                     line(NODES, "affine_f0", 0.5),
+                    segments(0.5),
                 ],
             },
         }
@@ -147,6 +171,15 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
             setup.page_size,
             setup.block_size,
         )?;
+        progress!("w9: writing and publishing the same samples as a segment store");
+        let segments = layout::write_segments(
+            &server,
+            &bucket,
+            &scratch,
+            setup.samples,
+            ctx.seed,
+            (setup.samples / SEGMENTS).max(1),
+        )?;
         let config = json!({
             "server": kind.name(),
             "url": cache.url,
@@ -168,6 +201,14 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
             "batch": BATCH,
             "seed": ctx.seed,
             "lines": setup.lines.iter().map(LineSpec::to_json).collect::<Vec<_>>(),
+            "segments": {
+                "url": segments.url,
+                "dataset_bytes": segments.bytes,
+                "layout": segments.layout,
+                // One batch's rows per reading thread (each row's blocks
+                // leased while read, and a 4 KiB block either side).
+                "max_run": BATCH as u64 * (segments.max_sample + 2 * (4 << 10)),
+            },
         });
         let config_path = scratch.join("w9.json");
         std::fs::write(&config_path, config.to_string()).map_err(err)?;

@@ -24,7 +24,7 @@ pub struct StoreFiles {
     /// reader links them whatever their size, fetching a block at a time.
     pub block_size: fn(&str, u64) -> Option<u64>,
     /// Files read by blocks whose reader holds a lease on the bytes it
-    /// reads while it reads them (`RemotePages`): linked with
+    /// reads while it reads them (`RemotePages`, `RemoteSegments`): linked with
     /// `remote_tier::RemoteTier::open_leased`, so the tier may free their
     /// other blocks while they are open and a file larger than the budget
     /// stays within it. Any other linked file is kept whole while open.
@@ -64,6 +64,10 @@ fn tier_block_size(_: &str, _: u64) -> Option<u64> {
 }
 
 fn segments_by_blocks(path: &str, _: u64) -> bool {
+    segment_store::format::is_segment_file(path)
+}
+
+fn segments_evict_blocks(path: &str) -> bool {
     segment_store::format::is_segment_file(path)
 }
 
@@ -111,10 +115,13 @@ impl StoreFiles {
     pub fn for_kind(kind: impl Into<Option<StoreKind>>) -> StoreFiles {
         match kind.into() {
             // Segments are read row by row where they are not whole
-            // locally (`RemoteSegments::get_batch`): in small blocks.
+            // locally (`RemoteSegments::get_batch`): in small blocks,
+            // under leases (a store larger than the budget stays within
+            // it; one mapped is made whole for the mapping's life).
             Some(StoreKind::SegmentStore) => StoreFiles {
                 by_blocks: segments_by_blocks,
                 block_size: segment_block_size,
+                evict_blocks: segments_evict_blocks,
                 ..StoreFiles::PLAIN
             },
             Some(StoreKind::ShardStore) | None => StoreFiles {
@@ -165,5 +172,6 @@ mod tests {
         assert_eq!((segments.block_size)(seg, 1), Some(SEGMENT_BLOCK_SIZE));
         assert_eq!((segments.block_size)("schema.json", 1), None);
         assert_eq!((StoreFiles::PLAIN.block_size)(seg, 1), None);
+        assert!((segments.evict_blocks)(seg) && !(segments.evict_blocks)("schema.json"));
     }
 }

@@ -129,14 +129,15 @@ impl RemoteDir {
     /// after another those cost a round trip each. A failed open is left
     /// to [`link`](Self::link), which opens each again and reports it.
     pub(crate) fn open_by_blocks_at_once(&self, c: &Commit) -> Option<Opening> {
-        let wanted: Vec<(String, Arc<BlockHashes>)> = c
+        let wanted: Vec<(String, Arc<BlockHashes>, bool)> = c
             .pieces
             .iter()
             .filter(|p| p.offset == 0 && self.linked(p))
             .filter(|p| (self.files.block_size)(&p.path, p.size).is_some())
             .filter_map(|p| {
                 let hashes = p.blocks.as_ref()?.check(p.size).ok()?;
-                Some((format!("{OBJECTS}/{}", p.blake3), Arc::new(hashes)))
+                let leased = (self.files.evict_blocks)(&p.path);
+                Some((format!("{OBJECTS}/{}", p.blake3), Arc::new(hashes), leased))
             })
             .collect();
         (wanted.len() >= 2).then(|| prefetch::open_in_background(self.tier.clone(), wanted))

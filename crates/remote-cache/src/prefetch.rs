@@ -63,14 +63,19 @@ pub fn fetch_window(tier: &RemoteTier, window: &[(Ahead, u64)]) -> usize {
         .count()
 }
 
-/// Opens each object of `wanted` (name, block list) by blocks through
-/// `tier`, up to the tier's parallelism at once, on a thread of its own;
+/// Opens each object of `wanted` (name, block list, whether its reader
+/// leases what it reads) by blocks through `tier`, leased where its link
+/// will be (so the open keeps none of its blocks from eviction), up to
+/// the tier's parallelism at once, on a thread of its own;
 /// the handles stay open until the returned [`Opening`] is dropped. A
 /// failed open is left to the apply, which opens the object again and
 /// reports it. The handles hold no descriptors (see
 /// [`RemoteFile`]): however many objects, the opens cost the process
 /// none beyond the tier's few.
-pub fn open_in_background(tier: RemoteTier, wanted: Vec<(String, Arc<BlockHashes>)>) -> Opening {
+pub fn open_in_background(
+    tier: RemoteTier,
+    wanted: Vec<(String, Arc<BlockHashes>, bool)>,
+) -> Opening {
     let workers = tier.config().parallelism;
     let stop = Arc::new(AtomicBool::new(false));
     let stopped = Arc::clone(&stop);
@@ -78,11 +83,15 @@ pub fn open_in_background(tier: RemoteTier, wanted: Vec<(String, Arc<BlockHashes
         .name("cachex-open".into())
         .spawn(move || {
             Pool::new(workers)
-                .map(&wanted, |(object, hashes)| {
+                .map(&wanted, |(object, hashes, leased)| {
                     if stopped.load(Ordering::Relaxed) {
                         return None;
                     }
-                    tier.open_by_blocks(object, Arc::clone(hashes)).ok()
+                    let hashes = Arc::clone(hashes);
+                    match leased {
+                        true => tier.open_leased(object, Some(hashes)).ok(),
+                        false => tier.open_by_blocks(object, hashes).ok(),
+                    }
                 })
                 .into_iter()
                 .flatten()

@@ -263,6 +263,9 @@ pub struct RemoteDir {
     /// The files read by blocks as of the last commit applied: what reads
     /// look up.
     view: RwLock<HashMap<String, RemoteFile>>,
+    /// The bytes of the files of `view` read under leases (see
+    /// [`leased_bytes`](RemoteDir::leased_bytes)).
+    leased: AtomicU64,
     /// The last commit applied (as `state.seq`, read without its lock).
     applied: AtomicU64,
     /// Set once this handle found another log at its URL: (the log it
@@ -331,6 +334,7 @@ impl RemoteDir {
                 log_id,
             }),
             view: RwLock::default(),
+            leased: AtomicU64::new(0),
             applied: AtomicU64::new(seq),
             other_log: OnceLock::new(),
             _lock: lock,
@@ -514,6 +518,24 @@ impl RemoteDir {
         self.view().contains_key(path)
     }
 
+    /// The bytes of the linked files read under leases
+    /// ([`StoreFiles::evict_blocks`](crate::StoreFiles::evict_blocks)), as
+    /// of the last commit applied: were all of them whole at once, the
+    /// tier would hold this much of them.
+    pub fn leased_bytes(&self) -> u64 {
+        self.leased.load(Ordering::Acquire)
+    }
+
+    /// Counts [`leased_bytes`](Self::leased_bytes) of `view` anew.
+    fn count_leased(&self, view: &HashMap<String, RemoteFile>) {
+        let bytes = view
+            .values()
+            .filter(|f| f.is_leased())
+            .map(RemoteFile::len)
+            .sum();
+        self.leased.store(bytes, Ordering::Release);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -529,7 +551,10 @@ impl RemoteDir {
     /// Makes what reads see what `state` holds (after an open, or a
     /// commit that failed half-way).
     fn reset_view(&self, state: &State) {
-        *self.view_mut() = state.by_blocks.clone();
+        let mut view = self.view_mut();
+        *view = state.by_blocks.clone();
+        self.count_leased(&view);
+        drop(view);
         self.applied.store(state.seq, Ordering::Release);
     }
 
@@ -560,6 +585,7 @@ impl RemoteDir {
                 None => view.remove(path),
             };
         }
+        self.count_leased(&view);
         drop(view);
         let applied = Applied {
             seq,

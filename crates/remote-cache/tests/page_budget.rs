@@ -19,9 +19,8 @@ use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
-use common::{new_bucket_url, s3_endpoint, s3_options, small_tier};
+use common::{Children, new_bucket_url, s3_endpoint, s3_options, small_tier, spawn_ready_child};
 use page_alloc::{PageWriter, Value, WriterOptions};
 use remote_cache::{Location, RemoteDir, RemotePages};
 use remote_tier::{RemoteTier, TierConfig, TierStats};
@@ -198,46 +197,6 @@ fn page_budget_child() {
     assert!(stdin.next().is_none());
 }
 
-/// The ranks' processes and their output; each is killed (by its pid)
-/// and waited for if the test ends before they do.
-struct Ranks(Vec<(Child, std::io::Lines<BufReader<std::process::ChildStdout>>)>);
-
-impl Drop for Ranks {
-    fn drop(&mut self) {
-        for (child, _) in &mut self.0 {
-            if child.try_wait().ok().flatten().is_none() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-}
-
-/// Starts rank `rank`'s process and waits for it to open the file.
-fn spawn_rank(
-    args: &str,
-    rank: usize,
-) -> (Child, std::io::Lines<BufReader<std::process::ChildStdout>>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "page_budget_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, format!("{args}\n{rank}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|l| l.is_ok_and(|l| l == "READY")),
-        "rank {rank} opened the page file"
-    );
-    (child, lines)
-}
-
 #[test]
 fn a_page_file_three_times_the_budget_read_by_three_ranks_with_plans() {
     let Some(endpoint) = s3_endpoint() else {
@@ -249,7 +208,18 @@ fn a_page_file_three_times_the_budget_read_by_three_ranks_with_plans() {
     let budget = size / 3 / BLOCK * BLOCK;
     let tier_dir = tempfile::tempdir().unwrap();
     let args = format!("{endpoint}\n{url}\n{}\n{budget}", tier_dir.path().display());
-    let mut ranks = Ranks((0..READERS).map(|r| spawn_rank(&args, r)).collect());
+    let mut ranks = Children(
+        (0..READERS)
+            .map(|r| {
+                spawn_ready_child(
+                    "page_budget_child",
+                    CHILD,
+                    format!("{args}\n{r}"),
+                    &format!("rank {r}"),
+                )
+            })
+            .collect(),
+    );
 
     // What the open left counted: the header and tables the readers keep
     // leased, the block map. The rest of the budget can keep pages.

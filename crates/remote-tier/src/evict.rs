@@ -235,9 +235,27 @@ impl LocalDir {
             return Ok(report);
         }
         let _changing = self.state.changing();
+        let freed = self.free(&chosen, &cands, &mut objects, &mut report);
+        // Bumped once every map changed is written (and after a failure
+        // part-way): a reader that saw the new generation reads the new
+        // maps. Bumped before, a reader could take the old map for the
+        // new generation and never look again at the blocks freed since.
         self.state.bump_generation();
+        freed?;
+        Ok(report)
+    }
+
+    /// Frees the candidates `chosen` of `cands`: idle objects removed,
+    /// blocks of open ones punched (see [`punch`](Self::punch)).
+    fn free(
+        &self,
+        chosen: &[usize],
+        cands: &[Candidate],
+        objects: &mut HashMap<String, Object>,
+        report: &mut EvictReport,
+    ) -> Result<()> {
         let mut blocks: HashMap<&str, Vec<u64>> = HashMap::new();
-        for &i in &chosen {
+        for &i in chosen {
             let c = &cands[i];
             match c.block {
                 Some(b) => blocks.entry(c.key.as_str()).or_default().push(b),
@@ -256,10 +274,10 @@ impl LocalDir {
             let Some(object) = objects.get_mut(key) else {
                 continue;
             };
-            let freed = self.punch(key, object, &victims, &mut report)?;
+            let freed = self.punch(key, object, &victims, report)?;
             report.bytes_after = report.bytes_after.saturating_sub(freed);
         }
-        Ok(report)
+        Ok(())
     }
 
     /// Removes every file of the idle object `key` (whose files a scan
@@ -282,8 +300,8 @@ impl LocalDir {
     }
 
     /// Frees blocks `victims` of the sparse copy of `key`: clears their
-    /// bits in the map on disk, then punches their bytes out (the
-    /// generation was bumped by the caller). An idle object left without
+    /// bits in the map on disk, then punches their bytes out (the caller
+    /// bumps the generation once every map is written). An idle object left without
     /// a block is removed; one whose file system cannot punch is removed
     /// whole when idle (else only its bits go, its bytes stay counted).
     /// Returns the bytes freed.

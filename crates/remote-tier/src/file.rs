@@ -161,6 +161,23 @@ impl RemoteFile {
         self.state.leased
     }
 
+    /// A handle of the same object that keeps its copy whole while it
+    /// lives (for a mapping of the whole file), checked against the same
+    /// block hashes: a new one for a [leased](Self::is_leased) handle,
+    /// whose blocks eviction may free, else a clone of this one. Make it
+    /// whole ([`ensure`](Self::ensure) of all of it) before mapping it.
+    pub fn whole_handle(&self) -> Result<RemoteFile> {
+        let s = &self.state;
+        if !s.leased {
+            return Ok(self.clone());
+        }
+        let expected = Expected {
+            size: Some(s.size),
+            blake3: None,
+        };
+        RemoteFile::open(&s.tier, &s.name, &expected, s.hashes.clone(), true, false)
+    }
+
     /// The tier's eviction generation: it changes whenever a copy or a
     /// block is removed, so a reader that cached "these bytes are local"
     /// under one generation must look again under another.
@@ -177,6 +194,13 @@ impl RemoteFile {
     /// copy is kept anyway and the lease holds nothing.
     pub fn lease(&self, ranges: &[Range<u64>]) -> Result<Lease> {
         self.lease_with(ranges, true)
+    }
+
+    /// [`lease`](Self::lease) with no read-ahead, for reads that jump (a
+    /// row here, a row there) rather than stream, as
+    /// [`ensure_exact`](Self::ensure_exact).
+    pub fn lease_exact(&self, ranges: &[Range<u64>]) -> Result<Lease> {
+        self.lease_with(ranges, false)
     }
 
     /// [`lease`](Self::lease), with or without read-ahead.

@@ -176,11 +176,14 @@ impl ObjectState {
         if !self.current() {
             return;
         }
-        if let Some(disk) = self.tier.read_map(&self.key) {
-            let mut mine = lock(m);
-            if disk.same_copy(&mine) {
-                mine.merge(&disk);
-            }
+        // The map read under the lock: a resync of another thread (the
+        // disk's map for a new generation) never comes between this read
+        // and its merge, which would bring freed blocks back.
+        let mut mine = lock(m);
+        if let Some(disk) = self.tier.read_map(&self.key)
+            && disk.same_copy(&mine)
+        {
+            mine.merge(&disk);
         }
     }
 

@@ -264,7 +264,8 @@ impl TierState {
         self.word(OFF_GENERATION).load(Ordering::Acquire)
     }
 
-    /// Bumps the generation (under `tier.lock`, before bytes are freed).
+    /// Bumps the generation (under `tier.lock`, once the block maps of the
+    /// bytes freed are written).
     pub(crate) fn bump_generation(&self) {
         self.word(OFF_GENERATION).fetch_add(1, Ordering::AcqRel);
     }

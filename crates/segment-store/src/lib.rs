@@ -166,7 +166,7 @@ pub use compact::CompactReport;
 pub use durable_fs::BoxError;
 pub use error::{Error, Result};
 pub use inspect::{Inspection, SegmentInfo, WriterInfo, verify};
-pub use options::{Options, WholeSegment};
+pub use options::{Keeper, Options, WholeSegment};
 pub use ranged::SegmentRanges;
 pub use record::Structure;
 pub use schema::{PartKind, PartSpec, RecordSchema, SCHEMA_FILE_CAP};

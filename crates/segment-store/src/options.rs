@@ -12,24 +12,51 @@ use durable_fs::BoxError;
 /// storage, left sparse in a local tier): the store maps and validates a
 /// whole segment, so one with bytes not fetched yet must never reach it.
 /// Called with the segment's path and length each time the store is about
-/// to map it; returns the file to map (`None`: the path itself).
+/// to map it; returns the file to map (`None`: the path itself), and with
+/// [`keeping`](WholeSegment::keeping) what keeps that file whole: it is
+/// dropped with the mapping, once the store let go of it and no record
+/// read from it is left.
 #[derive(Clone)]
 pub struct WholeSegment(Arc<MakeWhole>);
 
+/// What keeps a whole copy whole while a mapping of it lives (a pin on a
+/// local tier's copy, say): see [`WholeSegment::keeping`].
+pub type Keeper = Box<dyn std::any::Any + Send + Sync + std::panic::RefUnwindSafe>;
+
 /// What a [`WholeSegment`] calls: the segment's path and length in, the
-/// file to map out.
-type MakeWhole = dyn Fn(&Path, u64) -> Result<Option<File>, BoxError> + Send + Sync;
+/// file to map and what keeps it whole out.
+type MakeWhole =
+    dyn Fn(&Path, u64) -> Result<Option<(File, Option<Keeper>)>, BoxError> + Send + Sync;
 
 impl WholeSegment {
     /// A hook calling `f`.
     pub fn new(
         f: impl Fn(&Path, u64) -> Result<Option<File>, BoxError> + Send + Sync + 'static,
     ) -> WholeSegment {
-        WholeSegment(Arc::new(f))
+        WholeSegment(Arc::new(move |path, len| {
+            Ok(f(path, len)?.map(|file| (file, None)))
+        }))
     }
 
-    /// Makes the segment at `path` (of `len` bytes) whole; the file to map.
-    pub(crate) fn call(&self, path: &Path, len: u64) -> Result<Option<File>, BoxError> {
+    /// A hook calling `f`, whose file stays whole only while the
+    /// [`Keeper`] it returns beside it lives: the store keeps that with
+    /// the mapping, and drops it once the mapping is gone (unmapped by the
+    /// store's bound on mappings, and no record read from it left).
+    pub fn keeping(
+        f: impl Fn(&Path, u64) -> Result<Option<(File, Keeper)>, BoxError> + Send + Sync + 'static,
+    ) -> WholeSegment {
+        WholeSegment(Arc::new(move |path, len| {
+            Ok(f(path, len)?.map(|(file, keeper)| (file, Some(keeper))))
+        }))
+    }
+
+    /// Makes the segment at `path` (of `len` bytes) whole; the file to map
+    /// and what keeps it whole.
+    pub(crate) fn call(
+        &self,
+        path: &Path,
+        len: u64,
+    ) -> Result<Option<(File, Option<Keeper>)>, BoxError> {
         (self.0)(path, len)
     }
 }

@@ -13,7 +13,7 @@ use memmap2::Mmap;
 
 use crate::decode::{Decoded, decode};
 use crate::maps::{Maps, Slot};
-use crate::options::WholeSegment;
+use crate::options::{Keeper, WholeSegment};
 use crate::record::Structure;
 use crate::{Error, Result};
 
@@ -78,16 +78,17 @@ impl Segment {
     /// The mapping, made now if the segment has none.
     fn mapped(&self) -> Result<Arc<Mapped>> {
         self.maps.maps.get_or_map(&self.slot, || {
-            let file = match &self.maps.whole {
+            let (file, keeper) = match &self.maps.whole {
                 Some(whole) => whole
                     .call(&self.path, self.len)
                     .map_err(|source| Error::Fetch {
                         path: self.path.clone(),
                         source,
-                    })?,
-                None => None,
+                    })?
+                    .map_or((None, None), |(f, k)| (Some(f), k)),
+                None => (None, None),
             };
-            map_file(&self.path, self.len, file)
+            map_file(&self.path, self.len, file, keeper)
         })
     }
 
@@ -122,9 +123,17 @@ impl Segment {
     }
 }
 
+/// A segment's mapping and what keeps its file whole (see
+/// [`WholeSegment::keeping`]): one owner, dropped with the last slice.
+struct MappedFile {
+    _mmap: Mmap,
+    _keeper: Option<Keeper>,
+}
+
 /// Maps the segment at `path`, which was `len` bytes when it was opened
-/// (from `file`, when given: the whole copy standing for it).
-fn map_file(path: &Path, len: u64, file: Option<File>) -> Result<Mapped> {
+/// (from `file`, when given: the whole copy standing for it, kept whole
+/// by `keeper` as long as the mapping lives).
+fn map_file(path: &Path, len: u64, file: Option<File>, keeper: Option<Keeper>) -> Result<Mapped> {
     let file = match file {
         Some(f) => f,
         None => File::open(path).map_err(Error::io("open segment", path))?,
@@ -156,12 +165,16 @@ fn map_file(path: &Path, len: u64, file: Option<File>) -> Result<Mapped> {
         // page faults for random reads in a fresh process (a hint).
         #[cfg(target_os = "linux")]
         let _ = mmap.advise(memmap2::Advice::HugePage);
-        let mmap = Arc::new(mmap);
+        let owner = Arc::new(MappedFile {
+            _mmap: mmap,
+            _keeper: keeper,
+        });
         // SAFETY: `ptr` and `n` describe the live mapping, and the Arc
-        // handed to the buffer owns the `Mmap`, so the memory stays
-        // mapped (and unmodified, see above) while any slice exists —
-        // also after the store's set of mappings let go of it.
-        unsafe { Buffer::from_custom_allocation(ptr, n, mmap) }
+        // handed to the buffer owns the `Mmap` (and the keeper that keeps
+        // a copy standing for the file whole), so the memory stays mapped
+        // (and unmodified, see above) while any slice exists — also after
+        // the store's set of mappings let go of it.
+        unsafe { Buffer::from_custom_allocation(ptr, n, owner) }
     };
     Ok(Mapped {
         buffer,

@@ -38,7 +38,10 @@ impl RemoteDir {
     /// started over again.
     pub(super) fn start_over(&self, state: &mut State, found: Option<String>) -> Result<()> {
         state.by_blocks.clear();
-        self.view_mut().clear();
+        let mut view = self.view_mut();
+        view.clear();
+        self.count_leased(&view);
+        drop(view);
         let log_path = self.dir.join(STATE_DIR).join("applied.jsonl");
         cut_log(&state.log, &log_path, 0)?;
         state.log_len = 0;

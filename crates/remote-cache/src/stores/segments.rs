@@ -1,18 +1,20 @@
 //! [`RemoteSegments`]: a segment-store cache on a location.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::ops::{Deref, Range};
 use std::os::unix::fs::FileExt;
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use remote_tier::{RemoteFile, Warming, WarmingSet};
-use segment_store::{BoxError, SegmentRanges, SegmentStore, WholeSegment};
+use segment_store::{BoxError, Keeper, SegmentRanges, SegmentStore, WholeSegment};
 use tensor_core::Value;
 
 use super::local_publish;
 use crate::Result;
+use crate::files::SEGMENT_BLOCK_SIZE;
 use crate::location::Location;
 use crate::publisher::{self, Publisher};
 use crate::remote_dir::{PublishReport, RefreshReport, RemoteDir};
@@ -22,13 +24,30 @@ use crate::{StoreFiles, StoreKind};
 ///
 /// Remote: index logs and `schema.json` are copied into the working
 /// directory before the store opens it; segments are linked into the
-/// local tier and left sparse, fetched as reads need them.
-/// [`get_batch`](RemoteSegments::get_batch) reads a key of a segment not
-/// whole locally through byte ranges: the blocks (4 KiB) that hold its
-/// row, and once per segment its footer and batch metadata, each block
-/// checked against the BLAKE3 its commit recorded. Anything that reads a
-/// segment whole (the store's own `get_batch` through `Deref`, `verify`,
-/// `compact`) first fetches it whole, verified, and maps that copy.
+/// local tier and left sparse, fetched as reads need them, and read under
+/// leases ([`RemoteFile::lease`]): the tier may free any block of them no
+/// read is using, so a store larger than the tier's budget stays within
+/// it. [`get_batch`](RemoteSegments::get_batch) reads a key of a segment
+/// not whole locally through byte ranges: the blocks (4 KiB) that hold
+/// its row, and once per segment its footer and batch metadata, each
+/// block checked against the BLAKE3 its commit recorded and leased while
+/// it is read.
+///
+/// **Whole copies.** Anything that maps a segment (the store's own
+/// `get_batch` through `Deref`, `verify`, `compact`, a `get_batch` that
+/// reads many rows of one segment) first makes it whole, verified,
+/// through a handle that keeps that copy whole (no block of it freed) for
+/// as long as the mapping lives — until the store unmaps it and no record
+/// read from it is left — and no longer. Such copies count against the
+/// budget like any other: while they are mapped the tier evicts other
+/// copies and blocks, and only when nothing else is left does it go over.
+/// So `get_batch` maps a segment (is "local", or reads it whole) only
+/// while every linked segment fits the budget at once
+/// ([`RemoteDir::leased_bytes`]); beyond that it reads every row through
+/// ranges, and whole copies are made only by what needs them (`verify`,
+/// `compact`, a segment the ranged path cannot read), each let go when
+/// done.
+///
 /// [`publish`](Self::publish) uploads the segments and index bytes
 /// written since, then the commit record. Several writers append to one
 /// remote cache when each has its own
@@ -43,43 +62,18 @@ pub struct RemoteSegments {
     // last publish takes what the store persisted.
     _publisher: Option<Publisher>,
     remote: Option<Arc<RemoteDir>>,
-    whole: Arc<WholeCopies>,
+    coming: Arc<Coming>,
 }
 
-/// Whole, verified copies of segments read by blocks, fetched for the
-/// store to map, by path in the working directory: kept open (pinned; no
-/// descriptor) so the tier does not evict a copy the store maps, until
-/// the log no longer links that object at that path
-/// ([`prune`](WholeCopies::prune), after every refresh and publish). And
-/// the paths a prefetch is
-/// fetching whole: a read of one of them waits for that copy (the tier
+/// The paths a prefetch is fetching (by path in the working directory):
+/// a read of one of them that may map it waits for that copy (the tier
 /// fetches each block once) rather than fetch its rows by ranges too.
 #[derive(Debug, Default)]
-struct WholeCopies(Mutex<HashMap<String, RemoteFile>>, Mutex<HashSet<String>>);
+struct Coming(Mutex<HashSet<String>>);
 
-impl WholeCopies {
-    /// What stands for `rel` now: `None` for a file copied whole (read
-    /// its path), else the object it is linked to and the whole copy
-    /// fetched of that very object, if any.
-    fn linked(&self, remote: &RemoteDir, rel: &str) -> Option<(RemoteFile, Option<RemoteFile>)> {
-        let linked = remote.object(rel)?;
-        let copy = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(rel)
-            .filter(|c| c.name() == linked.name())
-            .cloned();
-        Some((linked, copy))
-    }
-
-    /// Lets go of the copies of objects the log no longer links at their
-    /// path (a commit removed or replaced the segment: a compaction's).
-    fn prune(&self, remote: &RemoteDir) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|rel, copy| remote.object(rel).is_some_and(|o| o.name() == copy.name()));
+impl Coming {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -91,38 +85,37 @@ fn relative(dir: &Path, path: &Path) -> Option<String> {
     Some(parts.join("/"))
 }
 
-/// The segment at `path` whole, for the store to map: a whole copy
-/// fetched (one verified fetch, in the tier's blocks) if the file is read
-/// by blocks and not all of it is local; `None` for a file copied whole.
+/// The tier object the segment at `path` is linked to (`None` for a file
+/// copied whole).
+fn linked(remote: &RemoteDir, path: &Path) -> Option<RemoteFile> {
+    remote.object(&relative(remote.dir(), path)?)
+}
+
+/// The segment at `path` whole, for the store to map, and what keeps it
+/// whole while the mapping lives: a handle of its tier object that keeps
+/// the copy whole (see [`RemoteFile::whole_handle`]), its missing blocks
+/// fetched (in runs of adjacent blocks: a request per 8 MiB, not per 4
+/// KiB), each checked against its hash, into the very file the links
+/// name. A second reader meanwhile (a read, the prefetch) waits on the
+/// tier's fetch lock of each run and finds its blocks there. `None` for
+/// a file copied whole.
 fn whole_segment(
     remote: &RemoteDir,
-    whole: &WholeCopies,
     path: &Path,
-) -> std::result::Result<Option<File>, BoxError> {
-    let Some(rel) = relative(remote.dir(), path) else {
+) -> std::result::Result<Option<(File, Keeper)>, BoxError> {
+    let Some(linked) = linked(remote, path) else {
         return Ok(None);
     };
-    let copy = match whole.linked(remote, &rel) {
-        None => return Ok(None),
-        Some((_, Some(copy))) => copy,
-        Some((linked, None)) if linked.is_complete() => linked,
-        Some((linked, None)) => {
-            // All of its blocks, fetched in runs of adjacent blocks (a
-            // request per 8 MiB, not per 4 KiB), each checked against its
-            // hash, into the very file the links name. A second reader of
-            // it meanwhile (a read, the prefetch) waits on the tier's fetch
-            // lock of each run and finds its blocks there.
-            linked.ensure_exact(std::slice::from_ref(&(0..linked.len())))?;
-            whole
-                .0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(rel, linked.clone());
-            linked
-        }
-    };
-    Ok(Some(copy.file()?.try_clone()?))
+    let copy = linked.whole_handle()?;
+    if !copy.is_complete() {
+        copy.ensure_exact(std::slice::from_ref(&(0..copy.len())))?;
+    }
+    let file = copy.file()?.try_clone()?;
+    Ok(Some((file, Box::new(AssertUnwindSafe(copy)))))
 }
+
+/// Keys a unit of a [`RemoteSegments::prefetch`] of rows reads at once.
+const WARM_KEYS: usize = 16;
 
 /// A segment of which one call reads a sixteenth of the rows, or of
 /// which a sixteenth of the blocks were fetched, is read whole.
@@ -132,32 +125,43 @@ const WHOLE_AT: usize = 16;
 /// them (see [`SegmentRanges`]).
 struct Fetched<'a> {
     remote: &'a RemoteDir,
-    whole: &'a WholeCopies,
+    coming: &'a Coming,
+}
+
+impl Fetched<'_> {
+    /// Whether the store may map the segment linked to `linked`: always
+    /// one kept whole while open; one read under leases only while every
+    /// leased segment fits the budget at once, so that the whole copies
+    /// mappings keep never break it.
+    fn may_map(&self, linked: &RemoteFile) -> bool {
+        !linked.is_leased() || self.leased_fit()
+    }
+
+    /// Whether every leased segment fits the tier's budget at once.
+    fn leased_fit(&self) -> bool {
+        self.remote.leased_bytes() <= self.remote.tier().config().tier_budget
+    }
 }
 
 impl SegmentRanges for Fetched<'_> {
     fn all_local(&self) -> bool {
-        self.remote.all_complete()
+        self.leased_fit() && self.remote.all_complete()
     }
 
     fn is_local(&self, path: &Path) -> bool {
-        let Some(rel) = relative(self.remote.dir(), path) else {
-            return true;
-        };
-        match self.whole.linked(self.remote, &rel) {
-            None | Some((_, Some(_))) => true,
-            Some((linked, None)) => linked.is_complete(),
+        match linked(self.remote, path) {
+            None => true,
+            Some(linked) => self.may_map(&linked) && linked.is_complete(),
         }
     }
 
     fn read_whole(&self, path: &Path, rows: usize, of: usize) -> bool {
-        let coming = relative(self.remote.dir(), path).is_some_and(|rel| {
-            self.whole
-                .1
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(&rel)
-        });
+        let linked = linked(self.remote, path);
+        if linked.as_ref().is_some_and(|l| !self.may_map(l)) {
+            return false;
+        }
+        let coming =
+            relative(self.remote.dir(), path).is_some_and(|rel| self.coming.set().contains(&rel));
         if coming {
             return true;
         }
@@ -165,12 +169,10 @@ impl SegmentRanges for Fetched<'_> {
         // the blocks already), the whole segment in a request or two costs
         // less than the rows in a request each.
         let many_rows = rows.saturating_mul(WHOLE_AT) >= of;
-        let many_blocks = relative(self.remote.dir(), path)
-            .and_then(|rel| self.remote.object(&rel))
-            .is_some_and(|linked| {
-                let (have, total) = linked.blocks_present();
-                have.saturating_mul(WHOLE_AT as u64) >= total
-            });
+        let many_blocks = linked.is_some_and(|linked| {
+            let (have, total) = linked.blocks_present();
+            have.saturating_mul(WHOLE_AT as u64) >= total
+        });
         many_rows || many_blocks
     }
 
@@ -179,15 +181,13 @@ impl SegmentRanges for Fetched<'_> {
         path: &Path,
         ranges: &[Range<u64>],
     ) -> std::result::Result<Vec<Vec<u8>>, BoxError> {
-        let held = relative(self.remote.dir(), path)
-            .and_then(|rel| self.whole.linked(self.remote, &rel))
-            .map(|(linked, copy)| copy.unwrap_or(linked));
-        let file = match &held {
+        // Held across the reads: no process frees the blocks read.
+        let (file, _lease) = match linked(self.remote, path) {
             Some(f) => {
-                f.ensure_exact(ranges)?;
-                f.file()?
+                let lease = f.lease_exact(ranges)?;
+                (f.file()?, Some(lease))
             }
-            None => Arc::new(File::open(path)?),
+            None => (Arc::new(File::open(path)?), None),
         };
         ranges
             .iter()
@@ -205,11 +205,10 @@ impl SegmentRanges for Fetched<'_> {
 fn with_whole_segments(
     mut options: segment_store::Options,
     remote: &Arc<RemoteDir>,
-    whole: &Arc<WholeCopies>,
 ) -> segment_store::Options {
-    let (remote, whole) = (Arc::clone(remote), Arc::clone(whole));
-    options.whole_segment = Some(WholeSegment::new(move |path: &Path, _len: u64| {
-        whole_segment(&remote, &whole, path)
+    let remote = Arc::clone(remote);
+    options.whole_segment = Some(WholeSegment::keeping(move |path: &Path, _len: u64| {
+        whole_segment(&remote, path)
     }));
     options
 }
@@ -227,7 +226,7 @@ impl RemoteSegments {
                 store: Arc::new(SegmentStore::open(&opened.dir, options)?),
                 _publisher: None,
                 remote: None,
-                whole: Arc::default(),
+                coming: Arc::default(),
             }),
         }
     }
@@ -253,8 +252,7 @@ impl RemoteSegments {
             return RemoteSegments::with_remote(remote, options);
         }
         let remote = Arc::new(remote);
-        let whole = Arc::default();
-        let options = with_whole_segments(options, &remote, &whole);
+        let options = with_whole_segments(options, &remote);
         let (next, store) = std::thread::scope(|s| {
             let next = s.spawn(|| remote.fetch_next());
             let store = SegmentStore::open(remote.dir(), options.clone());
@@ -273,21 +271,20 @@ impl RemoteSegments {
                 _publisher: publisher::for_segments(&store, &remote),
                 store,
                 remote: Some(remote),
-                whole,
+                coming: Arc::default(),
             });
         }
         let (next, store) = (next?, store?);
         if next.is_some() {
             remote.refresh_from(next)?;
             store.refresh()?;
-            whole.prune(&remote);
         }
         let store = Arc::new(store);
         Ok(RemoteSegments {
             _publisher: publisher::for_segments(&store, &remote),
             store,
             remote: Some(remote),
-            whole,
+            coming: Arc::default(),
         })
     }
 
@@ -298,16 +295,15 @@ impl RemoteSegments {
         options: segment_store::Options,
     ) -> Result<RemoteSegments> {
         let remote = Arc::new(remote);
-        let whole = Arc::default();
         let store = Arc::new(SegmentStore::open(
             remote.dir(),
-            with_whole_segments(options, &remote, &whole),
+            with_whole_segments(options, &remote),
         )?);
         Ok(RemoteSegments {
             _publisher: publisher::for_segments(&store, &remote),
             store,
             remote: Some(remote),
-            whole,
+            coming: Arc::default(),
         })
     }
 
@@ -327,7 +323,7 @@ impl RemoteSegments {
                 remote.check_log()?;
                 let src = Fetched {
                     remote,
-                    whole: &self.whole,
+                    coming: &self.coming,
                 };
                 Ok(self.store.get_batch_ranged(keys, &src)?)
             }
@@ -335,59 +331,102 @@ impl RemoteSegments {
         }
     }
 
-    /// Starts fetching the segments that hold `keys` into the local tier
-    /// in the background, whole and verified, in the order the keys first
-    /// need them (the next epoch's), up to the tier's parallelism at once
-    /// and at most the tier's budget of bytes; returns at once. A key of a
-    /// segment that arrived is read from its whole copy, with no request;
-    /// one read before its segment arrives is read through byte ranges as
-    /// usual. Nothing to do for a local cache, or for segments already
-    /// whole here.
+    /// Starts fetching what `keys` need into the local tier in the
+    /// background, in the order the keys first need it (the next epoch's,
+    /// the next batch's), up to the tier's parallelism at once and at most
+    /// the tier's budget of bytes; returns at once. Where the store may
+    /// map its segments (every linked segment fits the budget, see the
+    /// type's docs) that is the segments that hold `keys`, all of each,
+    /// verified: a key of a segment that arrived is read with no request,
+    /// and one read while its segment is on its way waits for it. Beyond
+    /// that, only the blocks of the keys' rows (and each segment's footer
+    /// and batch metadata), read as [`get_batch`](Self::get_batch) reads
+    /// them, 16 keys at a time: a whole segment for a key or
+    /// two would evict what the next reads need. Either way the blocks
+    /// fetched are the tier's to evict like any other: nothing stays
+    /// pinned once fetched. Nothing to do for a local cache, or for
+    /// segments already whole here.
     pub fn prefetch<K: AsRef<str>>(&self, keys: &[K]) -> WarmingSet {
         let Some(remote) = &self.remote else {
             return WarmingSet::default();
         };
-        let files: Vec<std::path::PathBuf> = self
+        let src = Fetched {
+            remote,
+            coming: &self.coming,
+        };
+        if !src.leased_fit() {
+            return self.warm_rows(remote, keys);
+        }
+        let files: Vec<(String, RemoteFile)> = self
             .store
             .segment_files_of(keys)
             .into_iter()
-            .filter(|path| {
-                relative(remote.dir(), path)
-                    .and_then(|rel| self.whole.linked(remote, &rel))
-                    .is_some_and(|(linked, copy)| copy.is_none() && !linked.is_complete())
+            .filter_map(|path| {
+                let rel = relative(remote.dir(), &path)?;
+                let linked = remote.object(&rel)?;
+                (!linked.is_complete()).then_some((rel, linked))
             })
             .collect();
-        let sizes: Vec<u64> = files
-            .iter()
-            .map(|path| {
-                relative(remote.dir(), path)
-                    .and_then(|rel| remote.object(&rel))
-                    .map_or(0, |f| f.len())
-            })
+        let sizes: Vec<u64> = files.iter().map(|(_, f)| f.len()).collect();
+        let config = remote.tier().config();
+        let (budget, workers) = (config.tier_budget, config.parallelism.max(1));
+        let chunk = config.block_size.max(SEGMENT_BLOCK_SIZE);
+        self.coming
+            .set()
+            .extend(files.iter().map(|(rel, _)| rel.clone()));
+        let coming = Arc::clone(&self.coming);
+        let order: Vec<u64> = (0..files.len() as u64).collect();
+        let fetch = move |i: u64| -> remote_tier::Result<bool> {
+            let Some((rel, linked)) = files.get(i as usize) else {
+                return Ok(false);
+            };
+            // A tier block's worth at a time, each leased only while it is
+            // fetched: a segment larger than the budget never stays leased
+            // whole.
+            let fetched = (0..linked.len())
+                .step_by(chunk as usize)
+                .try_for_each(|at| {
+                    let run = at..(at + chunk).min(linked.len());
+                    linked.ensure_exact(std::slice::from_ref(&run))
+                });
+            coming.set().remove(rel);
+            fetched.map(|()| true)
+        };
+        let bytes = move |i: u64| sizes.get(i as usize).copied().unwrap_or(0);
+        Warming::all(vec![Warming::start(order, budget, workers, bytes, fetch)])
+    }
+
+    /// [`prefetch`](Self::prefetch) of the rows of `keys` only: their
+    /// blocks read through the store's ranged path, [`WARM_KEYS`] keys a
+    /// unit, the records dropped.
+    fn warm_rows<K: AsRef<str>>(&self, remote: &Arc<RemoteDir>, keys: &[K]) -> WarmingSet {
+        let chunks: Vec<Vec<String>> = keys
+            .chunks(WARM_KEYS)
+            .map(|c| c.iter().map(|k| k.as_ref().to_string()).collect())
             .collect();
         let config = remote.tier().config();
         let (budget, workers) = (config.tier_budget, config.parallelism.max(1));
-        {
-            let mut coming = self.whole.1.lock().unwrap_or_else(|p| p.into_inner());
-            coming.extend(files.iter().filter_map(|p| relative(remote.dir(), p)));
-        }
-        let (fetch_remote, whole) = (Arc::clone(remote), Arc::clone(&self.whole));
-        let order: Vec<u64> = (0..files.len() as u64).collect();
+        // A unit's bytes, for the budget: its keys' share of the segments.
+        let per_key = remote.leased_bytes() / self.store.len().max(1) as u64;
+        let sizes: Vec<u64> = chunks.iter().map(|c| c.len() as u64 * per_key).collect();
+        let (store, remote, coming) = (
+            Arc::clone(&self.store),
+            Arc::clone(remote),
+            Arc::clone(&self.coming),
+        );
+        let order: Vec<u64> = (0..chunks.len() as u64).collect();
         let fetch = move |i: u64| -> remote_tier::Result<bool> {
-            let Some(path) = files.get(i as usize) else {
+            let Some(keys) = chunks.get(i as usize) else {
                 return Ok(false);
             };
-            let fetched = whole_segment(&fetch_remote, &whole, path)
-                .map(|copy| copy.is_some())
-                .map_err(|e| remote_tier::Error::Runtime(e.to_string()));
-            if let Some(rel) = relative(fetch_remote.dir(), path) {
-                whole
-                    .1
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&rel);
-            }
-            fetched
+            let src = Fetched {
+                remote: &remote,
+                coming: &coming,
+            };
+            store
+                .get_batch_ranged(keys, &src)
+                .map(|_| true)
+                .map_err(|e| remote_tier::Error::Runtime(e.to_string()))
         };
         let bytes = move |i: u64| sizes.get(i as usize).copied().unwrap_or(0);
         Warming::all(vec![Warming::start(order, budget, workers, bytes, fetch)])
@@ -419,11 +458,7 @@ impl RemoteSegments {
     pub fn publish(&self) -> Result<PublishReport> {
         self.store.flush()?;
         match &self.remote {
-            Some(r) => {
-                let report = r.publish();
-                self.whole.prune(r);
-                report
-            }
+            Some(r) => r.publish(),
             None => Ok(local_publish()),
         }
     }
@@ -437,9 +472,6 @@ impl RemoteSegments {
             None => RefreshReport::default(),
         };
         let gained = self.store.refresh()?;
-        if let Some(r) = &self.remote {
-            self.whole.prune(r);
-        }
         Ok((report, gained))
     }
 }

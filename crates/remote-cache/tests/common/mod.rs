@@ -230,3 +230,44 @@ impl Intercept for Requests {
         self.note("list", &prefix.cloned().unwrap_or_default());
     }
 }
+
+/// A child process of a test and the lines of its stdout.
+pub type ChildLines = (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+);
+
+/// A test's child processes (see [`spawn_ready_child`]); each is killed
+/// (by its pid) and waited for if the test ends before they do.
+pub struct Children(pub Vec<ChildLines>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.0 {
+            if child.try_wait().ok().flatten().is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Spawns this test binary running only the test `child_test`, with
+/// `value` in the environment variable `env`, stdin and stdout piped,
+/// and waits for it to print `READY` (`who` names it if it does not).
+pub fn spawn_ready_child(child_test: &str, env: &str, value: String, who: &str) -> ChildLines {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
+        .env(env, value)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.is_ok_and(|l| l == "READY")),
+        "{who} started"
+    );
+    (child, lines)
+}
