@@ -107,7 +107,6 @@ impl RemoteFile {
                     // A whole copy is never freed by blocks.
                     leased: false,
                     seen_gen: Default::default(),
-                    touch: Default::default(),
                 }
             }
             None => {
@@ -132,7 +131,6 @@ impl RemoteFile {
                     leased,
                     // Never seen: the first lease reads the map again.
                     seen_gen: AtomicU64::new(u64::MAX),
-                    touch: Default::default(),
                 }
             }
         };

@@ -55,8 +55,6 @@ pub(crate) struct ObjectState {
     /// The tier's generation when the block map in memory was last made
     /// equal to the disk's (a changed generation: blocks may be gone).
     pub(crate) seen_gen: AtomicU64,
-    /// The touch clocks of the blocks (`<key>.touch`), opened on first use.
-    pub(crate) touch: Mutex<Option<File>>,
 }
 
 impl Drop for ObjectState {
@@ -533,22 +531,25 @@ impl ObjectState {
     }
 
     /// Marks blocks `blocks` used now in the object's touch clocks (the
-    /// LRU order of blocks), best effort.
+    /// LRU order of blocks), best effort. The clocks' file is opened for
+    /// the call, not kept: a handle lives as long as its store links the
+    /// object (100,000 segments' handles would hold as many descriptors),
+    /// while the process's open copies are bounded (`open_files`).
     pub(crate) fn touch_blocks(&self, blocks: &[u64]) {
-        let now = self.tier.dir.state.tick();
-        let mut touch = self.touch.lock().unwrap_or_else(|p| p.into_inner());
-        if touch.is_none() {
-            *touch = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(self.tier.dir.touch(&self.key))
-                .ok();
+        if blocks.is_empty() {
+            return;
         }
-        if let Some(f) = touch.as_ref() {
-            for &b in blocks {
-                let _ = f.write_all_at(&now.to_le_bytes(), b * 8);
-            }
+        let now = self.tier.dir.state.tick();
+        let Ok(f) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.tier.dir.touch(&self.key))
+        else {
+            return;
+        };
+        for &b in blocks {
+            let _ = f.write_all_at(&now.to_le_bytes(), b * 8);
         }
     }
 }
