@@ -256,18 +256,7 @@ fn a_page_file_three_times_the_budget_read_by_three_ranks_with_plans() {
         earlier.extend(&blocks);
         let before = TierStats::read(tier_dir.path()).unwrap();
         for _ in 0..batches {
-            for (child, _) in &mut ranks.0 {
-                writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
-            }
-            for (r, (_, lines)) in ranks.0.iter_mut().enumerate() {
-                let line = lines.next().unwrap().unwrap();
-                let counted: u64 = line
-                    .strip_prefix("done ")
-                    .unwrap_or_else(|| panic!("rank {r}: {line}"))
-                    .parse()
-                    .unwrap();
-                most_counted = most_counted.max(counted);
-            }
+            most_counted = most_counted.max(ranks.step("rank"));
             // All ranks between batches: what the tier holds now.
             let now = TierStats::read(tier_dir.path()).unwrap();
             let (disk, metadata) = physical(tier_dir.path());

@@ -345,18 +345,7 @@ fn a_segment_store_three_times_the_budget_read_by_three_processes() {
     let (mut most_counted, mut most_data) = (0u64, 0u64);
     for p in 0..PASSES {
         for j in 0..batches_per_pass {
-            for (child, _) in &mut readers.0 {
-                writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
-            }
-            for (r, (_, lines)) in readers.0.iter_mut().enumerate() {
-                let line = lines.next().unwrap().unwrap();
-                let counted: u64 = line
-                    .strip_prefix("done ")
-                    .unwrap_or_else(|| panic!("reader {r}: {line}"))
-                    .parse()
-                    .unwrap();
-                most_counted = most_counted.max(counted);
-            }
+            most_counted = most_counted.max(readers.step("reader"));
             // Every reader between batches: what the tier holds now.
             let now = TierStats::read(tier_dir.path()).unwrap();
             let (data, _) = physical(tier_dir.path());

@@ -252,6 +252,29 @@ impl Drop for Children {
     }
 }
 
+impl Children {
+    /// One step in lockstep: tells every child `go` and reads each one's
+    /// `done <counted>` (`who` and its index name a child that answers
+    /// otherwise); the largest count.
+    pub fn step(&mut self, who: &str) -> u64 {
+        use std::io::Write;
+        for (child, _) in &mut self.0 {
+            writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
+        }
+        let mut most = 0;
+        for (r, (_, lines)) in self.0.iter_mut().enumerate() {
+            let line = lines.next().unwrap().unwrap();
+            let counted: u64 = line
+                .strip_prefix("done ")
+                .unwrap_or_else(|| panic!("{who} {r}: {line}"))
+                .parse()
+                .unwrap();
+            most = most.max(counted);
+        }
+        most
+    }
+}
+
 /// Spawns this test binary running only the test `child_test`, with
 /// `value` in the environment variable `env`, stdin and stdout piped,
 /// and waits for it to print `READY` (`who` names it if it does not).
