@@ -208,9 +208,15 @@ fn w9_smoke() {
             .filter(|l| l["workload"] == "w9" && l["phase"] == phase)
             .collect()
     };
-    // 4 lines (M = 1, 1, 4, 4) × 3 epochs, one line per node.
+    // 5 lines (the page file's M = 1, 1, 4, 4; the segment store's M = 1)
+    // × 3 epochs, one line per node.
     let epochs = of("epoch");
-    assert_eq!(epochs.len(), (1 + 1 + 4 + 4) * 3, "{epochs:?}");
+    assert_eq!(epochs.len(), (1 + 1 + 4 + 4 + 1) * 3, "{epochs:?}");
+    assert_eq!(
+        epochs.iter().filter(|e| e["store"] == "segments").count(),
+        3,
+        "{epochs:?}"
+    );
     for e in &epochs {
         assert_eq!(e["server"], "moto", "{e}");
         for field in [
@@ -230,14 +236,14 @@ fn w9_smoke() {
         assert!(e["fetched_bytes"].as_u64() >= Some(1), "{e}");
         assert!(e["floor_bytes"].as_u64() >= Some(1), "{e}");
     }
-    assert_eq!(of("line").len(), 4);
+    assert_eq!(of("line").len(), 5);
     let goals = of("goal");
     let named = |g: &str| goals.iter().any(|l| l["goal"] == g);
     for g in [
         "allocated_within_budget",
         "plan_at_floor",
         "plan_vs_lru",
-        "segment_store",
+        "segment_store_within_budget",
     ] {
         assert!(named(g), "no {g} goal line: {goals:?}");
     }
