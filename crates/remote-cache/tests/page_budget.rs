@@ -16,11 +16,12 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use common::{Children, new_bucket_url, s3_endpoint, s3_options, small_tier, spawn_ready_child};
+use common::{
+    Children, Lockstep, new_bucket_url, s3_endpoint, s3_options, small_tier, spawn_ready_child,
+};
 use page_alloc::{PageWriter, Value, WriterOptions};
 use remote_cache::{Location, RemoteDir, RemotePages};
 use remote_tier::{RemoteTier, TierConfig, TierStats};
@@ -164,9 +165,7 @@ fn page_budget_child() {
         s.push(SAMPLES);
         s
     };
-    let mut stdin = BufReader::new(std::io::stdin()).lines();
-    let mut out = std::io::stdout();
-    writeln!(out, "\nREADY").unwrap();
+    let mut parent = Lockstep::ready();
     for e in 0..EPOCHS {
         let this = rank_batches(&starts, e, rank);
         let next = rank_batches(&starts, e + 1, rank);
@@ -180,7 +179,7 @@ fn page_budget_child() {
         }
         let plan = pages.set_plan(&samples, &positions, len).unwrap().unwrap();
         for (j, batch) in this.iter().enumerate() {
-            assert_eq!(stdin.next().unwrap().unwrap(), "go");
+            parent.go();
             let lease = pages.lease_samples(batch).unwrap();
             for &i in batch {
                 let s = pages.reader().sample(i).unwrap();
@@ -189,12 +188,10 @@ fn page_budget_child() {
             }
             drop(lease);
             plan.advance(j as u64 + 1).unwrap();
-            let stats = TierStats::read(tier_dir).unwrap();
-            writeln!(out, "done {}", stats.allocated).unwrap();
+            parent.done(tier_dir);
         }
     }
-    // Told to stop by stdin closing.
-    assert!(stdin.next().is_none());
+    parent.end();
 }
 
 #[test]

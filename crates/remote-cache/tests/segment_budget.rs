@@ -17,12 +17,12 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::{
-    Children, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier, spawn_ready_child,
+    Children, Lockstep, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
+    spawn_ready_child,
 };
 use remote_cache::{Location, RemoteSegments};
 use remote_tier::{TierConfig, TierStats};
@@ -304,19 +304,15 @@ fn segment_budget_child() {
     let budget: u64 = args[3].parse().unwrap();
     let rank: usize = args[4].parse().unwrap();
     let store = reader(endpoint, url, tier_dir, budget);
-    let mut stdin = BufReader::new(std::io::stdin()).lines();
-    let mut out = std::io::stdout();
-    writeln!(out, "\nREADY").unwrap();
+    let mut parent = Lockstep::ready();
     for p in 0..PASSES {
         for (j, batch) in batches(p, rank, READERS).iter().enumerate() {
-            assert_eq!(stdin.next().unwrap().unwrap(), "go");
+            parent.go();
             read_checked(&store, batch, &format!("rank {rank} pass {p} batch {j}"));
-            let stats = TierStats::read(tier_dir).unwrap();
-            writeln!(out, "done {}", stats.allocated).unwrap();
+            parent.done(tier_dir);
         }
     }
-    // Told to stop by stdin closing.
-    assert!(stdin.next().is_none());
+    parent.end();
 }
 
 #[test]

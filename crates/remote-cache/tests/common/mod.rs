@@ -275,6 +275,44 @@ impl Children {
     }
 }
 
+/// A lockstep child's side of [`Children::step`]: says `READY`, waits
+/// for each `go`, answers `done <allocated bytes of the tier>`, and ends
+/// when its parent closes its stdin.
+pub struct Lockstep {
+    stdin: std::io::Lines<std::io::BufReader<std::io::Stdin>>,
+    out: std::io::Stdout,
+}
+
+impl Lockstep {
+    /// Tells the parent this child is ready.
+    pub fn ready() -> Lockstep {
+        use std::io::{BufRead, Write};
+        let mut out = std::io::stdout();
+        writeln!(out, "\nREADY").unwrap();
+        Lockstep {
+            stdin: std::io::BufReader::new(std::io::stdin()).lines(),
+            out,
+        }
+    }
+
+    /// Waits for the parent's next `go`.
+    pub fn go(&mut self) {
+        assert_eq!(self.stdin.next().unwrap().unwrap(), "go");
+    }
+
+    /// Answers a step with what the tier at `tier_dir` counts now.
+    pub fn done(&mut self, tier_dir: &Path) {
+        use std::io::Write;
+        let stats = remote_tier::TierStats::read(tier_dir).unwrap();
+        writeln!(self.out, "done {}", stats.allocated).unwrap();
+    }
+
+    /// Waits to be told to stop (stdin closing).
+    pub fn end(mut self) {
+        assert!(self.stdin.next().is_none());
+    }
+}
+
 /// Spawns this test binary running only the test `child_test`, with
 /// `value` in the environment variable `env`, stdin and stdout piped,
 /// and waits for it to print `READY` (`who` names it if it does not).
