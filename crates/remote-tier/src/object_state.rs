@@ -72,6 +72,9 @@ impl Drop for ObjectState {
 /// cost a request per run, not per block.
 const RUN_BYTES: u64 = 8 << 20;
 
+/// A read-ahead takes at most 1/this of the tier's budget.
+const READ_AHEAD_SHARE: u64 = 4;
+
 /// The read-ahead of one open object: the window doubles while reads
 /// continue where the last one ended (or inside what was read ahead),
 /// and starts over at a jump.
@@ -350,13 +353,24 @@ impl ObjectState {
     /// The read-ahead window after a read of blocks `first..=last`.
     pub(crate) fn read_ahead(&self, first: u64, last: u64) -> u64 {
         let config = &self.tier.config;
+        let most = config
+            .max_prefetch_blocks
+            .min(self.read_ahead_cap(config.tier_budget));
         let mut ahead = self.ahead.lock().unwrap_or_else(|p| p.into_inner());
-        ahead.after_read(
-            first,
-            last,
-            config.prefetch_blocks,
-            config.max_prefetch_blocks,
-        )
+        ahead.after_read(first, last, config.prefetch_blocks.min(most), most)
+    }
+
+    /// The most blocks of this object a read-ahead may have in the tier
+    /// at once: a quarter of a `budget` of its blocks. More would evict
+    /// what the reads need (blocks of the run being read, fetched ahead
+    /// earlier) in a tier of a few blocks, and count reads over budget.
+    fn read_ahead_cap(&self, budget: u64) -> u64 {
+        let bs = self
+            .blocks
+            .as_ref()
+            .map_or(u64::MAX, |m| lock(m).block_size)
+            .max(1);
+        budget / bs / READ_AHEAD_SHARE
     }
 
     /// `blocks` (ascending) as runs of adjacent blocks, each inside one
