@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
 use remote_cache::RemoteSegments;
 
+use crate::plan_handle::PyPlanHandle;
 use crate::prefetch::PyPrefetch;
 use segment_store::Options;
 use tensor_core::Value;
@@ -293,6 +294,32 @@ impl PySegmentStore {
     fn prefetch(&self, py: Python<'_>, keys: Vec<String>) -> PyResult<PyPrefetch> {
         let store = self.store(py)?;
         Ok(PyPrefetch::new(py.detach(|| store.prefetch(&keys))))
+    }
+
+    /// Registers this reader's plan in the local tier: the record of
+    /// `keys[j]` is read at batch `positions[j]` of this reader's clock
+    /// (`0..epoch_len` this epoch, `epoch_len..2*epoch_len` the next;
+    /// `positions` an int64 array as long as `keys`). One plan covers
+    /// every segment the keys lie in (each segment's layout read once);
+    /// the tier then evicts, in every process, the blocks needed furthest
+    /// ahead first. Returns a `PlanHandle` to `advance` after each batch
+    /// and `close` at the end; `None` on a directory (no tier). Keys in no
+    /// segment are left out.
+    fn set_plan(
+        &self,
+        py: Python<'_>,
+        keys: Vec<String>,
+        positions: numpy::PyReadonlyArray1<'_, i64>,
+        epoch_len: u64,
+    ) -> PyResult<Option<PyPlanHandle>> {
+        let positions = positions
+            .as_array()
+            .iter()
+            .map(|&p| u64::try_from(p).map_err(|_| errors::invalid(format!("position {p} < 0"))))
+            .collect::<PyResult<Vec<u64>>>()?;
+        let store = self.store(py)?;
+        let handle = errors::enter(py, || store.set_plan(&keys, &positions, epoch_len))?;
+        Ok(handle.map(PyPlanHandle::new))
     }
 
     /// The number of keys with a value.

@@ -193,7 +193,7 @@ pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
 pub use pins::Lease;
-pub use plans::{BlockUse, PlanHandle};
+pub use plans::{BlockUse, ObjectReads, PlanHandle, set_plans};
 pub use remote::RetryPolicy;
 pub use state::TierStats;
 pub use store_url::{build_store, redact_url};

@@ -565,6 +565,12 @@ impl RemoteFile {
     /// `2·epoch_len`, or an `epoch_len` whose positions do not fit the
     /// record (`2·epoch_len` must stay below `u32::MAX`).
     pub fn set_plan(&self, uses: &[(Range<u64>, u64)], epoch_len: u64) -> Result<PlanHandle> {
+        set_plans(&[(self, uses)], epoch_len)
+    }
+
+    /// This object's part of a record: its blocks' uses (see
+    /// [`set_plan`](Self::set_plan)).
+    fn object_plan(&self, uses: &[(Range<u64>, u64)], epoch_len: u64) -> Result<ObjectPlan> {
         let state = self.state();
         let root = &state.tier.dir.root;
         let bad = |problem: String| {
@@ -614,13 +620,68 @@ impl RemoteFile {
         }
         let mut blocks: Vec<BlockUse> = by_block.into_values().collect();
         blocks.sort_unstable_by_key(|u| u.block);
-        let object = ObjectPlan {
+        Ok(ObjectPlan {
             key: state.key.clone(),
             block_size,
             uses: blocks,
-        };
-        register(root, vec![object], epoch_len)
+        })
     }
+}
+
+/// One object's part of a plan: the file and its reads, `(byte range,
+/// position)` as [`RemoteFile::set_plan`] takes them.
+pub type ObjectReads<'a> = (&'a RemoteFile, &'a [(Range<u64>, u64)]);
+
+/// [`RemoteFile::set_plan`] of several objects of one tier in one record
+/// (a store of many files, such as a segment store, read in one order):
+/// each `(file, uses)` as `set_plan` takes them; a file given twice counts
+/// once, with both lists of uses. Fails as `set_plan` does, or on files of
+/// different local tiers, or on none at all.
+pub fn set_plans(files: &[ObjectReads<'_>], epoch_len: u64) -> Result<PlanHandle> {
+    let Some((first, _)) = files.first() else {
+        return Err(Error::Runtime("a plan of no object".into()));
+    };
+    let root = first.state().tier.dir.root.clone();
+    let mut objects: Vec<ObjectPlan> = Vec::with_capacity(files.len());
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for (file, uses) in files {
+        let state = file.state();
+        if state.tier.dir.root != root {
+            return Err(Error::Runtime(format!(
+                "a plan over two local tiers: {} and {}",
+                root.display(),
+                state.tier.dir.root.display()
+            )));
+        }
+        let plan = file.object_plan(uses, epoch_len)?;
+        match at.get(&plan.key) {
+            Some(&k) => merge_uses(&mut objects[k], plan, epoch_len),
+            None => {
+                at.insert(plan.key.clone(), objects.len());
+                objects.push(plan);
+            }
+        }
+    }
+    register(&root, objects, epoch_len)
+}
+
+/// Folds `more`'s uses of an object into `into`'s (same key and block
+/// size): each block's first and last use the earliest and latest of the
+/// two, its next epoch's first use the earliest.
+fn merge_uses(into: &mut ObjectPlan, more: ObjectPlan, epoch_len: u64) {
+    let mut by_block: HashMap<u32, BlockUse> = into.uses.drain(..).map(|u| (u.block, u)).collect();
+    for u in more.uses {
+        let entry = by_block
+            .entry(u.block)
+            .or_insert_with(|| BlockUse::unused(u.block));
+        for p in [u.first, u.last, u.next_first] {
+            if p != NONE {
+                entry.add(p, epoch_len);
+            }
+        }
+    }
+    into.uses = by_block.into_values().collect();
+    into.uses.sort_unstable_by_key(|u| u.block);
 }
 
 #[cfg(test)]
@@ -921,6 +982,55 @@ mod tests {
             file.set_plan(&[(0..1, 8)], 4).is_err(),
             "past the next epoch"
         );
+        drop(handle);
+        assert_eq!(next_uses(local.path()).keys().count(), 0);
+    }
+
+    #[test]
+    fn set_plans_records_several_objects_in_one_record() {
+        let local = tempfile::tempdir().unwrap();
+        let tier = block_tier(local.path(), "memory:///plans/many");
+        let b = 1u64 << 16;
+        for name in ["a", "b"] {
+            tier.put_bytes(name, vec![1u8; 3 << 16]).unwrap();
+        }
+        let (a, bf) = (
+            tier.open_object("a").unwrap(),
+            tier.open_object("b").unwrap(),
+        );
+        let a_uses = [(0..10, 2), (2 * b..2 * b + 1, 5)];
+        let b_uses = [(b..b + 1, 1)];
+        let a_again = [(0..1, 1)];
+        let handle = set_plans(
+            &[(&a, &a_uses[..]), (&bf, &b_uses[..]), (&a, &a_again[..])],
+            4,
+        )
+        .unwrap();
+        let record = PlanRecord::decode(&std::fs::read(handle.path()).unwrap()).unwrap();
+        assert_eq!(record.objects.len(), 2, "one entry per object");
+        let uses = next_uses(local.path());
+        let (ka, kb) = (
+            crate::local::LocalDir::key("a"),
+            crate::local::LocalDir::key("b"),
+        );
+        // a's block 0: both lists' uses (first 1, last 2); block 2 next epoch.
+        assert_eq!(record.objects[0].uses[0].first, 1);
+        assert_eq!(record.objects[0].uses[0].last, 2);
+        assert_eq!(
+            [0, 1, 2].map(|i| uses.distance(&ka, i)),
+            [Some(1), None, Some(5)]
+        );
+        assert_eq!(
+            [0, 1, 2].map(|i| uses.distance(&kb, i)),
+            [None, Some(1), None]
+        );
+        assert!(set_plans(&[], 4).is_err(), "a plan of nothing");
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = block_tier(other.path(), "memory:///plans/many-other");
+        elsewhere.put_bytes("c", vec![1u8; 10]).unwrap();
+        let c = elsewhere.open_object("c").unwrap();
+        let err = set_plans(&[(&a, &a_uses[..]), (&c, &[(0..1, 0)][..])], 4).unwrap_err();
+        assert!(err.to_string().contains("two local tiers"), "{err}");
         drop(handle);
         assert_eq!(next_uses(local.path()).keys().count(), 0);
     }

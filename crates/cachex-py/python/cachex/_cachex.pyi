@@ -160,6 +160,19 @@ class SegmentStore:
         """Fetch the segments holding ``keys`` into the local tier in the
         background, whole, in the order the keys first need them; returns at
         once (a done :class:`Prefetch` for a directory)."""
+    def set_plan(
+        self, keys: Sequence[str], positions: npt.NDArray[np.int64], epoch_len: int
+    ) -> PlanHandle | None:
+        """Register this reader's plan of reads with the local tier.
+
+        The record of ``keys[j]`` is read at batch ``positions[j]`` of this
+        reader's clock: ``0..epoch_len`` is this epoch, ``epoch_len..2 *
+        epoch_len`` the next (an int64 array as long as ``keys``). One plan
+        covers every segment the keys lie in; the tier then evicts, in
+        every process of the machine, the blocks needed furthest ahead
+        first. ``None`` for a directory. Keys in no segment are left out;
+        raises :class:`InvalidInputError` for a position out of range.
+        """
     @property
     def options(self) -> dict[str, Any]:
         """The options the store was opened with (keyword arguments of the constructor)."""

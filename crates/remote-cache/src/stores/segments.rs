@@ -331,6 +331,84 @@ impl RemoteSegments {
         }
     }
 
+    /// Registers this reader's plan with the local tier: the record of
+    /// `keys[j]` is read at `positions[j]` of the reader's batch clock
+    /// (`0..epoch_len` this epoch, `epoch_len..2·epoch_len` the next; see
+    /// [`RemoteFile::set_plan`]), one plan over every segment the keys
+    /// lie in, each row's blocks where
+    /// [`SegmentStore::row_spans_of`] places them (reading each segment's
+    /// layout once, as reads do). The tier then evicts the blocks needed
+    /// furthest ahead first. Keys in no segment are left out; `None` for a
+    /// local cache, or when no key lies in a segment linked to the tier.
+    /// The plan counts until the handle is dropped;
+    /// [`PlanHandle::advance`](remote_tier::PlanHandle::advance) it after
+    /// each batch.
+    pub fn set_plan<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        positions: &[u64],
+        epoch_len: u64,
+    ) -> Result<Option<remote_tier::PlanHandle>> {
+        let invalid = |reason: String| {
+            segment_store::Error::InvalidInput(format!(
+                "{}: plan: {reason}",
+                self.store.dir().display()
+            ))
+        };
+        if keys.len() != positions.len() {
+            return Err(invalid(format!(
+                "{} keys but {} positions",
+                keys.len(),
+                positions.len()
+            ))
+            .into());
+        }
+        if let Some(&p) = positions
+            .iter()
+            .find(|&&p| p >= epoch_len.saturating_mul(2))
+        {
+            return Err(invalid(format!(
+                "position {p} outside this epoch and the next ({epoch_len} batches each)"
+            ))
+            .into());
+        }
+        let Some(remote) = &self.remote else {
+            return Ok(None);
+        };
+        let src = Fetched {
+            remote,
+            coming: &self.coming,
+        };
+        let spans = self.store.row_spans_of(keys, &src)?;
+        let mut files: Vec<RemoteFile> = Vec::new();
+        let mut uses: Vec<Vec<(Range<u64>, u64)>> = Vec::new();
+        let mut at: std::collections::HashMap<std::path::PathBuf, Option<usize>> =
+            std::collections::HashMap::new();
+        for (found, &position) in spans.into_iter().zip(positions) {
+            let Some((path, ranges)) = found else {
+                continue;
+            };
+            let slot = *at.entry(path).or_insert_with_key(|path| {
+                let file = linked(remote, path)?;
+                files.push(file);
+                uses.push(Vec::new());
+                Some(files.len() - 1)
+            });
+            if let Some(k) = slot {
+                uses[k].extend(ranges.into_iter().map(|r| (r, position)));
+            }
+        }
+        if files.is_empty() {
+            return Ok(None);
+        }
+        let plan: Vec<remote_tier::ObjectReads<'_>> = files
+            .iter()
+            .zip(&uses)
+            .map(|(f, u)| (f, u.as_slice()))
+            .collect();
+        Ok(Some(remote_tier::set_plans(&plan, epoch_len)?))
+    }
+
     /// Starts fetching what `keys` need into the local tier in the
     /// background, in the order the keys first need it (the next epoch's,
     /// the next batch's), up to the tier's parallelism at once and at most

@@ -54,6 +54,56 @@ impl SegmentStore {
         files
     }
 
+    /// Where the record of each of `keys` lies, for a plan of reads: the
+    /// segment file that holds it (its newest location) and the byte
+    /// ranges its row takes there, about ([`Layout::row_spans`]; the
+    /// whole file for a segment only a whole read reads). `None` for a
+    /// key in no segment. Each segment's layout is read once (through
+    /// `src`, as [`get_batch_ranged`](Self::get_batch_ranged) reads it,
+    /// and kept), the segments at once; no row is read.
+    #[allow(clippy::type_complexity)]
+    pub fn row_spans_of<K: AsRef<str>>(
+        &self,
+        keys: &[K],
+        src: &dyn SegmentRanges,
+    ) -> Result<Vec<Option<(std::path::PathBuf, Vec<std::ops::Range<u64>>)>>> {
+        let inner = self.inner();
+        let (hint, located) = {
+            let st = inner.state.read();
+            let located: Vec<Option<(Arc<Segment>, usize)>> = keys
+                .iter()
+                .map(|k| {
+                    let h = format::key_hash(k.as_ref());
+                    st.index.candidates(h).find_map(|loc| {
+                        let seg = st.segments.get(&loc.seg)?;
+                        Some((Arc::clone(seg), loc.row as usize))
+                    })
+                })
+                .collect();
+            (hint_of(st.schema.as_ref()), located)
+        };
+        let mut segments: BTreeMap<u32, Arc<Segment>> = BTreeMap::new();
+        for (seg, _) in located.iter().flatten() {
+            segments.entry(seg.id).or_insert_with(|| Arc::clone(seg));
+        }
+        let segments: Vec<Arc<Segment>> = segments.into_values().collect();
+        let layouts =
+            Pool::new(SEGMENTS_AT_ONCE).try_map(&segments, |seg| layout(inner, seg, src, hint))?;
+        let by_id: HashMap<u32, Option<Arc<Layout>>> =
+            segments.iter().map(|s| s.id).zip(layouts).collect();
+        Ok(located
+            .into_iter()
+            .map(|found| {
+                let (seg, row) = found?;
+                let spans = match by_id.get(&seg.id)? {
+                    Some(l) => l.row_spans(row)?,
+                    None => std::iter::once(0..seg.file_len()).collect(),
+                };
+                Some((seg.path.clone(), spans))
+            })
+            .collect())
+    }
+
     /// [`get_batch`](SegmentStore::get_batch) where `src` says which
     /// segments are whole locally and reads byte ranges of the others: a
     /// key whose segment is not whole costs the ranges its row needs

@@ -645,6 +645,20 @@ class SegmentDataset(_Batched):
         background."""
         return self.store.prefetch([self.keys[i] for i in indices])
 
+    def set_plan(self, samples: Any, positions: Any, epoch_len: int) -> PlanHandle | None:
+        """Registers a plan of reads with the local tier (see
+        :meth:`cachex.SegmentStore.set_plan`): the record of
+        ``keys[samples[j]]`` is read at batch ``positions[j]``
+        (``0..epoch_len`` this epoch, the next epoch after); ``None`` for a
+        directory. :class:`IterableBatches` does it for you
+        (``plan_eviction``)."""
+        keys = self.keys
+        return self.store.set_plan(
+            [keys[int(i)] for i in np.asarray(samples).reshape(-1)],
+            np.asarray(positions, dtype=np.int64).reshape(-1),
+            int(epoch_len),
+        )
+
     def item(self, i: int) -> Any:
         return self._records([self.keys[i]])[0]
 
