@@ -218,6 +218,60 @@ fn one_key_reads_a_few_pages_of_a_large_segment() {
     );
 }
 
+#[test]
+fn row_spans_place_each_rows_bytes_where_its_read_finds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let records: Vec<(String, Value)> = (0..1200)
+        .map(|i| (format!("sample_{i}"), tensor(DType::F32, &[256], i)))
+        .collect();
+    // A flush every 100 rows: several segments and batches.
+    let store = written(dir.path(), &records, 100);
+    let src = Ranges::default();
+    let keys: Vec<&str> = [
+        "sample_0",
+        "sample_399",
+        "sample_400",
+        "sample_1199",
+        "absent",
+    ]
+    .into();
+    let spans = store.row_spans_of(&keys, &src).unwrap();
+    assert!(spans[4].is_none(), "a key in no segment");
+    let layouts_read = src.read.lock().unwrap().len();
+    assert!(layouts_read > 0, "the layouts were read");
+    for (key, found) in keys[..4].iter().zip(&spans) {
+        let (path, ranges) = found.as_ref().unwrap();
+        let before = src.read.lock().unwrap().len();
+        let (got, _) = store.get_batch_ranged(&[*key], &src).unwrap();
+        assert!(got[0].is_some());
+        // What reading the row took (its layout is kept): its offsets,
+        // key and elements, each within (or a few bytes off) the spans.
+        let read: Vec<(PathBuf, Range<u64>)> = src.read.lock().unwrap()[before..].to_vec();
+        let (mut total, mut inside) = (0u64, 0u64);
+        for (p, r) in &read {
+            assert_eq!(p, path, "{key}: the span's segment is the one read");
+            total += r.end - r.start;
+            inside += ranges
+                .iter()
+                .map(|s| r.end.min(s.end).saturating_sub(r.start.max(s.start)))
+                .sum::<u64>();
+        }
+        assert!(
+            inside * 100 >= total * 95,
+            "{key}: {inside} of {total} read bytes in {ranges:?}"
+        );
+        let spanned: u64 = ranges.iter().map(|s| s.end - s.start).sum();
+        assert!(
+            spanned <= total + 512,
+            "{key}: {spanned} bytes spanned for {total} read"
+        );
+    }
+    // The layouts are kept: placing the keys again reads nothing.
+    let before = src.read.lock().unwrap().len();
+    assert_eq!(store.row_spans_of(&keys, &src).unwrap(), spans);
+    assert_eq!(src.read.lock().unwrap().len(), before);
+}
+
 /// The first match of `pattern` in `bytes`.
 fn find(bytes: &[u8], pattern: &[u8]) -> usize {
     bytes
