@@ -35,7 +35,7 @@ read in earlier epochs)); in epoch 0, plus bytes(F) (the open fetches it).
 The same samples in a segment store (``config["segments"]``: each
 ``sample_<i>`` a ``{"blob": bytes}`` record) make the lines whose ``store``
 is ``segments``: one ``cachex.torch.SegmentDataset`` per node, read the same
-way (a segment dataset registers no plan: ``lru`` lines only). Their
+way (its plan covers every segment the node's keys lie in). Their
 floor is counted in samples' bytes: bytes(S) - min(budget, bytes(S ∩ the
 samples the node read in earlier epochs)), and their ``bound`` allows one
 batch's rows per rank (each leased while it is read) beside the budget.
@@ -437,9 +437,12 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
         # `threshold`, not `limit`: a runner line's `limit` names a machine limit.
         emit("goal", goal=name, value=value, threshold=threshold, met=met, n=0, secs=0.0, **kw)
 
-    by = {
-        (s["nodes"], s["policy"], s["budget_frac"]): s for s in summaries if s["store"] == "pages"
-    }
+    for store in ("pages", "segments"):
+        by = {
+            (s["nodes"], s["policy"], s["budget_frac"]): s for s in summaries if s["store"] == store
+        }
+        if by:
+            store_goals(goal, lines, by, [r for r in records if r["store"] == store], store)
 
     def within_bound(name: str, recs: list[dict[str, Any]], **kw: Any) -> None:
         """The largest ``max_physical`` over its ``bound`` among ``recs``."""
@@ -459,6 +462,20 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
 
     if records:
         within_bound("allocated_within_budget", records)
+    seg = [r for r in records if r["store"] == "segments"]
+    if seg:
+        within_bound("segment_store_within_budget", seg, measured=True)
+
+
+def store_goals(
+    goal: Any,
+    lines: list[dict[str, Any]],
+    by: dict[tuple[Any, ...], dict[str, Any]],
+    records: list[dict[str, Any]],
+    store: str,
+) -> None:
+    """The fetch and throughput goals of one store's lines (``by``: the
+    summaries by nodes, policy and budget; ``records``: their epochs)."""
     for (m, policy, b), s in sorted(by.items()):
         if m != 1 or policy != "plan":
             continue
@@ -469,6 +486,7 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
             1.05 * floor,
             fetched <= 1.05 * floor,
             budget_frac=b,
+            store=store,
             floor_ratio=floor,
             issue_floor_ratio=max(1.0 - b, 0.0),
         )
@@ -477,7 +495,7 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
             theirs = lru["fetched_per_epoch_ratio"]
             ratio = fetched / theirs if theirs else None
             met = ratio <= 0.6 if ratio is not None else fetched == 0
-            goal("plan_vs_lru", ratio, 0.6, met, budget_frac=b, lru_ratio=theirs)
+            goal("plan_vs_lru", ratio, 0.6, met, budget_frac=b, store=store, lru_ratio=theirs)
     for (m, policy, b), s in sorted(by.items()):
         if m > 1 and policy.startswith("affine") and b >= 1.0:
             total = s["fetched_per_epoch_ratio"] * max(
@@ -485,7 +503,15 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
             )
             f = next(x["cross_node"] for x in lines if x["name"] == s["line"])
             if f == 0:
-                goal("affine_fetched_once", total, 0.05, total <= 0.05, budget_frac=b, nodes=m)
+                goal(
+                    "affine_fetched_once",
+                    total,
+                    0.05,
+                    total <= 0.05,
+                    budget_frac=b,
+                    store=store,
+                    nodes=m,
+                )
             else:
                 goal(
                     "affine_cross_node_traffic",
@@ -493,6 +519,7 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
                     None,
                     None,
                     budget_frac=b,
+                    store=store,
                     nodes=m,
                     cross_node=f,
                     expected_per_epoch=f * (1 - 1 / m),
@@ -503,10 +530,16 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
         if policy == "lru" or lru is None:
             continue
         ratio = s["samples_per_s_all"] / max(lru["samples_per_s_all"], 1e-9)
-        goal("throughput_vs_lru", ratio, 1.0, ratio >= 1.0, policy=policy, nodes=m, budget_frac=b)
-    seg = [r for r in records if r["store"] == "segments"]
-    if seg:
-        within_bound("segment_store_within_budget", seg, measured=True)
+        goal(
+            "throughput_vs_lru",
+            ratio,
+            1.0,
+            ratio >= 1.0,
+            policy=policy,
+            nodes=m,
+            budget_frac=b,
+            store=store,
+        )
 
 
 def main(argv: list[str]) -> int:

@@ -208,13 +208,13 @@ fn w9_smoke() {
             .filter(|l| l["workload"] == "w9" && l["phase"] == phase)
             .collect()
     };
-    // 5 lines (the page file's M = 1, 1, 4, 4; the segment store's M = 1)
-    // × 3 epochs, one line per node.
+    // 6 lines (the page file's M = 1, 1, 4, 4; the segment store's M = 1
+    // LRU and plan) × 3 epochs, one line per node.
     let epochs = of("epoch");
-    assert_eq!(epochs.len(), (1 + 1 + 4 + 4 + 1) * 3, "{epochs:?}");
+    assert_eq!(epochs.len(), (1 + 1 + 4 + 4 + 1 + 1) * 3, "{epochs:?}");
     assert_eq!(
         epochs.iter().filter(|e| e["store"] == "segments").count(),
-        3,
+        6,
         "{epochs:?}"
     );
     for e in &epochs {
@@ -236,15 +236,21 @@ fn w9_smoke() {
         assert!(e["fetched_bytes"].as_u64() >= Some(1), "{e}");
         assert!(e["floor_bytes"].as_u64() >= Some(1), "{e}");
     }
-    assert_eq!(of("line").len(), 5);
+    assert_eq!(of("line").len(), 6);
     let goals = of("goal");
-    let named = |g: &str| goals.iter().any(|l| l["goal"] == g);
-    for g in [
-        "allocated_within_budget",
-        "plan_at_floor",
-        "plan_vs_lru",
-        "segment_store_within_budget",
+    let named = |g: &str, store: &str| {
+        goals
+            .iter()
+            .any(|l| l["goal"] == g && (store.is_empty() || l["store"] == store))
+    };
+    for (g, store) in [
+        ("allocated_within_budget", ""),
+        ("plan_at_floor", "pages"),
+        ("plan_vs_lru", "pages"),
+        ("plan_at_floor", "segments"),
+        ("plan_vs_lru", "segments"),
+        ("segment_store_within_budget", ""),
     ] {
-        assert!(named(g), "no {g} goal line: {goals:?}");
+        assert!(named(g, store), "no {g} goal line of {store}: {goals:?}");
     }
 }

@@ -22,9 +22,10 @@
 //!
 //! The same samples also go into a segment store (`sample_<i>` →
 //! `{"blob": bytes}`, a twelfth of them to a segment), published beside
-//! the page file and read through `cachex.torch.SegmentDataset`: M = 1
-//! `lru` at budgets 0.5 and 1.1 of the store on s3s-fs, 0.5 on moto (a
-//! segment dataset registers no plan, so there is no `plan` line).
+//! the page file and read through `cachex.torch.SegmentDataset` (whose
+//! plan spans every segment): on s3s-fs M = 1 `lru` and `plan` at every
+//! budget, M = 4 `lru`, `plan` and `affine_f0` at 0.5 and 1.1 (16
+//! lines); on moto M = 1 `lru` and `plan` at 0.5.
 
 mod layout;
 
@@ -106,10 +107,10 @@ impl Setup {
             policy,
             budget,
         };
-        let segments = |budget| LineSpec {
+        let segments = |nodes, policy, budget| LineSpec {
             store: "segments",
-            nodes: 1,
-            policy: "lru",
+            nodes,
+            policy,
             budget,
         };
         match kind {
@@ -123,7 +124,14 @@ impl Setup {
                         lines.push(line(NODES, policy, budget));
                     }
                 }
-                lines.extend([segments(0.5), segments(1.1)]);
+                for budget in BUDGETS {
+                    for policy in ["lru", "plan"] {
+                        lines.push(segments(1, policy, budget));
+                    }
+                }
+                for policy in ["lru", "plan", "affine_f0"] {
+                    lines.extend([segments(NODES, policy, 0.5), segments(NODES, policy, 1.1)]);
+                }
                 Setup {
                     samples: n,
                     page_size: 256 << 10,
@@ -140,7 +148,8 @@ impl Setup {
                     line(1, "plan", 0.5),
                     line(NODES, "plan", 0.5),
                     line(NODES, "affine_f0", 0.5),
-                    segments(0.5),
+                    segments(1, "lru", 0.5),
+                    segments(1, "plan", 0.5),
                 ],
             },
         }

@@ -495,7 +495,7 @@ impl ObjectState {
     /// and whether a live plan reads this object at all.
     pub(crate) fn planned_distances(&self, blocks: &[u64]) -> (Vec<u64>, bool) {
         let uses = crate::plans::next_uses(&self.tier.dir.root);
-        let planned = uses.keys().any(|k| k == self.key);
+        let planned = uses.plans(&self.key);
         let distances = blocks
             .iter()
             .map(|&b| uses.distance(&self.key, b).unwrap_or(u64::MAX))

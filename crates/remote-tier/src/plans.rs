@@ -56,8 +56,9 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crate::{Error, RemoteFile, Result};
@@ -332,60 +333,106 @@ impl Cursor<'_> {
 }
 
 /// The node's next use of every planned block: the nearest over the live
-/// plan records, each at its own progress.
+/// plan records, each at its own progress, looked up block by block (a
+/// record is decoded and indexed once per process, see [`live_records`]).
 #[derive(Debug, Default)]
 pub(crate) struct NextUses {
-    /// Object key → (block → distance in batches; 0 = in use now).
-    by_key: HashMap<String, Planned>,
+    /// Each live record's progress and its indexed uses.
+    records: Vec<(u64, Arc<Indexed>)>,
 }
 
-/// The planned blocks of one object.
+/// A decoded record, indexed by object and block.
 #[derive(Debug)]
-struct Planned {
-    /// The block size the block indices count in: the first record's (a
-    /// record of another block size, made for a copy under another block
-    /// list, is left out).
+struct Indexed {
+    objects: HashMap<String, IndexedObject>,
+}
+
+/// One object's uses in a record.
+#[derive(Debug)]
+struct IndexedObject {
+    /// The block size the block indices count in.
     block_size: u64,
-    distance: HashMap<u32, u64>,
+    uses: HashMap<u32, BlockUse>,
+    /// The last position any block is read at (this epoch or the next):
+    /// past it the record reads the object no more.
+    horizon: Option<u64>,
+}
+
+impl Indexed {
+    fn of(record: PlanRecord) -> Indexed {
+        let objects = record
+            .objects
+            .into_iter()
+            .map(|o| {
+                let horizon = o
+                    .uses
+                    .iter()
+                    .flat_map(|u| [u.last, u.next_first])
+                    .filter(|&p| p != NONE)
+                    .max()
+                    .map(u64::from);
+                let uses = o.uses.into_iter().map(|u| (u.block, u)).collect();
+                (
+                    o.key,
+                    IndexedObject {
+                        block_size: o.block_size,
+                        uses,
+                        horizon,
+                    },
+                )
+            })
+            .collect();
+        Indexed { objects }
+    }
 }
 
 impl NextUses {
     /// How many batches until `block` of the object `key` is read next,
-    /// `None` when no live plan reads it again.
+    /// `None` when no live plan reads it again. Block indices count in the
+    /// block size of the first record that plans the object (a record of
+    /// another block size, made for a copy under another block list, is
+    /// left out).
     pub(crate) fn distance(&self, key: &str, block: u64) -> Option<u64> {
         let block = u32::try_from(block).ok()?;
-        self.by_key.get(key)?.distance.get(&block).copied()
-    }
-
-    /// The keys of the objects some live plan reads.
-    pub(crate) fn keys(&self) -> impl Iterator<Item = &str> {
-        self.by_key.keys().map(String::as_str)
-    }
-
-    /// Counts one record's blocks, at its own progress.
-    fn add(&mut self, record: &PlanRecord) {
-        for object in &record.objects {
-            let planned = self
-                .by_key
-                .entry(object.key.clone())
-                .or_insert_with(|| Planned {
-                    block_size: object.block_size,
-                    distance: HashMap::new(),
-                });
-            if planned.block_size != object.block_size {
+        let mut block_size = None;
+        let mut nearest: Option<u64> = None;
+        for (progress, record) in &self.records {
+            let Some(object) = record.objects.get(key) else {
+                continue;
+            };
+            if *block_size.get_or_insert(object.block_size) != object.block_size {
                 continue;
             }
-            for u in &object.uses {
-                if let Some(d) = u.distance(record.progress) {
-                    planned
-                        .distance
-                        .entry(u.block)
-                        .and_modify(|m| *m = (*m).min(d))
-                        .or_insert(d);
-                }
+            if let Some(d) = object.uses.get(&block).and_then(|u| u.distance(*progress)) {
+                nearest = Some(nearest.map_or(d, |n| n.min(d)));
             }
         }
-        self.by_key.retain(|_, p| !p.distance.is_empty());
+        nearest
+    }
+
+    /// Whether some live plan reads the object `key` again.
+    pub(crate) fn plans(&self, key: &str) -> bool {
+        self.records.iter().any(|(progress, record)| {
+            record
+                .objects
+                .get(key)
+                .and_then(|o| o.horizon)
+                .is_some_and(|h| *progress <= h)
+        })
+    }
+
+    /// The keys of the objects some live plan reads again.
+    pub(crate) fn keys(&self) -> impl Iterator<Item = &str> {
+        let mut keys: Vec<&str> = self
+            .records
+            .iter()
+            .flat_map(|(_, r)| r.objects.keys())
+            .map(String::as_str)
+            .filter(|k| self.plans(k))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys.into_iter()
     }
 }
 
@@ -394,21 +441,35 @@ impl NextUses {
 /// absent (eviction then falls back to LRU for its blocks), and one whose
 /// registrant is gone is removed.
 pub(crate) fn next_uses(tier_root: &Path) -> NextUses {
-    let mut uses = NextUses::default();
-    for record in live_records(tier_root) {
-        uses.add(&record);
+    NextUses {
+        records: live_records(tier_root),
     }
-    uses
 }
 
-/// The records of the live registrants of the tier at `tier_root`, in no
-/// order; removes the records of dead ones (and their stale temporary
-/// files), best effort.
-fn live_records(tier_root: &Path) -> Vec<PlanRecord> {
-    let Ok(entries) = std::fs::read_dir(tier_root.join(PLANS_DIR)) else {
+/// Records decoded in this process, by path: their inode and length when
+/// read, and their uses. A record is written whole and renamed into
+/// place, and only its progress changes after: one of the same inode and
+/// length is read again for its progress alone (8 bytes), not decoded.
+type Decoded = HashMap<PathBuf, (u64, u64, Arc<Indexed>)>;
+
+fn decoded() -> std::sync::MutexGuard<'static, Decoded> {
+    static DECODED: std::sync::OnceLock<Mutex<Decoded>> = std::sync::OnceLock::new();
+    DECODED
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// The progress and uses of the live registrants' records of the tier at
+/// `tier_root`, in no order; removes the records of dead ones (and their
+/// stale temporary files), best effort.
+fn live_records(tier_root: &Path) -> Vec<(u64, Arc<Indexed>)> {
+    let dir = tier_root.join(PLANS_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
     };
     let mut records = Vec::new();
+    let mut seen: Vec<PathBuf> = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name();
@@ -434,14 +495,42 @@ fn live_records(tier_root: &Path) -> Vec<PlanRecord> {
             let _ = std::fs::remove_file(&path);
             continue;
         }
-        let mut bytes = Vec::new();
-        if std::io::Read::read_to_end(&mut &file, &mut bytes).is_err() {
+        let Ok(meta) = file.metadata() else {
             continue;
-        }
-        if let Ok(record) = PlanRecord::decode(&bytes) {
-            records.push(record);
+        };
+        let (ino, len) = (meta.ino(), meta.len());
+        let known = decoded()
+            .get(&path)
+            .filter(|(i, l, _)| (*i, *l) == (ino, len))
+            .map(|(_, _, r)| Arc::clone(r));
+        let found = match known {
+            Some(indexed) => {
+                let mut progress = [0u8; 8];
+                match file.read_exact_at(&mut progress, PROGRESS_AT) {
+                    Ok(()) => Some((u64::from_le_bytes(progress), indexed)),
+                    Err(_) => None,
+                }
+            }
+            None => {
+                let mut bytes = Vec::new();
+                match std::io::Read::read_to_end(&mut &file, &mut bytes) {
+                    Ok(_) => PlanRecord::decode(&bytes).ok().map(|record| {
+                        let progress = record.progress;
+                        let indexed = Arc::new(Indexed::of(record));
+                        decoded().insert(path.clone(), (ino, len, Arc::clone(&indexed)));
+                        (progress, indexed)
+                    }),
+                    Err(_) => None,
+                }
+            }
+        };
+        if let Some(found) = found {
+            seen.push(path);
+            records.push(found);
         }
     }
+    // Records of this tier that are gone (or no longer read) leave.
+    decoded().retain(|p, _| !p.starts_with(&dir) || seen.contains(p));
     records
 }
 
@@ -858,6 +947,38 @@ mod tests {
         assert_eq!(uses.distance("j", 3), Some(1));
         assert!(torn.exists(), "a live registrant's record stays");
         drop((handle, live));
+    }
+
+    #[test]
+    fn a_record_read_before_is_read_again_when_its_bytes_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let handle = register(dir.path(), vec![plan("k", &[(0, 2, 2, NONE)])], 4).unwrap();
+        let path = handle.path().to_path_buf();
+        assert_eq!(next_uses(dir.path()).distance("k", 0), Some(2));
+        assert!(decoded().contains_key(&path), "indexed once");
+        // Only the progress moved: read from the record, not the index.
+        handle.advance(1).unwrap();
+        assert_eq!(next_uses(dir.path()).distance("k", 0), Some(1));
+        handle.advance(3).unwrap();
+        let uses = next_uses(dir.path());
+        assert_eq!(uses.distance("k", 0), None);
+        assert!(!uses.plans("k") && uses.keys().count() == 0, "read no more");
+        // Cut in place (same inode): its length tells, and it no longer decodes.
+        let len = std::fs::metadata(&path).unwrap().len();
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 1)
+            .unwrap();
+        handle.advance(0).unwrap();
+        assert_eq!(next_uses(dir.path()).distance("k", 0), None);
+        assert!(
+            !decoded().contains_key(&path),
+            "a record that no longer decodes leaves"
+        );
+        drop(handle);
+        assert_eq!(next_uses(dir.path()).keys().count(), 0);
     }
 
     /// The child half of `a_dead_registrants_record_is_removed` (does
