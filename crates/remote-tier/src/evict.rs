@@ -275,14 +275,64 @@ impl LocalDir {
                 }
             }
         }
+        // Every map first, each written and renamed into place, then one
+        // fsync of their directory (not one per map: a pass under a plan
+        // may touch many objects, a segment store's), then the punches:
+        // a block's bytes go only once no map on disk can say it is here.
+        let mut written: Vec<(&str, Vec<std::ops::Range<u64>>)> = Vec::new();
+        let mut failed = None;
         for (key, victims) in blocks {
             let Some(object) = objects.get_mut(key) else {
                 continue;
             };
-            let freed = self.punch(key, object, &victims, report)?;
+            match self.clear_bits(key, object, &victims) {
+                Ok(Some(ranges)) => written.push((key, ranges)),
+                Ok(None) => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if !written.is_empty() {
+            durable_fs::sync_parent_dir(&self.map(written[0].0))?;
+        }
+        for (key, ranges) in written {
+            let Some(object) = objects.get_mut(key) else {
+                continue;
+            };
+            let freed = self.punch(key, object, &ranges, report)?;
             report.bytes_after = report.bytes_after.saturating_sub(freed);
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Clears the bits of blocks `victims` in the map of `key` and writes
+    /// it (synced, renamed into place; the caller syncs the directory
+    /// before punching). The byte ranges of the blocks; `None` for an
+    /// object read without a map.
+    fn clear_bits(
+        &self,
+        key: &str,
+        object: &mut Object,
+        victims: &[u64],
+    ) -> Result<Option<Vec<std::ops::Range<u64>>>> {
+        let Some(map) = object.map.as_mut() else {
+            return Ok(None);
+        };
+        let ranges: Vec<std::ops::Range<u64>> =
+            victims.iter().map(|&b| map.block_range(b)).collect();
+        for &b in victims {
+            map.clear(b);
+        }
+        let map_path = self.map(key);
+        let tmp = durable_fs::temp_path(&map_path);
+        durable_fs::write_synced(&tmp, &map.encode())?;
+        if let Err(e) = durable_fs::rename(&tmp, &map_path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e.into());
+        }
+        Ok(Some(ranges))
     }
 
     /// Removes every file of the idle object `key` (whose files a scan
@@ -304,36 +354,29 @@ impl LocalDir {
         Ok(bytes)
     }
 
-    /// Frees blocks `victims` of the sparse copy of `key`: clears their
-    /// bits in the map on disk, then punches their bytes out (the caller
-    /// bumps the generation once every map is written). An idle object left without
-    /// a block is removed; one whose file system cannot punch is removed
-    /// whole when idle (else only its bits go, its bytes stay counted).
-    /// Returns the bytes freed.
+    /// Punches the bytes of `ranges` (blocks whose bits
+    /// [`clear_bits`](Self::clear_bits) cleared, durably) out of the
+    /// sparse copy of `key` (the caller bumps the generation once every
+    /// map is written). An idle object left without a block is removed;
+    /// one whose file system cannot punch is removed whole when idle (else
+    /// only its bits go, its bytes stay counted). Returns the bytes freed.
     fn punch(
         &self,
         key: &str,
         object: &mut Object,
-        victims: &[u64],
+        ranges: &[std::ops::Range<u64>],
         report: &mut EvictReport,
     ) -> Result<u64> {
-        let Some(map) = object.map.as_mut() else {
+        let Some(map) = object.map.as_ref() else {
             return Ok(0);
         };
-        let ranges: Vec<std::ops::Range<u64>> =
-            victims.iter().map(|&b| map.block_range(b)).collect();
-        for &b in victims {
-            map.clear(b);
-        }
-        let map_path = self.map(key);
-        durable_fs::write_atomic(&map_path, &map.encode())?;
         let sparse = self.sparse(key);
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(&sparse)
             .map_err(Error::io("open", &sparse))?;
         let mut freed = 0u64;
-        for r in &ranges {
+        for r in ranges {
             let len = units(r.clone());
             // SAFETY: fallocate on a descriptor this function owns; it
             // takes no pointer. The range lies inside the file and on page
