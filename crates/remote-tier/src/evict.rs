@@ -5,8 +5,8 @@
 //! while the count plus the fetch fits the budget, that is one lock and a
 //! few atomics, no scan. Otherwise one eviction pass runs, down to the
 //! budget less the fetch and a slack, so that one scan serves many
-//! fetches: 1/16 of the budget (at most 64 MiB) by LRU, 1/128 (at most
-//! 8 MiB) while a live plan reads some object, since a block a plan
+//! fetches: 1/16 of the budget (at most 64 MiB) by LRU, 1/256 (at most
+//! 4 MiB) while a live plan reads some object, since a block a plan
 //! would have kept and the slack frees is fetched again.
 //!
 //! The pass lists `objects/`, reads the pin records and the live plans,
@@ -95,13 +95,15 @@ pub(crate) struct Slack {
     /// Without a plan: 1/16 of the budget, at most 64 MiB.
     lru: u64,
     /// Under a plan, where a block freed early may be one the plan would
-    /// have kept, and is fetched again: 1/128 of the budget, at most 8 MiB
+    /// have kept, and is fetched again: 1/256 of the budget, at most 4 MiB
     /// (plus, up to `lru`, blocks no plan reads again: see `pass`). W9
     /// measured the trade: a plan fetches about 0.6 × this slack an epoch
-    /// over its floor (at 1/32, 1.18 × the floor at b = 0.9; at 1/128,
-    /// 1.06 ×), while a smaller slack runs a pass every few blocks
-    /// fetched — with 4 KiB blocks (a segment store) at 1/256 that made a
-    /// planned epoch 2–3 × slower than the LRU's.
+    /// over its floor (b = 0.9: 1.04 × the floor at 1/256, 1.06–1.08 × at
+    /// 1/128, 1.18 × at 1/32), while each pass costs a scan and the synced
+    /// maps of the objects it frees blocks of — about 15 ms for a segment
+    /// store of 12 segments in 4 KiB blocks, where a planned epoch then
+    /// runs 6–16 × the LRU's passes and takes 1.5–2.5 × its time (which is
+    /// why a segment dataset registers no plan unless asked).
     planned: u64,
 }
 
@@ -113,7 +115,7 @@ impl Slack {
     fn of(budget: u64) -> Slack {
         Slack {
             lru: (budget / 16).min(64 << 20),
-            planned: (budget / 128).min(8 << 20),
+            planned: (budget / 256).min(4 << 20),
         }
     }
 }

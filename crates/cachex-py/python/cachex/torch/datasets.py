@@ -645,13 +645,17 @@ class SegmentDataset(_Batched):
         background."""
         return self.store.prefetch([self.keys[i] for i in indices])
 
+    #: :class:`IterableBatches` registers no plan unless given
+    #: ``plan_eviction=True`` (see there).
+    plan_eviction_default = False
+
     def set_plan(self, samples: Any, positions: Any, epoch_len: int) -> PlanHandle | None:
         """Registers a plan of reads with the local tier (see
         :meth:`cachex.SegmentStore.set_plan`): the record of
         ``keys[samples[j]]`` is read at batch ``positions[j]``
         (``0..epoch_len`` this epoch, the next epoch after); ``None`` for a
-        directory. :class:`IterableBatches` does it for you
-        (``plan_eviction``)."""
+        directory. :class:`IterableBatches` does it for you with
+        ``plan_eviction=True``."""
         keys = self.keys
         return self.store.set_plan(
             [keys[int(i)] for i in np.asarray(samples).reshape(-1)],
@@ -975,7 +979,11 @@ class IterableBatches(_IterableBase, _Planned):
         process of the machine shares the tier and sees every rank's
         plan). A plan stays registered after its iteration, until the next
         one registers its own or this object goes. ``False`` registers
-        nothing: the tier evicts the least recently used pages.
+        nothing: the tier evicts the least recently used pages. ``None``
+        (the default): the dataset's ``plan_eviction_default``, on for a
+        page or beton file, off for a :class:`SegmentDataset`, whose
+        planned epochs fetch less but, in small blocks over many segments,
+        spend more time freeing space than the LRU (BENCHMARKS.md, W9).
     """
 
     def __init__(
@@ -993,7 +1001,7 @@ class IterableBatches(_IterableBase, _Planned):
         affinity: Affinity = "global",
         homes: int | None = None,
         cross_node: float = 0.0,
-        plan_eviction: bool = True,
+        plan_eviction: bool | None = None,
         global_batch_size: int | None = None,
         replication: int = 1,
     ) -> None:
@@ -1005,6 +1013,8 @@ class IterableBatches(_IterableBase, _Planned):
             dataset = MixedDataset(dataset)
         self.dataset = dataset
         self.reuse_buffers = reuse_buffers
+        if plan_eviction is None:
+            plan_eviction = getattr(dataset, "plan_eviction_default", True)
         self.plan_eviction = bool(plan_eviction)
         options: dict[str, Any] = {
             "seed": seed,
