@@ -426,11 +426,7 @@ impl PyPageReader {
             .iter()
             .map(|&i| usize::try_from(i).map_err(|_| errors::invalid(format!("sample {i} < 0"))))
             .collect::<PyResult<Vec<usize>>>()?;
-        let positions = positions
-            .as_array()
-            .iter()
-            .map(|&p| u64::try_from(p).map_err(|_| errors::invalid(format!("position {p} < 0"))))
-            .collect::<PyResult<Vec<u64>>>()?;
+        let positions = crate::plan_handle::positions(&positions)?;
         let o = self.current(py)?;
         let Pages::Remote(r) = &*o.pages else {
             return Ok(None);

@@ -1,5 +1,5 @@
 //! `cachex.PlanHandle`: a reader's registered plan in the local tier, as
-//! `PageReader.set_plan` returns it.
+//! `PageReader.set_plan` and `SegmentStore.set_plan` return it.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -9,6 +9,16 @@ use pyo3::types::PyTuple;
 use remote_tier::PlanHandle;
 
 use crate::errors;
+
+/// A plan's positions (an int64 array) as batch positions; a negative one
+/// is an `InvalidInputError`.
+pub fn positions(positions: &numpy::PyReadonlyArray1<'_, i64>) -> PyResult<Vec<u64>> {
+    positions
+        .as_array()
+        .iter()
+        .map(|&p| u64::try_from(p).map_err(|_| errors::invalid(format!("position {p} < 0"))))
+        .collect()
+}
 
 /// A reader's plan of the coming reads, registered in the machine's local
 /// tier: while it is open, the tier evicts (in every process) the pages

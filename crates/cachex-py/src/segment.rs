@@ -312,11 +312,7 @@ impl PySegmentStore {
         positions: numpy::PyReadonlyArray1<'_, i64>,
         epoch_len: u64,
     ) -> PyResult<Option<PyPlanHandle>> {
-        let positions = positions
-            .as_array()
-            .iter()
-            .map(|&p| u64::try_from(p).map_err(|_| errors::invalid(format!("position {p} < 0"))))
-            .collect::<PyResult<Vec<u64>>>()?;
+        let positions = crate::plan_handle::positions(&positions)?;
         let store = self.store(py)?;
         let handle = errors::enter(py, || store.set_plan(&keys, &positions, epoch_len))?;
         Ok(handle.map(PyPlanHandle::new))

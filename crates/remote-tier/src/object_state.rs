@@ -360,27 +360,27 @@ impl ObjectState {
         ahead.after_read(first, last, config.prefetch_blocks.min(most), most)
     }
 
+    /// The object's block size (`u64::MAX` for one fetched whole).
+    fn block_size(&self) -> u64 {
+        self.blocks
+            .as_ref()
+            .map_or(u64::MAX, |m| lock(m).block_size)
+            .max(1)
+    }
+
     /// The most blocks of this object a read-ahead may have in the tier
     /// at once: a quarter of a `budget` of its blocks. More would evict
     /// what the reads need (blocks of the run being read, fetched ahead
     /// earlier) in a tier of a few blocks, and count reads over budget.
     fn read_ahead_cap(&self, budget: u64) -> u64 {
-        let bs = self
-            .blocks
-            .as_ref()
-            .map_or(u64::MAX, |m| lock(m).block_size)
-            .max(1);
+        let bs = self.block_size();
         budget / bs / READ_AHEAD_SHARE
     }
 
     /// `blocks` (ascending) as runs of adjacent blocks, each inside one
     /// granule (see [`granule`](Self::granule)): what one request fetches.
     pub(crate) fn runs(&self, blocks: &[u64]) -> Vec<(u64, u64)> {
-        let bs = self
-            .blocks
-            .as_ref()
-            .map_or(u64::MAX, |m| lock(m).block_size)
-            .max(1);
+        let bs = self.block_size();
         let per = (RUN_BYTES / bs).max(1);
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for &i in blocks {
@@ -396,11 +396,7 @@ impl ObjectState {
     /// one block where blocks are larger) whose fetches one fetch lock
     /// serialises machine-wide, so that no block is fetched twice.
     fn granule(&self, i: u64) -> u64 {
-        let bs = self
-            .blocks
-            .as_ref()
-            .map_or(u64::MAX, |m| lock(m).block_size)
-            .max(1);
+        let bs = self.block_size();
         i / (RUN_BYTES / bs).max(1)
     }
 
