@@ -56,8 +56,10 @@ impl SegmentStore {
 
     /// Where the record of each of `keys` lies, for a plan of reads: the
     /// segment file that holds it (its newest location) and the byte
-    /// ranges its row takes there, about ([`Layout::row_spans`]; the
-    /// whole file for a segment only a whole read reads). `None` for a
+    /// ranges its row takes there, about (its share of each buffer of its
+    /// batch: exact for fixed-size values and offsets, an estimate for
+    /// variable-size ones; the whole file for a segment only a whole read
+    /// reads). `None` for a
     /// key in no segment. Each segment's layout is read once (through
     /// `src`, as [`get_batch_ranged`](Self::get_batch_ranged) reads it,
     /// and kept), the segments at once; no row is read.
