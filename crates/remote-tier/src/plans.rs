@@ -657,9 +657,9 @@ impl RemoteFile {
         set_plans(&[(self, uses)], epoch_len)
     }
 
-    /// This object's part of a record: its blocks' uses (see
-    /// [`set_plan`](Self::set_plan)).
-    fn object_plan(&self, uses: &[(Range<u64>, u64)], epoch_len: u64) -> Result<ObjectPlan> {
+    /// This object's part of a record: its blocks' uses in every list of
+    /// `uses` (see [`set_plan`](Self::set_plan)).
+    fn object_plan(&self, uses: &[&Reads], epoch_len: u64) -> Result<ObjectPlan> {
         let state = self.state();
         let root = &state.tier.dir.root;
         let bad = |problem: String| {
@@ -676,7 +676,7 @@ impl RemoteFile {
             None => state.size.max(1),
         };
         let mut by_block: HashMap<u32, BlockUse> = HashMap::new();
-        for (range, position) in uses {
+        for (range, position) in uses.iter().copied().flatten() {
             if range.start >= range.end {
                 continue;
             }
@@ -719,7 +719,10 @@ impl RemoteFile {
 
 /// One object's part of a plan: the file and its reads, `(byte range,
 /// position)` as [`RemoteFile::set_plan`] takes them.
-pub type ObjectReads<'a> = (&'a RemoteFile, &'a [(Range<u64>, u64)]);
+pub type ObjectReads<'a> = (&'a RemoteFile, &'a Reads);
+
+/// Reads of one object: `(byte range, position)`.
+type Reads = [(Range<u64>, u64)];
 
 /// [`RemoteFile::set_plan`] of several objects of one tier in one record
 /// (a store of many files, such as a segment store, read in one order):
@@ -731,8 +734,9 @@ pub fn set_plans(files: &[ObjectReads<'_>], epoch_len: u64) -> Result<PlanHandle
         return Err(Error::Runtime("a plan of no object".into()));
     };
     let root = first.state().tier.dir.root.clone();
-    let mut objects: Vec<ObjectPlan> = Vec::with_capacity(files.len());
-    let mut at: HashMap<String, usize> = HashMap::new();
+    // Each object once, with every list of uses it was given.
+    let mut grouped: Vec<(&RemoteFile, Vec<&Reads>)> = Vec::new();
+    let mut at: HashMap<&str, usize> = HashMap::new();
     for (file, uses) in files {
         let state = file.state();
         if state.tier.dir.root != root {
@@ -742,35 +746,19 @@ pub fn set_plans(files: &[ObjectReads<'_>], epoch_len: u64) -> Result<PlanHandle
                 state.tier.dir.root.display()
             )));
         }
-        let plan = file.object_plan(uses, epoch_len)?;
-        match at.get(&plan.key) {
-            Some(&k) => merge_uses(&mut objects[k], plan, epoch_len),
+        match at.get(state.key.as_str()) {
+            Some(&k) => grouped[k].1.push(uses),
             None => {
-                at.insert(plan.key.clone(), objects.len());
-                objects.push(plan);
+                at.insert(state.key.as_str(), grouped.len());
+                grouped.push((file, vec![uses]));
             }
         }
     }
+    let objects = grouped
+        .iter()
+        .map(|(file, uses)| file.object_plan(uses, epoch_len))
+        .collect::<Result<Vec<ObjectPlan>>>()?;
     register(&root, objects, epoch_len)
-}
-
-/// Folds `more`'s uses of an object into `into`'s (same key and block
-/// size): each block's first and last use the earliest and latest of the
-/// two, its next epoch's first use the earliest.
-fn merge_uses(into: &mut ObjectPlan, more: ObjectPlan, epoch_len: u64) {
-    let mut by_block: HashMap<u32, BlockUse> = into.uses.drain(..).map(|u| (u.block, u)).collect();
-    for u in more.uses {
-        let entry = by_block
-            .entry(u.block)
-            .or_insert_with(|| BlockUse::unused(u.block));
-        for p in [u.first, u.last, u.next_first] {
-            if p != NONE {
-                entry.add(p, epoch_len);
-            }
-        }
-    }
-    into.uses = by_block.into_values().collect();
-    into.uses.sort_unstable_by_key(|u| u.block);
 }
 
 #[cfg(test)]
