@@ -5,8 +5,9 @@
 //! while the count plus the fetch fits the budget, that is one lock and a
 //! few atomics, no scan. Otherwise one eviction pass runs, down to the
 //! budget less the fetch and a slack, so that one scan serves many
-//! fetches: 1/16 of the budget (at most 64 MiB) by LRU, 1/256 (at most
-//! 4 MiB) while a live plan reads some object, since a block a plan
+//! fetches: 1/16 of the budget (at most 64 MiB) by LRU; while a live plan
+//! reads some object, 1/64 of what the plans must fetch each epoch anyway
+//! (the bytes their epochs read less the budget), since a block a plan
 //! would have kept and the slack frees is fetched again.
 //!
 //! The pass lists `objects/`, reads the pin records and the live plans,
@@ -92,31 +93,40 @@ impl Inner {
 /// many fetches.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Slack {
+    /// The tier's budget.
+    budget: u64,
     /// Without a plan: 1/16 of the budget, at most 64 MiB.
     lru: u64,
-    /// Under a plan, where a block freed early may be one the plan would
-    /// have kept, and is fetched again: 1/256 of the budget, at most 4 MiB
-    /// (plus, up to `lru`, blocks no plan reads again: see `pass`). W9
-    /// measured the trade: a plan fetches about 0.6 × this slack an epoch
-    /// over its floor (b = 0.9: 1.04 × the floor at 1/256, 1.06–1.08 × at
-    /// 1/128, 1.18 × at 1/32), while each pass costs a scan and the synced
-    /// maps of the objects it frees blocks of — about 15 ms for a segment
-    /// store of 12 segments in 4 KiB blocks, where a planned epoch then
-    /// runs 6–16 × the LRU's passes and takes 1.5–2.5 × its time (which is
-    /// why a segment dataset registers no plan unless asked).
-    planned: u64,
 }
+
+/// Under a plan the slack is this fraction of the bytes the plans must
+/// fetch each epoch anyway (their epoch's blocks less the budget).
+const PLANNED_SLACK: u64 = 64;
 
 impl Slack {
     /// No slack: free exactly what is asked.
-    const NONE: Slack = Slack { lru: 0, planned: 0 };
+    const NONE: Slack = Slack { budget: 0, lru: 0 };
 
     /// The slack of a tier of `budget` bytes.
     fn of(budget: u64) -> Slack {
         Slack {
+            budget,
             lru: (budget / 16).min(64 << 20),
-            planned: (budget / 256).min(4 << 20),
         }
+    }
+
+    /// The slack under live plans whose epochs read `working` bytes of
+    /// this tier: 1/64 of what they must fetch each epoch beyond the
+    /// budget (at most the LRU's slack). A block a pass frees early is
+    /// one the plan would have kept, and is fetched again: W9 measured
+    /// about 0.6 × the slack an epoch over the floor. Scaled by the
+    /// epoch's misses, that is about 1% of the floor at every budget,
+    /// and a pass every 1/64 of the epoch's fetches (a fixed slack of
+    /// the budget was either many passes at small budgets, 6–16 × the
+    /// LRU's for a segment store in 4 KiB blocks, or several % over the
+    /// floor at large ones: 1/256 of the budget gave 1.04 × at b = 0.9).
+    fn planned(&self, working: u64) -> u64 {
+        (working.saturating_sub(self.budget) / PLANNED_SLACK).min(self.lru)
     }
 }
 
@@ -173,17 +183,21 @@ impl LocalDir {
         // from blocks no plan reads again, which cost nothing to free now.
         let (need, extra) = match planned.is_empty() {
             true => (need.saturating_add(slack.lru), 0),
-            false => (
-                need.saturating_add(slack.planned),
-                slack.lru.saturating_sub(slack.planned),
-            ),
+            false => {
+                let planned = slack.planned(plans.epoch_bytes());
+                (
+                    need.saturating_add(planned),
+                    slack.lru.saturating_sub(planned),
+                )
+            }
         };
         let mut objects: HashMap<String, Object> = HashMap::new();
         let mut cands: Vec<Candidate> = Vec::new();
         for (key, f) in found {
             let open = held.has(&key);
+            let shared: std::rc::Rc<str> = key.as_str().into();
             let whole = |protected: bool| Candidate {
-                key: key.clone(),
+                key: shared.clone(),
                 block: None,
                 bytes: f.bytes,
                 last_use: nanos(f.used),
@@ -214,18 +228,19 @@ impl LocalDir {
                 continue;
             };
             let clocks = self.read_touch(&key, map.blocks());
+            let uses = plans.object(&key);
+            let idle = planned.contains(key.as_str()).then_some(NEVER);
             for b in (0..map.blocks()).filter(|&b| map.has(b)) {
                 let r = map.block_range(b);
                 let aligned = r.start % PAGE == 0 && (r.end % PAGE == 0 || r.end == map.size);
                 cands.push(Candidate {
-                    key: key.clone(),
+                    key: shared.clone(),
                     block: Some(b),
                     bytes: units(r),
                     last_use: clocks.get(b as usize).copied().unwrap_or(0),
-                    next_use: plans
-                        .distance(&key, b)
-                        .or(planned.contains(key.as_str()).then_some(NEVER)),
-                    protected: !aligned || held.leased(&key, b),
+                    next_use: uses.distance(b).or(idle),
+                    // Leases are looked up for the chosen blocks only.
+                    protected: !aligned,
                 });
             }
             objects.insert(
@@ -237,7 +252,7 @@ impl LocalDir {
                 },
             );
         }
-        let chosen = choose(&cands, need, extra, admit);
+        let chosen = choose_unleased(&mut cands, need, extra, admit, &held);
         if chosen.is_empty() {
             return Ok(report);
         }
@@ -265,9 +280,9 @@ impl LocalDir {
         for &i in chosen {
             let c = &cands[i];
             match c.block {
-                Some(b) => blocks.entry(c.key.as_str()).or_default().push(b),
+                Some(b) => blocks.entry(&*c.key).or_default().push(b),
                 None => {
-                    let freed = self.remove_object(&c.key, objects[&c.key].found.bytes)?;
+                    let freed = self.remove_object(&c.key, objects[&*c.key].found.bytes)?;
                     if freed > 0 {
                         report.evicted += 1;
                     } else {
@@ -279,16 +294,21 @@ impl LocalDir {
         }
         // Every map first, each written and renamed into place, then one
         // fsync of their directory (not one per map: a pass under a plan
-        // may touch many objects, a segment store's), then the punches:
-        // a block's bytes go only once no map on disk can say it is here.
+        // may touch many objects, a segment store's) when a durable bit
+        // was cleared, then the punches: a block's bytes go only once no
+        // map on disk can say it is here.
         let mut written: Vec<(&str, Vec<std::ops::Range<u64>>)> = Vec::new();
+        let mut durable = false;
         let mut failed = None;
         for (key, victims) in blocks {
             let Some(object) = objects.get_mut(key) else {
                 continue;
             };
             match self.clear_bits(key, object, &victims) {
-                Ok(Some(ranges)) => written.push((key, ranges)),
+                Ok(Some((ranges, synced))) => {
+                    durable |= synced;
+                    written.push((key, ranges));
+                }
                 Ok(None) => {}
                 Err(e) => {
                     failed = Some(e);
@@ -296,7 +316,7 @@ impl LocalDir {
                 }
             }
         }
-        if !written.is_empty() {
+        if durable {
             durable_fs::sync_parent_dir(&self.map(written[0].0))?;
         }
         for (key, ranges) in written {
@@ -310,31 +330,42 @@ impl LocalDir {
     }
 
     /// Clears the bits of blocks `victims` in the map of `key` and writes
-    /// it (synced, renamed into place; the caller syncs the directory
-    /// before punching). The byte ranges of the blocks; `None` for an
-    /// object read without a map.
+    /// it, renamed into place: synced when some victim was durable (the
+    /// caller then syncs the directory before punching), else not. The
+    /// byte ranges of the blocks and whether the map was written durably;
+    /// `None` for an object read without a map.
     fn clear_bits(
         &self,
         key: &str,
         object: &mut Object,
         victims: &[u64],
-    ) -> Result<Option<Vec<std::ops::Range<u64>>>> {
+    ) -> Result<Option<(Vec<std::ops::Range<u64>>, bool)>> {
         let Some(map) = object.map.as_mut() else {
             return Ok(None);
         };
         let ranges: Vec<std::ops::Range<u64>> =
             victims.iter().map(|&b| map.block_range(b)).collect();
+        // A block whose bit is unsynced (written in this boot, never
+        // fsynced) needs no durable map to go: a map of before that comes
+        // back after a crash holds its bit as another boot's, which every
+        // reader drops. Only a durable bit must be durably cleared before
+        // its bytes are punched.
+        let durable = victims.iter().any(|&b| map.has(b) && !map.is_unsynced(b));
         for &b in victims {
             map.clear(b);
         }
         let map_path = self.map(key);
+        if !durable {
+            durable_fs::replace_unsynced(&map_path, &map.encode())?;
+            return Ok(Some((ranges, false)));
+        }
         let tmp = durable_fs::temp_path(&map_path);
         durable_fs::write_synced(&tmp, &map.encode())?;
         if let Err(e) = durable_fs::rename(&tmp, &map_path) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e.into());
         }
-        Ok(Some(ranges))
+        Ok(Some((ranges, true)))
     }
 
     /// Removes every file of the idle object `key` (whose files a scan
@@ -424,6 +455,40 @@ impl LocalDir {
     }
 }
 
+/// [`choose`] with the blocks some process leases protected, looked up
+/// for the chosen blocks only (a lease is a hash of the object's key and
+/// block: thousands of candidates a pass, a few dozen chosen). A chosen
+/// block found leased is protected and the choice made again, until it
+/// holds no leased block: each round protects at least one more, and a
+/// leased block is one being read (next use 0, or the latest touch), so
+/// it comes last in the order and one round is the rule.
+fn choose_unleased(
+    cands: &mut [Candidate],
+    need: u64,
+    extra: u64,
+    admit: Admit,
+    held: &pins::Held,
+) -> Vec<usize> {
+    loop {
+        let chosen = choose(cands, need, extra, admit);
+        let leased: Vec<usize> = chosen
+            .iter()
+            .copied()
+            .filter(|&i| {
+                cands[i]
+                    .block
+                    .is_some_and(|b| held.leased(&cands[i].key, b))
+            })
+            .collect();
+        if leased.is_empty() {
+            return chosen;
+        }
+        for i in leased {
+            cands[i].protected = true;
+        }
+    }
+}
+
 /// `t` in nanoseconds since the epoch (0 before it).
 fn nanos(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
@@ -450,6 +515,18 @@ mod tests {
         (0..len)
             .map(|i| (i as u8).wrapping_mul(31) ^ seed)
             .collect()
+    }
+
+    #[test]
+    fn under_a_plan_the_slack_is_a_64th_of_the_epochs_misses() {
+        let slack = super::Slack::of(64 << 20);
+        assert_eq!(slack.planned(0), 0, "nothing planned");
+        assert_eq!(slack.planned(64 << 20), 0, "the epoch fits the budget");
+        // An epoch of 128 MiB on a 64 MiB budget must fetch 64 MiB again.
+        assert_eq!(slack.planned(128 << 20), 1 << 20);
+        // Never more than the LRU's slack (1/16 of the budget).
+        assert_eq!(slack.planned(1 << 40), 4 << 20);
+        assert_eq!(super::Slack::NONE.planned(1 << 40), 0, "no slack asked");
     }
 
     #[test]

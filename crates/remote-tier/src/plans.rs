@@ -345,6 +345,8 @@ pub(crate) struct NextUses {
 #[derive(Debug)]
 struct Indexed {
     objects: HashMap<String, IndexedObject>,
+    /// The bytes of the blocks the record reads this epoch.
+    epoch_bytes: u64,
 }
 
 /// One object's uses in a record.
@@ -360,6 +362,14 @@ struct IndexedObject {
 
 impl Indexed {
     fn of(record: PlanRecord) -> Indexed {
+        let epoch_bytes = record
+            .objects
+            .iter()
+            .map(|o| {
+                let read = o.uses.iter().filter(|u| u.first != NONE).count() as u64;
+                read.saturating_mul(o.block_size)
+            })
+            .fold(0u64, u64::saturating_add);
         let objects = record
             .objects
             .into_iter()
@@ -382,32 +392,45 @@ impl Indexed {
                 )
             })
             .collect();
-        Indexed { objects }
+        Indexed {
+            objects,
+            epoch_bytes,
+        }
     }
 }
 
 impl NextUses {
     /// How many batches until `block` of the object `key` is read next,
-    /// `None` when no live plan reads it again. Block indices count in the
-    /// block size of the first record that plans the object (a record of
+    /// `None` when no live plan reads it again (see [`ObjectUses`]).
+    pub(crate) fn distance(&self, key: &str, block: u64) -> Option<u64> {
+        self.object(key).distance(block)
+    }
+
+    /// The uses of the object `key` in every live record, resolved once
+    /// for the lookups of its blocks. Block indices count in the block
+    /// size of the first record that plans the object (a record of
     /// another block size, made for a copy under another block list, is
     /// left out).
-    pub(crate) fn distance(&self, key: &str, block: u64) -> Option<u64> {
-        let block = u32::try_from(block).ok()?;
+    pub(crate) fn object(&self, key: &str) -> ObjectUses<'_> {
         let mut block_size = None;
-        let mut nearest: Option<u64> = None;
-        for (progress, record) in &self.records {
-            let Some(object) = record.objects.get(key) else {
-                continue;
-            };
-            if *block_size.get_or_insert(object.block_size) != object.block_size {
-                continue;
-            }
-            if let Some(d) = object.uses.get(&block).and_then(|u| u.distance(*progress)) {
-                nearest = Some(nearest.map_or(d, |n| n.min(d)));
-            }
-        }
-        nearest
+        let records = self
+            .records
+            .iter()
+            .filter_map(|(progress, record)| Some((*progress, record.objects.get(key)?)))
+            .filter(|(_, o)| *block_size.get_or_insert(o.block_size) == o.block_size)
+            .collect();
+        ObjectUses { records }
+    }
+
+    /// The bytes of the blocks the live plans read this epoch, summed
+    /// over the records (a block two records read counts twice: the
+    /// ranks of a node read their own samples, and few blocks hold two
+    /// ranks' samples).
+    pub(crate) fn epoch_bytes(&self) -> u64 {
+        self.records
+            .iter()
+            .map(|(_, r)| r.epoch_bytes)
+            .fold(0u64, u64::saturating_add)
     }
 
     /// Whether some live plan reads the object `key` again.
@@ -433,6 +456,25 @@ impl NextUses {
         keys.sort_unstable();
         keys.dedup();
         keys.into_iter()
+    }
+}
+
+/// One object's uses in the live records, each at its record's progress
+/// ([`NextUses::object`]).
+#[derive(Debug)]
+pub(crate) struct ObjectUses<'a> {
+    records: Vec<(u64, &'a IndexedObject)>,
+}
+
+impl ObjectUses<'_> {
+    /// How many batches until `block` is read next: the nearest over the
+    /// records, `None` when none reads it again.
+    pub(crate) fn distance(&self, block: u64) -> Option<u64> {
+        let block = u32::try_from(block).ok()?;
+        self.records
+            .iter()
+            .filter_map(|(progress, o)| o.uses.get(&block)?.distance(*progress))
+            .min()
     }
 }
 
@@ -897,6 +939,15 @@ mod tests {
             [0, 1, 2, 3].map(|b| uses.distance("k", b)),
             [Some(1), Some(3), Some(9), None]
         );
+        // This epoch a reads blocks 0 and 1, b blocks 0 and 1 (block 2 is
+        // a's next epoch only): four blocks of 4 KiB, shared ones twice.
+        assert_eq!(uses.epoch_bytes(), 4 * 4096);
+        let k = uses.object("k");
+        assert_eq!(
+            [0, 1, 2, 3].map(|b| k.distance(b)),
+            [Some(1), Some(3), Some(9), None]
+        );
+        assert_eq!(uses.object("absent").distance(0), None);
         a.advance(2).unwrap();
         b.advance(4).unwrap();
         let uses = next_uses(dir.path());

@@ -22,11 +22,13 @@
 //! Protected candidates (a leased block, an object taken whole by a
 //! reader, a block whose range cannot be punched) are never chosen.
 
+use std::rc::Rc;
+
 /// Something the tier could free.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Candidate {
-    /// The object's file-name key.
-    pub(crate) key: String,
+    /// The object's file-name key (shared by the candidates of its blocks).
+    pub(crate) key: Rc<str>,
     /// `None`: the whole copy (all its files); `Some(b)`: block `b` of a
     /// sparse copy.
     pub(crate) block: Option<u64>,
@@ -98,24 +100,42 @@ fn rank(c: &Candidate, admit: Admit) -> Option<(u8, u64)> {
 /// plan a block). Ties fall to the key and block (then the candidates'
 /// order), so the choice is the same in every process.
 pub(crate) fn choose(cands: &[Candidate], need: u64, extra: u64, admit: Admit) -> Vec<usize> {
-    let mut order: Vec<(u8, u64, usize)> = cands
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| rank(c, admit).map(|(class, key)| (class, key, i)))
-        .collect();
-    order.sort_unstable_by(|a, b| {
-        (a.0, a.1)
-            .cmp(&(b.0, b.1))
-            .then_with(|| cands[a.2].key.cmp(&cands[b.2].key))
-            .then_with(|| cands[a.2].block.cmp(&cands[b.2].block))
-            .then_with(|| a.2.cmp(&b.2))
-    });
-    let mut freed = 0u64;
     let mut chosen = Vec::new();
     if need == 0 {
         return chosen;
     }
-    for (_, _, i) in order {
+    // Sorted by integers alone: each object key by its rank among the
+    // keys (a pass has thousands of blocks of a few objects, and keys
+    // that share long prefixes), a block as 1 + its index (a whole copy
+    // as 0, before its blocks).
+    let mut keys: Vec<&str> = Vec::new();
+    for c in cands {
+        if keys.last() != Some(&&*c.key) {
+            keys.push(&c.key);
+        }
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    let mut last: Option<(&str, u32)> = None;
+    let mut order: Vec<(u8, u64, u32, u64, usize)> = Vec::with_capacity(cands.len());
+    for (i, c) in cands.iter().enumerate() {
+        let Some((class, key)) = rank(c, admit) else {
+            continue;
+        };
+        let object = match last {
+            Some((k, r)) if k == &*c.key => r,
+            _ => {
+                let r = keys.binary_search(&&*c.key).unwrap_or(0) as u32;
+                last = Some((&c.key, r));
+                r
+            }
+        };
+        let block = c.block.map_or(0, |b| b.saturating_add(1));
+        order.push((class, key, object, block, i));
+    }
+    order.sort_unstable();
+    let mut freed = 0u64;
+    for (_, _, _, _, i) in order {
         if freed >= need && (!unplanned(&cands[i]) || freed >= need.saturating_add(extra)) {
             break;
         }
@@ -142,7 +162,7 @@ mod tests {
         )
             .prop_map(
                 |(k, block, bytes, last_use, next_use, protected)| Candidate {
-                    key: format!("k{k}"),
+                    key: format!("k{k}").into(),
                     block,
                     bytes,
                     last_use,
