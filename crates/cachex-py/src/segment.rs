@@ -296,6 +296,27 @@ impl PySegmentStore {
         Ok(PyPrefetch::new(py.detach(|| store.prefetch(&keys))))
     }
 
+    /// The id of the segment holding each of `keys`, as an int64 array
+    /// (-1 for a key in no segment), from the index alone: no segment is
+    /// read, on a URL nothing is fetched. Keys of one segment were written
+    /// together; :class:`cachex.torch.SegmentDataset` shuffles them as one
+    /// block.
+    fn segment_ids<'py>(
+        &self,
+        py: Python<'py>,
+        keys: Vec<String>,
+    ) -> PyResult<Bound<'py, numpy::PyArray1<i64>>> {
+        let store = self.store(py)?;
+        let ids: Vec<i64> = py.detach(|| {
+            store
+                .segment_ids_of(&keys)
+                .into_iter()
+                .map(|id| id.map_or(-1, i64::from))
+                .collect()
+        });
+        Ok(numpy::PyArray1::from_vec(py, ids))
+    }
+
     /// Registers this reader's plan in the local tier: the record of
     /// `keys[j]` is read at batch `positions[j]` of this reader's clock
     /// (`0..epoch_len` this epoch, `epoch_len..2*epoch_len` the next;

@@ -160,6 +160,9 @@ class SegmentStore:
         """Fetch the segments holding ``keys`` into the local tier in the
         background, whole, in the order the keys first need them; returns at
         once (a done :class:`Prefetch` for a directory)."""
+    def segment_ids(self, keys: Sequence[str]) -> np.ndarray:
+        """The id of the segment holding each of ``keys`` (int64, -1 for a key
+        in no segment), from the index alone: nothing is read or fetched."""
     def set_plan(
         self, keys: Sequence[str], positions: npt.NDArray[np.int64], epoch_len: int
     ) -> PlanHandle | None:

@@ -102,6 +102,18 @@ def test_the_plan_record_moves_with_the_batches(s3):
     assert progress(record) == len(it) == N // 100
 
 
+def test_segment_blocks_on_a_url_read_the_index_alone(s3):
+    url = s3.url("blocks/segments")
+    keys = write_store(url, **s3.tier("writer"))
+    tier = {**s3.tier("reader"), "tier_budget": BUDGET}
+    ds = data.SegmentDataset(url, keys, **tier)
+    before = cachex.tier_stats(tier["tier_dir"])["fetched_bytes"]
+    # 8 segments of 256 records, in key order: one block each.
+    assert ds.blocks().tolist() == [256] * 7 + [N - 7 * 256]
+    assert ds.blocks(block_size=100).tolist() == [86, 85, 85] * 7 + [70, 69, 69]
+    assert cachex.tier_stats(tier["tier_dir"])["fetched_bytes"] == before, "nothing fetched"
+
+
 def test_set_plan_refuses_what_does_not_fit_and_is_none_for_a_directory(s3, tmp_path):
     url = s3.url("bad/segments")
     keys = write_store(url, **s3.tier("writer"))

@@ -7,6 +7,7 @@ fork, spawn and forkserver, and the resumable loader."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import pickle
 
 import numpy as np
@@ -160,6 +161,33 @@ def test_segment_batches_stack_into_given_buffers_and_name_missing_keys(stores):
     assert np.shares_memory(batch["x"], out["x"])
     with pytest.raises(KeyError, match="absent"):
         ds[N]
+
+
+def test_segment_blocks_are_pieces_of_one_segment_each(tmp_path):
+    # Three puts of 100, 40 and 300 rows: three segments; the dataset's keys
+    # in a new order that mixes them at the ends, plus a key in none.
+    keys = [f"r{i}" for i in range(440)]
+    with cachex.SegmentStore(tmp_path / "s", flush_every=1000) as store:
+        for part in (keys[:100], keys[100:140], keys[140:]):
+            store.put_batch({k: {"i": np.array([int(k[1:])])} for k in part})
+            store.flush()
+        ids = store.segment_ids(keys)
+    assert ids.dtype == np.int64 and len(set(ids.tolist())) == 3
+    order = keys[:50] + keys[140:] + ["absent"] + keys[100:140] + keys[50:100]
+    ds = data.SegmentDataset(tmp_path / "s", order)
+    sizes = ds.blocks(block_size=64)
+    assert sizes.sum() == len(order) and sizes.max() <= 64
+    # Runs: 50 (segment 0), 300 (segment 2) in pieces of 60, the key in no
+    # segment alone, 40 (segment 1), 50 (segment 0 again).
+    assert sizes.tolist() == [50, 60, 60, 60, 60, 60, 1, 40, 50]
+    seg = ds.store.segment_ids(order)
+    at = np.concatenate(([0], np.cumsum(sizes)))
+    for a, b in itertools.pairwise(at):
+        assert len(set(seg[a:b].tolist())) == 1, (a, b)
+    assert seg[350] == -1
+    assert ds.blocks(block_size=1000).tolist() == [50, 300, 1, 40, 50]
+    with pytest.raises(cachex.InvalidInputError, match="block_size=0"):
+        ds.blocks(block_size=0)
 
 
 def test_datasets_pickle_as_paths_and_reopen(stores):

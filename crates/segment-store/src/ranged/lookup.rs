@@ -54,6 +54,24 @@ impl SegmentStore {
         files
     }
 
+    /// The id of the segment that holds each of `keys` (its newest
+    /// location, by the index alone: no segment is read), `None` for a
+    /// key in no segment. Ids grow with the order segments were written,
+    /// so keys of one segment are rows written together: what a sampler
+    /// keeps in one block of its shuffle.
+    pub fn segment_ids_of<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Option<u32>> {
+        let st = self.inner().state.read();
+        keys.iter()
+            .map(|k| {
+                let h = format::key_hash(k.as_ref());
+                st.index
+                    .candidates(h)
+                    .find(|loc| st.segments.contains_key(&loc.seg))
+                    .map(|loc| loc.seg)
+            })
+            .collect()
+    }
+
     /// Where the record of each of `keys` lies, for a plan of reads: the
     /// segment file that holds it (its newest location) and the byte
     /// ranges its row takes there, about (its share of each buffer of its

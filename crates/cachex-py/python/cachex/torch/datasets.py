@@ -629,8 +629,24 @@ class SegmentDataset(_Batched):
         return len(self.keys)
 
     def blocks(self, block_size: int = 256) -> np.ndarray:
-        """Runs of ``block_size`` consecutive keys (a writer's segments follow its put order)."""
-        return even_blocks(len(self), block_size)
+        """The shuffle's blocks: each run of consecutive keys that lie in one
+        segment (:meth:`cachex.SegmentStore.segment_ids`, from the index; keys
+        in no segment run together), cut evenly into pieces of at most
+        ``block_size``. A block never spans two segments, so a node's group
+        of blocks under ``affinity="node"`` is whole pieces of segments,
+        and groups come out even to within one piece."""
+        if block_size < 1:
+            raise InvalidInputError(f"blocks(block_size={block_size}): give at least 1")
+        ids = np.asarray(self.store.segment_ids(self.keys), dtype=np.int64)
+        if len(ids) == 0:
+            return np.zeros(0, dtype=np.int64)
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(ids)) + 1))
+        runs = np.diff(np.append(starts, len(ids)))
+        pieces = -(-runs // block_size)
+        base, longer = np.divmod(runs, pieces)
+        # Each run: ``longer`` pieces of ``base + 1``, then the rest of ``base``.
+        piece = np.arange(int(pieces.sum())) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        return (np.repeat(base, pieces) + (piece < np.repeat(longer, pieces))).astype(np.int64)
 
     def _records(self, keys: list[str]) -> list[Any]:
         values, missing = self.store.get_batch(keys)
