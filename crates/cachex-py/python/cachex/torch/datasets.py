@@ -998,8 +998,9 @@ class IterableBatches(_IterableBase, _Planned):
         nothing: the tier evicts the least recently used pages. ``None``
         (the default): the dataset's ``plan_eviction_default``, on for a
         page or beton file, off for a :class:`SegmentDataset`, whose
-        planned epochs fetch less but, in small blocks over many segments,
-        spend more time freeing space than the LRU (BENCHMARKS.md, W9).
+        planned epochs fetch 0.34-0.6 of the LRU's bytes but, in small
+        blocks over many segments, still read at 0.87-1.56 x its speed
+        (BENCHMARKS.md, W9).
     """
 
     def __init__(
