@@ -181,9 +181,16 @@ impl LocalDir {
         // Under a plan the slack proper is small (a block freed early is
         // one the plan would have kept); up to the LRU's slack more comes
         // from blocks no plan reads again, which cost nothing to free now.
-        let (need, extra) = match planned.is_empty() {
-            true => (need.saturating_add(slack.lru), 0),
-            false => {
+        //
+        // A prefetch under a plan frees only its own bytes. It runs ahead
+        // of the reads, often in bursts of parallel fetches, and a slack
+        // freed for it is spent by the next prefetches rather than saved
+        // for reads: W9 measured 1.05 × the floor at b = 0.9 with it and
+        // 1.000 × without (page file, N = 6,000).
+        let (need, extra) = match (planned.is_empty(), admit) {
+            (true, _) => (need.saturating_add(slack.lru), 0),
+            (false, Admit::Prefetch { .. }) => (need, 0),
+            (false, Admit::Read) => {
                 let planned = slack.planned(plans.epoch_bytes());
                 (
                     need.saturating_add(planned),

@@ -1196,6 +1196,59 @@ mod tests {
     }
 
     #[test]
+    fn under_a_plan_a_prefetch_frees_its_own_bytes_and_a_read_its_slack() {
+        let local = tempfile::tempdir().unwrap();
+        let b = 1u64 << 16;
+        let mut config = crate::TierConfig::new(local.path(), 64 * b);
+        config.block_size = b;
+        config.whole_file_max = b;
+        config.prefetch_blocks = 0;
+        let tier = crate::RemoteTier::open("memory:///plans/slack", config).unwrap();
+        let blocks = 192u64;
+        tier.put_bytes("o", vec![3u8; (blocks * b) as usize])
+            .unwrap();
+        let file = tier.open_leased("o", None).unwrap();
+        // Block i is read at batch i, this epoch and the next: the epoch
+        // reads 192 blocks on a budget of 64, so the slack of a read is
+        // (192 - 64) blocks / 64, two blocks (the LRU's would be four).
+        let uses: Vec<(Range<u64>, u64)> = (0..blocks)
+            .flat_map(|i| [(i * b..i * b + 1, i), (i * b..i * b + 1, blocks + i)])
+            .collect();
+        let plan = file.set_plan(&uses, blocks).unwrap();
+        let mut buf = [0u8; 1];
+        for i in 0..63u64 {
+            file.read_at(i * b, &mut buf).unwrap();
+            plan.advance(i + 1).unwrap();
+        }
+        let evicted = || tier.stats().unwrap().evicted_bytes;
+        // Full (63 blocks and the maps): a prefetch frees one block for
+        // itself, the one read furthest ahead, and no slack.
+        let state = file.state();
+        for (i, distance) in [(64, 1), (65, 2)] {
+            let before = evicted();
+            assert!(state.prefetch_block(i, distance).unwrap());
+            assert_eq!(evicted() - before, b, "block {i}: one block");
+        }
+        // A read frees its block and the slack.
+        plan.advance(64).unwrap();
+        let before = evicted();
+        file.read_at(66 * b, &mut buf).unwrap();
+        let freed = evicted() - before;
+        assert!(
+            (3 * b..=4 * b).contains(&freed),
+            "the read's block and the slack: {freed}"
+        );
+        let before = evicted();
+        file.read_at(67 * b, &mut buf).unwrap();
+        assert_eq!(
+            evicted() - before,
+            0,
+            "the slack made room for the next read"
+        );
+        assert!(tier.stats().unwrap().allocated <= 64 * b);
+    }
+
+    #[test]
     fn under_a_plan_read_ahead_fetches_only_the_blocks_read_soon() {
         let local = tempfile::tempdir().unwrap();
         let tier = block_tier(local.path(), "memory:///plans/ahead");
