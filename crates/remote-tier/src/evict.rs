@@ -8,7 +8,8 @@
 //! fetches: 1/16 of the budget (at most 64 MiB) by LRU; while a live plan
 //! reads some object, 1/64 of what the plans must fetch each epoch anyway
 //! (the bytes their epochs read less the budget), since a block a plan
-//! would have kept and the slack frees is fetched again.
+//! would have kept and the slack frees is fetched again; a prefetch under
+//! a plan frees only its own bytes.
 //!
 //! The pass lists `objects/`, reads the pin records and the live plans,
 //! and builds its candidates:
