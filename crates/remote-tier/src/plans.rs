@@ -1196,7 +1196,7 @@ mod tests {
     }
 
     #[test]
-    fn under_a_plan_a_prefetch_frees_its_own_bytes_and_a_read_its_slack() {
+    fn under_a_plan_a_prefetch_frees_a_quarter_of_a_reads_slack() {
         let local = tempfile::tempdir().unwrap();
         let b = 1u64 << 16;
         let mut config = crate::TierConfig::new(local.path(), 64 * b);
@@ -1204,13 +1204,14 @@ mod tests {
         config.whole_file_max = b;
         config.prefetch_blocks = 0;
         let tier = crate::RemoteTier::open("memory:///plans/slack", config).unwrap();
-        let blocks = 192u64;
+        let blocks = 640u64;
         tier.put_bytes("o", vec![3u8; (blocks * b) as usize])
             .unwrap();
         let file = tier.open_leased("o", None).unwrap();
         // Block i is read at batch i, this epoch and the next: the epoch
-        // reads 192 blocks on a budget of 64, so the slack of a read is
-        // (192 - 64) blocks / 64, two blocks (the LRU's would be four).
+        // reads 640 blocks on a budget of 64, so the slack of a read is
+        // (640 - 64) blocks / 64, capped at the LRU's four blocks, and a
+        // prefetch's a quarter of that, one block.
         let uses: Vec<(Range<u64>, u64)> = (0..blocks)
             .flat_map(|i| [(i * b..i * b + 1, i), (i * b..i * b + 1, blocks + i)])
             .collect();
@@ -1221,23 +1222,22 @@ mod tests {
             plan.advance(i + 1).unwrap();
         }
         let evicted = || tier.stats().unwrap().evicted_bytes;
-        // Full (63 blocks and the maps): a prefetch frees one block for
-        // itself, the one read furthest ahead, and no slack.
+        // Full (63 blocks and the maps): a prefetch frees its block and
+        // its slack, two blocks (those read furthest ahead); the next
+        // prefetch then fits.
         let state = file.state();
-        for (i, distance) in [(64, 1), (65, 2)] {
-            let before = evicted();
-            assert!(state.prefetch_block(i, distance).unwrap());
-            assert_eq!(evicted() - before, b, "block {i}: one block");
-        }
+        let before = evicted();
+        assert!(state.prefetch_block(64, 1).unwrap());
+        assert_eq!(evicted() - before, 2 * b, "a block and its slack");
+        let before = evicted();
+        assert!(state.prefetch_block(65, 2).unwrap());
+        assert_eq!(evicted() - before, 0, "room left by the first");
         // A read frees its block and the slack.
         plan.advance(64).unwrap();
         let before = evicted();
         file.read_at(66 * b, &mut buf).unwrap();
         let freed = evicted() - before;
-        assert!(
-            (3 * b..=4 * b).contains(&freed),
-            "the read's block and the slack: {freed}"
-        );
+        assert_eq!(freed, 5 * b, "the read's block and the slack");
         let before = evicted();
         file.read_at(67 * b, &mut buf).unwrap();
         assert_eq!(
