@@ -196,17 +196,17 @@ impl LocalDir {
         // with a quarter.
         let (need, extra) = match (planned.is_empty(), admit) {
             (true, _) => (need.saturating_add(slack.lru), 0),
-            (false, admit) => {
-                let planned = match admit {
-                    Admit::Read => slack.planned(plans.epoch_bytes()),
-                    Admit::Prefetch { .. } => slack.planned(plans.epoch_bytes()) / PREFETCH_SHARE,
-                };
-                let extra = match admit {
-                    Admit::Read => slack.lru.saturating_sub(planned),
-                    Admit::Prefetch { .. } => 0,
-                };
-                (need.saturating_add(planned), extra)
+            (false, Admit::Read) => {
+                let planned = slack.planned(plans.epoch_bytes());
+                (
+                    need.saturating_add(planned),
+                    slack.lru.saturating_sub(planned),
+                )
             }
+            (false, Admit::Prefetch { .. }) => (
+                need.saturating_add(slack.planned(plans.epoch_bytes()) / PREFETCH_SHARE),
+                0,
+            ),
         };
         let mut objects: HashMap<String, Object> = HashMap::new();
         let mut cands: Vec<Candidate> = Vec::new();
