@@ -492,9 +492,10 @@ impl ObjectState {
     pub(crate) fn planned_distances(&self, blocks: &[u64]) -> (Vec<u64>, bool) {
         let uses = crate::plans::next_uses(&self.tier.dir.root);
         let planned = uses.plans(&self.key);
+        let object = uses.object(&self.key);
         let distances = blocks
             .iter()
-            .map(|&b| uses.distance(&self.key, b).unwrap_or(u64::MAX))
+            .map(|&b| object.distance(b).unwrap_or(u64::MAX))
             .collect();
         (distances, planned)
     }

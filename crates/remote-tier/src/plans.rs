@@ -401,7 +401,9 @@ impl Indexed {
 
 impl NextUses {
     /// How many batches until `block` of the object `key` is read next,
-    /// `None` when no live plan reads it again (see [`ObjectUses`]).
+    /// `None` when no live plan reads it again (see [`ObjectUses`]; the
+    /// tier looks an object up once for all its blocks).
+    #[cfg(test)]
     pub(crate) fn distance(&self, key: &str, block: u64) -> Option<u64> {
         self.object(key).distance(block)
     }
