@@ -116,23 +116,16 @@ pub(crate) fn choose(cands: &[Candidate], need: u64, extra: u64, admit: Admit) -
     }
     keys.sort_unstable();
     keys.dedup();
-    let mut last: Option<(&str, u32)> = None;
-    let mut order: Vec<(u8, u64, u32, u64, usize)> = Vec::with_capacity(cands.len());
-    for (i, c) in cands.iter().enumerate() {
-        let Some((class, key)) = rank(c, admit) else {
-            continue;
-        };
-        let object = match last {
-            Some((k, r)) if k == &*c.key => r,
-            _ => {
-                let r = keys.binary_search(&&*c.key).unwrap_or(0) as u32;
-                last = Some((&c.key, r));
-                r
-            }
-        };
-        let block = c.block.map_or(0, |b| b.saturating_add(1));
-        order.push((class, key, object, block, i));
-    }
+    let mut order: Vec<(u8, u64, usize, u64, usize)> = cands
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let (class, key) = rank(c, admit)?;
+            let object = keys.binary_search(&&*c.key).unwrap_or(0);
+            let block = c.block.map_or(0, |b| b.saturating_add(1));
+            Some((class, key, object, block, i))
+        })
+        .collect();
     order.sort_unstable();
     let mut freed = 0u64;
     for (_, _, _, _, i) in order {

@@ -20,7 +20,7 @@ use crate::lookup;
 use crate::reader::Segment;
 use crate::record::Structure;
 use crate::recover::hint_of;
-use crate::state::Inner;
+use crate::state::{Inner, State};
 use crate::store::SegmentStore;
 
 /// A key to read through ranges: its position in the call and its
@@ -28,6 +28,16 @@ use crate::store::SegmentStore;
 struct Far {
     i: usize,
     candidates: Vec<(Arc<Segment>, usize)>,
+}
+
+/// The segment of `key`'s newest location the index knows, and its row
+/// there (by the index alone: a hash's first candidate whose segment is
+/// live).
+fn newest<'a>(st: &'a State, key: &str) -> Option<(&'a Arc<Segment>, usize)> {
+    let h = format::key_hash(key);
+    st.index
+        .candidates(h)
+        .find_map(|loc| Some((st.segments.get(&loc.seg)?, loc.row as usize)))
 }
 
 impl SegmentStore {
@@ -40,12 +50,7 @@ impl SegmentStore {
         let mut seen = std::collections::HashSet::new();
         let mut files = Vec::new();
         for k in keys {
-            let h = format::key_hash(k.as_ref());
-            let first = st
-                .index
-                .candidates(h)
-                .find_map(|loc| st.segments.get(&loc.seg));
-            if let Some(seg) = first
+            if let Some((seg, _)) = newest(&st, k.as_ref())
                 && seen.insert(seg.id)
             {
                 files.push(seg.path.clone());
@@ -62,13 +67,7 @@ impl SegmentStore {
     pub fn segment_ids_of<K: AsRef<str>>(&self, keys: &[K]) -> Vec<Option<u32>> {
         let st = self.inner().state.read();
         keys.iter()
-            .map(|k| {
-                let h = format::key_hash(k.as_ref());
-                st.index
-                    .candidates(h)
-                    .find(|loc| st.segments.contains_key(&loc.seg))
-                    .map(|loc| loc.seg)
-            })
+            .map(|k| newest(&st, k.as_ref()).map(|(seg, _)| seg.id))
             .collect()
     }
 
@@ -92,13 +91,7 @@ impl SegmentStore {
             let st = inner.state.read();
             let located: Vec<Option<(Arc<Segment>, usize)>> = keys
                 .iter()
-                .map(|k| {
-                    let h = format::key_hash(k.as_ref());
-                    st.index.candidates(h).find_map(|loc| {
-                        let seg = st.segments.get(&loc.seg)?;
-                        Some((Arc::clone(seg), loc.row as usize))
-                    })
-                })
+                .map(|k| newest(&st, k.as_ref()).map(|(seg, row)| (Arc::clone(seg), row)))
                 .collect();
             (hint_of(st.schema.as_ref()), located)
         };
