@@ -336,8 +336,8 @@ impl RemoteSegments {
     /// (`0..epoch_len` this epoch, `epoch_len..2·epoch_len` the next; see
     /// [`RemoteFile::set_plan`]), one plan over every segment the keys
     /// lie in, each row's blocks where
-    /// [`SegmentStore::row_spans_of`] places them (reading each segment's
-    /// layout once, as reads do). The tier then evicts the blocks needed
+    /// [`SegmentStore::row_spans_of`] places them, exactly (reading each
+    /// segment's layout once and the rows' offsets, as reads do). The tier then evicts the blocks needed
     /// furthest ahead first. Keys in no segment are left out; `None` for a
     /// local cache, or when no key lies in a segment linked to the tier.
     /// The plan counts until the handle is dropped;

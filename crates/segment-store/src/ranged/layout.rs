@@ -201,35 +201,6 @@ impl Layout {
         self.len
     }
 
-    /// Where segment row `row`'s bytes lie, about: its share of each of
-    /// its batch's buffers (row `r` of `n` rows: the `r/n..(r+1)/n` part
-    /// of each), exact for fixed-size values and offsets, an estimate for
-    /// variable-size ones. What a plan of reads needs, without reading
-    /// any offsets. Adjacent spans are merged; `None` past the last row.
-    pub fn row_spans(&self, row: usize) -> Option<Vec<std::ops::Range<u64>>> {
-        let (b, r) = self.locate(row)?;
-        let (r, n) = (r as u64, b.rows.max(1) as u64);
-        let mut spans: Vec<std::ops::Range<u64>> = b
-            .buffers
-            .iter()
-            .filter(|&&(_, len)| len > 0)
-            .map(|&(off, len)| {
-                let start = b.body + off + len * r / n;
-                let end = b.body + off + (len * (r + 1)).div_ceil(n);
-                start..end.max(start + 1)
-            })
-            .collect();
-        spans.sort_unstable_by_key(|s| s.start);
-        let mut merged: Vec<std::ops::Range<u64>> = Vec::with_capacity(spans.len());
-        for s in spans {
-            match merged.last_mut() {
-                Some(last) if s.start <= last.end => last.end = last.end.max(s.end),
-                _ => merged.push(s),
-            }
-        }
-        Some(merged)
-    }
-
     /// The batch and row within it of segment row `row`.
     pub(super) fn locate(&self, row: usize) -> Option<(&BatchAt, usize)> {
         if row >= self.rows {

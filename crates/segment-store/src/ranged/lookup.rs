@@ -73,13 +73,13 @@ impl SegmentStore {
 
     /// Where the record of each of `keys` lies, for a plan of reads: the
     /// segment file that holds it (its newest location) and the byte
-    /// ranges its row takes there, about (its share of each buffer of its
-    /// batch: exact for fixed-size values and offsets, an estimate for
-    /// variable-size ones; the whole file for a segment only a whole read
-    /// reads). `None` for a
-    /// key in no segment. Each segment's layout is read once (through
-    /// `src`, as [`get_batch_ranged`](Self::get_batch_ranged) reads it,
-    /// and kept), the segments at once; no row is read.
+    /// ranges reading its row reads there, exactly (its offsets and the
+    /// bytes they bound; the whole file for a segment only a whole read
+    /// reads). `None` for a key in no segment. Each segment's layout is
+    /// read once (through `src`, as
+    /// [`get_batch_ranged`](Self::get_batch_ranged) reads it, and kept),
+    /// then the rows' offsets (what their reads read first), the segments
+    /// at once; no record is read.
     #[allow(clippy::type_complexity)]
     pub fn row_spans_of<K: AsRef<str>>(
         &self,
@@ -95,26 +95,35 @@ impl SegmentStore {
                 .collect();
             (hint_of(st.schema.as_ref()), located)
         };
-        let mut segments: BTreeMap<u32, Arc<Segment>> = BTreeMap::new();
-        for (seg, _) in located.iter().flatten() {
-            segments.entry(seg.id).or_insert_with(|| Arc::clone(seg));
-        }
-        let segments: Vec<Arc<Segment>> = segments.into_values().collect();
-        let layouts =
-            Pool::new(SEGMENTS_AT_ONCE).try_map(&segments, |seg| layout(inner, seg, src, hint))?;
-        let by_id: HashMap<u32, Option<Arc<Layout>>> =
-            segments.iter().map(|s| s.id).zip(layouts).collect();
-        Ok(located
+        // Each segment's keys (their positions in the call) and rows.
+        let mut segments: BTreeMap<u32, (Arc<Segment>, Vec<usize>, Vec<usize>)> = BTreeMap::new();
+        for (i, (seg, row)) in located
             .into_iter()
-            .map(|found| {
-                let (seg, row) = found?;
-                let spans = match by_id.get(&seg.id)? {
-                    Some(l) => l.row_spans(row)?,
-                    None => std::iter::once(0..seg.file_len()).collect(),
-                };
-                Some((seg.path.clone(), spans))
+            .enumerate()
+            .filter_map(|(i, l)| Some((i, l?)))
+        {
+            let entry = segments
+                .entry(seg.id)
+                .or_insert_with(|| (seg, Vec::new(), Vec::new()));
+            entry.1.push(i);
+            entry.2.push(row);
+        }
+        let segments: Vec<(Arc<Segment>, Vec<usize>, Vec<usize>)> =
+            segments.into_values().collect();
+        let spans = Pool::new(SEGMENTS_AT_ONCE).try_map(&segments, |(seg, _, rows)| {
+            Ok(match layout(inner, seg, src, hint)? {
+                Some(l) => l.spans_at(&seg.path, src, rows)?,
+                None => vec![vec![0..seg.file_len()]; rows.len()],
             })
-            .collect())
+        })?;
+        let mut out: Vec<Option<(std::path::PathBuf, Vec<std::ops::Range<u64>>)>> =
+            keys.iter().map(|_| None).collect();
+        for ((seg, at, _), spans) in segments.iter().zip(spans) {
+            for (&i, s) in at.iter().zip(spans) {
+                out[i] = Some((seg.path.clone(), s));
+            }
+        }
+        Ok(out)
     }
 
     /// [`get_batch`](SegmentStore::get_batch) where `src` says which

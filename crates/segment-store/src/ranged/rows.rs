@@ -14,6 +14,22 @@ use crate::{Error, Result};
 /// A row read through ranges: its key (`None` when null) and its record.
 pub type RangedRow = (Option<String>, Result<Value>);
 
+/// Stages 3–4 planned for some rows of a segment: stage 3 read (each
+/// row's validity bytes and offsets), stage 4's ranges asked for (the
+/// bytes those offsets bound), and which reads of each stage are each
+/// row's.
+struct Planned {
+    /// Stage 4's ranges, of every row.
+    second: Reads,
+    /// Per row: its key's read in stage 4 (`None`: a null key), its parts'
+    /// spans, and its segment row.
+    spans: Vec<(Option<usize>, Vec<Result<PartSpan>>, usize)>,
+    /// Stage 3's ranges, of every row.
+    first: Reads,
+    /// Per row: its reads among stage 3's and stage 4's ranges.
+    owned: Vec<(Range<usize>, Range<usize>)>,
+}
+
 impl Layout {
     /// of `src`: each row's key and record. An error reading a key (bad
     /// offsets, not UTF-8) fails the call; an error in a record is that
@@ -27,60 +43,7 @@ impl Layout {
         structure: Structure,
     ) -> Result<Vec<RangedRow>> {
         let bad = |detail: String| Error::corrupt(path, detail);
-        let located: Vec<(&BatchAt, usize, usize)> = rows
-            .iter()
-            .map(|&row| {
-                let (b, r) = self
-                    .locate(row)
-                    .ok_or_else(|| bad(format!("row {row} beyond {} rows", self.rows)))?;
-                Ok((b, r, row))
-            })
-            .collect::<Result<_>>()?;
-        // Stage 3: each column's validity byte and offsets of every row.
-        let mut first = Reads::default();
-        let plans: Vec<RowPlan> = located
-            .iter()
-            .map(|&(b, r, _)| {
-                let key = first.bounds(b, self.key.at, r, width(self.key.large));
-                let parts = self
-                    .parts
-                    .iter()
-                    .map(|p| match p {
-                        PartAt::Blob(c) => PartPlan::Blob(first.bounds(b, c.at, r, width(c.large))),
-                        PartAt::Tensor(t) => PartPlan::Tensor(
-                            first.bounds(b, t.data, r, 4),
-                            first.bounds(b, t.shape, r, 4),
-                        ),
-                    })
-                    .collect();
-                RowPlan { key, parts }
-            })
-            .collect();
-        let got = read(path, src, &first.ranges)?;
-        // Stage 4: the bytes each row's offsets bound.
-        let mut second = Reads::default();
-        let mut spans = Vec::with_capacity(plans.len());
-        for (plan, &(b, r, row)) in plans.iter().zip(&located) {
-            let key = second
-                .values(b, &self.key, &plan.key, &got, r, row)
-                .map_err(&bad)?;
-            let parts: Vec<Result<PartSpan>> = self
-                .parts
-                .iter()
-                .zip(&plan.parts)
-                .map(|(p, pp)| match (p, pp) {
-                    (PartAt::Blob(c), PartPlan::Blob(bounds)) => second
-                        .values(b, c, bounds, &got, r, row)
-                        .map(PartSpan::Blob)
-                        .map_err(&bad),
-                    (PartAt::Tensor(t), PartPlan::Tensor(data, shape)) => {
-                        second.tensor(b, t, data, shape, &got, r, row).map_err(&bad)
-                    }
-                    _ => Err(bad("a part planned as another kind".into())),
-                })
-                .collect();
-            spans.push((key, parts, row));
-        }
+        let Planned { second, spans, .. } = self.plan(path, src, rows)?;
         let got = read(path, src, &second.ranges)?;
         let mut out = Vec::with_capacity(spans.len());
         for (key, parts, row) in spans {
@@ -100,6 +63,113 @@ impl Layout {
             out.push((key, record));
         }
         Ok(out)
+    }
+
+    /// Where the bytes of each of `rows` lie in the file, exactly: the
+    /// ranges [`rows_at`](Self::rows_at) reads for it (its validity bytes
+    /// and offsets, then the key, blobs and tensors those bound), sorted
+    /// and merged. What a plan of reads needs; it reads each row's offsets
+    /// (stage 3 of a read) to find them. A part found corrupt spans its
+    /// offsets only (reading it is the error).
+    pub fn spans_at(
+        &self,
+        path: &Path,
+        src: &dyn SegmentRanges,
+        rows: &[usize],
+    ) -> Result<Vec<Vec<Range<u64>>>> {
+        let planned = self.plan(path, src, rows)?;
+        Ok(planned
+            .owned
+            .iter()
+            .map(|(first, second)| {
+                let mut spans: Vec<Range<u64>> = planned.first.ranges[first.clone()]
+                    .iter()
+                    .chain(&planned.second.ranges[second.clone()])
+                    .filter(|r| r.end > r.start)
+                    .cloned()
+                    .collect();
+                spans.sort_unstable_by_key(|s| s.start);
+                let mut merged: Vec<Range<u64>> = Vec::with_capacity(spans.len());
+                for s in spans {
+                    match merged.last_mut() {
+                        Some(last) if s.start <= last.end => last.end = last.end.max(s.end),
+                        _ => merged.push(s),
+                    }
+                }
+                merged
+            })
+            .collect())
+    }
+
+    /// Stage 3 of reading `rows` (read) and stage 4 (asked for).
+    fn plan(&self, path: &Path, src: &dyn SegmentRanges, rows: &[usize]) -> Result<Planned> {
+        let bad = |detail: String| Error::corrupt(path, detail);
+        let located: Vec<(&BatchAt, usize, usize)> = rows
+            .iter()
+            .map(|&row| {
+                let (b, r) = self
+                    .locate(row)
+                    .ok_or_else(|| bad(format!("row {row} beyond {} rows", self.rows)))?;
+                Ok((b, r, row))
+            })
+            .collect::<Result<_>>()?;
+        // Stage 3: each column's validity byte and offsets of every row.
+        let mut first = Reads::default();
+        let mut firsts = Vec::with_capacity(located.len());
+        let plans: Vec<RowPlan> = located
+            .iter()
+            .map(|&(b, r, _)| {
+                let from = first.ranges.len();
+                let key = first.bounds(b, self.key.at, r, width(self.key.large));
+                let parts = self
+                    .parts
+                    .iter()
+                    .map(|p| match p {
+                        PartAt::Blob(c) => PartPlan::Blob(first.bounds(b, c.at, r, width(c.large))),
+                        PartAt::Tensor(t) => PartPlan::Tensor(
+                            first.bounds(b, t.data, r, 4),
+                            first.bounds(b, t.shape, r, 4),
+                        ),
+                    })
+                    .collect();
+                firsts.push(from..first.ranges.len());
+                RowPlan { key, parts }
+            })
+            .collect();
+        let got = read(path, src, &first.ranges)?;
+        // Stage 4: the bytes each row's offsets bound.
+        let mut second = Reads::default();
+        let mut spans = Vec::with_capacity(plans.len());
+        let mut owned = Vec::with_capacity(plans.len());
+        for ((plan, &(b, r, row)), first_reads) in plans.iter().zip(&located).zip(firsts) {
+            let from = second.ranges.len();
+            let key = second
+                .values(b, &self.key, &plan.key, &got, r, row)
+                .map_err(&bad)?;
+            let parts: Vec<Result<PartSpan>> = self
+                .parts
+                .iter()
+                .zip(&plan.parts)
+                .map(|(p, pp)| match (p, pp) {
+                    (PartAt::Blob(c), PartPlan::Blob(bounds)) => second
+                        .values(b, c, bounds, &got, r, row)
+                        .map(PartSpan::Blob)
+                        .map_err(&bad),
+                    (PartAt::Tensor(t), PartPlan::Tensor(data, shape)) => {
+                        second.tensor(b, t, data, shape, &got, r, row).map_err(&bad)
+                    }
+                    _ => Err(bad("a part planned as another kind".into())),
+                })
+                .collect();
+            owned.push((first_reads, from..second.ranges.len()));
+            spans.push((key, parts, row));
+        }
+        Ok(Planned {
+            second,
+            spans,
+            first,
+            owned,
+        })
     }
 
     /// A record from its parts, shaped as the full read shapes it
