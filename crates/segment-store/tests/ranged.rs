@@ -285,6 +285,23 @@ fn row_spans_are_exactly_the_ranges_each_rows_read_reads() {
     // Two 4-byte offsets for each of 4 offset arrays (key, blob, the
     // tensor's data and shape) of 5 rows.
     assert_eq!(offsets, 5 * 4 * 8, "{again:?}");
+    // Every key at once: each placed as alone, the offsets of neighbouring
+    // rows read as one range (a few reads a batch: its offset and validity
+    // buffers).
+    let every: Vec<String> = (0..1200).map(|i| format!("sample_{i}")).collect();
+    let before = src.read.lock().unwrap().len();
+    let all = store.row_spans_of(&every, &src).unwrap();
+    let reads = src.read.lock().unwrap().len() - before;
+    // (Uncoalesced: 4 offset pairs a row, 4,800.)
+    assert!(reads <= 12 * 8, "{reads} reads for 12 batches of 100 rows");
+    for (key, found) in keys[..5].iter().zip(&spans) {
+        let i: usize = key["sample_".len()..].parse().unwrap();
+        assert_eq!(&all[i], found, "{key}");
+    }
+    for i in 55..60 {
+        let alone = store.row_spans_of(&[&every[i]], &src).unwrap();
+        assert_eq!(all[i], alone[0], "sample_{i}");
+    }
 }
 
 /// The first match of `pattern` in `bytes`.

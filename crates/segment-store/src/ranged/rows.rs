@@ -43,7 +43,7 @@ impl Layout {
         structure: Structure,
     ) -> Result<Vec<RangedRow>> {
         let bad = |detail: String| Error::corrupt(path, detail);
-        let Planned { second, spans, .. } = self.plan(path, src, rows)?;
+        let Planned { second, spans, .. } = self.plan(path, src, rows, false)?;
         let got = read(path, src, &second.ranges)?;
         let mut out = Vec::with_capacity(spans.len());
         for (key, parts, row) in spans {
@@ -77,7 +77,8 @@ impl Layout {
         src: &dyn SegmentRanges,
         rows: &[usize],
     ) -> Result<Vec<Vec<Range<u64>>>> {
-        let planned = self.plan(path, src, rows)?;
+        // Many rows of a batch: their offsets touch, one read a run.
+        let planned = self.plan(path, src, rows, true)?;
         Ok(planned
             .owned
             .iter()
@@ -101,8 +102,15 @@ impl Layout {
             .collect())
     }
 
-    /// Stage 3 of reading `rows` (read) and stage 4 (asked for).
-    fn plan(&self, path: &Path, src: &dyn SegmentRanges, rows: &[usize]) -> Result<Planned> {
+    /// Stage 3 of reading `rows` (read; its touching ranges as one when
+    /// `coalesce`) and stage 4 (asked for).
+    fn plan(
+        &self,
+        path: &Path,
+        src: &dyn SegmentRanges,
+        rows: &[usize],
+        coalesce: bool,
+    ) -> Result<Planned> {
         let bad = |detail: String| Error::corrupt(path, detail);
         let located: Vec<(&BatchAt, usize, usize)> = rows
             .iter()
@@ -136,7 +144,11 @@ impl Layout {
                 RowPlan { key, parts }
             })
             .collect();
-        let got = read(path, src, &first.ranges)?;
+        let got = if coalesce {
+            read_coalesced(path, src, &first.ranges)?
+        } else {
+            read(path, src, &first.ranges)?
+        };
         // Stage 4: the bytes each row's offsets bound.
         let mut second = Reads::default();
         let mut spans = Vec::with_capacity(plans.len());
@@ -193,6 +205,37 @@ impl Layout {
             Structure::List => Value::List(parts),
         })
     }
+}
+
+/// [`read`] of `ranges` where overlapping and touching ones are read as
+/// one range, each answer cut out of its run's.
+fn read_coalesced(
+    path: &Path,
+    src: &dyn SegmentRanges,
+    ranges: &[Range<u64>],
+) -> Result<Vec<Vec<u8>>> {
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_unstable_by_key(|&i| (ranges[i].start, ranges[i].end));
+    // Each range's run (an index into `runs`).
+    let mut runs: Vec<Range<u64>> = Vec::new();
+    let mut run_of = vec![0usize; ranges.len()];
+    for i in order {
+        let r = &ranges[i];
+        match runs.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => runs.push(r.clone()),
+        }
+        run_of[i] = runs.len() - 1;
+    }
+    let got = read(path, src, &runs)?;
+    Ok(ranges
+        .iter()
+        .zip(run_of)
+        .map(|(r, k)| {
+            let at = (r.start - runs[k].start) as usize;
+            got[k][at..at + (r.end - r.start) as usize].to_vec()
+        })
+        .collect())
 }
 
 fn width(large: bool) -> u64 {
