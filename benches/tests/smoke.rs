@@ -223,11 +223,19 @@ fn w9_smoke() {
             "fetched_bytes",
             "get_requests",
             "floor_bytes",
+            "floor_tier_bytes",
+            "bookkeeping",
             "budget",
             "bound",
         ] {
             assert!(e[field].as_u64().is_some(), "epoch line lacks {field}: {e}");
         }
+        // Less budget for the cached bytes (the tier's bookkeeping counts
+        // too): a floor at least as high.
+        assert!(
+            e["floor_tier_bytes"].as_u64() >= e["floor_bytes"].as_u64(),
+            "{e}"
+        );
         assert!(e["max_physical"].as_u64() > Some(0), "{e}");
         assert!(e["n"].as_u64() > Some(0), "{e}");
     }
