@@ -324,8 +324,10 @@ impl PySegmentStore {
     /// every segment the keys lie in (each segment's layout read once);
     /// the tier then evicts, in every process, the blocks needed furthest
     /// ahead first. Returns a `PlanHandle` to `advance` after each batch
-    /// and `close` at the end; `None` on a directory (no tier). Keys in no
-    /// segment are left out.
+    /// and `close` at the end; `None` on a directory (no tier) or when
+    /// the whole store fits the tier's budget (its segments are then
+    /// mapped whole: nothing a plan could keep). Keys in no segment are
+    /// left out.
     fn set_plan(
         &self,
         py: Python<'_>,

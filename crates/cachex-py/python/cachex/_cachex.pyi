@@ -173,8 +173,10 @@ class SegmentStore:
         epoch_len`` the next (an int64 array as long as ``keys``). One plan
         covers every segment the keys lie in; the tier then evicts, in
         every process of the machine, the blocks needed furthest ahead
-        first. ``None`` for a directory. Keys in no segment are left out;
-        raises :class:`InvalidInputError` for a position out of range.
+        first. ``None`` for a directory, or when the whole store fits the
+        tier's budget (its segments are then mapped whole: nothing a plan
+        could keep). Keys in no segment are left out; raises
+        :class:`InvalidInputError` for a position out of range.
         """
     @property
     def options(self) -> dict[str, Any]:

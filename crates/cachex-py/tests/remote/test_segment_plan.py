@@ -4,7 +4,7 @@ one plan over every segment its keys lie in (``SegmentStore.set_plan``),
 which ``IterableBatches`` moves after every batch; over three epochs the
 tier then fetches less than its LRU does, within its budget, every record
 right; ``set_plan`` refuses what does not fit and is ``None`` for a
-directory."""
+directory or a store the budget holds whole."""
 
 from __future__ import annotations
 
@@ -117,7 +117,8 @@ def test_segment_blocks_on_a_url_read_the_index_alone(s3):
 def test_set_plan_refuses_what_does_not_fit_and_is_none_for_a_directory(s3, tmp_path):
     url = s3.url("bad/segments")
     keys = write_store(url, **s3.tier("writer"))
-    store = cachex.SegmentStore(url, read_only=True, **s3.tier("reader"))
+    tier = {**s3.tier("reader"), "tier_budget": BUDGET}
+    store = cachex.SegmentStore(url, read_only=True, **tier)
     with pytest.raises(cachex.InvalidInputError, match="2 keys but 1 positions"):
         store.set_plan(keys[:2], np.array([0], dtype=np.int64), 4)
     with pytest.raises(cachex.InvalidInputError, match="position 8 outside"):
@@ -128,10 +129,16 @@ def test_set_plan_refuses_what_does_not_fit_and_is_none_for_a_directory(s3, tmp_
     assert store.set_plan(["absent"], np.array([0], dtype=np.int64), 4) is None
     handle = store.set_plan(keys[:300], np.zeros(300, dtype=np.int64), 1)
     assert isinstance(handle, cachex.PlanHandle)
-    (record,) = plans(s3.tier("reader"))
+    (record,) = plans(tier)
     assert record_objects(record) == 2, "k0..k299 lie in two segments"
     handle.close()
-    assert plans(s3.tier("reader")) == []
+    assert plans(tier) == []
+    # A budget the whole store fits: its segments are mapped whole, which
+    # no plan would evict, so none is registered.
+    roomy = {**s3.tier("roomy"), "tier_budget": 4 * BUDGET}
+    whole = cachex.SegmentStore(url, read_only=True, **roomy)
+    assert whole.set_plan(keys[:300], np.zeros(300, dtype=np.int64), 1) is None
+    assert plans(roomy) == []
     local = cachex.SegmentStore(str(tmp_path / "local"))
     local.put_batch({"a": value(0)})
     local.flush()

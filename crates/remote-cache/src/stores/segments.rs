@@ -339,7 +339,10 @@ impl RemoteSegments {
     /// [`SegmentStore::row_spans_of`] places them, exactly (reading each
     /// segment's layout once and the rows' offsets, as reads do). The tier then evicts the blocks needed
     /// furthest ahead first. Keys in no segment are left out; `None` for a
-    /// local cache, or when no key lies in a segment linked to the tier.
+    /// local cache, when no key lies in a segment linked to the tier, or
+    /// when every linked segment fits the tier's budget at once (the store
+    /// then maps its segments whole, which no plan would evict: a plan
+    /// would only cost its registration).
     /// The plan counts until the handle is dropped;
     /// [`PlanHandle::advance`](remote_tier::PlanHandle::advance) it after
     /// each batch.
@@ -379,6 +382,9 @@ impl RemoteSegments {
             remote,
             coming: &self.coming,
         };
+        if src.leased_fit() {
+            return Ok(None);
+        }
         let spans = self.store.row_spans_of(keys, &src)?;
         let mut files: Vec<RemoteFile> = Vec::new();
         let mut uses: Vec<Vec<(Range<u64>, u64)>> = Vec::new();
