@@ -37,7 +37,7 @@ use std::time::SystemTime;
 
 use crate::engine::Inner;
 use crate::format::BlockMap;
-use crate::local::{EvictReport, Found, LegacyPin, LocalDir};
+use crate::local::{EvictReport, Found, LegacyPin, LocalDir, TOUCH_GROUP};
 use crate::pins;
 use crate::state::{PAGE, Reservation, Stat, units};
 use crate::victims::{Admit, Candidate, NEVER, choose};
@@ -153,17 +153,20 @@ impl LocalDir {
         Some(map)
     }
 
-    /// The touch clocks of `key`'s blocks (0 where never leased).
+    /// The touch clocks of `key`'s blocks (0 where never leased): each
+    /// block its group's (see [`TOUCH_GROUP`]).
     fn read_touch(&self, key: &str, blocks: u64) -> Vec<u64> {
-        let mut clocks = vec![0u64; blocks as usize];
+        let mut groups = vec![0u64; blocks.div_ceil(TOUCH_GROUP) as usize];
         if let Ok(bytes) = std::fs::read(self.touch(key)) {
-            for (c, w) in clocks.iter_mut().zip(bytes.chunks_exact(8)) {
+            for (c, w) in groups.iter_mut().zip(bytes.chunks_exact(8)) {
                 let mut b = [0u8; 8];
                 b.copy_from_slice(w);
                 *c = u64::from_le_bytes(b);
             }
         }
-        clocks
+        (0..blocks)
+            .map(|b| groups[(b / TOUCH_GROUP) as usize])
+            .collect()
     }
 
     /// One eviction pass freeing at least `need` counted bytes where it
@@ -544,6 +547,47 @@ mod tests {
         // Never more than the LRU's slack (1/16 of the budget).
         assert_eq!(slack.planned(1 << 40), 4 << 20);
         assert_eq!(super::Slack::NONE.planned(1 << 40), 0, "no slack asked");
+    }
+
+    #[test]
+    fn blocks_share_a_touch_clock_by_group() {
+        use crate::local::TOUCH_GROUP;
+        let dir = tempfile::tempdir().unwrap();
+        let tier = tier(dir.path(), 1 << 30);
+        let block = 64u64 << 10;
+        let blocks = 2 * TOUCH_GROUP + 8;
+        tier.put_bytes("o", bytes((blocks * block) as usize, 3))
+            .unwrap();
+        let f = tier.open_leased("o", None).unwrap();
+        let at = |b: u64| b * block + 5..b * block + 10;
+        // Block 0, then 17 (the second group), then 1 (the first again).
+        for b in [0, TOUCH_GROUP + 1, 1] {
+            drop(f.lease(&[at(b)]).unwrap());
+        }
+        let key = crate::local::LocalDir::key("o");
+        let clocks = tier.inner.dir.read_touch(&key, blocks);
+        let (first, second) = (clocks[0], clocks[TOUCH_GROUP as usize]);
+        assert!(first > second && second > 0, "{clocks:?}");
+        for (b, &c) in clocks.iter().enumerate() {
+            let want = match b as u64 / TOUCH_GROUP {
+                0 => first,
+                1 => second,
+                _ => 0,
+            };
+            assert_eq!(c, want, "block {b}");
+        }
+        // A clock a group: 8 bytes for each of the three.
+        let len = std::fs::metadata(tier.inner.dir.touch(&key)).unwrap().len();
+        assert_eq!(len, 8 * 2, "the third group was never touched");
+        // Counted: a page of map, of clocks and of extent tree.
+        assert_eq!(crate::state::meta_bytes(blocks, 32), 3 * 4096);
+        // 1 TiB of 4 KiB blocks: 128 MiB of clocks (2 GiB at 8 bytes a
+        // block), beside 64 MiB of map (2 bits a block) and the page.
+        let map = crate::state::units(0..512 + 32 + (1 << 26));
+        assert_eq!(
+            crate::state::meta_bytes(1 << 28, 32),
+            map + (128 << 20) + 4096
+        );
     }
 
     #[test]

@@ -80,7 +80,9 @@
 //!   objects/<key>.blocks    which blocks of <key>.sparse are there (see below)
 //!   tier.state              4 KiB, mapped by every process: counted bytes, eviction
 //!                           generation, dirty mark, block-use clock, statistics (`src/state.rs`)
-//!   objects/<key>.touch     a sparse copy's block-use clocks (u64 per block, for the LRU)
+//!   objects/<key>.touch     a sparse copy's block-use clocks, for the LRU: a u64 per group
+//!                           of 16 blocks (an older build's, a u64 per block, only
+//!                           misorders that hint)
 //!   pins/<host>-<pid>-<nanos>-<n>  one process's pin record, flocked while it lives: three
 //!                           bitmaps of 2^22 buckets (512 KiB each): keys it has open, keys
 //!                           it needs whole, and `<key>#<block>` it leases; a dead process's

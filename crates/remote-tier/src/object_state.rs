@@ -542,7 +542,8 @@ impl ObjectState {
     }
 
     /// Marks blocks `blocks` used now in the object's touch clocks (the
-    /// LRU order of blocks), best effort. The clocks' file is opened for
+    /// LRU order of blocks, a clock per group of
+    /// [`TOUCH_GROUP`](crate::local::TOUCH_GROUP)), best effort. The clocks' file is opened for
     /// the call, not kept: a handle lives as long as its store links the
     /// object (100,000 segments' handles would hold as many descriptors),
     /// while the process's open copies are bounded (`open_files`).
@@ -559,8 +560,13 @@ impl ObjectState {
         else {
             return;
         };
+        let mut last = None;
         for &b in blocks {
-            let _ = f.write_all_at(&now.to_le_bytes(), b * 8);
+            let group = b / crate::local::TOUCH_GROUP;
+            if last != Some(group) {
+                let _ = f.write_all_at(&now.to_le_bytes(), group * 8);
+                last = Some(group);
+            }
         }
     }
 }

@@ -168,11 +168,13 @@ pub(crate) fn units(range: std::ops::Range<u64>) -> u64 {
 }
 
 /// The count of a sparse copy's metadata: its block map (at its largest,
-/// every block also unsynced), its touch clocks (8 bytes a block) and a
-/// page of extent tree.
+/// every block also unsynced), its touch clocks (8 bytes a group of
+/// [`TOUCH_GROUP`](crate::local::TOUCH_GROUP) blocks) and a page of
+/// extent tree.
 pub(crate) fn meta_bytes(blocks: u64, etag_len: usize) -> u64 {
     let map = 512 + etag_len as u64 + 2 * blocks.div_ceil(8);
-    units(0..map) + units(0..blocks.saturating_mul(8)) + PAGE
+    let clocks = blocks.div_ceil(crate::local::TOUCH_GROUP).saturating_mul(8);
+    units(0..map) + units(0..clocks) + PAGE
 }
 
 impl TierState {
