@@ -93,8 +93,9 @@ def test_the_plan_record_moves_with_the_batches(s3):
     keys = write_store(url, **s3.tier("writer"))
     tier = {**s3.tier("reader"), "tier_budget": BUDGET}
     ds = data.SegmentDataset(url, keys, **tier)
-    assert not ds.iterable(100).plan_eviction, "off unless asked"
-    it = ds.iterable(100, seed=3, plan_eviction=True)
+    assert not ds.iterable(100, plan_eviction=False).plan_eviction
+    it = ds.iterable(100, seed=3)
+    assert it.plan_eviction, "on unless told otherwise"
     assert plans(tier) == []
     for j, _ in enumerate(it):
         (record,) = plans(tier)

@@ -661,17 +661,17 @@ class SegmentDataset(_Batched):
         background."""
         return self.store.prefetch([self.keys[i] for i in indices])
 
-    #: :class:`IterableBatches` registers no plan unless given
-    #: ``plan_eviction=True`` (see there).
-    plan_eviction_default = False
+    #: :class:`IterableBatches` registers a plan unless given
+    #: ``plan_eviction=False`` (see there).
+    plan_eviction_default = True
 
     def set_plan(self, samples: Any, positions: Any, epoch_len: int) -> PlanHandle | None:
         """Registers a plan of reads with the local tier (see
         :meth:`cachex.SegmentStore.set_plan`): the record of
         ``keys[samples[j]]`` is read at batch ``positions[j]``
         (``0..epoch_len`` this epoch, the next epoch after); ``None`` for a
-        directory. :class:`IterableBatches` does it for you with
-        ``plan_eviction=True``."""
+        directory or a store the tier's budget holds whole.
+        :class:`IterableBatches` does it for you (``plan_eviction``)."""
         keys = self.keys
         return self.store.set_plan(
             [keys[int(i)] for i in np.asarray(samples).reshape(-1)],
@@ -997,10 +997,10 @@ class IterableBatches(_IterableBase, _Planned):
         one registers its own or this object goes. ``False`` registers
         nothing: the tier evicts the least recently used pages. ``None``
         (the default): the dataset's ``plan_eviction_default``, on for a
-        page or beton file, off for a :class:`SegmentDataset`, whose
-        planned epochs fetch 0.34-0.6 of the LRU's bytes but, in small
-        blocks over many segments, still read at 0.87-1.56 x its speed
-        (BENCHMARKS.md, W9).
+        page or beton file and a :class:`SegmentDataset` (whose planned
+        epochs fetch 0.34-0.6 of the LRU's bytes and read at 1.07-1.66 x
+        its speed on one node: BENCHMARKS.md, W9; a store the budget
+        holds whole registers none).
     """
 
     def __init__(
