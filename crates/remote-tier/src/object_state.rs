@@ -543,10 +543,11 @@ impl ObjectState {
 
     /// Marks blocks `blocks` used now in the object's touch clocks (the
     /// LRU order of blocks, a clock per group of
-    /// [`TOUCH_GROUP`](crate::local::TOUCH_GROUP)), best effort. The clocks' file is opened for
-    /// the call, not kept: a handle lives as long as its store links the
-    /// object (100,000 segments' handles would hold as many descriptors),
-    /// while the process's open copies are bounded (`open_files`).
+    /// [`TOUCH_GROUP`](crate::local::TOUCH_GROUP)), best effort. The
+    /// clocks' file is opened for the call, not kept: a handle lives as
+    /// long as its store links the object (100,000 segments' handles would
+    /// hold as many descriptors), while the process's open copies are
+    /// bounded (`open_files`).
     pub(crate) fn touch_blocks(&self, blocks: &[u64]) {
         if blocks.is_empty() {
             return;

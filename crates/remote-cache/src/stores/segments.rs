@@ -337,8 +337,8 @@ impl RemoteSegments {
     /// [`RemoteFile::set_plan`]), one plan over every segment the keys
     /// lie in, each row's blocks where
     /// [`SegmentStore::row_spans_of`] places them, exactly (reading each
-    /// segment's layout once and the rows' offsets, as reads do). The tier then evicts the blocks needed
-    /// furthest ahead first. Keys in no segment are left out; `None` for a
+    /// segment's layout once and the rows' offsets, as reads do). The
+    /// tier then evicts the blocks needed furthest ahead first. Keys in no segment are left out; `None` for a
     /// local cache, when no key lies in a segment linked to the tier, or
     /// when every linked segment fits the tier's budget at once (the store
     /// then maps its segments whole, which no plan would evict: a plan

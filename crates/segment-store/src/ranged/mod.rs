@@ -17,10 +17,11 @@
 //! Stages 1–2 happen once per segment ([`Layout::open`]); 3–4 once per
 //! batch of rows ([`Layout::rows_at`]), every range of a stage asked for at
 //! once. A plan of reads places rows by stage 3 alone
-//! ([`Layout::spans_at`]: the ranges stage 4 would read, not read). What the full decode validates for a whole batch is checked here
-//! for what a row reads: the footer, the batch metadata (every buffer
-//! inside its body and long enough for its field node), both offsets of
-//! the row within their buffer (in order, inside the values), the key's
+//! ([`Layout::spans_at`]: the ranges stage 4 would read, not read). What
+//! the full decode validates for a whole batch is checked here for what a
+//! row reads: the footer, the batch metadata (every buffer inside its body
+//! and long enough for its field node), both offsets of the row within
+//! their buffer (in order, inside the values), the key's
 //! UTF-8, no null where the schema allows none, each tensor's dims
 //! against its elements. Files this path does not know (dictionaries,
 //! compression, types segments never hold) are left to the full read.
