@@ -998,9 +998,9 @@ class IterableBatches(_IterableBase, _Planned):
         nothing: the tier evicts the least recently used pages. ``None``
         (the default): the dataset's ``plan_eviction_default``, on for a
         page or beton file and a :class:`SegmentDataset` (whose planned
-        epochs fetch 0.34-0.6 of the LRU's bytes and read at 1.07-1.66 x
-        its speed on one node: BENCHMARKS.md, W9; a store the budget
-        holds whole registers none).
+        epochs fetch 0.34-0.6 of the LRU's bytes and, from a loopback S3
+        server, read at 0.9-1.9 x its speed from run to run: BENCHMARKS.md,
+        W9; a store the budget holds whole registers none).
     """
 
     def __init__(
