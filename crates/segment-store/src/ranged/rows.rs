@@ -83,21 +83,13 @@ impl Layout {
             .owned
             .iter()
             .map(|(first, second)| {
-                let mut spans: Vec<Range<u64>> = planned.first.ranges[first.clone()]
+                let spans: Vec<Range<u64>> = planned.first.ranges[first.clone()]
                     .iter()
                     .chain(&planned.second.ranges[second.clone()])
                     .filter(|r| r.end > r.start)
                     .cloned()
                     .collect();
-                spans.sort_unstable_by_key(|s| s.start);
-                let mut merged: Vec<Range<u64>> = Vec::with_capacity(spans.len());
-                for s in spans {
-                    match merged.last_mut() {
-                        Some(last) if s.start <= last.end => last.end = last.end.max(s.end),
-                        _ => merged.push(s),
-                    }
-                }
-                merged
+                runs_of(&spans).0
             })
             .collect())
     }
@@ -207,16 +199,11 @@ impl Layout {
     }
 }
 
-/// [`read`] of `ranges` where overlapping and touching ones are read as
-/// one range, each answer cut out of its run's.
-fn read_coalesced(
-    path: &Path,
-    src: &dyn SegmentRanges,
-    ranges: &[Range<u64>],
-) -> Result<Vec<Vec<u8>>> {
+/// The runs `ranges` make (overlapping and touching ones as one, in
+/// order) and each range's run (an index into them).
+fn runs_of(ranges: &[Range<u64>]) -> (Vec<Range<u64>>, Vec<usize>) {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
     order.sort_unstable_by_key(|&i| (ranges[i].start, ranges[i].end));
-    // Each range's run (an index into `runs`).
     let mut runs: Vec<Range<u64>> = Vec::new();
     let mut run_of = vec![0usize; ranges.len()];
     for i in order {
@@ -227,6 +214,17 @@ fn read_coalesced(
         }
         run_of[i] = runs.len() - 1;
     }
+    (runs, run_of)
+}
+
+/// [`read`] of `ranges` where overlapping and touching ones are read as
+/// one range, each answer cut out of its run's.
+fn read_coalesced(
+    path: &Path,
+    src: &dyn SegmentRanges,
+    ranges: &[Range<u64>],
+) -> Result<Vec<Vec<u8>>> {
+    let (runs, run_of) = runs_of(ranges);
     let got = read(path, src, &runs)?;
     Ok(ranges
         .iter()
