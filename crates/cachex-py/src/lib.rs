@@ -38,7 +38,7 @@
 //!   src/prefetch.rs              Prefetch: a remote reader's background fill of the tier
 //!   src/plan_handle.rs           PlanHandle: a reader's plan registered in the tier
 //!   src/tier_stats.rs            tier_stats: the counters of a machine's local tier
-//!   src/publish.rs               the atexit publish of writers on URLs, failures as warnings
+//!   src/publish.rs               the exit publish of writers on URLs, failures as warnings
 //!   src/staged.rs staging.rs     cachex.ray's commits (remote-cache's protocol) and the
 //!                                drop-ins' durable write (durable-fs)
 //!   src/facade.rs                cachex.open's Cache and CachedFn

@@ -2,7 +2,9 @@
 //! that a drop could not raise, as warnings. The publishing itself is
 //! remote-cache's ([`remote_cache::Publisher`]): a writer on a URL
 //! publishes on a period and when dropped; `cachex/__init__.py` registers
-//! [`_publish_at_exit`] with `atexit` for the handles Python never drops.
+//! [`_publish_at_exit`] for the handles Python never drops, with `atexit`
+//! and as a `multiprocessing` exit finalizer (a `fork` or `forkserver`
+//! child runs its finalizers, then leaves with `os._exit`, past `atexit`).
 
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
@@ -33,7 +35,9 @@ fn warn_each(py: Python<'_>, failures: Vec<String>) {
 /// Publishes, for the last time and with the GIL released, every writer
 /// on a URL still open in this process (all at once, within
 /// `LAST_PUBLISH_BOUND` in all); what failed or was still running becomes
-/// a `RuntimeWarning`. Registered with `atexit`; nothing in a forked child.
+/// a `RuntimeWarning`. Registered with `atexit` and as a `multiprocessing`
+/// exit finalizer: a second call publishes nothing, and a forked child
+/// only the writers it opened itself.
 #[pyfunction]
 pub fn _publish_at_exit(py: Python<'_>) {
     let failures =

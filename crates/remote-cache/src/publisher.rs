@@ -153,7 +153,7 @@ impl Shared {
 ///   the store's own schedule, as they would locally.
 /// - **When the handle is dropped**, or at the process's exit
 ///   ([`publish_all_at_exit`], which the Python package calls from
-///   `atexit`), a last publish takes whatever is left (after the store
+///   `atexit` and a `multiprocessing` child's exit), a last publish takes whatever is left (after the store
 ///   flushed what it held, as its drop does locally). It is bounded
 ///   ([`LAST_PUBLISH_BOUND`]): a server that does not answer delays the
 ///   drop by that much at most, and its failure is reported
@@ -294,8 +294,10 @@ fn register(shared: &Arc<Shared>) {
 /// Publishes, for the last time, every writer of this process still open
 /// (their handles' drops then publish nothing more): all at once, waiting
 /// `bound` at most in all. Returns what failed or was still running, one
-/// line each. For the process's exit (the Python package's `atexit`),
-/// where handles may never be dropped. Nothing in a forked child.
+/// line each. For the process's exit (the Python package's `atexit` and
+/// `multiprocessing` exit finalizer), where handles may never be dropped;
+/// a second call publishes nothing. A forked child publishes only the
+/// writers it opened itself.
 pub fn publish_all_at_exit(bound: Duration) -> Vec<String> {
     if OWNER.load(Ordering::Acquire) != std::process::id() {
         return Vec::new();

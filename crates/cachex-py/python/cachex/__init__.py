@@ -42,8 +42,12 @@ path also takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,
 in a directory of its own over the machine's local tier, which every
 process and DataLoader worker there shares; writers publish on ``flush()``
 / ``close()``, and on their own as they persist: every few seconds
-(``CACHEX_PUBLISH_INTERVAL``, default 5), when dropped and at the
-interpreter's exit. Readers see what was published with ``refresh()``.
+(``CACHEX_PUBLISH_INTERVAL``, default 5), when dropped, and at the exit
+of the interpreter or of a ``multiprocessing`` child (every start method;
+a ``Pool`` worker once the pool is closed and joined: ``terminate()``,
+which leaving a ``with Pool()`` block calls, kills its workers, which then
+lose what they persisted since their last publish). Readers see what was
+published with ``refresh()``.
 
 Every error a store raises is a :class:`cachex.CacheError` (see
 :mod:`cachex.errors`), with the store's message naming the file and the
@@ -53,6 +57,7 @@ problem.
 from __future__ import annotations
 
 import atexit as _atexit
+import multiprocessing.util as _mp_util
 import os as _os
 
 from cachex import _cachex
@@ -103,7 +108,27 @@ _os.register_at_fork(after_in_child=_cachex._after_fork_in_child)
 
 # Writers on a URL publish on a period and when dropped; at exit, those
 # Python never drops publish what is left (bounded; failures are warnings).
+# A second call publishes nothing: the first took every writer.
 _atexit.register(_cachex._publish_at_exit)
+
+
+def _publish_at_process_exit(_: object = None) -> None:
+    """Makes the last publish one of ``multiprocessing``'s exit finalizers.
+
+    A ``multiprocessing`` child (every start method, ``Pool`` workers
+    included) runs them as its ``run()`` ends, then a ``fork`` or
+    ``forkserver`` child leaves with ``os._exit``, past ``atexit``.
+    """
+    _mp_util.Finalize(None, _cachex._publish_at_exit, exitpriority=0)
+
+
+# Registered here for this process and a spawn child, which keeps the
+# finalizers it has as it starts; a fork or forkserver child clears those
+# it inherited as it starts, then runs the after-fork hooks, which
+# register it again (the function is its own anchor in their weak
+# registry, alive as long as this module).
+_publish_at_process_exit()
+_mp_util.register_after_fork(_publish_at_process_exit, _publish_at_process_exit)
 
 __all__ = [
     "BetonReader",

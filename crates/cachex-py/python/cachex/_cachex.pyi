@@ -1041,7 +1041,8 @@ def _after_fork_in_child() -> None:
     """The ``os.register_at_fork(after_in_child=...)`` hook: marks every live handle."""
 
 def _publish_at_exit() -> None:
-    """The ``atexit`` hook: the last publish of every writer on a URL still open.
+    """The ``atexit`` hook and ``multiprocessing`` exit finalizer: the last
+    publish of every writer on a URL still open (a second call publishes nothing).
 
     With the GIL released, all at once, bounded; what failed is a ``RuntimeWarning``.
     """

@@ -2,18 +2,29 @@
 and an ``ArrowIPCCacheBackend`` used as loadit's and torchcachex's users
 use them (filled, read, dropped; or left open when the interpreter exits)
 publish what they wrote, and what they persist reaches the bucket while
-they live. Each time another process, on a tier of its own, reads it."""
+they live. Each time another process, on a tier of its own, reads it.
+So does a writer a ``multiprocessing`` child (``fork``, ``forkserver``,
+``spawn``) or a ``Pool`` worker keeps open until it ends, on ``file://``
+and ``s3://``: a ``fork`` or ``forkserver`` child leaves with
+``os._exit``, past ``atexit``."""
 
 from __future__ import annotations
 
 import gc
 import json
+import multiprocessing as mp
+import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
+import pytest
 
+import cachex
+import procs
 from cachex.loadit import LoadIt
 from cachex.torchcachex import ArrowIPCCacheBackend
 
@@ -187,3 +198,106 @@ def test_a_flushed_segment_reaches_the_bucket_before_the_backend_closes(s3, monk
     backend.close()
     got = read_backend_elsewhere(s3, url, 40)
     assert got["missing"] == []
+
+
+# --- a writer a multiprocessing child keeps open until it ends -------------------
+
+#: Records each child puts: fewer than a segment store flushes on its own.
+RECORDS = 100
+METHODS = ["fork", "forkserver", "spawn"]
+
+#: The writers this process keeps until it ends, as a program keeps one in
+#: a global: never dropped, so only the process's exit publishes them.
+KEPT: list[tuple[str, cachex.SegmentStore]] = []
+
+
+def open_kept_writer(url: str, tier: dict) -> cachex.SegmentStore:
+    """A writer on ``url`` kept in :data:`KEPT`; only its last publish
+    publishes (no background ones), whatever environment a forkserver
+    hands the child."""
+    os.environ["CACHEX_PUBLISH_INTERVAL"] = "0"
+    writer = cachex.SegmentStore(url, **tier)
+    KEPT.append((url, writer))
+    return writer
+
+
+def put_and_keep(url: str, tier: dict, keys: Iterable[int]) -> None:
+    """A child's target: puts ``keys`` and returns with the writer open
+    (no flush, no close)."""
+    open_kept_writer(url, tier).put_batch({f"k{i}": x_of(i) for i in keys})
+
+
+def open_writer_of_worker(root: str, tier: dict) -> None:
+    """A ``Pool`` initializer: each worker keeps a writer on a URL of its own."""
+    open_kept_writer(f"{root}/worker-{os.getpid()}", tier)
+
+
+def put_on_workers_writer(i: int) -> str:
+    """A ``Pool`` task: puts record ``i`` on the worker's writer; its URL."""
+    url, writer = KEPT[0]
+    writer.put_batch({f"k{i}": x_of(i)})
+    return url
+
+
+def file_bucket(tmp_path: Path) -> tuple[str, Callable[[str], dict]]:
+    """A ``file://`` bucket in ``tmp_path`` and the keywords of a store on
+    a local tier of its own there."""
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+
+    def tier(name: str) -> dict:
+        return {"tier_dir": str(tmp_path / f"tier-{name}"), "tier_budget": "1G"}
+
+    return f"file://{bucket}", tier
+
+
+def assert_published(url: str, tier: dict, keys: list[int]) -> None:
+    """A fresh reader of ``url`` on ``tier`` finds exactly ``keys``."""
+    reader = cachex.SegmentStore(url, read_only=True, **tier)
+    assert len(reader) == len(keys), f"{url}: {len(reader)} of {len(keys)} records published"
+    values, missing = reader.get_batch([f"k{i}" for i in keys])
+    assert missing == []
+    assert all(np.array_equal(v, x_of(i)) for i, v in zip(keys, values, strict=True))
+    reader.close()
+
+
+def run_child(method: str, url: str, tier: dict) -> None:
+    """Runs :func:`put_and_keep` in a child started by ``method`` to its end."""
+    child = mp.get_context(method).Process(target=put_and_keep, args=(url, tier, range(RECORDS)))
+    with procs.ended(child):
+        child.start()
+        child.join(TIMEOUT)
+    assert child.exitcode == 0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_writer_a_child_keeps_open_until_it_ends_is_published(tmp_path, method):
+    root, tier = file_bucket(tmp_path)
+    run_child(method, f"{root}/child", tier("writer"))
+    assert_published(f"{root}/child", tier("reader"), list(range(RECORDS)))
+
+
+def test_a_writer_a_forked_child_keeps_open_on_s3_is_published(s3):
+    run_child("fork", s3.url("child"), s3.tier("writer"))
+    assert_published(s3.url("child"), s3.tier("reader"), list(range(RECORDS)))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_writers_pool_workers_keep_in_a_global_are_published_once_the_pool_joins(tmp_path, method):
+    root, tier = file_bucket(tmp_path)
+    pool = mp.get_context(method).Pool(
+        2, initializer=open_writer_of_worker, initargs=(root, tier("workers"))
+    )
+    try:
+        urls = pool.map(put_on_workers_writer, range(RECORDS), chunksize=10)
+        # close() and join(): the workers end their own way. terminate(),
+        # as leaving a `with Pool()` block does, would kill them first.
+        pool.close()
+        pool.join()
+    finally:
+        pool.terminate()  # ends the workers a failure left running
+    keys_of: dict[str, list[int]] = {}
+    for i, url in enumerate(urls):
+        keys_of.setdefault(url, []).append(i)
+    for url, keys in keys_of.items():
+        assert_published(url, tier("reader"), keys)
