@@ -266,6 +266,9 @@ pub struct RemoteDir {
     /// The bytes of the files of `view` read under leases (see
     /// [`leased_bytes`](RemoteDir::leased_bytes)).
     leased: AtomicU64,
+    /// The tier's claim for keeping every leased file whole (see
+    /// [`may_keep_whole`](RemoteDir::may_keep_whole)).
+    whole: Mutex<WholeRoom>,
     /// The last commit applied (as `state.seq`, read without its lock).
     applied: AtomicU64,
     /// Set once this handle found another log at its URL: (the log it
@@ -273,6 +276,17 @@ pub struct RemoteDir {
     other_log: OnceLock<(Option<String>, Option<String>)>,
     _lock: FileLock,
 }
+
+/// A handle's claim for keeping its leased files whole, and its last
+/// refusal (the bytes asked, when).
+#[derive(Debug, Default)]
+struct WholeRoom {
+    claim: Option<remote_tier::Claim>,
+    refused: Option<(u64, std::time::Instant)>,
+}
+
+/// How long a refused claim stands before the tier is asked again.
+const WHOLE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl RemoteDir {
     /// Opens the working directory `dir` (created if needed) for the
@@ -335,6 +349,7 @@ impl RemoteDir {
             }),
             view: RwLock::default(),
             leased: AtomicU64::new(0),
+            whole: Mutex::new(WholeRoom::default()),
             applied: AtomicU64::new(seq),
             other_log: OnceLock::new(),
             _lock: lock,
@@ -524,6 +539,43 @@ impl RemoteDir {
     /// tier would hold this much of them.
     pub fn leased_bytes(&self) -> u64 {
         self.leased.load(Ordering::Acquire)
+    }
+
+    /// Whether the store may keep every file it reads under leases whole
+    /// at once (map them): only while the tier grants a claim of
+    /// [`leased_bytes`](Self::leased_bytes)
+    /// ([`RemoteTier::claim_whole`]), which this handle holds for its
+    /// life — so the stores and processes sharing a tier never map more
+    /// than its budget between them. Asked again when the bytes grow, and
+    /// at most once a second after a refusal.
+    pub fn may_keep_whole(&self) -> bool {
+        let bytes = self.leased_bytes();
+        if bytes == 0 {
+            return true;
+        }
+        let mut room = self.whole.lock().unwrap_or_else(|p| p.into_inner());
+        if room.claim.as_ref().is_some_and(|c| c.bytes() >= bytes) {
+            return true;
+        }
+        if let Some((refused, at)) = room.refused
+            && refused == bytes
+            && at.elapsed() < WHOLE_RETRY
+        {
+            return false;
+        }
+        // Given back before asking for more: a claim never counts twice.
+        room.claim = None;
+        match self.tier.claim_whole(bytes) {
+            Ok(Some(claim)) => {
+                room.claim = Some(claim);
+                room.refused = None;
+                true
+            }
+            Ok(None) | Err(_) => {
+                room.refused = Some((bytes, std::time::Instant::now()));
+                false
+            }
+        }
     }
 
     /// Counts [`leased_bytes`](Self::leased_bytes) of `view` anew.

@@ -256,6 +256,48 @@ fn a_segment_store_three_times_the_budget_read_in_random_order_stays_within_it()
     );
 }
 
+/// Two caches (train and validation sets), each 0.7 of the tier's
+/// budget, read side by side on one tier: each alone would be kept whole,
+/// together they may not. The tier grants room for one; the other reads
+/// by ranges, and the tier stays within its budget (plus one batch's rows
+/// per cache) after every batch, never reading over it.
+#[test]
+fn two_caches_each_under_the_budget_stay_within_it_together() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let (train_url, size) = publish(&endpoint, "two-caches-train");
+    let (valid_url, other) = publish(&endpoint, "two-caches-valid");
+    assert_eq!(size, other);
+    let budget = (size * 10 / 7) / BLOCK * BLOCK;
+    let tier_dir = tempfile::tempdir().unwrap();
+    let train = reader(&endpoint, &train_url, tier_dir.path(), budget);
+    let valid = reader(&endpoint, &valid_url, tier_dir.path(), budget);
+    let bound = budget + runs(2);
+    let mut most = 0u64;
+    for p in 0..2 {
+        for (j, batch) in batches(p, 0, 1).iter().enumerate() {
+            read_checked(&train, batch, &format!("train, pass {p} batch {j}"));
+            read_checked(&valid, batch, &format!("valid, pass {p} batch {j}"));
+            let stats = TierStats::read(tier_dir.path()).unwrap();
+            most = most.max(stats.allocated);
+            assert!(
+                stats.allocated <= bound,
+                "pass {p} batch {j}: two caches hold {} bytes on a tier of {budget}: {stats:?}",
+                stats.allocated
+            );
+        }
+    }
+    let stats = TierStats::read(tier_dir.path()).unwrap();
+    assert_eq!(stats.over_budget, 0, "{stats:?}");
+    eprintln!("two caches of {size} bytes on {budget}: most counted {most}, {stats:?}");
+    // Once the cache kept whole is closed, the other may be (asked
+    // again a second after its last refusal).
+    drop(train);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    assert!(valid.remote().unwrap().may_keep_whole());
+}
+
 #[test]
 fn readers_whose_reads_evict_each_others_blocks_read_right_records() {
     let Some(endpoint) = s3_endpoint() else {

@@ -410,19 +410,27 @@ impl Inner {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        let used = std::fs::metadata(&dest)
-            .map_err(Error::io("stat", &dest))?
+        let used = std::fs::metadata(&tmp)
+            .map_err(Error::io("stat", &tmp))?
             .blocks()
             * 512;
-        let _tier = self.dir.lock_tier()?;
-        let _changing = self.dir.state.changing();
-        reserved.settle(used);
-        Ok(())
+        {
+            // Renamed into `objects/` and settled in one hold of the lock:
+            // a rebuild counts the copy or the reservation, never both.
+            let _tier = self.dir.lock_tier()?;
+            let _changing = self.dir.state.changing();
+            if let Err(e) = durable_fs::rename(&tmp, &dest) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e.into());
+            }
+            reserved.settle(used);
+        }
+        Ok(durable_fs::sync_parent_dir(&dest)?)
     }
 
-    /// [`fetch_whole`](Inner::fetch_whole)'s fetch into `tmp`, checked,
-    /// then renamed to `dest`. A block that does not match is fetched once
-    /// more, as by blocks.
+    /// [`fetch_whole`](Inner::fetch_whole)'s fetch into `tmp` (fsynced),
+    /// checked; the caller renames it to `dest`. A block that does not
+    /// match is fetched once more, as by blocks.
     fn fetch_whole_to(
         &self,
         name: &str,
@@ -461,7 +469,7 @@ impl Inner {
                 }
             }
         }
-        Ok(durable_fs::rename_and_sync(tmp, dest)?)
+        Ok(())
     }
 
     /// The block map of `key` on disk, if there is a valid one, without
@@ -545,11 +553,7 @@ impl Inner {
         // loses the old copy (what a scan finds of it) and gains the new
         // one's metadata.
         let _changing = self.dir.state.changing();
-        let old: u64 = [self.dir.map(key), sparse.clone(), self.dir.touch(key)]
-            .iter()
-            .filter_map(|p| std::fs::metadata(p).ok())
-            .map(|m| m.blocks() * 512)
-            .sum();
+        let old = self.dir.sparse_counted(key);
         self.dir.state.sub(old);
         self.dir
             .state

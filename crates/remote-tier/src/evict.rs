@@ -37,9 +37,9 @@ use std::time::SystemTime;
 
 use crate::engine::Inner;
 use crate::format::BlockMap;
-use crate::local::{EvictReport, Found, LegacyPin, LocalDir, TOUCH_GROUP};
+use crate::local::{EvictReport, Found, LegacyPin, LocalDir, Reservation, TOUCH_GROUP};
 use crate::pins;
-use crate::state::{PAGE, Reservation, Stat, units};
+use crate::state::{PAGE, Stat, units};
 use crate::victims::{Admit, Candidate, NEVER, choose};
 use crate::{Error, Result};
 
@@ -66,21 +66,24 @@ impl Inner {
             }
         }
         let _changing = state.changing();
-        Ok(Some(Reservation::new(state, need)))
+        Ok(Some(Reservation::new(&self.dir, need)?))
     }
 
     /// [`make_room`](Self::make_room) for a read, which always gets its
     /// reservation.
     pub(crate) fn reserve(&self, need: u64) -> Result<Reservation<'_>> {
-        Ok(self
-            .make_room(need, Admit::Read)?
-            .unwrap_or_else(|| Reservation::new(&self.dir.state, 0)))
+        match self.make_room(need, Admit::Read)? {
+            Some(reserved) => Ok(reserved),
+            None => Reservation::new(&self.dir, 0),
+        }
     }
 
-    /// Evicts until the count is within the budget (no slack).
+    /// Evicts until the count is within the budget (no slack), dead
+    /// processes' reservations taken off the count first.
     pub(crate) fn evict_to_budget(&self) -> Result<EvictReport> {
         let _tier = self.dir.lock_tier()?;
         self.dir.check()?;
+        self.dir.held()?;
         let excess = self
             .dir
             .state
@@ -182,7 +185,7 @@ impl LocalDir {
         if need == 0 {
             return Ok(report);
         }
-        let held = pins::held(&self.root)?;
+        let held = self.held()?;
         let plans = crate::plans::next_uses(&self.root);
         let planned: HashSet<&str> = plans.keys().collect();
         // Under a plan the slack proper is small (a block freed early is
@@ -302,7 +305,7 @@ impl LocalDir {
             match c.block {
                 Some(b) => blocks.entry(&*c.key).or_default().push(b),
                 None => {
-                    let freed = self.remove_object(&c.key, objects[&*c.key].found.bytes)?;
+                    let freed = self.remove_object(&c.key, &objects[&*c.key].found)?;
                     if freed > 0 {
                         report.evicted += 1;
                     } else {
@@ -388,14 +391,16 @@ impl LocalDir {
         Ok(Some((ranges, true)))
     }
 
-    /// Removes every file of the idle object `key` (whose files a scan
-    /// found allocating `bytes`) and uncounts them; 0 when a handle of an
-    /// older build keeps it.
-    fn remove_object(&self, key: &str, bytes: u64) -> Result<u64> {
+    /// Removes every file of the idle object `key` (as a scan `found`
+    /// it) and takes off the count what it counted for them
+    /// ([`LocalDir::counted`]: a sparse copy's allowance included); 0
+    /// when a handle of an older build keeps it.
+    fn remove_object(&self, key: &str, found: &Found) -> Result<u64> {
         let _legacy = match self.legacy_pin(key)? {
             LegacyPin::Held => return Ok(0),
             other => other,
         };
+        let bytes = self.counted(key, found);
         // The map goes first: a sparse file without a map is only space,
         // never mistaken for fetched blocks.
         durable_fs::remove_and_sync(&self.map(key))?;
@@ -429,7 +434,7 @@ impl LocalDir {
             .open(&sparse)
             .map_err(Error::io("open", &sparse))?;
         let mut freed = 0u64;
-        for r in ranges {
+        for (at, r) in ranges.iter().enumerate() {
             let len = units(r.clone());
             // SAFETY: fallocate on a descriptor this function owns; it
             // takes no pointer. The range lies inside the file and on page
@@ -447,13 +452,16 @@ impl LocalDir {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
                     drop(file);
+                    // The count follows the maps: blocks no map marks are
+                    // not counted, punched or not.
+                    let unmarked: u64 = ranges[at..].iter().map(|r| units(r.clone())).sum();
+                    self.state.sub(unmarked);
                     if !object.open {
-                        let bytes = object.found.bytes;
-                        let gone = self.remove_object(key, bytes)?;
+                        let gone = self.remove_object(key, &object.found)?;
                         report.evicted += u64::from(gone > 0);
-                        return Ok(gone);
+                        return Ok(freed + unmarked + gone);
                     }
-                    return Ok(freed);
+                    return Ok(freed + unmarked);
                 }
                 return Err(Error::io("punch a hole in", &sparse)(e));
             }
@@ -466,8 +474,7 @@ impl LocalDir {
         }
         drop(file);
         if !object.open && map.present() == 0 {
-            let rest = object.found.bytes.saturating_sub(freed);
-            let gone = self.remove_object(key, rest)?;
+            let gone = self.remove_object(key, &object.found)?;
             report.evicted += u64::from(gone > 0);
             freed += gone;
         }

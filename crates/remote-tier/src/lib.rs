@@ -52,6 +52,15 @@
 //!   leases the blocks it reads ([`RemoteFile::lease`]), and a block's
 //!   bit leaves its map before its bytes are freed. Objects open by the
 //!   other `open*` calls (mapped whole by their readers) are kept whole.
+//! - **One budget per node.** Every store and process that opens the tier
+//!   directory spends the same budget. A store that would keep its files
+//!   whole (mapped) asks the tier first ([`RemoteTier::claim_whole`]):
+//!   the claims of every living process fit the budget together, so two
+//!   caches that each fit it alone are never both mapped whole. The count
+//!   gives back exactly what each copy took (a sparse copy's metadata
+//!   allowance included) and keeps the reservations of fetches in flight
+//!   across a rebuild (each process also records its own in its pin
+//!   record), so it tracks the disk however many copies come and go.
 //! - **Uploads.** [`RemoteTier::put_file`] uploads immutable files
 //!   (multipart above [`TierConfig::part_size`]); [`RemoteTier::commit`]
 //!   writes a commit record with a conditional put, so two writers can
@@ -85,8 +94,11 @@
 //!                           misorders that hint)
 //!   pins/<host>-<pid>-<nanos>-<n>  one process's pin record, flocked while it lives: three
 //!                           bitmaps of 2^22 buckets (512 KiB each): keys it has open, keys
-//!                           it needs whole, and `<key>#<block>` it leases; a dead process's
-//!                           is removed (one of 512 KiB is an older build's: pins whole)
+//!                           it needs whole, and `<key>#<block>` it leases; then a page of
+//!                           words: its reservations in flight and its whole claims (made,
+//!                           locked and sized under tmp/, then renamed here); a dead
+//!                           process's is removed (one of 512 KiB is an older build's: pins
+//!                           whole)
 //!   plans/                  the readers' plan records (`src/plans.rs`)
 //!   locks/<key>.<n>.fetch   flock of the one fetcher of block n (`all`: the whole object);
 //!                           removed by the fetcher when its fetch is done
@@ -194,7 +206,7 @@ pub use engine::{Expected, ObjectInfo, PROBE_DIR};
 pub use error::{BlockMismatch, Error, Result};
 pub use file::RemoteFile;
 pub use local::EvictReport;
-pub use pins::Lease;
+pub use pins::{Claim, Lease};
 pub use plans::{BlockUse, ObjectReads, PlanHandle, set_plans};
 pub use remote::RetryPolicy;
 pub use state::TierStats;

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use durable_fs::FileLock;
 
-use crate::pins::{self, Pin, PinKind};
-use crate::state::TierState;
+use crate::pins::{self, Pin, PinKind, Word};
+use crate::state::{TierState, meta_bytes, units};
 use crate::{Error, Result};
 
 /// Suffix of a whole fetched object (complete and verified).
@@ -69,9 +69,8 @@ impl LocalDir {
     /// Opens (creating) the tier directory and sweeps what dead processes
     /// left: their fetches' temporary files, fetch-lock files no one
     /// holds, and pins of the older layout (`locks/<key>.pin`) no one
-    /// holds, and the pin records of dead processes. A process alone
-    /// with the tier (no other live pin record) has its count rebuilt at
-    /// its first check.
+    /// holds, and the pin records of dead processes, whose reservations in
+    /// flight leave the count (under `tier.lock`: [`held`](Self::held)).
     pub(crate) fn open(root: &Path, wait: Duration) -> Result<LocalDir> {
         for d in ["", "objects", "locks", "tmp"] {
             let d = root.join(d);
@@ -89,8 +88,10 @@ impl LocalDir {
         };
         durable_fs::remove_dead_temp_files(&dir.tmp);
         dir.sweep_locks()?;
-        if !pins::others_alive(&dir.root) {
-            dir.state.want_rebuild();
+        {
+            let _tier = dir.lock_tier()?;
+            dir.check()?;
+            dir.held()?;
         }
         Ok(dir)
     }
@@ -215,14 +216,69 @@ impl LocalDir {
         Ok(self.scan()?.values().map(|v| v.bytes).sum())
     }
 
+    /// What the count holds for the copy of `key` (`found`, as a scan saw
+    /// it): a whole copy its allocated bytes; a sparse copy its metadata
+    /// allowance ([`meta_bytes`]) and the pages of the blocks its map
+    /// marks present — exactly what its creation and its fetches added.
+    /// A sparse file without a valid map counts what its files allocate.
+    pub(crate) fn counted(&self, key: &str, found: &Found) -> u64 {
+        if !found.sparse {
+            return found.bytes;
+        }
+        let whole = if found.whole {
+            std::fs::metadata(self.whole(key)).map_or(0, |m| m.blocks() * 512)
+        } else {
+            0
+        };
+        self.sparse_counted(key) + whole
+    }
+
+    /// What the count holds for the sparse copy of `key` (its map, touch
+    /// clocks and data): see [`counted`](Self::counted).
+    pub(crate) fn sparse_counted(&self, key: &str) -> u64 {
+        let Some(map) = self.read_map(key) else {
+            return [self.map(key), self.sparse(key), self.touch(key)]
+                .iter()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .map(|m| m.blocks() * 512)
+                .sum();
+        };
+        let data: u64 = (0..map.blocks())
+            .filter(|&b| map.has(b))
+            .map(|b| units(map.block_range(b)))
+            .sum();
+        meta_bytes(map.blocks(), map.etag.len()) + data
+    }
+
+    /// The pin records of the living processes (call with `tier.lock`
+    /// held): dead processes' records are removed, and their reservations
+    /// in flight, never settled, taken off the count.
+    pub(crate) fn held(&self) -> Result<pins::Held> {
+        let held = pins::held(&self.root)?;
+        if held.dead_reserved > 0 {
+            let _changing = self.state.changing();
+            self.state.sub(held.dead_reserved);
+        }
+        Ok(held)
+    }
+
     /// Makes the count of `tier.state` trustworthy (call with `tier.lock`
-    /// held): rebuilt by a scan when a holder died mid-change, the boot
-    /// changed, the file is new or damaged, or this process found itself
-    /// alone with the tier.
+    /// held): rebuilt when a holder died mid-change, the boot changed, or
+    /// the file is new or damaged — to what each copy counts
+    /// ([`counted`](Self::counted)) plus the reservations in flight of the
+    /// living processes. Fetches in flight write their bytes before they
+    /// mark them (a sparse copy's) or rename them into `objects/` (a whole
+    /// one's) under `tier.lock`, so none of their bytes is counted twice.
     pub(crate) fn check(&self) -> Result<()> {
         if self.state.stale() {
-            let total = self.usage()?;
-            self.state.rebuilt(total);
+            let held = pins::held(&self.root)?;
+            let copies: u64 = self
+                .scan()?
+                .iter()
+                .map(|(key, found)| self.counted(key, found))
+                .sum();
+            self.state
+                .rebuilt(copies.saturating_add(held.sum(Word::Reserved)));
         }
         Ok(())
     }
@@ -288,9 +344,140 @@ impl LocalDir {
     }
 }
 
+/// Bytes reserved for a fetch: counted before it starts (in `tier.state`
+/// and in this process's pin record, [`Word::Reserved`]), so that the
+/// count stays within the budget and a rebuild keeps them; settled to
+/// what the fetch really added (under `tier.lock`), and what is never
+/// settled (a failed fetch) is given back on drop.
+#[derive(Debug)]
+pub(crate) struct Reservation<'a> {
+    dir: &'a LocalDir,
+    left: u64,
+    pid: u32,
+}
+
+impl<'a> Reservation<'a> {
+    /// Counts `bytes` for a fetch (call with `tier.lock` held).
+    pub(crate) fn new(dir: &'a LocalDir, bytes: u64) -> Result<Reservation<'a>> {
+        pins::add_word(&dir.root, Word::Reserved, bytes)?;
+        dir.state.add(bytes);
+        Ok(Reservation {
+            dir,
+            left: bytes,
+            pid: std::process::id(),
+        })
+    }
+
+    /// The fetch added `used` bytes (call with `tier.lock` held and the
+    /// change marked): the rest of the reservation is given back, or the
+    /// excess counted.
+    pub(crate) fn settle(mut self, used: u64) {
+        pins::sub_word(&self.dir.root, Word::Reserved, self.left);
+        let state = &self.dir.state;
+        if used > self.left {
+            state.add(used - self.left);
+        } else {
+            state.sub(self.left - used);
+        }
+        self.left = 0;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.left == 0 || self.pid != std::process::id() {
+            return;
+        }
+        // Under tier.lock, as every change of the count: a rebuild then
+        // sees it either still reserved or given back, never both. The
+        // record first: a death in between leaves the count high, never
+        // low.
+        let tier = self.dir.lock_tier();
+        let _changing = tier.is_ok().then(|| self.dir.state.changing());
+        pins::sub_word(&self.dir.root, Word::Reserved, self.left);
+        self.dir.state.sub(self.left);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A copy of `blocks` blocks of 64 KiB with the blocks `present`
+    /// marked, made as the tier makes one: its allowance counted, then
+    /// each block's pages.
+    fn sparse_copy(dir: &LocalDir, key: &str, blocks: u64, present: &[u64]) {
+        let mut map = crate::format::BlockMap::new(64 << 10, blocks * (64 << 10), "e".into(), None);
+        dir.state.add(meta_bytes(map.blocks(), map.etag.len()));
+        let file = std::fs::File::create(dir.sparse(key)).unwrap();
+        file.set_len(map.size).unwrap();
+        for &b in present {
+            use std::os::unix::fs::FileExt;
+            file.write_all_at(&vec![7u8; 64 << 10], b * (64 << 10)).unwrap();
+            map.set(b);
+            dir.state.add(units(map.block_range(b)));
+        }
+        std::fs::write(dir.map(key), map.encode()).unwrap();
+    }
+
+    /// A rebuild counts what each copy counted (allowances included) and
+    /// the reservations in flight, so that one settled after it leaves
+    /// the count where an unbroken count would be.
+    #[test]
+    fn a_rebuild_keeps_the_reservations_in_flight() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = LocalDir::open(root.path(), Duration::from_secs(10)).unwrap();
+        {
+            let _tier = dir.lock_tier().unwrap();
+            dir.check().unwrap();
+        }
+        sparse_copy(&dir, "a", 40, &[0, 1, 7]);
+        std::fs::write(dir.whole("b"), vec![1u8; 10_000]).unwrap();
+        dir.state.add(std::fs::metadata(dir.whole("b")).unwrap().blocks() * 512);
+        let exact = dir.state.allocated();
+        // A fetch in flight: reserved, its block written, not yet marked.
+        let reserved = {
+            let _tier = dir.lock_tier().unwrap();
+            Reservation::new(&dir, 64 << 10).unwrap()
+        };
+        assert_eq!(dir.state.allocated(), exact + (64 << 10));
+        // A holder dies mid-change, its count lost: the next check rebuilds.
+        dir.state.rebuilt(123);
+        let _mid = std::mem::ManuallyDrop::new(dir.state.changing());
+        {
+            let _tier = dir.lock_tier().unwrap();
+            dir.check().unwrap();
+        }
+        assert_eq!(dir.state.allocated(), exact + (64 << 10), "the reservation survives");
+        {
+            let _tier = dir.lock_tier().unwrap();
+            let _changing = dir.state.changing();
+            reserved.settle(64 << 10);
+        }
+        assert_eq!(dir.state.allocated(), exact + (64 << 10), "settled exactly");
+        // Without a mark, the block's bytes are given back.
+        let failed = {
+            let _tier = dir.lock_tier().unwrap();
+            Reservation::new(&dir, 4096).unwrap()
+        };
+        drop(failed);
+        assert_eq!(dir.state.allocated(), exact + (64 << 10));
+    }
+
+    /// What a copy counted is what its removal gives back: a sparse
+    /// copy's allowance with its blocks, however little of its metadata
+    /// files the disk holds.
+    #[test]
+    fn a_copy_counts_its_allowance_and_its_marked_blocks() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = LocalDir::open(root.path(), Duration::from_secs(10)).unwrap();
+        sparse_copy(&dir, "a", 1000, &[3, 4, 999]);
+        let found = dir.scan().unwrap();
+        let counted = dir.counted("a", &found["a"]);
+        assert_eq!(counted, dir.state.allocated());
+        assert_eq!(counted, meta_bytes(1000, 1) + 3 * (64 << 10));
+        assert!(found["a"].bytes <= counted, "{found:?} vs {counted}");
+    }
 
     #[test]
     fn keys_are_flat_and_distinct() {

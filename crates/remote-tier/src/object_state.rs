@@ -15,7 +15,8 @@ use crate::error::block_mismatch;
 use crate::format::BlockMap;
 use crate::open_files;
 use crate::pins::Pin;
-use crate::state::{Reservation, units};
+use crate::local::Reservation;
+use crate::state::units;
 use crate::victims::Admit;
 use crate::{Error, Result};
 
@@ -223,6 +224,9 @@ impl ObjectState {
         blocks: std::ops::RangeInclusive<u64>,
         boot: Option<[u8; 16]>,
     ) -> Result<u64> {
+        // A copy replaced meanwhile is no longer the tier's: its bytes
+        // leave with its last handle, and are not counted.
+        let current = self.current();
         let mut fresh = 0u64;
         self.update_map(false, |mine| {
             for i in blocks {
@@ -235,7 +239,7 @@ impl ObjectState {
                 }
             }
         })?;
-        Ok(fresh)
+        Ok(if current { fresh } else { 0 })
     }
 
     /// Applies `change` to the block map on disk (the authority, while the

@@ -1,24 +1,33 @@
 //! Pins: which local copies a process has open, so that eviction (in any
 //! process) leaves them alone — with one descriptor per tier and process,
-//! whatever the number of objects open.
+//! whatever the number of objects open — and the bytes the process has
+//! counted in the tier but not yet placed (fetches in flight) or claimed
+//! for whole copies.
 //!
 //! Each process that opens objects in a tier keeps one pin record,
 //! `pins/<host>-<pid>-<nanos>-<n>`, exclusively `flock`ed for the
 //! process's life: three bitmaps ([`Region`]) of [`BUCKETS`] bits each,
-//! 512 KiB apiece. Region 0 ("open"): bit `b` set while the process holds
-//! any object whose key hashes to bucket `b`. Region 1 ("whole"): the
-//! same for handles that need the whole copy (they map it); a handle
-//! opened with [`RemoteTier::open_leased`](crate::RemoteTier::open_leased)
-//! sets only region 0, so eviction may free blocks of its copy. Region 2
+//! 512 KiB apiece, then a page of words ([`Word`]). Region 0 ("open"):
+//! bit `b` set while the process holds any object whose key hashes to
+//! bucket `b`. Region 1 ("whole"): the same for handles that need the
+//! whole copy (they map it); a handle opened with
+//! [`RemoteTier::open_leased`](crate::RemoteTier::open_leased) sets only
+//! region 0, so eviction may free blocks of its copy. Region 2
 //! ("leased"): bit `bucket("<key>#<block>")` set while a [`Lease`] of
-//! the process holds that block, which is then never freed. A record of
-//! exactly 512 KiB was written by an older build: its bits count as
-//! whole pins (and an older build's eviction reads only region 0, so it
-//! keeps every object open here). Eviction
-//! (under `tier.lock`) maps the records whose lock it cannot take (their
-//! process lives; one it can take is a dead process's, and is removed)
-//! and keeps every object whose bucket is set in any of them. Two keys of
-//! one bucket only keep a copy longer than needed: never less.
+//! the process holds that block, which is then never freed. The words:
+//! the bytes of the process's reservations in flight (counted in
+//! `tier.state`, not yet on disk where a scan counts them), and the bytes
+//! of its whole claims ([`Claim`]).
+//!
+//! A record is made under a temporary name in `tmp/`, locked and sized
+//! there, and only then renamed into `pins/`: no other process ever sees
+//! a record of a living process unlocked. Eviction and the count's
+//! rebuild (under `tier.lock`) map the records whose lock they cannot
+//! take (their process lives); one whose lock is free is a dead
+//! process's, and is removed — and its reservations in flight, never
+//! settled, are taken off the count. Every object whose bucket is set in
+//! a living record is kept. Two keys of one bucket only keep a copy
+//! longer than needed: never less.
 //!
 //! A bucket is set under `tier.lock`, before the object's copy is looked
 //! for: an eviction either ran before (the copy is gone, and is fetched
@@ -32,7 +41,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -53,6 +62,23 @@ pub(crate) const STICKY: usize = 4;
 
 /// The bytes of one region of a pin record.
 const REGION_BYTES: u64 = BUCKETS / 8;
+
+/// Where a record's page of words starts (after its three regions).
+const WORDS_AT: u64 = 3 * REGION_BYTES;
+
+/// The bytes of a record: three regions and a page of words.
+pub(crate) const RECORD_BYTES: u64 = WORDS_AT + 4096;
+
+/// The words of a pin record: little-endian `u64`s at the start of its
+/// last page, written by its process through a mapping, as atomics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Word {
+    /// Bytes of this process's reservations in flight: counted in
+    /// `tier.state`, not yet settled.
+    Reserved = 0,
+    /// Bytes of this process's whole claims ([`Claim`]).
+    Claimed = 1,
+}
 
 /// The regions of a pin record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,6 +113,8 @@ struct Records {
 struct Record {
     file: File,
     path: PathBuf,
+    /// The record's page of words, mapped.
+    words: memmap2::MmapMut,
     /// Holders per (region, bucket); a bucket is set in the file while
     /// above zero (or, for leases, while sticky).
     counts: HashMap<(Region, u64), u32>,
@@ -268,30 +296,57 @@ impl Records {
             let dir = root.join(PINS_DIR);
             std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
             let path = dir.join(durable_fs::host_pid_token());
+            // Made, locked and sized under a temporary name, then renamed
+            // into place: a record another process can list is always
+            // locked while its process lives.
+            let tmp_dir = root.join("tmp");
+            std::fs::create_dir_all(&tmp_dir).map_err(Error::io("create directory", &tmp_dir))?;
+            let tmp = durable_fs::unique_temp_path(&tmp_dir, "pin-record");
             let file = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create_new(true)
-                .open(&path)
-                .map_err(Error::io("create pin record", &path))?;
-            // Locked before it is sized: another process's eviction takes
-            // an empty record whose lock is free for one being made, and a
-            // sized one whose lock is free for a dead process's.
-            // SAFETY: flock on a descriptor this function owns; it takes no
-            // pointer and has no other effect on memory.
-            let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if locked != 0 {
-                let e = std::io::Error::last_os_error();
-                let _ = std::fs::remove_file(&path);
-                return Err(Error::io("lock pin record", &path)(e));
-            }
-            file.set_len(3 * REGION_BYTES)
-                .map_err(Error::io("size pin record", &path))?;
+                .open(&tmp)
+                .map_err(Error::io("create pin record", &tmp))?;
+            let made = (|| {
+                // SAFETY: flock on a descriptor this function owns; it takes
+                // no pointer and has no other effect on memory.
+                let locked =
+                    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+                if locked != 0 {
+                    return Err(Error::io("lock pin record", &tmp)(
+                        std::io::Error::last_os_error(),
+                    ));
+                }
+                file.set_len(RECORD_BYTES)
+                    .map_err(Error::io("size pin record", &tmp))?;
+                // SAFETY: the record is sized above and never truncated;
+                // the page mapped is its last, page-aligned. This process
+                // writes it and others read it concurrently, so its bytes
+                // are only ever accessed as `AtomicU64`s (`Record::word`).
+                let words = unsafe {
+                    memmap2::MmapOptions::new()
+                        .offset(WORDS_AT)
+                        .len(4096)
+                        .map_mut(&file)
+                }
+                .map_err(Error::io("map pin record", &tmp))?;
+                std::fs::rename(&tmp, &path).map_err(Error::io("rename pin record", &path))?;
+                Ok(words)
+            })();
+            let words = match made {
+                Ok(words) => words,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            };
             self.tiers.insert(
                 root.to_path_buf(),
                 Record {
                     file,
                     path,
+                    words,
                     counts: HashMap::new(),
                     sticky: Default::default(),
                 },
@@ -302,6 +357,15 @@ impl Records {
 }
 
 impl Record {
+    /// The word `w` of this record.
+    fn word(&self, w: Word) -> &AtomicU64 {
+        // SAFETY: the mapping is a page, page-aligned, living as long as
+        // `self`; every word lies at an 8-byte-aligned offset inside it.
+        // Other processes read it concurrently, so it is only ever
+        // accessed as an atomic.
+        unsafe { &*(self.words.as_ptr().add(w as usize * 8) as *const AtomicU64) }
+    }
+
     /// Whether `(region, bucket)` is set in the file now.
     fn is_set(&self, rb: (Region, u64)) -> bool {
         self.counts.contains_key(&rb) || (rb.0 == Region::Leased && self.sticky.contains(&rb.1))
@@ -358,6 +422,68 @@ impl Record {
     }
 }
 
+/// Adds `n` bytes to this process's word `w` of the tier at `root` (its
+/// record made on first use).
+pub(crate) fn add_word(root: &Path, w: Word, n: u64) -> Result<()> {
+    if n > 0 {
+        records().record(root)?.word(w).fetch_add(n, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+/// Takes `n` bytes off this process's word `w` of the tier at `root`,
+/// stopping at zero.
+pub(crate) fn sub_word(root: &Path, w: Word, n: u64) {
+    if n == 0 {
+        return;
+    }
+    if let Some(record) = records().tiers.get(root) {
+        let _ = record
+            .word(w)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                Some(v.saturating_sub(n))
+            });
+    }
+}
+
+/// Room the tier granted for copies a reader keeps whole (mapped) for as
+/// long as this lives: the claims of every living process of the tier
+/// together stay within its budget
+/// ([`RemoteTier::claim_whole`](crate::RemoteTier::claim_whole)). Given
+/// back on drop, in the process that took it.
+#[derive(Debug)]
+pub struct Claim {
+    root: PathBuf,
+    bytes: u64,
+    pid: u32,
+}
+
+impl Claim {
+    /// Records `bytes` claimed by this process in the tier at `root` (the
+    /// caller checked, under `tier.lock`, that they fit).
+    pub(crate) fn take(root: &Path, bytes: u64) -> Result<Claim> {
+        add_word(root, Word::Claimed, bytes)?;
+        Ok(Claim {
+            root: root.to_path_buf(),
+            bytes,
+            pid: std::process::id(),
+        })
+    }
+
+    /// The bytes claimed.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.pid == std::process::id() {
+            sub_word(&self.root, Word::Claimed, self.bytes);
+        }
+    }
+}
+
 /// The buckets every living process of the tier at `root` holds, read
 /// from their pin records (call with `tier.lock` held). Records of dead
 /// processes are removed.
@@ -373,6 +499,7 @@ pub(crate) fn held(root: &Path) -> Result<Held> {
     let dir = root.join(PINS_DIR);
     let mut held = Held {
         records: Vec::new(),
+        dead_reserved: 0,
     };
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
@@ -391,15 +518,19 @@ pub(crate) fn held(root: &Path) -> Result<Held> {
             .metadata()
             .map_err(Error::io("stat pin record", &path))?
             .len();
-        if is_dead(&file, &path, len) {
-            let _ = std::fs::remove_file(&path);
+        if is_dead(&file) {
+            let reserved = read_word(&file, len, Word::Reserved);
+            // Whoever removes it takes its reservations off the count.
+            if std::fs::remove_file(&path).is_ok() {
+                held.dead_reserved = held.dead_reserved.saturating_add(reserved);
+            }
             continue;
         }
         if len == 0 {
-            continue; // being made: locked, not yet sized, no bit set
+            continue;
         }
         // SAFETY: pin records are never truncated (sized once when made,
-        // before any bit is set; an older build's stays 512 KiB), so the
+        // before they are renamed into `pins/`), so the
         // mapping stays backed for its life, even once the file is
         // removed. Its process writes it concurrently, so its bytes are
         // only ever read as `AtomicU8`s (`MappedRecord::byte`), never
@@ -411,27 +542,31 @@ pub(crate) fn held(root: &Path) -> Result<Held> {
     Ok(held)
 }
 
-/// Whether the pin record `file` (at `path`, `len` bytes) belongs to a
-/// dead process: its lock is free. A record is locked before it is sized,
-/// so a free lock on an empty record is one being made (left alone)
-/// unless it is older than a minute (its maker died in between).
-fn is_dead(file: &File, path: &Path, len: u64) -> bool {
+/// Whether the pin record `file` belongs to a dead process: its lock is
+/// free (a living process locks its record before it is renamed into
+/// `pins/`).
+fn is_dead(file: &File) -> bool {
     // SAFETY: flock on a descriptor the caller owns.
-    let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
-    if !free {
-        return false;
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) == 0 }
+}
+
+/// Word `w` of the record `file` of `len` bytes, read (0 for a record
+/// without words).
+fn read_word(file: &File, len: u64, w: Word) -> u64 {
+    let at = WORDS_AT + w as u64 * 8;
+    let mut bytes = [0u8; 8];
+    if len < at + 8 || file.read_exact_at(&mut bytes, at).is_err() {
+        return 0;
     }
-    len > 0
-        || std::fs::metadata(path)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > Duration::from_secs(60))
+    u64::from_le_bytes(bytes)
 }
 
 /// The union of the living pin records of a tier: their mappings.
 pub(crate) struct Held {
     records: Vec<MappedRecord>,
+    /// Reservations in flight of the dead processes whose records this
+    /// look removed: the caller takes them off the count.
+    pub(crate) dead_reserved: u64,
 }
 
 /// One living process's pin record, mapped read-only.
@@ -440,6 +575,19 @@ struct MappedRecord {
 }
 
 impl MappedRecord {
+    /// Word `w` of the record (0 for one without words).
+    fn word(&self, w: Word) -> u64 {
+        let off = (WORDS_AT + w as u64 * 8) as usize;
+        if off + 8 > self.map.len() {
+            return 0;
+        }
+        // SAFETY: `off` is 8-byte aligned (the mapping is page-aligned)
+        // and the word lies within the mapping; its process writes it
+        // concurrently, so it is only read atomically.
+        let word = unsafe { &*(self.map.as_ptr().add(off) as *const AtomicU64) };
+        word.load(Ordering::Acquire)
+    }
+
     /// The record's byte at `off`, if it has one.
     fn byte(&self, off: usize) -> Option<u8> {
         if off >= self.map.len() {
@@ -468,6 +616,13 @@ impl MappedRecord {
 }
 
 impl Held {
+    /// The sum of word `w` over the living records.
+    pub(crate) fn sum(&self, w: Word) -> u64 {
+        self.records
+            .iter()
+            .fold(0u64, |a, r| a.saturating_add(r.word(w)))
+    }
+
     /// Whether bucket `b` of `region` is set in any living record.
     fn any(&self, region: Region, b: u64) -> bool {
         self.records.iter().any(|r| r.has(region, b))
@@ -489,60 +644,82 @@ impl Held {
     }
 }
 
-/// Whether any living process other than this one keeps a pin record in
-/// the tier at `root` (dead ones' are removed first).
-pub(crate) fn others_alive(root: &Path) -> bool {
-    remove_dead(root);
-    let own = records().tiers.get(root).map(|r| r.path.clone());
-    std::fs::read_dir(root.join(PINS_DIR)).is_ok_and(|entries| {
-        entries
-            .flatten()
-            .any(|e| own.as_deref() != Some(e.path().as_path()))
-    })
-}
-
-/// Removes the pin records of dead processes of the tier at `root` (their
-/// lock is free), best effort.
-pub(crate) fn remove_dead(root: &Path) {
-    let Ok(entries) = std::fs::read_dir(root.join(PINS_DIR)) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Ok(file) = File::open(&path) else {
-            continue;
-        };
-        let len = file.metadata().map_or(0, |m| m.len());
-        if is_dead(&file, &path, len) {
-            let _ = std::fs::remove_file(&path);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A record another process is making (empty, its lock not yet taken)
-    /// stays; a sized one whose lock is free is a dead process's, and goes.
+    /// A record whose lock is free is a dead process's: it goes, its pins
+    /// with it, and its reservations in flight are handed to the caller
+    /// to take off the count.
     #[test]
-    fn a_record_being_made_stays_and_a_dead_ones_goes() {
+    fn a_dead_processs_record_goes_with_its_reservations() {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join(PINS_DIR);
         std::fs::create_dir_all(&dir).unwrap();
-        let making = dir.join("host-1-making");
-        File::create(&making).unwrap();
         let dead = dir.join("host-2-dead");
         let file = File::create(&dead).unwrap();
-        file.set_len(3 * REGION_BYTES).unwrap();
+        file.set_len(RECORD_BYTES).unwrap();
         let b = bucket("obj");
         file.write_all_at(&[1 << (b % 8)], b / 8).unwrap();
+        file.write_all_at(&12_288u64.to_le_bytes(), WORDS_AT).unwrap();
         drop(file);
 
         let seen = held(root.path()).unwrap();
         assert!(!seen.has("obj"), "a dead process's pin kept its object");
-        assert!(making.exists(), "a record being made was removed");
         assert!(!dead.exists(), "a dead process's record stayed");
+        assert_eq!(seen.dead_reserved, 12_288);
+        assert_eq!(held(root.path()).unwrap().dead_reserved, 0, "taken once");
+    }
+
+    /// A living process's words are seen by every look, and only its own.
+    #[test]
+    fn the_words_of_living_records_add_up() {
+        let root = tempfile::tempdir().unwrap();
+        add_word(root.path(), Word::Reserved, 4096).unwrap();
+        let claim = Claim::take(root.path(), 1 << 20).unwrap();
+        let mut other = Records::default();
+        let record = other.record(root.path()).unwrap();
+        record.word(Word::Claimed).store(300, Ordering::Release);
+        let seen = held(root.path()).unwrap();
+        assert_eq!(seen.sum(Word::Reserved), 4096);
+        assert_eq!(seen.sum(Word::Claimed), (1 << 20) + 300);
+        drop(claim);
+        sub_word(root.path(), Word::Reserved, 4096);
+        let seen = held(root.path()).unwrap();
+        assert_eq!((seen.sum(Word::Reserved), seen.sum(Word::Claimed)), (0, 300));
+        assert_eq!(seen.dead_reserved, 0);
+    }
+
+    /// Records made while another thread looks for dead ones (as every
+    /// eviction does, with a shared lock on each record it lists) are
+    /// never taken for dead, and their making never fails: a record is
+    /// listed only once locked.
+    #[test]
+    fn records_made_beside_a_look_for_dead_ones_are_never_taken_for_dead() {
+        let root = tempfile::tempdir().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let looker = {
+            let (root, stop) = (root.path().to_path_buf(), stop.clone());
+            std::thread::spawn(move || {
+                let mut looks = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let seen = held(&root).unwrap();
+                    assert_eq!(seen.dead_reserved, 0);
+                    looks += 1;
+                }
+                looks
+            })
+        };
+        let mut made = Vec::new();
+        for _ in 0..300 {
+            let mut records = Records::default();
+            records.record(root.path()).unwrap();
+            made.push(records);
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(looker.join().unwrap() > 0);
+        let listed = std::fs::read_dir(root.path().join(PINS_DIR)).unwrap().count();
+        assert_eq!(listed, 300, "a living record was removed");
     }
 
     /// The mapped records show a living process's pins as they change, in

@@ -20,19 +20,27 @@
 //! ```
 //!
 //! `allocated` changes only under `tier.lock`, between `dirty = pid` and
-//! `dirty = 0` (refunds of reservations never used aside, which only
-//! lower a count that erred high). A holder that finds `dirty` set knows
-//! the last holder died mid-change (flock goes with its process) and
-//! rebuilds the count by a scan; so does one that finds another boot's id
-//! (the unsynced blocks of that boot are dropped from the maps but their
-//! bytes stay allocated), a new or damaged file, or no other process
-//! using the tier (the scan is then paid once, at a quiet moment).
+//! `dirty = 0`. It is the sum of what each copy counts (see
+//! [`LocalDir::counted`](crate::local::LocalDir::counted)) and of the
+//! reservations in flight, which each process also keeps in its pin
+//! record ([`crate::pins::Word::Reserved`]). A holder that finds `dirty`
+//! set knows the last holder died mid-change (flock goes with its
+//! process) and rebuilds the count: what each copy counts, plus the
+//! reservations in flight of the living processes. So does one that finds
+//! another boot's id (the unsynced blocks of that boot are dropped from
+//! the maps), or a new or damaged file; nothing else asks for a rebuild.
+//! A dead process's reservations in flight are taken off the count when
+//! its pin record is removed.
 //!
-//! **Units.** A block run `s..e` counts the 4 KiB pages it touches,
+//! **Units.** A block `s..e` counts the 4 KiB pages it touches,
 //! `(ceil(e/4096) − floor(s/4096))·4096`; a whole copy its `st_blocks·512`;
 //! a sparse copy's block map, touch clocks and extent metadata a fixed
-//! allowance ([`meta_bytes`]). Rounding errs high: the count never states
-//! less than the disk holds.
+//! allowance ([`meta_bytes`]), from its creation to its removal. The
+//! count exceeds the disk by at most the allowances of the sparse copies
+//! present (what their metadata files do not yet use), and falls short
+//! of it only by extent-tree pages past the first of a copy and by bytes
+//! no map marks (a fetch that died between its write and its mark, which
+//! the block's next fetch overwrites).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -364,11 +372,6 @@ impl TierState {
         self.fresh.store(0, Ordering::Relaxed);
     }
 
-    /// Asks for a rebuild at the next check (this process found itself
-    /// alone with the tier).
-    pub(crate) fn want_rebuild(&self) {
-        self.fresh.store(1, Ordering::Relaxed);
-    }
 }
 
 /// The dirty mark of a change to the count in progress; cleared on drop.
@@ -377,41 +380,6 @@ pub(crate) struct Changing<'a>(&'a TierState);
 impl Drop for Changing<'_> {
     fn drop(&mut self) {
         self.0.word(OFF_DIRTY).store(0, Ordering::Release);
-    }
-}
-
-/// Bytes reserved for a fetch: counted before it starts, so that the
-/// count stays within the budget; settled to what the fetch really added
-/// (under `tier.lock`), and what is never settled (a failed fetch) is
-/// given back on drop.
-#[derive(Debug)]
-pub(crate) struct Reservation<'a> {
-    state: &'a TierState,
-    left: u64,
-}
-
-impl<'a> Reservation<'a> {
-    /// Counts `bytes` in `state` (call with `tier.lock` held).
-    pub(crate) fn new(state: &'a TierState, bytes: u64) -> Reservation<'a> {
-        state.add(bytes);
-        Reservation { state, left: bytes }
-    }
-
-    /// The fetch added `used` bytes (call with `tier.lock` held): the rest
-    /// of the reservation is given back, or the excess counted.
-    pub(crate) fn settle(mut self, used: u64) {
-        if used > self.left {
-            self.state.add(used - self.left);
-        } else {
-            self.state.sub(self.left - used);
-        }
-        self.left = 0;
-    }
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        self.state.sub(self.left);
     }
 }
 
@@ -454,13 +422,6 @@ mod tests {
             ),
             (15, 2, 1, 1)
         );
-        let r = Reservation::new(&a, 100);
-        r.settle(40);
-        assert_eq!(a.allocated(), 55);
-        {
-            let _r = Reservation::new(&a, 30);
-        }
-        assert_eq!(a.allocated(), 55, "an unsettled reservation is given back");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 use tokio::sync::Semaphore;
 
 use crate::blocks::BlockHashes;
+use crate::pins::Claim;
 use crate::config::TierConfig;
 use crate::engine::{Conn, Expected, Inner, ObjectInfo, Rebuild};
 use crate::file::RemoteFile;
@@ -595,6 +596,24 @@ impl RemoteTier {
     /// its directory), from its `tier.state`.
     pub fn stats(&self) -> Result<TierStats> {
         Ok(self.inner.dir.state.stats())
+    }
+
+    /// Asks the tier for room to keep `bytes` of copies whole (mapped,
+    /// never evicted) for as long as the returned [`Claim`] lives: granted
+    /// while the claims of every living process sharing the tier, this
+    /// one's included, fit its budget together; `None` otherwise. A store
+    /// that would map its files whole asks here rather than compare its
+    /// own size with the budget, so several stores and processes on one
+    /// tier never map more than the budget between them. A dead process's
+    /// claims end with it.
+    pub fn claim_whole(&self, bytes: u64) -> Result<Option<Claim>> {
+        let dir = &self.inner.dir;
+        let _tier = dir.lock_tier()?;
+        let claimed = dir.held()?.sum(crate::pins::Word::Claimed);
+        if claimed.saturating_add(bytes) > self.inner.config.tier_budget {
+            return Ok(None);
+        }
+        Ok(Some(Claim::take(&dir.root, bytes)?))
     }
 }
 

@@ -42,8 +42,9 @@ use crate::{StoreFiles, StoreKind};
 /// budget like any other: while they are mapped the tier evicts other
 /// copies and blocks, and only when nothing else is left does it go over.
 /// So `get_batch` maps a segment (is "local", or reads it whole) only
-/// while every linked segment fits the budget at once
-/// ([`RemoteDir::leased_bytes`]); beyond that it reads every row through
+/// while the tier grants room for every linked segment at once beside
+/// what other stores and processes sharing it claimed
+/// ([`RemoteDir::may_keep_whole`]); beyond that it reads every row through
 /// ranges, and whole copies are made only by what needs them (`verify`,
 /// `compact`, a segment the ranged path cannot read), each let go when
 /// done.
@@ -137,9 +138,11 @@ impl Fetched<'_> {
         !linked.is_leased() || self.leased_fit()
     }
 
-    /// Whether every leased segment fits the tier's budget at once.
+    /// Whether every leased segment may be whole at once: the tier
+    /// granted this store room for all of them beside every other claim
+    /// on it ([`RemoteDir::may_keep_whole`]).
     fn leased_fit(&self) -> bool {
-        self.remote.leased_bytes() <= self.remote.tier().config().tier_budget
+        self.remote.may_keep_whole()
     }
 }
 
