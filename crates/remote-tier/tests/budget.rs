@@ -267,7 +267,14 @@ fn a_holder_killed_mid_change_makes_the_next_rebuild() {
     tier.evict().unwrap();
     let after = tier.stats().unwrap();
     assert_eq!(after.rebuilds, before.rebuilds + 1, "{after:?}");
-    assert_eq!(after.allocated, tier.local_usage().unwrap(), "{after:?}");
+    // The rebuilt count: what the copy's blocks take, and the allowance
+    // of its metadata (three pages for an object of five blocks), of
+    // which the disk holds a page or two.
+    let disk = tier.local_usage().unwrap();
+    assert!(
+        after.allocated >= disk && after.allocated - disk <= 3 * 4096,
+        "{after:?}, {disk} bytes on disk"
+    );
 }
 
 /// The present blocks of `name` as a fresh handle reads its map.
