@@ -413,7 +413,8 @@ mod tests {
         file.set_len(map.size).unwrap();
         for &b in present {
             use std::os::unix::fs::FileExt;
-            file.write_all_at(&vec![7u8; 64 << 10], b * (64 << 10)).unwrap();
+            file.write_all_at(&vec![7u8; 64 << 10], b * (64 << 10))
+                .unwrap();
             map.set(b);
             dir.state.add(units(map.block_range(b)));
         }
@@ -433,7 +434,8 @@ mod tests {
         }
         sparse_copy(&dir, "a", 40, &[0, 1, 7]);
         std::fs::write(dir.whole("b"), vec![1u8; 10_000]).unwrap();
-        dir.state.add(std::fs::metadata(dir.whole("b")).unwrap().blocks() * 512);
+        dir.state
+            .add(std::fs::metadata(dir.whole("b")).unwrap().blocks() * 512);
         let exact = dir.state.allocated();
         // A fetch in flight: reserved, its block written, not yet marked.
         let reserved = {
@@ -448,7 +450,11 @@ mod tests {
             let _tier = dir.lock_tier().unwrap();
             dir.check().unwrap();
         }
-        assert_eq!(dir.state.allocated(), exact + (64 << 10), "the reservation survives");
+        assert_eq!(
+            dir.state.allocated(),
+            exact + (64 << 10),
+            "the reservation survives"
+        );
         {
             let _tier = dir.lock_tier().unwrap();
             let _changing = dir.state.changing();

@@ -371,7 +371,6 @@ impl TierState {
         self.word(OFF_DIRTY).store(0, Ordering::Release);
         self.fresh.store(0, Ordering::Relaxed);
     }
-
 }
 
 /// The dirty mark of a change to the count in progress; cleared on drop.

@@ -13,11 +13,11 @@ use object_store::{GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
 use tokio::sync::Semaphore;
 
 use crate::blocks::BlockHashes;
-use crate::pins::Claim;
 use crate::config::TierConfig;
 use crate::engine::{Conn, Expected, Inner, ObjectInfo, Rebuild};
 use crate::file::RemoteFile;
 use crate::local::{EvictReport, LocalDir};
+use crate::pins::Claim;
 use crate::remote::{Failure, Remote, WAIT_SLACK};
 use crate::state::TierStats;
 use crate::store_url::{build_store, redact_url};

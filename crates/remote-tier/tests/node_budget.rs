@@ -41,7 +41,10 @@ fn open(bucket: &Path, prefix: &str, config: TierConfig) -> RemoteTier {
 fn disk(tier_dir: &Path) -> (u64, u64) {
     let mut bytes = 0;
     let mut sparse = 0;
-    for e in std::fs::read_dir(tier_dir.join("objects")).unwrap().flatten() {
+    for e in std::fs::read_dir(tier_dir.join("objects"))
+        .unwrap()
+        .flatten()
+    {
         if let Ok(m) = e.metadata() {
             bytes += m.blocks() * 512;
         }
@@ -106,7 +109,11 @@ fn claiming_child() {
         return;
     };
     let (bucket, local) = fields.split_once('\n').unwrap();
-    let tier = open(Path::new(bucket), "child", small_config(Path::new(local), BUDGET));
+    let tier = open(
+        Path::new(bucket),
+        "child",
+        small_config(Path::new(local), BUDGET),
+    );
     let claim = tier.claim_whole(900 << 10).unwrap();
     assert!(claim.is_some(), "no room for the child's claim");
     println!("\nCLAIMED");
@@ -201,13 +208,25 @@ fn opening_more_stores_asks_for_no_rebuild() {
     let first = open(bucket.path(), "a", small_config(local.path(), BUDGET));
     first.put_bytes("x", sample(200_000, 1)).unwrap();
     let mut buf = [0u8; 8];
-    first.open_object("x").unwrap().read_at(150_000, &mut buf).unwrap();
+    first
+        .open_object("x")
+        .unwrap()
+        .read_at(150_000, &mut buf)
+        .unwrap();
     let rebuilds = first.stats().unwrap().rebuilds;
     assert_eq!(rebuilds, 1, "the new tier's first count");
     for i in 0..5 {
-        let other = open(bucket.path(), &format!("b{i}"), small_config(local.path(), BUDGET));
+        let other = open(
+            bucket.path(),
+            &format!("b{i}"),
+            small_config(local.path(), BUDGET),
+        );
         other.put_bytes("y", sample(100_000, 2)).unwrap();
-        other.open_object("y").unwrap().read_at(99_000, &mut buf).unwrap();
+        other
+            .open_object("y")
+            .unwrap()
+            .read_at(99_000, &mut buf)
+            .unwrap();
     }
     let stats = first.stats().unwrap();
     assert_eq!(stats.rebuilds, rebuilds, "{stats:?}");
@@ -249,7 +268,13 @@ fn soaking_child() {
     let seed: u64 = fields[2].parse().unwrap();
     let steps: u64 = fields[3].parse().unwrap();
     let caches: Vec<RemoteTier> = (0..SOAK_CACHES)
-        .map(|c| open(bucket, &format!("cache{c}"), small_config(local, SOAK_BUDGET)))
+        .map(|c| {
+            open(
+                bucket,
+                &format!("cache{c}"),
+                small_config(local, SOAK_BUDGET),
+            )
+        })
         .collect();
     let bigs: Vec<Vec<u8>> = (0..SOAK_CACHES)
         .map(|c| sample(3 * BUDGET as usize, 100 + c))
@@ -315,8 +340,13 @@ fn a_node_of_processes_and_caches_stays_within_one_budget() {
     let bucket = tempfile::tempdir().unwrap();
     let local = tempfile::tempdir().unwrap();
     for c in 0..SOAK_CACHES {
-        let tier = open(bucket.path(), &format!("cache{c}"), small_config(local.path(), SOAK_BUDGET));
-        tier.put_bytes(&format!("c{c}-big"), sample(3 * BUDGET as usize, 100 + c)).unwrap();
+        let tier = open(
+            bucket.path(),
+            &format!("cache{c}"),
+            small_config(local.path(), SOAK_BUDGET),
+        );
+        tier.put_bytes(&format!("c{c}-big"), sample(3 * BUDGET as usize, 100 + c))
+            .unwrap();
         for i in 0..16 {
             tier.put_bytes(&format!("c{c}-mid{i}"), sample(150_000, 1000 * c + i))
                 .unwrap();
@@ -324,7 +354,11 @@ fn a_node_of_processes_and_caches_stays_within_one_budget() {
                 .unwrap();
         }
     }
-    let watcher = open(bucket.path(), "cache0", small_config(local.path(), SOAK_BUDGET));
+    let watcher = open(
+        bucket.path(),
+        "cache0",
+        small_config(local.path(), SOAK_BUDGET),
+    );
     let bound = SOAK_BUDGET + SOAK_PROCESSES * PROCESS_SLACK;
     for job in 0..3u64 {
         let mut children: Vec<Child> = (0..SOAK_PROCESSES)
@@ -343,10 +377,7 @@ fn a_node_of_processes_and_caches_stays_within_one_budget() {
             .collect();
         let mut looks = 0u64;
         let mut peak = 0u64;
-        while children
-            .iter_mut()
-            .any(|c| c.try_wait().unwrap().is_none())
-        {
+        while children.iter_mut().any(|c| c.try_wait().unwrap().is_none()) {
             let stats = watcher.stats().unwrap();
             peak = peak.max(stats.allocated);
             assert!(
