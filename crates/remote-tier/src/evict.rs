@@ -82,8 +82,7 @@ impl Inner {
     /// processes' reservations taken off the count first.
     pub(crate) fn evict_to_budget(&self) -> Result<EvictReport> {
         let _tier = self.dir.lock_tier()?;
-        self.dir.check()?;
-        self.dir.held()?;
+        self.dir.check_all()?;
         let excess = self
             .dir
             .state

@@ -90,8 +90,7 @@ impl LocalDir {
         dir.sweep_locks()?;
         {
             let _tier = dir.lock_tier()?;
-            dir.check()?;
-            dir.held()?;
+            dir.check_all()?;
         }
         Ok(dir)
     }
@@ -271,15 +270,32 @@ impl LocalDir {
     /// one's) under `tier.lock`, so none of their bytes is counted twice.
     pub(crate) fn check(&self) -> Result<()> {
         if self.state.stale() {
-            let held = pins::held(&self.root)?;
-            let copies: u64 = self
-                .scan()?
-                .iter()
-                .map(|(key, found)| self.counted(key, found))
-                .sum();
-            self.state
-                .rebuilt(copies.saturating_add(held.sum(Word::Reserved)));
+            self.rebuild(&pins::held(&self.root)?)?;
         }
+        Ok(())
+    }
+
+    /// [`check`](Self::check), and the living processes' records looked
+    /// at in the same listing ([`held`](Self::held): dead processes'
+    /// reservations leave the count). Call with `tier.lock` held.
+    pub(crate) fn check_all(&self) -> Result<()> {
+        let held = self.held()?;
+        if self.state.stale() {
+            self.rebuild(&held)?;
+        }
+        Ok(())
+    }
+
+    /// Sets the count to what each copy counts plus the reservations in
+    /// flight of the living processes (`held`).
+    fn rebuild(&self, held: &pins::Held) -> Result<()> {
+        let copies: u64 = self
+            .scan()?
+            .iter()
+            .map(|(key, found)| self.counted(key, found))
+            .sum();
+        self.state
+            .rebuilt(copies.saturating_add(held.sum(Word::Reserved)));
         Ok(())
     }
 

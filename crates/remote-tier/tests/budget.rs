@@ -11,9 +11,9 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{s3_endpoint, s3_store, s3_tier, sample, small_config};
+use common::{Rng, s3_endpoint, s3_store, s3_tier, sample, small_config, wait_children};
 use remote_tier::{RemoteFile, RemoteTier, TierStats};
 
 /// Bytes allocated under `objects/` and `tmp/` (what the disk holds).
@@ -25,18 +25,6 @@ fn physical(tier_dir: &Path) -> u64 {
         .filter_map(|e| e.metadata().ok())
         .map(|m| m.blocks() * 512)
         .sum()
-}
-
-/// A small xorshift, so the test needs no RNG crate.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
 }
 
 /// Reads `len` bytes at `at` under a lease and checks them.
@@ -173,28 +161,7 @@ fn processes_reading_one_leased_object_share_the_budget() {
         let bound = BUDGET + processes * (parallelism * MAX_READ + 4 * (64 << 10)) + META;
         assert!(held <= bound, "{held} bytes on disk, budget {BUDGET}");
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    for child in &mut children {
-        let out = child.stdout.take().unwrap();
-        // Read to the end: a pipe closed early would fail the child.
-        let lines: Vec<String> = BufReader::new(out).lines().map_while(|l| l.ok()).collect();
-        let done = lines.iter().any(|l| l == "DONE");
-        loop {
-            match child.try_wait().unwrap() {
-                Some(status) => {
-                    assert!(status.success() && done, "a reader failed: {status}");
-                    break;
-                }
-                None if Instant::now() > deadline => {
-                    // Ended by its pid, then reaped.
-                    child.kill().unwrap();
-                    child.wait().unwrap();
-                    panic!("reader {} hung", child.id());
-                }
-                None => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }
+    wait_children(&mut children, Duration::from_secs(120), "reader");
     let stats = tier.stats().unwrap();
     println!("max physical {max_physical} for a budget of {BUDGET}, 4 processes: {stats:?}");
     assert!(stats.punched_blocks > 0, "{stats:?}");

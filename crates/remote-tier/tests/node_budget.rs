@@ -15,9 +15,9 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{sample, small_config};
+use common::{Rng, env_count, sample, small_config, wait_children};
 use remote_tier::{RemoteTier, TierConfig, TierStats};
 
 const BUDGET: u64 = 1 << 20;
@@ -64,30 +64,6 @@ fn assert_count_matches_disk(tier_dir: &Path, stats: &TierStats, step: &str, unm
         "{step}: the count states {} for {held} bytes on disk ({sparse} sparse copies)",
         stats.allocated
     );
-}
-
-/// Children end by their pid, within a bound, and each said DONE.
-fn wait_all(children: &mut [Child], bound: Duration) {
-    let deadline = Instant::now() + bound;
-    for child in children.iter_mut() {
-        let out = child.stdout.take().unwrap();
-        let lines: Vec<String> = BufReader::new(out).lines().map_while(|l| l.ok()).collect();
-        let done = lines.iter().any(|l| l == "DONE");
-        loop {
-            match child.try_wait().unwrap() {
-                Some(status) => {
-                    assert!(status.success() && done, "a child failed: {status}");
-                    break;
-                }
-                None if Instant::now() > deadline => {
-                    child.kill().unwrap();
-                    child.wait().unwrap();
-                    panic!("child {} hung", child.id());
-                }
-                None => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }
 }
 
 fn spawn_child(test: &str, var: &str, value: &str) -> Child {
@@ -165,10 +141,7 @@ fn claims_of_every_store_and_process_share_one_budget() {
 /// budget. `CACHEX_TEST_COPIES` sets how many copies (default 2,000).
 #[test]
 fn the_count_follows_copies_made_and_evicted() {
-    let copies: u64 = std::env::var("CACHEX_TEST_COPIES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000);
+    let copies: u64 = env_count("CACHEX_TEST_COPIES", 2_000);
     let bucket = tempfile::tempdir().unwrap();
     let local = tempfile::tempdir().unwrap();
     let tier = open(bucket.path(), "c", small_config(local.path(), BUDGET));
@@ -239,18 +212,6 @@ const SOAK_CACHES: u64 = 4;
 /// A process's slack over the budget: its fetches in flight (a read and
 /// its read-ahead, `parallelism` blocks) and its sticky leases.
 const PROCESS_SLACK: u64 = (4 + 4) * (64 << 10);
-
-/// A small xorshift, so the test needs no RNG crate.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
 
 /// The child half of `a_node_of_processes_and_caches_stays_within_one_budget`:
 /// opens the soak's caches on the shared tier and, step after step, reads
@@ -333,10 +294,7 @@ fn soaking_child() {
 /// process's steps (default 150).
 #[test]
 fn a_node_of_processes_and_caches_stays_within_one_budget() {
-    let steps: u64 = std::env::var("CACHEX_TEST_SOAK_STEPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(150);
+    let steps: u64 = env_count("CACHEX_TEST_SOAK_STEPS", 150);
     let bucket = tempfile::tempdir().unwrap();
     let local = tempfile::tempdir().unwrap();
     for c in 0..SOAK_CACHES {
@@ -389,7 +347,7 @@ fn a_node_of_processes_and_caches_stays_within_one_budget() {
             looks += 1;
             std::thread::sleep(Duration::from_millis(5));
         }
-        wait_all(&mut children, Duration::from_secs(300));
+        wait_children(&mut children, Duration::from_secs(300), "child");
         // A process that ended with a read-ahead in flight left its
         // reservation counted; the next pass (or the next process to
         // open the tier) takes it off with the process's pin record.

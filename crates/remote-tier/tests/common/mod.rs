@@ -326,3 +326,54 @@ pub fn cold_reads_are_right(reader: &RemoteTier, small: &[u8], large: &[u8]) {
         ]
     );
 }
+
+/// A small xorshift, so the tests need no RNG crate.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number below `n` (below 1 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// A count a test takes from the environment variable `var` (to run it
+/// at a larger size by hand), else `default`.
+pub fn env_count(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Waits for each of `children` (test binaries re-run as children, their
+/// stdout piped) to end, within `bound` in all: each must succeed and
+/// have printed DONE; one past the bound is ended by its pid, reaped, and
+/// fails the test. `who` names a child in the messages.
+pub fn wait_children(children: &mut [std::process::Child], bound: Duration, who: &str) {
+    use std::io::{BufRead, BufReader};
+    let deadline = std::time::Instant::now() + bound;
+    for child in children.iter_mut() {
+        let out = child.stdout.take().unwrap();
+        // Read to the end: a pipe closed early would fail the child.
+        let lines: Vec<String> = BufReader::new(out).lines().map_while(|l| l.ok()).collect();
+        let done = lines.iter().any(|l| l == "DONE");
+        loop {
+            match child.try_wait().unwrap() {
+                Some(status) => {
+                    assert!(status.success() && done, "a {who} failed: {status}");
+                    break;
+                }
+                None if std::time::Instant::now() > deadline => {
+                    child.kill().unwrap();
+                    child.wait().unwrap();
+                    panic!("{who} {} hung", child.id());
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
