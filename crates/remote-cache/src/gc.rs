@@ -16,6 +16,7 @@ use crate::commit::{
     encode, parse_record_name, read_checkpoint, read_commit, writer_name,
 };
 use crate::files::StoreFiles;
+use crate::hooks::{self, Stage};
 use crate::lease::{self, GC_RECHECK};
 use crate::log_state::LogState;
 use crate::upload;
@@ -381,6 +382,7 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
             Err(remote_tier::Error::NotFound { .. }) => continue,
             Err(e) => return Err(e.into()),
         }
+        hooks::reached(tier, Stage::Deleting);
         tier.delete(&o.name)?;
         report.deleted_objects += 1;
         report.deleted_bytes += o.size;

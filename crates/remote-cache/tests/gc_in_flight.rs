@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{new_bucket_url, s3_endpoint, tier};
-use remote_cache::hooks::{Stage, on_publish};
+use remote_cache::hooks::{Stage, on_stage};
 use remote_cache::staged::{WRITER_BLOCK_HASHES, commit_files, read_file, upload_files};
 use remote_cache::{GcOptions, GcReport, gc};
 use remote_cache::{LogState, RemoteDir, StoreFiles};
@@ -63,7 +63,7 @@ fn assert_every_object_there(tier: &RemoteTier) -> LogState {
 /// Runs `act` once, at the first publish to `url` that reaches `stage`.
 fn once_at(url: &str, stage: Stage, act: impl Fn() + Send + Sync + 'static) {
     let armed = AtomicBool::new(true);
-    on_publish(url, move |s| {
+    on_stage(url, move |s| {
         if s == stage && armed.swap(false, Ordering::SeqCst) {
             act();
         }

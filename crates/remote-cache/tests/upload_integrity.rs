@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use common::{new_bucket_url, s3_endpoint, s3_options, small_tier, tier};
-use remote_cache::hooks::{Stage, on_publish};
+use remote_cache::hooks::{Stage, on_stage};
 use remote_cache::push_dir;
 use remote_cache::{Error, LogState, RemoteDir, StoreFiles};
 use remote_tier::RemoteTier;
@@ -21,7 +21,7 @@ use remote_tier::RemoteTier;
 /// `Hashed` stage of the first publish to `url`.
 fn change_after_hashing(url: &str, path: PathBuf, at: u64) {
     let armed = std::sync::atomic::AtomicBool::new(true);
-    on_publish(url, move |stage| {
+    on_stage(url, move |stage| {
         if stage == Stage::Hashed && armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
             let f = std::fs::OpenOptions::new()
                 .read(true)
