@@ -2,22 +2,71 @@
 //! commit inside the retention window references, and folds the commits
 //! up to the window's first into a checkpoint; [`du`] reports what a bucket
 //! holds without changing it.
+//!
+//! # Publishers and gc: no record names an object gc deleted
+//!
+//! Objects are content-addressed: a publisher whose file holds the bytes
+//! of an old, unreferenced object names that object again, and reuses it
+//! (it is in the store) or sends it again under the same name, while gc
+//! may be deleting it. No store offers gc a delete conditional on what it
+//! saw (`object_store` has no conditional delete, and S3 gives the same
+//! bytes sent again the same ETag), so each side writes what it is about
+//! to do before it reads what the other does (the records: `lease.rs`):
+//!
+//! - A **publisher** (a publish, a push, a staged upload, a staged
+//!   commit's check, gc's own fold of a file for a checkpoint) writes a
+//!   lease naming every object its record will name, then reads the
+//!   sweeps and waits for each live one that names one of its objects to
+//!   end. Only then does it look for, reuse or send an object; it writes
+//!   its record (commit or checkpoint), then deletes the lease.
+//! - **gc** writes a sweep naming the objects it may delete, then reads
+//!   the leases, then the commits and checkpoints written since its
+//!   survey. It deletes an object only if none of these names it and a
+//!   HEAD shows it older than the grace period, and deletes the sweep
+//!   once every delete it sent was answered.
+//!
+//! **Invariant.** An object a publisher finds in the store (or sends)
+//! after its lease is taken stays there while the lease lives, and the
+//! record the publisher writes keeps it afterwards. Take a sweep `S` that
+//! deletes object `o`, and a lease `L` naming `o`. If gc's read of the
+//! leases started after L's put was answered, it read L and kept `o`.
+//! Otherwise S's put was answered before L's, so the publisher's read of
+//! the sweeps, which follows L's put, found S, and the publisher waited
+//! for S to end, that is for every delete of S to be answered, before it
+//! looked for `o`. All this needs is that the store lists an object from
+//! when its put is answered until its delete is (S3, GCS, Azure Blob and
+//! a local file system alike). A lease is deleted only after its record
+//! landed, so a gc that reads the leases after that reads the record next
+//! and keeps `o`.
+//!
+//! A sweep that never ends (gc killed, a delete left unanswered) lapses:
+//! the publisher stops waiting when its life is over, and a later gc
+//! deletes it. gc sends each delete within
+//! [`SWEEP_FOR`](crate::SWEEP_FOR) of starting a write of the sweep (it
+//! writes it again when needed), and a delete is answered or given up
+//! within the tier's bound on a call; the sweep lives twice as long as a
+//! delete may take to land, so every delete lands before it lapses
+//! unless the publisher's clock is off by half its life. A lease renewed
+//! after it may have lapsed waits for the sweeps again. Publishers and gcs of
+//! earlier versions write no sweeps and wait for none: against them the
+//! grace period and [`REUSE_WITHIN`](crate::REUSE_WITHIN) still hold
+//! (see [`gc`]).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use remote_tier::{Expected, ObjectInfo, RemoteTier};
 
 use crate::commit::{
     CHECKPOINT_VERSION, CHECKPOINTS, COMMITS, Checkpoint, Commit, OBJECTS, Piece, checkpoint_name,
-    encode, parse_record_name, read_checkpoint, read_commit, writer_name,
+    checkpoints_after, encode, parse_record_name, read_checkpoint, read_commit, writer_name,
 };
 use crate::files::StoreFiles;
 use crate::hooks::{self, Stage};
-use crate::lease::{self, GC_RECHECK};
+use crate::lease::{self, CLOCK_SLACK, Lease, PUBLISH_LEASE, SWEEP_OBJECTS, Sweep};
 use crate::log_state::LogState;
 use crate::upload;
 use crate::workdir::hash_open;
@@ -27,9 +76,6 @@ use crate::{Error, Result};
 pub const DEFAULT_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The grace period when none is given: an hour.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3600);
-/// Listings give last-modified times in whole seconds: an object may have
-/// been written up to this much after the time shown.
-const CLOCK_SLACK: Duration = Duration::from_secs(1);
 
 /// How [`gc`] chooses what to keep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +168,9 @@ pub struct GcReport {
     pub leased_objects: u64,
     /// Lapsed leases deleted.
     pub deleted_leases: u64,
+    /// Lapsed sweeps deleted (of gcs killed, or whose delete went
+    /// unanswered).
+    pub deleted_sweeps: u64,
 }
 
 /// The commit log as gc and du see it.
@@ -234,7 +283,7 @@ pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
     let mut live = s.at_cut.objects();
     live.extend(s.after_cut.iter().cloned());
     live.extend(s.manifest.iter().cloned());
-    live.extend(lease::held(tier, s.now, CLOCK_SLACK)?.objects);
+    live.extend(lease::held(tier, s.now)?.objects);
     let mut usage = Usage {
         seq: s.last.seq,
         checkpoint: s.base.as_ref().map(|c| c.seq),
@@ -297,25 +346,25 @@ pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
 /// object to gc moves to the checkpoint instead.
 ///
 /// **The grace period.** An object the store wrote less than `grace` ago
-/// is never deleted, referenced or not: a publisher uploads its pieces
-/// before its commit, and those must survive a gc that runs in between.
-/// A publisher reuses an object already in the store only when the store
-/// wrote it within [`REUSE_WITHIN`](crate::REUSE_WITHIN) (30
-/// minutes) and uploads it again otherwise, so with the default grace (an
-/// hour) a publisher that finds an old unreferenced object and commits it
-/// never loses it to a gc running meanwhile. A grace shorter than that
-/// reuse window is safe only when no publisher runs during the gc (as in
-/// `--grace 0s` on a cache nobody writes).
+/// is never deleted, referenced or not. Publishers and gcs of this version
+/// need none (see the module docs): a publish keeps what its lease names
+/// from before it looks for any object. For those of earlier versions it
+/// is what protects an upload until its commit and an object reused: a
+/// publisher reuses an object already in the store only when the store
+/// wrote it within [`REUSE_WITHIN`](crate::REUSE_WITHIN) (30 minutes) and
+/// uploads it again otherwise, so with the default grace (an hour) such
+/// a publisher that finds an old unreferenced object and commits it
+/// loses it only if it sends it again and commits between gc's HEAD of
+/// it and its delete.
 ///
 /// **Publishes in flight.** A publish that takes longer than the grace
 /// period (a multi-hour push, a long Ray job) holds a lease on every
-/// object its commit will name (`lease.rs`); gc keeps them while
-/// the lease lives. Before it deletes anything gc reads the leases, then
-/// the commits published since its survey (a lease is deleted only after
-/// its commit landed), and it reads both again whenever it last did more
-/// than [`GC_RECHECK`] ago; each object is asked for
-/// again (HEAD) just before it is deleted, and kept if an upload renewed
-/// it within the grace period. Lapsed leases are deleted.
+/// object its commit will name (`lease.rs`); gc keeps them while the
+/// lease lives. gc deletes in sweeps of at most [`SWEEP_OBJECTS`]
+/// objects: it names them in the sweep, reads the leases and the commits
+/// and checkpoints written since, asks for each object again (HEAD) just
+/// before it deletes it, keeping it if an upload renewed it within the
+/// grace period, and then ends the sweep. Lapsed leases are deleted.
 ///
 /// Objects named by a push snapshot of the older `manifests/` layout (its
 /// latest manifest) are live too, so a bucket not yet migrated loses
@@ -341,56 +390,70 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
     };
     live.extend(s.after_cut.iter().cloned());
     live.extend(s.manifest.iter().cloned());
-    // Publishes in flight (their leases), then commits published since
-    // the survey: their pieces stay. In this order, since a publisher
-    // deletes its lease only once its commit landed.
-    let mut held = lease::held(tier, SystemTime::now(), CLOCK_SLACK)?;
+    // Publishes in flight (their leases), then records written since the
+    // survey: what they name stays. In this order, since a publisher
+    // deletes its lease only once its record landed.
+    let mut held = lease::held(tier, SystemTime::now())?;
     let mut leased = std::mem::take(&mut held.objects);
-    let mut seq = read_new_commits(tier, s.last.seq, &mut live)?;
-    let mut checked = Instant::now();
+    let mut records = Records {
+        seq: s.last.seq,
+        checkpoint: newest.as_ref().map_or(0, |c| c.seq),
+    };
+    records.read_new(tier, &mut live)?;
+    let young_from = |now: SystemTime| {
+        now.checked_sub(options.grace + CLOCK_SLACK)
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    };
+    let mut unneeded = Vec::new();
     for o in &s.objects {
         if kept(o, &live, &leased, &mut report) {
             continue;
         }
-        let young_from = |now: SystemTime| {
-            now.checked_sub(options.grace + CLOCK_SLACK)
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-        };
         if o.last_modified >= young_from(s.now) {
             report.young_objects += 1;
             continue;
         }
-        // A publish that started since the leases were read: its lease
-        // and commits are read again before anything more is deleted.
-        if checked.elapsed() >= GC_RECHECK {
-            let again = lease::held(tier, SystemTime::now(), CLOCK_SLACK)?;
-            held.lapsed.retain(|l| again.lapsed.contains(l));
-            leased.extend(again.objects);
-            seq = read_new_commits(tier, seq, &mut live)?;
-            checked = Instant::now();
+        unneeded.push(o);
+    }
+    for batch in unneeded.chunks(SWEEP_OBJECTS) {
+        // The sweep first, the leases and records after it: a publisher
+        // whose lease this read misses waits for the sweep to end before
+        // it looks for any object (the module docs).
+        let mut sweep = Sweep::start(tier, batch.iter().map(|o| o.name.clone()))?;
+        let again = lease::held(tier, SystemTime::now())?;
+        held.lapsed.retain(|l| again.lapsed.contains(l));
+        leased.extend(again.objects);
+        records.read_new(tier, &mut live)?;
+        for o in batch {
             if kept(o, &live, &leased, &mut report) {
                 continue;
             }
-        }
-        // The listing may be old: an upload since then renewed the object.
-        match tier.head(&o.name) {
-            Ok(info) if info.last_modified >= young_from(SystemTime::now()) => {
-                report.young_objects += 1;
-                continue;
+            // The listing may be old: an upload since then renewed the object.
+            match tier.head(&o.name) {
+                Ok(info) if info.last_modified >= young_from(SystemTime::now()) => {
+                    report.young_objects += 1;
+                    continue;
+                }
+                Ok(_) => {}
+                Err(remote_tier::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(e.into()),
             }
-            Ok(_) => {}
-            Err(remote_tier::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(e.into()),
+            hooks::reached(tier, Stage::Deleting);
+            sweep.delete(&o.name)?;
+            report.deleted_objects += 1;
+            report.deleted_bytes += o.size;
         }
-        hooks::reached(tier, Stage::Deleting);
-        tier.delete(&o.name)?;
-        report.deleted_objects += 1;
-        report.deleted_bytes += o.size;
+        sweep.end()?;
     }
+    let seq = records.seq;
     report.seq = seq;
     for name in &held.lapsed {
         tier.delete(name)?;
         report.deleted_leases += 1;
+    }
+    for name in lease::lapsed_sweeps(tier, SystemTime::now())? {
+        tier.delete(&name)?;
+        report.deleted_sweeps += 1;
     }
     if let Some(cp) = &newest {
         for (seq, o) in &s.checkpoints {
@@ -423,17 +486,36 @@ fn kept(
     }
 }
 
-/// Reads the commits after `seq`, adding their pieces' objects to `live`;
-/// returns the last one.
-fn read_new_commits(tier: &RemoteTier, mut seq: u64, live: &mut HashSet<String>) -> Result<u64> {
-    while let Some(next) = seq.checked_add(1) {
-        let Some(c) = read_commit(tier, next)? else {
-            break;
-        };
-        live.extend(c.pieces.iter().map(Piece::object));
-        seq = next;
+/// The newest records gc has read: what it reads next starts after them.
+struct Records {
+    /// The last commit.
+    seq: u64,
+    /// The newest checkpoint (0: none).
+    checkpoint: u64,
+}
+
+impl Records {
+    /// Reads the commits and checkpoints written after those read so far
+    /// (another gc's checkpoint names the object it folded a file into),
+    /// adding their pieces' objects to `live`.
+    fn read_new(&mut self, tier: &RemoteTier, live: &mut HashSet<String>) -> Result<()> {
+        while let Some(next) = self.seq.checked_add(1) {
+            let Some(c) = read_commit(tier, next)? else {
+                break;
+            };
+            live.extend(c.pieces.iter().map(Piece::object));
+            self.seq = next;
+        }
+        let newer = checkpoints_after(tier, self.checkpoint)?;
+        for seq in &newer {
+            // One deleted since the listing stood for an older state.
+            if let Some(cp) = read_checkpoint(tier, *seq)? {
+                live.extend(cp.pieces.iter().map(Piece::object));
+            }
+        }
+        self.checkpoint = newer.into_iter().fold(self.checkpoint, u64::max);
+        Ok(())
     }
-    Ok(seq)
 }
 
 /// Writes the checkpoint of `state` (conditionally: a gc running at the
@@ -441,17 +523,20 @@ fn read_new_commits(tier: &RemoteTier, mut seq: u64, live: &mut HashSet<String>)
 /// Returns it and how many files were folded.
 fn write_checkpoint(tier: &RemoteTier, state: &LogState) -> Result<(Checkpoint, u64)> {
     let mut pieces = Vec::with_capacity(state.files.len());
-    let mut folded = 0;
+    // The folded objects' leases, held until the checkpoint landed.
+    let mut leases = Vec::new();
     for (path, parts) in &state.files {
         match parts.as_slice() {
             [one] => pieces.push(one.clone()),
             [] => {}
             many => {
-                pieces.push(fold(tier, path, many)?);
-                folded += 1;
+                let (piece, lease) = fold(tier, path, many)?;
+                pieces.push(piece);
+                leases.push(lease);
             }
         }
     }
+    let folded = leases.len() as u64;
     let cp = Checkpoint {
         version: CHECKPOINT_VERSION,
         seq: state.seq,
@@ -475,8 +560,9 @@ fn write_checkpoint(tier: &RemoteTier, state: &LogState) -> Result<(Checkpoint, 
 
 /// The file `path`, made of `parts`, as one object (uploaded unless the
 /// store has it, recently written): its piece, with a block list when a
-/// reader may read it by blocks.
-fn fold(tier: &RemoteTier, path: &str, parts: &[Piece]) -> Result<Piece> {
+/// reader may read it by blocks, and the lease that keeps the object
+/// until a checkpoint names it.
+fn fold<'t>(tier: &'t RemoteTier, path: &str, parts: &[Piece]) -> Result<(Piece, Lease<'t>)> {
     let dir = tier.tier_dir().join("tmp");
     std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
     let tmp = durable_fs::unique_temp_path(&dir, "gc-fold");
@@ -485,7 +571,12 @@ fn fold(tier: &RemoteTier, path: &str, parts: &[Piece]) -> Result<Piece> {
     folded
 }
 
-fn fold_into(tier: &RemoteTier, path: &str, parts: &[Piece], tmp: &Path) -> Result<Piece> {
+fn fold_into<'t>(
+    tier: &'t RemoteTier,
+    path: &str,
+    parts: &[Piece],
+    tmp: &Path,
+) -> Result<(Piece, Lease<'t>)> {
     let out = File::options()
         .read(true)
         .write(true)
@@ -529,7 +620,10 @@ fn fold_into(tier: &RemoteTier, path: &str, parts: &[Piece], tmp: &Path) -> Resu
         replace: false,
         blocks: blocks.map(|b| b.to_list()),
     };
+    // Another gc may be deleting an object of the same bytes: leased
+    // before it is looked for, as a publish does.
+    let lease = Lease::take(tier, PUBLISH_LEASE, [piece.object()])?;
     // Sent from the handle it was hashed from, checked as it is sent.
     upload::put_piece(tier, &piece, &out, tmp)?;
-    Ok(piece)
+    Ok((piece, lease))
 }

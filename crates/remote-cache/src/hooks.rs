@@ -13,6 +13,10 @@ pub enum Stage {
     /// Every piece is uploaded (or reused); the check that each is in the
     /// store and the commit follow.
     Uploaded,
+    /// A lease is written, and a gc sweep that names some of its objects
+    /// (and may have read the leases before this one) has not ended: the
+    /// publish waits for it before it looks for any object.
+    AwaitingSweep,
     /// gc found an object that nothing it read needs, asked for it again
     /// (HEAD) and found it older than the grace period: its delete
     /// follows.

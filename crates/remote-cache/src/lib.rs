@@ -125,6 +125,8 @@
 //!                                        cold open starts (the newest one)
 //! <url>/leases/<writer>-<n>.json        a publish in flight: the objects its commit will name,
 //!                                        kept by gc while the lease lives (see [`gc()`])
+//! <url>/sweeps/<writer>-<n>.json        a gc deleting: the objects it may delete; a publish
+//!                                        that reuses one waits for the sweep to end
 //! <url>/manifests/<seq>.json             the older push layout: read by `migrate` (and gc keeps
 //!                                        the objects its latest manifest names)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
@@ -206,7 +208,9 @@ pub use commit::{
 pub use error::{Error, Result};
 pub use files::StoreFiles;
 pub use gc::{DEFAULT_GRACE, DEFAULT_KEEP, GcOptions, GcReport, Usage, du, gc};
-pub use lease::{GC_RECHECK, LEASE_VERSION, LEASES, MAX_LEASE, PUBLISH_LEASE, STAGED_LEASE};
+pub use lease::{
+    LEASE_VERSION, LEASES, MAX_LEASE, PUBLISH_LEASE, STAGED_LEASE, SWEEP_FOR, SWEEP_OBJECTS, SWEEPS,
+};
 pub use location::{
     CacheDir, DEFAULT_TIER_BUDGET, Location, MAX_WORK_DIRS, RemoteSpec, TIER_BUDGET_ENV,
     TIER_DIR_ENV, TierOptions, default_work_dir, is_url, open_in_work_dir, parse_bytes, work_dir,

@@ -19,8 +19,10 @@ use crate::{Error, Result};
 
 /// A publisher reuses an object already in the store only when the store
 /// wrote it this recently; an older one is uploaded again, which renews
-/// it, so that a gc running meanwhile (with at least its default grace
-/// period, [`crate::gc::DEFAULT_GRACE`]) never takes it for garbage.
+/// it, so that a gc of an earlier version running meanwhile (with at
+/// least its default grace period, [`crate::gc::DEFAULT_GRACE`]) never
+/// takes it for garbage. A gc of this version never deletes an object a
+/// publisher found under its lease, whatever its age (`gc.rs`).
 pub const REUSE_WITHIN: Duration = Duration::from_secs(30 * 60);
 
 /// Whether the store wrote an object at `when` recently enough to be
