@@ -149,8 +149,9 @@ pub enum Command {
         #[arg(long, default_value = "7d", value_parser = crate::garbage::parse_duration)]
         keep: std::time::Duration,
         /// Objects written within it are never deleted, referenced or not
-        /// (a publisher's uploads before its commit). Below 30m, run gc
-        /// only while nobody publishes.
+        /// (a publisher's uploads before its commit). Publishers of this
+        /// version need none; below 30m, run gc only while no earlier
+        /// version publishes.
         #[arg(long, default_value = "1h", value_parser = crate::garbage::parse_duration)]
         grace: std::time::Duration,
         /// Print JSON instead of a line.

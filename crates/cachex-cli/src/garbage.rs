@@ -72,6 +72,7 @@ pub(crate) fn run_gc(
             "deleted_checkpoints": r.deleted_checkpoints,
             "leased_objects": r.leased_objects,
             "deleted_leases": r.deleted_leases,
+            "deleted_sweeps": r.deleted_sweeps,
         })
         .to_string()
     } else {
@@ -82,7 +83,8 @@ pub(crate) fn run_gc(
         format!(
             "gc {}: {} commits, {checkpoint}; deleted {} objects ({} bytes) and {} older \
              checkpoints; kept {} live objects ({} bytes), {} unreferenced ones younger than \
-             the grace period and {} that publishes in flight hold; deleted {} lapsed leases",
+             the grace period and {} that publishes in flight hold; deleted {} lapsed leases \
+             and {} lapsed sweeps",
             tier.url(),
             r.seq,
             r.deleted_objects,
@@ -92,7 +94,8 @@ pub(crate) fn run_gc(
             r.live_bytes,
             r.young_objects,
             r.leased_objects,
-            r.deleted_leases
+            r.deleted_leases,
+            r.deleted_sweeps
         )
     };
     Ok((EXIT_SOUND, text))
