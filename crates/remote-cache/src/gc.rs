@@ -47,10 +47,10 @@
 //! within the tier's bound on a call; the sweep lives twice as long as a
 //! delete may take to land, so every delete lands before it lapses
 //! unless the publisher's clock is off by half its life. A lease renewed
-//! after it may have lapsed waits for the sweeps again. Publishers and gcs of
-//! earlier versions write no sweeps and wait for none: against them the
-//! grace period and [`REUSE_WITHIN`](crate::REUSE_WITHIN) still hold
-//! (see [`gc`]).
+//! after it may have lapsed waits for the sweeps again. Publishers and
+//! gcs of earlier versions write no sweeps and wait for none: against
+//! them the grace period and [`REUSE_WITHIN`](crate::REUSE_WITHIN) still
+//! hold (see [`gc`]).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -347,8 +347,7 @@ pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
 ///
 /// **The grace period.** An object the store wrote less than `grace` ago
 /// is never deleted, referenced or not. Publishers and gcs of this version
-/// need none (see the module docs): a publish keeps what its lease names
-/// from before it looks for any object. For those of earlier versions it
+/// need none (see the sweeps below). For those of earlier versions it
 /// is what protects an upload until its commit and an object reused: a
 /// publisher reuses an object already in the store only when the store
 /// wrote it within [`REUSE_WITHIN`](crate::REUSE_WITHIN) (30 minutes) and
@@ -361,10 +360,15 @@ pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
 /// period (a multi-hour push, a long Ray job) holds a lease on every
 /// object its commit will name (`lease.rs`); gc keeps them while the
 /// lease lives. gc deletes in sweeps of at most [`SWEEP_OBJECTS`]
-/// objects: it names them in the sweep, reads the leases and the commits
-/// and checkpoints written since, asks for each object again (HEAD) just
-/// before it deletes it, keeping it if an upload renewed it within the
-/// grace period, and then ends the sweep. Lapsed leases are deleted.
+/// objects: it names them in a sweep record (`sweeps/`), reads the
+/// leases and the commits and checkpoints written since, asks for each
+/// object again (HEAD) just before it deletes it, keeping it if an upload
+/// renewed it within the grace period, and then ends the sweep. A
+/// publisher, once its lease is written and before it looks for any
+/// object, waits for every sweep that names one of its objects to end:
+/// either gc reads the lease, or the publisher finds what gc deleted gone
+/// and sends it again, so no commit names an object gc deleted, whatever
+/// its age. Lapsed leases and sweeps are deleted.
 ///
 /// Objects named by a push snapshot of the older `manifests/` layout (its
 /// latest manifest) are live too, so a bucket not yet migrated loses
