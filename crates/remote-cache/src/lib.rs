@@ -126,7 +126,7 @@
 //! <url>/leases/<writer>-<n>.json        a publish in flight: the objects its commit will name,
 //!                                        kept by gc while the lease lives (see [`gc()`])
 //! <url>/sweeps/<writer>-<n>.json        a gc deleting: the objects it may delete; a publish
-//!                                        that reuses one waits for the sweep to end
+//!                                        naming one waits for the sweep to end
 //! <url>/manifests/<seq>.json             the older push layout: read by `migrate` (and gc keeps
 //!                                        the objects its latest manifest names)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
