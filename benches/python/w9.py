@@ -45,6 +45,16 @@ floor is counted in samples' bytes: bytes(S) - min(budget, bytes(S ∩ the
 samples the node read in earlier epochs)), and their ``bound`` allows one
 batch's rows per rank (each leased while it is read) beside the budget.
 
+The lines of store ``defaults`` read a page file this child writes first
+(``config["defaults"]``), as a user would: the runner's samples read back
+and written with ``cachex.PageWriter(url)`` and its defaults (page size,
+and the tier block its publish records, read from the reader's block map
+for the floor). Lines of policy ``map`` read map-style, as
+``DataLoader(dataset, shuffle=True)`` does: every sample once an epoch in
+a random order (a permutation per epoch, dealt to the ranks in turn), one
+``dataset[i]`` at a time, no plan registered; their floor is the one above
+(a lower bound for any order).
+
 Then a ``line`` line per line (epochs after the first: fetched, floor and
 tier floor per epoch over D, the largest ``max_physical`` over the budget,
 samples/s)
@@ -55,6 +65,7 @@ and a ``goal`` line per goal, with the measured ``value``, its
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -138,18 +149,38 @@ class Layout:
     @classmethod
     def load(cls, config: dict[str, Any]) -> Layout:
         table = np.fromfile(config["layout"], dtype="<u8").reshape(-1, 4).astype(np.int64)
-        bs, size = int(config["block_size"]), int(config["dataset_bytes"])
+        return cls.of(
+            table[:, 0].astype(np.uint64),
+            table[:, 1],
+            table[:, 2:],
+            int(config["block_size"]),
+            int(config["dataset_bytes"]),
+            config["fixed_ranges"],
+        )
+
+    @classmethod
+    def of(
+        cls,
+        sums: np.ndarray,
+        lengths: np.ndarray,
+        runs: np.ndarray,
+        bs: int,
+        size: int,
+        fixed_ranges: list[list[int]],
+    ) -> Layout:
+        """Samples' checksums and lengths, each one's run ``[start, end)``,
+        in a file of ``size`` bytes read in tier blocks of ``bs``."""
         nblocks = -(-size // bs)
         starts = np.arange(nblocks, dtype=np.int64) * bs
         fixed = np.zeros(nblocks, dtype=bool)
-        for lo, hi in config["fixed_ranges"]:
+        for lo, hi in fixed_ranges:
             if hi > lo:
                 fixed[lo // bs : (hi - 1) // bs + 1] = True
         return cls(
-            sums=table[:, 0].astype(np.uint64),
-            lengths=table[:, 1],
-            first_block=table[:, 2] // bs,
-            last_block=(table[:, 3] - 1) // bs,
+            sums=sums,
+            lengths=lengths,
+            first_block=runs[:, 0] // bs,
+            last_block=(runs[:, 1] - 1) // bs,
             block_bytes=np.minimum(bs, size - starts),
             fixed=fixed,
         )
@@ -191,6 +222,18 @@ class Layout:
             raise WrongValueError(f"{where}: sample {i} sums to {sums[bad[0]]}, not {self.sums[i]}")
         return int(lengths.sum())
 
+    def check_item(self, i: int, item: dict[str, Any], where: str) -> int:
+        """Checks one ``dataset[i]`` (``blob``: its bytes); the bytes it held."""
+        return check_blob(self.sums, self.lengths, i, item["blob"], where)
+
+
+def check_blob(sums: np.ndarray, lengths: np.ndarray, i: int, blob: Any, where: str) -> int:
+    """Checks sample ``i``'s bytes ``blob`` against its checksum and length."""
+    data = np.frombuffer(blob, dtype=np.uint8)
+    if len(data) != lengths[i] or data.sum(dtype=np.uint64) != sums[i]:
+        raise WrongValueError(f"{where}: sample {i} ({len(data)} bytes) is not the one written")
+    return len(data)
+
 
 @dataclass
 class SegmentLayout:
@@ -230,6 +273,90 @@ class SegmentLayout:
             i = int(indices[bad[0]])
             raise WrongValueError(f"{where}: sample {i} sums to {sums[bad[0]]}, not {self.sums[i]}")
         return int(lengths.sum())
+
+    def check_item(self, i: int, item: dict[str, Any], where: str) -> int:
+        """Checks one ``dataset[i]`` (a record whose ``blob`` is its bytes)."""
+        return check_blob(self.sums, self.lengths, i, item["blob"], where)
+
+
+def page_file_layout(path: Path) -> tuple[np.ndarray, list[list[int]], int, int]:
+    """Each sample's run ``[start, end)`` in the page file at ``path``, the
+    ranges a reader keeps for its life (header, tables), the file's size and
+    its page size, from its header and run table (page-alloc's
+    ``format.rs``; a reader open on it holds them local)."""
+    size = os.stat(path).st_size
+    with open(path, "rb") as f:
+        head = f.read(128)
+        header_len = int.from_bytes(head[12:16], "little")
+        page_size, _, _, data_offset, num_runs, _, meta_offset, runs_offset = (
+            int(v) for v in np.frombuffer(head, dtype="<u8", count=8, offset=16)
+        )
+        f.seek(runs_offset)
+        table = np.frombuffer(f.read(num_runs * 72), dtype="<u8").reshape(-1, 9).astype(np.int64)
+    starts = data_offset + table[:, 0] * page_size
+    ends = starts + table[:, 2]
+    per_run = table[:, 4]
+    runs = np.stack([np.repeat(starts, per_run), np.repeat(ends, per_run)], axis=1)
+    return runs, [[0, min(header_len, size)], [min(meta_offset, size), size]], size, page_size
+
+
+def block_size_of(tier_dir: Path, size: int) -> int:
+    """The tier block of the object of ``size`` bytes a reader opened in
+    ``tier_dir`` (its block map: magic, version, then the block size at
+    byte 12 and the object's size at 20; remote-tier's ``format.rs``), or
+    ``size`` for a copy fetched whole (no map)."""
+    for dirpath, _, names in os.walk(tier_dir / "objects"):
+        for name in names:
+            with open(os.path.join(dirpath, name), "rb") as f:
+                head = f.read(28)
+            if head[:8] == b"CXBLKMAP" and int.from_bytes(head[20:28], "little") == size:
+                return int.from_bytes(head[12:20], "little")
+    return size  # copied whole: one block
+
+
+def write_defaults(config: dict[str, Any], pages: Layout) -> Layout:
+    """Writes the runner's samples into a page file of ``cachex.PageWriter``'s
+    defaults at ``config["defaults"]``, and returns its layout (recording
+    its size and geometry in ``config["defaults"]``)."""
+    d = config["defaults"]
+    root = Path(config["root"]) / "defaults-setup"
+    source = cachex.PageReader(
+        config["url"],
+        tier_dir=root / "source",
+        tier_budget=1 << 40,
+        storage_options=config["storage_options"],
+    )
+    writer = cachex.PageWriter(
+        d["publish_url"],
+        {"blob": "bytes"},
+        tier_dir=root / "writer",
+        storage_options=d["publish_options"],
+    )
+    writer.write_many({"blob": bytes(source.sample(i)["blob"])} for i in range(len(source)))
+    writer.finalize()
+    del source, writer
+    probe = cachex.PageReader(
+        d["url"],
+        tier_dir=root / "probe",
+        tier_budget=1 << 40,
+        storage_options=config["storage_options"],
+    )
+    runs, fixed, size, page_size = page_file_layout(probe.path)
+    block = block_size_of(root / "probe", size)
+    del probe
+    gc.collect()
+    shutil.rmtree(root, ignore_errors=True)
+    d.update(
+        dataset_bytes=size,
+        block_size=block,
+        page_size=page_size,
+        max_run=int((runs[:, 1] - runs[:, 0]).max()),
+    )
+    progress(
+        f"defaults: PageWriter(url) wrote {size / 1e6:.1f} MB in {page_size >> 10} KiB pages, "
+        f"published in {block >> 10} KiB tier blocks"
+    )
+    return Layout.of(pages.sums, pages.lengths, runs, block, size, fixed)
 
 
 def bookkeeping(tier_dir: Path) -> int:
@@ -278,7 +405,7 @@ def open_node(config: dict[str, Any], line: dict[str, Any], k: int, budget: int)
         )
     else:
         ds = PageDataset(
-            config["url"],
+            config["defaults"]["url"] if line["store"] == "defaults" else config["url"],
             fields=["blob"],
             tier_dir=tier,
             tier_budget=budget,
@@ -286,9 +413,12 @@ def open_node(config: dict[str, Any], line: dict[str, Any], k: int, budget: int)
         )
     m, r = int(line["nodes"]), int(config["ranks"])
     affine = line["affinity"] == "node"
-    ranks = []
+    ranks: list[tuple[int, Any]] = []
     for local in range(r):
         rank = k * r + local
+        if line["policy"] == "map":
+            ranks.append((rank, None))  # reads dataset[i] itself (`read_map_epoch`)
+            continue
         it = IterableBatches(
             ds,
             int(config["batch"]),
@@ -305,6 +435,75 @@ def open_node(config: dict[str, Any], line: dict[str, Any], k: int, budget: int)
     return Node(tier, ds, ranks, before, np.zeros(0, dtype=bool))
 
 
+def map_order(config: dict[str, Any], n: int, epoch: int) -> np.ndarray:
+    """A map-style line's epoch order: a permutation of the samples (each
+    rank reads every ``world_size``-th of it from its rank on)."""
+    return np.random.default_rng([int(config["seed"]), epoch]).permutation(n)
+
+
+def node_samples(
+    node: Node, config: dict[str, Any], line: dict[str, Any], epoch: int
+) -> np.ndarray:
+    """The samples ``node``'s ranks read in ``epoch``."""
+    if line["policy"] == "map":
+        order = map_order(config, len(node.dataset), epoch)
+        world = int(line["nodes"]) * int(config["ranks"])
+        return np.unique(np.concatenate([order[rank::world] for rank, _ in node.ranks]))
+    return np.unique(np.concatenate([it.deal().rank_order(rank) for rank, it in node.ranks]))
+
+
+def run_threads(loops: list[Any]) -> float:
+    """Runs each of ``loops`` (a callable) in a thread of its own at once;
+    the seconds until all ended. The first error raised is raised here."""
+    errors: list[BaseException] = []
+
+    def guarded(loop: Any) -> None:
+        try:
+            loop()
+        except BaseException as e:  # handed to the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(loop,)) for loop in loops]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    secs = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return secs
+
+
+def read_map_epoch(
+    node: Node,
+    layout: Layout | SegmentLayout,
+    config: dict[str, Any],
+    line: dict[str, Any],
+    epoch: int,
+    where: str,
+) -> tuple[int, int, float]:
+    """Every rank of ``node`` reads its share of the epoch's permutation at
+    once, one ``dataset[i]`` at a time; samples, bytes, seconds."""
+    order = map_order(config, len(node.dataset), epoch)
+    world = int(line["nodes"]) * int(config["ranks"])
+    batch = int(config["batch"])
+    counts = [[0, 0] for _ in node.ranks]
+
+    def rank_loop(slot: int, rank: int) -> None:
+        for j, i in enumerate(order[rank::world].tolist()):
+            item = node.dataset[i]
+            counts[slot][1] += layout.check_item(i, item, f"{where} rank {rank} sample {i}")
+            counts[slot][0] += 1
+            del item  # its lease with it
+            if j % batch == batch - 1:
+                node.measure()
+
+    loops = [functools.partial(rank_loop, slot, rank) for slot, (rank, _) in enumerate(node.ranks)]
+    secs = run_threads(loops)
+    return sum(c[0] for c in counts), sum(c[1] for c in counts), secs
+
+
 def read_epoch(
     node: Node, layout: Layout | SegmentLayout, epoch: int, where: str
 ) -> tuple[int, int, float]:
@@ -314,30 +513,19 @@ def read_epoch(
         it.set_epoch(epoch)
         deals.append((rank, it, it.deal()))
     counts = [[0, 0] for _ in deals]
-    errors: list[BaseException] = []
 
     def rank_loop(slot: int, rank: int, it: Any, deal: Any) -> None:
-        try:
-            for j, batch in enumerate(it):
-                indices = deal.batch(rank, j)
-                counts[slot][1] += layout.check(indices, batch, f"{where} rank {rank} batch {j}")
-                counts[slot][0] += len(indices)
-                node.measure()
-        except BaseException as e:  # handed to the main thread
-            errors.append(e)
+        for j, batch in enumerate(it):
+            indices = deal.batch(rank, j)
+            counts[slot][1] += layout.check(indices, batch, f"{where} rank {rank} batch {j}")
+            counts[slot][0] += len(indices)
+            node.measure()
 
-    threads = [
-        threading.Thread(target=rank_loop, args=(slot, rank, it, deal))
+    loops = [
+        functools.partial(rank_loop, slot, rank, it, deal)
         for slot, (rank, it, deal) in enumerate(deals)
     ]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    secs = time.perf_counter() - start
-    if errors:
-        raise errors[0]
+    secs = run_threads(loops)
     return sum(c[0] for c in counts), sum(c[1] for c in counts), secs
 
 
@@ -352,9 +540,10 @@ def run_line(
         # One batch's rows per reading thread.
         run = int(config["segments"]["max_run"])
     else:
-        d = int(config["dataset_bytes"])
+        geometry = config["defaults"] if store == "defaults" else config
+        d = int(geometry["dataset_bytes"])
         # One fetch run per reading thread: the blocks of the largest page.
-        run = int(config["max_run"]) + 2 * int(config["block_size"])
+        run = int(geometry["max_run"]) + 2 * int(geometry["block_size"])
     budget = int(float(line["budget_frac"]) * d / m)
     bound = budget + ranks * run
     nodes = [open_node(config, line, k, budget) for k in range(m)]
@@ -362,9 +551,7 @@ def run_line(
     try:
         for epoch in range(int(config["epochs"])):
             for k, node in enumerate(nodes):
-                samples = np.unique(
-                    np.concatenate([it.deal().rank_order(rank) for rank, it in node.ranks])
-                )
+                samples = node_samples(node, config, line, epoch)
                 floor, seen = layout.floor(samples, node.seen, budget, epoch)
                 overlap = (
                     float(np.isin(samples, node.last_samples).mean())
@@ -373,7 +560,10 @@ def run_line(
                 )
                 node.max_counted = node.max_physical = node.max_metadata = 0
                 where = f"{line['name']} epoch {epoch} node {k}"
-                n, nbytes, secs = read_epoch(node, layout, epoch, where)
+                if line["policy"] == "map":
+                    n, nbytes, secs = read_map_epoch(node, layout, config, line, epoch, where)
+                else:
+                    n, nbytes, secs = read_epoch(node, layout, epoch, where)
                 kept_back = bookkeeping(node.tier)
                 floor_tier, _ = layout.floor(samples, node.seen, max(budget - kept_back, 0), epoch)
                 after = tier_stats(node.tier)
@@ -458,7 +648,7 @@ def goals(lines: list[dict[str, Any]], summaries: list[dict[str, Any]], records:
         # `threshold`, not `limit`: a runner line's `limit` names a machine limit.
         emit("goal", goal=name, value=value, threshold=threshold, met=met, n=0, secs=0.0, **kw)
 
-    for store in ("pages", "segments"):
+    for store in ("pages", "segments", "defaults"):
         by = {
             (s["nodes"], s["policy"], s["budget_frac"]): s for s in summaries if s["store"] == store
         }
@@ -564,8 +754,23 @@ def store_goals(
                     overlap=s["overlap"],
                 )
     for (m, policy, b), s in sorted(by.items()):
+        if policy != "map":
+            continue
+        fetched = s["fetched_per_epoch_ratio"]
+        goal(
+            "map_within_d",
+            fetched,
+            1.0,
+            fetched <= 1.0,
+            budget_frac=b,
+            store=store,
+            nodes=m,
+            floor_ratio=s["floor_per_epoch_ratio"],
+            max_physical_over_budget=s["max_physical_over_budget"],
+        )
+    for (m, policy, b), s in sorted(by.items()):
         lru = by.get((m, "lru", b))
-        if policy == "lru" or lru is None:
+        if policy in ("lru", "map") or lru is None:
             continue
         ratio = s["samples_per_s_all"] / max(lru["samples_per_s_all"], 1e-9)
         goal(
@@ -591,6 +796,10 @@ def main(argv: list[str]) -> int:
         "pages": Layout.load(config),
         "segments": SegmentLayout.load(config["segments"]),
     }
+    if any(line["store"] == "defaults" for line in config["lines"]):
+        pages = layouts["pages"]
+        assert isinstance(pages, Layout)
+        layouts["defaults"] = write_defaults(config, pages)
     d = int(config["dataset_bytes"])
     progress(
         f"{config['server']}: {config['samples']} samples, {d / 1e6:.1f} MB, "
@@ -602,7 +811,10 @@ def main(argv: list[str]) -> int:
             start = time.perf_counter()
             recs = run_line(config, layouts, line)
             records += recs
-            dl = int(config["segments"]["dataset_bytes"]) if line["store"] == "segments" else d
+            dl = {
+                "segments": int(config["segments"]["dataset_bytes"]),
+                "defaults": int(config["defaults"].get("dataset_bytes", 0)),
+            }.get(line["store"], d)
             s = summarize(line, recs, dl)
             summaries.append(s)
             progress(

@@ -208,15 +208,15 @@ fn w9_smoke() {
             .filter(|l| l["workload"] == "w9" && l["phase"] == phase)
             .collect()
     };
-    // 6 lines (the page file's M = 1, 1, 4, 4; the segment store's M = 1
-    // LRU and plan) × 3 epochs, one line per node.
+    // 14 lines (the page file's M = 1, 1, 4, 4; the segment store's M = 1
+    // LRU and plan; map-style reads of the page file, the segment store
+    // and the page file of PageWriter's defaults; that file's LRU and its
+    // plans at four budgets) × 3 epochs, one line per node.
     let epochs = of("epoch");
-    assert_eq!(epochs.len(), (1 + 1 + 4 + 4 + 1 + 1) * 3, "{epochs:?}");
-    assert_eq!(
-        epochs.iter().filter(|e| e["store"] == "segments").count(),
-        6,
-        "{epochs:?}"
-    );
+    assert_eq!(epochs.len(), (1 + 1 + 4 + 4 + 1 + 1 + 3 + 1 + 4) * 3, "{epochs:?}");
+    let of_store = |store: &str| epochs.iter().filter(|e| e["store"] == store).count();
+    assert_eq!(of_store("segments"), 9, "{epochs:?}");
+    assert_eq!(of_store("defaults"), 18, "{epochs:?}");
     for e in &epochs {
         assert_eq!(e["server"], "moto", "{e}");
         for field in [
@@ -244,7 +244,7 @@ fn w9_smoke() {
         assert!(e["fetched_bytes"].as_u64() >= Some(1), "{e}");
         assert!(e["floor_bytes"].as_u64() >= Some(1), "{e}");
     }
-    assert_eq!(of("line").len(), 6);
+    assert_eq!(of("line").len(), 14);
     let goals = of("goal");
     let named = |g: &str, store: &str| {
         goals
@@ -258,6 +258,11 @@ fn w9_smoke() {
         ("plan_at_floor", "segments"),
         ("plan_vs_lru", "segments"),
         ("segment_store_within_budget", ""),
+        ("plan_at_floor", "defaults"),
+        ("plan_vs_lru", "defaults"),
+        ("map_within_d", "pages"),
+        ("map_within_d", "segments"),
+        ("map_within_d", "defaults"),
     ] {
         assert!(named(g, store), "no {g} goal line of {store}: {goals:?}");
     }

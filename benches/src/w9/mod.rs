@@ -26,6 +26,14 @@
 //! plan spans every segment): on s3s-fs M = 1 `lru` and `plan` at every
 //! budget, M = 4 `lru`, `plan` and `affine_f0` at 0.5 and 1.1 (16
 //! lines); on moto M = 1 `lru` and `plan` at 0.5.
+//!
+//! The child also writes the samples into a page file of its own with
+//! `cachex.PageWriter(url)` and its defaults (page size, tier block), as a
+//! user would, and reads it as the lines of store `defaults`: M = 1 `lru`
+//! and `plan` at 0.5, `plan` at every budget up to 0.9. Lines of policy
+//! `map` read map-style: every sample once an epoch in a random order, one
+//! `dataset[i]` at a time (a `DataLoader(shuffle=True)`), no plan; M = 1
+//! at 0.5 on each store.
 
 mod layout;
 
@@ -50,6 +58,8 @@ const NODES: usize = 4;
 const SEGMENTS: usize = 12;
 /// Budgets, as fractions of a node's share of the dataset.
 const BUDGETS: [f64; 5] = [0.25, 0.5, 0.75, 0.9, 1.1];
+/// The prefix of the page file the child writes with the defaults.
+const DEFAULTS: &str = "w9def";
 
 fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> RunError {
     RunError::store("w9", e)
@@ -58,10 +68,12 @@ fn err(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> RunError {
 /// One line of the matrix: which store, how many nodes, how they read
 /// and evict, and the budget.
 struct LineSpec {
-    /// `pages` or `segments`.
+    /// `pages`, `segments` or `defaults` (the page file the child writes
+    /// with `cachex.PageWriter`'s defaults).
     store: &'static str,
     nodes: usize,
-    /// `lru`, `plan`, `affine_f0` or `affine_f0.1`.
+    /// `lru`, `plan`, `affine_f0`, `affine_f0.1` or `map` (random
+    /// `dataset[i]` reads, no plan).
     policy: &'static str,
     budget: f64,
 }
@@ -69,13 +81,14 @@ struct LineSpec {
 impl LineSpec {
     fn to_json(&self) -> Value {
         let (affinity, cross_node, plan_eviction) = match self.policy {
-            "lru" => ("global", 0.0, false),
+            "lru" | "map" => ("global", 0.0, false),
             "plan" => ("global", 0.0, true),
             "affine_f0" => ("node", 0.0, true),
             _ => ("node", 0.1, true),
         };
         let prefix = match self.store {
             "segments" => "seg_",
+            "defaults" => "def_",
             _ => "",
         };
         json!({
@@ -113,6 +126,26 @@ impl Setup {
             policy,
             budget,
         };
+        let defaults = |nodes, policy, budget| LineSpec {
+            store: "defaults",
+            nodes,
+            policy,
+            budget,
+        };
+        // Map-style reads of each store, and the page file of the
+        // defaults under a plan and an LRU.
+        let mut more = vec![
+            line(1, "map", 0.5),
+            segments(1, "map", 0.5),
+            defaults(1, "map", 0.5),
+            defaults(1, "lru", 0.5),
+        ];
+        more.extend(
+            BUDGETS
+                .into_iter()
+                .filter(|b| *b < 1.0)
+                .map(|b| defaults(1, "plan", b)),
+        );
         match kind {
             Kind::S3s => {
                 let mut lines = Vec::new();
@@ -132,6 +165,7 @@ impl Setup {
                 for policy in ["lru", "plan", "affine_f0"] {
                     lines.extend([segments(NODES, policy, 0.5), segments(NODES, policy, 1.1)]);
                 }
+                lines.extend(more);
                 Setup {
                     samples: n,
                     page_size: 256 << 10,
@@ -143,14 +177,17 @@ impl Setup {
                 samples: (n / 16).max(1),
                 page_size: 64 << 10,
                 block_size: 16 << 10,
-                lines: vec![
+                lines: [
                     line(1, "lru", 0.5),
                     line(1, "plan", 0.5),
                     line(NODES, "plan", 0.5),
                     line(NODES, "affine_f0", 0.5),
                     segments(1, "lru", 0.5),
                     segments(1, "plan", 0.5),
-                ],
+                ]
+                .into_iter()
+                .chain(more)
+                .collect(),
             },
         }
     }
@@ -189,6 +226,8 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
             ctx.seed,
             (setup.samples / SEGMENTS).max(1),
         )?;
+        // The child writes the page file of the defaults here itself.
+        let (defaults_url, publish_url, publish_options) = server.urls(&bucket, DEFAULTS);
         let config = json!({
             "server": kind.name(),
             "url": cache.url,
@@ -217,6 +256,14 @@ pub fn run(ctx: &Ctx) -> Result<(), RunError> {
                 // One batch's rows per reading thread (each row's blocks
                 // leased while read, and a 4 KiB block either side).
                 "max_run": BATCH as u64 * (segments.max_sample + 2 * (4 << 10)),
+            },
+            "defaults": {
+                "url": format!("{defaults_url}/{}", layout::PAGE_FILE),
+                "publish_url": format!("{publish_url}/{}", layout::PAGE_FILE),
+                "publish_options": publish_options
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::String(v)))
+                    .collect::<serde_json::Map<_, _>>(),
             },
         });
         let config_path = scratch.join("w9.json");
