@@ -206,7 +206,7 @@ pub use commit::{
     STATE_DIR, checkpoint_name, commit_name, parse_record_name,
 };
 pub use error::{Error, Result};
-pub use files::StoreFiles;
+pub use files::{ARRAY_BLOCK_SIZE, PAGE_BLOCK_SIZE, SEGMENT_BLOCK_SIZE, StoreFiles};
 pub use gc::{DEFAULT_GRACE, DEFAULT_KEEP, GcOptions, GcReport, Usage, du, gc};
 pub use lease::{
     LEASE_VERSION, LEASES, MAX_LEASE, PUBLISH_LEASE, STAGED_LEASE, SWEEP_FOR, SWEEP_OBJECTS, SWEEPS,

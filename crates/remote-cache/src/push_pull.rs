@@ -14,7 +14,7 @@ use crate::commit::{COMMIT_VERSION, Commit, Piece, STATE_DIR, commit_name, encod
 use crate::hooks::{self, Stage};
 use crate::lease::{Lease, PUBLISH_LEASE};
 use crate::log_state::LogState;
-use crate::remote_dir::{RefreshReport, RemoteDir};
+use crate::remote_dir::{RefreshReport, RemoteDir, STORE_BLOCK_HASHES};
 use crate::upload;
 use crate::workdir::{hash_open, local_entries};
 use crate::{Error, Result};
@@ -93,11 +93,13 @@ pub fn push_dir(
     }
     let total = listed.len() as u64;
     let mut entries: Vec<(Piece, PathBuf)> = Vec::with_capacity(listed.len());
+    let mut hashes_left = STORE_BLOCK_HASHES;
     for (done, (rel, path)) in listed.into_iter().enumerate() {
         let file = File::open(&path).map_err(Error::io("open", &path))?;
         let size = file.metadata().map_err(Error::io("stat", &path))?.len();
-        // As a store's publish does (no store reads it by blocks here).
-        let block_size = StoreFiles::PLAIN.block_list_size(&rel, size, tier.config(), &mut 0);
+        // As the publish of the store that reads it by blocks does.
+        let block_size =
+            StoreFiles::ANY_STORE.block_list_size(&rel, size, tier.config(), &mut hashes_left);
         let (blake3, blocks) = hash_open(&file, &path, 0, size, block_size)?;
         let piece = Piece {
             path: rel,
