@@ -5,7 +5,7 @@
 //!
 //! Samples have a fixed [`Schema`] of fields: ints and floats stored inline
 //! in a metadata table, and byte strings or fixed-shape arrays stored in
-//! pages. [`PageWriter`] packs samples into pages (power of two, 8 MiB by
+//! pages. [`PageWriter`] packs samples into pages (power of two, 64 KiB by
 //! default; allocations aligned to 512 B by default) in sample order — a
 //! sample never straddles pages, a sample larger than a page gets a run of
 //! contiguous pages — fills pages from N threads, each with its own page

@@ -12,7 +12,8 @@ use crate::format::{DEFAULT_ALIGNMENT, DEFAULT_PAGE_SIZE};
 /// How a [`PageWriter`] lays out and writes its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriterOptions {
-    /// Page size in bytes: a power of two from 4 KiB to 4 GiB (default 8 MiB).
+    /// Page size in bytes: a power of two from 4 KiB to 4 GiB (default 64
+    /// KiB, [`DEFAULT_PAGE_SIZE`]).
     pub page_size: u64,
     /// Alignment of every allocation: a power of two from 8 to 4096
     /// (default 512).
