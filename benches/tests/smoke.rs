@@ -213,7 +213,11 @@ fn w9_smoke() {
     // and the page file of PageWriter's defaults; that file's LRU and its
     // plans at four budgets) × 3 epochs, one line per node.
     let epochs = of("epoch");
-    assert_eq!(epochs.len(), (1 + 1 + 4 + 4 + 1 + 1 + 3 + 1 + 4) * 3, "{epochs:?}");
+    assert_eq!(
+        epochs.len(),
+        (1 + 1 + 4 + 4 + 1 + 1 + 3 + 1 + 4) * 3,
+        "{epochs:?}"
+    );
     let of_store = |store: &str| epochs.iter().filter(|e| e["store"] == store).count();
     assert_eq!(of_store("segments"), 9, "{epochs:?}");
     assert_eq!(of_store("defaults"), 18, "{epochs:?}");
