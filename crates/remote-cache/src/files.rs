@@ -48,7 +48,8 @@ pub const SEGMENT_BLOCK_SIZE: u64 = remote_tier::MIN_BLOCK_SIZE;
 /// quarter page fetch a run only up to the block its bytes end in (not the
 /// page's unused tail), and the tier's touch clocks (one per 16 blocks)
 /// order pages in groups of four. The price is one hash per block in the
-/// commit record (0.4% of the file's bytes).
+/// commit record (0.4% of the file's bytes), and a request per block to
+/// warm (prefetch) a page, where reading it is one request.
 pub const PAGE_BLOCK_SIZE: u64 = 16 << 10;
 
 /// The block size of memmap `.bin` arrays, as a page file's: a row read
