@@ -7,7 +7,7 @@ use page_alloc::{FieldType, PageWriter, Schema, Value, WriterOptions};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use remote_cache::{CacheDir, StoreKind};
+use remote_cache::{CacheDir, PAGE_BLOCK_SIZE, StoreKind};
 
 use crate::errors::{self, Kind};
 use crate::handle::Handle;
@@ -67,9 +67,10 @@ impl PyPageWriter {
     /// tune the layout and the writes. The file appears at `finalize()`.
     ///
     /// `path` may be a URL naming the file under a prefix, with the tier
-    /// keywords of `PageReader`: `finalize()` then publishes it.
+    /// keywords of `PageReader`: `finalize()` then publishes it, with its
+    /// hashes in blocks of `tier_block_size` (the blocks its readers fetch).
     #[new]
-    #[pyo3(signature = (path, fields, *, page_size=None, alignment=None, direct_io=false, tier_dir=None, tier_budget=None, storage_options=None))]
+    #[pyo3(signature = (path, fields, *, page_size=None, alignment=None, direct_io=false, tier_dir=None, tier_budget=None, storage_options=None, tier_block_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -81,8 +82,20 @@ impl PyPageWriter {
         tier_dir: Option<PathBuf>,
         tier_budget: Option<&Bound<'_, PyAny>>,
         storage_options: Option<&Bound<'_, PyDict>>,
+        tier_block_size: Option<u64>,
     ) -> PyResult<Self> {
-        let root = Root::new(path, TierArgs::new(tier_dir, tier_budget, storage_options)?)?;
+        if let Some(b) = tier_block_size
+            && !(b.is_power_of_two()
+                && (remote_tier::MIN_BLOCK_SIZE..=PAGE_BLOCK_SIZE).contains(&b))
+        {
+            return Err(errors::invalid(format!(
+                "tier_block_size {b}: give a power of two from {} to {PAGE_BLOCK_SIZE}",
+                remote_tier::MIN_BLOCK_SIZE
+            )));
+        }
+        let tier =
+            TierArgs::new(tier_dir, tier_budget, storage_options)?.with_block_size(tier_block_size);
+        let root = Root::new(path, tier)?;
         let mut specs = Vec::with_capacity(fields.len());
         let mut schema = Schema::new();
         for (name, spec) in fields.iter() {

@@ -22,6 +22,9 @@ use crate::errors;
 #[derive(Clone, Default)]
 pub struct TierArgs {
     options: TierOptions,
+    /// A writer's tier block (`PageWriter(tier_block_size=)`): the largest
+    /// block its publish records a file's hashes in.
+    block_size: Option<u64>,
 }
 
 impl TierArgs {
@@ -96,7 +99,16 @@ impl TierArgs {
                 storage_options: pairs,
                 single_publisher: false,
             },
+            block_size: None,
         })
+    }
+
+    /// These keywords with the tier's block set to `block_size` (`None`:
+    /// the tier's default), the largest block a publish through it records
+    /// a file's hashes in.
+    pub fn with_block_size(mut self, block_size: Option<u64>) -> TierArgs {
+        self.block_size = block_size;
+        self
     }
 
     /// The settings for remote-cache.
@@ -163,7 +175,10 @@ impl Root {
     }
 
     fn parse_url(url: &str, tier: TierArgs) -> remote_cache::Result<Root> {
-        let location = Location::parse_with(url, tier.options())?;
+        let mut location = Location::parse_with(url, tier.options())?;
+        if let (Location::Remote(spec), Some(block_size)) = (&mut location, tier.block_size) {
+            spec.tier.block_size = block_size;
+        }
         Ok(Root {
             location,
             tier,

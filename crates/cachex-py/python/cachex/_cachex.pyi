@@ -590,7 +590,11 @@ class PageWriter:
     fields : dict
         ``{name: "int" | "float" | "bytes" | (dtype, shape)}``.
     page_size : int, optional
-        A power of two from 4 KiB (8 MiB).
+        A power of two from 4 KiB (64 KiB). On a URL a reader fetches a
+        sample's whole page (or the pages of a sample larger than one)
+        before reading it, so a page of a few samples keeps a random read
+        near the sample's own bytes; larger pages waste less of their tail
+        and suit reads in file order.
     alignment : int, optional
         Allocation alignment (512).
     direct_io : bool, optional
@@ -605,6 +609,14 @@ class PageWriter:
         For a URL: ``object_store`` options (``aws_endpoint``,
         ``aws_allow_http``, ``aws_region``, ...). Credentials belong in the
         environment (``AWS_ACCESS_KEY_ID``, ...); none is ever shown.
+    tier_block_size : int, optional
+        For a URL: the block its readers' tiers fetch and check the file
+        in, a power of two from 4 KiB to 16 KiB (16 KiB, a quarter of a
+        default page). A block larger than a page makes a read fetch the
+        page's neighbours too: give smaller pages' size. Each block costs
+        a request to warm (prefetch) and a hash in the commit record (a
+        file of more blocks than a commit lists gets blocks twice as
+        large, as often as it takes).
     """
 
     def __new__(
@@ -618,6 +630,7 @@ class PageWriter:
         tier_dir: str | os.PathLike[str] | None = None,
         tier_budget: int | str | None = None,
         storage_options: Mapping[str, str | bool | int | float] | None = None,
+        tier_block_size: int | None = None,
     ) -> Self: ...
     @property
     def path(self) -> Path:

@@ -19,7 +19,7 @@ import cachex
 from cachex.torch import datasets as data
 
 DIM = 4096  # 16 KiB a sample
-N = 2400  # 37.5 MiB: five 8 MiB blocks, more than the 20 MiB budget below
+N = 2400  # 37.5 MiB, more than the 20 MiB budget below
 PAGE = 1 << 20
 BUDGET = 20 << 20
 STATS = {
@@ -155,15 +155,19 @@ def test_set_plan_is_none_for_a_local_file(tmp_path):
     assert [int(b["i"][0]) for b in ds.iterable(1, shuffle=False)] == list(range(10))
 
 
+#: A file of 32 pages (32 MiB) on a tier of half its size.
+BIG_N = 2048
+BIG_BUDGET = 16 << 20
+
+
 def test_tier_stats_move_and_a_sample_view_stays_right_while_other_reads_evict(s3):
-    # 16 blocks of 8 MiB, half of them fit: the header's and the tables'
-    # blocks stay leased, and a process keeps its last few leases a while
-    # (remote-tier's sticky release), so a smaller file would leave
-    # nothing to evict.
-    n = 8192
+    # Half of the file fits: the header's and the tables' blocks stay
+    # leased, and a process keeps its last few leases a while (remote-tier's
+    # sticky release), so enough is left to evict.
+    n = BIG_N
     url = s3.url("big/data.pages")
     write_pages(url, n=n, **s3.tier("writer"))
-    tier = {**s3.tier("reader"), "tier_budget": 64 << 20}
+    tier = {**s3.tier("reader"), "tier_budget": BIG_BUDGET}
     reader = cachex.PageReader(url, **tier)
     before = cachex.tier_stats(tier["tier_dir"])
     assert set(before) == STATS and all(isinstance(v, int) for v in before.values())
@@ -174,16 +178,16 @@ def test_tier_stats_move_and_a_sample_view_stays_right_while_other_reads_evict(s
     for j, batch in enumerate(it):
         check(batch)
         most = max(most, cachex.tier_stats(Path(tier["tier_dir"]))["allocated"])
-        if j == 40:
+        if j == 24:  # 25 of its 32 pages: more than the budget holds
             break
     after = cachex.tier_stats(tier["tier_dir"])
-    assert after["fetched_bytes"] > before["fetched_bytes"] + (64 << 20)
+    assert after["fetched_bytes"] > before["fetched_bytes"] + BIG_BUDGET
     assert after["get_requests"] > before["get_requests"]
     assert after["punched_blocks"] > 0 and after["evicted_bytes"] > 0
     assert after["generation"] > before["generation"]
-    # Within the budget but for the run a read is fetching and the block
+    # Within the budget but for the run a read is fetching and the page
     # the view leases (reads that found everything leased went over).
-    assert most <= (64 << 20) + 2 * (8 << 20), (most, after["over_budget"])
+    assert most <= BIG_BUDGET + 2 * PAGE, (most, after["over_budget"])
     assert np.array_equal(view, x_of(n // 2)), "the leased block was never punched"
     assert int(kept["i"]) == n // 2
     del kept, view
@@ -219,13 +223,13 @@ class PeakAllocated:
 
 
 def test_verify_checks_a_file_twice_the_budget_one_run_at_a_time(s3):
-    # 16 blocks of 8 MiB, half of them fit (as above). verify() reads every
-    # page: it leases each run only while it hashes it, so the tier frees
-    # what it checked before and never holds the whole file.
-    n = 8192
+    # Half of the file fits (as above). verify() reads every page: it
+    # leases each run only while it hashes it, so the tier frees what it
+    # checked before and never holds the whole file.
+    n = BIG_N
     url = s3.url("verify/data.pages")
     write_pages(url, n=n, **s3.tier("writer"))
-    tier = {**s3.tier("reader"), "tier_budget": 64 << 20}
+    tier = {**s3.tier("reader"), "tier_budget": BIG_BUDGET}
     reader = cachex.PageReader(url, **tier)
     before = cachex.tier_stats(tier["tier_dir"])
     peak = PeakAllocated(tier["tier_dir"])
@@ -233,13 +237,13 @@ def test_verify_checks_a_file_twice_the_budget_one_run_at_a_time(s3):
         report = reader.verify()
     after = cachex.tier_stats(tier["tier_dir"])
     assert report == {"kind": "page-alloc", "path": report["path"], "problems": []}
-    assert after["fetched_bytes"] >= 128 << 20, "every page was fetched to be checked"
+    assert after["fetched_bytes"] >= n // 64 * PAGE, "every page was fetched to be checked"
     assert after["punched_blocks"] > before["punched_blocks"]
     # Never more than the budget and the run a read fetches when all else
     # is leased (the header, the run being checked, the blocks a process
     # keeps leased a while after their reads, read-ahead in flight: a
     # read that finds no room goes over and is counted in over_budget).
     assert peak.samples > 10, "the poller saw the verify"
-    assert peak.most <= (64 << 20) + 2 * (8 << 20), (peak.most, after)
-    assert after["allocated"] <= (64 << 20) + 2 * (8 << 20), after
+    assert peak.most <= BIG_BUDGET + 2 * PAGE, (peak.most, after)
+    assert after["allocated"] <= BIG_BUDGET + 2 * PAGE, after
     assert np.array_equal(reader.sample(n - 1)["x"], x_of(n - 1))

@@ -27,12 +27,13 @@ import procs
 from cachex.sampling import Progress, SamplingPlan
 from cachex.torch import datasets as data
 
-# The tier copies files up to one block (8 MiB) whole when opened, and a
-# page file's open fetches its header with a read-ahead of 4 blocks and its
-# tables at the end: these files are larger, so blocks are left to warm.
+# Arrays and page files are read by blocks whatever their size (16 KiB,
+# each warmed by a request of its own), and a page file's open fetches its
+# header with a read-ahead and its tables at the end: most of their blocks
+# are left to warm.
 DIM = 4096  # 16 KiB a sample
-N = 1500  # a 24 MiB memmap array: 3 blocks
-N_PAGES = 4500  # a 72 MiB page file: 9 blocks
+N = 150  # a 2.4 MiB memmap array
+N_PAGES = 450  # a 7.2 MiB page file
 PAGE = 1 << 20
 
 
