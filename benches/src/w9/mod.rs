@@ -29,8 +29,8 @@
 //!
 //! The child also writes the samples into a page file of its own with
 //! `cachex.PageWriter(url)` and its defaults (page size, tier block), as a
-//! user would, and reads it as the lines of store `defaults`: M = 1 `lru`
-//! and `plan` at 0.5, `plan` at every budget up to 0.9. Lines of policy
+//! user would, and reads it as the lines of store `defaults`: M = 1, `lru`
+//! and `map` at 0.5, `plan` at every budget up to 0.9. Lines of policy
 //! `map` read map-style: every sample once an epoch in a random order, one
 //! `dataset[i]` at a time (a `DataLoader(shuffle=True)`), no plan; M = 1
 //! at 0.5 on each store.
