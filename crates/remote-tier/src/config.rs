@@ -27,8 +27,11 @@ pub struct TierConfig {
     /// Objects up to this size are fetched whole (one request).
     pub whole_file_max: u64,
     /// Blocks fetched ahead of a read, in the background (0: none). The
-    /// window starts here and doubles while reads of an object stay
-    /// sequential, up to [`max_prefetch_blocks`](Self::max_prefetch_blocks).
+    /// window opens at this size when a read continues the last one (or
+    /// an object's first read starts at its beginning) and doubles while
+    /// reads stay sequential, up to
+    /// [`max_prefetch_blocks`](Self::max_prefetch_blocks); a read that
+    /// jumps reads nothing ahead.
     pub prefetch_blocks: u64,
     /// The largest read-ahead window, in blocks.
     pub max_prefetch_blocks: u64,

@@ -76,28 +76,40 @@ const RUN_BYTES: u64 = 8 << 20;
 /// A read-ahead takes at most 1/this of the tier's budget.
 const READ_AHEAD_SHARE: u64 = 4;
 
-/// The read-ahead of one open object: the window doubles while reads
-/// continue where the last one ended (or inside what was read ahead),
-/// and starts over at a jump.
+/// The read-ahead of one open object: none until a read continues the
+/// last one (or starts inside what was read ahead) — or an object's first
+/// read starts at its beginning —, then a window that doubles while reads
+/// stay sequential; a jump turns it off again. Random reads (a map-style
+/// `dataset[i]` in a shuffled order) thus fetch only the blocks they read:
+/// a window read ahead at every jump would be evicted unread under a
+/// budget, and fetch more than the reads.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct ReadAhead {
+    /// The block after the last read (0 before the first).
     next: u64,
+    /// The window read ahead after the last read (0: none).
     window: u64,
+    /// Whether a read has been seen.
+    started: bool,
 }
 
 impl ReadAhead {
-    /// The window after a read of blocks `first..=last`: doubled (up to
-    /// `most`) when the read continues the last one or starts inside its
-    /// window, back to `initial` otherwise (0 turns read-ahead off).
+    /// The window after a read of blocks `first..=last`: `initial` when the
+    /// read continues a read that had none (or is the object's first read,
+    /// at block 0), doubled (up to `most`) when it continues one that had a
+    /// window, 0 after a jump (`initial` = 0 turns read-ahead off).
     fn after_read(&mut self, first: u64, last: u64, initial: u64, most: u64) -> u64 {
-        let sequential = self.window > 0
-            && first >= self.next.saturating_sub(1)
-            && first <= self.next.saturating_add(self.window);
-        self.window = if sequential {
-            self.window.saturating_mul(2).min(most.max(initial))
+        let sequential = if self.started {
+            first >= self.next.saturating_sub(1) && first <= self.next.saturating_add(self.window)
         } else {
-            initial
+            first == 0
         };
+        self.window = match (sequential, self.window) {
+            (false, _) => 0,
+            (true, 0) => initial,
+            (true, w) => w.saturating_mul(2).min(most.max(initial)),
+        };
+        self.started = true;
         self.next = last.saturating_add(1);
         self.window
     }
@@ -587,11 +599,23 @@ mod tests {
         assert_eq!(windows, [2, 4, 8, 16, 16, 16, 16]);
         // A read inside the window read ahead still counts as sequential.
         assert_eq!(ahead.after_read(12, 13, 2, 16), 16);
-        // A jump starts over.
-        assert_eq!(ahead.after_read(500, 500, 2, 16), 2);
-        assert_eq!(ahead.after_read(100, 100, 2, 16), 2);
+        // A jump reads nothing ahead; a read that continues it starts over.
+        assert_eq!(ahead.after_read(500, 500, 2, 16), 0);
+        assert_eq!(ahead.after_read(501, 502, 2, 16), 2);
+        assert_eq!(ahead.after_read(503, 503, 2, 16), 4);
         // Off stays off.
         let mut off = ReadAhead::default();
         assert_eq!((0..4).map(|b| off.after_read(b, b, 0, 16)).sum::<u64>(), 0);
+    }
+
+    #[test]
+    fn random_reads_read_nothing_ahead() {
+        let mut ahead = ReadAhead::default();
+        // A first read past the start, then jumps: no window at any of them.
+        for b in [40, 7, 93, 18, 61, 2, 77] {
+            assert_eq!(ahead.after_read(b, b + 1, 2, 16), 0, "block {b}");
+        }
+        // Two reads in a row are a sequence again.
+        assert_eq!(ahead.after_read(79, 79, 2, 16), 2);
     }
 }
