@@ -363,3 +363,106 @@ fn a_node_of_processes_and_caches_stays_within_one_budget() {
     let stats = watcher.stats().unwrap();
     assert_eq!(stats.over_budget, 0, "{stats:?}");
 }
+
+const EVICTING_CHILD: &str = "CACHEX_TEST_NODE_EVICTING";
+const STARTING_CHILD: &str = "CACHEX_TEST_NODE_STARTING";
+/// Processes started at once in `first_opens_beside_an_evicting_process_never_fail`.
+const STARTS_AT_ONCE: u64 = 8;
+
+/// The evicting half of `first_opens_beside_an_evicting_process_never_fail`:
+/// reads leased ranges of an object three times the budget, so that every
+/// read evicts, and runs an eviction pass (which looks for dead processes'
+/// records) after each, until the parent kills it.
+#[test]
+fn evicting_child() {
+    let Ok(fields) = std::env::var(EVICTING_CHILD) else {
+        return;
+    };
+    let (bucket, local) = fields.split_once('\n').unwrap();
+    let tier = open(
+        Path::new(bucket),
+        "starts",
+        small_config(Path::new(local), BUDGET),
+    );
+    let data = sample(3 * BUDGET as usize, 7);
+    let mut rng = Rng(11);
+    println!("\nEVICTING");
+    // Bounded: the parent ends it long before.
+    let until = std::time::Instant::now() + Duration::from_secs(3600);
+    while std::time::Instant::now() < until {
+        let at = rng.below(data.len() as u64 - 200_000);
+        let mut got = vec![0u8; 200_000];
+        let f = tier.open_leased("big", None).unwrap();
+        let lease = f.lease(std::slice::from_ref(&(at..at + 200_000))).unwrap();
+        f.file().unwrap().read_exact_at(&mut got, at).unwrap();
+        drop(lease);
+        assert!(got == data[at as usize..at as usize + 200_000]);
+        tier.evict().unwrap();
+    }
+}
+
+/// The starting half of `first_opens_beside_an_evicting_process_never_fail`:
+/// opens the tier (its first open in this process: a new pin record) and
+/// reads a small object.
+#[test]
+fn starting_child() {
+    let Ok(fields) = std::env::var(STARTING_CHILD) else {
+        return;
+    };
+    let (bucket, local) = fields.split_once('\n').unwrap();
+    let tier = open(
+        Path::new(bucket),
+        "starts",
+        small_config(Path::new(local), BUDGET),
+    );
+    let mut got = [0u8; 100];
+    tier.open_object("small")
+        .unwrap()
+        .read_at(1000, &mut got)
+        .unwrap();
+    assert!(got[..] == sample(30_000, 8)[1000..1100]);
+    println!("\nDONE");
+}
+
+/// Processes that start together (eight at a time) beside a process that
+/// evicts without pause, and so looks for dead processes' pin records all
+/// the time: every first open succeeds and reads right. Its record is
+/// made where no look finds it before it is locked.
+/// `CACHEX_TEST_PROCESS_STARTS` sets how many processes start (default
+/// 200).
+#[test]
+fn first_opens_beside_an_evicting_process_never_fail() {
+    let starts = env_count("CACHEX_TEST_PROCESS_STARTS", 200);
+    let bucket = tempfile::tempdir().unwrap();
+    let local = tempfile::tempdir().unwrap();
+    let tier = open(bucket.path(), "starts", small_config(local.path(), BUDGET));
+    tier.put_bytes("big", sample(3 * BUDGET as usize, 7))
+        .unwrap();
+    tier.put_bytes("small", sample(30_000, 8)).unwrap();
+    let fields = format!("{}\n{}", bucket.path().display(), local.path().display());
+    let mut evicting = spawn_child("evicting_child", EVICTING_CHILD, &fields);
+    let mut lines = BufReader::new(evicting.stdout.take().unwrap()).lines();
+    let ready = lines.any(|l| l.is_ok_and(|l| l == "EVICTING"));
+    let mut started = 0;
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert!(ready, "the evicting process did not start");
+        while started < starts {
+            let mut children: Vec<Child> = (0..STARTS_AT_ONCE.min(starts - started))
+                .map(|_| spawn_child("starting_child", STARTING_CHILD, &fields))
+                .collect();
+            started += children.len() as u64;
+            wait_children(&mut children, Duration::from_secs(120), "first open");
+        }
+    }));
+    // Ended by its pid whatever happened above.
+    let alive = evicting.try_wait().unwrap().is_none();
+    evicting.kill().ok();
+    evicting.wait().unwrap();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    assert!(alive, "the evicting process ended early");
+    let stats = tier.stats().unwrap();
+    println!("{started} processes started beside eviction: {stats:?}");
+    assert_eq!(stats.over_budget, 0, "{stats:?}");
+}
