@@ -144,23 +144,28 @@ fn the_count_follows_copies_made_and_evicted() {
     let copies: u64 = env_count("CACHEX_TEST_COPIES", 2_000);
     let bucket = tempfile::tempdir().unwrap();
     let local = tempfile::tempdir().unwrap();
-    let tier = open(bucket.path(), "c", small_config(local.path(), BUDGET));
-    // 48 objects of 70 KB (sparse: above the whole-file size), 3.4 MB in
-    // all: read in turn, each read makes a copy an earlier one's
-    // eviction removed.
-    let objects = 48u64;
+    // No read-ahead: a fetch still in flight when the count is checked
+    // would be counted (reserved) and not yet on disk.
+    let mut config = small_config(local.path(), BUDGET);
+    config.prefetch_blocks = 0;
+    let tier = open(bucket.path(), "c", config);
+    // 200 objects of 70 KB (sparse: above the whole-file size), 14 MB in
+    // all, read in turn a few bytes of their first block (64 KiB) each:
+    // the budget holds about a dozen such copies, so every read makes a
+    // copy and evicts the least recently read one whole.
+    let objects = 200u64;
     for i in 0..objects {
         tier.put_bytes(&format!("o{i}"), sample(70_000, i)).unwrap();
     }
     let mut buf = [0u8; 16];
     for n in 0..copies {
         let i = n % objects;
+        let at = 1000 + (n % 1000);
         {
             let f = tier.open_object(&format!("o{i}")).unwrap();
-            f.read_at(69_000 - (n % 1000), &mut buf).unwrap();
+            f.read_at(at, &mut buf).unwrap();
             let want = sample(70_000, i);
-            let at = (69_000 - (n % 1000)) as usize;
-            assert_eq!(buf[..], want[at..at + 16], "copy {n}");
+            assert_eq!(buf[..], want[at as usize..at as usize + 16], "copy {n}");
         }
         let stats = tier.stats().unwrap();
         assert_count_matches_disk(local.path(), &stats, &format!("copy {n}"), 0);
@@ -168,6 +173,14 @@ fn the_count_follows_copies_made_and_evicted() {
     let stats = tier.stats().unwrap();
     assert_eq!(stats.over_budget, 0, "{stats:?}");
     assert!(stats.allocated <= BUDGET, "{stats:?}");
+    // Every read made a new copy (none was still there from the object's
+    // last read), and all but the copies the budget holds were evicted.
+    assert_eq!(stats.get_requests, copies, "{stats:?}");
+    let block = 64u64 << 10;
+    assert!(
+        stats.evicted_bytes >= copies.saturating_sub(BUDGET / block) * block,
+        "{stats:?}"
+    );
     println!("{copies} copies: {stats:?}");
 }
 
