@@ -9,10 +9,6 @@ use serde_json::{Map, Value};
 
 use crate::{FacadeError, Result, StoreKind, TierOptions};
 
-/// The store behind a [`CacheConfig`], under its former name.
-#[deprecated(note = "use StoreKind")]
-pub type BackendKind = StoreKind;
-
 /// What to do when the cache on disk was built from other sources or an
 /// older store format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -82,49 +82,6 @@ impl serde::Serialize for Detected {
     }
 }
 
-/// The kinds of cache `cachex` understands, as one enum: now a
-/// [`Detected`] (a [`StoreKind`] and a [`PeerFormat`]).
-#[deprecated(note = "use Detected (a StoreKind and a PeerFormat)")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum CacheKind {
-    /// A segment-store directory (segments plus our index log).
-    SegmentStore,
-    /// A torchcachex directory (segments, no index of ours).
-    Torchcachex,
-    /// A memmap-array directory (finished or being written).
-    MemmapArray,
-    /// A shard-store or loadit root (the same layout).
-    ShardStore,
-    /// A page-alloc file.
-    PageAlloc,
-    /// An FFCV `.beton` file.
-    Beton,
-}
-
-#[allow(deprecated)]
-impl CacheKind {
-    /// The kind's name in messages and `--json` output.
-    pub fn name(self) -> &'static str {
-        Detected::from(self).name()
-    }
-}
-
-#[allow(deprecated)]
-impl From<CacheKind> for Detected {
-    fn from(kind: CacheKind) -> Detected {
-        match kind {
-            CacheKind::SegmentStore => Detected::own(StoreKind::SegmentStore),
-            CacheKind::Torchcachex => Detected::peer(PeerFormat::Torchcachex),
-            CacheKind::MemmapArray => Detected::own(StoreKind::MemmapArray),
-            CacheKind::ShardStore => Detected::own(StoreKind::ShardStore),
-            CacheKind::PageAlloc => Detected::own(StoreKind::PageAlloc),
-            CacheKind::Beton => Detected::peer(PeerFormat::Beton),
-        }
-    }
-}
-
 /// The kind of cache at `path`, or `None` when it is none we know.
 pub fn detect(path: &Path) -> Option<Detected> {
     if path.is_dir() {

@@ -51,7 +51,7 @@
 //!
 //! # Example
 //! ```
-//! use cache_facade::{BackendKind, CacheConfig, CachedFn, Value, open};
+//! use cache_facade::{CacheConfig, CachedFn, Value, open};
 //! use tensor_core::Tensor;
 //!
 //! let root = tempfile::tempdir()?;
@@ -87,24 +87,16 @@ mod remote;
 mod source;
 
 pub use backend::{CacheBackend, Lookup, Operation, Stats};
-#[allow(deprecated)]
-pub use backends::open_read_only;
 pub use backends::{
     Cache, MemmapBackend, PAGE_FILE, PageBackend, SegmentBackend, ShardBackend, open,
     open_with_source,
 };
 pub use cached_fn::{CachedFn, CallStats};
-#[allow(deprecated)]
-pub use config::BackendKind;
 pub use config::{CacheConfig, OnStale, SourcesConfig};
 pub use dataset::Dataset;
-#[allow(deprecated)]
-pub use detect::CacheKind;
 pub use detect::{Detected, PeerFormat, detect};
 pub use durable_fs::BoxError;
 pub use error::{FacadeError, Result};
-#[allow(deprecated)]
-pub use remote::RemoteConfig;
 pub use remote_cache::{StoreKind, TierOptions};
 pub use source::Source;
 pub use tensor_core::{SharedBytes, SharedTensor, Value};

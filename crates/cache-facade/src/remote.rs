@@ -9,18 +9,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use remote_cache::{CacheDir, Location, StoreKind, TierOptions, is_url, redact_url};
+use remote_cache::{CacheDir, Location, StoreKind, is_url, redact_url};
 use remote_cache::{Publish, Publisher};
 
 use crate::{
     Cache, CacheBackend, CacheConfig, FacadeError, Lookup, Operation, Result, Stats, Value,
 };
-
-/// How a config with a URL root reads it locally, under its former name:
-/// remote-cache's [`TierOptions`], the one tier settings type (a config
-/// file's `options` still parses, as `storage_options`).
-#[deprecated(note = "use TierOptions")]
-pub type RemoteConfig = TierOptions;
 
 /// The local config and the commit log of a config whose root is a URL,
 /// or `None` for a local root: the cache at `<root>/<name>/<key>` opened

@@ -70,8 +70,5 @@ mod remote;
 pub use adapter::CacheAdapter;
 pub use adapters::{ADAPTERS, adapter_for, detect};
 pub use cache_check::{Problem, ProblemKind, Summary};
-/// The kinds of cache, as one enum: now `cache_facade::Detected`.
-#[allow(deprecated)]
-pub use cache_facade::CacheKind;
 pub use cli::{Cli, Command, main, run, verify_path};
 pub use error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};

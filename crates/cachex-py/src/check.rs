@@ -4,15 +4,38 @@
 //! (`cachex verify --json` and `cachex inspect --json`), then handed to
 //! Python as dicts, so the two cannot differ.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cache_check::{Problem, Summary};
-use cache_facade::Detected;
+use cache_facade::{Detected, PeerFormat, StoreKind};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
 
-use crate::json;
+use crate::{errors, json};
+
+/// `cachex.verify(path)`: everything wrong with the cache or file at
+/// `path`, whatever its kind, as `cachex verify --json` prints it. It
+/// takes a path, not an open store, so it also checks what cannot open (a
+/// damaged file, a half-built memmap-array cache).
+#[pyfunction]
+pub fn verify(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyDict>> {
+    let Some(kind) = cache_facade::detect(&path) else {
+        return Err(errors::invalid(format!(
+            "{}: no cache or file cachex knows (a segment store, memmap array, shard \
+             store, page file, torchcachex directory or .beton file)",
+            path.display()
+        )));
+    };
+    let problems = py.detach(|| match (kind.peer, kind.kind) {
+        (Some(PeerFormat::Beton), _) => page_alloc::beton::verify(&path),
+        (_, StoreKind::SegmentStore) => segment_store::verify(&path),
+        (_, StoreKind::MemmapArray) => memmap_array::verify(&path),
+        (_, StoreKind::ShardStore) => shard_store::verify(&path),
+        (_, StoreKind::PageAlloc) => page_alloc::verify(&path),
+    });
+    verify_to_py(py, kind, &path, &problems)
+}
 
 /// `{"kind", "path", "problems": [{"path", "kind", "detail"}, ...]}`, as
 /// `cachex verify --json` prints it (`problems` empty when sound; each

@@ -43,10 +43,8 @@
 //!                                drop-ins' durable write (durable-fs)
 //!   src/facade.rs                cachex.open's Cache and CachedFn
 //!   src/fingerprint.rs seq.rs    cache keys and fingerprints; loadit's index arithmetic
-//!   src/legacy.rs                deprecated module-level verify/inspect functions
 //!   python/cachex/               the package, by concern:
-//!     __init__.py                  the stores (from `_cachex`), errors, open / cached;
-//!                                  deprecated names warn through a module __getattr__
+//!     __init__.py                  the stores (from `_cachex`), errors, open / cached
 //!     _cachex.pyi, py.typed        stubs of this module
 //!     errors.py facade.py          the error classes; cachex.cached
 //!     sampling.py                  the sampling plan (numpy only)
@@ -55,8 +53,7 @@
 //!     dropins/                     torchcachex.py, loadit/: the drop-ins
 //!     ray/                         Ray Data sinks and sources (cachex[ray])
 //!     torchcachex/ loadit.py       the drop-ins' import paths (the same modules)
-//!     data/ ddp/ torchdata/        deprecated paths of cachex.torch's modules
-//!     _deprecated.py _remote.py    old names that warn; URL roots and tier keywords
+//!     _remote.py                   URL roots and tier keywords
 //!   conftest.py                  pytest's shared fixtures (beside pyproject.toml)
 //!   tests/                       pytest by concern: stores/ torch/ ray/ dropins/ remote/
 //!                                docs/ benches/, helpers in support/
@@ -94,7 +91,6 @@ mod fingerprint;
 mod fork;
 mod handle;
 mod json;
-mod legacy;
 mod memmap_build;
 mod memmap_reader;
 mod memmap_schema;
@@ -127,8 +123,6 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<memmap_reader::PyMemmapArray>()?;
     m.add_function(wrap_pyfunction!(memmap_reader::_reopen_memmap_array, m)?)?;
     m.add_function(wrap_pyfunction!(memmap_build::memmap_open_or_build, m)?)?;
-    m.add_function(wrap_pyfunction!(legacy::memmap_inspect, m)?)?;
-    m.add_function(wrap_pyfunction!(legacy::memmap_verify, m)?)?;
     m.add_class::<facade::PyCache>()?;
     m.add_class::<facade::PyCachedFn>()?;
     m.add_function(wrap_pyfunction!(facade::open, m)?)?;
@@ -149,8 +143,7 @@ fn _cachex(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<beton::PyBetonReader>()?;
     m.add_function(wrap_pyfunction!(beton::_reopen_beton_reader, m)?)?;
     m.add_function(wrap_pyfunction!(beton::write_beton, m)?)?;
-    m.add_function(wrap_pyfunction!(legacy::page_verify, m)?)?;
-    m.add_function(wrap_pyfunction!(legacy::beton_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(check::verify, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::compute_key, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::compute_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint::stale_reason, m)?)?;

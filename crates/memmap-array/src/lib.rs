@@ -117,23 +117,3 @@ pub use format::{
 pub use inspect::{ArrayInfo, FileInfo, Inspection, SidecarInfo, inspect, verify};
 pub use reader::{DEFAULT_RAM_FRACTION, MemmapArray, Row, physical_ram};
 pub use writer::{NewRow, RowWriter, WriterOptions};
-
-/// Deprecated name of [`Inspection`].
-#[deprecated(note = "use Inspection")]
-pub type Report = Inspection;
-
-/// Deprecated name of [`ArrayInfo`].
-#[deprecated(note = "use ArrayInfo")]
-pub type ArrayReport = ArrayInfo;
-
-/// Deprecated name of [`FileInfo`].
-#[deprecated(note = "use FileInfo")]
-pub type FileReport = FileInfo;
-
-/// Deprecated name of [`SidecarInfo`].
-#[deprecated(note = "use SidecarInfo")]
-pub type SidecarReport = SidecarInfo;
-
-/// Deprecated name of [`MemmapArray`].
-#[deprecated(note = "use MemmapArray")]
-pub type ArrayCache = MemmapArray;

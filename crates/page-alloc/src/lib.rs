@@ -79,10 +79,3 @@ pub use schema::{Field, FieldType, Schema};
 pub use source::{SampleOut, SampleSource, Slot, Value};
 pub use writer::{FinalizeStep, PageWriter, WriteSummary, WriterOptions};
 
-/// Deprecated name of [`Inspection`].
-#[deprecated(note = "use Inspection")]
-pub type Summary = Inspection;
-
-/// Deprecated name of [`FieldInfo`].
-#[deprecated(note = "use FieldInfo")]
-pub type FieldSummary = FieldInfo;

@@ -238,7 +238,3 @@ pub use stores::{
     LeasedSample, Refresher, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards,
 };
 pub use upload::REUSE_WITHIN;
-
-/// [`RemoteMemmapArray`] under its former name.
-#[deprecated(note = "use RemoteMemmapArray")]
-pub type RemoteArrays = RemoteMemmapArray;

@@ -22,7 +22,6 @@ pub enum StoreKind {
     PageAlloc,
 }
 
-#[allow(non_upper_case_globals)]
 impl StoreKind {
     /// Every kind, in the order above.
     pub const ALL: [StoreKind; 4] = [
@@ -31,23 +30,6 @@ impl StoreKind {
         StoreKind::ShardStore,
         StoreKind::PageAlloc,
     ];
-
-    /// The former name of [`StoreKind::SegmentStore`].
-    #[deprecated(note = "use StoreKind::SegmentStore")]
-    pub const Segments: StoreKind = StoreKind::SegmentStore;
-    /// The former name of [`StoreKind::ShardStore`].
-    #[deprecated(note = "use StoreKind::ShardStore")]
-    pub const Shards: StoreKind = StoreKind::ShardStore;
-    /// The former name of [`StoreKind::MemmapArray`].
-    #[deprecated(note = "use StoreKind::MemmapArray")]
-    pub const Arrays: StoreKind = StoreKind::MemmapArray;
-    /// The former name of [`StoreKind::PageAlloc`].
-    #[deprecated(note = "use StoreKind::PageAlloc")]
-    pub const Pages: StoreKind = StoreKind::PageAlloc;
-    /// The former "any store": a kind not known before the cache is
-    /// opened is now `None`.
-    #[deprecated(note = "use None (an Option<StoreKind>)")]
-    pub const Any: Option<StoreKind> = None;
 
     /// The kebab-case name used in configs, messages and `--json` output.
     pub fn name(self) -> &'static str {

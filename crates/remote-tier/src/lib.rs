@@ -213,9 +213,3 @@ pub use state::TierStats;
 pub use store_url::{build_store, redact_url};
 pub use tier::RemoteTier;
 pub use warm::{Warming, WarmingSet};
-
-/// The reader of the older push layout, under its former name.
-#[deprecated(note = "use remote_tier::legacy_manifest")]
-pub mod snapshot {
-    pub use crate::legacy_manifest::*;
-}

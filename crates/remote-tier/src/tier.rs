@@ -123,12 +123,6 @@ impl RemoteTier {
         &self.inner.dir.root
     }
 
-    /// The local tier directory, under its former name.
-    #[deprecated(note = "use RemoteTier::tier_dir")]
-    pub fn cache_dir(&self) -> &Path {
-        self.tier_dir()
-    }
-
     /// The object `name`'s size and etag, from the store.
     pub fn head(&self, name: &str) -> Result<ObjectInfo> {
         self.inner.head(name)

@@ -125,6 +125,3 @@ pub use shards::Item;
 pub use store::ShardStore;
 pub use value::{Bytes, PickleValue, bytes};
 
-/// Deprecated name of [`Inspection`].
-#[deprecated(note = "use Inspection")]
-pub type Summary = Inspection;

@@ -33,13 +33,6 @@ pub fn open(config: &CacheConfig) -> Result<Cache> {
     open_local(config.backend, config)
 }
 
-/// Opens the cache `config` names for reading only: [`open`] of it with
-/// [`CacheConfig::read_only`] set.
-#[deprecated(note = "use open with CacheConfig::read_only set")]
-pub fn open_read_only(config: &CacheConfig) -> Result<Cache> {
-    open(&config.clone().read_only(true))
-}
-
 fn open_local(kind: StoreKind, config: &CacheConfig) -> Result<Cache> {
     Ok(match kind {
         StoreKind::SegmentStore => Box::new(SegmentBackend::open(config)?),

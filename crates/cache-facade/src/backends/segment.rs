@@ -86,13 +86,6 @@ impl SegmentBackend {
     pub fn store(&self) -> &SegmentStore {
         &self.store
     }
-
-    /// Opens the cache `config` names read-only: [`open`](Self::open) with
-    /// [`CacheConfig::read_only`] set.
-    #[deprecated(note = "use SegmentBackend::open with CacheConfig::read_only set")]
-    pub fn open_read_only(config: &CacheConfig) -> Result<SegmentBackend> {
-        Self::open(&config.clone().read_only(true))
-    }
 }
 
 const SPEC: Spec = Spec {

@@ -32,7 +32,6 @@ Layout
 ``dropins/``                         the torchcachex and loadit drop-ins
 ``ray/``                             Ray Data sinks and sources
 ``torchcachex.py``, ``loadit.py``    the drop-ins' import paths (the same modules)
-``data/``, ``ddp/``, ``torchdata/``  deprecated paths of ``cachex.torch``'s modules
 ===================================  ===============================================
 
 Caches in object storage: every class and function that takes a cache
@@ -83,9 +82,9 @@ from cachex._cachex import (
     stale_reason,
     tier_stats,
     validate,
+    verify,
     write_beton,
 )
-from cachex._deprecated import deprecated_names
 from cachex.errors import (
     CacheError,
     CacheIOError,
@@ -166,16 +165,6 @@ __all__ = [
     "stale_reason",
     "tier_stats",
     "validate",
+    "verify",
     "write_beton",
 ]
-
-# Deprecated, still importable: reading one warns (and calling it warns again).
-__getattr__ = deprecated_names(
-    __name__,
-    {
-        "memmap_inspect": ("cachex._cachex", "cachex.MemmapArray(path).inspect()"),
-        "memmap_verify": ("cachex._cachex", "cachex.MemmapArray(path).verify()"),
-        "page_verify": ("cachex._cachex", "cachex.PageReader(path).verify()"),
-        "beton_verify": ("cachex._cachex", "cachex.BetonReader(path).verify()"),
-    },
-)

@@ -568,12 +568,6 @@ def memmap_open_or_build(
         committed rows"`` or ``"cache rebuilt (<why>)"``.
     """
 
-def memmap_inspect(path: str | os.PathLike[str]) -> Summary:
-    """Deprecated: ``MemmapArray(path).inspect()`` (this one reads a half-built cache too)."""
-
-def memmap_verify(path: str | os.PathLike[str]) -> VerifyReport:
-    """Deprecated: ``MemmapArray(path).verify()`` (this one checks what cannot open)."""
-
 FieldSpec: TypeAlias = str | tuple[DTypeLike, Sequence[int]]
 """``"int"``, ``"float"``, ``"bytes"`` (``"json"`` for .beton) or ``(dtype, shape)``."""
 
@@ -766,6 +760,12 @@ class PageReader:
     def inspect(self) -> Summary:
         """``cachex inspect --json``'s object for this file."""
 
+def verify(path: str | os.PathLike[str]) -> VerifyReport:
+    """Everything wrong with the cache or file at ``path``, whatever its kind,
+    as ``cachex verify --json`` prints it. Takes a path, not an open store, so
+    it also checks what cannot open (a damaged file, a half-built memmap-array
+    cache); :class:`InvalidInputError` when ``path`` is no cache cachex knows."""
+
 def tier_stats(tier_dir: str | os.PathLike[str]) -> dict[str, int]:
     """The counters of the local tier at ``tier_dir``, shared by every process
     of the machine: ``allocated``, ``generation``, ``fetched_bytes``,
@@ -949,12 +949,6 @@ def write_beton(
     keywords of :class:`PageReader`): it is written over the local tier,
     then published.
     """
-
-def page_verify(path: str | os.PathLike[str]) -> VerifyReport:
-    """Deprecated: ``PageReader(path).verify()`` (this one checks what cannot open)."""
-
-def beton_verify(path: str | os.PathLike[str]) -> VerifyReport:
-    """Deprecated: ``BetonReader(path).verify()`` (this one checks what cannot open)."""
 
 def compute_key(config: Any) -> str:
     """The 16-hex-character key of a JSON-able config (dict order ignored)."""

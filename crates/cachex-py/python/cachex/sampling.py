@@ -126,7 +126,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
@@ -609,29 +608,14 @@ class SamplingPlan:
         num_workers: int = 1,
         position: int | Progress | Sequence[Step] = 0,
         global_batch_size: int | None = None,
-        *,
-        batch_size: int | None = None,
     ) -> Deal:
         """Epoch ``epoch``'s global order from ``position`` on (a :class:`Progress`
         of that epoch, or a count of samples read), dealt to ``world_size`` ranks
         in global batches of ``global_batch_size`` (default: :meth:`global_batch`).
 
-        ``batch_size`` (deprecated: use ``global_batch_size``) is a per-rank
-        batch: global batches of ``batch_size`` times the data-parallel ranks.
         A ``position`` given as a history of :class:`Step` (the per-rank spans'
         form) is read when empty and refused otherwise.
         """
-        if batch_size is not None:
-            warnings.warn(
-                "SamplingPlan.deal(batch_size=) is deprecated: use global_batch_size= "
-                "(batch_size times the data-parallel ranks)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if global_batch_size is None:
-                global_batch_size = int(batch_size) * data_parallel(
-                    int(world_size), self.replication
-                )
         g = self.global_batch(world_size) if global_batch_size is None else int(global_batch_size)
         start = self._position(position)
         order = self.epoch_order(epoch)

@@ -15,7 +15,7 @@ def run(code: str) -> subprocess.CompletedProcess:
 
 def test_core_package_does_not_import_ray():
     done = run(
-        "import sys, cachex, cachex.data, cachex.facade, cachex.torchcachex, cachex.loadit\n"
+        "import sys, cachex, cachex.torch, cachex.facade, cachex.torchcachex, cachex.loadit\n"
         "assert 'ray' not in sys.modules, 'importing cachex imported ray'\n"
     )
     assert done.returncode == 0, done.stderr

@@ -128,8 +128,8 @@ def test_a_damaged_file_raises_corrupt(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(cachex.CorruptError, match=r"train\.pages"):
         cachex.PageReader(path)
-    with pytest.deprecated_call():
-        assert cachex.page_verify(path)["problems"]
+    report = cachex.verify(path)
+    assert report["kind"] == "page-alloc" and report["problems"], report
 
 
 def test_a_second_writer_is_refused(tmp_path):

@@ -164,15 +164,20 @@ def test_a_checksum_mismatch_is_named_as_the_command_line_names_it(tmp_path):
     assert {p["kind"] for p in store.verify()["problems"]} == {"checksum-mismatch"}
 
 
-def test_the_module_functions_warn_and_return_the_same_shapes(tmp_path):
-    path, open_store, _ = memmap_array(tmp_path)
-    with pytest.deprecated_call():
-        assert cachex.memmap_verify(path) == open_store().verify()
-    with pytest.deprecated_call():
-        assert cachex.memmap_inspect(path) == open_store().inspect()
-    pages, open_pages, _ = page_file(tmp_path)
-    with pytest.deprecated_call():
-        assert cachex.page_verify(pages) == open_pages().verify()
-    beton, open_beton, _ = beton_file(tmp_path)
-    with pytest.deprecated_call():
-        assert cachex.beton_verify(beton) == open_beton().verify()
+@pytest.mark.parametrize("kind", STORES)
+def test_verify_by_path_is_the_command_line_s_sound_or_damaged(tmp_path, kind):
+    path, open_store, corrupt = STORES[kind](tmp_path)
+    open_store()
+    assert cachex.verify(path) == {"kind": kind, "path": str(path), "problems": []}
+    # Damaged, whether or not the store could still open: the same report
+    # as the command line's.
+    corrupt()
+    found = cachex.verify(path)
+    assert found == cli("verify", path)
+    assert found["kind"] == kind and found["problems"], found
+
+
+def test_verify_by_path_names_a_path_that_is_no_cache(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a cache")
+    with pytest.raises(cachex.InvalidInputError, match=r"notes\.txt: no cache"):
+        cachex.verify(tmp_path / "notes.txt")

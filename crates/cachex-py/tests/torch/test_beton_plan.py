@@ -109,15 +109,6 @@ def test_inline_fields_only_make_one_block(tmp_path):
     assert sorted(i for b in ids_of(it) for i in b) == list(range(10))
 
 
-def test_the_deprecated_beton_iterable_is_the_dataset_s_iterable(tmp_path):
-    path = tmp_path / "a.beton"
-    cachex.write_beton(path, {"i": "int"}, [{"i": i} for i in range(10)])
-    with pytest.deprecated_call(match=r"use BetonDataset\(path, \.\.\.\)\.iterable"):
-        old = data.BetonIterableDataset(path, 4, fields=["i"], seed=1, drop_last=True)
-    new = data.BetonDataset(path, fields=["i"]).iterable(4, seed=1, policy="drop_last")
-    assert old.beton is old.dataset and ids_of(old) == ids_of(new)
-
-
 def test_beton_dataset_batches_every_field(tmp_path):
     path = tmp_path / "a.beton"
     fields = {"i": "int", "f": "float", "blob": "bytes", "meta": "json", "x": ("float32", (3,))}

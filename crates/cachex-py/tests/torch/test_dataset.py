@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import cachex
-import cachex.torch as cachex_torch
 from cachex.dropins import torchcachex as dropin_torchcachex
 from cachex.dropins.loadit import util as dropin_loadit_util
 from cachex.torch import datasets as data
@@ -435,21 +434,7 @@ def test_resumable_loader_restarts_with_another_worker_count(stores, form):
     assert sorted(i for batch in again for i in ids(batch)) == list(range(N))
 
 
-def test_the_deprecated_names_warn_and_give_the_current_objects(stores):
-    with pytest.deprecated_call(match=r"use PageDataset\(path, \.\.\.\)\.iterable"):
-        old = data.PageIterableDataset(stores["page"], 8, seed=3, drop_last=True)
-    new = data.PageDataset(stores["page"]).iterable(8, seed=3, policy="drop_last")
-    assert isinstance(old, data.IterableBatches) and old.pages is old.dataset
-    assert old.order() == new.order() and len(old) == len(new)
-    with pytest.deprecated_call(match=r"cachex\.data\.PageDataset .* cachex\.torch"):
-        from cachex.data import PageDataset
-    assert PageDataset is data.PageDataset
-    with pytest.deprecated_call(match=r"cachex\.ddp\.refresh_backend .* cachex\.torch\."):
-        from cachex.ddp import refresh_backend
-    assert refresh_backend is cachex_torch.refresh_backend
-    with pytest.deprecated_call(match=r"MemmapArray\(path\)\.inspect\(\)"):
-        assert callable(cachex.memmap_inspect)
-    assert "memmap_inspect" not in cachex.__all__
+def test_the_drop_ins_import_paths_are_the_drop_in_modules():
     # The drop-ins' import paths are the drop-in modules themselves.
     assert importlib.import_module("cachex.torchcachex") is dropin_torchcachex
     assert importlib.import_module("cachex.loadit.util") is dropin_loadit_util

@@ -209,8 +209,7 @@ def test_an_old_state_is_read_at_an_epochs_start_and_refused_within_one():
 
 def test_the_older_calls_still_work_or_say_what_to_give():
     plan = SamplingPlan(even_blocks(40, 4), 2, seed=5)
-    with pytest.warns(DeprecationWarning, match="global_batch_size"):
-        deal = plan.deal(0, 4, 1, batch_size=3)
+    deal = plan.deal(0, 4, 1, global_batch_size=12)
     assert deal.global_batch_size == 12 and deal.batch_size == 3
     # A run of 2 steps of 4 ranks x 3 is the position 24 of the global order.
     state = plan.state(Progress(0), Step(4, 2, 3, 2))

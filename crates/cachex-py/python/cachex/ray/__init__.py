@@ -3,7 +3,7 @@
 Compute on the cluster, train from the cache: a ``map_batches`` pipeline
 writes its outputs with ``ds.write_datasink(SegmentSink(path,
 key_column="key"))``, and :func:`read_segments` (or a
-:class:`cachex.SegmentStore` / :mod:`cachex.data` dataset) reads them back.
+:class:`cachex.SegmentStore` / :mod:`cachex.torch` dataset) reads them back.
 
 Sinks
 -----

@@ -17,10 +17,8 @@ within each block; dealt evenly to ranks and DataLoader workers; resumable):
                                DataLoader's ``sampler`` (``dataset.sampler(batch_size)``)
 =============================  ===============================================
 
-:class:`IterableBatches` is the one iterable type, over any of them:
-``PageDataset(path).iterable(256)`` is what ``PageIterableDataset(path, 256)``
-was (that name and ``BetonIterableDataset`` still work, with a
-``DeprecationWarning``; ``drop_last=True`` is ``policy="drop_last"``).
+:class:`IterableBatches` is the one iterable type, over any of them
+(``PageDataset(path).iterable(256)``).
 
 Each dataset's ``blocks()`` is the layout its plan keeps together: the
 pages of a page file or a ``.beton`` (FFCV's quasi-random order), the
@@ -103,7 +101,6 @@ from __future__ import annotations
 
 import operator
 import os
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -1180,59 +1177,3 @@ class IterableBatches(_IterableBase, _Planned):
             yield batch
             if handle is not None and not handle.closed:
                 handle.advance(j + 1)
-
-
-class _FileBatches(IterableBatches):
-    """Deprecated: :class:`IterableBatches` over the dataset of a file,
-    opened from its path. Takes ``path``, ``batch_size``, ``shuffle``,
-    ``seed``, ``drop_last`` (``policy="drop_last"``, else ``"pad"``),
-    ``rank``, ``world_size``, ``reuse_buffers`` and the dataset's keywords."""
-
-    _dataset: type[_Batched]
-
-    def __init__(
-        self,
-        path: Any,
-        batch_size: int | None = None,
-        *,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = False,
-        rank: int | None = None,
-        world_size: int | None = None,
-        reuse_buffers: bool = False,
-        **options: Any,
-    ) -> None:
-        warnings.warn(
-            f"{type(self).__name__} is deprecated: use {self._dataset.__name__}(path, ...)"
-            ".iterable(batch_size, ...) (an IterableBatches; drop_last=True is "
-            'policy="drop_last")',
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if batch_size is not None and batch_size < 1:
-            raise InvalidInputError(f"batch_size {batch_size}: give at least 1 or None")
-        super().__init__(
-            self._dataset(path, **options),
-            batch_size,
-            seed=seed,
-            shuffle=shuffle,
-            policy="drop_last" if drop_last else "pad",
-            rank=rank,
-            world_size=world_size,
-            reuse_buffers=reuse_buffers,
-        )
-
-
-class PageIterableDataset(_FileBatches):
-    """Deprecated: ``PageDataset(path, ...).iterable(batch_size, ...)``."""
-
-    _dataset = PageDataset
-    pages = property(lambda self: self.dataset, doc="The :class:`PageDataset` it reads.")
-
-
-class BetonIterableDataset(_FileBatches):
-    """Deprecated: ``BetonDataset(path, ...).iterable(batch_size, ...)``."""
-
-    _dataset = BetonDataset
-    beton = property(lambda self: self.dataset, doc="The :class:`BetonDataset` it reads.")

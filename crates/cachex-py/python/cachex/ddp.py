@@ -1,9 +1,0 @@
-"""Deprecated: ``cachex.ddp`` moved to :mod:`cachex.torch.ddp`
-(DDP caching; every public name is importable from :mod:`cachex.torch`).
-Each name read here warns (``DeprecationWarning``) naming its new path,
-then gives the same object.
-"""
-
-from cachex._deprecated import moved_module
-
-__getattr__, __dir__ = moved_module(__name__, "cachex.torch.ddp", "cachex.torch")
