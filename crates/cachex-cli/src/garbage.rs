@@ -73,6 +73,7 @@ pub(crate) fn run_gc(
             "leased_objects": r.leased_objects,
             "deleted_leases": r.deleted_leases,
             "deleted_sweeps": r.deleted_sweeps,
+            "restarted_sweeps": r.restarted_sweeps,
         })
         .to_string()
     } else {

@@ -78,4 +78,3 @@ pub use recover::{lock_path, recover, temp_path};
 pub use schema::{Field, FieldType, Schema};
 pub use source::{SampleOut, SampleSource, Slot, Value};
 pub use writer::{FinalizeStep, PageWriter, WriteSummary, WriterOptions};
-

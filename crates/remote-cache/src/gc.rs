@@ -41,13 +41,16 @@
 //!
 //! A sweep that never ends (gc killed, a delete left unanswered) lapses:
 //! the publisher stops waiting when its life is over, and a later gc
-//! deletes it. gc sends each delete within
-//! [`SWEEP_FOR`](crate::SWEEP_FOR) of starting a write of the sweep (it
-//! writes it again when needed), and a delete is answered or given up
-//! within the tier's bound on a call; the sweep lives twice as long as a
-//! delete may take to land, so every delete lands before it lapses
-//! unless the publisher's clock is off by half its life. A lease renewed
-//! after it may have lapsed waits for the sweeps again. Publishers and
+//! deletes it. gc sends each HEAD and delete within
+//! [`SWEEP_FOR`](crate::SWEEP_FOR) of starting the write of the sweep
+//! (past it, the objects left start over in a new sweep, with the leases
+//! read again), and a delete is answered or given up within the tier's
+//! bound on a call; the sweep lives twice as long as a delete may take to
+//! land, so every delete lands before it lapses. Both sides judge lapse
+//! on the server's clock (`lease.rs`), so a process whose clock is wrong
+//! changes nothing. A lease renewed after it may have lapsed is written
+//! under a new name, waits for the sweeps again, and the publisher checks
+//! its objects again before it commits. Publishers and
 //! gcs of earlier versions write no sweeps and wait for none: against
 //! them the grace period and [`REUSE_WITHIN`](crate::REUSE_WITHIN) still
 //! hold (see [`gc`]).
@@ -171,6 +174,10 @@ pub struct GcReport {
     /// Lapsed sweeps deleted (of gcs killed, or whose delete went
     /// unanswered).
     pub deleted_sweeps: u64,
+    /// Sweeps ended before their last object because [`SWEEP_FOR`](crate::SWEEP_FOR)
+    /// passed (a slow store, a paused process): the objects left started
+    /// over in a new sweep.
+    pub restarted_sweeps: u64,
 }
 
 /// The commit log as gc and du see it.
@@ -397,7 +404,7 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
     // Publishes in flight (their leases), then records written since the
     // survey: what they name stays. In this order, since a publisher
     // deletes its lease only once its record landed.
-    let mut held = lease::held(tier, SystemTime::now())?;
+    let mut held = lease::held(tier, lease::server_now(tier)?)?;
     let mut leased = std::mem::take(&mut held.objects);
     let mut records = Records {
         seq: s.last.seq,
@@ -420,34 +427,52 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
         unneeded.push(o);
     }
     for batch in unneeded.chunks(SWEEP_OBJECTS) {
-        // The sweep first, the leases and records after it: a publisher
-        // whose lease this read misses waits for the sweep to end before
-        // it looks for any object (the module docs).
-        let mut sweep = Sweep::start(tier, batch.iter().map(|o| o.name.clone()))?;
-        let again = lease::held(tier, SystemTime::now())?;
-        held.lapsed.retain(|l| again.lapsed.contains(l));
-        leased.extend(again.objects);
-        records.read_new(tier, &mut live)?;
-        for o in batch {
-            if kept(o, &live, &leased, &mut report) {
-                continue;
-            }
-            // The listing may be old: an upload since then renewed the object.
-            match tier.head(&o.name) {
-                Ok(info) if info.last_modified >= young_from(SystemTime::now()) => {
-                    report.young_objects += 1;
+        let mut rest: &[&ObjectInfo] = batch;
+        while !rest.is_empty() {
+            // The sweep first, the leases and records after it: a publisher
+            // whose lease this read misses waits for the sweep to end before
+            // it looks for any object (the module docs).
+            let mut sweep = Sweep::start(tier, rest.iter().map(|o| o.name.clone()))?;
+            let again = lease::held(tier, sweep.server_time())?;
+            held.lapsed.retain(|l| again.lapsed.contains(l));
+            leased.extend(again.objects);
+            records.read_new(tier, &mut live)?;
+            let mut done = rest.len();
+            for (k, o) in rest.iter().enumerate() {
+                if kept(o, &live, &leased, &mut report) {
                     continue;
                 }
-                Ok(_) => {}
-                Err(remote_tier::Error::NotFound { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                // Too long since the sweep was written (a slow store, a
+                // pause): the rest start over in a new sweep.
+                if !sweep.fresh() {
+                    done = k;
+                    break;
+                }
+                // The listing may be old: an upload since then renewed the object.
+                match tier.head(&o.name) {
+                    Ok(info) if info.last_modified >= young_from(SystemTime::now()) => {
+                        report.young_objects += 1;
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(remote_tier::Error::NotFound { .. }) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+                hooks::reached(tier, Stage::Deleting);
+                if !sweep.fresh() {
+                    done = k;
+                    break;
+                }
+                sweep.delete(&o.name)?;
+                report.deleted_objects += 1;
+                report.deleted_bytes += o.size;
             }
-            hooks::reached(tier, Stage::Deleting);
-            sweep.delete(&o.name)?;
-            report.deleted_objects += 1;
-            report.deleted_bytes += o.size;
+            sweep.end()?;
+            if done < rest.len() {
+                report.restarted_sweeps += 1;
+            }
+            rest = &rest[done..];
         }
-        sweep.end()?;
     }
     let seq = records.seq;
     report.seq = seq;
@@ -455,7 +480,7 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
         tier.delete(name)?;
         report.deleted_leases += 1;
     }
-    for name in lease::lapsed_sweeps(tier, SystemTime::now())? {
+    for name in lease::lapsed_sweeps(tier, lease::server_now(tier)?)? {
         tier.delete(&name)?;
         report.deleted_sweeps += 1;
     }

@@ -10,23 +10,32 @@
 //!
 //! A record lives `ttl_secs` (at most [`MAX_LEASE`]) after the store last
 //! wrote it (its last-modified time, the server's clock, judged with a
-//! second's slack for the listing's whole-second times).
+//! second's slack for the listing's whole-second times). Lapse is judged
+//! on the server's clock alone: a publisher reads "now" as its own lease's
+//! last-modified time plus the time since (a monotonic clock), gc as the
+//! last-modified time of a record it just wrote, so a process whose clock
+//! is wrong neither takes a live record for lapsed nor waits forever.
 //!
 //! A publisher writes its lease before it uploads, reuses or checks any
 //! object, then waits for every sweep that names one of those objects to
 //! end ([`Lease::take`]); it writes the lease again when a quarter of its
 //! life is gone (between uploads) and deletes it once its commit landed
-//! or it gave up. A killed publisher's lease lapses, and gc deletes
-//! lapsed leases. A staged writer ([`mod@crate::staged`]), whose commit
+//! or it gave up. A lease renewed after it may have lapsed is written
+//! under a new name (gc may delete the old one), its sweeps awaited again,
+//! and the objects checked again before the commit. A killed publisher's
+//! lease lapses, and gc deletes lapsed leases. A staged writer ([`mod@crate::staged`]), whose commit
 //! another process writes later, leaves its lease to lapse
 //! ([`STAGED_LEASE`]).
 //!
 //! A gc writes a sweep naming at most [`SWEEP_OBJECTS`] objects before it
-//! reads the leases and deletes any of them ([`Sweep`]); it writes the
-//! sweep again before a delete whenever it last wrote it [`SWEEP_FOR`]
-//! ago, and deletes it once every delete it sent was answered. A sweep
-//! lives twice the longest a delete may take to land after a write of
-//! it (`SWEEP_FOR` and two requests' bounds, retries included); one whose
+//! reads the leases and deletes any of them ([`Sweep`]), and sends a HEAD
+//! or a delete under it only within [`SWEEP_FOR`] of its write: past that
+//! (a slow store, a paused process) the sweep ends and the objects left
+//! start over in a new sweep, with the leases read again, rather than a
+//! delete that might land after a publisher judged the sweep lapsed. It
+//! deletes the sweep once every delete it sent was answered. A sweep
+//! lives twice the longest a delete may take to land after its write
+//! (`SWEEP_FOR` and two requests' bounds, retries included); one whose
 //! delete went unanswered, or whose gc was killed, is left to lapse, and
 //! a later gc deletes it.
 
@@ -60,8 +69,8 @@ pub const MAX_LEASE: Duration = STAGED_LEASE;
 /// The most objects one sweep names: what a publisher that reuses one of
 /// them waits for is that many deletes at most.
 pub const SWEEP_OBJECTS: usize = 256;
-/// A gc writes its sweep again before a delete whenever it last wrote it
-/// this long ago.
+/// A gc sends a HEAD or a delete under a sweep only this long after it
+/// began to write the sweep; past it, the objects left start a new sweep.
 pub const SWEEP_FOR: Duration = Duration::from_secs(30);
 /// How often a publisher that waits for a sweep looks again.
 const SWEEP_POLL: Duration = Duration::from_millis(100);
@@ -110,6 +119,25 @@ fn encode(tier: &RemoteTier, name: &str, ttl: Duration, objects: Vec<String>) ->
         )));
     }
     Ok(bytes)
+}
+
+/// The server's clock when `name`, just written, was written: its
+/// last-modified time (whole seconds on most stores, so at most the true
+/// time: what is judged lapsed by it is lapsed).
+fn written_at(tier: &RemoteTier, name: &str) -> Result<SystemTime> {
+    Ok(tier.head(name)?.last_modified)
+}
+
+/// The server's clock now, at most: a probe record written, read back and
+/// deleted (under `remote_tier::PROBE_DIR`, which gc leaves alone).
+pub(crate) fn server_now(tier: &RemoteTier) -> Result<SystemTime> {
+    let name = new_name(remote_tier::PROBE_DIR);
+    tier.put_bytes(&name, b"clock".to_vec())?;
+    let at = written_at(tier, &name);
+    // Best effort: a probe left behind is a few bytes, written over by
+    // nothing and read by nothing.
+    let _ = tier.delete(&name);
+    at
 }
 
 /// The records under one directory, as they stand at one time.
@@ -184,6 +212,10 @@ pub(crate) struct Lease<'t> {
     ttl: Duration,
     /// When it was last written (from before the put): `None` before.
     written: Option<Instant>,
+    /// The server's clock at the last write (its last-modified time), and
+    /// when this process learned it: the publisher's "now" is the first
+    /// plus the time since the second.
+    server: Option<(SystemTime, Instant)>,
     release: bool,
 }
 
@@ -209,6 +241,7 @@ impl<'t> Lease<'t> {
             objects,
             ttl,
             written: None,
+            server: None,
             release: true,
         };
         lease.renew()?;
@@ -216,25 +249,36 @@ impl<'t> Lease<'t> {
     }
 
     /// Writes the lease again, so that it lives another `ttl`; one that
-    /// may have lapsed meanwhile waits for the sweeps as
-    /// [`take`](Lease::take) does.
-    pub(crate) fn renew(&mut self) -> Result<()> {
+    /// may have lapsed meanwhile is written under a new name (a gc that
+    /// judged it lapsed may delete the old one) and waits for the sweeps
+    /// as [`take`](Lease::take) does. Whether it may have lapsed: then an
+    /// object checked while it was held may be gone, and the publisher
+    /// checks again.
+    pub(crate) fn renew(&mut self) -> Result<bool> {
         let missed = self
             .written
             .is_none_or(|w| w.elapsed() + CLOCK_SLACK >= self.ttl);
-        self.write()?;
+        if missed && self.written.is_some() {
+            let old = std::mem::replace(&mut self.name, new_name(LEASES));
+            self.write()?;
+            // Best effort: one not deleted lapses, and gc deletes it.
+            let _ = self.tier.delete(&old);
+        } else {
+            self.write()?;
+        }
         if missed {
             self.await_sweeps()?;
         }
-        Ok(())
+        Ok(missed && self.written.is_some())
     }
 
-    /// Renews the lease when a quarter of its life is gone.
-    pub(crate) fn renew_if_due(&mut self) -> Result<()> {
+    /// Renews the lease when a quarter of its life is gone; whether it may
+    /// have lapsed (see [`renew`](Lease::renew)).
+    pub(crate) fn renew_if_due(&mut self) -> Result<bool> {
         if self.written.is_none_or(|w| w.elapsed() >= self.ttl / 4) {
-            self.renew()?;
+            return self.renew();
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Leaves the lease in the store, to lapse after its `ttl`: for
@@ -248,15 +292,27 @@ impl<'t> Lease<'t> {
         let now = Instant::now();
         self.tier.put_bytes(&self.name, self.bytes.clone())?;
         self.written = Some(now);
+        self.server = Some((written_at(self.tier, &self.name)?, Instant::now()));
         Ok(())
     }
 
-    /// Waits until no live sweep names one of the lease's objects (a
-    /// sweep written after the lease reads it: it is not waited for).
+    /// The server's clock now, at most: the lease's last write by the
+    /// server's clock, plus the time since by this process's.
+    fn server_now(&self) -> SystemTime {
+        match self.server {
+            Some((at, learned)) => at + learned.elapsed(),
+            None => SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    /// Waits until no live sweep names one of the lease's objects (each
+    /// judged on the server's clock). A sweep written after the lease
+    /// reads it, but one cannot tell which were: every live sweep that
+    /// names one of the objects is waited for.
     fn await_sweeps(&mut self) -> Result<()> {
         let mut announced = false;
         loop {
-            let sweeps = Records::read(self.tier, SWEEPS, SystemTime::now())?;
+            let sweeps = Records::read(self.tier, SWEEPS, self.server_now())?;
             sweeps.refuse_unreadable(self.tier, "nothing is published while it may be live")?;
             let names_ours = |r: &Record| {
                 r.objects
@@ -322,9 +378,10 @@ pub(crate) fn lapsed_sweeps(tier: &RemoteTier, now: SystemTime) -> Result<Vec<St
 pub(crate) struct Sweep<'t> {
     tier: &'t RemoteTier,
     name: String,
-    bytes: Vec<u8>,
-    /// When it was last written (from before the put).
+    /// When it was written (from before the put).
     written: Instant,
+    /// The server's clock when it was written (its last-modified time).
+    server_time: SystemTime,
     /// A delete was sent and not answered: it may land later still.
     unanswered: bool,
     ended: bool,
@@ -360,25 +417,37 @@ impl<'t> Sweep<'t> {
         objects.dedup();
         let bytes = encode(tier, &name, ttl, objects)?;
         let written = Instant::now();
-        tier.put_bytes(&name, bytes.clone())?;
-        Ok(Sweep {
+        tier.put_bytes(&name, bytes)?;
+        let mut sweep = Sweep {
             tier,
             name,
-            bytes,
             written,
+            server_time: SystemTime::UNIX_EPOCH,
             unanswered: false,
             ended: false,
-        })
+        };
+        sweep.server_time = written_at(tier, &sweep.name)?;
+        Ok(sweep)
     }
 
-    /// Deletes `object` (one the sweep names), writing the sweep again
-    /// first when it was last written [`SWEEP_FOR`] ago.
+    /// Whether a HEAD or delete may still be sent under the sweep: within
+    /// [`SWEEP_FOR`] of its write, so that a delete lands while every
+    /// publisher still sees the sweep live. Past it, the caller ends the
+    /// sweep and starts the objects left in a new one.
+    pub(crate) fn fresh(&self) -> bool {
+        self.written.elapsed() < SWEEP_FOR
+    }
+
+    /// The server's clock when the sweep was written: leases read after
+    /// it are judged lapsed or live at this time (earlier than the read:
+    /// a lease judged lapsed is).
+    pub(crate) fn server_time(&self) -> SystemTime {
+        self.server_time
+    }
+
+    /// Deletes `object` (one the sweep names). The caller checked
+    /// [`fresh`](Sweep::fresh) just before.
     pub(crate) fn delete(&mut self, object: &str) -> Result<()> {
-        if self.written.elapsed() >= SWEEP_FOR {
-            let now = Instant::now();
-            self.tier.put_bytes(&self.name, self.bytes.clone())?;
-            self.written = now;
-        }
         self.unanswered = true;
         self.tier.delete(object)?;
         self.unanswered = false;

@@ -158,7 +158,8 @@ pub fn push_dir(
         // files than a process may open); what is sent is checked against
         // the hash taken above, whatever happened to the file since.
         for (piece, path) in &changed {
-            lease.renew_if_due()?;
+            // A lease that may have lapsed is checked again below anyway.
+            let _ = lease.renew_if_due()?;
             if uploaded.insert(piece.object())
                 && upload::put_piece(tier, piece, &open(path)?, path)?
             {
@@ -168,11 +169,17 @@ pub fn push_dir(
         }
         hooks::reached(tier, Stage::Uploaded);
         // A commit never names an object that is not there.
-        lease.renew_if_due()?;
-        for (piece, path) in &changed {
-            if upload::ensure_present(tier, piece, &open(path)?, path)? {
-                report.uploaded += 1;
-                report.bytes_uploaded += piece.size;
+        // Checked again while the lease may have lapsed during the check.
+        let _ = lease.renew_if_due()?;
+        loop {
+            for (piece, path) in &changed {
+                if upload::ensure_present(tier, piece, &open(path)?, path)? {
+                    report.uploaded += 1;
+                    report.bytes_uploaded += piece.size;
+                }
+            }
+            if !lease.renew_if_due()? {
+                break;
             }
         }
         let seq = crate::commit::next_seq(tier.url(), state.seq)?;

@@ -103,15 +103,22 @@ pub fn upload_files(
     // left to lapse ([`STAGED_LEASE`]), and gc keeps the objects until then.
     let mut lease = Lease::take(tier, STAGED_LEASE, pieces.iter().map(Piece::object))?;
     for (piece, (_, path)) in pieces.iter().zip(files) {
-        lease.renew_if_due()?;
+        // A lease that may have lapsed is checked again below anyway.
+        let _ = lease.renew_if_due()?;
         let file = File::open(path).map_err(Error::io("open", path))?;
         upload::put_piece(tier, piece, &file, path)?;
     }
     hooks::reached(tier, Stage::Uploaded);
-    lease.renew_if_due()?;
-    for (piece, (_, path)) in pieces.iter().zip(files) {
-        let file = File::open(path).map_err(Error::io("open", path))?;
-        upload::ensure_present(tier, piece, &file, path)?;
+    // Checked again while the lease may have lapsed during the check.
+    let _ = lease.renew_if_due()?;
+    loop {
+        for (piece, (_, path)) in pieces.iter().zip(files) {
+            let file = File::open(path).map_err(Error::io("open", path))?;
+            upload::ensure_present(tier, piece, &file, path)?;
+        }
+        if !lease.renew_if_due()? {
+            break;
+        }
     }
     lease.keep();
     Ok(pieces)

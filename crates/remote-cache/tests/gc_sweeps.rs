@@ -249,6 +249,75 @@ fn publish_inside_the_delete(bucket: &Bucket, found: Found) {
     assert_eq!(std::fs::read(reader.dir().join("b")).unwrap(), x);
 }
 
+/// A gc that pauses past [`SWEEP_FOR`](remote_cache::SWEEP_FOR) between
+/// its check of an object and its delete (a slow store, a stopped
+/// process) sends no delete under that sweep: it ends it and starts the
+/// objects left over in a new sweep, reading the leases again, so a
+/// publisher that took a lease on the object meanwhile keeps it. (Within
+/// the sweep's life the publisher waits either way; past it, a delete
+/// sent under the old sweep could land after the publisher judged the
+/// sweep lapsed.) Takes `SWEEP_FOR` and a few seconds.
+#[test]
+fn a_gc_paused_past_its_sweep_starts_over_and_reads_the_leases_again() {
+    let bucket = Bucket::local();
+    let url = bucket.url("paused");
+    let (w, p, g) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (x, y) = (bytes(7, 80 << 10), bytes(8, 70 << 10));
+    let writer = open_dir(&bucket, &url, w.path());
+    replace(writer.dir(), "a", &x);
+    assert_eq!(writer.publish().unwrap().seq, Some(1));
+    replace(writer.dir(), "a", &y);
+    assert_eq!(writer.publish().unwrap().seq, Some(2));
+    std::thread::sleep(Duration::from_millis(2500));
+
+    let publisher = open_dir(&bucket, &url, p.path());
+    replace(publisher.dir(), "b", &x);
+    let gc_tier = bucket.tier(&url, g.path());
+    let (tx, rx) = std::sync::mpsc::channel::<Event>();
+    let armed = AtomicBool::new(true);
+    let publisher = Mutex::new(Some(publisher));
+    let events = Mutex::new(tx);
+    on_stage(gc_tier.url(), move |stage| match stage {
+        Stage::Deleting if armed.swap(false, Ordering::SeqCst) => {
+            let publisher = publisher.lock().unwrap().take().unwrap();
+            let events = events.lock().unwrap().clone();
+            std::thread::spawn(move || {
+                let _ = events.send(Event::Published(publisher.publish()));
+            });
+            // The pause: the sweep, written just before the check, is
+            // past SWEEP_FOR when the gc goes on.
+            std::thread::sleep(remote_cache::SWEEP_FOR + Duration::from_secs(1));
+        }
+        Stage::AwaitingSweep => {
+            let _ = events.lock().unwrap().send(Event::Waiting);
+        }
+        _ => {}
+    });
+    let report = gc(&gc_tier, NO_GRACE).unwrap();
+    println!("gc paused past its sweep: {report:?}");
+    let mut waited = false;
+    let published = loop {
+        match rx.recv_timeout(Duration::from_secs(120)).unwrap() {
+            Event::Waiting => waited = true,
+            Event::Published(p) => break p.unwrap(),
+        }
+    };
+    assert!(waited, "the publish looked for its object during the sweep");
+    assert_eq!(report.restarted_sweeps, 1, "{report:?}");
+    // The new sweep read the publisher's lease (or, had the publish
+    // committed between the sweeps, its commit): the object stayed, reused.
+    assert_eq!(report.deleted_objects, 0, "{report:?}");
+    assert_eq!(published.seq, Some(3), "{published:?}");
+    assert_eq!(published.uploaded, 0, "{published:?}");
+    let state = assert_every_object_there(&gc_tier);
+    assert_eq!(state.files["b"][0].object(), object_of(&x));
+    assert!(gc_tier.list("sweeps").unwrap().is_empty());
+}
+
 #[test]
 fn a_publish_that_sends_again_an_object_gc_is_deleting_keeps_it() {
     publish_inside_the_delete(&Bucket::local(), Found::Old);

@@ -124,4 +124,3 @@ pub use seq::{
 pub use shards::Item;
 pub use store::ShardStore;
 pub use value::{Bytes, PickleValue, bytes};
-

@@ -28,7 +28,8 @@ impl RemoteDir {
         // may hold more files than a process may open): what is sent is
         // checked against the hash taken, whatever happened to it since.
         for (piece, path) in &pieces {
-            lease.renew_if_due()?;
+            // A lease that may have lapsed is checked again below anyway.
+            let _ = lease.renew_if_due()?;
             if let Some(bytes) = self.upload(piece, path)? {
                 report.uploaded += 1;
                 report.bytes_uploaded += bytes;
@@ -37,11 +38,17 @@ impl RemoteDir {
         hooks::reached(&self.tier, Stage::Uploaded);
         // A commit never names an object that is not there: one a gc
         // that ignores leases took meanwhile is sent again.
-        lease.renew_if_due()?;
-        for (piece, path) in &pieces {
-            if upload::ensure_present(&self.tier, piece, &open_source(path)?, path)? {
-                report.uploaded += 1;
-                report.bytes_uploaded += piece.size;
+        // Checked again while the lease may have lapsed during the check.
+        let _ = lease.renew_if_due()?;
+        loop {
+            for (piece, path) in &pieces {
+                if upload::ensure_present(&self.tier, piece, &open_source(path)?, path)? {
+                    report.uploaded += 1;
+                    report.bytes_uploaded += piece.size;
+                }
+            }
+            if !lease.renew_if_due()? {
+                break;
             }
         }
         let pieces: Vec<Piece> = pieces.into_iter().map(|(p, _)| p).collect();
