@@ -1,5 +1,5 @@
 //! The `cachex` command line: `inspect`, `verify`, `get`, `stats`,
-//! `compact`, `push`, `pull`, `migrate`, `gc`, `du` and `demo`. Each command finds the cache's adapter
+//! `compact`, `push`, `pull`, `gc`, `du` and `demo`. Each command finds the cache's adapter
 //! ([`adapter_for`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
 //! sound, [`EXIT_PROBLEMS`] (1) problems found or the cache could not be
 //! read, [`EXIT_USAGE`] (2) usage errors and paths that are no cache we
@@ -117,16 +117,6 @@ pub enum Command {
         /// The local tier's budget, in MiB.
         #[arg(long, default_value_t = 1024)]
         tier_budget_mib: u64,
-    },
-    /// Convert a cache pushed by an older `cachex` (`manifests/`) into a
-    /// commit.
-    ///
-    /// The latest snapshot under `manifests/` becomes the first commit of
-    /// the commit log: the files stay where they are, one record is
-    /// written.
-    Migrate {
-        /// Where the cache was pushed.
-        url: String,
     },
     /// Delete what no commit inside the retention window needs, and fold
     /// old commits into a checkpoint.
@@ -268,11 +258,6 @@ pub fn run(command: Command) -> Result<u8> {
             tier_budget_mib,
         } => {
             let (code, text) = crate::remote::pull(&url, &local, tier_dir, tier_budget_mib)?;
-            print(&text)?;
-            Ok(code)
-        }
-        Command::Migrate { url } => {
-            let (code, text) = crate::remote::migrate(&url)?;
             print(&text)?;
             Ok(code)
         }

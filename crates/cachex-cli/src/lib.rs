@@ -3,8 +3,7 @@
 //! `stats`, `compact` and `demo` — and moves caches to and from object
 //! storage through the commit log the stores publish to (see
 //! `remote-cache`): `push LOCAL URL` (a directory as one commit), `pull
-//! URL LOCAL`, `migrate URL` (a bucket of the older `manifests/` push
-//! layout into a commit), `gc URL [--keep 7d] [--grace 1h]` and `du URL`.
+//! URL LOCAL`, `gc URL [--keep 7d] [--grace 1h]` and `du URL`.
 //! It is a crate of its own so that an application using `cache-facade`
 //! compiles no command-line parser or progress bar.
 //!

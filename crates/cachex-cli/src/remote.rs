@@ -1,21 +1,17 @@
-//! `cachex push LOCAL URL`, `cachex pull URL LOCAL` and `cachex migrate
-//! URL`: a cache directory published to object storage as one commit of
-//! its commit log (the log the stores opened on a URL publish to), the
-//! log materialised back, and a bucket of the older push layout
-//! (`manifests/`) converted into a commit (through `remote-cache`;
-//! credentials and endpoints from the usual environment variables of
-//! `object_store`: `AWS_*`, `GOOGLE_*`, `AZURE_*`).
-//! And `inspect`, `verify`, `get`, `stats` on a URL: the cache published
-//! there (a `remote-cache` commit log, or a `push` snapshot) is
-//! materialised locally first.
+//! `cachex push LOCAL URL` and `cachex pull URL LOCAL`: a cache directory
+//! published to object storage as one commit of its commit log (the log
+//! the stores opened on a URL publish to), and the log materialised back
+//! (through `remote-cache`; credentials and endpoints from the usual
+//! environment variables of `object_store`: `AWS_*`, `GOOGLE_*`,
+//! `AZURE_*`). And `inspect`, `verify`, `get`, `stats` on a URL: the
+//! commit log published there is materialised locally first.
 
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use remote_cache::{CacheDir, Location, TierOptions};
-use remote_cache::{migrate as migrate_manifests, pull_dir, push_dir};
+use remote_cache::{pull_dir, push_dir};
 use remote_tier::RemoteTier;
-use remote_tier::legacy_manifest::{latest_manifest, pull_dir_with_progress};
 
 use crate::error::{CliError, EXIT_SOUND, Result};
 
@@ -136,18 +132,9 @@ pub(crate) fn pull(
     let tier = open(url, &dir, budget_mib)?;
     let report = pull_dir(&tier, local).map_err(remote_cache_error)?;
     if report.seq == 0 {
-        let old = latest_manifest(&tier).map_err(remote_error)?;
         return Err(CliError::NotFound {
             path: PathBuf::from(tier.url()),
-            what: match old {
-                Some(m) => format!(
-                    "no commits/ here, only a snapshot of the older push layout (manifests/, \
-                     snapshot {}): `cachex migrate {}` converts it into a commit",
-                    m.seq,
-                    tier.url()
-                ),
-                None => "nothing published here (no commits/)".into(),
-            },
+            what: "nothing published here (no commits/)".into(),
         });
     }
     Ok((
@@ -166,76 +153,36 @@ pub(crate) fn pull(
     ))
 }
 
-/// Converts the older push layout's latest snapshot at `url` into a
-/// commit.
-pub(crate) fn migrate(url: &str) -> Result<(u8, String)> {
-    let (dir, _tmp) = tier_dir(None)?;
-    let tier = open(url, &dir, 64)?;
-    let Some(report) = migrate_manifests(&tier).map_err(remote_cache_error)? else {
-        return Err(CliError::NotFound {
-            path: PathBuf::from(tier.url()),
-            what: "no snapshot of the older push layout here (no manifests/)".into(),
-        });
-    };
-    let text = match report.seq {
-        Some(seq) => format!(
-            "migrated snapshot {} of {} into commit {seq} ({} files; no bytes copied)",
-            report.manifest,
-            tier.url(),
-            report.files
-        ),
-        None => format!(
-            "{} has a commit log already: snapshot {} of manifests/ left as it is",
-            tier.url(),
-            report.manifest
-        ),
-    };
-    Ok((EXIT_SOUND, text))
-}
-
 /// A cache published at a URL, materialised in a local directory for a
 /// read-only command; the directory lives as long as this.
 pub(crate) struct Materialised {
     /// The local copy the adapters read.
     pub(crate) path: PathBuf,
-    _opened: Option<CacheDir>,
+    _opened: CacheDir,
 }
 
 /// Materialises the cache at `url`: its commit log (written by the stores
 /// opened on a URL) applied in a working directory of this command's own
 /// — another command, or a training process, may hold the first one —
 /// on the local tier remote-cache's road picks (`CACHEX_TIER_DIR`, kept,
-/// so a second command fetches only what is new); else the latest `push`
-/// snapshot (`manifests/`).
+/// so a second command fetches only what is new).
 pub(crate) fn materialise(url: &str) -> Result<Materialised> {
     let location = Location::parse(url).map_err(remote_cache_error)?;
-    let Location::Remote(spec) = &location else {
+    if !matches!(location, Location::Remote(_)) {
         return Err(CliError::Usage(format!("{url}: not a URL")));
-    };
+    }
     let opened = location.open_dir(None).map_err(remote_cache_error)?;
-    if opened.remote().is_some_and(|r| r.seq() > 0) {
-        return Ok(Materialised {
+    match opened.remote() {
+        Some(r) if r.seq() > 0 => Ok(Materialised {
             path: opened.path().to_path_buf(),
-            _opened: Some(opened),
-        });
+            _opened: opened,
+        }),
+        Some(r) => Err(CliError::NotFound {
+            path: PathBuf::from(r.tier().url()),
+            what: "nothing published here (no commits/)".into(),
+        }),
+        None => Err(CliError::Usage(format!("{url}: not a URL"))),
     }
-    let tier = opened
-        .remote()
-        .map(|r| r.tier().clone())
-        .ok_or_else(|| CliError::Usage(format!("{url}: not a URL")))?;
-    let shown = tier.url().to_string();
-    if latest_manifest(&tier).map_err(remote_error)?.is_none() {
-        return Err(CliError::NotFound {
-            path: PathBuf::from(shown),
-            what: "nothing published here (no commits/ or manifests/)".into(),
-        });
-    }
-    let dest = remote_cache::default_work_dir(&spec.tier.tier_dir.join("snapshots"), &shown);
-    pull_dir_with_progress(&tier, &dest, &mut |_, _| {}).map_err(remote_error)?;
-    Ok(Materialised {
-        path: dest,
-        _opened: None,
-    })
 }
 
 /// A location remote-cache cannot parse or open: a usage error when the

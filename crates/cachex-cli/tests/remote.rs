@@ -1,4 +1,4 @@
-//! `cachex push`, `pull`, `migrate`, `gc` and `du` against the S3 test
+//! `cachex push`, `pull`, `gc` and `du` against the S3 test
 //! server that `scripts/test` starts (CACHEX_S3_ENDPOINT), as real
 //! processes.
 
@@ -252,91 +252,6 @@ fn a_compacted_cache_pushed_again_removes_its_old_segments_and_gc_frees_them() {
     // Bad durations are usage errors.
     let out = cachex(&endpoint, &["gc", &url, "--keep", "a week"]);
     assert_eq!(out.status.code(), Some(2));
-}
-
-#[test]
-fn a_bucket_of_the_older_push_layout_is_migrated_into_a_commit() {
-    let Some(endpoint) = s3_endpoint() else {
-        return;
-    };
-    let url = format!("s3://{}/old", new_bucket(&endpoint));
-    let local = tempfile::tempdir().unwrap();
-    put_rounds(local.path(), 2);
-    // What an older `cachex push` wrote: objects, then manifests/<seq>.json.
-    let t = tempfile::tempdir().unwrap();
-    let tier = remote_tier::RemoteTier::open_with_options(
-        &url,
-        [
-            ("aws_endpoint", endpoint.as_str()),
-            ("aws_allow_http", "true"),
-            ("aws_access_key_id", "cachex-test"),
-            ("aws_secret_access_key", "cachex-test"),
-            ("aws_region", "us-east-1"),
-        ],
-        remote_tier::TierConfig::new(t.path(), 1 << 30),
-    )
-    .unwrap();
-    let mut files = Vec::new();
-    let mut stack = vec![local.path().to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = e.path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            // An older push skipped lock files too.
-            if path.extension().is_some_and(|x| x == "lock") {
-                continue;
-            }
-            let bytes = std::fs::read(&path).unwrap();
-            let hash = blake3::hash(&bytes).to_hex().to_string();
-            tier.put_bytes(&format!("objects/{hash}"), bytes.clone())
-                .unwrap();
-            let rel = path
-                .strip_prefix(local.path())
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string();
-            files.push(remote_tier::legacy_manifest::ManifestEntry {
-                path: rel,
-                size: bytes.len() as u64,
-                blake3: hash,
-            });
-        }
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let manifest = remote_tier::legacy_manifest::Manifest {
-        version: 1,
-        seq: 1,
-        writer: "an-older-cachex".into(),
-        files,
-    };
-    tier.put_bytes(
-        "manifests/00000000000000000001.json",
-        serde_json::to_vec(&manifest).unwrap(),
-    )
-    .unwrap();
-
-    // Pull says what to do; migrate does it; pull and push then work.
-    let dest = tempfile::tempdir().unwrap();
-    let out = cachex(&endpoint, &["pull", &url, p(dest.path())]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cachex migrate"));
-    let text = ok(&endpoint, &["migrate", &url]);
-    assert!(text.contains("into commit 1"), "{text}");
-    let text = ok(&endpoint, &["migrate", &url]);
-    assert!(text.contains("has a commit log already"), "{text}");
-    let text = ok(&endpoint, &["pull", &url, p(dest.path())]);
-    assert!(text.contains("pulled commit 1"), "{text}");
-    let text = ok(&endpoint, &["verify", p(dest.path())]);
-    assert!(text.contains("sound"), "{text}");
-    let text = ok(&endpoint, &["push", p(local.path()), &url]);
-    assert!(text.contains("nothing pushed"), "{text}");
-    // And a bucket with nothing of either layout: named.
-    let out = cachex(&endpoint, &["migrate", &format!("{url}-none")]);
-    assert_eq!(out.status.code(), Some(1));
 }
 
 #[test]

@@ -197,8 +197,6 @@ struct Survey {
     last: LogState,
     /// The objects of the pieces of the commits after `cut`.
     after_cut: HashSet<String>,
-    /// The objects a push snapshot of the older layout names.
-    manifest: HashSet<String>,
     /// Every object listed.
     objects: Vec<ObjectInfo>,
 }
@@ -260,14 +258,6 @@ fn survey(tier: &RemoteTier, keep: Duration) -> Result<Survey> {
         .iter()
         .flat_map(|c| c.pieces.iter().map(Piece::object))
         .collect();
-    let manifest = match remote_tier::legacy_manifest::latest_manifest(tier)? {
-        Some(m) => m
-            .files
-            .iter()
-            .map(|f| format!("{OBJECTS}/{}", f.blake3))
-            .collect(),
-        None => HashSet::new(),
-    };
     Ok(Survey {
         now,
         base,
@@ -277,7 +267,6 @@ fn survey(tier: &RemoteTier, keep: Duration) -> Result<Survey> {
         at_cut,
         last,
         after_cut,
-        manifest,
         objects: tier.list(OBJECTS)?,
     })
 }
@@ -289,7 +278,6 @@ pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
     let s = survey(tier, keep)?;
     let mut live = s.at_cut.objects();
     live.extend(s.after_cut.iter().cloned());
-    live.extend(s.manifest.iter().cloned());
     live.extend(lease::held(tier, s.now)?.objects);
     let mut usage = Usage {
         seq: s.last.seq,
@@ -376,10 +364,6 @@ pub fn du(tier: &RemoteTier, keep: Duration) -> Result<Usage> {
 /// either gc reads the lease, or the publisher finds what gc deleted gone
 /// and sends it again, so no commit names an object gc deleted, whatever
 /// its age. Lapsed leases and sweeps are deleted.
-///
-/// Objects named by a push snapshot of the older `manifests/` layout (its
-/// latest manifest) are live too, so a bucket not yet migrated loses
-/// nothing.
 pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
     let s = survey(tier, options.keep)?;
     let mut report = GcReport {
@@ -400,7 +384,6 @@ pub fn gc(tier: &RemoteTier, options: GcOptions) -> Result<GcReport> {
         None => HashSet::new(),
     };
     live.extend(s.after_cut.iter().cloned());
-    live.extend(s.manifest.iter().cloned());
     // Publishes in flight (their leases), then records written since the
     // survey: what they name stays. In this order, since a publisher
     // deletes its lease only once its record landed.

@@ -46,10 +46,9 @@
 //!   period, and the commits up to the window are folded into a
 //!   checkpoint, from which a cold open starts: an open costs the same
 //!   few requests after a million commits as after ten.
-//! - **Whole directories** ([`push_dir`]: `cachex push`, `pull`,
-//!   `migrate`): a directory published as one commit of the same log, a
-//!   log materialised into a directory, and a bucket of the older
-//!   `manifests/` push layout converted into a commit.
+//! - **Whole directories** ([`push_dir`]: `cachex push`, `pull`): a
+//!   directory published as one commit of the same log, and a log
+//!   materialised into a directory.
 //! - **Many machines, one commit** ([`mod@staged`]: `cachex.ray`'s
 //!   sinks): writers upload their files as objects that no commit names,
 //!   and one committer publishes them all as a single commit. On a local
@@ -127,8 +126,6 @@
 //!                                        kept by gc while the lease lives (see [`gc()`])
 //! <url>/sweeps/<writer>-<n>.json        a gc deleting: the objects it may delete; a publish
 //!                                        naming one waits for the sweep to end
-//! <url>/manifests/<seq>.json             the older push layout: read by `migrate` (and gc keeps
-//!                                        the objects its latest manifest names)
 //! <tier dir>/                            the local tier (remote-tier): fetched copies, budget
 //! <tier dir>/work/<hash of url>[.<n>]/   a working directory the store opens: one
 //!                                        per handle open at once (n = 0, 1, ...)
@@ -222,7 +219,7 @@ pub use publisher::{
     PublishResult, Publisher, collect_failures, publish_all_at_exit, publish_interval,
     take_failures,
 };
-pub use push_pull::{MigrateReport, PushReport, migrate, pull_dir, push_dir};
+pub use push_pull::{PushReport, pull_dir, push_dir};
 pub use remote_dir::{Next, PublishReport, RefreshReport, RemoteDir};
 pub use remote_tier::redact_url;
 pub use staged_segments::{

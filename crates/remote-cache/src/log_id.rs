@@ -32,7 +32,7 @@ use crate::{Error, Result};
 /// find nothing and serve the old one.
 ///
 /// - **Created once.** The first publisher of a log (a store's publish,
-///   `push`, a staged commit, `migrate`) puts `log.json` with a random id
+///   `push`, a staged commit) puts `log.json` with a random id
 ///   under `PutMode::Create` before it claims a commit; of two that race,
 ///   one id wins and both commit under it. gc never deletes it.
 /// - **Checked on every refresh.** A refresh asks for `log.json` at the
@@ -49,7 +49,7 @@ use crate::{Error, Result};
 ///   pulled directory is the user's.
 /// - **Logs written before identities** (no `log.json`) keep working: the
 ///   next publish of a build that knows identities (a store's publish,
-///   `cachex push`, a staged commit, `cachex migrate`) adopts one by
+///   `cachex push`, a staged commit) adopts one by
 ///   creating `log.json`; a directory that applied commits of such
 ///   a log without recording an id adopts the id it finds first, trusting
 ///   the commits it applied as earlier builds did. Until a log has an id,

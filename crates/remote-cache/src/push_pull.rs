@@ -1,7 +1,6 @@
 //! A whole cache directory published as one commit of the commit log
-//! ([`push_dir`]: a snapshot is a commit), a commit log materialised into
-//! a directory ([`pull_dir`]), and a bucket of the older push layout
-//! (`manifests/`) converted into a commit ([`migrate`]).
+//! ([`push_dir`]: a snapshot is a commit), and a commit log materialised
+//! into a directory ([`pull_dir`]).
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -40,18 +39,6 @@ pub struct PushReport {
     pub bytes_uploaded: u64,
 }
 
-/// What [`migrate`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MigrateReport {
-    /// The manifest converted (the latest readable one).
-    pub manifest: u64,
-    /// The commit written (`None`: the commit log was not empty, and is
-    /// left as it is).
-    pub seq: Option<u64>,
-    /// Files in the commit.
-    pub files: u64,
-}
-
 /// Publishes the cache directory `dir` (no writer may be changing it) as
 /// the next commit of the commit log at `tier`'s URL; `progress(files
 /// hashed, files in all)` is called after each file. Files the store
@@ -61,9 +48,8 @@ pub struct MigrateReport {
 /// of a file not all fetched.
 ///
 /// A whole cache directory published as one commit of the commit log
-/// ([`push_dir`]: a snapshot is a commit), a commit log materialised into
-/// a directory ([`pull_dir`]), and a bucket of the older push layout
-/// (`manifests/`) converted into a commit ([`migrate`]).
+/// ([`push_dir`]: a snapshot is a commit), and a commit log materialised
+/// into a directory ([`pull_dir`]).
 ///
 /// A push publishes the directory as it is: every file whose bytes differ
 /// from the log's file of that name (each a whole-file piece, `replace`),
@@ -265,64 +251,4 @@ fn pulled_from_elsewhere(dest: &Path, other: &str) -> Error {
             "holds a pull of {other}: pull into a directory of its own (or an empty one)"
         ),
     }
-}
-
-/// Converts the latest snapshot of the older push layout
-/// (`manifests/<seq>.json`, see `remote_tier::legacy_manifest`) at `tier`'s URL
-/// into commit 1 of an empty commit log: the objects are already where
-/// commits name them (`objects/<blake3>`), so only the commit record is
-/// written. `None` when there is no manifest; a log that holds commits
-/// already is left alone ([`MigrateReport::seq`] `None`).
-pub fn migrate(tier: &RemoteTier) -> Result<Option<MigrateReport>> {
-    let Some(manifest) = remote_tier::legacy_manifest::latest_manifest(tier)? else {
-        return Ok(None);
-    };
-    let mut report = MigrateReport {
-        manifest: manifest.seq,
-        seq: None,
-        files: manifest.files.len() as u64,
-    };
-    if LogState::read(tier)?.seq > 0 {
-        return Ok(Some(report));
-    }
-    let pieces = manifest
-        .files
-        .iter()
-        .map(|f| Piece {
-            path: f.path.clone(),
-            offset: 0,
-            size: f.size,
-            blake3: f.blake3.clone(),
-            replace: true,
-            blocks: None,
-        })
-        .collect();
-    let commit = Commit {
-        version: COMMIT_VERSION,
-        seq: 1,
-        writer: writer_name(),
-        pieces,
-        removed: Vec::new(),
-        log: Some(crate::log_id::ensure_log_id(
-            tier,
-            crate::log_id::read_log_id(tier)?,
-        )?),
-    };
-    crate::commit::check_commit(&commit).map_err(|problem| Error::Corrupt {
-        url: tier.url().to_string(),
-        name: format!(
-            "{}/{:020}.json",
-            remote_tier::legacy_manifest::MANIFESTS,
-            manifest.seq
-        ),
-        problem,
-    })?;
-    let name = commit_name(1);
-    match tier.commit(&name, encode(tier, &name, &commit)?) {
-        Ok(()) => report.seq = Some(1),
-        // Another writer started the log meanwhile: it stays as it is.
-        Err(remote_tier::Error::CommitTaken { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
-    Ok(Some(report))
 }

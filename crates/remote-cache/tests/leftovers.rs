@@ -1,5 +1,5 @@
 //! What dead processes leave in a tier and a working directory — fetch
-//! temporaries, fetch-lock files, pins of the older layout, pin records,
+//! temporaries, fetch-lock files, pin records,
 //! link, copy and block-list temporaries — is swept when a store opens,
 //! not only when the tier evicts; what a living process holds stays.
 
@@ -62,7 +62,6 @@ fn leftovers_of_dead_processes_are_swept_on_open() {
         plant(&tier_dir.join(format!("tmp/objects%2Fx.{host}.{dead}.0.tmp"))),
         plant(&tier_dir.join("locks/objects%2Fx.3.fetch")),
         plant(&tier_dir.join("locks/objects%2Fx.all.fetch")),
-        plant(&tier_dir.join("locks/objects%2Fx.pin")),
         plant(&tier_dir.join(format!("pins/{host}-{dead}-1-0"))),
         plant(&work.join(format!("segments/link.{host}.{dead}.1.tmp"))),
         plant(&work.join(format!("schema.json.{host}.{dead}.2.tmp"))),

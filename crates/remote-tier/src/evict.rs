@@ -37,7 +37,7 @@ use std::time::SystemTime;
 
 use crate::engine::Inner;
 use crate::format::BlockMap;
-use crate::local::{EvictReport, Found, LegacyPin, LocalDir, Reservation, TOUCH_GROUP};
+use crate::local::{EvictReport, Found, LocalDir, Reservation, TOUCH_GROUP};
 use crate::pins;
 use crate::state::{PAGE, Stat, units};
 use crate::victims::{Admit, Candidate, NEVER, choose};
@@ -392,13 +392,8 @@ impl LocalDir {
 
     /// Removes every file of the idle object `key` (as a scan `found`
     /// it) and takes off the count what it counted for them
-    /// ([`LocalDir::counted`]: a sparse copy's allowance included); 0
-    /// when a handle of an older build keeps it.
+    /// ([`LocalDir::counted`]: a sparse copy's allowance included).
     fn remove_object(&self, key: &str, found: &Found) -> Result<u64> {
-        let _legacy = match self.legacy_pin(key)? {
-            LegacyPin::Held => return Ok(0),
-            other => other,
-        };
         let bytes = self.counted(key, found);
         // The map goes first: a sparse file without a map is only space,
         // never mistaken for fetched blocks.

@@ -65,11 +65,6 @@
 //!   (multipart above [`TierConfig::part_size`]); [`RemoteTier::commit`]
 //!   writes a commit record with a conditional put, so two writers can
 //!   never both claim one name.
-//! - **Snapshots of the older push layout.** [`legacy_manifest::latest_manifest`]
-//!   and [`legacy_manifest::pull_dir`] read a bucket that an older `cachex push`
-//!   wrote under `manifests/` (push now publishes a commit of
-//!   remote-cache's commit log, and `cachex migrate` converts such a
-//!   bucket into one).
 //! - **Requests** run on one runtime that every tier of the process
 //!   shares (callers stay synchronous), each under a timeout, and those
 //!   safe to repeat are retried with backoff ([`RetryPolicy`]). Stores
@@ -90,15 +85,13 @@
 //!   tier.state              4 KiB, mapped by every process: counted bytes, eviction
 //!                           generation, dirty mark, block-use clock, statistics (`src/state.rs`)
 //!   objects/<key>.touch     a sparse copy's block-use clocks, for the LRU: a u64 per group
-//!                           of 16 blocks (an older build's, a u64 per block, only
-//!                           misorders that hint)
+//!                           of 16 blocks
 //!   pins/<host>-<pid>-<nanos>-<n>  one process's pin record, flocked while it lives: three
 //!                           bitmaps of 2^22 buckets (512 KiB each): keys it has open, keys
 //!                           it needs whole, and `<key>#<block>` it leases; then a page of
 //!                           words: its reservations in flight and its whole claims (made,
 //!                           locked and sized under tmp/, then renamed here); a dead
-//!                           process's is removed (one of 512 KiB is an older build's: pins
-//!                           whole)
+//!                           process's is removed
 //!   plans/                  the readers' plan records (`src/plans.rs`)
 //!   locks/<key>.<n>.fetch   flock of the one fetcher of block n (`all`: the whole object);
 //!                           removed by the fetcher when its fetch is done
@@ -108,10 +101,8 @@
 //! A process holds one descriptor per tier for its pins, and at most
 //! 64 local copies open at once (the least recently used is closed and
 //! opened again by its path when next read), so neither grows with the
-//! number of objects open. Earlier builds kept `locks/<key>.pin` (a
-//! shared flock per open object): eviction still honours one held, and
-//! open removes those no one holds, with fetch locks left by dead
-//! processes.
+//! number of objects open. Open removes the fetch locks dead processes
+//! left.
 //!
 //! `<key>` is the object name with `%` and `/` escaped (`a/b` →
 //! `a%2Fb`). A block map is `CXBLKMAP`, version, block size, object size,
@@ -182,7 +173,6 @@ mod file;
 mod format;
 #[doc(hidden)]
 pub mod fuzz_entry;
-pub mod legacy_manifest;
 mod local;
 mod object_state;
 mod open_files;

@@ -18,8 +18,8 @@ pub(crate) const WHOLE: &str = ".whole";
 pub(crate) const SPARSE: &str = ".sparse";
 /// Suffix of a block-fetched object's block map.
 pub(crate) const BLOCKS: &str = ".blocks";
-/// Suffix of a sparse copy's touch clocks (a `u64` per block, the
-/// logical time of its last lease).
+/// Suffix of a sparse copy's touch clocks (a `u64` per group of
+/// [`TOUCH_GROUP`] blocks, the logical time of its last lease).
 pub(crate) const TOUCH: &str = ".touch";
 
 /// Blocks that share one touch clock: the LRU order of a sparse copy's
@@ -68,7 +68,6 @@ pub struct EvictReport {
 impl LocalDir {
     /// Opens (creating) the tier directory and sweeps what dead processes
     /// left: their fetches' temporary files, fetch-lock files no one
-    /// holds, and pins of the older layout (`locks/<key>.pin`) no one
     /// holds, and the pin records of dead processes, whose reservations in
     /// flight leave the count (under `tier.lock`: [`held`](Self::held)).
     pub(crate) fn open(root: &Path, wait: Duration) -> Result<LocalDir> {
@@ -131,12 +130,6 @@ impl LocalDir {
     /// of one pinned by blocks (see [`crate::pins`]).
     pub(crate) fn pin(&self, key: &str, kind: PinKind) -> Result<Pin> {
         Pin::take(&self.root, key, self.wait, kind)
-    }
-
-    /// The pin of the older layout: a shared `flock` per object, which a
-    /// process of an older build may still hold.
-    fn legacy_pin_path(&self, key: &str) -> PathBuf {
-        self.locks.join(format!("{key}.pin"))
     }
 
     /// The lock of whoever fetches block `block` (or the whole object):
@@ -298,20 +291,6 @@ impl LocalDir {
             .rebuilt(copies.saturating_add(held.sum(Word::Reserved)));
         Ok(())
     }
-
-    /// Whether a handle of an older build holds `key`'s pin file (taken,
-    /// and removed with the copy it guards, when free: the lock is
-    /// returned to be held while the copy goes).
-    pub(crate) fn legacy_pin(&self, key: &str) -> Result<LegacyPin> {
-        let legacy = self.legacy_pin_path(key);
-        if !legacy.exists() {
-            return Ok(LegacyPin::None);
-        }
-        Ok(match FileLock::try_exclusive_live(&legacy)? {
-            Some(lock) => LegacyPin::Free(lock.remove_on_drop()),
-            None => LegacyPin::Held,
-        })
-    }
 }
 
 /// One object of `objects/`, as a scan found it.
@@ -327,21 +306,10 @@ pub(crate) struct Found {
     pub(crate) whole: bool,
 }
 
-/// The pin file of the older layout of one object.
-pub(crate) enum LegacyPin {
-    /// There is none.
-    None,
-    /// A live handle of an older build holds it: keep the copy.
-    Held,
-    /// No one holds it: the lock, removed with the file when dropped.
-    Free(#[allow(dead_code)] FileLock),
-}
-
 impl LocalDir {
-    /// Removes the lock files no one holds: fetch locks (`<key>.<n>.fetch`,
-    /// left by a process that died mid-fetch) and pins of the older layout
-    /// (`<key>.pin`). One held is left (its holder removes it, or a later
-    /// sweep does).
+    /// Removes the fetch locks no one holds (`<key>.<n>.fetch`, left by a
+    /// process that died mid-fetch). One held is left (its holder removes
+    /// it, or a later sweep does).
     fn sweep_locks(&self) -> Result<()> {
         let entries =
             std::fs::read_dir(&self.locks).map_err(Error::io("list directory", &self.locks))?;
@@ -349,7 +317,7 @@ impl LocalDir {
             let entry = entry.map_err(Error::io("list directory", &self.locks))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            if !(name.ends_with(".pin") || name.ends_with(".fetch")) {
+            if !name.ends_with(".fetch") {
                 continue;
             }
             if let Some(held) = FileLock::try_exclusive_live(&entry.path())? {

@@ -603,16 +603,9 @@ impl MappedRecord {
         Some(byte.load(Ordering::Relaxed))
     }
 
-    /// Whether bit `b` of `region` is set. An older build's record (one
-    /// region) pins whole: its region 0 stands for both open and whole.
+    /// Whether bit `b` of `region` is set.
     fn has(&self, region: Region, b: u64) -> bool {
-        let legacy = self.map.len() as u64 == REGION_BYTES;
-        let index = match (legacy, region) {
-            (true, Region::Leased) => return false,
-            (true, _) => 0,
-            (false, r) => r as u64,
-        };
-        let off = (index * REGION_BYTES + b / 8) as usize;
+        let off = (region as u64 * REGION_BYTES + b / 8) as usize;
         self.byte(off)
             .is_some_and(|byte| byte & (1 << (b % 8)) != 0)
     }
@@ -745,9 +738,9 @@ mod tests {
     }
 
     /// The mapped records show a living process's pins as they change, in
-    /// each region; an older build's one-region record pins whole.
+    /// each region.
     #[test]
-    fn held_sees_living_pins_and_an_older_builds_record_pins_whole() {
+    fn held_sees_living_pins() {
         let root = tempfile::tempdir().unwrap();
         let wait = Duration::from_secs(10);
         let pin = Pin::take(root.path(), "blocks", wait, PinKind::Blocks).unwrap();
@@ -764,18 +757,5 @@ mod tests {
         drop(lease);
         drop(pin);
         assert!(!seen.has("blocks"), "a pin given up is no longer seen");
-
-        // An older build's record: one 512 KiB region, locked by a live
-        // holder (a descriptor of this test's own).
-        let old = root.path().join(PINS_DIR).join("host-3-old");
-        let file = File::create(&old).unwrap();
-        file.set_len(REGION_BYTES).unwrap();
-        // SAFETY: flock on a descriptor this test owns.
-        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) }, 0);
-        let b = bucket("legacy");
-        file.write_all_at(&[1 << (b % 8)], b / 8).unwrap();
-        let seen = held(root.path()).unwrap();
-        assert!(seen.has("legacy") && seen.whole("legacy"));
-        assert!(!seen.leased("legacy", 0));
     }
 }

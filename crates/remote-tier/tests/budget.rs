@@ -315,33 +315,3 @@ fn a_freed_block_is_never_written_back_by_another_handle() {
         }
     }
 }
-
-#[test]
-fn an_older_builds_pin_record_keeps_its_object_whole() {
-    let Some(endpoint) = s3_endpoint() else {
-        return;
-    };
-    let (dir, reader, evictor, data) = reader_and_evictor(&endpoint, "oldpin", 5);
-    // An older build's record: one 512 KiB bitmap, the object's bucket
-    // set (bucket = first 8 bytes of BLAKE3(key), little-endian, mod 2^22),
-    // flocked by its (living) process.
-    let record = dir.path().join("pins").join("oldhost-1-0-0");
-    std::fs::create_dir_all(record.parent().unwrap()).unwrap();
-    let file = std::fs::File::create(&record).unwrap();
-    file.set_len(512 << 10).unwrap();
-    let hash = blake3::hash(b"pages.bin");
-    let bucket = u64::from_le_bytes(hash.as_bytes()[..8].try_into().unwrap()) % (1 << 22);
-    file.write_all_at(&[1 << (bucket % 8)], bucket / 8).unwrap();
-    let lock = durable_fs::FileLock::exclusive(&record).unwrap();
-    let f = reader.open_leased("pages.bin", None).unwrap();
-    f.ensure_exact(std::slice::from_ref(&(0..data.len() as u64)))
-        .unwrap();
-    let report = evictor.evict().unwrap();
-    assert_eq!((report.punched, report.evicted), (0, 0), "{report:?}");
-    assert_eq!(f.blocks_present(), (16, 16));
-    // Once that process is gone, the blocks no lease holds may go.
-    drop(lock);
-    drop(file);
-    let report = evictor.evict().unwrap();
-    assert!(report.punched >= 12, "{report:?}");
-}

@@ -4,8 +4,6 @@
 //! probe passes and of two writers one wins; a server that accepts the
 //! condition without honouring it is found out before anything is
 //! published, and a claimed commit is read back before it is trusted.
-//! (Records here are snapshots of the older push layout, which the tier
-//! still reads.)
 
 mod common;
 
@@ -13,10 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use common::{Backend, Server, fresh_store, s3_endpoint, s3_store, small_config, write_snapshot};
+use common::{Backend, Server, claim_record, fresh_store, s3_endpoint, s3_store, small_config};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload, PutResult};
-use remote_tier::legacy_manifest::{Manifest, latest_manifest, pull_dir};
 use remote_tier::{Error, PROBE_DIR, RemoteTier};
 use test_support::intercept::{Intercept, Intercepted};
 
@@ -44,13 +41,8 @@ impl Intercept for IgnoresCreate {
     }
 }
 
-/// A snapshot to publish: two small files.
-fn cache_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("a.bin"), vec![1u8; 5000]).unwrap();
-    std::fs::write(dir.path().join("meta.json"), br#"{"rows":3}"#).unwrap();
-    dir
-}
+/// The body of a record this test claims.
+const OURS: &[u8] = br#"{"writer":"this-test","rows":3}"#;
 
 /// The emulator's answer to a second put-if-absent of one name, through
 /// the protocol as `object_store` speaks it, then through the tier: the
@@ -132,8 +124,7 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts(backend: Backend) {
         small_config(t.path(), 1 << 30),
     )
     .unwrap();
-    let local = cache_dir();
-    let err = write_snapshot(&tier, local.path(), 1).unwrap_err();
+    let err = claim_record(&tier, 1, OURS).unwrap_err();
     assert!(
         matches!(err, Error::ConditionalPutIgnored { .. }),
         "{err:?}"
@@ -144,7 +135,7 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts(backend: Backend) {
         "names the server and the option: {text}"
     );
     assert!(
-        latest_manifest(&tier).unwrap().is_none(),
+        tier.list("commits").unwrap().is_empty(),
         "nothing published"
     );
     // The probe object is gone again.
@@ -154,7 +145,7 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts(backend: Backend) {
     let mut config = small_config(t.path(), 1 << 30);
     config.single_publisher = true;
     let single = RemoteTier::with_store(ignoring, prefix.clone(), &url, config).unwrap();
-    assert_eq!(write_snapshot(&single, local.path(), 1).unwrap().seq, 1);
+    claim_record(&single, 1, OURS).unwrap();
 
     // The real server honours them: the probe passes, publishing works.
     let honest = RemoteTier::with_store(
@@ -164,11 +155,11 @@ fn publishing_refuses_a_server_that_ignores_conditional_puts(backend: Backend) {
         small_config(t.path(), 1 << 30),
     )
     .unwrap();
-    assert_eq!(write_snapshot(&honest, local.path(), 1).unwrap().seq, 1);
+    claim_record(&honest, 1, OURS).unwrap();
 }
 
-/// The server answers the next manifest put with success, but the name
-/// holds another writer's manifest (its answer reordered, say).
+/// The server answers the next record's put with success, but the name
+/// holds another writer's record (its answer reordered, say).
 #[derive(Debug, Default)]
 struct AnotherWriterWins(AtomicBool);
 
@@ -185,19 +176,10 @@ impl Intercept for AnotherWriterWins {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        let manifest = location.as_ref().contains("manifests/");
-        if manifest && matches!(opts.mode, PutMode::Create) && !self.0.swap(true, Ordering::SeqCst)
-        {
-            let name = location.filename().unwrap_or_default();
-            let seq: u64 = name.trim_end_matches(".json").parse().unwrap();
-            let theirs = Manifest {
-                version: 1,
-                seq,
-                writer: "another-writer".into(),
-                files: Vec::new(),
-            };
-            let bytes = serde_json::to_vec(&theirs).unwrap();
-            inner.put_opts(location, bytes.into(), opts).await?;
+        let record = location.as_ref().contains("commits/");
+        if record && matches!(opts.mode, PutMode::Create) && !self.0.swap(true, Ordering::SeqCst) {
+            let theirs = br#"{"writer":"another-writer"}"#.to_vec();
+            inner.put_opts(location, theirs.into(), opts).await?;
             return inner
                 .put_opts(
                     &ObjectPath::from("unrelated"),
@@ -211,7 +193,7 @@ impl Intercept for AnotherWriterWins {
 }
 
 #[test]
-fn a_claimed_manifest_is_read_back_before_it_is_trusted() {
+fn a_claimed_record_is_read_back_before_it_is_trusted() {
     let Some(endpoint) = s3_endpoint() else {
         return;
     };
@@ -220,17 +202,13 @@ fn a_claimed_manifest_is_read_back_before_it_is_trusted() {
     let wrapped = Arc::new(Intercepted::new(store, AnotherWriterWins::default()));
     let tier =
         RemoteTier::with_store(wrapped, prefix, &url, small_config(t.path(), 1 << 30)).unwrap();
-    let local = cache_dir();
     // Number 1 goes to the other writer: read back, it is not ours.
-    let err = write_snapshot(&tier, local.path(), 1).unwrap_err();
+    let err = claim_record(&tier, 1, OURS).unwrap_err();
     assert!(matches!(err, Error::CommitTaken { .. }), "{err:?}");
-    write_snapshot(&tier, local.path(), 2).unwrap();
-    let latest = latest_manifest(&tier).unwrap().unwrap();
-    assert_eq!((latest.seq, latest.files.len()), (2, 2));
-    let dest = tempfile::tempdir().unwrap();
-    pull_dir(&tier, dest.path()).unwrap().unwrap();
-    assert_eq!(
-        std::fs::read(dest.path().join("meta.json")).unwrap(),
-        br#"{"rows":3}"#
-    );
+    let name = claim_record(&tier, 2, OURS).unwrap();
+    assert_eq!(&tier.read_remote_capped(&name, 1 << 20).unwrap()[..], OURS);
+    let first = tier
+        .read_remote_capped("commits/00000000000000000001.json", 1 << 20)
+        .unwrap();
+    assert_eq!(&first[..], br#"{"writer":"another-writer"}"#);
 }

@@ -219,56 +219,13 @@ pub fn expect_child_ok(pid: libc::pid_t, hung: &str) {
     );
 }
 
-/// Writes the cache directory `dir` at `tier`'s URL as snapshot `seq` of
-/// the older push layout, as an older `cachex push` did: every file but
-/// locks under `objects/<blake3>`, then `manifests/<seq>.json`
-/// (conditionally). Returns the manifest.
-pub fn write_snapshot(
-    tier: &RemoteTier,
-    dir: &std::path::Path,
-    seq: u64,
-) -> remote_tier::Result<remote_tier::legacy_manifest::Manifest> {
-    use remote_tier::legacy_manifest::{MANIFEST_VERSION, Manifest, ManifestEntry};
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = e.path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            if path.extension().is_some_and(|x| x == "lock") {
-                continue;
-            }
-            let bytes = std::fs::read(&path).unwrap();
-            let hash = blake3::hash(&bytes).to_hex().to_string();
-            let rel = path
-                .strip_prefix(dir)
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .to_string();
-            files.push(ManifestEntry {
-                path: rel,
-                size: bytes.len() as u64,
-                blake3: hash.clone(),
-            });
-            tier.put_bytes(&format!("objects/{hash}"), bytes)?;
-        }
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let manifest = Manifest {
-        version: MANIFEST_VERSION,
-        seq,
-        writer: format!("an-older-push-{}", std::process::id()),
-        files,
-    };
-    tier.commit(
-        &format!("manifests/{seq:020}.json"),
-        serde_json::to_vec(&manifest).unwrap(),
-    )?;
-    Ok(manifest)
+/// Claims record `seq` at `tier`'s URL with a conditional put (as a
+/// commit log claims a commit's number): `commits/<seq>.json` holding
+/// `body`, read back before it is trusted. Returns the record's name.
+pub fn claim_record(tier: &RemoteTier, seq: u64, body: &[u8]) -> remote_tier::Result<String> {
+    let name = format!("commits/{seq:020}.json");
+    tier.commit(&name, body.to_vec())?;
+    Ok(name)
 }
 
 /// What a cold reader (`reader`, an empty local tier) must find of the
