@@ -7,7 +7,7 @@
 //! offset 0            header            128 B fixed part + 96 B per field
 //! data_offset         data pages        page k starts at data_offset + k * page_size
 //!                                       (data_offset = header_len rounded up to
-//!                                       min(page_size, 1 MiB); version 1: to 4 KiB)
+//!                                       min(page_size, 1 MiB))
 //! meta_offset         metadata table    num_samples rows of row_len bytes
 //! runs_offset         run table         num_runs entries of 72 B
 //! footer_offset       footer            64 B, the commit record; ends the file
@@ -18,7 +18,7 @@
 //! | at | type | field |
 //! |---|---|---|
 //! | 0 | `[u8; 8]` | magic `b"CXPAGES\0"` |
-//! | 8 | u32 | format version ([`VERSION`]; [`VERSION_4K_DATA`] is still read) |
+//! | 8 | u32 | format version ([`VERSION`]) |
 //! | 12 | u32 | header_len = 128 + 96 * num_fields |
 //! | 16 | u64 | page_size (power of two, 4 KiB ..= 4 GiB) |
 //! | 24 | u32 | alignment of every allocation (power of two, 8 ..= 4096) |
@@ -64,11 +64,11 @@
 //! BLAKE3 of footer bytes `0..48` @48, magic `b"CXPGEND\0"` @56.
 //!
 //! **Versions**: version 2 starts the data pages at a multiple of the page
-//! size (at most [`MAX_DATA_ALIGN`]), so a remote tier whose blocks divide
-//! that alignment holds whole pages, and no two pages share a block; the
-//! padding after the header is a hole, never written. Version 1 started
-//! them at the next 4 KiB ([`DATA_ALIGN`]); every other byte is laid out
-//! alike, and readers take both, each checked against its own rule.
+//! size (at least [`DATA_ALIGN`], at most [`MAX_DATA_ALIGN`]), so a remote
+//! tier whose blocks divide that alignment holds whole pages, and no two
+//! pages share a block; the padding after the header is a hole, never
+//! written. Version 1 (data at the next 4 KiB) was never released and is
+//! refused like any other version.
 //!
 //! Integrity: the footer commits the header; the header commits both
 //! tables; each run entry commits its page bytes. Opening checks the
@@ -90,8 +90,6 @@ pub const MAGIC: [u8; 8] = *b"CXPAGES\0";
 pub const FOOTER_MAGIC: [u8; 8] = *b"CXPGEND\0";
 /// The format version this crate writes (data pages aligned to the page size).
 pub const VERSION: u32 = 2;
-/// The first format version (data pages aligned to 4 KiB), still read.
-pub const VERSION_4K_DATA: u32 = 1;
 /// Size of the fixed part of the header.
 pub const HEADER_FIXED_LEN: usize = 128;
 /// Size of one field descriptor.
@@ -157,20 +155,16 @@ pub(crate) fn round_up(x: u64, to: u64) -> Option<u64> {
     Some(x.checked_add(mask)? & !mask)
 }
 
-/// What the data start of a file of `version` and `page_size` is a multiple of.
-pub(crate) fn data_align(version: u32, page_size: u64) -> u64 {
-    if version == VERSION_4K_DATA {
-        DATA_ALIGN
-    } else {
-        page_size.clamp(DATA_ALIGN, MAX_DATA_ALIGN)
-    }
+/// What the data start of a file of `page_size` is a multiple of.
+pub(crate) fn data_align(page_size: u64) -> u64 {
+    page_size.clamp(DATA_ALIGN, MAX_DATA_ALIGN)
 }
 
 /// Where the data pages start for a header of `header_len` bytes in a file
-/// of `version` and `page_size`.
-pub(crate) fn data_offset_for(header_len: u64, version: u32, page_size: u64) -> u64 {
+/// of `page_size`.
+pub(crate) fn data_offset_for(header_len: u64, page_size: u64) -> u64 {
     // header_len is at most 128 + 96 * 256 and the alignment at most 1 MiB: far from overflow.
-    let align = data_align(version, page_size);
+    let align = data_align(page_size);
     header_len.div_ceil(align) * align
 }
 
@@ -453,11 +447,11 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
         ));
     }
     let version = rd_u32(bytes, 8);
-    if version != VERSION && version != VERSION_4K_DATA {
+    if version != VERSION {
         return Err(Error::UnsupportedVersion {
             path: path.to_path_buf(),
             found: u64::from(version),
-            supported: "1, 2",
+            supported: "2",
         });
     }
     // Footer: the commit record.
@@ -532,13 +526,13 @@ pub(crate) fn parse(bytes: &[u8], path: &Path) -> Result<Layout> {
         .map_err(|e| Error::corrupt(path, format!("schema: {e}")))?;
     // Table placement, all with checked arithmetic.
     let overflow = || Error::corrupt(path, "table offsets overflow");
-    if header.data_offset != data_offset_for(header_len as u64, version, header.page_size) {
+    if header.data_offset != data_offset_for(header_len as u64, header.page_size) {
         return Err(Error::corrupt(
             path,
             format!(
-                "data offset {} is not the header length rounded up to {} (version {version})",
+                "data offset {} is not the header length rounded up to {}",
                 header.data_offset,
-                data_align(version, header.page_size)
+                data_align(header.page_size)
             ),
         ));
     }

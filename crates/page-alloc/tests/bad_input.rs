@@ -429,21 +429,21 @@ fn relabel(bytes: &[u8], version: u32) -> Vec<u8> {
 }
 
 #[test]
-fn version_1_files_read_and_each_version_checks_its_own_data_start() {
-    // With 4 KiB pages both versions start the data at 4 KiB: the same
-    // bytes labelled version 1 are a valid version 1 file.
+fn version_1_files_are_refused_and_version_2_checks_its_data_start() {
+    // Version 1 (data at the next 4 KiB) was never released: a file
+    // labelled so is refused, naming the file and the version.
     let good = sample_file();
     assert_eq!(u64_at(&good, 40), 4096);
-    let v1 = relabel(&good, 1);
-    assert_eq!(open_and_read(&v1).unwrap(), open_and_read(&good).unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("v1.pages");
-    std::fs::write(&path, &v1).unwrap();
-    assert_eq!(page_alloc::inspect(&path).unwrap().format_version, 1);
-    assert!(verify(&path).is_empty());
+    let err = open_bytes(&relabel(&good, 1)).unwrap_err();
+    assert!(
+        matches!(err, Error::UnsupportedVersion { found: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("edited.pages"), "{err}");
 
-    // 64 KiB pages: version 2 starts the data at 64 KiB, which version 1's
-    // rule (the next 4 KiB) refuses.
+    // 64 KiB pages: version 2 starts the data at 64 KiB, and a data start
+    // anywhere else (the next 4 KiB) is refused.
+    let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("v2.pages");
     let mut w = PageWriter::create(
         &path,
@@ -458,5 +458,8 @@ fn version_1_files_read_and_each_version_checks_its_own_data_start() {
     assert_eq!(u64_at(&v2, 40), 64 << 10);
     assert_eq!(page_alloc::inspect(&path).unwrap().format_version, 2);
     assert!(open_and_read(&v2).is_ok());
-    expect_corrupt(&relabel(&v2, 1), "data offset 65536");
+    let mut moved = v2.clone();
+    moved[40..48].copy_from_slice(&4096u64.to_le_bytes());
+    reseal(&mut moved);
+    expect_corrupt(&moved, "data offset 4096");
 }

@@ -100,7 +100,6 @@ impl PageWriter {
         };
         let data_offset = format::data_offset_for(
             format::header_len_for(schema.len()) as u64,
-            format::VERSION,
             options.page_size,
         );
         let var_fields = (0..schema.len())
