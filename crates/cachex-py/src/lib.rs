@@ -47,7 +47,7 @@
 //!     __init__.py                  the stores (from `_cachex`), errors, open / cached
 //!     _cachex.pyi, py.typed        stubs of this module
 //!     errors.py facade.py          the error classes; cachex.cached
-//!     sampling.py                  the sampling plan (numpy only)
+//!     sampling.py                  the sampling plan (numpy; no torch)
 //!     torch/                       datasets.py, loader.py (ResumableDataLoader), ddp.py,
 //!                                  _buffers.py: training loops, torch optional
 //!     dropins/                     torchcachex.py, loadit/: the drop-ins

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cache_facade::StoreKind;
-use numpy::PyReadonlyArray1;
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use page_alloc::{FieldType, FieldValue, PageReader};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -454,6 +454,26 @@ impl PyPageReader {
         errors::enter(py, || {
             reader.quasi_random_share(seed, window_pages, share, shares)
         })
+    }
+
+    /// The sampling plan's blocks (`cachex.sampling.SamplingPlan`): the
+    /// samples of each run of pages, in file order (int64, runs without a
+    /// sample left out, summing to `len(self)`), from the run table the
+    /// open validated.
+    fn page_blocks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let o = self.current(py)?;
+        let reader = o.reader();
+        let n = reader.len() as u64;
+        let spans = reader.run_spans();
+        let mut counts = Vec::with_capacity(spans.len());
+        for (k, span) in spans.iter().enumerate() {
+            let end = spans.get(k + 1).map_or(n, |next| next.first_sample);
+            let count = end.saturating_sub(span.first_sample);
+            if count > 0 {
+                counts.push(count as i64);
+            }
+        }
+        Ok(counts.into_pyarray(py))
     }
 
     /// Everything wrong with the file (every page checksum), as `cachex

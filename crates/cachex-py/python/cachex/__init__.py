@@ -26,7 +26,7 @@ Layout
 ``_cachex.pyi``                      stubs of the native module
 ``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
 ``ragged.py``                        :class:`Ragged`: variable-size values of a batch
-``sampling.py``                      the sampling plan (numpy only)
+``sampling.py``                      the sampling plan (numpy; no torch)
 ``streams.py``                       streams of a mixture and their plan (numpy, a native shuffle)
 ``torch/``                           datasets, loader, ddp, batch buffers
 ``dropins/``                         the torchcachex and loadit drop-ins

@@ -755,6 +755,8 @@ class PageReader:
         The shares of one seed hold whole pages, are disjoint and together
         hold every sample once (one share per DataLoader worker).
         """
+    def page_blocks(self) -> npt.NDArray[np.int64]:
+        """The samples of each run of pages, in file order: a plan's blocks."""
     def verify(self) -> VerifyReport:
         """``cachex verify --json``'s object for this file (every page checksum)."""
     def inspect(self) -> Summary:

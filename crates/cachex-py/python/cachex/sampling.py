@@ -128,12 +128,12 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import astuple, dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from cachex.errors import CorruptError, InvalidInputError
+from cachex._cachex import PageReader
+from cachex.errors import InvalidInputError
 
 __all__ = [
     "Affinity",
@@ -203,41 +203,11 @@ def even_blocks(n: int, block_size: int) -> np.ndarray:
     return sizes
 
 
-_PAGE_MAGIC = b"CXPAGES\0"
-_RUN_LEN = 72
-
-
 def page_blocks(path: str | os.PathLike[str]) -> np.ndarray:
-    """The samples per page (per run of pages) of a page file, in file order.
-
-    Read from the file's run table (see ``page-alloc``'s ``format.rs``): run
-    ``k`` holds the samples that follow run ``k - 1``'s. Open the file with
-    :class:`cachex.PageReader` first: it checks the tables' hashes; this
-    checks the counts it uses.
-    """
-    p = Path(path)
-    try:
-        with p.open("rb") as f:
-            head = f.read(128)
-            if len(head) < 128 or head[:8] != _PAGE_MAGIC:
-                raise CorruptError(f"{p}: not a page file (bad magic or short header)")
-            num_samples, num_runs = (int(np.frombuffer(head, "<u8", 1, o)[0]) for o in (32, 48))
-            runs_offset = int(np.frombuffer(head, "<u8", 1, 72)[0])
-            size = p.stat().st_size
-            if num_runs > size // _RUN_LEN or runs_offset + num_runs * _RUN_LEN > size:
-                raise CorruptError(f"{p}: run table of {num_runs} runs beyond the file's end")
-            f.seek(runs_offset)
-            raw = f.read(num_runs * _RUN_LEN)
-    except OSError as e:
-        from cachex.errors import CacheIOError
-
-        raise CacheIOError(f"{p}: cannot read the run table: {e}") from e
-    table = np.frombuffer(raw, "<u8").reshape(num_runs, _RUN_LEN // 8)
-    first, counts = table[:, 3].astype(np.int64), table[:, 4].astype(np.int64)
-    expect_first = np.concatenate(([0], np.cumsum(counts)[:-1])) if num_runs else first
-    if not np.array_equal(first, expect_first) or int(counts.sum()) != num_samples:
-        raise CorruptError(f"{p}: the run table does not cover samples 0..{num_samples} in order")
-    return counts[counts > 0]
+    """The samples per page (per run of pages) of a page file, in file order:
+    :meth:`cachex.PageReader.page_blocks` of the file at ``path`` (opened and
+    validated; the format is read in Rust, never here)."""
+    return PageReader(path).page_blocks()
 
 
 def default_homes() -> int:

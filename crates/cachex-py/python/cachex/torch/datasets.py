@@ -129,7 +129,6 @@ from cachex.sampling import (
     data_parallel,
     distributed_rank,
     even_blocks,
-    page_blocks,
 )
 from cachex.torch._buffers import (
     HAS_TORCH,
@@ -498,7 +497,7 @@ class PageDataset(_Buffered):
 
     def blocks(self) -> np.ndarray:
         """The samples of each page, in file order."""
-        return page_blocks(self.reader.path)
+        return self.reader.page_blocks()
 
     def prefetch(self, indices: Sequence[int]) -> Prefetch:
         """Warms the pages of samples ``indices`` in that order (see
