@@ -279,10 +279,11 @@ fn a_lost_commit_answer_publishes_once() {
     writer.put_batch(&batch(15, 1)).unwrap();
     // The commit put is the last request of a publish (see the sweep):
     // after the GETs of the next commit and of the log's identity (sent
-    // at once), the PUT of the publish's lease, a HEAD and a PUT for each
+    // at once), the PUT of the publish's lease and its HEAD (the server's
+    // time of it), the listing of gc's sweeps, a HEAD and a PUT for each
     // of the two pieces, and the HEAD of each before the commit.
     let start = proxy.requests();
-    proxy.arm(start + 9, HttpFault::LostAnswer);
+    proxy.arm(start + 11, HttpFault::LostAnswer);
     let report = writer.publish().unwrap();
     assert!(proxy.disarm());
     let log = proxy.log_since(start);
