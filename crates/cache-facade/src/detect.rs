@@ -82,6 +82,27 @@ impl serde::Serialize for Detected {
     }
 }
 
+/// Every problem of the cache or file at `path`, of kind `kind` (as
+/// [`detect`] found it), each naming its file: what `cachex verify` and
+/// `cachex.verify` report. A path, not an open store, so it also checks
+/// what cannot open (a damaged file, a half-built memmap-array cache). A
+/// torchcachex directory has no index log of ours, which is not a problem.
+pub fn verify(kind: Detected, path: &Path) -> Vec<cache_check::Problem> {
+    match (kind.peer, kind.kind) {
+        (Some(PeerFormat::Beton), _) => beton::verify(path),
+        (Some(PeerFormat::Torchcachex), _) => {
+            let index = path.join(segment_store::format::INDEX_FILE);
+            let mut problems = segment_store::verify(path);
+            problems.retain(|p| !(p.kind == cache_check::ProblemKind::Missing && p.path == index));
+            problems
+        }
+        (None, StoreKind::SegmentStore) => segment_store::verify(path),
+        (None, StoreKind::MemmapArray) => memmap_array::verify(path),
+        (None, StoreKind::ShardStore) => shard_store::verify(path),
+        (None, StoreKind::PageAlloc) => page_alloc::verify(path),
+    }
+}
+
 /// The kind of cache at `path`, or `None` when it is none we know.
 pub fn detect(path: &Path) -> Option<Detected> {
     if path.is_dir() {

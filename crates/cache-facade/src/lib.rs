@@ -94,7 +94,7 @@ pub use backends::{
 pub use cached_fn::{CachedFn, CallStats};
 pub use config::{CacheConfig, OnStale, SourcesConfig};
 pub use dataset::Dataset;
-pub use detect::{Detected, PeerFormat, detect};
+pub use detect::{Detected, PeerFormat, detect, verify};
 pub use durable_fs::BoxError;
 pub use error::{FacadeError, Result};
 pub use remote_cache::{StoreKind, TierOptions};

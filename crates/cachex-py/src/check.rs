@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use cache_check::{Problem, Summary};
-use cache_facade::{Detected, PeerFormat, StoreKind};
+use cache_facade::Detected;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
@@ -27,13 +27,7 @@ pub fn verify(py: Python<'_>, path: PathBuf) -> PyResult<Bound<'_, PyDict>> {
             path.display()
         )));
     };
-    let problems = py.detach(|| match (kind.peer, kind.kind) {
-        (Some(PeerFormat::Beton), _) => page_alloc::beton::verify(&path),
-        (_, StoreKind::SegmentStore) => segment_store::verify(&path),
-        (_, StoreKind::MemmapArray) => memmap_array::verify(&path),
-        (_, StoreKind::ShardStore) => shard_store::verify(&path),
-        (_, StoreKind::PageAlloc) => page_alloc::verify(&path),
-    });
+    let problems = py.detach(|| cache_facade::verify(kind, &path));
     verify_to_py(py, kind, &path, &problems)
 }
 

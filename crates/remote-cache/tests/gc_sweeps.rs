@@ -183,6 +183,18 @@ fn publish_at_the_first_delete(url: &str, publisher: RemoteDir) -> Receiver<Even
     rx
 }
 
+/// The publish's outcome from its `events`: whether it waited for a
+/// sweep, and its report once it ended.
+fn published(events: &Receiver<Event>) -> (bool, PublishReport) {
+    let mut waited = false;
+    loop {
+        match events.recv_timeout(Duration::from_secs(120)).unwrap() {
+            Event::Waiting => waited = true,
+            Event::Published(p) => return (waited, p.unwrap()),
+        }
+    }
+}
+
 /// A publisher commits a file whose bytes an old, unreferenced object
 /// holds, between gc's check of that object and its delete: the commit's
 /// objects are all there afterwards, and a fresh reader reads every file.
@@ -223,13 +235,7 @@ fn publish_inside_the_delete(bucket: &Bucket, found: Found) {
     let events = publish_at_the_first_delete(gc_tier.url(), publisher);
     let report = gc(&gc_tier, NO_GRACE).unwrap();
     println!("{found:?}: gc with a publish inside its delete: {report:?}");
-    let mut waited = false;
-    let published = loop {
-        match events.recv_timeout(Duration::from_secs(120)).unwrap() {
-            Event::Waiting => waited = true,
-            Event::Published(p) => break p.unwrap(),
-        }
-    };
+    let (waited, published) = published(&events);
     println!("{found:?}: the publish (waited for the sweep: {waited}): {published:?}");
     assert_eq!(published.seq, Some(3), "{published:?}");
     let state = assert_every_object_there(&gc_tier);
@@ -299,13 +305,7 @@ fn a_gc_paused_past_its_sweep_starts_over_and_reads_the_leases_again() {
     });
     let report = gc(&gc_tier, NO_GRACE).unwrap();
     println!("gc paused past its sweep: {report:?}");
-    let mut waited = false;
-    let published = loop {
-        match rx.recv_timeout(Duration::from_secs(120)).unwrap() {
-            Event::Waiting => waited = true,
-            Event::Published(p) => break p.unwrap(),
-        }
-    };
+    let (waited, published) = published(&rx);
     assert!(waited, "the publish looked for its object during the sweep");
     assert_eq!(report.restarted_sweeps, 1, "{report:?}");
     // The new sweep read the publisher's lease (or, had the publish

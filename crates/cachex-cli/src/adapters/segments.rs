@@ -3,9 +3,8 @@
 
 use std::path::Path;
 
-use cache_check::{Problem, ProblemKind, Summary};
+use cache_check::{Problem, Summary};
 use cache_facade::{Detected, PeerFormat, StoreKind};
-use segment_store::format::INDEX_FILE;
 use segment_store::{Options, SegmentStore};
 use serde_json::{Value, json};
 
@@ -49,13 +48,7 @@ impl CacheAdapter for Segments {
     }
 
     fn verify(&self, path: &Path) -> Vec<Problem> {
-        let mut problems = segment_store::verify(path);
-        if self.torchcachex {
-            // No index log of ours is how torchcachex writes: not a problem.
-            let index = path.join(INDEX_FILE);
-            problems.retain(|p| !(p.kind == ProblemKind::Missing && p.path == index));
-        }
-        problems
+        cache_facade::verify(self.kind(), path)
     }
 
     fn get(&self, path: &Path, key: &str) -> Result<Value> {
