@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,8 +22,9 @@ use page_alloc::{PageWriter, Value as PageValue, WriterOptions};
 use remote_cache::{
     Location, RemoteDir, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards, StoreFiles,
 };
-use remote_tier::{RemoteTier, TierConfig, TierStats};
+use remote_tier::{RemoteTier, TierConfig};
 use tensor_core::{Tensor, Value};
+use test_support::tier_disk::assert_count_matches_disk;
 
 /// The tier's budget: a third of the four stores' bytes.
 const BUDGET: u64 = 4 << 20;
@@ -37,9 +37,6 @@ const ITEMS_PER_STEP: u64 = 6;
 /// they straddle), its fetches in flight and their read-ahead
 /// (`parallelism` = 4 blocks of 64 KiB each).
 const PROCESS_SLACK: u64 = ITEMS_PER_STEP * (64 << 10) + 2 * 4 * (64 << 10);
-/// The allowance of a sparse copy's metadata (block map, touch clocks, a
-/// page of extent tree): three pages.
-const ALLOWANCE: u64 = 3 * 4096;
 /// Set in a child's environment: `bucket \n tier_dir \n seed \n steps`.
 const CHILD: &str = "CACHEX_TEST_NODE_SOAK_STORES";
 
@@ -232,34 +229,6 @@ fn soak_child() {
     println!("\nDONE");
 }
 
-/// What the tier's `objects/` holds on disk, and its sparse copies.
-fn disk(tier_dir: &Path) -> (u64, u64) {
-    let mut bytes = 0;
-    let mut sparse = 0;
-    for e in std::fs::read_dir(tier_dir.join("objects"))
-        .unwrap()
-        .flatten()
-    {
-        if let Ok(m) = e.metadata() {
-            bytes += m.blocks() * 512;
-        }
-        sparse += u64::from(e.file_name().to_string_lossy().ends_with(".sparse"));
-    }
-    (bytes, sparse)
-}
-
-/// The count is above the disk by at most the allowances of the sparse
-/// copies present, and below it by at most `unmarked` (fetches that a
-/// process ended between their write and their mark left in copies).
-fn assert_count_matches_disk(tier_dir: &Path, stats: &TierStats, step: &str, unmarked: u64) {
-    let (held, sparse) = disk(tier_dir);
-    assert!(
-        stats.allocated + unmarked >= held && stats.allocated <= held + sparse * ALLOWANCE,
-        "{step}: the count states {} for {held} bytes on disk ({sparse} sparse copies)",
-        stats.allocated
-    );
-}
-
 /// Waits for every child to end within `bound` in all, each successful
 /// and having said DONE; one past the bound is killed by its pid (every
 /// child is reaped whatever happens) and fails the test.
@@ -357,7 +326,7 @@ fn four_kinds_of_store_in_eight_processes_stay_within_one_budget() {
         let unmarked = PROCESSES * 4 * (64 << 10);
         assert_count_matches_disk(
             tier_dir.path(),
-            &stats,
+            stats.allocated,
             &format!("after job {job}"),
             unmarked,
         );

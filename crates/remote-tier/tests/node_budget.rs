@@ -12,21 +12,19 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{Rng, env_count, sample, small_config, wait_children};
-use remote_tier::{RemoteTier, TierConfig, TierStats};
+use remote_tier::{RemoteTier, TierConfig};
+use test_support::tier_disk::assert_count_matches_disk;
 
 const BUDGET: u64 = 1 << 20;
 /// The soak's budget: room for what its processes hold at once (each a
 /// whole-pinned copy, a leased read and its read-ahead).
 const SOAK_BUDGET: u64 = 4 << 20;
-/// The allowance of a small sparse copy's metadata (block map, touch
-/// clocks, a page of extent tree): three pages.
-const ALLOWANCE: u64 = 3 * 4096;
 
 fn file_url(dir: &Path, prefix: &str) -> String {
     format!("file://{}/{prefix}", dir.display())
@@ -35,35 +33,6 @@ fn file_url(dir: &Path, prefix: &str) -> String {
 fn open(bucket: &Path, prefix: &str, config: TierConfig) -> RemoteTier {
     std::fs::create_dir_all(bucket.join(prefix)).unwrap();
     RemoteTier::open(&file_url(bucket, prefix), config).unwrap()
-}
-
-/// What the disk holds under `objects/`, and the sparse copies there.
-fn disk(tier_dir: &Path) -> (u64, u64) {
-    let mut bytes = 0;
-    let mut sparse = 0;
-    for e in std::fs::read_dir(tier_dir.join("objects"))
-        .unwrap()
-        .flatten()
-    {
-        if let Ok(m) = e.metadata() {
-            bytes += m.blocks() * 512;
-        }
-        sparse += u64::from(e.file_name().to_string_lossy().ends_with(".sparse"));
-    }
-    (bytes, sparse)
-}
-
-/// The count is above the disk by at most the allowances of the sparse
-/// copies present, and below it by at most `unmarked`: bytes that
-/// fetches which died between their write and their mark left in copies
-/// (none unless a process ended mid-fetch).
-fn assert_count_matches_disk(tier_dir: &Path, stats: &TierStats, step: &str, unmarked: u64) {
-    let (held, sparse) = disk(tier_dir);
-    assert!(
-        stats.allocated + unmarked >= held && stats.allocated <= held + sparse * ALLOWANCE,
-        "{step}: the count states {} for {held} bytes on disk ({sparse} sparse copies)",
-        stats.allocated
-    );
 }
 
 fn spawn_child(test: &str, var: &str, value: &str) -> Child {
@@ -168,7 +137,7 @@ fn the_count_follows_copies_made_and_evicted() {
             assert_eq!(buf[..], want[at as usize..at as usize + 16], "copy {n}");
         }
         let stats = tier.stats().unwrap();
-        assert_count_matches_disk(local.path(), &stats, &format!("copy {n}"), 0);
+        assert_count_matches_disk(local.path(), stats.allocated, &format!("copy {n}"), 0);
     }
     let stats = tier.stats().unwrap();
     assert_eq!(stats.over_budget, 0, "{stats:?}");
@@ -216,7 +185,7 @@ fn opening_more_stores_asks_for_no_rebuild() {
     }
     let stats = first.stats().unwrap();
     assert_eq!(stats.rebuilds, rebuilds, "{stats:?}");
-    assert_count_matches_disk(local.path(), &stats, "after five more stores", 0);
+    assert_count_matches_disk(local.path(), stats.allocated, "after five more stores", 0);
 }
 
 const SOAK_CHILD: &str = "CACHEX_TEST_NODE_SOAK";
@@ -368,7 +337,12 @@ fn a_node_of_processes_and_caches_stays_within_one_budget() {
         let stats = watcher.stats().unwrap();
         // A process ends with its read-ahead (2 blocks) in flight.
         let unmarked = SOAK_PROCESSES * 2 * (64 << 10);
-        assert_count_matches_disk(local.path(), &stats, &format!("after job {job}"), unmarked);
+        assert_count_matches_disk(
+            local.path(),
+            stats.allocated,
+            &format!("after job {job}"),
+            unmarked,
+        );
         println!("job {job}: {looks} looks, peak {peak} of {SOAK_BUDGET}: {stats:?}");
     }
     // Reads counted over the budget (`over_budget`) may happen: one that

@@ -15,6 +15,8 @@
 //!   its S3 side by endpoint, as the older tests call it.
 //! - [`intercept`] (feature `object-store`): a pass-through object store
 //!   whose requests a test or benchmark watches, delays, fails or alters.
+//! - [`tier_disk`]: a local tier's count checked against what its
+//!   `objects/` hold on disk.
 #![deny(missing_docs)]
 
 #[cfg(feature = "object-store")]
@@ -315,5 +317,45 @@ pub mod crash {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
+    }
+}
+
+/// A local tier's count checked against its disk (the tier tests' and the
+/// node soaks').
+pub mod tier_disk {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+
+    /// The allowance the tier counts for a small sparse copy's metadata
+    /// (block map, touch clocks, a page of extent tree): three pages.
+    pub const ALLOWANCE: u64 = 3 * 4096;
+
+    /// What the disk holds under the tier's `objects/`, and the sparse
+    /// copies there.
+    pub fn disk(tier_dir: &Path) -> (u64, u64) {
+        let mut bytes = 0;
+        let mut sparse = 0;
+        for e in std::fs::read_dir(tier_dir.join("objects"))
+            .unwrap()
+            .flatten()
+        {
+            if let Ok(m) = e.metadata() {
+                bytes += m.blocks() * 512;
+            }
+            sparse += u64::from(e.file_name().to_string_lossy().ends_with(".sparse"));
+        }
+        (bytes, sparse)
+    }
+
+    /// The count (`allocated`) is above the disk by at most the allowances
+    /// of the sparse copies present, and below it by at most `unmarked`:
+    /// bytes that fetches which died between their write and their mark
+    /// left in copies (none unless a process ended mid-fetch).
+    pub fn assert_count_matches_disk(tier_dir: &Path, allocated: u64, step: &str, unmarked: u64) {
+        let (held, sparse) = disk(tier_dir);
+        assert!(
+            allocated + unmarked >= held && allocated <= held + sparse * ALLOWANCE,
+            "{step}: the count states {allocated} for {held} bytes on disk ({sparse} sparse copies)"
+        );
     }
 }
