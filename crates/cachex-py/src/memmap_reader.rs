@@ -1,6 +1,5 @@
 //! `cachex.MemmapArray`: a finished memmap-array cache, open for reading.
 
-use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -19,41 +18,20 @@ use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
 use crate::{check, errors, json};
 
-/// A cache as opened: a local directory, or a URL whose `.bin` arrays are
-/// read by the blocks the rows asked for lie in (fetched through the
-/// local tier before they are read: bytes not fetched read as zeros).
-// One value per opening, behind an `Arc`: its size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Arrays {
-    Local(MemmapArray),
-    Remote(RemoteMemmapArray),
-}
+/// A cache as opened, wherever it lies: a local directory is read where
+/// it is, a URL's `.bin` arrays by the blocks the rows asked for lie in
+/// (fetched through the local tier before they are read: bytes not
+/// fetched read as zeros). One store handle either way
+/// ([`RemoteMemmapArray`]).
+struct Arrays(RemoteMemmapArray);
 
 impl Arrays {
     fn cache(&self) -> &MemmapArray {
-        match self {
-            Arrays::Local(c) => c,
-            Arrays::Remote(r) => r.cache(),
-        }
-    }
-
-    fn is_remote(&self) -> bool {
-        matches!(self, Arrays::Remote(_))
-    }
-
-    /// Makes rows `rows` local (nothing for a local cache).
-    fn ensure(&self, rows: Range<u64>) -> remote_cache::Result<()> {
-        match self {
-            Arrays::Local(_) => Ok(()),
-            Arrays::Remote(r) => r.ensure_rows(rows),
-        }
+        self.0.cache()
     }
 
     /// Makes the rows `rows` local, one fetch per run of consecutive rows.
     fn ensure_each(&self, rows: &[u64]) -> remote_cache::Result<()> {
-        if !self.is_remote() {
-            return Ok(());
-        }
         let mut k = 0;
         while k < rows.len() {
             let start = rows[k];
@@ -63,7 +41,7 @@ impl Arrays {
                 end += 1;
                 k += 1;
             }
-            self.ensure(start..end)?;
+            self.0.ensure_rows(start..end)?;
         }
         Ok(())
     }
@@ -141,7 +119,13 @@ impl PyMemmapArray {
             TierArgs::default(),
         )?;
         let fraction = memmap_array::DEFAULT_RAM_FRACTION;
-        PyMemmapArray::wrap(py, root, Arrays::Local(cache), false, fraction)
+        PyMemmapArray::wrap(
+            py,
+            root,
+            Arrays(RemoteMemmapArray::from_local(cache)),
+            false,
+            fraction,
+        )
     }
 
     /// A reader of the finished cache at the URL root `root`.
@@ -167,10 +151,8 @@ impl PyMemmapArray {
     /// The opening with rows `rows` made local (GIL released).
     fn ready(&self, py: Python<'_>, rows: &[u64]) -> PyResult<Arc<Opening>> {
         let o = self.current(py)?;
-        if o.arrays.is_remote() {
-            let arrays = &o.arrays;
-            errors::enter(py, || arrays.ensure_each(rows))?;
-        }
+        let arrays = &o.arrays;
+        errors::enter(py, || arrays.ensure_each(rows))?;
         Ok(o)
     }
 }
@@ -178,22 +160,11 @@ impl PyMemmapArray {
 /// Opens the finished cache at `location`; `load` copies a local one into
 /// RAM (refused for a URL, whose arrays are read by blocks).
 fn open_arrays(location: &Location, load: bool, fraction: f64) -> remote_cache::Result<Arrays> {
-    match location {
-        Location::Local(dir) => {
-            let mut cache = MemmapArray::open(dir)?;
-            if load {
-                cache.load_in_memory_with(fraction)?;
-            }
-            Ok(Arrays::Local(cache))
-        }
-        Location::Remote(_) if load => Err(remote_cache::Error::BadLocation {
-            root: location.shown(),
-            problem: "load_in_memory is for a local cache: a URL's arrays are read by blocks \
-                      through the local tier"
-                .into(),
-        }),
-        Location::Remote(_) => Ok(Arrays::Remote(RemoteMemmapArray::open(location)?)),
-    }
+    Ok(Arrays(if load {
+        RemoteMemmapArray::open_loaded(location, fraction)?
+    } else {
+        RemoteMemmapArray::open(location)?
+    }))
 }
 
 /// A numpy array of `dtype` over `view`'s bytes, owned by `owner`.
@@ -471,13 +442,8 @@ impl PyMemmapArray {
             .into_iter()
             .map(|i| o.row_index(i))
             .collect::<PyResult<Vec<u64>>>()?;
-        match &*o.arrays {
-            Arrays::Remote(r) => Ok(PyPrefetch::new(py.detach(|| r.prefetch(&rows)))),
-            Arrays::Local(cache) => {
-                py.detach(|| rows.iter().for_each(|&i| cache.prefetch(i)));
-                Ok(PyPrefetch::finished())
-            }
-        }
+        let arrays = &o.arrays;
+        Ok(PyPrefetch::new(py.detach(|| arrays.0.prefetch(&rows))))
     }
 
     /// The row index as a list of entries: `{"row", "source", "meta",
@@ -526,7 +492,7 @@ impl PyMemmapArray {
         let arrays = &o.arrays;
         // The check reads every row: on a URL, fetched first.
         let n = o.cache().len();
-        errors::enter(py, || arrays.ensure(0..n))?;
+        errors::enter(py, || arrays.0.ensure_rows(0..n))?;
         let dir = o.cache().dir();
         let problems = py.detach(|| memmap_array::verify(dir));
         check::verify_to_py(py, StoreKind::MemmapArray, dir, &problems)

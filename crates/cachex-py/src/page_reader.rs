@@ -20,31 +20,21 @@ use crate::prefetch::PyPrefetch;
 use crate::root::{Root, TierArgs};
 use crate::{check, errors};
 
-/// A page file as opened: a local file, or a file at a URL read by the
-/// pages its samples lie in (each fetched through the local tier before
-/// it is read: the bytes not fetched read as zeros).
-// One value per opening, behind an `Arc`: its size does not matter.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Pages {
-    Local(PageReader),
-    Remote(RemotePages),
-}
+/// A page file as opened, wherever it lies: a local file is read where it
+/// is, a file at a URL by the pages its samples lie in (each fetched
+/// through the local tier before it is read: the bytes not fetched read as
+/// zeros). One store handle either way ([`RemotePages`]).
+pub(crate) struct Pages(RemotePages);
 
 impl Pages {
     /// Opens the file `root` names (for a URL, the file under its prefix).
     fn open(root: &Root, options: &page_alloc::ReadOptions) -> remote_cache::Result<Pages> {
-        if let remote_cache::Location::Local(path) = root.location() {
-            return Ok(Pages::Local(PageReader::open_with(path, options)?));
-        }
-        let (dir, file) = split(root)?;
-        Ok(Pages::Remote(RemotePages::open(dir.location(), &file)?))
+        let (dir, file) = root.file_location()?;
+        Ok(Pages(RemotePages::open_with(&dir, &file, options)?))
     }
 
     pub(crate) fn reader(&self) -> &PageReader {
-        match self {
-            Pages::Local(r) => r,
-            Pages::Remote(r) => r.reader(),
-        }
+        self.0.reader()
     }
 
     /// Field `name`'s index and what a batch buffer of it holds (an
@@ -108,35 +98,19 @@ impl Pages {
     }
 
     /// Makes the pages of samples `indices` local and keeps them so while
-    /// the lease lives (nothing for a local file).
+    /// the lease lives (nothing for a file read where it lies).
     fn lease(&self, indices: &[usize]) -> remote_cache::Result<Option<Lease>> {
-        match self {
-            Pages::Local(_) => Ok(None),
-            Pages::Remote(r) => r.lease_samples(indices),
-        }
+        self.0.lease_samples(indices)
     }
 
     /// Every problem of the file (`page_alloc::verify`); through a tier,
     /// each run fetched and leased only while it is checked, so the
     /// check stays within the tier's budget. Call with the GIL released.
     fn verify(&self) -> Vec<cache_check::Problem> {
-        let path = self.reader().path();
-        match self {
-            Pages::Local(_) => page_alloc::verify(path),
-            Pages::Remote(r) => page_alloc::verify_with(path, |range| {
-                r.lease_bytes(range).map_err(std::io::Error::other)
-            }),
-        }
-    }
-}
-
-/// A URL root split into its prefix and file.
-fn split(root: &Root) -> remote_cache::Result<(Root, String)> {
-    root.split_file()?
-        .ok_or_else(|| remote_cache::Error::BadLocation {
-            root: root.shown(),
-            problem: "not a URL".into(),
+        page_alloc::verify_with(self.reader().path(), |range| {
+            self.0.lease_bytes(range).map_err(std::io::Error::other)
         })
+    }
 }
 
 /// One opening of a page file.
@@ -197,13 +171,8 @@ impl PyPageReader {
     /// the lease that keeps them so (`None` for a local file).
     fn ready(&self, py: Python<'_>, indices: &[usize]) -> PyResult<(Arc<Opening>, Option<Lease>)> {
         let o = self.current(py)?;
-        let lease = match *o.pages {
-            Pages::Remote(_) => {
-                let pages = &o.pages;
-                errors::enter(py, || pages.lease(indices))?
-            }
-            Pages::Local(_) => None,
-        };
+        let pages = &o.pages;
+        let lease = errors::enter(py, || pages.lease(indices))?;
         Ok((o, lease))
     }
 }
@@ -398,13 +367,8 @@ impl PyPageReader {
                 "sample {i} out of range: the file has {len} samples"
             )));
         }
-        match &*o.pages {
-            Pages::Remote(r) => Ok(PyPrefetch::new(py.detach(|| r.prefetch(&indices)))),
-            Pages::Local(reader) => {
-                errors::enter(py, || reader.prefetch(&indices))?;
-                Ok(PyPrefetch::finished())
-            }
-        }
+        let pages = &o.pages;
+        Ok(PyPrefetch::new(py.detach(|| pages.0.prefetch(&indices))))
     }
 
     /// Registers this reader's plan in the local tier: sample
@@ -428,10 +392,8 @@ impl PyPageReader {
             .collect::<PyResult<Vec<usize>>>()?;
         let positions = crate::plan_handle::positions(&positions)?;
         let o = self.current(py)?;
-        let Pages::Remote(r) = &*o.pages else {
-            return Ok(None);
-        };
-        let handle = errors::enter(py, || r.set_plan(&samples, &positions, epoch_len))?;
+        let pages = &o.pages;
+        let handle = errors::enter(py, || pages.0.set_plan(&samples, &positions, epoch_len))?;
         Ok(handle.map(PyPlanHandle::new))
     }
 

@@ -16,8 +16,7 @@ const SLICE: Duration = Duration::from_millis(100);
 /// order asked for (the next epoch's), within the tier's budget.
 ///
 /// `PageReader.prefetch`, `MemmapArray.prefetch` and `SegmentStore.prefetch`
-/// return one. On a
-/// local file (nothing to fetch) it is finished at once with every count
+/// return one. On a local file (nothing to fetch) it is finished at once with every count
 /// zero. The fill goes on when this object is dropped, until done or
 /// :meth:`cancel`\ led; a read meanwhile fetches what it needs first. The
 /// fill runs in the process that started it (a forked child does not
@@ -36,11 +35,6 @@ impl PyPrefetch {
             fill,
             pid: std::process::id(),
         }
-    }
-
-    /// A fill with nothing to do (a local file).
-    pub(crate) fn finished() -> Self {
-        PyPrefetch::new(WarmingSet::default())
     }
 }
 

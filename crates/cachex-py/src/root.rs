@@ -253,6 +253,29 @@ impl Root {
         }
     }
 
+    /// The directory of the file this root names and the file's name: a
+    /// path's parent folder, or a URL's prefix (see
+    /// [`split_file`](Self::split_file)).
+    pub fn file_location(&self) -> remote_cache::Result<(Location, String)> {
+        if let Some((dir, file)) = self.split_file()? {
+            return Ok((dir.location().clone(), file));
+        }
+        let bad = |problem: &str| remote_cache::Error::BadLocation {
+            root: self.shown(),
+            problem: problem.into(),
+        };
+        let Location::Local(path) = &self.location else {
+            return Err(bad("name a file under a prefix"));
+        };
+        match (path.parent(), path.file_name().map(|n| n.to_str())) {
+            (Some(parent), Some(Some(name))) => {
+                Ok((Location::Local(parent.to_path_buf()), name.to_owned()))
+            }
+            (_, Some(None)) => Err(bad("the file's name is not UTF-8")),
+            _ => Err(bad("name a file, not a folder's root")),
+        }
+    }
+
     /// A URL naming one file (`s3://bucket/prefix/data.pages`) split into
     /// the root of its directory and the file's name; `None` for a path.
     pub fn split_file(&self) -> remote_cache::Result<Option<(Root, String)>> {

@@ -7,9 +7,9 @@ use memmap_array::{MemmapArray, Row};
 use remote_tier::{RemoteFile, Warming, WarmingSet};
 use tensor_core::TensorView;
 
-use crate::Result;
 use crate::location::Location;
 use crate::remote_dir::RemoteDir;
+use crate::{Error, Result};
 use crate::{StoreFiles, StoreKind};
 
 /// A finished memmap-array cache on a [`Location`], read by block ranges:
@@ -30,6 +30,40 @@ impl RemoteMemmapArray {
     pub fn open(location: &Location) -> Result<RemoteMemmapArray> {
         let opened = location.open(StoreFiles::for_kind(StoreKind::MemmapArray))?;
         RemoteMemmapArray::open_in(&opened.dir, opened.remote)
+    }
+
+    /// The finished cache `cache`, open in a local directory, as a store
+    /// read where it lies.
+    pub fn from_local(cache: MemmapArray) -> RemoteMemmapArray {
+        let bins = cache
+            .schema()
+            .arrays()
+            .iter()
+            .map(|a| (None, a.row_bytes() as u64))
+            .collect();
+        RemoteMemmapArray {
+            cache,
+            remote: None,
+            bins,
+        }
+    }
+
+    /// Opens the finished cache at `location` and, with `load_fraction`,
+    /// copies its arrays into RAM ([`MemmapArray::load_in_memory_with`]):
+    /// for a local directory only, since a URL's arrays are read by blocks
+    /// through the local tier ([`Error::BadLocation`] for a URL).
+    pub fn open_loaded(location: &Location, load_fraction: f64) -> Result<RemoteMemmapArray> {
+        if !matches!(location, Location::Local(_)) {
+            return Err(Error::BadLocation {
+                root: location.shown(),
+                problem: "load_in_memory is for a local cache: a URL's arrays are read by \
+                          blocks through the local tier"
+                    .into(),
+            });
+        }
+        let mut opened = RemoteMemmapArray::open(location)?;
+        opened.cache.load_in_memory_with(load_fraction)?;
+        Ok(opened)
     }
 
     /// Opens the finished cache in the working directory of `remote` (a
@@ -101,9 +135,14 @@ impl RemoteMemmapArray {
     /// Starts fetching rows `rows` of every array into the local tier in
     /// the background, in that order (the next epoch's), at most the
     /// tier's budget of bytes in all. Reads meanwhile fetch what they need
-    /// first; a row whose blocks arrived sends no request. Nothing to do
-    /// for a local cache.
+    /// first; a row whose blocks arrived sends no request. A local cache
+    /// asks the kernel to read the rows ahead instead
+    /// ([`MemmapArray::prefetch`]), and the set returned is empty.
     pub fn prefetch(&self, rows: &[u64]) -> WarmingSet {
+        if self.remote.is_none() {
+            rows.iter().for_each(|&i| self.cache.prefetch(i));
+            return WarmingSet::default();
+        }
         let budget = self
             .remote
             .as_ref()

@@ -63,21 +63,35 @@ impl RemotePages {
     /// Opens the page file `file` (a name inside the cache directory,
     /// ending `.pages`) at `location`.
     pub fn open(location: &Location, file: &str) -> Result<RemotePages> {
+        RemotePages::open_with(location, file, &page_alloc::ReadOptions::default())
+    }
+
+    /// As [`open`](Self::open), with `options` for a file that is read
+    /// where it lies (a local directory's: pre-faulted, every page hashed
+    /// at open; see [`page_alloc::ReadOptions`]). A file read through the
+    /// tier is fetched by runs, so the options do not apply to it.
+    pub fn open_with(
+        location: &Location,
+        file: &str,
+        options: &page_alloc::ReadOptions,
+    ) -> Result<RemotePages> {
         let opened = location.open(StoreFiles::for_kind(StoreKind::PageAlloc))?;
-        RemotePages::open_in(opened.dir, opened.remote, file)
+        RemotePages::open_in(opened.dir, opened.remote, file, options)
     }
 
     /// Opens the page file `file` in the working directory of `remote` (a
     /// commit log opened by the caller with the files of
     /// [`StoreKind::PageAlloc`]).
     pub fn with_remote(remote: RemoteDir, file: &str) -> Result<RemotePages> {
-        RemotePages::open_in(remote.dir().to_path_buf(), Some(remote), file)
+        let options = page_alloc::ReadOptions::default();
+        RemotePages::open_in(remote.dir().to_path_buf(), Some(remote), file, &options)
     }
 
     fn open_in(
         dir: std::path::PathBuf,
         remote: Option<RemoteDir>,
         file: &str,
+        options: &page_alloc::ReadOptions,
     ) -> Result<RemotePages> {
         let path = dir.join(file);
         let object = remote.as_ref().and_then(|r| r.object(file));
@@ -93,7 +107,10 @@ impl RemotePages {
             }
             None => None,
         };
-        let reader = PageReader::open(&path)?;
+        let reader = match &object {
+            Some(_) => PageReader::open(&path)?,
+            None => PageReader::open_with(&path, options)?,
+        };
         let runs = if object.is_some() {
             reader.run_spans()
         } else {
@@ -247,9 +264,15 @@ impl RemotePages {
     /// tier's budget of bytes — MosaicML's `predownload`. Reads meanwhile
     /// fetch what they need first; a sample whose pages arrived sends no
     /// request. A prefetched page never evicts one a plan needs sooner.
-    /// Nothing to do for a local file.
+    /// A file read where it lies asks the kernel to read the pages ahead
+    /// instead ([`PageReader::prefetch`]: a hint, so samples out of range
+    /// are passed over), and the set returned is empty.
     pub fn prefetch(&self, indices: &[usize]) -> WarmingSet {
         let Some(object) = &self.object else {
+            let len = self.reader.len();
+            let within: Vec<usize> = indices.iter().copied().filter(|&i| i < len).collect();
+            // A hint: a sample whose run does not read is reported by its read.
+            let _ = self.reader.prefetch(&within);
             return WarmingSet::default();
         };
         self.forget_if_evicted(object);
