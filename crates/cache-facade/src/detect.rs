@@ -1,11 +1,5 @@
-//! Which kind of cache a path holds, from the files each store writes.
-//! `open` refuses a directory of another kind with it, and the `cachex`
-//! tool picks its adapter with it.
-
-use std::io::Read;
-use std::path::Path;
-
-use page_alloc::beton::{self, HEADER_LEN};
+//! What kind of cache a path holds, as [`crate::detect`] names it: the
+//! store that reads it and, for another tool's files, which format.
 
 use crate::StoreKind;
 
@@ -80,74 +74,4 @@ impl serde::Serialize for Detected {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.name())
     }
-}
-
-/// Every problem of the cache or file at `path`, of kind `kind` (as
-/// [`detect`] found it), each naming its file: what `cachex verify` and
-/// `cachex.verify` report. A path, not an open store, so it also checks
-/// what cannot open (a damaged file, a half-built memmap-array cache). A
-/// torchcachex directory has no index log of ours, which is not a problem.
-pub fn verify(kind: Detected, path: &Path) -> Vec<cache_check::Problem> {
-    match (kind.peer, kind.kind) {
-        (Some(PeerFormat::Beton), _) => beton::verify(path),
-        (Some(PeerFormat::Torchcachex), _) => {
-            let index = path.join(segment_store::format::INDEX_FILE);
-            let mut problems = segment_store::verify(path);
-            problems.retain(|p| !(p.kind == cache_check::ProblemKind::Missing && p.path == index));
-            problems
-        }
-        (None, StoreKind::SegmentStore) => segment_store::verify(path),
-        (None, StoreKind::MemmapArray) => memmap_array::verify(path),
-        (None, StoreKind::ShardStore) => shard_store::verify(path),
-        (None, StoreKind::PageAlloc) => page_alloc::verify(path),
-    }
-}
-
-/// The kind of cache at `path`, or `None` when it is none we know.
-pub fn detect(path: &Path) -> Option<Detected> {
-    if path.is_dir() {
-        // Ours: the shared index log, or (several writers) their logs.
-        if path.join(segment_store::format::INDEX_FILE).is_file()
-            || path.join(segment_store::format::WRITERS_DIR).is_dir()
-        {
-            return Some(Detected::own(StoreKind::SegmentStore));
-        }
-        if path.join(segment_store::format::SEGMENTS_DIR).is_dir() {
-            return Some(Detected::peer(PeerFormat::Torchcachex));
-        }
-        if path.join(memmap_array::SHAPES_FILE).is_file()
-            || path.join(memmap_array::MANIFEST_FILE).is_file()
-        {
-            return Some(Detected::own(StoreKind::MemmapArray));
-        }
-        if path.join(shard_store::format::METADATA_FILE).is_file()
-            && path.join(shard_store::format::SHARDS_DIR).is_dir()
-        {
-            return Some(Detected::own(StoreKind::ShardStore));
-        }
-    }
-    if path.is_file() {
-        let mut head = Vec::with_capacity(HEADER_LEN);
-        let len = std::fs::File::open(path).and_then(|f| {
-            let len = f.metadata()?.len();
-            f.take(HEADER_LEN as u64).read_to_end(&mut head)?;
-            Ok(len)
-        });
-        let Ok(len) = len else {
-            return None;
-        };
-        if head.get(..8) == Some(&page_alloc::format::MAGIC[..]) {
-            return Some(Detected::own(StoreKind::PageAlloc));
-        }
-        // FFCV has no magic. A file named `.beton` is taken at its word
-        // when it starts with version 2 (so a damaged one is verified, not
-        // ignored); any other file needs a plausible whole header: version,
-        // counts, and pointers within the file.
-        let named = path.extension().is_some_and(|e| e == "beton");
-        let version_2 = head.get(..2) == Some(&beton::BETON_VERSION.to_le_bytes()[..]);
-        if (named && version_2) || beton::is_beton_header(&head, len) {
-            return Some(Detected::peer(PeerFormat::Beton));
-        }
-    }
-    None
 }

@@ -134,6 +134,22 @@ pub enum FacadeError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A key argument that this kind of cache cannot take.
+    #[error("{}: {key:?} is not an index (this kind of cache is addressed by index)", path.display())]
+    BadKey {
+        /// The cache.
+        path: PathBuf,
+        /// The argument.
+        key: String,
+    },
+    /// The record asked for is not in the cache.
+    #[error("{}: {what}", path.display())]
+    NoSuchRecord {
+        /// The cache.
+        path: PathBuf,
+        /// What is absent (`no record with key "x"`).
+        what: String,
+    },
     /// The memmap-array backend failed.
     #[error(transparent)]
     Memmap(#[from] memmap_array::Error),

@@ -17,8 +17,8 @@ use fingerprint::{
     COMPLETE_FILE, FINGERPRINT_FILE, Fingerprint, Stale, compute_fingerprint, stamp_sources,
 };
 
-use crate::detect::{Detected, detect};
 use crate::{CacheConfig, FacadeError, OnStale, Result};
+use crate::{Detected, detect};
 
 /// What a backend tells [`prepare`] about its store.
 pub(crate) struct Spec {

@@ -1,6 +1,7 @@
 //! The `cachex` command line: `inspect`, `verify`, `get`, `stats`,
-//! `compact`, `push`, `pull`, `gc`, `du` and `demo`. Each command finds the cache's adapter
-//! ([`adapter_for`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
+//! `compact`, `push`, `pull`, `gc`, `du` and `demo`. Each command finds the
+//! cache's entry in the facade's registry of kinds ([`spec_for`],
+//! [`cache_facade::KINDS`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
 //! sound, [`EXIT_PROBLEMS`] (1) problems found or the cache could not be
 //! read, [`EXIT_USAGE`] (2) usage errors and paths that are no cache we
 //! know.
@@ -14,10 +15,9 @@ use cache_check::{Problem, Summary};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use crate::adapters::adapter_for;
 use crate::error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};
 use crate::json::value_table;
-use cache_facade::{Detected, StoreKind};
+use cache_facade::{Detected, KINDS, KindSpec, StoreKind};
 
 /// Inspect, verify and read cachex caches (and the Python tools' caches);
 /// publish them to object storage, pull them back, collect their garbage.
@@ -209,7 +209,7 @@ pub fn run(command: Command) -> Result<u8> {
         Command::Inspect { path, json } => {
             let local = local_copy(&path)?;
             let path = local.as_ref().map_or(path, |m| m.path.clone());
-            let summary = adapter_for(&path)?.inspect(&path)?;
+            let summary = spec_for(&path)?.inspect(&path)?;
             print_summary(&summary, json)?;
             Ok(EXIT_SOUND)
         }
@@ -228,7 +228,7 @@ pub fn run(command: Command) -> Result<u8> {
                 None => {
                     let local = local_copy(&path)?;
                     let path = local.as_ref().map_or(path, |m| m.path.clone());
-                    adapter_for(&path)?.get(&path, &key)?
+                    spec_for(&path)?.get(&path, &key)?
                 }
             };
             print(&if json {
@@ -241,7 +241,7 @@ pub fn run(command: Command) -> Result<u8> {
         Command::Stats { path, json } => {
             let local = local_copy(&path)?;
             let path = local.as_ref().map_or(path, |m| m.path.clone());
-            let summary = adapter_for(&path)?.stats(&path)?;
+            let summary = spec_for(&path)?.stats(&path)?;
             print_summary(&summary, json)?;
             Ok(EXIT_SOUND)
         }
@@ -311,12 +311,28 @@ fn print_summary(summary: &Summary, json: bool) -> Result<()> {
     })
 }
 
+/// The registry's entry for the cache at `path`, or the usage error saying
+/// why there is none (no such path; no kind cachex knows).
+pub fn spec_for(path: &Path) -> Result<&'static dyn KindSpec> {
+    if !path.exists() {
+        return Err(CliError::NoSuchPath(path.to_path_buf()));
+    }
+    cache_facade::spec_at(path).ok_or_else(|| CliError::NotACache {
+        path: path.to_path_buf(),
+        known: KINDS
+            .iter()
+            .map(|s| s.kind().name())
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
+}
+
 /// What `cachex verify` checks: the kind of cache at `path` and every
 /// problem found in it, each naming its file (empty when sound). `Err`
 /// when `path` is missing or no cache `cachex` knows.
 pub fn verify_path(path: &Path) -> Result<(Detected, Vec<Problem>)> {
-    let adapter = adapter_for(path)?;
-    Ok((adapter.kind(), adapter.verify(path)))
+    let spec = spec_for(path)?;
+    Ok((spec.kind(), spec.verify(path)))
 }
 
 fn verify(path: &Path, json: bool) -> Result<u8> {
@@ -346,7 +362,7 @@ fn verify(path: &Path, json: bool) -> Result<u8> {
 }
 
 fn compact(path: &Path) -> Result<u8> {
-    let kind = adapter_for(path)?.kind();
+    let kind = spec_for(path)?.kind();
     if kind != Detected::own(StoreKind::SegmentStore) {
         return Err(CliError::WrongKind {
             path: path.to_path_buf(),
@@ -355,7 +371,7 @@ fn compact(path: &Path) -> Result<u8> {
             found: kind.name(),
         });
     }
-    let store = crate::adapters::segments::open(path, false)?;
+    let store = cache_facade::open_segments_at(path, false)?;
     let report = store.compact().map_err(CliError::store)?;
     print(&format!(
         "compacted {}: {} -> {} segments, {} live rows kept, {} dead rows dropped",

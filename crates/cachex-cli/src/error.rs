@@ -37,14 +37,6 @@ pub enum CliError {
         /// The kind found.
         found: &'static str,
     },
-    /// A key argument that this kind of cache cannot take.
-    #[error("{}: {key:?} is not an index (this kind of cache is addressed by index)", path.display())]
-    BadKey {
-        /// The cache.
-        path: PathBuf,
-        /// The argument.
-        key: String,
-    },
     /// An argument out of its range.
     #[error("{0}")]
     Usage(String),
@@ -89,7 +81,7 @@ impl CliError {
             CliError::NoSuchPath(_)
             | CliError::NotACache { .. }
             | CliError::WrongKind { .. }
-            | CliError::BadKey { .. }
+            | CliError::Facade(cache_facade::FacadeError::BadKey { .. })
             | CliError::Usage(_) => EXIT_USAGE,
             CliError::NotFound { .. }
             | CliError::Store(_)

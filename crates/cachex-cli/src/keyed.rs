@@ -11,8 +11,8 @@ use remote_cache::{Location, RemoteSegments, StoreKind};
 use serde_json::Value;
 
 use crate::error::{CliError, Result};
-use crate::json::record_json;
 use crate::remote::remote_cache_error;
+use cache_facade::json::record_json;
 
 /// The record of `key` in the segment store at `url`, as JSON; `None`
 /// when `url` holds another kind of cache.

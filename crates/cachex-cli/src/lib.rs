@@ -7,11 +7,11 @@
 //! It is a crate of its own so that an application using `cache-facade`
 //! compiles no command-line parser or progress bar.
 //!
-//! Each kind of cache has one [`CacheAdapter`] (detect / inspect / verify /
-//! get / stats) in the [`ADAPTERS`] registry; a command finds the adapter
-//! for its path and calls it, so no command matches on the kind. Which
-//! kind a path holds is [`cache_facade::detect`]'s answer, the rules
-//! `cache_facade::open` also uses. Stores
+//! Each kind of cache has one entry ([`cache_facade::KindSpec`]: detect /
+//! inspect / verify / get / stats) in the facade's registry,
+//! [`cache_facade::KINDS`]; a command finds the entry for its path
+//! ([`spec_for`]) and calls it, so no command matches on the kind, and
+//! `cache_facade::open` and `cachex.verify` detect by the same rules. Stores
 //! answer in the shared [`cache_check`] shape: `verify` a list of
 //! [`Problem`]s (path, kind, detail), `inspect` a [`Summary`] printed as a
 //! table or, with `--json`, as JSON.
@@ -35,7 +35,7 @@
 //!
 //! # Example
 //! ```
-//! use cachex_cli::{adapter_for, verify_path};
+//! use cachex_cli::{spec_for, verify_path};
 //! use cache_facade::{Detected, StoreKind};
 //! use segment_store::{Options, SegmentStore};
 //! use tensor_core::{Tensor, Value};
@@ -49,15 +49,13 @@
 //! let (kind, problems) = verify_path(dir.path())?;
 //! assert_eq!(kind, Detected::own(StoreKind::SegmentStore));
 //! assert!(problems.is_empty());
-//! let stats = adapter_for(dir.path())?.stats(dir.path())?;
+//! let stats = spec_for(dir.path())?.stats(dir.path())?;
 //! assert_eq!(stats.get("entries"), Some(&serde_json::json!(1)));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod adapter;
-mod adapters;
 mod cli;
 pub mod demo;
 mod error;
@@ -66,8 +64,6 @@ pub mod json;
 mod keyed;
 mod remote;
 
-pub use adapter::CacheAdapter;
-pub use adapters::{ADAPTERS, adapter_for, detect};
 pub use cache_check::{Problem, ProblemKind, Summary};
-pub use cli::{Cli, Command, main, run, verify_path};
+pub use cli::{Cli, Command, main, run, spec_for, verify_path};
 pub use error::{CliError, EXIT_PROBLEMS, EXIT_SOUND, EXIT_USAGE, Result};

@@ -1,7 +1,8 @@
 //! Values as `cachex get` prints them: pickle items and `$bytes_hex` as
 //! JSON, and the table printed without `--json`.
 
-use cachex_cli::json::{bytes_json, pickle_to_json, value_table};
+use cache_facade::json::{bytes_json, pickle_to_json};
+use cachex_cli::json::value_table;
 use serde_json::json;
 use shard_store::{Options, PickleValue, ShardStore};
 

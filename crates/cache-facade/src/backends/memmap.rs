@@ -351,3 +351,101 @@ impl CacheBackend for MemmapBackend {
         &self.dir
     }
 }
+
+/// memmap-array directories, finished or being written, at a path, for
+/// [`crate::KINDS`].
+pub(crate) struct MemmapKind;
+
+pub(crate) static MEMMAP_ARRAY: MemmapKind = MemmapKind;
+
+impl crate::KindSpec for MemmapKind {
+    fn kind(&self) -> crate::Detected {
+        crate::Detected::own(StoreKind::MemmapArray)
+    }
+
+    fn detect(&self, probe: &crate::Probe<'_>) -> bool {
+        probe.is_dir
+            && (probe.path.join(memmap_array::SHAPES_FILE).is_file()
+                || probe.path.join(memmap_array::MANIFEST_FILE).is_file())
+    }
+
+    fn verify(&self, path: &Path) -> Vec<cache_check::Problem> {
+        memmap_array::verify(path)
+    }
+
+    fn inspect(&self, path: &Path) -> Result<cache_check::Summary> {
+        Ok(memmap_array::inspect(path)?.summary())
+    }
+
+    /// By source path first, else by row index.
+    fn get(&self, path: &Path, key: &str) -> Result<serde_json::Value> {
+        let cache = memmap_array::MemmapArray::open(path)?;
+        let row = match cache.find(key) {
+            Some(i) => i,
+            None if key.parse::<i64>().is_err() => {
+                return Err(FacadeError::NoSuchRecord {
+                    path: path.to_path_buf(),
+                    what: format!("no row with source {key:?}"),
+                });
+            }
+            None => crate::kinds::parse_index(path, key, cache.len())?,
+        };
+        Ok(row_json(&cache, row)?)
+    }
+
+    fn stats(&self, path: &Path) -> Result<cache_check::Summary> {
+        use crate::kinds::ratio;
+        let r = memmap_array::inspect(path)?;
+        let array_bytes: u64 = r.arrays.iter().map(|a| a.file_bytes).sum();
+        let cells = r.rows * r.arrays.len() as u64;
+        let absent: u64 = r.arrays.iter().map(|a| a.absent_rows).sum();
+        let stored: u64 = r.sidecars.iter().map(|s| s.unique_bytes).sum();
+        let logical: u64 = r.sidecars.iter().map(|s| s.logical_bytes).sum();
+        Ok(cache_check::Summary::new(self.kind().name(), path)
+            .fact("rows", r.rows)
+            .fact("complete", r.complete)
+            .fact("files", r.files.len())
+            .fact("disk_bytes", r.disk_bytes())
+            .fact("bytes_per_row", ratio(r.disk_bytes(), r.rows))
+            .fact("array_bytes", array_bytes)
+            .fact("absent_cells", absent)
+            .fact("absent_fraction", ratio(absent, cells))
+            .fact("sidecar_bytes_stored", stored)
+            .fact("sidecar_bytes_undeduplicated", logical)
+            .fact("sidecar_dedup_ratio", ratio(logical, stored))
+            .fact("projected_ram_bytes", r.projected_ram_bytes)
+            .fact("physical_ram_bytes", r.physical_ram_bytes)
+            .fact(
+                "ram_fraction",
+                ratio(r.projected_ram_bytes, r.physical_ram_bytes),
+            ))
+    }
+}
+
+/// Row `i`: source, arrays (null where absent), sidecar values and metadata.
+fn row_json(cache: &memmap_array::MemmapArray, i: u64) -> memmap_array::Result<serde_json::Value> {
+    use serde_json::{Map, Value, json};
+    let row = cache.row(i)?;
+    let mut arrays = Map::new();
+    for (spec, view) in cache.schema().arrays().iter().zip(row.arrays()) {
+        arrays.insert(
+            spec.name().to_owned(),
+            view.as_ref().map_or(Value::Null, crate::json::tensor_json),
+        );
+    }
+    let mut sidecars = Map::new();
+    for name in cache.schema().sidecars() {
+        sidecars.insert(name.clone(), json!(row.sidecar(name)?));
+    }
+    let meta = row
+        .meta_json()
+        .map(|m| serde_json::from_str(m).unwrap_or_else(|_| json!(m)))
+        .unwrap_or(Value::Null);
+    Ok(json!({
+        "row": i,
+        "source": row.source(),
+        "arrays": arrays,
+        "sidecars": sidecars,
+        "meta": meta,
+    }))
+}

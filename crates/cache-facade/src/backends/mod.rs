@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{CacheBackend, CacheConfig, Operation, Result, Source, Stats, StoreKind};
 
-mod memmap;
-mod pages;
-mod segment;
-mod shards;
+pub(crate) mod memmap;
+pub(crate) mod pages;
+pub(crate) mod segment;
+pub(crate) mod shards;
 
 pub use memmap::MemmapBackend;
 pub use pages::{PAGE_FILE, PageBackend};

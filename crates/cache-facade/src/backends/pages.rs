@@ -299,3 +299,156 @@ impl CacheBackend for PageBackend {
         &self.dir
     }
 }
+
+/// page-alloc files at a path (they start with the format's magic), for
+/// [`crate::KINDS`].
+pub(crate) struct PageKind;
+
+pub(crate) static PAGE_ALLOC: PageKind = PageKind;
+
+impl crate::KindSpec for PageKind {
+    fn kind(&self) -> crate::Detected {
+        crate::Detected::own(StoreKind::PageAlloc)
+    }
+
+    fn detect(&self, probe: &crate::Probe<'_>) -> bool {
+        probe
+            .file
+            .as_ref()
+            .is_some_and(|(_, head)| head.get(..8) == Some(&page_alloc::format::MAGIC[..]))
+    }
+
+    fn verify(&self, path: &Path) -> Vec<cache_check::Problem> {
+        page_alloc::verify(path)
+    }
+
+    fn inspect(&self, path: &Path) -> Result<cache_check::Summary> {
+        Ok(page_alloc::inspect(path)?.summary())
+    }
+
+    fn get(&self, path: &Path, key: &str) -> Result<serde_json::Value> {
+        let reader = PageReader::open(path)?;
+        let index = crate::kinds::parse_index(path, key, reader.len() as u64)?;
+        Ok(sample_json(&reader, index as usize)?)
+    }
+
+    fn stats(&self, path: &Path) -> Result<cache_check::Summary> {
+        use crate::kinds::ratio;
+        let s = page_alloc::inspect(path)?;
+        let page_space = s.num_pages.saturating_mul(s.page_size);
+        Ok(cache_check::Summary::new(self.kind().name(), path)
+            .fact("num_samples", s.num_samples)
+            .fact("file_len", s.file_len)
+            .fact("bytes_per_sample", ratio(s.file_len, s.num_samples))
+            .fact("data_bytes_per_sample", ratio(s.data_bytes, s.num_samples))
+            .fact("page_fill", ratio(s.data_bytes, page_space))
+            .fact("unused_page_bytes", page_space.saturating_sub(s.data_bytes))
+            .fact("samples_per_page", ratio(s.num_samples, s.num_pages))
+            .fact("table_fraction", ratio(s.table_bytes, s.file_len)))
+    }
+}
+
+/// Sample `index` as `{field: value}`.
+fn sample_json(reader: &PageReader, index: usize) -> page_alloc::Result<serde_json::Value> {
+    use crate::json::{bytes_json, tensor_json};
+    use page_alloc::FieldValue;
+    use serde_json::json;
+    let sample = reader.sample(index)?;
+    let mut out = serde_json::Map::new();
+    for (i, field) in reader.schema().fields().iter().enumerate() {
+        let v = match sample.get(i)? {
+            FieldValue::Int(v) => json!(v),
+            FieldValue::Float(v) => json!(v),
+            FieldValue::Bytes(b) => bytes_json(b),
+            FieldValue::Array(t) => tensor_json(&t),
+        };
+        out.insert(field.name.clone(), v);
+    }
+    Ok(serde_json::Value::Object(out))
+}
+
+/// FFCV `.beton` files at a path (read by page-alloc's FFCV reader), for
+/// [`crate::KINDS`].
+pub(crate) struct BetonKind;
+
+pub(crate) static BETON: BetonKind = BetonKind;
+
+impl crate::KindSpec for BetonKind {
+    fn kind(&self) -> crate::Detected {
+        crate::Detected::peer(crate::PeerFormat::Beton)
+    }
+
+    /// FFCV has no magic. A file named `.beton` is taken at its word when
+    /// it starts with version 2 (so a damaged one is verified, not
+    /// ignored); any other file needs a plausible whole header: version,
+    /// counts, and pointers within the file.
+    fn detect(&self, probe: &crate::Probe<'_>) -> bool {
+        use page_alloc::beton;
+        let Some((len, head)) = &probe.file else {
+            return false;
+        };
+        let named = probe.path.extension().is_some_and(|e| e == "beton");
+        let version_2 = head.get(..2) == Some(&beton::BETON_VERSION.to_le_bytes()[..]);
+        (named && version_2) || beton::is_beton_header(head, *len)
+    }
+
+    fn verify(&self, path: &Path) -> Vec<cache_check::Problem> {
+        page_alloc::beton::verify(path)
+    }
+
+    fn inspect(&self, path: &Path) -> Result<cache_check::Summary> {
+        Ok(page_alloc::beton::read(path)?.summary())
+    }
+
+    fn get(&self, path: &Path, key: &str) -> Result<serde_json::Value> {
+        let file = page_alloc::beton::read(path)?;
+        let index = crate::kinds::parse_index(path, key, file.len() as u64)?;
+        Ok(beton_sample_json(&file, index as usize)?)
+    }
+
+    fn stats(&self, path: &Path) -> Result<cache_check::Summary> {
+        use crate::kinds::ratio;
+        use page_alloc::beton;
+        let file = beton::read(path)?;
+        let file_len = file.file_len();
+        let samples = file.len() as u64;
+        let table = file_len.saturating_sub(file.alloc_table_ptr());
+        let allocations = table / beton::ALLOC_ROW_LEN as u64;
+        Ok(cache_check::Summary::new(self.kind().name(), path)
+            .fact("num_samples", samples)
+            .fact("file_len", file_len)
+            .fact("bytes_per_sample", ratio(file_len, samples))
+            .fact("allocations", allocations)
+            .fact("allocations_per_sample", ratio(allocations, samples))
+            .fact("alloc_table_bytes", table))
+    }
+}
+
+/// Sample `index` of an FFCV file as `{field: value}`.
+fn beton_sample_json(
+    file: &page_alloc::beton::BetonFile,
+    index: usize,
+) -> page_alloc::Result<serde_json::Value> {
+    use crate::json::{bytes_json, tensor_json};
+    use page_alloc::beton::BetonValue;
+    use serde_json::json;
+    let values = file.sample(index)?;
+    let mut out = serde_json::Map::new();
+    for (field, v) in file.fields().iter().zip(values) {
+        let v = match v {
+            BetonValue::Int(v) => json!(v),
+            BetonValue::Float(v) => json!(v),
+            BetonValue::Bytes(b) => bytes_json(b),
+            BetonValue::NDArray(t) => tensor_json(&t),
+            BetonValue::Json(text) => serde_json::from_str(text).unwrap_or_else(|_| json!(text)),
+            BetonValue::RgbImage {
+                mode,
+                width,
+                height,
+                data,
+            } => json!({"mode": mode, "width": width, "height": height, "data": bytes_json(data)}),
+        };
+        out.insert(field.name.clone(), v);
+    }
+    Ok(serde_json::Value::Object(out))
+}

@@ -148,3 +148,108 @@ impl CacheBackend for SegmentBackend {
         &self.dir
     }
 }
+
+/// segment-store directories (with our index log, or several writers'
+/// logs) and torchcachex directories (the same segments, no index log of
+/// ours) at a path, for [`crate::KINDS`].
+pub(crate) struct SegmentKind {
+    torchcachex: bool,
+}
+
+/// Directories with our index log.
+pub(crate) static SEGMENT_STORE: SegmentKind = SegmentKind { torchcachex: false };
+/// Directories of segments without it.
+pub(crate) static TORCHCACHEX: SegmentKind = SegmentKind { torchcachex: true };
+
+/// Opens the store at `path` with no LRU (`read_only`: no writer lock).
+pub fn open_at(path: &Path, read_only: bool) -> Result<SegmentStore> {
+    let opts = SegmentOptions {
+        read_only,
+        lru_bytes: 0,
+        ..SegmentOptions::default()
+    };
+    Ok(SegmentStore::open(path, opts)?)
+}
+
+impl crate::KindSpec for SegmentKind {
+    fn kind(&self) -> Detected {
+        if self.torchcachex {
+            Detected::peer(crate::PeerFormat::Torchcachex)
+        } else {
+            Detected::own(StoreKind::SegmentStore)
+        }
+    }
+
+    fn detect(&self, probe: &crate::Probe<'_>) -> bool {
+        if !probe.is_dir {
+            return false;
+        }
+        let ours = probe.path.join(segment_store::format::INDEX_FILE).is_file()
+            || probe.path.join(segment_store::format::WRITERS_DIR).is_dir();
+        if self.torchcachex {
+            !ours
+                && probe
+                    .path
+                    .join(segment_store::format::SEGMENTS_DIR)
+                    .is_dir()
+        } else {
+            ours
+        }
+    }
+
+    /// A torchcachex directory has no index log of ours, which is not a
+    /// problem.
+    fn verify(&self, path: &Path) -> Vec<cache_check::Problem> {
+        let mut problems = segment_store::verify(path);
+        if self.torchcachex {
+            let index = path.join(segment_store::format::INDEX_FILE);
+            problems.retain(|p| !(p.kind == cache_check::ProblemKind::Missing && p.path == index));
+        }
+        problems
+    }
+
+    fn inspect(&self, path: &Path) -> Result<cache_check::Summary> {
+        let mut summary = open_at(path, true)?.inspect().summary();
+        summary.kind = self.kind().name().into();
+        Ok(summary)
+    }
+
+    fn get(&self, path: &Path, key: &str) -> Result<serde_json::Value> {
+        let store = open_at(path, true)?;
+        let (mut values, _) = store.get_batch(&[key])?;
+        let record = values
+            .pop()
+            .flatten()
+            .ok_or_else(|| FacadeError::NoSuchRecord {
+                path: path.to_path_buf(),
+                what: format!("no record with key {key:?}"),
+            })?;
+        Ok(crate::json::record_json(&record))
+    }
+
+    fn stats(&self, path: &Path) -> Result<cache_check::Summary> {
+        use crate::kinds::ratio;
+        let store = open_at(path, true)?;
+        let s = store.stats();
+        let report = store.inspect();
+        let rows: usize = report.segments.iter().filter_map(|s| s.rows).sum();
+        let live: usize = report.segments.iter().map(|s| s.live_rows).sum();
+        let unreadable = report.segments.iter().filter(|s| s.rows.is_none()).count();
+        Ok(cache_check::Summary::new(self.kind().name(), path)
+            .fact("entries", s.entries)
+            .fact("segments", s.segments)
+            .fact("unreadable_segments", unreadable)
+            .fact("rows", rows)
+            .fact("dead_rows", rows.saturating_sub(live))
+            .fact("disk_bytes", report.disk_bytes)
+            .fact(
+                "bytes_per_entry",
+                ratio(report.disk_bytes, s.entries as u64),
+            )
+            .fact("index_bytes", s.index_bytes)
+            .fact(
+                "index_bytes_per_entry",
+                serde_json::json!(s.index_bytes_per_entry),
+            ))
+    }
+}

@@ -161,3 +161,68 @@ impl CacheBackend for ShardBackend {
         &self.dir
     }
 }
+
+/// shard-store (and loadit) roots at a path (the same layout), for
+/// [`crate::KINDS`].
+pub(crate) struct ShardKind;
+
+pub(crate) static SHARD_STORE: ShardKind = ShardKind;
+
+impl crate::KindSpec for ShardKind {
+    fn kind(&self) -> crate::Detected {
+        crate::Detected::own(StoreKind::ShardStore)
+    }
+
+    fn detect(&self, probe: &crate::Probe<'_>) -> bool {
+        probe.is_dir
+            && probe
+                .path
+                .join(shard_store::format::METADATA_FILE)
+                .is_file()
+            && probe.path.join(shard_store::format::SHARDS_DIR).is_dir()
+    }
+
+    fn verify(&self, path: &Path) -> Vec<cache_check::Problem> {
+        shard_store::verify(path)
+    }
+
+    fn inspect(&self, path: &Path) -> Result<cache_check::Summary> {
+        Ok(shard_store::inspect(path)?.summary())
+    }
+
+    /// By index (negative from the end), without a source: only cached
+    /// items read.
+    fn get(&self, path: &Path, key: &str) -> Result<serde_json::Value> {
+        let index: i64 = key.parse().map_err(|_| FacadeError::BadKey {
+            path: path.to_path_buf(),
+            key: key.to_owned(),
+        })?;
+        let store: shard_store::ShardStore<shard_store::PickleValue> =
+            shard_store::ShardStore::open(path, shard_store::Options::default())?;
+        match store.get(index) {
+            Ok(item) => Ok(crate::json::pickle_to_json(&item.0)),
+            Err(shard_store::Error::IndexOutOfRange { .. }) => Err(FacadeError::NoSuchRecord {
+                path: path.to_path_buf(),
+                what: format!("index {index} out of range"),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn stats(&self, path: &Path) -> Result<cache_check::Summary> {
+        use crate::kinds::ratio;
+        let s = shard_store::inspect(path)?;
+        let mut out = cache_check::Summary::new(self.kind().name(), path)
+            .fact("items_cached", s.items_cached)
+            .fact("length", s.length)
+            .fact("shards", s.shards)
+            .fact("items_per_shard", ratio(s.items_cached, s.shards as u64))
+            .fact("bytes_on_disk", s.bytes_on_disk)
+            .fact("bytes_per_item", ratio(s.bytes_on_disk, s.items_cached));
+        if let Some(length) = s.length {
+            out.push_fact("cached_fraction", ratio(s.items_cached, length));
+            out.push_fact("items_missing", length.saturating_sub(s.items_cached));
+        }
+        Ok(out)
+    }
+}
