@@ -268,7 +268,7 @@ class ArrowIPCCacheBackend:
             file it is read from is :attr:`schema_path`.
         """
         try:
-            import pyarrow as pa
+            import pyarrow as pa  # type: ignore[import-untyped]
         except ImportError:
             raise NotProvidedError(
                 "ArrowIPCCacheBackend.schema is a pyarrow.Schema and pyarrow is not installed: "
@@ -348,9 +348,10 @@ class ArrowIPCCacheBackend:
         """``schema.json`` as a dict; None when there is none yet, or when it
         is damaged (as torchcachex: the store re-derives it)."""
         try:
-            return json.loads(self.schema_path.read_text())
+            doc: dict[str, Any] = json.loads(self.schema_path.read_text())
         except (FileNotFoundError, ValueError):
             return None
+        return doc
 
     @property
     def is_writer(self) -> bool:
@@ -359,14 +360,18 @@ class ArrowIPCCacheBackend:
 
     def _lru_get_many(self, keys: list[str]) -> tuple[list[Any], list[int]]:
         """The LRU's value (or None) of each key, and the positions of the misses."""
+        lru = self.lru
+        if not isinstance(lru, Lru):
+            return [None] * len(keys), list(range(len(keys)))
         with self._lock:
-            return self.lru.get_many(keys)
+            return lru.get_many(keys)
 
     def _lru_put(self, keys: list[str], values: list[Any]) -> None:
         """Adds values as the most recent entries."""
-        if self.lru_size:
+        lru = self.lru
+        if isinstance(lru, Lru):
             with self._lock:
-                self.lru.put_many(keys, values)
+                lru.put_many(keys, values)
 
     def get_batch(
         self, keys: Iterable[Any], map_location: Any = "cpu"
