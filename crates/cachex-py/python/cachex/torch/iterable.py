@@ -126,10 +126,9 @@ class IterableBatches(IterableBase[Any], Planned):
         plan). A plan stays registered after its iteration, until the next
         one registers its own or this object goes. ``False`` registers
         nothing: the tier evicts the least recently used pages. ``None``
-        (the default) is on: for a page file and a :class:`SegmentDataset`
-        alike, a planned epoch fetches less from the bucket than the LRU
-        (BENCHMARKS.md, W9, has the figures; a segment store the budget
-        holds whole registers none).
+        (the default) is on, for a page file and a :class:`SegmentDataset`
+        alike (a segment store the budget holds whole registers none);
+        BENCHMARKS.md, W9, measures what it saves against the LRU.
     """
 
     def __init__(
