@@ -26,13 +26,20 @@ Layout
 ``_cachex.pyi``                      stubs of the native module
 ``errors.py``, ``facade.py``         the error classes; ``cachex.cached``
 ``ragged.py``                        :class:`Ragged`: variable-size values of a batch
+``_remote.py``                       URL roots and the tier keywords
 ``sampling.py``                      the sampling plan (numpy; no torch)
 ``streams.py``                       streams of a mixture and their plan (numpy, a native shuffle)
-``torch/``                           datasets, loader, ddp, batch buffers
-``dropins/``                         the torchcachex and loadit drop-ins
+``protocols.py``                     what the plan's readers need of a dataset
+``torch/``                           datasets, their plan readers, loaders, batch buffers
+``dropins/``                         the torchcachex and loadit drop-ins (and DDP helpers)
 ``ray/``                             Ray Data sinks and sources
 ``torchcachex.py``, ``loadit.py``    the drop-ins' import paths (the same modules)
 ===================================  ===============================================
+
+The modules form layers: the stores (the native module, errors, ``ragged``,
+``facade``), then order (``sampling``, ``protocols``, ``streams``), then
+``torch``, then ``ray`` and ``dropins``; a module imports from its own
+layer or those below, never in a circle, and never inside a function.
 
 Caches in object storage: every class and function that takes a cache
 path also takes a URL (``s3://bucket/prefix``, ``gs://``, ``az://``,

@@ -43,7 +43,7 @@ class Ragged(NamedTuple):
     def __len__(self) -> int:
         return int(self.offsets.shape[0]) - 1
 
-    def __getitem__(self, i: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, i: Any) -> Any:
         return self.item(i)
 
     def item(self, i: int) -> Any:

@@ -124,10 +124,12 @@ imported it), else from ``RANK``/``WORLD_SIZE``, else ``(0, 1)``.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import astuple, dataclass
+from multiprocessing.context import get_spawning_popen
 from typing import Any, Literal
 
 import numpy as np
@@ -143,6 +145,7 @@ __all__ = [
     "SamplingPlan",
     "SharedProgress",
     "Step",
+    "as_blocks",
     "data_parallel",
     "distributed_rank",
     "even_blocks",
@@ -220,7 +223,8 @@ def default_homes() -> int:
     return max(world // local, 1) if local >= 1 else 1
 
 
-def _as_blocks(blocks: int | Sequence[int] | np.ndarray) -> np.ndarray:
+def as_blocks(blocks: int | Sequence[int] | np.ndarray) -> np.ndarray:
+    """Block sizes from a layout, or a sample count (blocks of one sample)."""
     if isinstance(blocks, (int, np.integer)):
         return even_blocks(int(blocks), 1)
     sizes = np.asarray(blocks, dtype=np.int64).reshape(-1)
@@ -454,7 +458,7 @@ class SamplingPlan:
             raise InvalidInputError(f"homes {homes}: give at least 1")
         if not 0.0 <= float(cross_node) <= 1.0:
             raise InvalidInputError(f"cross_node {cross_node}: give a fraction from 0 to 1")
-        self.blocks = _as_blocks(blocks)
+        self.blocks = as_blocks(blocks)
         self.num_samples = int(self.blocks.sum())
         self.batch_size = int(batch_size)
         self.global_batch_size = None if global_batch_size is None else int(global_batch_size)
@@ -609,7 +613,9 @@ class SamplingPlan:
     def _position(position: int | Progress | Sequence[Step]) -> int:
         if isinstance(position, Progress):
             return position.position
-        if isinstance(position, (list, tuple)):
+        if isinstance(position, int):
+            return int(position)
+        if isinstance(position, Sequence):
             if any(s.steps for s in position):
                 raise InvalidInputError(
                     "a history of runs (per-rank spans) cannot place a position in the "
@@ -762,8 +768,6 @@ class SharedProgress:
     pickles as plain numbers anywhere else."""
 
     def __init__(self, progress: Progress | None = None, homes: int = 1) -> None:
-        import multiprocessing
-
         self.cells = multiprocessing.RawArray("q", 4)
         self.set(progress or Progress())
         self.homes = homes
@@ -784,8 +788,6 @@ class SharedProgress:
         self.cells[:3] = [int(x) for x in astuple(progress)]
 
     def __reduce__(self) -> Any:
-        from multiprocessing.context import get_spawning_popen
-
         if get_spawning_popen() is not None:
             return (_shared_progress, (self.cells,))
         return (SharedProgress, (self.get(), self.homes))

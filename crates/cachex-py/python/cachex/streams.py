@@ -58,17 +58,29 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from cachex._cachex import block_shuffle_indices
 from cachex.errors import InvalidInputError
-from cachex.sampling import Policy, SamplingPlan, _as_blocks
+from cachex.protocols import PlanDataset
+from cachex.sampling import Affinity, Policy, SamplingPlan, as_blocks
 
-__all__ = ["MixturePlan", "Stream", "stream_counts"]
+__all__ = ["DATASET_KINDS", "MixturePlan", "Stream", "stream_counts"]
+
+#: The dataset class of each store kind a stream's path may name
+#: (``"pages"``, ``"beton"``, ``"memmap"``), called with the path and the
+#: stream's ``options``. :mod:`cachex.torch` registers its classes here as
+#: it is imported: a stream is configuration, and this module, a layer
+#: below the datasets, never imports them.
+DATASET_KINDS: dict[str, Callable[..., PlanDataset]] = {}
+
+#: The store kind of a path by its suffix.
+_SUFFIX_KINDS = {".pages": "pages", ".beton": "beton"}
 
 #: Passes a stream keeps computed (the current epoch's, the next's, one before).
 _KEPT_PASSES = 4
@@ -96,7 +108,7 @@ class Stream:
 
     def __init__(
         self,
-        source: Any,
+        source: PlanDataset | str | os.PathLike[str] | None,
         *,
         proportion: float | None = None,
         repeat: float | None = None,
@@ -117,53 +129,60 @@ class Stream:
         self.choose = None if choose is None else int(choose)
         self.kind = kind
         self.options = options
-        self._dataset: Any = None
+        self._dataset: PlanDataset | None = None
 
     def __repr__(self) -> str:
         weights = {"proportion": self.proportion, "repeat": self.repeat, "choose": self.choose}
         shown = "".join(f", {k}={v}" for k, v in weights.items() if v is not None)
         return f"Stream({self.source!r}{shown})"
 
-    def dataset(self) -> Any:
-        """The stream's dataset (opened from the path on first use)."""
+    def dataset(self) -> PlanDataset:
+        """The stream's dataset: the one it was given, or the one its path
+        opens as (on first use; the class its store kind has in
+        :data:`DATASET_KINDS`, registered by :mod:`cachex.torch`)."""
         if self._dataset is None:
             self._dataset = self._open()
         return self._dataset
 
-    def _open(self) -> Any:
+    def store_kind(self) -> str:
+        """The store kind of the stream's path: ``kind``, else the one its
+        suffix names (``.pages``, ``.beton``)."""
+        if not isinstance(self.source, (str, os.PathLike)):
+            raise InvalidInputError(f"a stream of {type(self.source).__name__} has no path")
+        text = os.fspath(self.source)
+        kind = self.kind or _SUFFIX_KINDS.get(Path(text.rstrip("/")).suffix)
+        if kind not in ("pages", "beton", "memmap"):
+            raise InvalidInputError(
+                f"{text}: which store? give kind='pages', 'beton' or 'memmap' "
+                "(or a cachex.torch dataset)"
+            )
+        return kind
+
+    def _open(self) -> PlanDataset:
         source = self.source
         if not isinstance(source, (str, os.PathLike)):
-            if not (hasattr(source, "batch") and hasattr(source, "blocks")):
+            if not isinstance(source, PlanDataset):
                 raise InvalidInputError(
                     f"a stream of {type(source).__name__}: give a cachex.torch dataset, "
                     "or the path or URL of a page file or .beton"
                 )
             return source
-        from cachex.torch import datasets
-
-        text = os.fspath(source)
-        kind = self.kind or {".pages": "pages", ".beton": "beton"}.get(
-            Path(text.rstrip("/")).suffix
-        )
-        opener = {
-            "pages": datasets.PageDataset,
-            "beton": datasets.BetonDataset,
-            "memmap": datasets.MemmapDataset,
-        }.get(kind or "")
+        kind = self.store_kind()
+        opener = DATASET_KINDS.get(kind)
         if opener is None:
             raise InvalidInputError(
-                f"{text}: which store? give kind='pages', 'beton' or 'memmap' "
-                "(or a cachex.torch dataset)"
+                f"{os.fspath(source)}: a stream's path opens as a cachex.torch dataset: "
+                "import cachex.torch first (or give the dataset)"
             )
         return opener(source, **self.options)
 
 
 def stream_counts(
-    sizes: Sequence[int] | np.ndarray,
+    sizes: Sequence[int] | npt.NDArray[np.int64],
     streams: Sequence[Stream],
     epoch_size: int | None = None,
     seed: int = 0,
-) -> np.ndarray:
+) -> npt.NDArray[np.int64]:
     """Each stream's samples per epoch (MosaicML Streaming's ``apply_weights``)."""
     sizes_ = np.asarray(sizes, dtype=np.int64)
     if len(sizes_) != len(streams) or not len(streams):
@@ -209,7 +228,7 @@ def stream_counts(
     empty = [i for i in range(len(streams)) if counts[i] and not sizes_[i]]
     if empty:
         raise InvalidInputError(f"streams {empty} are empty but asked for samples")
-    result: np.ndarray = counts
+    result: npt.NDArray[np.int64] = counts
     return result
 
 
@@ -357,7 +376,7 @@ class MixturePlan(SamplingPlan):
         policy: Policy = "pad",
         global_batch_size: int | None = None,
         replication: int = 1,
-        affinity: str = "global",
+        affinity: Affinity = "global",
         homes: int | None = None,
         cross_node: float = 0.0,
     ) -> None:
@@ -365,7 +384,7 @@ class MixturePlan(SamplingPlan):
             raise InvalidInputError(
                 f"affinity {affinity!r}: a mixture of streams reads the global order only"
             )
-        per_stream = [_as_blocks(b) for b in blocks]
+        per_stream = [as_blocks(b) for b in blocks]
         if len(per_stream) != len(counts) or not per_stream:
             raise InvalidInputError(f"{len(per_stream)} streams and {len(counts)} counts")
         joined = np.concatenate(per_stream)

@@ -18,7 +18,7 @@ of ``--global-batch`` through a ``ResumableDataLoader``; each rank appends
 batch, in order) to ``<out>/mix.rank<r>.jsonl``; ``--stop-after`` and
 ``--resume`` as for ``read``.
 
-``cache``: the decorator (:mod:`cachex.torch.ddp`): every rank computes its share
+``cache``: the decorator (:func:`cachex.torch.rank_backend`): every rank computes its share
 of the keys into one cache (writer id = rank), flushes, meets the others at
 a barrier, refreshes, and reads the whole epoch again, recording how many
 computations that needed (0: every key hit).

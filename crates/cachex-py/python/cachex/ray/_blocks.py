@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 from ray.data._internal.tensor_extensions.arrow import (
     ArrowTensorArray,
     ArrowVariableShapedTensorArray,
@@ -22,6 +22,11 @@ from ray.data._internal.tensor_extensions.arrow import (
 from ray.data.block import Block, BlockAccessor
 
 from cachex.errors import InvalidInputError
+
+try:
+    import ml_dtypes
+except ImportError:  # bfloat16 columns come back as raw uint16
+    ml_dtypes = None  # type: ignore[assignment]
 
 
 def numpy_columns(block: Block) -> dict[str, np.ndarray]:
@@ -89,7 +94,8 @@ def segment_parts(schema: pa.Schema) -> list[dict[str, Any]]:
             "the segment has no cachex_parts metadata (written by torchcachex, "
             "not by cachex): read it with cachex.SegmentStore"
         )
-    return json.loads(raw)
+    parts: list[dict[str, Any]] = json.loads(raw)
+    return parts
 
 
 def _values_of(list_array: pa.Array) -> pa.Array:
@@ -99,14 +105,10 @@ def _values_of(list_array: pa.Array) -> pa.Array:
     return list_array.values.slice(start, end - start)
 
 
-def _numpy_dtype(dtype: str) -> np.dtype:
+def _numpy_dtype(dtype: str) -> np.dtype[Any]:
     if dtype == "bfloat16":
-        try:
-            import ml_dtypes
-
-            return np.dtype(ml_dtypes.bfloat16)
-        except ImportError:
-            return np.dtype(np.uint16)
+        bf16: np.dtype[Any] = np.dtype(np.uint16 if ml_dtypes is None else ml_dtypes.bfloat16)
+        return bf16
     return np.dtype(dtype)
 
 

@@ -33,7 +33,7 @@ from cachex.ray._objects import Files, Remote
 from cachex.ray._staging import Job, Part, commit_rename, task_parts
 
 
-class StagedSink(Datasink):
+class StagedSink(Datasink[Any]):
     """A sink whose write tasks stage parts that the driver commits at once.
 
     Subclasses set ``self.remote`` (``None`` on a local path), ``self.path``
@@ -72,7 +72,7 @@ class StagedSink(Datasink):
         finally:
             shutil.rmtree(staged, ignore_errors=True)
 
-    def on_write_complete(self, write_result: WriteResult) -> None:
+    def on_write_complete(self, write_result: WriteResult[Any]) -> None:
         parts = task_parts(write_result.write_returns)
         if self.remote is not None:
             if parts:

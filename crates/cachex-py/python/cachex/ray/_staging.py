@@ -69,7 +69,7 @@ class Job:
             self._held.remove()
             self._held = None
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_held": None, "_started": True}
 
     def task_attempt(self, task: int) -> Path:

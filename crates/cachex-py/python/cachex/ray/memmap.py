@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ray.data import Dataset, read_datasource
+from ray.data import DataContext, Dataset, read_datasource
 from ray.data.block import Block, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from cachex._cachex import MemmapArray, MemmapWriter
 from cachex._remote import is_url, tier_kwargs
-from cachex.errors import InvalidInputError
+from cachex.errors import CorruptError, InvalidInputError
 from cachex.ray._blocks import numpy_columns, object_column, to_block
 from cachex.ray._objects import Files, Remote, piece_path
 from cachex.ray._sink import MergedSink
@@ -164,7 +164,7 @@ class MemmapSink(MergedSink):
         rows = 0
         for block in blocks:
             cols = numpy_columns(block)
-            if writer is None:
+            if writer is None or specs is None:
                 specs = self._specs(cols)
                 writer = self._writer(directory / self.PART, specs)
             n = len(next(iter(cols.values()))) if cols else 0
@@ -207,7 +207,12 @@ class MemmapSink(MergedSink):
         for part_dir in parts:
             part = MemmapArray(part_dir)
             for i in range(len(part)):
-                sidecars = {s: part.sidecar(s, i) for s in self.sidecar_columns}
+                sidecars: dict[str, str] = {}
+                for s in self.sidecar_columns:
+                    value = part.sidecar(s, i)
+                    if value is None:
+                        raise CorruptError(f"{part_dir}: row {i} has no {s!r} sidecar value")
+                    sidecars[s] = value
                 source = part.source(i) if self.source_column else str(row)
                 meta = part.meta(i) if self.meta_column else None
                 writer.write(source, part.get_row(i), sidecars or None, meta)
@@ -266,7 +271,12 @@ class MemmapDatasource(Datasource):
             total += int(np.prod(spec["shape"])) * np.dtype(spec["dtype"]).itemsize
         return total * self.rows
 
-    def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:
+    def get_read_tasks(
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,
+        data_context: DataContext | None = None,
+    ) -> list[ReadTask]:
         tasks = []
         n = max(1, min(parallelism, self.rows))
         for chunk in np.array_split(np.arange(self.rows), n):
@@ -288,7 +298,7 @@ def _row_reader(
     schema: Mapping[str, Any],
     lo: int,
     hi: int,
-):
+) -> Callable[[], Iterable[Block]]:
     def read() -> Iterable[Block]:
         cache = MemmapArray(path, **kwargs)
         n = hi - lo
@@ -348,4 +358,5 @@ def read_memmap(
         tier_budget=tier_budget,
         storage_options=storage_options,
     )
-    return read_datasource(source, override_num_blocks=override_num_blocks, **read_args)
+    dataset: Dataset = read_datasource(source, override_num_blocks=override_num_blocks, **read_args)
+    return dataset

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from ray.data import Dataset, read_datasource
+from ray.data import DataContext, Dataset, read_datasource
 from ray.data.block import Block, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
@@ -193,8 +193,10 @@ class PageSink(MergedSink):
         readers = [PageReader(f) for f in parts]
         samples = _merged_samples(readers, fields)
         if self.beton:
-            kwargs = {} if self.page_size is None else {"page_size": self.page_size}
-            write_beton(merged, fields, samples, **kwargs)
+            if self.page_size is None:
+                write_beton(merged, fields, samples)
+            else:
+                write_beton(merged, fields, samples, page_size=self.page_size)
         else:
             writer = PageWriter(merged, fields, page_size=self.page_size)
             writer.write_many(samples, threads=1)
@@ -211,7 +213,9 @@ class PageSink(MergedSink):
             )
 
 
-def _merged_samples(readers: list[PageReader], fields: Mapping[str, FieldSpec]) -> Iterator[dict]:
+def _merged_samples(
+    readers: list[PageReader], fields: Mapping[str, FieldSpec]
+) -> Iterator[dict[str, Any]]:
     json_fields = [f for f, spec in fields.items() if spec == "json"]
     for reader in readers:
         for i in range(len(reader)):
@@ -259,7 +263,12 @@ class PageDatasource(Datasource):
     def estimate_inmemory_data_size(self) -> int | None:
         return self.root.stat().st_size if isinstance(self.root, Path) else None
 
-    def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:
+    def get_read_tasks(
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,
+        data_context: DataContext | None = None,
+    ) -> list[ReadTask]:
         tasks = []
         n = max(1, min(parallelism, self.rows))
         for chunk in np.array_split(np.arange(self.rows), n):
@@ -270,7 +279,7 @@ class PageDatasource(Datasource):
             meta = BlockMetadata(
                 num_rows=hi - lo,
                 size_bytes=None,
-                input_files=[shown] if shown else None,
+                input_files=(shown,) if shown else None,
                 exec_stats=None,
             )
             reader = _page_reader(self.root, self.kwargs, self.beton, lo, hi)
@@ -278,7 +287,9 @@ class PageDatasource(Datasource):
         return tasks
 
 
-def _page_reader(root: str | Path, kwargs: dict[str, Any], beton: bool, lo: int, hi: int):
+def _page_reader(
+    root: str | Path, kwargs: dict[str, Any], beton: bool, lo: int, hi: int
+) -> Callable[[], Iterable[Block]]:
     def read() -> Iterable[Block]:
         if beton:
             yield to_block(_beton_batch(BetonReader(root, **kwargs), lo, hi))
@@ -301,12 +312,12 @@ def _page_batch(reader: PageReader, lo: int, hi: int) -> dict[str, np.ndarray]:
         elif spec == "bytes":
             out[name] = np.zeros((n, max(1, widths[name])), dtype=np.uint8)
         else:
-            dtype, shape = spec
+            dtype, shape = cast(tuple[str, list[int]], spec)  # an array field
             out[name] = np.empty((n, *shape), dtype=np.dtype(dtype))
     lengths = reader.fill_batch(list(range(lo, hi)), out)
     for name, sizes in lengths.items():
-        buf = out[name]
-        out[name] = object_column([buf[i, : sizes[i]].tobytes() for i in range(n)])
+        buf, row_sizes = out[name], cast(list[int], sizes)  # padded: a length per row
+        out[name] = object_column([buf[i, : row_sizes[i]].tobytes() for i in range(n)])
     return out
 
 
@@ -356,4 +367,5 @@ def read_pages(
     source = PageDatasource(
         path_or_url, tier_dir=tier_dir, tier_budget=tier_budget, storage_options=storage_options
     )
-    return read_datasource(source, override_num_blocks=override_num_blocks, **read_args)
+    dataset: Dataset = read_datasource(source, override_num_blocks=override_num_blocks, **read_args)
+    return dataset

@@ -41,15 +41,15 @@ that dies before the commit, leaves only objects no commit names
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.ipc as ipc
-from ray.data import Dataset, read_datasource
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.ipc as ipc  # type: ignore[import-untyped]
+from ray.data import DataContext, Dataset, read_datasource
 from ray.data.block import Block, BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
@@ -332,7 +332,12 @@ class SegmentDatasource(Datasource):
     def estimate_inmemory_data_size(self) -> int | None:
         return sum(int(s["bytes"]) for s in self.segments)
 
-    def get_read_tasks(self, parallelism: int, **_: Any) -> list[ReadTask]:
+    def get_read_tasks(
+        self,
+        parallelism: int,
+        per_task_row_limit: int | None = None,
+        data_context: DataContext | None = None,
+    ) -> list[ReadTask]:
         if self.keys is not None:
             return self._key_tasks(parallelism)
         live = self._live_rows()
@@ -348,7 +353,7 @@ class SegmentDatasource(Datasource):
             meta = BlockMetadata(
                 num_rows=sum(s["live_rows"] for s in mine),
                 size_bytes=sum(int(s["bytes"]) for s in mine),
-                input_files=[f.shown() for f in files],
+                input_files=tuple(f.shown() for f in files),
                 exec_stats=None,
             )
             tasks.append(ReadTask(_segment_reader(files, rows, self.value_column), meta))
@@ -392,7 +397,9 @@ def _read_segment(path: Path) -> pa.Table:
         return ipc.open_file(source).read_all()
 
 
-def _segment_reader(files: list[_SegmentFile], rows: list[np.ndarray | None], value_column: str):
+def _segment_reader(
+    files: list[_SegmentFile], rows: list[np.ndarray | None], value_column: str
+) -> Callable[[], Iterable[Block]]:
     def read() -> Iterable[Block]:
         for file, keep in zip(files, rows, strict=True):
             table = file.table()
@@ -403,7 +410,9 @@ def _segment_reader(files: list[_SegmentFile], rows: list[np.ndarray | None], va
     return read
 
 
-def _key_reader(root: str | Path, kwargs: dict[str, Any], keys: list[str], value_column: str):
+def _key_reader(
+    root: str | Path, kwargs: dict[str, Any], keys: list[str], value_column: str
+) -> Callable[[], Iterable[Block]]:
     def read() -> Iterable[Block]:
         store = SegmentStore(root, read_only=True, lru_bytes=0, **kwargs)
         try:
@@ -485,4 +494,5 @@ def read_segments(
         tier_budget=tier_budget,
         storage_options=storage_options,
     )
-    return read_datasource(source, override_num_blocks=override_num_blocks, **read_args)
+    dataset: Dataset = read_datasource(source, override_num_blocks=override_num_blocks, **read_args)
+    return dataset

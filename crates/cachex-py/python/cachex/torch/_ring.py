@@ -1,4 +1,5 @@
-"""Batch memory reused across the DataLoader worker boundary (needs torch).
+"""Batch memory reused across the DataLoader worker boundary (its rings need
+torch; the module imports without it).
 
 Without it, every batch a DataLoader worker makes is a new allocation that
 crosses to the main process as a new shared-memory segment (torch output)
@@ -40,11 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from cachex.errors import WorkerError
+from cachex.protocols import BuffersBatches
 from cachex.ragged import Ragged
-from cachex.torch._buffers import _as_numpy
+from cachex.torch._buffers import as_numpy, torch
 
 __all__ = ["RingBatch", "RingConfig", "RingReader", "WorkerRing", "keep"]
 
@@ -58,6 +59,23 @@ class RingConfig:
     depth: int
     acks: torch.Tensor
     timeout: float
+    #: This worker process's rings, by worker (made by :meth:`worker_ring`;
+    #: never pickled: each worker makes its own).
+    rings: dict[int, WorkerRing] = field(default_factory=dict, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "rings": {}}
+
+    def worker_ring(self, worker: int, dataset: BuffersBatches, batch_size: int) -> WorkerRing:
+        """Worker ``worker``'s ring over ``dataset`` (made on first use and
+        kept while the worker reads the same dataset and batch size),
+        started for a new iteration."""
+        ring = self.rings.get(worker)
+        if ring is None or ring.dataset is not dataset or ring.batch_size != batch_size:
+            ring = WorkerRing(self, worker, dataset, batch_size)
+            self.rings[worker] = ring
+        ring.start()
+        return ring
 
 
 @dataclass
@@ -82,7 +100,9 @@ class WorkerRing:
     """A DataLoader worker's ring of slots over one dataset (kept across
     epochs by a persistent worker)."""
 
-    def __init__(self, config: RingConfig, worker: int, dataset: Any, batch_size: int) -> None:
+    def __init__(
+        self, config: RingConfig, worker: int, dataset: BuffersBatches, batch_size: int
+    ) -> None:
         self.config = config
         self.worker = worker
         self.dataset = dataset
@@ -154,23 +174,6 @@ class WorkerRing:
         )
 
 
-def worker_ring(
-    config: RingConfig | None, worker: int, dataset: Any, batch_size: int | None
-) -> Any:
-    """This worker's ring over ``dataset`` (made on first use, kept on the
-    dataset object the worker holds), started for a new iteration; ``None``
-    when there is no ring to fill (no config, or batches the dataset does
-    not buffer)."""
-    if config is None or batch_size is None or not hasattr(dataset, "empty_batch"):
-        return None
-    ring: WorkerRing | None = getattr(dataset, "_cachex_ring", None)
-    if ring is None or ring.config is not config or ring.batch_size != batch_size:
-        ring = WorkerRing(config, worker, dataset, batch_size)
-        dataset._cachex_ring = ring
-    ring.start()
-    return ring
-
-
 @dataclass
 class RingReader:
     """The main process's side: the slots it mapped, the views it hands out
@@ -209,10 +212,10 @@ class RingReader:
             if isinstance(buf, Ragged):
                 values, offsets = buf.values[: msg.totals[name]], buf.offsets[: n + 1]
                 if self.numpy_output:
-                    values, offsets = _as_numpy(values), _as_numpy(offsets)
+                    values, offsets = as_numpy(values), as_numpy(offsets)
                 batch[name] = Ragged(values, offsets)
             else:
-                batch[name] = _as_numpy(buf[:n]) if self.numpy_output else buf[:n]
+                batch[name] = as_numpy(buf[:n]) if self.numpy_output else buf[:n]
         batch.update(msg.extras)
         return batch
 
@@ -236,7 +239,7 @@ def keep(batch: Any) -> Any:
     the next one."""
     if isinstance(batch, Ragged):
         return batch.copy()
-    if isinstance(batch, torch.Tensor):
+    if torch is not None and isinstance(batch, torch.Tensor):
         return batch.clone()
     if isinstance(batch, np.ndarray):
         return batch.copy()

@@ -46,15 +46,20 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
+from torch.utils.data._utils.signal_handling import (  # type: ignore[attr-defined]
+    _remove_worker_pids,
+)
 
 from cachex.errors import InvalidInputError, WorkerError
+from cachex.protocols import BuffersBatches
 from cachex.torch._ring import RingBatch, RingConfig, RingReader
-from cachex.torch.datasets import IterableBatches, PlanSampler, _PlanLoader
+from cachex.torch.iterable import IterableBatches
+from cachex.torch.planned import PlanLoader, PlanSampler
 
 __all__ = ["ResumableDataLoader"]
 
 
-class ResumableDataLoader(_PlanLoader, DataLoader):
+class ResumableDataLoader(PlanLoader, DataLoader[Any]):
     """A ``DataLoader`` over a plan-driven dataset or sampler, with
     ``state_dict()`` / ``load_state_dict()``.
 
@@ -92,8 +97,8 @@ class ResumableDataLoader(_PlanLoader, DataLoader):
         self._ring_reader: RingReader | None = None
         self._ring_collate: Any = None
         if ring and kwargs.get("num_workers", 0) > 0:
-            if not isinstance(dataset, IterableBatches) or not hasattr(
-                dataset.dataset, "empty_batch"
+            if not isinstance(dataset, IterableBatches) or not isinstance(
+                dataset.dataset, BuffersBatches
             ):
                 raise InvalidInputError(
                     "ring=True needs an IterableBatches over a dataset with empty_batch "
@@ -105,9 +110,9 @@ class ResumableDataLoader(_PlanLoader, DataLoader):
             kwargs["collate_fn"] = _as_is
             workers = int(kwargs["num_workers"])
             prefetch = kwargs.get("prefetch_factor") or 2
-            acks = torch.zeros((workers, 2), dtype=torch.int64).share_memory_()
+            acks = torch.zeros((workers, 2), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
             config = RingConfig(depth=int(prefetch) + 2, acks=acks, timeout=float(ring_timeout))
-            dataset._ring = config
+            dataset.ring = config
             self._ring_reader = RingReader(config, numpy_output=dataset.dataset.output == "numpy")
         super().__init__(dataset, *args, **kwargs)
         if isinstance(dataset, IterableBatches):
@@ -121,7 +126,7 @@ class ResumableDataLoader(_PlanLoader, DataLoader):
             )
         self.steps = 0
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         self.steps = 0
         if self._IterableDataset_len_called is not None:
             # DataLoader keeps the length it last reported and warns past
@@ -151,7 +156,7 @@ class ResumableDataLoader(_PlanLoader, DataLoader):
                 msg = batch if isinstance(batch, RingBatch) else None
                 batch = self._ring_collate(batch if msg is None else ring.view(msg))
                 if self.pin_memory:
-                    batch = _pin(batch)
+                    batch = _pin(batch)  # type: ignore[no-untyped-call]
                 # The loop took this batch: the one before is free.
                 if held is not None:
                     ring.release(held)
@@ -203,8 +208,6 @@ def _worker_died(batches: Any, error: BaseException) -> bool:
 
 def _stop(batches: Any) -> None:
     """Ends the workers of the DataLoader iterator ``batches`` after one died."""
-    from torch.utils.data._utils.signal_handling import _remove_worker_pids
-
     for _ in range(3):
         # torch's SIGCHLD handler raises while the dead worker is watched.
         try:

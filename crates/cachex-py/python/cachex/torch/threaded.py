@@ -45,13 +45,15 @@ import numpy as np
 from cachex._cachex import ThreadedFill
 from cachex.errors import InvalidInputError
 from cachex.ragged import Ragged
-from cachex.torch._buffers import _as_numpy, _check_output, _empty
-from cachex.torch.datasets import IterableBatches, PageDataset, _PlanLoader
+from cachex.torch._buffers import as_numpy, check_output, empty
+from cachex.torch.datasets import PageDataset
+from cachex.torch.iterable import IterableBatches
+from cachex.torch.planned import PlanLoader
 
 __all__ = ["ThreadedLoader"]
 
 
-class ThreadedLoader(_PlanLoader):
+class ThreadedLoader(PlanLoader):
     """Batches of an :class:`IterableBatches` over a :class:`PageDataset`,
     filled by ``threads`` native threads into a ring of ``depth`` buffer
     sets allocated once, with ``state_dict()`` / ``load_state_dict()``.
@@ -92,30 +94,32 @@ class ThreadedLoader(_PlanLoader):
             )
         if dataset.batch_size is None:
             raise InvalidInputError("ThreadedLoader needs batches: give iterable(batch_size)")
-        pages: PageDataset = dataset.dataset
-        _check_output(pages.output, pin_memory)
+        pages = dataset.dataset
+        check_output(pages.output, pin_memory)
         self.hold = 2 if pin_memory else 1
         if threads < 1 or depth <= self.hold:
             raise InvalidInputError(
                 f"threads {threads}, depth {depth}: give threads >= 1 and depth >= {self.hold + 1}"
             )
-        self.planned = dataset
+        self.planned: IterableBatches = dataset
+        self._pages = pages
         self.threads = int(threads)
         self.timeout = timeout
         self.steps = 0
         self._fill: ThreadedFill | None = None
         rows = dataset.batch_size
-        self._ragged = pages._ragged
+        layout = pages.layout
+        self._ragged = layout.ragged
         int64 = np.dtype(np.int64)
 
         def alloc(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
-            return _empty(shape, dtype, pages.output, pin_memory)
+            return empty(shape, dtype, pages.output, pin_memory)
 
         self._slots: list[dict[str, Any]] = []
         self._lengths: list[dict[str, Any]] = []
         for _ in range(depth):
             slot: dict[str, Any] = {}
-            for name, (dtype, shape) in pages._specs.items():
+            for name, (dtype, shape) in layout.specs.items():
                 if name in self._ragged:
                     # Room for the widest values: never grown while threads fill.
                     widest = max(int(pages.reader.max_sizes[name]), 1) * rows
@@ -126,23 +130,23 @@ class ThreadedLoader(_PlanLoader):
             self._lengths.append(
                 {
                     name: alloc((rows,), int64)
-                    for name in pages._specs
+                    for name in layout.specs
                     if pages.reader.fields[name] == "bytes" and name not in self._ragged
                 }
             )
         self._views = [
             {
                 name: (
-                    (_as_numpy(buf.values), _as_numpy(buf.offsets))
+                    (as_numpy(buf.values), as_numpy(buf.offsets))
                     if name in self._ragged
-                    else _as_numpy(buf, pages._specs[name][0])
+                    else as_numpy(buf, layout.specs[name][0])
                 )
                 for name, buf in slot.items()
             }
             for slot in self._slots
         ]
         self._length_views = [
-            {name: _as_numpy(buf) for name, buf in lengths.items()} for lengths in self._lengths
+            {name: as_numpy(buf) for name, buf in lengths.items()} for lengths in self._lengths
         ]
 
     @property
@@ -166,9 +170,8 @@ class ThreadedLoader(_PlanLoader):
             if batches
             else np.empty(0, dtype=np.int64)
         )
-        reader = planned.dataset.reader
         fill = ThreadedFill(
-            reader,
+            self._pages.reader,
             indices,
             offsets,
             self._views,
@@ -178,8 +181,7 @@ class ThreadedLoader(_PlanLoader):
         )
         self._fill = fill
         self.steps = 0
-        handle = planned._register_plan(deal, 0)
-        planned._keep_plan(0, handle)
+        handle = planned.register_plan(deal, 0)
         try:
             while (got := fill.next_batch(self.timeout)) is not None:
                 slot, rows = got

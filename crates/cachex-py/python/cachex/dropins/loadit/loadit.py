@@ -19,7 +19,7 @@ import numpy as np
 from cachex import _cachex
 from cachex._remote import TierBudget, is_url, tier_kwargs
 from cachex.dropins._not_provided import not_provided
-from cachex.dropins.loadit.util import SequenceView, is_sequence
+from cachex.dropins.loadit.util import Indices, SequenceView, is_sequence
 
 __all__ = [
     "LoadIt",
@@ -457,7 +457,7 @@ class LoadIt(SequenceView):
 
     def get(self, *idx: Any, preload_fn: PreloadType | None = None) -> Any:
         """``loader[idx]``, with ``preload_fn`` in place of the loader's."""
-        key = idx[0] if len(idx) == 1 else idx
+        key: Any = idx[0] if len(idx) == 1 else idx
         if isinstance(key, slice):
             return LoaditView(self, self._slice_range(key))
         if is_sequence(key):
@@ -493,7 +493,7 @@ class LoadIt(SequenceView):
             n = self._store.known_len
         yield from self._items(range(start, n))
 
-    def _items(self, indices: Sequence[int]) -> Iterator[Any]:
+    def _items(self, indices: Indices) -> Iterator[Any]:
         """The items at ``indices``, read in chunks by the engine and chained
         in C (no Python frame per item)."""
         n = len(indices)
@@ -536,7 +536,7 @@ class LoadIt(SequenceView):
     )
 
     @property
-    def seq(self) -> LoadIt:
+    def seq(self) -> LoadIt:  # type: ignore[override]
         """The sequence viewed (``SequenceView``'s attribute): the loader itself."""
         return self
 
@@ -551,19 +551,20 @@ class LoaditView(SequenceView):
     Iterating it reads the items in batches (shards visited once per batch).
     """
 
-    def __init__(self, loader: LoadIt, indices: Sequence[int]) -> None:
+    def __init__(self, loader: LoadIt, indices: Indices) -> None:
         super().__init__(loader, indices)
         self.loader = loader
+        self._indices = indices
 
     def preload_fn(self, loader: LoadIt, idx: int) -> list[list[int]]:
         """Preloads the shards of the view's next ``max_workers // 2`` items."""
-        n = len(self.indices)
+        n = len(self._indices)
         ahead = range(idx + 1, min(n, idx + max(1, loader.max_workers // 2) + 1))
-        return [[loader._nonnegative(self.indices[j]) for j in ahead]]
+        return [[loader._nonnegative(int(self._indices[j])) for j in ahead]]
 
     def _item(self, index: Any) -> Any:
         i = operator.index(index)
-        target = self.indices[i]
+        target = self._indices[i]
         if self.loader.max_workers > 1 and self.loader._python_preload is None:
             self.loader.load_async(self.preload_fn(self.loader, i % len(self))[0])
         return self.loader.get(target)
@@ -573,14 +574,14 @@ class LoaditView(SequenceView):
         if isinstance(key, slice):
             key = range(*key.indices(len(self)))
         if is_sequence(key):
-            return LoaditView(self.loader, SequenceView(self.indices, key))
+            return LoaditView(self.loader, SequenceView(self._indices, key))
         return self._item(key)
 
     def __iter__(self) -> Iterator[Any]:
-        return self.loader._items(self.indices)
+        return self.loader._items(self._indices)
 
 
-def _index_chunk(indices: Sequence[int], start: int, stop: int) -> Sequence[int]:
+def _index_chunk(indices: Indices, start: int, stop: int) -> Sequence[int]:
     """``indices[start:stop]`` as the engine takes it (a sequence of ints).
 
     Lists, tuples, ranges and numpy arrays are sliced whole (no Python call
@@ -590,5 +591,6 @@ def _index_chunk(indices: Sequence[int], start: int, stop: int) -> Sequence[int]
     if isinstance(indices, list | tuple | range):
         return indices[start:stop]
     if isinstance(indices, np.ndarray) and indices.ndim == 1:
-        return indices[start:stop].tolist()
+        chunk: list[int] = indices[start:stop].tolist()
+        return chunk
     return [operator.index(indices[j]) for j in range(start, stop)]

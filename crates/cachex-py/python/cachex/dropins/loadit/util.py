@@ -35,9 +35,10 @@ from __future__ import annotations
 import operator
 import secrets
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from cachex import _cachex
 
@@ -68,7 +69,7 @@ def _position(index: Any, length: Callable[[], int]) -> int:
     return i
 
 
-class _Indexable(Sequence):
+class _Indexable(Sequence[Any]):
     """``[]`` with a slice or a sequence of indices gives a lazy view."""
 
     def _item(self, index: Any) -> Any:
@@ -85,6 +86,10 @@ class _Indexable(Sequence):
     def __iter__(self) -> Iterator[Any]:
         for i in range(len(self)):
             yield self._item(i)
+
+
+#: The indices of a view: a list, ``range`` or numpy array of ints.
+Indices = Sequence[int] | npt.NDArray[np.integer[Any]]
 
 
 class SequenceView(_Indexable):
@@ -104,13 +109,14 @@ class SequenceView(_Indexable):
 
     def __init__(
         self,
-        seq: Sequence[Any],
-        indices: Sequence[int] | Callable[[int], int] | None = None,
+        seq: Sequence[Any] | npt.NDArray[Any],
+        indices: Indices | Callable[[int], int] | None = None,
         length: int | None = None,
     ) -> None:
         self.seq = seq
         self.indices = indices
-        self.length = None
+        self.length: int | None = None
+        self.index_map: Callable[[int], int] | None
         if indices is None or is_sequence(indices):
             self.index_map = None
         elif callable(indices):
@@ -125,18 +131,20 @@ class SequenceView(_Indexable):
             raise TypeError(f"indices must be a sequence or a callable, not {type(indices)}")
 
     def _item(self, index: Any) -> Any:
-        if self.indices is None:
+        indices = self.indices
+        if indices is None:
             return self.seq[index]
         if self.index_map is None:
-            return self.seq[self.indices[index]]
+            return self.seq[cast(Indices, indices)[index]]
         i = _position(index, self.__len__)
-        if i >= self.length:
+        if i >= len(self):
             raise IndexError(f"index {index} out of range for length {self.length}")
         return self.seq[self.index_map(i)]
 
     def __len__(self) -> int:
         if self.length is None:
-            self.length = len(self.seq) if self.indices is None else len(self.indices)
+            indices = cast(Indices | None, self.indices)  # a callable has a length
+            self.length = len(self.seq) if indices is None else len(indices)
         return self.length
 
 
@@ -184,8 +192,9 @@ class ConcatableSequence(_Indexable):
                 self._lengths[part] = len(self.seqs[part])
 
     def __len__(self) -> int:
-        self._lengths = [len(s) for s in self.seqs]
-        return sum(self._lengths)
+        lengths = [len(s) for s in self.seqs]
+        self._lengths = [*lengths]
+        return sum(lengths)
 
     def __add__(self, other: Sequence[Any]) -> ConcatableSequence:
         more = other.seqs if isinstance(other, ConcatableSequence) else (other,)
@@ -253,6 +262,5 @@ def chunk_shuffle(
     if chunk_size is None:
         chunk_size = max(length, 1)
     idx = chunk_shuffle_idx(chunk_size, length, seed)
-    if isinstance(seq, SequenceView):
-        return seq[idx]
-    return SequenceView(seq, idx)
+    view: SequenceView = seq[idx] if isinstance(seq, SequenceView) else SequenceView(seq, idx)
+    return view

@@ -6,30 +6,42 @@ differs from torchcachex's.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import pickle
-import tempfile
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from cachex import _cachex
 from cachex._cachex import SegmentStore
 from cachex._remote import TierBudget, is_url, join, tier_kwargs
 from cachex.dropins._not_provided import NotProvidedError
+from cachex.dropins.torchcachex._lru import Lru
+from cachex.dropins.torchcachex._schema import (
+    arrow_type,
+    blob_columns,
+    create_durably,
+    inferred_schema,
+    read_text,
+    replace_durably,
+    without_ranks,
+)
+from cachex.dropins.torchcachex._values import (
+    from_store_batch,
+    key_of,
+    to_store,
+    unstack_batch,
+)
 from cachex.dropins.torchcachex.utils import _move
 from cachex.errors import CacheError, InvalidInputError
 
 try:  # torch is optional: without it values are numpy arrays.
     import torch
 except ImportError:  # pragma: no cover - exercised in the numpy-only CI venv
-    torch = None
+    torch = None  # type: ignore[assignment]
 
 __all__ = ["ArrowIPCCacheBackend", "WriteQueue"]
 
@@ -45,309 +57,6 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _key(k: Any) -> str:
-    if isinstance(k, str):
-        return k
-    item = getattr(k, "item", None)  # numpy / torch scalars
-    if callable(item) and getattr(k, "ndim", 0) == 0:
-        k = item()
-    return str(k)
-
-
-def _bf16():
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    return ml_dtypes.bfloat16
-
-
-_BF16_DTYPE = None if _bf16() is None else np.dtype(_bf16())
-
-
-def _leaf_to_store(v: Any) -> Any:
-    """A value part as the store takes it: an array, or a pickle."""
-    if torch is not None and isinstance(v, torch.Tensor):
-        t = v.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        if t.dtype == torch.bfloat16:
-            bf16 = _bf16()
-            if bf16 is None:
-                raise InvalidInputError(
-                    "a bfloat16 tensor needs the ml_dtypes package (pip install ml_dtypes)"
-                )
-            return t.view(torch.int16).numpy().view(bf16)
-        return t.resolve_conj().resolve_neg().numpy()
-    if isinstance(v, np.ndarray):
-        return v
-    return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _to_store(value: Any, blobs: frozenset[str] = frozenset()) -> Any:
-    """A whole value as a store record: array, dict, tuple, list, or blob.
-
-    ``blobs`` names the blob columns of the cache's schema (``blob``,
-    ``{name}_blob``, ``item{i}_blob``): what goes there is pickled whatever
-    it is, as torchcachex pickles what its schema does not hold as a tensor.
-    """
-    if "blob" in blobs:
-        return _pickled(value)
-    if isinstance(value, dict):
-        return {
-            str(k): _pickled(v) if f"{k}_blob" in blobs else _leaf_to_store(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, tuple | list):
-        parts = [
-            _pickled(v) if f"item{i}_blob" in blobs else _leaf_to_store(v)
-            for i, v in enumerate(value)
-        ]
-        return tuple(parts) if isinstance(value, tuple) else parts
-    return _leaf_to_store(value)
-
-
-def _pickled(v: Any) -> bytes:
-    return pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _blob_columns(schema_json: str | None) -> frozenset[str]:
-    """The blob columns ``schema.json`` declares (none when it is missing or damaged)."""
-    try:
-        fields = json.loads(schema_json or "")["fields"]
-        return frozenset(f["name"] for f in fields if f["type"] in ("binary", "large_binary"))
-    except (ValueError, KeyError, TypeError):
-        return frozenset()
-
-
-def _own(a: np.ndarray) -> Any:
-    """A fresh array the caller owns (``get_batch(copy=True)``) as the user's value type."""
-    if torch is None:
-        return a
-    if a.dtype.kind == "V" and a.dtype == _BF16_DTYPE:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
-def _leaf_from_store(v: Any) -> Any:
-    return pickle.loads(v) if isinstance(v, bytes) else _own(v)
-
-
-def _from_store(v: Any) -> Any:
-    """A stored record (fresh arrays, dicts, tuples, lists, pickles) as the user's value."""
-    if isinstance(v, np.ndarray):
-        return _own(v)
-    if isinstance(v, dict):
-        return {k: _leaf_from_store(x) for k, x in v.items()}
-    if isinstance(v, tuple):
-        return tuple(_leaf_from_store(x) for x in v)
-    if isinstance(v, list):
-        return [_leaf_from_store(x) for x in v]
-    return pickle.loads(v)
-
-
-def _from_store_batch(stored: list[Any], absent: list[int]) -> list[Any]:
-    """``get_batch(copy=True)``'s values as user values (None stays None)."""
-    if not stored or len(absent) == len(stored):
-        return stored
-    first = stored[next(i for i in range(len(stored)) if stored[i] is not None)]
-    if isinstance(first, np.ndarray) and (torch is None or first.dtype.kind != "V"):
-        if torch is None:
-            return stored  # fresh, writable arrays already
-        if not absent:
-            return list(map(torch.from_numpy, stored))
-        return [None if v is None else torch.from_numpy(v) for v in stored]
-    return [None if v is None else _from_store(v) for v in stored]
-
-
-def _unstack_column(col: Any) -> Any:
-    """One column of ``get_stacked`` as a sequence of per-value parts.
-
-    An array becomes its rows as tensors made by one ``unbind`` call (views
-    of the batch's one fresh buffer: writable, none overlapping another); a
-    list of pickles becomes the unpickled objects.
-    """
-    if isinstance(col, np.ndarray):
-        return _own(col).unbind(0)
-    return [None if b is None else pickle.loads(b) for b in col]
-
-
-def _unstack_batch(stacked: Any, n: int, absent: list[int]) -> list[Any]:
-    """``get_stacked``'s batch as ``n`` values (torch only), None where absent.
-
-    ``stacked`` is shaped like one value with a leading batch axis: an
-    array, a list of pickles (a whole-value blob: every entry ``bytes`` or
-    ``None``), or a dict / tuple / list of such columns.
-    """
-    if isinstance(stacked, np.ndarray):
-        values = list(_unstack_column(stacked))
-    elif isinstance(stacked, dict):
-        names = list(stacked)
-        columns = [_unstack_column(stacked[k]) for k in names]
-        values = [dict(zip(names, row, strict=True)) for row in _rows(columns, n)]
-    elif isinstance(stacked, tuple):
-        values = list(_rows([_unstack_column(c) for c in stacked], n))
-    elif stacked and all(b is None or isinstance(b, bytes) for b in stacked):
-        values = _unstack_column(stacked)  # whole values pickled
-    else:
-        values = [list(row) for row in _rows([_unstack_column(c) for c in stacked], n)]
-    for i in absent:
-        values[i] = None
-    return values
-
-
-def _rows(columns: list[Any], n: int) -> Iterable[tuple[Any, ...]]:
-    """The batch's values as tuples of parts (``n`` empty ones without columns)."""
-    return zip(*columns, strict=True) if columns else [()] * n
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return None
-
-
-def _inferred_schema(key: str, first: Any) -> str:
-    """The ``schema.json`` segment-store writes for a cache whose first value is ``first``.
-
-    Raises the store's own error when ``first`` cannot be stored.
-    """
-    with tempfile.TemporaryDirectory(prefix="cachex-schema-") as scratch:
-        probe = SegmentStore(scratch, async_write=False, lru_bytes=0, current_rank=0)
-        try:
-            probe.put_batch([(key, first)])
-            return (Path(scratch) / "schema.json").read_text()
-        finally:
-            probe.close()
-
-
-def _without_ranks(text: str) -> str | None:
-    """``schema.json`` text with no tensor rank fixed, or None when none is
-    (torchcachex's own files have no ``cachex_parts``) or the file is not
-    JSON (the store reports and re-derives a damaged one)."""
-    try:
-        doc = json.loads(text)
-        parts = json.loads(doc["metadata"]["cachex_parts"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    if not any(isinstance(p, dict) and "rank" in p for p in parts):
-        return None
-    for p in parts:
-        p.pop("rank", None)
-    doc["metadata"]["cachex_parts"] = json.dumps(parts, separators=(",", ":"))
-    return json.dumps(doc, indent=2)
-
-
-def _create_durably(path: Path, text: str) -> bool:
-    """Writes ``path`` unless it exists (then False), durably, atomically."""
-    return _cachex._durable_write(path, text.encode(), replace=False)
-
-
-def _replace_durably(path: Path, text: str) -> None:
-    _cachex._durable_write(path, text.encode())
-
-
-# torchcachex's type table for schema.json's strings, with pyarrow's
-# spelling of float16 (which torchcachex's parser misread as a string).
-_ARROW_TYPES = {
-    "string": "string",
-    "binary": "binary",
-    "bool": "bool_",
-    "int8": "int8",
-    "int16": "int16",
-    "int32": "int32",
-    "int64": "int64",
-    "uint8": "uint8",
-    "uint16": "uint16",
-    "uint32": "uint32",
-    "uint64": "uint64",
-    "float16": "float16",
-    "halffloat": "float16",
-    "float32": "float32",
-    "float": "float32",
-    "float64": "float64",
-    "double": "float64",
-}
-
-
-def _arrow_type(pa: Any, text: str, unknown: Any = None) -> Any:
-    """The pyarrow type a ``schema.json`` type string names; an unknown one
-    is ``unknown``, or a :class:`cachex.CacheError` without it."""
-    if text.startswith("list<") and text.endswith(">"):
-        return pa.list_(_arrow_type(pa, text[5:-1].split(": ")[-1], unknown))
-    try:
-        return getattr(pa, _ARROW_TYPES[text])()
-    except KeyError:
-        if unknown is not None:
-            return unknown
-        raise CacheError(f"schema.json: unknown type {text!r}") from None
-
-
-class _Lru:
-    """At most ``size`` values by key, least recently used out first, in bulk.
-
-    Two generations of plain dicts: new values and hits go into ``hot``;
-    when ``hot`` outgrows half the size it becomes ``cold`` (keeping its
-    newest ``size - size // 2``) and the old ``cold`` is dropped. A lookup
-    costs one or two dict probes and eviction is amortized O(1), so the LRU
-    adds almost nothing per value to a batch (an exact LRU's per-value
-    bookkeeping cost more than reading the value from the mapped file).
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.hot: dict[str, Any] = {}
-        self.cold: dict[str, Any] = {}
-
-    def get_many(self, keys: list[str]) -> tuple[list[Any], list[int]]:
-        """Each key's value or None, and the positions of the Nones."""
-        out = list(map(self.hot.get, keys))
-        need = [i for i, v in enumerate(out) if v is None]
-        if need and self.cold:
-            cold, hot = self.cold, self.hot
-            still = []
-            for i in need:
-                v = cold.get(keys[i])
-                if v is None:
-                    still.append(i)
-                else:
-                    hot[keys[i]] = out[i] = v
-            need = still
-            self._age()
-        return out, need
-
-    def put_many(self, keys: list[str], values: list[Any]) -> None:
-        # A stale copy left in `cold` is harmless: `hot` is looked up first
-        # and `cold` is dropped whole at the next aging.
-        self.hot.update(zip(keys, values, strict=True))
-        self._age()
-
-    def _age(self) -> None:
-        if len(self.hot) > self.size // 2:
-            keep = self.size - self.size // 2
-            hot = self.hot
-            if len(hot) > keep:
-                hot = dict(itertools.islice(hot.items(), len(hot) - keep, None))
-            self.cold, self.hot = hot, {}
-
-    def __len__(self) -> int:
-        return len(self.hot) + sum(1 for k in self.cold if k not in self.hot)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.hot or key in self.cold
-
-    def __iter__(self) -> Iterator[str]:
-        """Keys, least recently used first."""
-        yield from (k for k in self.cold if k not in self.hot)
-        yield from self.hot
-
-    def get(self, key: str, default: Any = None) -> Any:
-        v = self.get_many([key])[0][0]
-        return default if v is None else v
 
 
 class WriteQueue:
@@ -401,7 +110,7 @@ class ArrowIPCCacheBackend:
         Stable name of the cached computation (change it to invalidate).
     lru_size : int
         Values kept in the in-memory LRU (4096); 0 disables it. The LRU
-        ages values in two generations of ``lru_size / 2`` (see ``_Lru``).
+        ages values in two generations of ``lru_size / 2`` (see ``_lru.py``).
     async_write : bool
         Write segments on a background thread (True). ``flush()`` waits for
         it and raises its errors.
@@ -473,7 +182,7 @@ class ArrowIPCCacheBackend:
         )
         self.lru_size = int(lru_size)
         # torchcachex's lru is a dict when disabled: here one that stays empty.
-        self.lru: _Lru | dict[str, Any] = _Lru(self.lru_size) if self.lru_size else {}
+        self.lru: Lru | dict[str, Any] = Lru(self.lru_size) if self.lru_size else {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
         # Whether values were put since index.pkl was last written (it was
@@ -559,7 +268,7 @@ class ArrowIPCCacheBackend:
             file it is read from is :attr:`schema_path`.
         """
         try:
-            import pyarrow as pa
+            import pyarrow as pa  # type: ignore[import-untyped]
         except ImportError:
             raise NotProvidedError(
                 "ArrowIPCCacheBackend.schema is a pyarrow.Schema and pyarrow is not installed: "
@@ -568,7 +277,7 @@ class ArrowIPCCacheBackend:
         doc = self._schema_doc()
         if doc is None:
             return None
-        fields = [pa.field(f["name"], _arrow_type(pa, f["type"])) for f in doc["fields"]]
+        fields = [pa.field(f["name"], arrow_type(pa, f["type"])) for f in doc["fields"]]
         return pa.schema(fields, metadata=doc.get("metadata") or None)
 
     @property
@@ -605,7 +314,7 @@ class ArrowIPCCacheBackend:
         parses it: ``list<...>`` recursively, an unknown name as ``string``."""
         import pyarrow as pa
 
-        return _arrow_type(pa, type_str, unknown=pa.string())
+        return arrow_type(pa, type_str, unknown=pa.string())
 
     def _torch_to_arrow_dtype(self, torch_dtype: Any) -> Any:
         """The pyarrow type cachex stores a tensor of ``torch_dtype`` as (the
@@ -623,8 +332,8 @@ class ArrowIPCCacheBackend:
                 "ArrowIPCCacheBackend._torch_to_arrow_dtype maps torch dtypes and torch "
                 "is not importable"
             )
-        probe = _to_store(torch.zeros(1, dtype=torch_dtype))
-        fields = json.loads(_inferred_schema("k", probe))["fields"]
+        probe = to_store(torch.zeros(1, dtype=torch_dtype))
+        fields = json.loads(inferred_schema("k", probe))["fields"]
         (data,) = (f["type"] for f in fields if f["name"] == "data")
         return self._parse_arrow_type(data).value_type
 
@@ -639,9 +348,10 @@ class ArrowIPCCacheBackend:
         """``schema.json`` as a dict; None when there is none yet, or when it
         is damaged (as torchcachex: the store re-derives it)."""
         try:
-            return json.loads(self.schema_path.read_text())
+            doc: dict[str, Any] = json.loads(self.schema_path.read_text())
         except (FileNotFoundError, ValueError):
             return None
+        return doc
 
     @property
     def is_writer(self) -> bool:
@@ -650,14 +360,18 @@ class ArrowIPCCacheBackend:
 
     def _lru_get_many(self, keys: list[str]) -> tuple[list[Any], list[int]]:
         """The LRU's value (or None) of each key, and the positions of the misses."""
+        lru = self.lru
+        if not isinstance(lru, Lru):
+            return [None] * len(keys), list(range(len(keys)))
         with self._lock:
-            return self.lru.get_many(keys)
+            return lru.get_many(keys)
 
     def _lru_put(self, keys: list[str], values: list[Any]) -> None:
         """Adds values as the most recent entries."""
-        if self.lru_size:
+        lru = self.lru
+        if isinstance(lru, Lru):
             with self._lock:
-                self.lru.put_many(keys, values)
+                lru.put_many(keys, values)
 
     def get_batch(
         self, keys: Iterable[Any], map_location: Any = "cpu"
@@ -679,7 +393,7 @@ class ArrowIPCCacheBackend:
         """
         keys = list(keys)
         if not all(type(k) is str for k in keys):
-            keys = [_key(k) for k in keys]
+            keys = [key_of(k) for k in keys]
         results: list[Any | None] = [None] * len(keys)
         need: list[int] = []
         if self.lru_size:
@@ -736,9 +450,9 @@ class ArrowIPCCacheBackend:
             else:
                 if stacked is None:
                     return [None] * len(keys), absent
-                return _unstack_batch(stacked, len(keys), absent), absent
+                return unstack_batch(stacked, len(keys), absent), absent
         stored, absent = store.get_batch(keys, copy=True)
-        return _from_store_batch(stored, absent), absent
+        return from_store_batch(stored, absent), absent
 
     def put_batch(self, items: Mapping[Any, Any]) -> None:
         """Cache values by key (persisted by the writer rank only).
@@ -759,12 +473,12 @@ class ArrowIPCCacheBackend:
         """
         if not items:
             return
-        pairs = [(_key(k), v) for k, v in items.items()]
+        pairs = [(key_of(k), v) for k, v in items.items()]
         if self.is_writer:
             self._index_changes()
             if not self._schema_settled:
-                self._settle_schema(pairs[0][0], _to_store(pairs[0][1]))
-            self.store.put_batch([(k, _to_store(v, self._blobs)) for k, v in pairs])
+                self._settle_schema(pairs[0][0], to_store(pairs[0][1]))
+            self.store.put_batch([(k, to_store(v, self._blobs)) for k, v in pairs])
         self._lru_put([k for k, _ in pairs], [v for _, v in pairs])
 
     def _settle_schema(self, key: str, first: Any) -> None:
@@ -783,19 +497,19 @@ class ArrowIPCCacheBackend:
         on that file. Segments already written keep their ranks, which
         their rows have.
         """
-        text = _read_text(self.schema_path)
+        text = read_text(self.schema_path)
         if text is None:
-            inferred = _inferred_schema(key, first)
-            if not _create_durably(self.schema_path, _without_ranks(inferred) or inferred):
+            inferred = inferred_schema(key, first)
+            if not create_durably(self.schema_path, without_ranks(inferred) or inferred):
                 # Another writer (writer_id) fixed the schema first: use theirs.
-                text = _read_text(self.schema_path)
-        widened = None if text is None else _without_ranks(text)
+                text = read_text(self.schema_path)
+        widened = None if text is None else without_ranks(text)
         if widened is not None:
-            _replace_durably(self.schema_path, widened)
+            replace_durably(self.schema_path, widened)
         if text is None or widened is not None or not self._schema_seen_at_open:
             self.store.close()
             self.store = self._open_store()
-        self._blobs = _blob_columns(_read_text(self.schema_path))
+        self._blobs = blob_columns(read_text(self.schema_path))
         self._schema_settled = True
 
     def _index_changes(self) -> None:

@@ -23,8 +23,8 @@ try:  # torch is optional: without it values are numpy arrays.
     import torch
     import torch.nn as nn
 except ImportError:  # pragma: no cover - exercised in the numpy-only CI venv
-    torch = None
-    nn = None
+    torch = None  # type: ignore[assignment]
+    nn = None  # type: ignore[assignment]
 
 __all__ = ["CacheModuleDecorator"]
 
@@ -75,7 +75,9 @@ if nn is not None:
             self.enforce_stateless = enforce_stateless
             self.map_location_on_read = map_location_on_read
 
-        def _extract_keys(self, args: tuple, kwargs: dict) -> tuple[list[Any], list[int]]:
+        def _extract_keys(
+            self, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[list[Any], list[int]]:
             """The batch's cache keys and their positions (``0..n``), from
             ``cache_ids=``, a batch dict's ``"cache_ids"`` or
             ``key_from_batch_fn``, in that order (torchcachex's)."""
@@ -119,7 +121,7 @@ if nn is not None:
             if not missing:
                 return _tree_stack([_move(v, device) for v in cached])
             sub_batch = isinstance(ref, torch.Tensor)
-            if sub_batch:
+            if isinstance(ref, torch.Tensor):
                 idx = torch.tensor(missing, dtype=torch.long, device=ref.device)
                 call_args = (ref.index_select(0, idx), *args[1:])
             else:
@@ -135,7 +137,7 @@ if nn is not None:
             merged = [fresh[i] if i in fresh else cached[i] for i in range(len(keys))]
             return _tree_stack([_move(v, device) for v in merged])
 
-        def state_dict(self, *args: Any, **kwargs: Any) -> dict:
+        def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
             """The wrapped module's state dict (the cache lives on disk, not in it)."""
             return self.module.state_dict(*args, **kwargs)
 

@@ -21,7 +21,7 @@ from cachex.errors import CacheError
 try:  # torch is optional: without it values are numpy arrays.
     import torch
 except ImportError:  # pragma: no cover - exercised in the numpy-only CI venv
-    torch = None
+    torch = None  # type: ignore[assignment]
 
 __all__ = ["TensorLike", "TorchRequiredError"]
 

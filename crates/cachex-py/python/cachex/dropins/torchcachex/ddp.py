@@ -1,4 +1,6 @@
-"""Caching a module's outputs from every rank of a distributed job into one cache.
+"""Caching a module's outputs from every rank of a distributed job into one
+cache: the DDP helpers over the drop-in's backend, which users import from
+:mod:`cachex.torch` (``from cachex.torch import rank_backend``).
 
 By default a segment store has one writer (``writer_rank``) and the other
 ranks only fill their in-memory LRU, so the work of every other rank is
@@ -38,7 +40,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cachex.dropins.torchcachex import ArrowIPCCacheBackend
+from cachex.dropins.torchcachex.backend import ArrowIPCCacheBackend
 from cachex.sampling import distributed_rank
 
 __all__ = ["rank_backend", "refresh_backend"]
