@@ -186,8 +186,8 @@ fn run_one(ctx: &Ctx, n: usize, dict: bool) -> Result<(), RunError> {
         );
     }
 
-    // The read pass is repeated: one pass right after the write swings by
-    // ±30% with the machine's state (this VM's neighbours, the page cache
+    // The read pass is repeated: one pass right after the write swings
+    // with the machine's state (the VM's neighbours, the page cache
     // settling after 400 MB of writes). Each pass is preceded by a fresh
     // measurement of the memcpy limit, which also flushes the CPU caches,
     // so no pass finds the previous one's metadata cached.

@@ -97,8 +97,8 @@ pub(crate) fn venv() -> PathBuf {
 /// `target/tools/bin/cachex-s3s-server`, built there on first use from
 /// `tools/s3s-server` (s3s-fs 0.14.1 from crates.io, pinned by its own
 /// lock file, with TCP_NODELAY on its connections: s3s-fs's own binary
-/// leaves Nagle's algorithm on, so each small response waits 40 ms for a
-/// delayed ACK, as no S3 endpoint does).
+/// leaves Nagle's algorithm on, so each small response waits for the
+/// client's delayed ACK, as no S3 endpoint does).
 fn s3s_binary() -> Result<PathBuf, RunError> {
     if let Some(p) = std::env::var_os("CACHEX_S3S_FS") {
         return Ok(PathBuf::from(p));

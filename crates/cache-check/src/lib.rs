@@ -1,36 +1,4 @@
-//! `cache-check`: the one shape every cachex store's `verify` and
-//! `inspect` answer in, so that a tool (the `cachex` command line) can
-//! print and count them without knowing the store.
-//!
-//! - [`Problem`]: one thing wrong with one file — its path, a
-//!   [`ProblemKind`] from one shared enum, and a human detail. `Display`
-//!   prints `path: detail`.
-//! - [`Summary`]: what `inspect` (or `stats`) says about a cache — its kind
-//!   and path, ordered key/value facts and optional tables — printable as a
-//!   table ([`Display`](std::fmt::Display)) or as JSON ([`Summary::to_json`]).
-//!
-//! The crate does no I/O and has no on-disk layout of its own: it is
-//! vocabulary, like `tensor-core`. The rule every store follows: `verify`
-//! never fails — a cache that cannot even be opened yields a [`Problem`]
-//! naming the file that stopped it.
-//!
-//! # Example
-//! ```
-//! use cache_check::{Problem, ProblemKind, Summary};
-//! use serde_json::json;
-//!
-//! let p = Problem::new("cache/x.bin", ProblemKind::Truncated, "95 bytes, expected 100");
-//! assert_eq!(p.to_string(), "cache/x.bin: 95 bytes, expected 100");
-//! assert_eq!(p.kind.name(), "truncated");
-//!
-//! let s = Summary::new("memmap-array", "cache")
-//!     .fact("rows", 10)
-//!     .fact("complete", true)
-//!     .table("arrays", ["name", "dtype"], vec![vec![json!("x"), json!("int16")]]);
-//! assert_eq!(s.to_json()["rows"], 10);
-//! assert_eq!(s.to_json()["arrays"][0]["dtype"], "int16");
-//! assert!(s.to_string().contains("rows: 10"));
-//! ```
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -39,8 +39,8 @@ use crate::recover::scan_manifest;
 use crate::{Error, Result};
 
 /// Bytes buffered per `.bin` before a write, at most: large writes give
-/// the page cache large folios, which later read faster through the maps
-/// (measured: W4 random reads about 1.5x faster than with 1 MiB writes).
+/// the page cache large folios, which random reads through the maps later
+/// walk with fewer TLB misses (W4 in `BENCHMARKS.md` reads them so).
 const BIN_BUFFER_MAX: usize = 8 << 20;
 /// Buffer bytes shared by all `.bin` files of a writer, so a schema with
 /// many arrays does not allocate `BIN_BUFFER_MAX` for each.

@@ -4,7 +4,8 @@
 //! `MARK … APPENDS/SETITEMS/ADDITEMS` batches, and `MARK … TUPLE` tuples.
 //!
 //! It builds no intermediate value tree (serde-pickle builds one for the
-//! whole shard first), which makes decoding several times faster. It only
+//! whole shard first): each item is decoded once, straight into its type
+//! (W3 in `BENCHMARKS.md` reads shards this way). It only
 //! runs on streams that [`plan_pickle`](crate::pickle_check) marked streamable
 //! (so no memo reads, postfix tuples or globals), with the closing opcode of
 //! every MARK known in advance. Any surprise makes it give up ([`Bail`]);

@@ -1,22 +1,4 @@
-//! Helpers shared by the cachex test suites (a dev-dependency; the workload
-//! runner uses [`intercept`] too).
-//!
-//! - [`fixtures_dir`]: `crates/test-support/fixtures`, the caches written by
-//!   the real FFCV, torchcachex and loadit, with `expected.json` (see the
-//!   README there for what each holds).
-//! - [`python`]: the interpreter of the interop venv that `scripts/test`
-//!   builds (pyarrow, numpy, loadit). `scripts/test` exports its path as
-//!   `CACHEX_PYTHON`; a plain `cargo test` finds `target/py-venv` when it
-//!   exists. Under CI (`CI=true`) a missing venv fails the test instead of
-//!   skipping it, so interop can never silently stop running.
-//! - [`servers`]: the object-store test servers `scripts/test` starts
-//!   (moto, fake-gcs-server, Azurite; `CACHEX_{S3,GCS,AZURE}_ENDPOINT`),
-//!   their `object_store` options, and a fresh root per test; [`s3`] is
-//!   its S3 side by endpoint, as the older tests call it.
-//! - [`intercept`] (feature `object-store`): a pass-through object store
-//!   whose requests a test or benchmark watches, delays, fails or alters.
-//! - [`tier_disk`]: a local tier's count checked against what its
-//!   `objects/` hold on disk.
+#![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
 #[cfg(feature = "object-store")]
