@@ -3,7 +3,7 @@
 
 use crate::StoreKind;
 
-/// What [`detect`] found at a path: the store that reads it, and, when
+/// What [`detect`](crate::detect) found at a path: the store that reads it, and, when
 /// its files were written by another tool, which.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Detected {
