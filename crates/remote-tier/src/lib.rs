@@ -166,6 +166,7 @@
 
 mod blocks;
 mod config;
+mod constants;
 mod engine;
 mod error;
 mod evict;
@@ -183,6 +184,8 @@ mod remote;
 mod shared;
 mod state;
 mod store_url;
+#[cfg(test)]
+mod tests;
 mod tier;
 mod victims;
 mod warm;
@@ -191,13 +194,14 @@ pub use blocks::{
     BLOCK_LIST_VERSION, BlockHasher, BlockHashes, BlockList, MAX_BLOCK_SIZE, MAX_BLOCKS,
     MIN_BLOCK_SIZE,
 };
-pub use config::{DEFAULT_BLOCK_SIZE, TierConfig};
-pub use engine::{Expected, ObjectInfo, PROBE_DIR};
+pub use config::TierConfig;
+pub use constants::{DEFAULT_BLOCK_SIZE, PROBE_DIR};
+pub use engine::{Expected, ObjectInfo};
 pub use error::{BlockMismatch, Error, Result};
-pub use file::RemoteFile;
+pub use file::{ObjectReads, RemoteFile, set_plans};
 pub use local::EvictReport;
 pub use pins::{Claim, Lease};
-pub use plans::{BlockUse, ObjectReads, PlanHandle, set_plans};
+pub use plans::{BlockUse, PlanHandle};
 pub use remote::RetryPolicy;
 pub use state::TierStats;
 pub use store_url::{build_store, redact_url};
