@@ -77,7 +77,7 @@ fn published_commits(scratch: &Path) -> Result<Vec<Seed>> {
         // The log's identity is random: a fixed one keeps seeds the same
         // from run to run (and the field in the corpus).
         commit.log = Some("5eed5eed5eed5eed5eed5eed5eed5eed".into());
-        let body = remote_tier::record::encode_record(&commit)?;
+        let body = remote_cache::record::encode_record(&commit)?;
         out.push(framed(&format!("segments-commit-{seq}"), 0, &body));
     }
     Ok(out)
@@ -137,7 +137,7 @@ fn payload_commits() -> Result<Vec<Seed>> {
             removed,
             log: None,
         };
-        let body = remote_tier::record::encode_record(&commit)?;
+        let body = remote_cache::record::encode_record(&commit)?;
         out.push(framed(&format!("read-{what}"), 0, &body));
         out.push(framed(&format!("apply-{what}"), 1, &body));
     }
@@ -158,7 +158,7 @@ fn payload_commits() -> Result<Vec<Seed>> {
             piece("empty", 0, &p[0], false),
         ],
     };
-    let body = remote_tier::record::encode_record(&checkpoint)?;
+    let body = remote_cache::record::encode_record(&checkpoint)?;
     out.push(framed("checkpoint", 4, &body));
     Ok(out)
 }

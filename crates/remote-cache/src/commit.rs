@@ -14,7 +14,7 @@ pub const COMMITS: &str = "commits";
 /// Where checkpoints live under the URL.
 pub const CHECKPOINTS: &str = "checkpoints";
 /// The commit record format version: 3 adds `removed`; 2 carries a
-/// checksum of the record (`remote_tier::record`); 1, without it, is
+/// checksum of the record (`record`); 1, without it, is
 /// still read.
 pub const COMMIT_VERSION: u32 = 3;
 /// The checkpoint format version.
@@ -117,7 +117,7 @@ pub struct Commit {
     pub log: Option<String>,
 }
 
-impl remote_tier::record::SeqRecord for Commit {
+impl crate::record::SeqRecord for Commit {
     const KIND: &'static str = "commit record";
     const VERSION: u32 = COMMIT_VERSION;
     const MIN_VERSION: u32 = 1;
@@ -145,7 +145,7 @@ pub struct Checkpoint {
     pub pieces: Vec<Piece>,
 }
 
-impl remote_tier::record::SeqRecord for Checkpoint {
+impl crate::record::SeqRecord for Checkpoint {
     const KIND: &'static str = "checkpoint";
     const VERSION: u32 = CHECKPOINT_VERSION;
     const CHECKSUMMED_FROM: u32 = 1;
@@ -210,7 +210,7 @@ pub(crate) fn writer_name() -> String {
 pub(crate) fn is_cache_path(path: &str) -> bool {
     // Written as publishers write them: no empty or `.` components either,
     // so one file has one name.
-    remote_tier::record::is_relative_inside(path)
+    crate::record::is_relative_inside(path)
         && path
             .split('/')
             .all(|c| !c.is_empty() && c != "." && c != "..")
@@ -221,9 +221,9 @@ pub(crate) fn is_cache_path(path: &str) -> bool {
 /// The record `record` as stored bytes (with its checksum).
 pub(crate) fn encode<T>(tier: &RemoteTier, name: &str, record: &T) -> Result<Vec<u8>>
 where
-    T: remote_tier::record::SeqRecord + Serialize,
+    T: crate::record::SeqRecord + Serialize,
 {
-    remote_tier::record::encode_record(record).map_err(|e| Error::Corrupt {
+    crate::record::encode_record(record).map_err(|e| Error::Corrupt {
         url: tier.url().to_string(),
         name: name.to_string(),
         problem: format!("cannot encode: {e}"),
@@ -321,7 +321,7 @@ pub(crate) fn read_checkpoint(tier: &RemoteTier, seq: u64) -> Result<Option<Chec
 
 /// Reads record `seq` under `name`, decodes it and checks it with
 /// `check`; `None` when there is no such object.
-fn read_record<T: remote_tier::record::SeqRecord>(
+fn read_record<T: crate::record::SeqRecord>(
     tier: &RemoteTier,
     name: &str,
     seq: u64,
@@ -337,7 +337,7 @@ fn read_record<T: remote_tier::record::SeqRecord>(
         name: name.to_string(),
         problem,
     };
-    let record: T = remote_tier::record::decode_record(&bytes, seq).map_err(corrupt)?;
+    let record: T = crate::record::decode_record(&bytes, seq).map_err(corrupt)?;
     check(&record).map_err(corrupt)?;
     Ok(Some(record))
 }

@@ -189,6 +189,7 @@ mod log_state;
 mod prefetch;
 mod publisher;
 mod push_pull;
+pub mod record;
 mod remote_dir;
 pub mod staged;
 mod staged_segments;

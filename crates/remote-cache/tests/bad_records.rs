@@ -12,7 +12,7 @@ use remote_cache::{checkpoint_name, commit_name};
 use serde_json::{Value as Json, json};
 
 fn sealed(value: Json) -> Vec<u8> {
-    remote_tier::record::seal(value).unwrap()
+    remote_cache::record::seal(value).unwrap()
 }
 
 fn piece(path: &str, payload: usize) -> Json {

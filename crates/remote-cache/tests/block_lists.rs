@@ -212,7 +212,7 @@ fn refused(
     // Sealed with its checksum as a publisher would: the block list, not
     // the checksum, is what is wrong.
     admin
-        .commit(&commit_name(1), remote_tier::record::seal(json).unwrap())
+        .commit(&commit_name(1), remote_cache::record::seal(json).unwrap())
         .unwrap();
     let tier_dir = tempfile::tempdir().unwrap();
     match RemoteMemmapArray::open(&s3_location(endpoint, &url, tier_dir.path())) {

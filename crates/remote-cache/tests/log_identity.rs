@@ -379,7 +379,7 @@ fn write_legacy_commit(tier: &RemoteTier, bytes: &[u8]) {
         removed: Vec::new(),
         log: None,
     };
-    let body = remote_tier::record::encode_record(&commit).unwrap();
+    let body = remote_cache::record::encode_record(&commit).unwrap();
     tier.commit(&commit_name(1), body).unwrap();
 }
 
@@ -469,7 +469,7 @@ fn a_commit_naming_another_log_is_refused_even_when_log_json_says_ours() {
         };
         tier.commit(
             &commit_name(2),
-            remote_tier::record::encode_record(&commit).unwrap(),
+            remote_cache::record::encode_record(&commit).unwrap(),
         )
         .unwrap();
         let e = reader.refresh().unwrap_err();

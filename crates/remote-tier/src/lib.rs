@@ -179,7 +179,6 @@ mod object_state;
 mod open_files;
 mod pins;
 mod plans;
-pub mod record;
 mod remote;
 mod shared;
 mod state;

@@ -1,6 +1,6 @@
-//! The small JSON records a remote cache names by sequence number
-//! (snapshot manifests, remote-cache's commit records): one encoder and one
-//! decoder with the checks every such record gets on read — a size cap, the
+//! The small JSON records a commit log names by sequence number (commit
+//! records, checkpoints): one encoder and one decoder with the checks
+//! every such record gets on read — a size cap, the
 //! format version, a BLAKE3 of the record itself, the sequence number its
 //! name promises, and paths that stay inside the cache.
 //!
