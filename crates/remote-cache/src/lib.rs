@@ -119,7 +119,7 @@
 //! <url>/objects/<blake3>                 published bytes (content-addressed)
 //! <url>/commits/<seq>.json               commit records, applied in order: pieces (with the
 //!                                        BLAKE3 of each block of files read by blocks), then
-//!                                        `removed`, the files the writer removed (version 3)
+//!                                        `removed`, the files the writer removed
 //! <url>/checkpoints/<seq>.json           every file after commit seq, written by gc: where a
 //!                                        cold open starts (the newest one)
 //! <url>/leases/<writer>-<n>.json        a publish in flight: the objects its commit will name,

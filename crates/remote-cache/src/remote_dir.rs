@@ -115,8 +115,8 @@ pub(crate) struct State {
     /// fsync each before the next record says their commit was applied.
     pub(crate) dirs_to_sync: std::collections::BTreeSet<PathBuf>,
     /// The id of the log whose commits are applied here (`None`: none
-    /// recorded — nothing applied yet, a log without an identity, or a
-    /// directory of a build before identities).
+    /// recorded yet — nothing applied, or the log's `log.json` not seen
+    /// yet, or no log at the URL since the directory started over).
     log_id: Option<String>,
 }
 
@@ -330,7 +330,7 @@ impl RemoteDir {
         if on_disk != log_len {
             cut_log(&log, &log_path, log_len)?;
         }
-        let log_id = log_id::read_local(dir)?;
+        let log_id = log_id::read_local(&state_dir)?;
         let writer = writer_name();
         let remote = RemoteDir {
             tier,

@@ -546,7 +546,7 @@ fn is_dead(file: &File) -> bool {
 }
 
 /// Word `w` of the record `file` of `len` bytes, read (0 for a record
-/// without words).
+/// too short to hold it: damaged, as no process of the tier writes one).
 fn read_word(file: &File, len: u64, w: Word) -> u64 {
     let at = WORDS_AT + w as u64 * 8;
     let mut bytes = [0u8; 8];
@@ -570,7 +570,7 @@ struct MappedRecord {
 }
 
 impl MappedRecord {
-    /// Word `w` of the record (0 for one without words).
+    /// Word `w` of the record (0 for one too short to hold it).
     fn word(&self, w: Word) -> u64 {
         let off = (WORDS_AT + w as u64 * 8) as usize;
         if off + 8 > self.map.len() {

@@ -31,7 +31,9 @@ impl RemoteDir {
             writer: cp.writer,
             pieces,
             removed,
-            log: None,
+            // A checkpoint names no log: it is read as one of the log the
+            // directory holds.
+            log: state.log_id.clone().unwrap_or_default(),
         }
     }
 }
