@@ -34,9 +34,6 @@ mod checkpoint;
 mod other_log;
 mod publish;
 
-use checkpoint::is_gone;
-use other_log::of_other_log;
-
 /// How often a publisher tries the next number when others take its own.
 const MAX_COMMIT_RACES: u32 = 64;
 /// The most block hashes one commit lists in the block sizes stores ask
@@ -667,4 +664,16 @@ impl RemoteDir {
         self.applied.store(seq, Ordering::Release);
         Ok(())
     }
+}
+
+/// Whether `e` says an object the commit log names is gone from the
+/// store (gc removed it): a checkpoint stands for its commit.
+fn is_gone(e: &Error) -> bool {
+    matches!(e, Error::Tier(remote_tier::Error::NotFound { .. }))
+}
+
+/// Whether commit `c` names another log than `had` (none recorded: any
+/// log is the directory's until it records one).
+fn of_other_log(had: &Option<String>, c: &Commit) -> bool {
+    had.as_ref().is_some_and(|had| *had != c.log)
 }

@@ -37,9 +37,3 @@ impl RemoteDir {
         }
     }
 }
-
-/// Whether `e` says an object the commit log names is gone from the
-/// store (gc removed it).
-pub(super) fn is_gone(e: &Error) -> bool {
-    matches!(e, Error::Tier(remote_tier::Error::NotFound { .. }))
-}

@@ -71,12 +71,6 @@ impl RemoteDir {
     }
 }
 
-/// Whether commit `c` names another log than `had` (none recorded: any
-/// log is the directory's until it records one).
-pub(super) fn of_other_log(had: &Option<String>, c: &Commit) -> bool {
-    had.as_ref().is_some_and(|had| *had != c.log)
-}
-
 /// Removes every file of the working directory `dir` but its state
 /// directory's lock and records (and any working directory nested in
 /// it), and the block lists kept there.
