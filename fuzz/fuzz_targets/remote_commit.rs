@@ -4,7 +4,7 @@
 //! when the first byte is odd, applied to a fresh working directory (the
 //! pieces point at the objects of `remote_cache::fuzz_entry::payloads`).
 //! When bit 1 of the first byte is set, a body that is a JSON object is
-//! sealed with its checksum first (`remote_tier::record::seal`), so that
+//! sealed with its checksum first (`remote_cache::record::seal`), so that
 //! mutations reach the checks behind the checksum instead of all stopping
 //! at it. When bit 2 is set, the body is published as a checkpoint
 //! instead, and a fresh working directory starts from it.
@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
     let Some(log) = log() else { return };
     let sealed;
     let body = match serde_json::from_slice(body) {
-        Ok(value) if which & 2 != 0 => match remote_tier::record::seal(value) {
+        Ok(value) if which & 2 != 0 => match remote_cache::record::seal(value) {
             Ok(bytes) => {
                 sealed = bytes;
                 &sealed[..]

@@ -22,6 +22,10 @@ use tensor_core::Tensor;
 
 use crate::fuzz_seeds::{Result, Seed};
 
+/// The log every commit seed names: a log's identity is random, and a
+/// fixed one keeps seeds the same from run to run.
+const SEED_LOG: &str = "5eed5eed5eed5eed5eed5eed5eed5eed";
+
 /// The remote path's fuzz targets, in `fuzz/Cargo.toml` order.
 pub const TARGETS: [&str; 3] = ["remote_commit", "remote_block_list", "tier_block_map"];
 
@@ -74,10 +78,8 @@ fn published_commits(scratch: &Path) -> Result<Vec<Seed>> {
         let mut commit: Commit = serde_json::from_slice(&bytes)?;
         commit.seq = 1;
         commit.writer = "seed".into();
-        // The log's identity is random: a fixed one keeps seeds the same
-        // from run to run (and the field in the corpus).
-        commit.log = Some("5eed5eed5eed5eed5eed5eed5eed5eed".into());
-        let body = remote_tier::record::encode_record(&commit)?;
+        commit.log = SEED_LOG.into();
+        let body = remote_cache::record::encode_record(&commit)?;
         out.push(framed(&format!("segments-commit-{seq}"), 0, &body));
     }
     Ok(out)
@@ -135,9 +137,9 @@ fn payload_commits() -> Result<Vec<Seed>> {
             writer: "seed".into(),
             pieces,
             removed,
-            log: None,
+            log: SEED_LOG.into(),
         };
-        let body = remote_tier::record::encode_record(&commit)?;
+        let body = remote_cache::record::encode_record(&commit)?;
         out.push(framed(&format!("read-{what}"), 0, &body));
         out.push(framed(&format!("apply-{what}"), 1, &body));
     }
@@ -158,7 +160,7 @@ fn payload_commits() -> Result<Vec<Seed>> {
             piece("empty", 0, &p[0], false),
         ],
     };
-    let body = remote_tier::record::encode_record(&checkpoint)?;
+    let body = remote_cache::record::encode_record(&checkpoint)?;
     out.push(framed("checkpoint", 4, &body));
     Ok(out)
 }

@@ -82,12 +82,15 @@ fn a_commit_that_climbs_out_is_refused() {
     let scratch = tempfile::tempdir().unwrap();
     let log = CommitLog::new(scratch.path()).unwrap();
     let p = &remote_cache::fuzz_entry::payloads()[1];
-    let body = format!(
-        r#"{{"version":1,"seq":1,"writer":"w","pieces":[{{"path":"../escape","offset":0,"size":{},"blake3":"{}"}}]}}"#,
-        p.len(),
-        blake3::hash(p).to_hex()
-    );
-    let err = log.apply(body.as_bytes()).unwrap_err();
+    let body = serde_json::json!({
+        "version": remote_cache::COMMIT_VERSION,
+        "seq": 1,
+        "writer": "w",
+        "pieces": [{"path": "../escape", "offset": 0, "size": p.len(), "blake3": blake3::hash(p).to_hex().to_string()}],
+        "log": "0123456789abcdef0123456789abcdef",
+    });
+    let body = remote_cache::record::seal(body).unwrap();
+    let err = log.apply(&body).unwrap_err();
     assert!(
         err.to_string().contains("not a relative path inside"),
         "{err}"

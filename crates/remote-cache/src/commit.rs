@@ -13,9 +13,7 @@ pub const OBJECTS: &str = "objects";
 pub const COMMITS: &str = "commits";
 /// Where checkpoints live under the URL.
 pub const CHECKPOINTS: &str = "checkpoints";
-/// The commit record format version: 3 adds `removed`; 2 carries a
-/// checksum of the record (`remote_tier::record`); 1, without it, is
-/// still read.
+/// The commit record format version.
 pub const COMMIT_VERSION: u32 = 3;
 /// The checkpoint format version.
 pub const CHECKPOINT_VERSION: u32 = 1;
@@ -42,9 +40,10 @@ pub struct Piece {
     #[serde(default)]
     pub replace: bool,
     /// For a whole file that readers read by blocks: the BLAKE3 of each
-    /// fixed-size block, checked as each block is fetched. Absent in
-    /// commits published before it existed (those blocks are checked by
-    /// size and etag, the file by its BLAKE3 once all of it is local).
+    /// fixed-size block, checked as each block is fetched. Absent for
+    /// other files, and for one too large for a list
+    /// ([`BlockList`]'s limits): its blocks are checked by size and etag,
+    /// the file by its BLAKE3 once all of it is local.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks: Option<BlockList>,
 }
@@ -58,10 +57,6 @@ impl Piece {
 
 /// One commit record.
 ///
-/// The records of a commit log in object storage — commit records and
-/// checkpoints: their format, their names, and the checks every record
-/// read gets before a byte of it is applied.
-///
 /// ```text
 /// <url>/objects/<blake3 hex>          one piece's bytes
 /// <url>/commits/<seq, 20 digits>.json
@@ -70,11 +65,9 @@ impl Piece {
 ///      "removed":["<path>", ...],
 ///      "log":"<id>",
 ///      "checksum":"<BLAKE3 of the record without it>"}
-///     version 2: no "removed"; version 1: no "removed", no checksum
+///     "removed" (absent when empty): the files the writer removed
 ///     "blocks" (optional): {"version":1,"block_size":B,"blake3":["<hex>", ...]}
-///     "log" (optional, any version): the id of the log in `<url>/log.json` (see
-///     [`LOG_OBJECT`](crate::LOG_OBJECT)); commits written before identities carry none, and
-///     readers that predate it ignore it (the checksum covers it either way)
+///     "log": the id of the log in `<url>/log.json` (see [`LOG_OBJECT`](crate::LOG_OBJECT))
 /// <url>/checkpoints/<seq, 20 digits>.json
 ///     {"version":1,"seq":C,"writer":"<host-pid-time>",
 ///      "pieces":[{"path","offset","size","blake3","blocks"?}],
@@ -107,21 +100,17 @@ pub struct Commit {
     pub writer: String,
     /// The pieces, in the order they apply.
     pub pieces: Vec<Piece>,
-    /// Files the writer removed, applied after the pieces (version 3 on).
+    /// Files the writer removed, applied after the pieces.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removed: Vec<String>,
-    /// The id of the log it belongs to (`<url>/log.json`); `None` in
-    /// commits written before logs had identities. Optional in every
-    /// version: readers that predate it ignore it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<String>,
+    /// The id of the log it belongs to (`<url>/log.json`, see
+    /// [`LOG_OBJECT`](crate::LOG_OBJECT)).
+    pub log: String,
 }
 
-impl remote_tier::record::SeqRecord for Commit {
+impl crate::record::SeqRecord for Commit {
     const KIND: &'static str = "commit record";
     const VERSION: u32 = COMMIT_VERSION;
-    const MIN_VERSION: u32 = 1;
-    const CHECKSUMMED_FROM: u32 = 2;
     const MAX_BYTES: usize = MAX_RECORD;
     fn version(&self) -> u32 {
         self.version
@@ -145,10 +134,9 @@ pub struct Checkpoint {
     pub pieces: Vec<Piece>,
 }
 
-impl remote_tier::record::SeqRecord for Checkpoint {
+impl crate::record::SeqRecord for Checkpoint {
     const KIND: &'static str = "checkpoint";
     const VERSION: u32 = CHECKPOINT_VERSION;
-    const CHECKSUMMED_FROM: u32 = 1;
     const MAX_BYTES: usize = MAX_RECORD;
     fn version(&self) -> u32 {
         self.version
@@ -210,7 +198,7 @@ pub(crate) fn writer_name() -> String {
 pub(crate) fn is_cache_path(path: &str) -> bool {
     // Written as publishers write them: no empty or `.` components either,
     // so one file has one name.
-    remote_tier::record::is_relative_inside(path)
+    crate::record::is_relative_inside(path)
         && path
             .split('/')
             .all(|c| !c.is_empty() && c != "." && c != "..")
@@ -221,9 +209,9 @@ pub(crate) fn is_cache_path(path: &str) -> bool {
 /// The record `record` as stored bytes (with its checksum).
 pub(crate) fn encode<T>(tier: &RemoteTier, name: &str, record: &T) -> Result<Vec<u8>>
 where
-    T: remote_tier::record::SeqRecord + Serialize,
+    T: crate::record::SeqRecord + Serialize,
 {
-    remote_tier::record::encode_record(record).map_err(|e| Error::Corrupt {
+    crate::record::encode_record(record).map_err(|e| Error::Corrupt {
         url: tier.url().to_string(),
         name: name.to_string(),
         problem: format!("cannot encode: {e}"),
@@ -234,10 +222,8 @@ where
 /// BLAKE3, every range within a file's reach, every block list sound, no
 /// file both written and removed. `problem` names what is wrong.
 pub(crate) fn check_commit(c: &Commit) -> std::result::Result<(), String> {
-    if let Some(log) = &c.log
-        && !crate::log_id::is_log_id(log)
-    {
-        return Err(format!("log `{log}` is not a log id (32 hex digits)"));
+    if !crate::log_id::is_log_id(&c.log) {
+        return Err(format!("log `{}` is not a log id (32 hex digits)", c.log));
     }
     for p in &c.pieces {
         check_piece(p)?;
@@ -321,7 +307,7 @@ pub(crate) fn read_checkpoint(tier: &RemoteTier, seq: u64) -> Result<Option<Chec
 
 /// Reads record `seq` under `name`, decodes it and checks it with
 /// `check`; `None` when there is no such object.
-fn read_record<T: remote_tier::record::SeqRecord>(
+fn read_record<T: crate::record::SeqRecord>(
     tier: &RemoteTier,
     name: &str,
     seq: u64,
@@ -337,7 +323,7 @@ fn read_record<T: remote_tier::record::SeqRecord>(
         name: name.to_string(),
         problem,
     };
-    let record: T = remote_tier::record::decode_record(&bytes, seq).map_err(corrupt)?;
+    let record: T = crate::record::decode_record(&bytes, seq).map_err(corrupt)?;
     check(&record).map_err(corrupt)?;
     Ok(Some(record))
 }
@@ -381,6 +367,9 @@ pub(crate) fn newest_checkpoint_after(tier: &RemoteTier, seq: u64) -> Result<Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log id.
+    const LOG: &str = "0123456789abcdef0123456789abcdef";
 
     fn piece(path: &str, offset: u64, size: u64) -> Piece {
         Piece {
@@ -428,7 +417,7 @@ mod tests {
                 writer: "w".into(),
                 pieces: vec![piece(bad, 0, 1)],
                 removed: vec![],
-                log: None,
+                log: LOG.into(),
             };
             assert!(check_commit(&c).is_err(), "{bad:?}");
             let c = Commit {
@@ -448,7 +437,7 @@ mod tests {
             writer: "w".into(),
             pieces: vec![piece("a", u64::MAX - 1, 10)],
             removed: vec![],
-            log: None,
+            log: LOG.into(),
         };
         assert!(check_commit(&c).is_err());
         let c = Commit {
@@ -469,7 +458,7 @@ mod tests {
             writer: "w".into(),
             pieces: vec![piece("a", 0, 1)],
             removed: vec!["a".into()],
-            log: None,
+            log: LOG.into(),
         };
         assert!(check_commit(&written_and_removed).is_err());
     }

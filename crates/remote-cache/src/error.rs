@@ -71,10 +71,9 @@ pub enum Error {
         url: String,
         /// The working (or pulled) directory.
         dir: PathBuf,
-        /// The log the directory holds (`None`: a log without an identity).
+        /// The log the directory holds (`None`: none recorded).
         had: Option<String>,
-        /// The log the URL holds now (`None`: one without an identity,
-        /// or none at all).
+        /// The log the URL holds now (`None`: none, no `log.json`).
         found: Option<String>,
     },
     /// The local working directory is in use by another process.

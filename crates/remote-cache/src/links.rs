@@ -12,9 +12,8 @@
 //! block size, doubled as needed to keep at most
 //! `remote_tier::MAX_BLOCKS` blocks. It lives inside the piece,
 //! so it is committed atomically with it and read with the one GET of the
-//! commit; the field is optional, so commits without it (published before
-//! it existed) still read, and readers that do not know it ignore it. The
-//! list has its own version: a reader that meets a newer one refuses the
+//! commit; the field is absent where a file has no list (one too large for
+//! a list's limits, or not read by blocks). The list has its own version: a reader that meets a newer one refuses the
 //! commit ([`Error::Corrupt`]), as it does a list whose count does not
 //! match `size` and `block_size`, a hash that is not 32 bytes of hex, a
 //! block size outside 4 KiB..=64 MiB, or a list on bytes appended to a file.

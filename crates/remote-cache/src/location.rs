@@ -352,8 +352,8 @@ pub fn default_work_dir(tier_dir: &Path, url: &str) -> PathBuf {
 pub const MAX_WORK_DIRS: u32 = 256;
 
 /// Working directory `n` of `url` on the tier at `tier_dir`:
-/// `<tier dir>/work/<first 16 hex of BLAKE3(url)>` for 0 (the one older
-/// builds used), with `.<n>` appended for the others.
+/// `<tier dir>/work/<first 16 hex of BLAKE3(url)>` for 0, with `.<n>`
+/// appended for the others.
 pub fn work_dir(tier_dir: &Path, url: &str, n: u32) -> PathBuf {
     let hash = blake3::hash(url.trim_end_matches('/').as_bytes()).to_hex();
     let name = match n {

@@ -8,7 +8,6 @@ use std::path::Path;
 use remote_tier::RemoteTier;
 use serde::{Deserialize, Serialize};
 
-use crate::commit::STATE_DIR;
 use crate::{Error, Result};
 
 /// The object that names a log, under its URL (and the file that names
@@ -37,9 +36,9 @@ use crate::{Error, Result};
 ///   one id wins and both commit under it. gc never deletes it.
 /// - **Checked on every refresh.** A refresh asks for `log.json` at the
 ///   same time as for the next commit (no extra round trip), and checks
-///   every commit it applies that names its log. A directory that holds
-///   another log's commits (another id, or a log without `log.json` where
-///   the directory recorded one) **starts over** when it is opened: every
+///   the log every commit it applies names. A directory that holds
+///   another log's commits (another id, or no `log.json` where the
+///   directory recorded one) **starts over** when it is opened: every
 ///   file and record of it is dropped and the bucket's log applied from
 ///   scratch. A handle already open (its store maps the old files)
 ///   **refuses** instead: its refresh, publish and reads fail with
@@ -47,13 +46,6 @@ use crate::{Error, Result};
 ///   A writer's files not yet published go too: they were written over
 ///   the old log, and are no part of the new one. `pull` refuses: a
 ///   pulled directory is the user's.
-/// - **Logs written before identities** (no `log.json`) keep working: the
-///   next publish of a build that knows identities (a store's publish,
-///   `cachex push`, a staged commit) adopts one by
-///   creating `log.json`; a directory that applied commits of such
-///   a log without recording an id adopts the id it finds first, trusting
-///   the commits it applied as earlier builds did. Until a log has an id,
-///   its readers cannot tell it from another (as before).
 pub const LOG_OBJECT: &str = "log.json";
 /// The identity record's format version.
 pub const LOG_VERSION: u32 = 1;
@@ -115,8 +107,8 @@ fn encode(id: &str) -> Vec<u8> {
     serde_json::to_vec(&record).unwrap_or_default()
 }
 
-/// The id of the log at `tier`'s URL; `None` when it has none (a log
-/// written before identities, or no log at all).
+/// The id of the log at `tier`'s URL; `None` when there is none (no log
+/// there, or one whose first publisher has not named it yet).
 pub(crate) fn read_log_id(tier: &RemoteTier) -> Result<Option<String>> {
     let bytes = match tier.read_remote_capped(LOG_OBJECT, MAX_LOG_RECORD) {
         Ok(b) => b,
@@ -152,9 +144,10 @@ pub(crate) fn ensure_log_id(tier: &RemoteTier, known: Option<String>) -> Result<
     }
 }
 
-/// The id of the log the directory `dir` holds (`None`: none recorded).
-pub(crate) fn read_local(dir: &Path) -> Result<Option<String>> {
-    let path = dir.join(STATE_DIR).join(LOG_OBJECT);
+/// The id of the log a working directory holds, as its state directory
+/// `state_dir` records it (`None`: none recorded).
+pub(crate) fn read_local(state_dir: &Path) -> Result<Option<String>> {
+    let path = state_dir.join(LOG_OBJECT);
     let bytes = match durable_fs::read_capped(&path, MAX_LOG_RECORD) {
         Ok(b) => b,
         Err(durable_fs::Error::Io { source, .. })
@@ -165,20 +158,21 @@ pub(crate) fn read_local(dir: &Path) -> Result<Option<String>> {
         Err(e) => return Err(e.into()),
     };
     parse(&bytes).map(Some).map_err(|problem| Error::Corrupt {
-        url: dir.display().to_string(),
+        url: durable_fs::parent_dir(state_dir).display().to_string(),
         name: path.display().to_string(),
         problem,
     })
 }
 
-/// Records durably that the directory `dir` holds the log `id` (`None`:
-/// a log without an identity).
-pub(crate) fn write_local(dir: &Path, id: Option<&str>) -> Result<()> {
-    let path = dir.join(STATE_DIR).join(LOG_OBJECT);
+/// Records durably, in the state directory `state_dir` of a working
+/// directory, that it holds the log `id` (`None`: no log, the URL having
+/// none).
+pub(crate) fn write_local(state_dir: &Path, id: Option<&str>) -> Result<()> {
+    let path = state_dir.join(LOG_OBJECT);
     match id {
         Some(id) => durable_fs::write_atomic(&path, &encode(id))?,
         None => match std::fs::remove_file(&path) {
-            Ok(()) => durable_fs::sync_dir(&dir.join(STATE_DIR))?,
+            Ok(()) => durable_fs::sync_dir(state_dir)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("remove", &path)(e)),
         },

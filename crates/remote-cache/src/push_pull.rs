@@ -123,8 +123,7 @@ pub fn push_dir(
         if changed.is_empty() && removed.is_empty() {
             return Ok(report);
         }
-        // The log's identity before its first commit (or adopted by a
-        // log written before identities).
+        // The log's identity before its first commit.
         let log = match &log_id {
             Some(id) => id.clone(),
             None => {
@@ -175,7 +174,7 @@ pub fn push_dir(
             writer: writer.clone(),
             pieces: changed.iter().map(|(p, _)| p.clone()).collect(),
             removed,
-            log: Some(log.clone()),
+            log: log.clone(),
         };
         let name = commit_name(seq);
         match tier.commit(&name, encode(tier, &name, &commit)?) {

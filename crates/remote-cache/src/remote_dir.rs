@@ -34,9 +34,6 @@ mod checkpoint;
 mod other_log;
 mod publish;
 
-use checkpoint::is_gone;
-use other_log::of_other_log;
-
 /// How often a publisher tries the next number when others take its own.
 const MAX_COMMIT_RACES: u32 = 64;
 /// The most block hashes one commit lists in the block sizes stores ask
@@ -115,8 +112,8 @@ pub(crate) struct State {
     /// fsync each before the next record says their commit was applied.
     pub(crate) dirs_to_sync: std::collections::BTreeSet<PathBuf>,
     /// The id of the log whose commits are applied here (`None`: none
-    /// recorded — nothing applied yet, a log without an identity, or a
-    /// directory of a build before identities).
+    /// recorded yet — nothing applied, or the log's `log.json` not seen
+    /// yet, or no log at the URL since the directory started over).
     log_id: Option<String>,
 }
 
@@ -330,7 +327,7 @@ impl RemoteDir {
         if on_disk != log_len {
             cut_log(&log, &log_path, log_len)?;
         }
-        let log_id = log_id::read_local(dir)?;
+        let log_id = log_id::read_local(&state_dir)?;
         let writer = writer_name();
         let remote = RemoteDir {
             tier,
@@ -667,4 +664,16 @@ impl RemoteDir {
         self.applied.store(seq, Ordering::Release);
         Ok(())
     }
+}
+
+/// Whether `e` says an object the commit log names is gone from the
+/// store (gc removed it): a checkpoint stands for its commit.
+fn is_gone(e: &Error) -> bool {
+    matches!(e, Error::Tier(remote_tier::Error::NotFound { .. }))
+}
+
+/// Whether commit `c` names another log than `had` (none recorded: any
+/// log is the directory's until it records one).
+fn of_other_log(had: &Option<String>, c: &Commit) -> bool {
+    had.as_ref().is_some_and(|had| *had != c.log)
 }

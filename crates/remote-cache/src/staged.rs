@@ -220,7 +220,7 @@ pub fn commit_files(
         writer: crate::commit::writer_name(),
         pieces,
         removed,
-        log: Some(log),
+        log,
     };
     let corrupt = |problem: String| Error::Corrupt {
         url: tier.url().to_string(),

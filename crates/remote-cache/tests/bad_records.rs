@@ -1,7 +1,8 @@
 //! Malicious or corrupt records of a commit log — paths that climb out
 //! (`..`, absolute, into the state directory) in pieces and in removals,
 //! huge ranges and sizes, checkpoints whose name and sequence number
-//! disagree or whose pieces leave gaps, unknown versions — are each a
+//! disagree or whose pieces leave gaps, versions other than this build
+//! writes, commits that name no log — are each a
 //! typed error naming the record, and nothing is written (or removed)
 //! outside the working directory. Run over the fuzz target's own commit
 //! log in memory (`remote_cache::fuzz_entry`), as a reader meets them.
@@ -11,8 +12,11 @@ use remote_cache::fuzz_entry::{CommitLog, payloads};
 use remote_cache::{checkpoint_name, commit_name};
 use serde_json::{Value as Json, json};
 
+/// The log every commit of these tests names.
+const LOG: &str = "0123456789abcdef0123456789abcdef";
+
 fn sealed(value: Json) -> Vec<u8> {
-    remote_tier::record::seal(value).unwrap()
+    remote_cache::record::seal(value).unwrap()
 }
 
 fn piece(path: &str, payload: usize) -> Json {
@@ -21,7 +25,9 @@ fn piece(path: &str, payload: usize) -> Json {
 }
 
 fn commit(pieces: Vec<Json>, removed: Vec<&str>) -> Vec<u8> {
-    sealed(json!({"version": 3, "seq": 1, "writer": "w", "pieces": pieces, "removed": removed}))
+    sealed(
+        json!({"version": 3, "seq": 1, "writer": "w", "pieces": pieces, "removed": removed, "log": LOG}),
+    )
 }
 
 fn checkpoint(seq: u64, pieces: Vec<Json>) -> Vec<u8> {
@@ -171,15 +177,26 @@ fn records_whose_name_and_number_disagree_are_refused() {
             &format!("says seq {seq} under the name of 1"),
         );
     }
-    let later = sealed(json!({"version": 3, "seq": 5, "writer": "w", "pieces": []}));
+    let later = sealed(json!({"version": 3, "seq": 5, "writer": "w", "pieces": [], "log": LOG}));
     assert_corrupt(
         log.apply(&later),
         &commit_name(1),
         "says seq 5 under the name of 1",
     );
-    // Versions this build does not know.
-    let newer = sealed(json!({"version": 4, "seq": 1, "writer": "w", "pieces": []}));
-    assert_corrupt(log.apply(&newer), &commit_name(1), "version 4");
+    // Versions this build does not write: a newer one, and the older
+    // ones of this project (2: no `removed`; 1: no checksum either).
+    for version in [4, 2, 1] {
+        let other =
+            sealed(json!({"version": version, "seq": 1, "writer": "w", "pieces": [], "log": LOG}));
+        assert_corrupt(
+            log.apply(&other),
+            &commit_name(1),
+            &format!("version {version}, this build reads 3"),
+        );
+    }
+    // A commit that names no log.
+    let unnamed = sealed(json!({"version": 3, "seq": 1, "writer": "w", "pieces": []}));
+    assert_corrupt(log.apply(&unnamed), &commit_name(1), "missing field `log`");
     let newer = sealed(json!({"version": 2, "seq": 1, "writer": "gc", "pieces": []}));
     assert_corrupt(
         log.apply_checkpoint(&newer),

@@ -1,8 +1,9 @@
 //! Block lists in commit records: files readers read by blocks are
 //! published with the BLAKE3 of each block, and readers check each block
 //! as it arrives — a block corrupted on the server is a typed error and
-//! never kept; a malformed list is a corrupt commit; a commit from before
-//! lists existed still reads.
+//! never kept; a malformed list is a corrupt commit; a file published
+//! without a list (one too large for a list) reads, checked by size and
+//! etag.
 
 mod common;
 
@@ -212,7 +213,7 @@ fn refused(
     // Sealed with its checksum as a publisher would: the block list, not
     // the checksum, is what is wrong.
     admin
-        .commit(&commit_name(1), remote_tier::record::seal(json).unwrap())
+        .commit(&commit_name(1), remote_cache::record::seal(json).unwrap())
         .unwrap();
     let tier_dir = tempfile::tempdir().unwrap();
     match RemoteMemmapArray::open(&s3_location(endpoint, &url, tier_dir.path())) {
@@ -281,19 +282,18 @@ fn a_malformed_block_list_is_a_corrupt_commit() {
     );
 }
 #[test]
-fn a_commit_without_block_lists_still_reads() {
+fn a_file_without_a_block_list_reads_checked_by_size_and_etag() {
     let Some(endpoint) = s3_endpoint() else {
         return;
     };
     let rows = 200u64;
-    let (url, mut commit) = published_arrays(&endpoint, "old-style", rows);
-    // Commit 1 as a build from before block lists wrote it: version 1,
-    // without a checksum of itself.
-    commit.version = 1;
+    let (url, mut commit) = published_arrays(&endpoint, "no-lists", rows);
+    // Commit 1 without lists, as a publisher writes a file too large for
+    // one.
     for p in &mut commit.pieces {
         p.blocks = None;
     }
-    let json = serde_json::to_vec(&commit).unwrap();
+    let json = remote_cache::record::encode_record(&commit).unwrap();
     assert!(!String::from_utf8_lossy(&json).contains("blocks"));
     let t = tempfile::tempdir().unwrap();
     tier(&endpoint, &url, t.path())

@@ -118,8 +118,8 @@ fn a_gc_between_a_publishs_uploads_and_its_commit_keeps_them() {
     // The lease is gone with the publish.
     assert!(gc_tier.list("leases").unwrap().is_empty());
 
-    // A gc that ignores leases (an older cachex) takes an upload: the
-    // publish sends it again before its commit.
+    // Something that ignores leases deletes an upload: the publish
+    // sends it again before its commit.
     write_files(writer.dir(), &["f"], 2);
     let taker = gc_tier.clone();
     once_at(writer.tier().url(), Stage::Uploaded, move || {

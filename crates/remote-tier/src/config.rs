@@ -2,11 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::constants::DEFAULT_BLOCK_SIZE;
 use crate::remote::RetryPolicy;
-
-/// 8 MiB: the default block of a block-fetched object and part of a
-/// multipart upload (S3 parts are at least 5 MiB).
-pub const DEFAULT_BLOCK_SIZE: u64 = 8 << 20;
 
 /// How a [`RemoteTier`](crate::RemoteTier) uses its local directory and the network.
 #[derive(Debug, Clone)]

@@ -19,12 +19,15 @@ use tokio::sync::Semaphore;
 
 use crate::blocks::BlockHashes;
 use crate::config::TierConfig;
+use crate::constants::PROBE_DIR;
 use crate::error::block_mismatch;
+use crate::evict::{self, Slack};
 use crate::format::{self, BlockMap};
-use crate::local::LocalDir;
+use crate::local::{EvictReport, LocalDir, Reservation};
 use crate::remote::{Failure, Remote};
 use crate::state::Stat;
 use crate::store_url::build_store;
+use crate::victims::Admit;
 use crate::{Error, Result};
 
 /// What the caller knows of an object, checked on fetch.
@@ -48,10 +51,6 @@ pub struct ObjectInfo {
     /// When the store last wrote it (its clock, not this machine's).
     pub last_modified: std::time::SystemTime,
 }
-
-/// Where the conditional-put probe objects go under the URL (each
-/// removed after its probe).
-pub const PROBE_DIR: &str = "_cachex_probe";
 
 /// The shared state behind a [`RemoteTier`] and its open files.
 #[derive(Debug)]
@@ -219,6 +218,53 @@ impl Inner {
             }),
             Ok(Err((f, n))) => Err(remote.error(&name, op, f, n)),
         }
+    }
+
+    /// Reserves `need` bytes for a fetch: evicts first when the count
+    /// plus `need` would pass the budget. A read that finds no room
+    /// (everything leased or pinned whole) reserves anyway and is counted
+    /// in `over_budget`; a prefetch gets `None` and should skip its block.
+    pub(crate) fn make_room(&self, need: u64, admit: Admit) -> Result<Option<Reservation<'_>>> {
+        let state = &self.dir.state;
+        let budget = self.config.tier_budget;
+        let _tier = self.dir.lock_tier()?;
+        self.dir.check()?;
+        if state.allocated().saturating_add(need) > budget {
+            let excess = state
+                .allocated()
+                .saturating_sub(budget.saturating_sub(need));
+            evict::pass(&self.dir, excess, Slack::of(budget), admit)?;
+            if state.allocated().saturating_add(need) > budget {
+                match admit {
+                    Admit::Read => state.count(Stat::OverBudget, 1),
+                    Admit::Prefetch { .. } => return Ok(None),
+                }
+            }
+        }
+        let _changing = state.changing();
+        Ok(Some(Reservation::new(&self.dir, need)?))
+    }
+
+    /// [`make_room`](Self::make_room) for a read, which always gets its
+    /// reservation.
+    pub(crate) fn reserve(&self, need: u64) -> Result<Reservation<'_>> {
+        match self.make_room(need, Admit::Read)? {
+            Some(reserved) => Ok(reserved),
+            None => Reservation::new(&self.dir, 0),
+        }
+    }
+
+    /// Evicts until the count is within the budget (no slack), dead
+    /// processes' reservations taken off the count first.
+    pub(crate) fn evict_to_budget(&self) -> Result<EvictReport> {
+        let _tier = self.dir.lock_tier()?;
+        self.dir.check_all()?;
+        let excess = self
+            .dir
+            .state
+            .allocated()
+            .saturating_sub(self.config.tier_budget);
+        evict::pass(&self.dir, excess, Slack::NONE, Admit::Read)
     }
 
     pub(crate) fn head(&self, name: &str) -> Result<ObjectInfo> {

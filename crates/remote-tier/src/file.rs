@@ -1,5 +1,6 @@
 //! [`RemoteFile`]: one object open through the local tier.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -9,17 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::blocks::BlockHashes;
+use crate::constants::PLANNED_READ_AHEAD;
 use crate::engine::{Expected, Inner, map_fits};
 use crate::local::LocalDir;
-use crate::object_state::{ObjectState, lock, open_existing};
+use crate::object_state::{ObjectState, Reads, lock, open_existing};
 use crate::open_files;
 use crate::pins::{Lease, PinKind};
+use crate::plans::{self, PlanHandle, record::ObjectPlan};
 use crate::warm::Warming;
 use crate::{Error, Result};
-
-/// How many batches ahead a block must be planned for a read-ahead to
-/// fetch it while a live plan reads its object.
-pub(crate) const PLANNED_READ_AHEAD: u64 = 2;
 
 /// An object of the store open through the local tier: a local file that
 /// holds the whole object, or a sparse one whose blocks are fetched on
@@ -147,7 +146,7 @@ impl RemoteFile {
     }
 
     /// What the handles of this object share (its key, tier, block map).
-    #[allow(dead_code)] // for plans.rs (issue 36 part B)
+    #[cfg(test)]
     pub(crate) fn state(&self) -> &Arc<ObjectState> {
         &self.state
     }
@@ -415,6 +414,21 @@ impl RemoteFile {
         Warming::start(order, max_bytes, workers, block_bytes, fetch)
     }
 
+    /// Registers this reader's plan of the object: each `(byte range,
+    /// position)` is a read at `position` of the reader's batch clock,
+    /// where `0..epoch_len` is this epoch and `epoch_len..2·epoch_len` the
+    /// next. Eviction (in every process of the tier) then evicts the
+    /// blocks needed furthest ahead first and keeps the nearest. Call
+    /// [`PlanHandle::advance`] as batches are read; the plan counts until
+    /// the handle is dropped. Empty ranges are left out.
+    ///
+    /// Fails on a range past the object's end, a position at or past
+    /// `2·epoch_len`, or an `epoch_len` whose positions do not fit the
+    /// record (`2·epoch_len` must stay below `u32::MAX`).
+    pub fn set_plan(&self, uses: &[(Range<u64>, u64)], epoch_len: u64) -> Result<PlanHandle> {
+        set_plans(&[(self, uses)], epoch_len)
+    }
+
     /// Makes the blocks fetched without an fsync durable: fsyncs the local
     /// file, then records those blocks as durable in the block map. A
     /// fetch writes its blocks and marks them present at once, durable
@@ -552,4 +566,45 @@ impl RemoteFile {
             let _ = file.set_modified(now);
         }
     }
+}
+
+/// One object's part of a plan: the file and its reads, `(byte range,
+/// position)` as [`RemoteFile::set_plan`] takes them.
+pub type ObjectReads<'a> = (&'a RemoteFile, &'a Reads);
+
+/// [`RemoteFile::set_plan`] of several objects of one tier in one record
+/// (a store of many files, such as a segment store, read in one order):
+/// each `(file, uses)` as `set_plan` takes them; a file given twice counts
+/// once, with both lists of uses. Fails as `set_plan` does, or on files of
+/// different local tiers, or on none at all.
+pub fn set_plans(files: &[ObjectReads<'_>], epoch_len: u64) -> Result<PlanHandle> {
+    let Some((first, _)) = files.first() else {
+        return Err(Error::Runtime("a plan of no object".into()));
+    };
+    let root = first.state.tier.dir.root.clone();
+    // Each object once, with every list of uses it was given.
+    let mut grouped: Vec<(&RemoteFile, Vec<&Reads>)> = Vec::new();
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    for (file, uses) in files {
+        let state = &file.state;
+        if state.tier.dir.root != root {
+            return Err(Error::Runtime(format!(
+                "a plan over two local tiers: {} and {}",
+                root.display(),
+                state.tier.dir.root.display()
+            )));
+        }
+        match at.get(state.key.as_str()) {
+            Some(&k) => grouped[k].1.push(uses),
+            None => {
+                at.insert(state.key.as_str(), grouped.len());
+                grouped.push((file, vec![uses]));
+            }
+        }
+    }
+    let objects = grouped
+        .iter()
+        .map(|(file, uses)| file.state.object_plan(uses, epoch_len))
+        .collect::<Result<Vec<ObjectPlan>>>()?;
+    plans::registry::register(&root, objects, epoch_len)
 }

@@ -34,8 +34,9 @@
 //! durable when it is closed (fsync the file, then set their durable bits).
 //! A map written without fsync may be lost or torn by a power cut: the
 //! checksum refuses a torn one, and a missing one only means fetching
-//! again. A map with no unsynced block is written as version 1 or 2, byte
-//! for byte as before, so builds that know only those keep sharing tiers.
+//! again. A map with no unsynced block is written as version 1 or 2 (no
+//! flags, boot id or second bitmap): every version is one this build
+//! writes.
 
 /// The magic bytes a block map starts with.
 pub const MAGIC: &[u8; 8] = b"CXBLKMAP";

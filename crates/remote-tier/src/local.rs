@@ -1,4 +1,5 @@
-//! The local tier directory: names, locks, usage and LRU eviction.
+//! The local tier directory: its names and locks, the listing and count
+//! of its copies, and the reservations fetches take in the count.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -8,30 +9,13 @@ use std::time::SystemTime;
 
 use durable_fs::FileLock;
 
+use crate::constants::{
+    BLOCKS, LOCK_FILE, LOCKS_DIR, MAX_KEY, OBJECTS_DIR, SPARSE, TMP_DIR, TOUCH, TOUCH_GROUP, WHOLE,
+};
+use crate::format::{BlockMap, MAX_MAP_BYTES};
 use crate::pins::{self, Pin, PinKind, Word};
 use crate::state::{TierState, meta_bytes, units};
 use crate::{Error, Result};
-
-/// Suffix of a whole fetched object (complete and verified).
-pub(crate) const WHOLE: &str = ".whole";
-/// Suffix of the sparse local file of a block-fetched object.
-pub(crate) const SPARSE: &str = ".sparse";
-/// Suffix of a block-fetched object's block map.
-pub(crate) const BLOCKS: &str = ".blocks";
-/// Suffix of a sparse copy's touch clocks (a `u64` per group of
-/// [`TOUCH_GROUP`] blocks, the logical time of its last lease).
-pub(crate) const TOUCH: &str = ".touch";
-
-/// Blocks that share one touch clock: the LRU order of a sparse copy's
-/// blocks is kept per group of this many (64 KiB at 4 KiB blocks), so its
-/// clocks take 1/16 of a byte a block of 4 KiB (1/8192 of the copy), not
-/// 8 bytes (1/512), of the budget they are counted in. Blocks read
-/// together share a group anyway; those of one group leave together in
-/// block order.
-pub(crate) const TOUCH_GROUP: u64 = 16;
-
-/// Names longer than this are shortened (file names stop at 255 bytes).
-const MAX_KEY: usize = 160;
 
 /// The local tier's directories.
 #[derive(Debug)]
@@ -71,15 +55,15 @@ impl LocalDir {
     /// holds, and the pin records of dead processes, whose reservations in
     /// flight leave the count (under `tier.lock`: [`held`](Self::held)).
     pub(crate) fn open(root: &Path, wait: Duration) -> Result<LocalDir> {
-        for d in ["", "objects", "locks", "tmp"] {
+        for d in ["", OBJECTS_DIR, LOCKS_DIR, TMP_DIR] {
             let d = root.join(d);
             std::fs::create_dir_all(&d).map_err(Error::io("create directory", &d))?;
         }
         let dir = LocalDir {
             root: root.to_path_buf(),
-            objects: root.join("objects"),
-            locks: root.join("locks"),
-            tmp: root.join("tmp"),
+            objects: root.join(OBJECTS_DIR),
+            locks: root.join(LOCKS_DIR),
+            tmp: root.join(TMP_DIR),
             wait,
             state: TierState::open(root)?,
             #[cfg(test)]
@@ -125,6 +109,31 @@ impl LocalDir {
         self.objects.join(format!("{key}{TOUCH}"))
     }
 
+    /// The block map of `key` on disk, if there is a valid one, without
+    /// the unsynced blocks of another boot (their bytes may be gone).
+    pub(crate) fn read_map(&self, key: &str) -> Option<BlockMap> {
+        let bytes = durable_fs::read_capped(&self.map(key), MAX_MAP_BYTES).ok()?;
+        let mut map = BlockMap::decode(&bytes).ok()?;
+        map.keep_unsynced_of(durable_fs::boot_id());
+        Some(map)
+    }
+
+    /// The touch clocks of `key`'s blocks (0 where never leased): each
+    /// block its group's (see [`TOUCH_GROUP`]).
+    pub(crate) fn read_touch(&self, key: &str, blocks: u64) -> Vec<u64> {
+        let mut groups = vec![0u64; blocks.div_ceil(TOUCH_GROUP) as usize];
+        if let Ok(bytes) = std::fs::read(self.touch(key)) {
+            for (c, w) in groups.iter_mut().zip(bytes.chunks_exact(8)) {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(w);
+                *c = u64::from_le_bytes(b);
+            }
+        }
+        (0..blocks)
+            .map(|b| groups[(b / TOUCH_GROUP) as usize])
+            .collect()
+    }
+
     /// Held by every open handle of the object: eviction skips an object
     /// that any living process pins whole, and frees only unleased blocks
     /// of one pinned by blocks (see [`crate::pins`]).
@@ -149,7 +158,7 @@ impl LocalDir {
     /// sparse file created, or objects evicted.
     pub(crate) fn lock_tier(&self) -> Result<FileLock> {
         Ok(FileLock::exclusive_within(
-            &self.root.join("tier.lock"),
+            &self.root.join(LOCK_FILE),
             self.wait,
         )?)
     }

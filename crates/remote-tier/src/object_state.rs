@@ -2,6 +2,7 @@
 //! local copy, block map, pin and read-ahead — and how its blocks are
 //! fetched, checked and made durable.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -10,15 +11,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::blocks::BlockHashes;
+use crate::constants::{PLANS_DIR, READ_AHEAD_SHARE, RUN_BYTES, TOUCH_GROUP};
 use crate::engine::Inner;
 use crate::error::block_mismatch;
 use crate::format::BlockMap;
 use crate::local::Reservation;
 use crate::open_files;
 use crate::pins::Pin;
+use crate::plans::record::{BlockUse, NONE, ObjectPlan};
 use crate::state::units;
 use crate::victims::Admit;
 use crate::{Error, Result};
+
+/// Reads of one object, `(byte range, position)` each: what
+/// [`RemoteFile::set_plan`](crate::RemoteFile::set_plan) takes.
+pub(crate) type Reads = [(Range<u64>, u64)];
 
 /// The state of one open object, shared by its handles and prefetches.
 #[derive(Debug)]
@@ -67,14 +74,6 @@ impl Drop for ObjectState {
         open_files::forget(self.id);
     }
 }
-
-/// The most bytes one request of adjacent blocks fetches (8 MiB, the
-/// tier's default block): small blocks (a segment's 4 KiB) read together
-/// cost a request per run, not per block.
-const RUN_BYTES: u64 = 8 << 20;
-
-/// A read-ahead takes at most 1/this of the tier's budget.
-const READ_AHEAD_SHARE: u64 = 4;
 
 /// The read-ahead of one open object: none until a read continues the
 /// last one (or starts inside what was read ahead) — or an object's first
@@ -559,7 +558,7 @@ impl ObjectState {
 
     /// Marks blocks `blocks` used now in the object's touch clocks (the
     /// LRU order of blocks, a clock per group of
-    /// [`TOUCH_GROUP`](crate::local::TOUCH_GROUP)), best effort. The
+    /// [`TOUCH_GROUP`]), best effort. The
     /// clocks' file is opened for the call, not kept: a handle lives as
     /// long as its store links the object (100,000 segments' handles would
     /// hold as many descriptors), while the process's open copies are
@@ -579,12 +578,71 @@ impl ObjectState {
         };
         let mut last = None;
         for &b in blocks {
-            let group = b / crate::local::TOUCH_GROUP;
+            let group = b / TOUCH_GROUP;
             if last != Some(group) {
                 let _ = f.write_all_at(&now.to_le_bytes(), group * 8);
                 last = Some(group);
             }
         }
+    }
+
+    /// This object's part of a plan record: its blocks' uses in every list
+    /// of `uses` (see [`RemoteFile::set_plan`](crate::RemoteFile::set_plan)).
+    pub(crate) fn object_plan(&self, uses: &[&Reads], epoch_len: u64) -> Result<ObjectPlan> {
+        let state = self;
+        let root = &state.tier.dir.root;
+        let bad = |problem: String| {
+            Error::io("register plan", root.join(PLANS_DIR))(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{}: {problem}", state.name),
+            ))
+        };
+        if epoch_len.saturating_mul(2) >= u64::from(NONE) {
+            return Err(bad(format!("epoch length {epoch_len} too large")));
+        }
+        let block_size = match &state.blocks {
+            Some(map) => map.lock().unwrap_or_else(|p| p.into_inner()).block_size,
+            None => state.size.max(1),
+        };
+        let mut by_block: HashMap<u32, BlockUse> = HashMap::new();
+        for (range, position) in uses.iter().copied().flatten() {
+            if range.start >= range.end {
+                continue;
+            }
+            if range.end > state.size {
+                return Err(Error::OutOfRange {
+                    url: state.tier.url.to_string(),
+                    name: state.name.clone(),
+                    start: range.start,
+                    end: range.end,
+                    size: state.size,
+                });
+            }
+            if *position >= epoch_len.saturating_mul(2) {
+                return Err(bad(format!(
+                    "position {position} outside the two epochs of {epoch_len} batches"
+                )));
+            }
+            let position = *position as u32;
+            let first = range.start / block_size;
+            let last = (range.end - 1) / block_size;
+            for block in first..=last {
+                let Ok(block) = u32::try_from(block) else {
+                    return Err(bad(format!("block {block} past the record's range")));
+                };
+                by_block
+                    .entry(block)
+                    .or_insert_with(|| BlockUse::unused(block))
+                    .add(position, epoch_len);
+            }
+        }
+        let mut blocks: Vec<BlockUse> = by_block.into_values().collect();
+        blocks.sort_unstable_by_key(|u| u.block);
+        Ok(ObjectPlan {
+            key: state.key.clone(),
+            block_size,
+            uses: blocks,
+        })
     }
 }
 

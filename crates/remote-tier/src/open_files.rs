@@ -15,9 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use durable_fs::PerProcess;
 
-/// The most local copies a process keeps open at once (about as many as
-/// segment-store keeps mapped).
-pub(crate) const OPEN_FILES: usize = 64;
+use crate::constants::OPEN_FILES;
 
 /// The open copies, by handle.
 #[derive(Default)]

@@ -47,18 +47,13 @@ use std::time::Duration;
 
 use durable_fs::{FileLock, PerProcess};
 
+use crate::constants::{LOCK_FILE, PINS_DIR, STICKY, TMP_DIR};
 use crate::{Error, Result};
 
 /// Buckets of a pin record: 4 Mi bits, a 512 KiB (sparse) file. With
 /// 100,000 objects open, about one unpinned object in 40 shares a bucket
 /// with an open one (and is kept too).
 pub(crate) const BUCKETS: u64 = 1 << 22;
-
-/// The most released lease buckets a process leaves set, per tier: a
-/// loop of one lease per sample on one block then costs a mutex, not a
-/// `flock` of `tier.lock` per sample. The price: up to this many blocks
-/// per process that eviction cannot free.
-pub(crate) const STICKY: usize = 4;
 
 /// The bytes of one region of a pin record.
 const REGION_BYTES: u64 = BUCKETS / 8;
@@ -99,9 +94,6 @@ pub(crate) enum PinKind {
     /// Only the blocks it leases, while it leases them.
     Blocks,
 }
-
-/// The directory of the pin records, inside the tier directory.
-pub(crate) const PINS_DIR: &str = "pins";
 
 /// The pin records of this process, by tier directory.
 #[derive(Default)]
@@ -222,7 +214,7 @@ fn take_buckets(root: &Path, wait: Duration, set: &[(Region, u64)]) -> Result<()
             return Ok(());
         }
     }
-    let _tier = FileLock::exclusive_within(&root.join("tier.lock"), wait)?;
+    let _tier = FileLock::exclusive_within(&root.join(LOCK_FILE), wait)?;
     let mut records = records();
     let record = records.record(root)?;
     for rb in set {
@@ -299,7 +291,7 @@ impl Records {
             // Made, locked and sized under a temporary name, then renamed
             // into place: a record another process can list is always
             // locked while its process lives.
-            let tmp_dir = root.join("tmp");
+            let tmp_dir = root.join(TMP_DIR);
             std::fs::create_dir_all(&tmp_dir).map_err(Error::io("create directory", &tmp_dir))?;
             let tmp = durable_fs::unique_temp_path(&tmp_dir, "pin-record");
             let file = std::fs::OpenOptions::new()
@@ -554,7 +546,7 @@ fn is_dead(file: &File) -> bool {
 }
 
 /// Word `w` of the record `file` of `len` bytes, read (0 for a record
-/// without words).
+/// too short to hold it: damaged, as no process of the tier writes one).
 fn read_word(file: &File, len: u64, w: Word) -> u64 {
     let at = WORDS_AT + w as u64 * 8;
     let mut bytes = [0u8; 8];
@@ -578,7 +570,7 @@ struct MappedRecord {
 }
 
 impl MappedRecord {
-    /// Word `w` of the record (0 for one without words).
+    /// Word `w` of the record (0 for one too short to hold it).
     fn word(&self, w: Word) -> u64 {
         let off = (WORDS_AT + w as u64 * 8) as usize;
         if off + 8 > self.map.len() {

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use object_store::ObjectStore;
 use object_store::path::Path as ObjectPath;
 
+use crate::constants::WAIT_SLACK;
 use crate::{Error, Result};
 
 /// How requests are retried.
@@ -21,11 +22,6 @@ pub struct RetryPolicy {
     /// Time allowed to one attempt, body included.
     pub request_timeout: Duration,
 }
-
-/// What a caller waits beyond the time its request's attempts and
-/// backoffs may take, before it gives up on an answer (a runtime gone, a
-/// task stuck).
-pub(crate) const WAIT_SLACK: Duration = Duration::from_secs(5);
 
 impl RetryPolicy {
     /// The longest a caller waits for one request, retries included: every

@@ -1,8 +1,8 @@
 //! What every tier of a process shares: one runtime for the requests and
 //! one HTTP client per client configuration.
 //!
-//! Building an HTTP client loads the system's TLS roots (about 2 ms, every
-//! time), and a client's connections run as tasks on the runtime that
+//! Building an HTTP client loads the system's TLS roots (every time, and
+//! not cheaply), and a client's connections run as tasks on the runtime that
 //! opened them. So a second tier on the same store in one process (the
 //! next epoch, another cache of the same bucket) takes the client and
 //! runtime the first one built and reuses its open connections, and a
@@ -22,10 +22,8 @@ use durable_fs::PerProcess;
 use object_store::ClientOptions;
 use object_store::client::{HttpClient, HttpConnector, ReqwestConnector};
 
+use crate::constants::MAX_CLIENTS;
 use crate::{Error, Result};
-
-/// Distinct client configurations kept; more are built per store.
-const MAX_CLIENTS: usize = 16;
 
 #[derive(Default)]
 struct Shared {

@@ -49,17 +49,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memmap2::MmapMut;
 
+use crate::constants::{PAGE, STATE_FILE, TOUCH_GROUP};
 use crate::{Error, Result};
-
-/// The file's name inside the tier directory.
-pub(crate) const STATE_FILE: &str = "tier.state";
 
 /// The file's size.
 const SIZE: usize = 4096;
 const MAGIC: u64 = u64::from_le_bytes(*b"CXTIERST");
 const VERSION: u64 = 1;
-/// The page every count is rounded to.
-pub(crate) const PAGE: u64 = 4096;
 
 const OFF_MAGIC: usize = 0;
 const OFF_VERSION: usize = 8;
@@ -177,11 +173,11 @@ pub(crate) fn units(range: std::ops::Range<u64>) -> u64 {
 
 /// The count of a sparse copy's metadata: its block map (at its largest,
 /// every block also unsynced), its touch clocks (8 bytes a group of
-/// [`TOUCH_GROUP`](crate::local::TOUCH_GROUP) blocks) and a page of
+/// [`TOUCH_GROUP`] blocks) and a page of
 /// extent tree.
 pub(crate) fn meta_bytes(blocks: u64, etag_len: usize) -> u64 {
     let map = 512 + etag_len as u64 + 2 * blocks.div_ceil(8);
-    let clocks = blocks.div_ceil(crate::local::TOUCH_GROUP).saturating_mul(8);
+    let clocks = blocks.div_ceil(TOUCH_GROUP).saturating_mul(8);
     units(0..map) + units(0..clocks) + PAGE
 }
 

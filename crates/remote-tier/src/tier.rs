@@ -14,11 +14,12 @@ use tokio::sync::Semaphore;
 
 use crate::blocks::BlockHashes;
 use crate::config::TierConfig;
+use crate::constants::WAIT_SLACK;
 use crate::engine::{Conn, Expected, Inner, ObjectInfo, Rebuild};
 use crate::file::RemoteFile;
 use crate::local::{EvictReport, LocalDir};
 use crate::pins::Claim;
-use crate::remote::{Failure, Remote, WAIT_SLACK};
+use crate::remote::{Failure, Remote};
 use crate::state::TierStats;
 use crate::store_url::{build_store, redact_url};
 use crate::{Error, Result};

@@ -3,8 +3,7 @@
 //! its allocated bytes stay within the budget after every read, in one
 //! process and in several, while every byte read is right. Also: a holder
 //! of `tier.lock` killed mid-change makes the next one rebuild the count;
-//! a handle never writes back a block another handle's eviction freed;
-//! an older build's pin record keeps its object whole.
+//! a handle never writes back a block another handle's eviction freed.
 
 mod common;
 

@@ -55,7 +55,7 @@ def plans(tier: dict) -> list[Path]:
 
 
 def progress(record: Path) -> int:
-    """The record's progress (8 bytes at offset 16: remote-tier's plans.rs)."""
+    """The record's progress (8 bytes at offset 16: remote-tier's plans/record.rs)."""
     return int.from_bytes(record.read_bytes()[16:24], "little")
 
 

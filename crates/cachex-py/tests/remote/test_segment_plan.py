@@ -39,7 +39,7 @@ def plans(tier: dict) -> list[Path]:
 
 
 def record_objects(record: Path) -> int:
-    """The objects of a plan record (u64 at offset 32: remote-tier's plans.rs)."""
+    """The objects of a plan record (u64 at offset 32: remote-tier's plans/record.rs)."""
     return struct.unpack_from("<Q", record.read_bytes(), 32)[0]
 
 

@@ -21,10 +21,11 @@ impl RemoteDir {
                 on_other = OnOtherLog::Refuse;
                 next = self.read_after(0)?;
             }
-            // A directory with no log recorded (nothing applied, or
-            // applied by a build before identities) takes the log's own.
+            // A directory with no log recorded (nothing applied yet, or
+            // commits applied before the log's identity was seen: the two
+            // are asked for at once) takes the log's own.
             (None, Some(id)) => {
-                log_id::write_local(&self.dir, Some(&id))?;
+                log_id::write_local(&self.dir.join(STATE_DIR), Some(&id))?;
                 state.log_id = Some(id);
             }
             _ => {}
@@ -86,7 +87,7 @@ impl RemoteDir {
             if let Next::Commit(c) = &item
                 && of_other_log(&state.log_id, c)
             {
-                self.other_log(state, c.log.clone(), on_other)?;
+                self.other_log(state, Some(c.log.clone()), on_other)?;
                 on_other = OnOtherLog::Refuse;
                 report = RefreshReport::default();
                 next = self.read_after(0)?;

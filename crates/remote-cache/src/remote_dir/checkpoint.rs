@@ -31,13 +31,9 @@ impl RemoteDir {
             writer: cp.writer,
             pieces,
             removed,
-            log: None,
+            // A checkpoint names no log: it is read as one of the log the
+            // directory holds.
+            log: state.log_id.clone().unwrap_or_default(),
         }
     }
-}
-
-/// Whether `e` says an object the commit log names is gone from the
-/// store (gc removed it).
-pub(super) fn is_gone(e: &Error) -> bool {
-    matches!(e, Error::Tier(remote_tier::Error::NotFound { .. }))
 }

@@ -51,13 +51,13 @@ impl RemoteDir {
         state.behind = false;
         state.dirs_to_sync.clear();
         clear_work_dir(&self.dir)?;
-        log_id::write_local(&self.dir, found.as_deref())?;
+        log_id::write_local(&self.dir.join(STATE_DIR), found.as_deref())?;
         state.log_id = found;
         Ok(())
     }
 
     /// The id to commit under: the log's own, created if it has none yet
-    /// (a new log, or one written before identities), and recorded here.
+    /// (a new log), and recorded here.
     pub(super) fn ensure_log(&self, state: &mut State) -> Result<String> {
         if let Some(id) = &state.log_id {
             return Ok(id.clone());
@@ -65,15 +65,10 @@ impl RemoteDir {
         // The refresh before found none: create it (or learn the one a
         // publisher racing this one created).
         let id = log_id::ensure_log_id(&self.tier, None)?;
-        log_id::write_local(&self.dir, Some(&id))?;
+        log_id::write_local(&self.dir.join(STATE_DIR), Some(&id))?;
         state.log_id = Some(id.clone());
         Ok(id)
     }
-}
-
-/// Whether commit `c` names a log, and another than `had`.
-pub(super) fn of_other_log(had: &Option<String>, c: &Commit) -> bool {
-    matches!((had, &c.log), (Some(had), Some(log)) if had != log)
 }
 
 /// Removes every file of the working directory `dir` but its state

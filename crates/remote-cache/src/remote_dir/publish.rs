@@ -60,7 +60,7 @@ impl RemoteDir {
                 writer: self.writer.clone(),
                 pieces: pieces.clone(),
                 removed: removed.clone(),
-                log: Some(log.clone()),
+                log: log.clone(),
             };
             let name = commit_name(seq);
             let bytes = crate::commit::encode(&self.tier, &name, &commit)?;

@@ -12,10 +12,3 @@ pub use memmap_array::RemoteMemmapArray;
 pub use pages::{LeasedSample, RemotePages};
 pub use segments::{Refresher, RemoteSegments};
 pub use shards::RemoteShards;
-
-use crate::remote_dir::PublishReport;
-
-/// What a local location publishes or refreshes: nothing.
-fn local_publish() -> PublishReport {
-    PublishReport::default()
-}

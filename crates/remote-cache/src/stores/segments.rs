@@ -12,7 +12,6 @@ use remote_tier::{RemoteFile, Warming, WarmingSet};
 use segment_store::{BoxError, Keeper, SegmentRanges, SegmentStore, WholeSegment};
 use tensor_core::Value;
 
-use super::local_publish;
 use crate::Result;
 use crate::files::SEGMENT_BLOCK_SIZE;
 use crate::location::Location;
@@ -546,7 +545,8 @@ impl RemoteSegments {
         self.store.flush()?;
         match &self.remote {
             Some(r) => r.publish(),
-            None => Ok(local_publish()),
+            // A local location publishes nothing.
+            None => Ok(PublishReport::default()),
         }
     }
 

@@ -1,15 +1,14 @@
-//! The small JSON records a remote cache names by sequence number
-//! (snapshot manifests, remote-cache's commit records): one encoder and one
-//! decoder with the checks every such record gets on read — a size cap, the
-//! format version, a BLAKE3 of the record itself, the sequence number its
-//! name promises, and paths that stay inside the cache.
+//! The small JSON records a commit log names by sequence number (commit
+//! records, checkpoints): one encoder and one decoder with the checks
+//! every such record gets on read — a size cap, the format version, a
+//! BLAKE3 of the record itself, the sequence number its name promises,
+//! and paths that stay inside the cache.
 //!
 //! The checksum is a `"checksum"` member: the BLAKE3 (hex) of the record's
 //! JSON without it, keys in the order `serde_json` gives them. Without it a
 //! byte flipped inside a path or a hash still parses: the reader would
 //! write a file under the wrong name and record the commit as applied.
-//! Records of a version from [`SeqRecord::CHECKSUMMED_FROM`] on must carry
-//! it; older ones are checked where they do.
+//! Every record carries it.
 
 use std::path::{Component, Path};
 
@@ -22,14 +21,10 @@ pub const CHECKSUM: &str = "checksum";
 
 /// A record stored under a name that carries its sequence number.
 pub trait SeqRecord: DeserializeOwned {
-    /// What the record is called in error messages (`"manifest"`).
+    /// What the record is called in error messages (`"commit record"`).
     const KIND: &'static str;
-    /// The format version this build writes (and the newest it reads).
+    /// The format version this build writes and reads.
     const VERSION: u32;
-    /// The oldest format version this build reads.
-    const MIN_VERSION: u32 = Self::VERSION;
-    /// From this version on a record must carry its checksum.
-    const CHECKSUMMED_FROM: u32 = u32::MAX;
     /// The largest record read, in bytes.
     const MAX_BYTES: usize;
     /// The record's format version.
@@ -80,10 +75,9 @@ pub fn decode_record<T: SeqRecord>(bytes: &[u8], seq: u64) -> std::result::Resul
     };
     let record: T = T::deserialize(&value).map_err(|e| format!("not a {}: {e}", T::KIND))?;
     let version = record.version();
-    if !(T::MIN_VERSION..=T::VERSION).contains(&version) {
+    if version != T::VERSION {
         return Err(format!(
-            "version {version}, this build reads {}..={}",
-            T::MIN_VERSION,
+            "version {version}, this build reads {}",
             T::VERSION
         ));
     }
@@ -97,10 +91,7 @@ pub fn decode_record<T: SeqRecord>(bytes: &[u8], seq: u64) -> std::result::Resul
             }
         }
         Some(other) => return Err(format!("checksum {other} is not a string")),
-        None if version >= T::CHECKSUMMED_FROM => {
-            return Err(format!("version {version} without its checksum"));
-        }
-        None => {}
+        None => return Err(format!("version {version} without its checksum")),
     }
     if record.seq() != seq {
         return Err(format!("says seq {} under the name of {seq}", record.seq()));
