@@ -67,21 +67,24 @@ impl Probe<'_> {
 
     /// Looks at `path`.
     pub fn new(path: &Path) -> Probe<'_> {
-        let file = path.is_file().then(|| head(path)).flatten();
+        let meta = std::fs::metadata(path).ok();
+        let is_file = meta.as_ref().is_some_and(|m| m.is_file());
         Probe {
             path,
-            is_dir: path.is_dir(),
-            file,
+            is_dir: meta.as_ref().is_some_and(|m| m.is_dir()),
+            file: meta
+                .filter(|_| is_file)
+                .and_then(|m| Some((m.len(), head(path)?))),
         }
     }
 }
 
-fn head(path: &Path) -> Option<(u64, Vec<u8>)> {
+/// The first [`Probe::HEAD_LEN`] bytes of the file at `path`.
+fn head(path: &Path) -> Option<Vec<u8>> {
     let mut head = Vec::with_capacity(Probe::HEAD_LEN);
     let f = std::fs::File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
     f.take(Probe::HEAD_LEN as u64).read_to_end(&mut head).ok()?;
-    Some((len, head))
+    Some(head)
 }
 
 /// The kind of cache at `path`, or `None` when it is none we know.

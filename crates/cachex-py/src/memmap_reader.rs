@@ -122,7 +122,7 @@ impl PyMemmapArray {
         PyMemmapArray::wrap(
             py,
             root,
-            Arrays(RemoteMemmapArray::from_local(cache)),
+            Arrays(RemoteMemmapArray::from_local(cache).map_err(errors::to_py)?),
             false,
             fraction,
         )

@@ -34,18 +34,8 @@ impl RemoteMemmapArray {
 
     /// The finished cache `cache`, open in a local directory, as a store
     /// read where it lies.
-    pub fn from_local(cache: MemmapArray) -> RemoteMemmapArray {
-        let bins = cache
-            .schema()
-            .arrays()
-            .iter()
-            .map(|a| (None, a.row_bytes() as u64))
-            .collect();
-        RemoteMemmapArray {
-            cache,
-            remote: None,
-            bins,
-        }
+    pub fn from_local(cache: MemmapArray) -> Result<RemoteMemmapArray> {
+        RemoteMemmapArray::wrap(cache, None)
     }
 
     /// Opens the finished cache at `location` and, with `load_fraction`,
@@ -75,7 +65,12 @@ impl RemoteMemmapArray {
     }
 
     fn open_in(dir: &std::path::Path, remote: Option<RemoteDir>) -> Result<RemoteMemmapArray> {
-        let cache = MemmapArray::open(dir)?;
+        RemoteMemmapArray::wrap(MemmapArray::open(dir)?, remote)
+    }
+
+    /// The open cache `cache`, its arrays read through `remote`'s objects
+    /// (where it has them) or where they lie.
+    fn wrap(cache: MemmapArray, remote: Option<RemoteDir>) -> Result<RemoteMemmapArray> {
         // The objects the arrays map (nothing refreshes the commit log in
         // between: this handle is its only owner yet).
         let bins = cache
