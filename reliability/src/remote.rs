@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 use tensor_core::Value;
 
-use remote_cache::{Location, RemoteSegments};
+use remote_cache::{Location, SegmentsAt};
 use remote_tier::TierConfig;
 use segment_store::Options;
 use tensor_core::Tensor;
@@ -98,11 +98,7 @@ pub fn batch(seed: u64, b: usize) -> Vec<(String, Value)> {
 }
 
 /// Writes batch `b` and publishes it; returns the commit's number.
-pub fn publish_batch(
-    store: &RemoteSegments,
-    seed: u64,
-    b: usize,
-) -> remote_cache::Result<Option<u64>> {
+pub fn publish_batch(store: &SegmentsAt, seed: u64, b: usize) -> remote_cache::Result<Option<u64>> {
     store.put_batch(&batch(seed, b))?;
     Ok(store.publish()?.seq)
 }
@@ -110,11 +106,7 @@ pub fn publish_batch(
 /// How many leading batches `store` holds: every batch below it whole with
 /// exact values, none at or above it (up to `max_batches`), and nothing
 /// else. The error says what is wrong (lost, torn, wrong or extra data).
-pub fn whole_batches(
-    store: &RemoteSegments,
-    seed: u64,
-    max_batches: usize,
-) -> Result<usize, String> {
+pub fn whole_batches(store: &SegmentsAt, seed: u64, max_batches: usize) -> Result<usize, String> {
     let mut present_batches = 0;
     let mut ended = false;
     let mut rows = 0;
@@ -169,7 +161,7 @@ pub fn cold_read(
     seed: u64,
     max_batches: usize,
 ) -> Result<(u64, usize), String> {
-    let reader = RemoteSegments::open(&location(endpoint, url, tier_dir), reader_options())
+    let reader = SegmentsAt::open(&location(endpoint, url, tier_dir), reader_options())
         .map_err(|e| format!("a cold reader cannot open {url}: {e}"))?;
     let seq = reader.remote().map_or(0, |r| r.seq());
     Ok((seq, whole_batches(&reader, seed, max_batches)?))

@@ -15,7 +15,7 @@ use tensor_core::Value;
 use remote_cache::CHECKPOINT_VERSION;
 use remote_cache::fuzz_entry::payloads;
 use remote_cache::{COMMIT_VERSION, commit_name};
-use remote_cache::{Checkpoint, Commit, Location, Piece, RemoteSegments};
+use remote_cache::{Checkpoint, Commit, Location, Piece, SegmentsAt};
 use remote_tier::{BlockHasher, TierConfig};
 use segment_store::Options;
 use tensor_core::Tensor;
@@ -59,7 +59,7 @@ fn published_commits(scratch: &Path) -> Result<Vec<Seed>> {
     let remote = scratch.join("remote");
     std::fs::create_dir_all(&remote)?;
     let url = format!("file://{}", remote.display());
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &Location::remote(&url, TierConfig::new(scratch.join("tier"), 1 << 30)),
         Options {
             writer_id: Some(0),

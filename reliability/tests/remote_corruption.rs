@@ -12,7 +12,7 @@ use reliability::remote::{
     publish_batch, reader_options, tier_config, whole_batches, writer_options,
 };
 use remote_cache::commit_name;
-use remote_cache::{Location, RemoteSegments};
+use remote_cache::{Location, SegmentsAt};
 
 /// Flips every `step`-th byte: 1 under `CACHEX_FAULT_SWEEP=all`, else 7.
 fn step() -> usize {
@@ -33,7 +33,7 @@ fn flip_every_byte() -> (usize, usize, Vec<String>, Vec<String>) {
     std::fs::create_dir_all(&remote).unwrap();
     let url = format!("file://{}", remote.display());
     let seed = 21;
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &Location::remote(&url, tier_config(&tmp.path().join("w"))),
         writer_options(),
     )
@@ -51,7 +51,7 @@ fn flip_every_byte() -> (usize, usize, Vec<String>, Vec<String>) {
         bad[at] ^= 0x01;
         std::fs::write(&path, &bad).unwrap();
         let tier = tempfile::tempdir().unwrap();
-        let opened = RemoteSegments::open(
+        let opened = SegmentsAt::open(
             &Location::remote(&url, tier_config(tier.path())),
             reader_options(),
         );

@@ -16,7 +16,7 @@ use reliability::remote::{
     cold_read, endpoint, location, new_bucket, publish_batch, reader_options, whole_batches,
     writer_options,
 };
-use remote_cache::RemoteSegments;
+use remote_cache::SegmentsAt;
 use test_support::crash::{child, child_args, cycles, report_commit, report_error};
 
 /// Where a child finds its cache's URL (the server's endpoint comes from
@@ -50,7 +50,7 @@ fn child_remote() {
     let loc = location(&endpoint, &url, &args.dir);
     match args.role.as_str() {
         "writer" => {
-            let store = match RemoteSegments::open(&loc, writer_options()) {
+            let store = match SegmentsAt::open(&loc, writer_options()) {
                 Ok(s) => s,
                 Err(e) => return report_error(&e.to_string()),
             };
@@ -62,7 +62,7 @@ fn child_remote() {
             }
         }
         "reader" => {
-            let store = match RemoteSegments::open(&loc, reader_options()) {
+            let store = match SegmentsAt::open(&loc, reader_options()) {
                 Ok(s) => s,
                 Err(e) => return report_error(&e.to_string()),
             };
@@ -112,7 +112,7 @@ fn sigkill_loop_of_a_publishing_writer() {
 
         // The killed writer's working directory opens, as the writer, with
         // every published batch (and perhaps the one it flushed last).
-        let writer = RemoteSegments::open(&location(&endpoint, &url, &tier), writer_options())
+        let writer = SegmentsAt::open(&location(&endpoint, &url, &tier), writer_options())
             .unwrap_or_else(|e| panic!("{}", at(&format!("the working directory: {e}"))));
         let local = whole_batches(&writer, cycle, MAX_BATCHES)
             .unwrap_or_else(|e| panic!("{}", at(&format!("the working directory: {e}"))));
@@ -137,7 +137,7 @@ fn sigkill_loop_of_a_publishing_writer() {
 
 /// Publishes batches `from..` of stream `seed` to `url` until `stop`;
 /// returns the next batch number.
-fn publish_until(store: &RemoteSegments, seed: u64, from: usize, stop: &AtomicBool) -> usize {
+fn publish_until(store: &SegmentsAt, seed: u64, from: usize, stop: &AtomicBool) -> usize {
     let mut b = from;
     while !stop.load(Ordering::SeqCst) {
         publish_batch(store, seed, b).unwrap_or_else(|e| panic!("publish batch {b}: {e}"));
@@ -150,7 +150,7 @@ fn publish_until(store: &RemoteSegments, seed: u64, from: usize, stop: &AtomicBo
 /// The reader's working directory after its kill: it opens, applies every
 /// commit published, and holds exactly `published` exact batches.
 fn check_reader_dir(endpoint: &str, url: &str, tier: &Path, seed: u64, published: usize, at: &str) {
-    let reader = RemoteSegments::open(&location(endpoint, url, tier), reader_options())
+    let reader = SegmentsAt::open(&location(endpoint, url, tier), reader_options())
         .unwrap_or_else(|e| panic!("{at}: the working directory does not open: {e}"));
     let batches = whole_batches(&reader, seed, published + 2)
         .unwrap_or_else(|e| panic!("{at}: the working directory: {e}"));
@@ -171,7 +171,7 @@ fn sigkill_loop_of_a_reader_applying_commits() {
 
     // Cold opens: a fresh working directory applying COLD_BATCHES commits.
     let cold_url = format!("{bucket}/cold");
-    let cold_writer = RemoteSegments::open(
+    let cold_writer = SegmentsAt::open(
         &location(&endpoint, &cold_url, &scratch.path().join("cold-writer")),
         writer_options(),
     )
@@ -184,7 +184,7 @@ fn sigkill_loop_of_a_reader_applying_commits() {
     // Warm opens and refreshes: one working directory, killed again and
     // again, while a writer publishes.
     let warm_url = format!("{bucket}/warm");
-    let warm_writer = RemoteSegments::open(
+    let warm_writer = SegmentsAt::open(
         &location(&endpoint, &warm_url, &scratch.path().join("warm-writer")),
         writer_options(),
     )

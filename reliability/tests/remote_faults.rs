@@ -19,7 +19,7 @@ use reliability::remote::{
     ATTEMPTS, REQUEST_TIMEOUT, batch, cold_read, endpoint, location, new_bucket, publish_batch,
     reader_options, whole_batches, writer_options,
 };
-use remote_cache::RemoteSegments;
+use remote_cache::SegmentsAt;
 
 /// The longest one faulted operation may take: every attempt of one
 /// request timed out, twice over, plus the fault-free work on a loaded
@@ -86,8 +86,8 @@ impl Tally {
 
 /// Opens the writer of `url` through `via`, with its working directory
 /// under `dir`.
-fn open_writer(via: &str, url: &str, dir: &Path) -> RemoteSegments {
-    RemoteSegments::open(&location(via, url, dir), writer_options()).expect("open the writer")
+fn open_writer(via: &str, url: &str, dir: &Path) -> SegmentsAt {
+    SegmentsAt::open(&location(via, url, dir), writer_options()).expect("open the writer")
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn every_request_of_a_cold_read_faulted() {
     drop(writer);
 
     let read = |tier: &Path, what: &str| -> remote_cache::Result<Result<usize, String>> {
-        let reader = RemoteSegments::open(&location(&via, &url, tier), reader_options())?;
+        let reader = SegmentsAt::open(&location(&via, &url, tier), reader_options())?;
         Ok(whole_batches(&reader, seed, batches + 1).map_err(|e| format!("{what}: {e}")))
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -225,8 +225,7 @@ fn every_request_of_a_cold_read_faulted() {
             let result = {
                 let (via, url, what2) = (via.clone(), url.clone(), what.clone());
                 bounded(&what, move || {
-                    let reader =
-                        RemoteSegments::open(&location(&via, &url, &tier), reader_options())?;
+                    let reader = SegmentsAt::open(&location(&via, &url, &tier), reader_options())?;
                     Ok(whole_batches(&reader, seed, batches + 1)
                         .map_err(|e| format!("{what2}: {e}")))
                 })
@@ -316,7 +315,7 @@ fn a_server_that_ignores_if_none_match_is_refused() {
     let published = bounded("publish to a server ignoring If-None-Match", {
         let (via, url, dir) = (proxy.endpoint(), url.clone(), tmp.path().join("w"));
         move || {
-            let writer = RemoteSegments::open(&location(&via, &url, &dir), writer_options())?;
+            let writer = SegmentsAt::open(&location(&via, &url, &dir), writer_options())?;
             publish_batch(&writer, seed, 0)
         }
     });

@@ -6,7 +6,7 @@ use tensor_core::Value;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use remote_cache::{RemoteDir, RemoteSegments};
+use remote_cache::{RemoteDir, SegmentsAt};
 use remote_tier::{RemoteTier, TierConfig, build_store};
 use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
@@ -39,7 +39,7 @@ fn write(
     let tier =
         RemoteTier::with_store(inner, prefix, &url, TierConfig::new(&t, 1 << 30)).map_err(err)?;
     let remote = RemoteDir::open(tier, &dir, segment_files()).map_err(err)?;
-    let store = RemoteSegments::with_remote(remote, Options::default()).map_err(err)?;
+    let store = SegmentsAt::with_remote(remote, Options::default()).map_err(err)?;
     let keys: Vec<String> = (0..n).map(|i| format!("sample_{i}")).collect();
     for chunk in (0..n).collect::<Vec<_>>().chunks(BATCH) {
         let items: Vec<(&str, Value)> = chunk
@@ -97,7 +97,7 @@ fn check(ctx: &Ctx, store: &SegmentStore, batch: &[usize]) -> Result<(), RunErro
 
 /// 200 batches of 256 random keys: `get_batch`, a pass over every element;
 /// returns seconds, then checks every value.
-fn read(ctx: &Ctx, store: &RemoteSegments, n: usize, open_secs: f64) -> Result<f64, RunError> {
+fn read(ctx: &Ctx, store: &SegmentsAt, n: usize, open_secs: f64) -> Result<f64, RunError> {
     let batches = batches(ctx, n);
     let names: Vec<Vec<String>> = batches.iter().map(|b| names(b)).collect();
     let mut sink = 0f32;
@@ -155,7 +155,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
     let mut locals = Vec::new();
     for _ in 0..reps {
         let start = Instant::now();
-        let local = RemoteSegments::open(
+        let local = SegmentsAt::open(
             &remote_cache::Location::Local(local_dir.clone()),
             read_only(),
         )
@@ -197,7 +197,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
                 .map_err(err)?;
             let start = Instant::now();
             let (remote, tier) = published.open(&dir, budget, latency, segment_files())?;
-            let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
+            let store = SegmentsAt::with_unapplied(remote, read_only()).map_err(err)?;
             let open = start.elapsed().as_secs_f64();
             let secs = read(ctx, &store, n, open)?;
             drop(store);
@@ -205,7 +205,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
                 // The same working directory and tier again: everything local.
                 let start = Instant::now();
                 let (remote, warm_tier) = published.open(&dir, budget, latency, segment_files())?;
-                let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
+                let store = SegmentsAt::with_unapplied(remote, read_only()).map_err(err)?;
                 let open = start.elapsed().as_secs_f64();
                 let secs = read(ctx, &store, n, open)?;
                 warms.push(Run {
@@ -252,7 +252,7 @@ fn first_batch(ctx: &Ctx, published: &Published, n: usize) -> Result<(), RunErro
             .map_err(err)?;
         let start = Instant::now();
         let (remote, tier) = published.open(&dir, 1 << 40, Duration::ZERO, segment_files())?;
-        let store = RemoteSegments::with_unapplied(remote, read_only()).map_err(err)?;
+        let store = SegmentsAt::with_unapplied(remote, read_only()).map_err(err)?;
         let (records, _) = store.get_batch(&keys).map_err(err)?;
         let secs = start.elapsed().as_secs_f64();
         // What the batch cost, before the check reads it again.

@@ -8,7 +8,7 @@ use page_alloc::{PageReader, PageWriter, Schema, Value, WriterOptions};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use remote_cache::RemotePages;
+use remote_cache::PagesAt;
 
 use super::server::Server;
 use super::{Baseline, LATENCY, Published, Run, emit, err, publish_dir};
@@ -109,7 +109,7 @@ fn order(reader: &PageReader, seed: u64, how: Order) -> Vec<usize> {
 fn read(
     order: &[usize],
     reader: &PageReader,
-    remote: Option<&RemotePages>,
+    remote: Option<&PagesAt>,
     sums: &[u64],
     open_secs: f64,
 ) -> Result<f64, RunError> {
@@ -198,7 +198,7 @@ pub(super) fn run(ctx: &Ctx, server: &Server, bucket: &str, n: usize) -> Result<
                     remote_cache::StoreFiles::for_kind(remote_cache::StoreKind::PageAlloc),
                 )?;
                 remote.refresh().map_err(err)?;
-                let pages = RemotePages::with_remote(remote, PAGE_FILE).map_err(err)?;
+                let pages = PagesAt::with_remote(remote, PAGE_FILE).map_err(err)?;
                 let open = start.elapsed().as_secs_f64();
                 let how = match phase {
                     "read_budget" => Order::ByPage,

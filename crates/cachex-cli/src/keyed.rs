@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use remote_cache::{Location, RemoteSegments, StoreKind};
+use remote_cache::{Location, SegmentsAt, StoreKind};
 use serde_json::Value;
 
 use crate::error::{CliError, Result};
@@ -33,7 +33,7 @@ pub(crate) fn get(url: &str, key: &str) -> Result<Option<Value>> {
         read_only: true,
         ..segment_store::Options::default()
     };
-    let store = RemoteSegments::open(&location, options).map_err(remote_cache_error)?;
+    let store = SegmentsAt::open(&location, options).map_err(remote_cache_error)?;
     let (mut got, _) = store.get_batch(&[key]).map_err(remote_cache_error)?;
     match got.pop().flatten() {
         Some(record) => Ok(Some(record_json(&record))),

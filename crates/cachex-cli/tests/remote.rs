@@ -125,7 +125,7 @@ fn inspect_verify_and_get_read_a_cache_at_its_url() {
                 ("aws_secret_access_key", "cachex-test"),
                 ("aws_region", "us-east-1"),
             ]);
-    let store = remote_cache::RemoteSegments::open(&location, Options::default()).unwrap();
+    let store = remote_cache::SegmentsAt::open(&location, Options::default()).unwrap();
     let items: Vec<(String, Value)> = (0..30)
         .map(|n| {
             let t = Tensor::from_vec([4], vec![n as f32; 4]).unwrap();
@@ -308,7 +308,7 @@ fn get_of_a_key_at_a_url_fetches_its_row_not_the_segments() {
     let location =
         remote_cache::Location::remote(&url, remote_tier::TierConfig::new(work.path(), 1 << 30))
             .with_options(test_support::s3::options(&endpoint));
-    let writer = remote_cache::RemoteSegments::open(
+    let writer = remote_cache::SegmentsAt::open(
         &location,
         Options {
             flush_every: 1000,

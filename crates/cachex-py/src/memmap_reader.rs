@@ -8,7 +8,7 @@ use memmap_array::MemmapArray;
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use remote_cache::{Location, RemoteMemmapArray};
+use remote_cache::{ArraysAt, Location};
 use tensor_core::TensorView;
 
 use crate::array::{self, Keeper, RowSink};
@@ -22,8 +22,8 @@ use crate::{check, errors, json};
 /// it is, a URL's `.bin` arrays by the blocks the rows asked for lie in
 /// (fetched through the local tier before they are read: bytes not
 /// fetched read as zeros). One store handle either way
-/// ([`RemoteMemmapArray`]).
-struct Arrays(RemoteMemmapArray);
+/// ([`ArraysAt`]).
+struct Arrays(ArraysAt);
 
 impl Arrays {
     fn cache(&self) -> &MemmapArray {
@@ -122,7 +122,7 @@ impl PyMemmapArray {
         PyMemmapArray::wrap(
             py,
             root,
-            Arrays(RemoteMemmapArray::from_local(cache).map_err(errors::to_py)?),
+            Arrays(ArraysAt::from_local(cache).map_err(errors::to_py)?),
             false,
             fraction,
         )
@@ -161,9 +161,9 @@ impl PyMemmapArray {
 /// RAM (refused for a URL, whose arrays are read by blocks).
 fn open_arrays(location: &Location, load: bool, fraction: f64) -> remote_cache::Result<Arrays> {
     Ok(Arrays(if load {
-        RemoteMemmapArray::open_loaded(location, fraction)?
+        ArraysAt::open_loaded(location, fraction)?
     } else {
-        RemoteMemmapArray::open(location)?
+        ArraysAt::open(location)?
     }))
 }
 

@@ -8,7 +8,7 @@ use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use page_alloc::{FieldType, FieldValue, PageReader};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use remote_cache::RemotePages;
+use remote_cache::PagesAt;
 use remote_tier::Lease;
 
 use crate::array::Keeper;
@@ -23,14 +23,14 @@ use crate::{check, errors};
 /// A page file as opened, wherever it lies: a local file is read where it
 /// is, a file at a URL by the pages its samples lie in (each fetched
 /// through the local tier before it is read: the bytes not fetched read as
-/// zeros). One store handle either way ([`RemotePages`]).
-pub(crate) struct Pages(RemotePages);
+/// zeros). One store handle either way ([`PagesAt`]).
+pub(crate) struct Pages(PagesAt);
 
 impl Pages {
     /// Opens the file `root` names (for a URL, the file under its prefix).
     fn open(root: &Root, options: &page_alloc::ReadOptions) -> remote_cache::Result<Pages> {
         let (dir, file) = root.file_location()?;
-        Ok(Pages(RemotePages::open_with(&dir, &file, options)?))
+        Ok(Pages(PagesAt::open_with(&dir, &file, options)?))
     }
 
     pub(crate) fn reader(&self) -> &PageReader {

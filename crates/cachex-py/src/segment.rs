@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cache_facade::StoreKind;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyMapping, PyString, PyTuple};
-use remote_cache::RemoteSegments;
+use remote_cache::SegmentsAt;
 
 use crate::plan_handle::PyPlanHandle;
 use crate::prefetch::PyPrefetch;
@@ -26,7 +26,7 @@ mod stack;
 /// `with` block) flushes and releases the writer lock.
 ///
 /// On a URL the store opens a working directory of its own over the
-/// machine's local tier (remote-cache's `RemoteSegments`): the writer
+/// machine's local tier (remote-cache's `SegmentsAt`): the writer
 /// publishes on `flush()`/`close()`, and on its own every few seconds (the
 /// segments it flushed; `CACHEX_PUBLISH_INTERVAL`), when dropped and at
 /// the interpreter's exit; a reader sees what was published since it
@@ -38,21 +38,21 @@ pub struct PySegmentStore {
     /// In a forked child (a DataLoader worker) the directory is reopened
     /// read-only on first use: the child must neither flush the parent's
     /// pending records nor wait on the parent's background writer thread.
-    handle: Handle<RemoteSegments>,
+    handle: Handle<SegmentsAt>,
     /// Set when this handle was the writer in the parent and reopened
     /// read-only in a forked child: writes raise `ForkedWriterError`.
     forked_writer: AtomicBool,
 }
 
 impl PySegmentStore {
-    fn store(&self, py: Python<'_>) -> PyResult<Arc<RemoteSegments>> {
+    fn store(&self, py: Python<'_>) -> PyResult<Arc<SegmentsAt>> {
         self.handle
             .get(py, |py, inherited| self.reopen(py, inherited))
     }
 
     /// The store, for the calls that write: refused in a forked child of
     /// the writer.
-    fn writer(&self, py: Python<'_>) -> PyResult<Arc<RemoteSegments>> {
+    fn writer(&self, py: Python<'_>) -> PyResult<Arc<SegmentsAt>> {
         let store = self.store(py)?;
         if self.forked_writer.load(Ordering::Acquire) {
             return Err(errors::forked_writer(self.handle.path()));
@@ -64,7 +64,7 @@ impl PySegmentStore {
     /// a URL, a working directory of the child's own over the same tier;
     /// the parent's, locked, is skipped without waiting). The child never
     /// publishes.
-    fn reopen(&self, py: Python<'_>, inherited: &RemoteSegments) -> PyResult<Arc<RemoteSegments>> {
+    fn reopen(&self, py: Python<'_>, inherited: &SegmentsAt) -> PyResult<Arc<SegmentsAt>> {
         self.forked_writer
             .store(inherited.is_writer(), Ordering::Release);
         let opts = Options {
@@ -74,7 +74,7 @@ impl PySegmentStore {
         };
         let location = self.root.location();
         Ok(Arc::new(errors::enter(py, || {
-            RemoteSegments::open(location, opts)
+            SegmentsAt::open(location, opts)
         })?))
     }
 
@@ -134,7 +134,7 @@ impl PySegmentStore {
         };
         let o = opts.clone();
         let location = root.location();
-        let store = errors::enter(py, || RemoteSegments::open(location, o))?;
+        let store = errors::enter(py, || SegmentsAt::open(location, o))?;
         let dir = local_dir(&store, &root);
         Ok(PySegmentStore {
             opts,
@@ -549,7 +549,7 @@ pub fn _reopen_segment_store<'py>(
 }
 
 /// The directory a store reads: its working directory when remote.
-fn local_dir(store: &RemoteSegments, root: &Root) -> PathBuf {
+fn local_dir(store: &SegmentsAt, root: &Root) -> PathBuf {
     match (store.remote(), root.location()) {
         (Some(r), _) => r.dir().to_path_buf(),
         (None, remote_cache::Location::Local(p)) => p.clone(),

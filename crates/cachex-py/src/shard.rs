@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyIterator, PyList, PySlice, PyTuple};
-use remote_cache::RemoteShards;
+use remote_cache::ShardsAt;
 use serde_pickle::ErrorCode;
 use shard_store::format::ShardName;
 use shard_store::{Compression, Options, Preload, ShardLength, ShardStore, StoreItem};
@@ -168,7 +168,7 @@ pub struct PyShardStore {
     /// parent's worker threads, the inherited store is leaked untouched
     /// (dropping it would wait for them) and the root reopened with the
     /// same source and options on first use.
-    handle: Handle<RemoteShards<PyItem>>,
+    handle: Handle<ShardsAt<PyItem>>,
     root: Root,
     /// Set once the store reopened in a forked child: nothing is published
     /// from there (the parent's writer publishes).
@@ -191,7 +191,7 @@ impl PyShardStore {
         let result = self.handle.enter(
             py,
             |py, _inherited| self.reopen(py),
-            |s: &RemoteShards<PyItem>| f(s),
+            |s: &ShardsAt<PyItem>| f(s),
         );
         if let Some(e) = self.failed.lock().take() {
             return Err(e);
@@ -202,7 +202,7 @@ impl PyShardStore {
     /// A fresh store over the same root, source and options (in a forked
     /// child), built by the constructor: for a URL, in a working
     /// directory of the child's own over the same tier.
-    fn reopen(&self, py: Python<'_>) -> PyResult<Arc<RemoteShards<PyItem>>> {
+    fn reopen(&self, py: Python<'_>) -> PyResult<Arc<ShardsAt<PyItem>>> {
         self.in_child.store(true, Ordering::Release);
         let fresh = py.get_type::<PyShardStore>().call(
             (
@@ -309,7 +309,7 @@ impl PyShardStore {
         let failed: ErrorSlot = Arc::default();
         let location = root.location();
         let store = match &source {
-            None => py.detach(|| RemoteShards::open(location, opts)),
+            None => py.detach(|| ShardsAt::open(location, opts)),
             Some(factory) => {
                 let factory = factory.clone_ref(py);
                 let slot = failed.clone();
@@ -336,7 +336,7 @@ impl PyShardStore {
                         }
                     })
                 };
-                py.detach(|| RemoteShards::open_with_source(location, opts, make))
+                py.detach(|| ShardsAt::open_with_source(location, opts, make))
             }
         };
         if let Some(e) = failed.lock().take() {

@@ -25,7 +25,7 @@ pub struct StoreFiles {
     /// fetching a block at a time.
     pub block_size: fn(&str, u64) -> Option<u64>,
     /// Files read by blocks whose reader holds a lease on the bytes it
-    /// reads while it reads them (`RemotePages`, `RemoteSegments`): linked with
+    /// reads while it reads them (`PagesAt`, `SegmentsAt`): linked with
     /// `remote_tier::RemoteTier::open_leased`, so the tier may free their
     /// other blocks while they are open and a file larger than the budget
     /// stays within it. Any other linked file is kept whole while open.
@@ -174,7 +174,7 @@ impl StoreFiles {
     pub fn for_kind(kind: impl Into<Option<StoreKind>>) -> StoreFiles {
         match kind.into() {
             // Segments are read row by row where they are not whole
-            // locally (`RemoteSegments::get_batch`): in small blocks,
+            // locally (`SegmentsAt::get_batch`): in small blocks,
             // under leases (a store larger than the budget stays within
             // it; one mapped is made whole for the mapping's life).
             Some(StoreKind::SegmentStore) => StoreFiles {
@@ -191,7 +191,7 @@ impl StoreFiles {
                 evict_blocks: never,
             },
             // Arrays are read row by row where they are not whole locally
-            // (`RemoteMemmapArray::row`): in blocks of their own.
+            // (`ArraysAt::row`): in blocks of their own.
             Some(StoreKind::MemmapArray) => StoreFiles {
                 by_blocks: memmap_by_blocks,
                 block_size: memmap_block_size,

@@ -61,7 +61,5 @@ pub use staging::{
     roll_forward, task_attempt, task_dir,
 };
 pub use store_kind::StoreKind;
-pub use stores::{
-    LeasedSample, Refresher, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards,
-};
+pub use stores::{ArraysAt, LeasedSample, PagesAt, Refresher, SegmentsAt, ShardsAt};
 pub use upload::REUSE_WITHIN;

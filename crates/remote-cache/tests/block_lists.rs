@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 
 use common::{build_arrays, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
 use remote_cache::commit_name;
-use remote_cache::{Commit, Error, RemoteDir, RemoteMemmapArray};
+use remote_cache::{ArraysAt, Commit, Error, RemoteDir};
 use remote_tier::RemoteTier;
 
 /// Rows of 4 KiB: 16 to a 64 KiB block of the test tiers.
@@ -70,7 +70,7 @@ fn arrays_are_published_with_a_hash_per_block_and_read_back() {
 
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
-    let arrays = RemoteMemmapArray::open(&location).unwrap();
+    let arrays = ArraysAt::open(&location).unwrap();
     common::assert_rows(&arrays, &[0, 17, 300, 599], array_row);
     let work = arrays.remote().unwrap().dir().to_path_buf();
     let kept = work
@@ -80,7 +80,7 @@ fn arrays_are_published_with_a_hash_per_block_and_read_back() {
     drop(arrays);
 
     // Opened again (the file linked again from the kept list): all rows.
-    let arrays = RemoteMemmapArray::open(&location).unwrap();
+    let arrays = ArraysAt::open(&location).unwrap();
     arrays.ensure_rows(0..rows).unwrap();
     for i in 0..rows {
         let view = arrays.cache().array(i, "data").unwrap().unwrap();
@@ -93,7 +93,7 @@ fn arrays_are_published_with_a_hash_per_block_and_read_back() {
 
     // Without its kept list the file is not silently read unchecked.
     std::fs::remove_file(&kept).unwrap();
-    match RemoteMemmapArray::open(&location) {
+    match ArraysAt::open(&location) {
         Err(Error::Corrupt { name, .. }) => assert!(name.ends_with(".json"), "{name}"),
         Err(other) => panic!("expected the missing list named, got {other}"),
         Ok(_) => panic!("a linked file opened without its block list"),
@@ -120,7 +120,7 @@ fn a_block_corrupted_on_the_server_is_refused_and_never_kept() {
 
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
-    let arrays = RemoteMemmapArray::open(&location).unwrap();
+    let arrays = ArraysAt::open(&location).unwrap();
     let row = rows_of_block(5).start + 3;
     let err = match arrays.array(row, "data") {
         Err(e) => e,
@@ -176,7 +176,7 @@ fn a_file_linked_again_on_open_is_still_checked() {
     let object = format!("objects/{}", data_bin(&commit).blake3);
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
-    let arrays = RemoteMemmapArray::open(&location).unwrap();
+    let arrays = ArraysAt::open(&location).unwrap();
     let view = arrays.array(0, "data").unwrap().unwrap();
     assert_eq!(view.as_slice::<i32>().unwrap(), &array_row(0)[..]);
     drop(view);
@@ -189,7 +189,7 @@ fn a_file_linked_again_on_open_is_still_checked() {
     admin.put_bytes(&object, bad).unwrap();
     // The commit is applied already: the list comes from the working
     // directory, not from the commit.
-    let arrays = RemoteMemmapArray::open(&location).unwrap();
+    let arrays = ArraysAt::open(&location).unwrap();
     match arrays.array(rows_of_block(9).start, "data") {
         Err(Error::Tier(remote_tier::Error::BlockMismatch(m))) if m.block == 9 => {}
         Err(other) => panic!("expected a mismatch in block 9, got {other}"),
@@ -216,7 +216,7 @@ fn refused(
         .commit(&commit_name(1), remote_cache::record::seal(json).unwrap())
         .unwrap();
     let tier_dir = tempfile::tempdir().unwrap();
-    match RemoteMemmapArray::open(&s3_location(endpoint, &url, tier_dir.path())) {
+    match ArraysAt::open(&s3_location(endpoint, &url, tier_dir.path())) {
         Err(Error::Corrupt {
             name, problem: p, ..
         }) => {
@@ -302,7 +302,7 @@ fn a_file_without_a_block_list_reads_checked_by_size_and_etag() {
 
     let tier_dir = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier_dir.path());
-    let arrays = RemoteMemmapArray::open(&location).unwrap();
+    let arrays = ArraysAt::open(&location).unwrap();
     assert!(arrays.remote().unwrap().is_by_blocks("data.bin"));
     arrays.ensure_rows(0..rows).unwrap();
     for i in 0..rows {
@@ -315,7 +315,7 @@ fn a_file_without_a_block_list_reads_checked_by_size_and_etag() {
     let work = arrays.remote().unwrap().dir().to_path_buf();
     assert!(!work.join(".cachex-remote/blocks").exists());
     drop(arrays);
-    let again = RemoteMemmapArray::open(&location).unwrap();
+    let again = ArraysAt::open(&location).unwrap();
     let view = again.array(rows - 1, "data").unwrap().unwrap();
     assert_eq!(view.as_slice::<i32>().unwrap(), &array_row(rows - 1)[..]);
 }
@@ -338,7 +338,7 @@ fn the_list_of_a_replaced_file_is_dropped_from_the_working_directory() {
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
 
     let tier_dir = tempfile::tempdir().unwrap();
-    let arrays = RemoteMemmapArray::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
+    let arrays = ArraysAt::open(&s3_location(&endpoint, &url, tier_dir.path())).unwrap();
     let remote = arrays.remote().unwrap();
     let kept_lists = || -> Vec<String> {
         let dir = remote.dir().join(".cachex-remote/blocks");

@@ -16,7 +16,7 @@ use common::{
     small_tier, tier,
 };
 use remote_cache::{GcOptions, du, gc};
-use remote_cache::{RemoteDir, RemoteSegments, StoreFiles, StoreKind};
+use remote_cache::{RemoteDir, SegmentsAt, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, SegmentStore};
 use tensor_core::{Tensor, Value};
@@ -102,8 +102,7 @@ fn pieces_uploaded_before_their_commit_survive_a_gc_in_the_grace_period() {
     let again = dir.publish().unwrap();
     assert_eq!((again.seq, again.uploaded), (Some(2), 0), "{again:?}");
     let r = tempfile::tempdir().unwrap();
-    let reader =
-        RemoteSegments::open(&s3_location(&endpoint, &url, r.path()), read_only()).unwrap();
+    let reader = SegmentsAt::open(&s3_location(&endpoint, &url, r.path()), read_only()).unwrap();
     assert_eq!(reader.len(), 80);
     assert_values(&reader, 0..80, 0);
 }
@@ -120,13 +119,12 @@ fn a_reader_behind_the_window_whose_next_commit_lost_its_objects_moves_to_the_ch
         tempfile::tempdir().unwrap(),
     );
     let writer =
-        RemoteSegments::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
+        SegmentsAt::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
     writer
         .put_batch(&keyed("k", 0..50, |i| record(i, 0)))
         .unwrap();
     writer.publish().unwrap();
-    let behind =
-        RemoteSegments::open(&s3_location(&endpoint, &url, r.path()), read_only()).unwrap();
+    let behind = SegmentsAt::open(&s3_location(&endpoint, &url, r.path()), read_only()).unwrap();
     assert_eq!(behind.remote().unwrap().seq(), 1);
     for round in 1..3 {
         writer
@@ -208,8 +206,7 @@ fn a_cold_open_after_gc_costs_the_same_few_requests_after_forty_commits_as_after
         let url = new_bucket_url(&endpoint, "cold");
         let w = tempfile::tempdir().unwrap();
         let writer =
-            RemoteSegments::open(&s3_location(&endpoint, &url, w.path()), Options::default())
-                .unwrap();
+            SegmentsAt::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
         for c in 0..commits {
             writer
                 .put_batch(&keyed("k", c..c + 1, |i| record(i, 0)))
@@ -234,7 +231,7 @@ fn a_cold_open_after_gc_costs_the_same_few_requests_after_forty_commits_as_after
         assert_eq!(after[2], ("get", n), "{after:?}");
         let r = tempfile::tempdir().unwrap();
         let reader =
-            RemoteSegments::open(&s3_location(&endpoint, &url, r.path()), read_only()).unwrap();
+            SegmentsAt::open(&s3_location(&endpoint, &url, r.path()), read_only()).unwrap();
         assert_values(&reader, 0..commits, 0);
 
         // A window reaching below the checkpoint moves nothing.

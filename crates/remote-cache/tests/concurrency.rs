@@ -15,7 +15,7 @@ use common::{keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_
 use futures::channel::oneshot;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetResult, ObjectStore};
-use remote_cache::{RemoteDir, RemoteSegments, StoreFiles, StoreKind};
+use remote_cache::{RemoteDir, SegmentsAt, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::Options;
 use tensor_core::{Tensor, Value};
@@ -97,7 +97,7 @@ fn a_read_of_local_keys_answers_while_a_refresh_waits_for_the_server() {
     let url = new_bucket_url(&endpoint, "held");
     let (w, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer =
-        RemoteSegments::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
+        SegmentsAt::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
     writer.put_batch(&keyed("k", 0..20, record)).unwrap();
     assert_eq!(writer.publish().unwrap().seq, Some(1));
 
@@ -122,7 +122,7 @@ fn a_read_of_local_keys_answers_while_a_refresh_waits_for_the_server() {
         lru_bytes: 0,
         ..Options::default()
     };
-    let reader = RemoteSegments::with_unapplied(remote, options).unwrap();
+    let reader = SegmentsAt::with_unapplied(remote, options).unwrap();
     let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
     // Every key read once: its blocks are local from now on.
     let (got, missing) = reader.get_batch(&keys).unwrap();

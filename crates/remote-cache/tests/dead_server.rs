@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use common::{keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetResult, ObjectStore};
-use remote_cache::{RemoteDir, RemoteSegments, StoreFiles, StoreKind};
+use remote_cache::{RemoteDir, SegmentsAt, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, build_store};
 use tensor_core::{Tensor, Value};
 use test_support::intercept::{Intercept, Intercepted};
@@ -58,7 +58,7 @@ fn a_cold_open_on_a_server_that_stops_answering_fails_without_asking_for_every_s
     };
     let url = new_bucket_url(&endpoint, "caches/dead");
     let wt = tempfile::tempdir().unwrap();
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &s3_location(&endpoint, &url, wt.path()),
         segment_store::Options {
             flush_every: 1,

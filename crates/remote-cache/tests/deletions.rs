@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use common::{keyed, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier};
-use remote_cache::{Error, RemoteDir, RemoteSegments, StoreFiles, StoreKind};
+use remote_cache::{Error, RemoteDir, SegmentsAt, StoreFiles, StoreKind};
 use remote_tier::RemoteTier;
 use segment_store::Options;
 use tensor_core::{Tensor, Value};
@@ -31,7 +31,7 @@ fn segments_in(dir: &Path) -> Vec<String> {
     names
 }
 
-fn assert_values(store: &RemoteSegments, n: usize, round: usize) {
+fn assert_values(store: &SegmentsAt, n: usize, round: usize) {
     let keys: Vec<String> = (0..n).map(|i| format!("k{i}")).collect();
     let (got, missing) = store.get_batch(&keys).unwrap();
     assert!(missing.is_empty(), "missing {missing:?}");
@@ -47,7 +47,7 @@ fn a_compaction_published_removes_the_old_segments_from_readers() {
     };
     let url = new_bucket_url(&endpoint, "compacted");
     let (w, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &s3_location(&endpoint, &url, w.path()),
         Options {
             flush_every: 20,
@@ -62,7 +62,7 @@ fn a_compaction_published_removes_the_old_segments_from_readers() {
             .unwrap();
         writer.publish().unwrap();
     }
-    let reader = RemoteSegments::open(
+    let reader = SegmentsAt::open(
         &s3_location(&endpoint, &url, r.path()),
         Options {
             read_only: true,
@@ -93,7 +93,7 @@ fn a_compaction_published_removes_the_old_segments_from_readers() {
 
     // A cold reader sees the compacted cache only.
     let cold = tempfile::tempdir().unwrap();
-    let fresh = RemoteSegments::open(
+    let fresh = SegmentsAt::open(
         &s3_location(&endpoint, &url, cold.path()),
         Options {
             read_only: true,
@@ -107,7 +107,7 @@ fn a_compaction_published_removes_the_old_segments_from_readers() {
 
     // The working directory records the removals: opened again, it is
     // where the refresh left it.
-    let again = RemoteSegments::open(
+    let again = SegmentsAt::open(
         &s3_location(&endpoint, &url, r.path()),
         Options {
             read_only: true,

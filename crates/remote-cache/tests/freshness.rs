@@ -17,7 +17,7 @@ use common::{
     small_tier, spawn_child_writer,
 };
 use remote_cache::commit_name;
-use remote_cache::{RemoteDir, RemoteSegments};
+use remote_cache::{RemoteDir, SegmentsAt};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::Options;
 use tensor_core::Tensor;
@@ -63,7 +63,7 @@ fn a_refreshing_reader_sees_whole_commits_from_another_process() {
         (&endpoint, &url, pub_dir.path()),
         std::process::Stdio::piped(),
     );
-    let reader = RemoteSegments::open(
+    let reader = SegmentsAt::open(
         &s3_location(&endpoint, &url, read_dir.path()),
         Options {
             read_only: true,
@@ -113,9 +113,9 @@ fn a_periodic_refresher_brings_new_commits_without_a_call() {
     let url = new_bucket_url(&endpoint, "periodic");
     let (w, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer =
-        RemoteSegments::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
+        SegmentsAt::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
     let reader = std::sync::Arc::new(
-        RemoteSegments::open(
+        SegmentsAt::open(
             &s3_location(&endpoint, &url, r.path()),
             Options {
                 read_only: true,
@@ -124,7 +124,7 @@ fn a_periodic_refresher_brings_new_commits_without_a_call() {
         )
         .unwrap(),
     );
-    let refresher = RemoteSegments::refresh_every(&reader, std::time::Duration::from_millis(20));
+    let refresher = SegmentsAt::refresh_every(&reader, std::time::Duration::from_millis(20));
     let items = keyed("k", 0..10, record);
     writer.put_batch(&items).unwrap();
     writer.publish().unwrap();
@@ -146,13 +146,9 @@ fn a_periodic_refresher_brings_new_commits_without_a_call() {
 
 /// A read-only segment store at `url` whose requests are recorded in the
 /// returned log, with its tier and working directory under `dir`: opened
-/// as `RemoteSegments::open` does, so a warm open asks for the next
+/// as `SegmentsAt::open` does, so a warm open asks for the next
 /// commit while the store opens.
-fn recorded_reader(
-    endpoint: &str,
-    url: &str,
-    dir: &std::path::Path,
-) -> (RemoteSegments, RequestLog) {
+fn recorded_reader(endpoint: &str, url: &str, dir: &std::path::Path) -> (SegmentsAt, RequestLog) {
     let (inner, prefix) = build_store(url, s3_options(endpoint)).unwrap();
     let log = RequestLog::default();
     let store = Arc::new(Intercepted::new(inner, Arc::clone(&log)));
@@ -166,13 +162,10 @@ fn recorded_reader(
         lru_bytes: 0,
         ..Options::default()
     };
-    (
-        RemoteSegments::with_unapplied(remote, options).unwrap(),
-        log,
-    )
+    (SegmentsAt::with_unapplied(remote, options).unwrap(), log)
 }
 
-fn publish_range(writer: &RemoteSegments, range: std::ops::Range<usize>) -> Option<u64> {
+fn publish_range(writer: &SegmentsAt, range: std::ops::Range<usize>) -> Option<u64> {
     writer.put_batch(&keyed("k", range, record)).unwrap();
     writer.publish().unwrap().seq
 }
@@ -193,7 +186,7 @@ fn an_open_finds_new_commits_with_one_get_each_and_one_more() {
     let url = new_bucket_url(&endpoint, "probe");
     let (w, r) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer =
-        RemoteSegments::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
+        SegmentsAt::open(&s3_location(&endpoint, &url, w.path()), Options::default()).unwrap();
     assert_eq!(publish_range(&writer, 0..10), Some(1));
     let (reader, _) = recorded_reader(&endpoint, &url, r.path());
     assert_eq!((reader.remote().unwrap().seq(), reader.len()), (1, 10));
@@ -255,7 +248,7 @@ fn writers_publishing_at_once_leave_commits_without_gaps() {
     let dirs: Vec<_> = (0..=WRITERS)
         .map(|_| tempfile::tempdir().unwrap())
         .collect();
-    let reader = RemoteSegments::open(
+    let reader = SegmentsAt::open(
         &s3_location(&endpoint, &url, dirs[WRITERS].path()),
         Options {
             read_only: true,
@@ -274,7 +267,7 @@ fn writers_publishing_at_once_leave_commits_without_gaps() {
                     ..Options::default()
                 };
                 let writer =
-                    RemoteSegments::open(&s3_location(endpoint, url, dir.path()), options).unwrap();
+                    SegmentsAt::open(&s3_location(endpoint, url, dir.path()), options).unwrap();
                 for round in 0..ROUNDS {
                     let base = (w * ROUNDS + round) * PER;
                     assert!(publish_range(&writer, base..base + PER).is_some());

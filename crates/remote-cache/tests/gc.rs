@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use common::{build_arrays, keyed, new_bucket_url, s3_endpoint, s3_location, tier};
 use remote_cache::push_dir;
+use remote_cache::{ArraysAt, RemoteDir, SegmentsAt, StoreFiles};
 use remote_cache::{GcOptions, du, gc};
-use remote_cache::{RemoteDir, RemoteMemmapArray, RemoteSegments, StoreFiles};
 use remote_tier::RemoteTier;
 use segment_store::Options;
 use tensor_core::{Tensor, Value};
@@ -30,7 +30,7 @@ fn record(i: usize, round: usize) -> Value {
     Value::from(Tensor::from_vec([32, 32], values).unwrap())
 }
 
-fn assert_values(store: &RemoteSegments, keys: std::ops::Range<usize>, round: usize) {
+fn assert_values(store: &SegmentsAt, keys: std::ops::Range<usize>, round: usize) {
     let names: Vec<String> = keys.clone().map(|i| format!("k{i}")).collect();
     let (got, missing) = store.get_batch(&names).unwrap();
     assert!(missing.is_empty(), "missing {missing:?}");
@@ -39,8 +39,8 @@ fn assert_values(store: &RemoteSegments, keys: std::ops::Range<usize>, round: us
     }
 }
 
-fn reader(endpoint: &str, url: &str, dir: &Path) -> RemoteSegments {
-    RemoteSegments::open(
+fn reader(endpoint: &str, url: &str, dir: &Path) -> SegmentsAt {
+    SegmentsAt::open(
         &s3_location(endpoint, url, dir),
         Options {
             read_only: true,
@@ -66,7 +66,7 @@ fn gc_with_a_publisher_and_a_reader_then_the_bucket_holds_the_live_bytes() {
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),
     );
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &s3_location(&endpoint, &url, w.path()),
         Options {
             flush_every: 25,
@@ -172,7 +172,7 @@ fn gc_with_a_publisher_and_a_reader_then_the_bucket_holds_the_live_bytes() {
     .unwrap();
     let opened = dir.refresh().unwrap();
     assert_eq!((opened.seq, opened.checkpoints, opened.commits), (8, 1, 0));
-    let store = RemoteSegments::with_remote(
+    let store = SegmentsAt::with_remote(
         dir,
         Options {
             read_only: true,
@@ -217,7 +217,7 @@ fn gc_keeps_the_commit_that_was_current_when_the_window_starts() {
         Some(1)
     );
     // Current, and reading by blocks: it fetches rows as it reads them.
-    let current = RemoteMemmapArray::open(&s3_location(&endpoint, &url, r.path())).unwrap();
+    let current = ArraysAt::open(&s3_location(&endpoint, &url, r.path())).unwrap();
     assert_eq!(current.remote().unwrap().seq(), 1);
     let read_row = |i: u64| {
         let view = current.array(i, "data").unwrap().unwrap();
@@ -261,7 +261,7 @@ fn gc_keeps_the_commit_that_was_current_when_the_window_starts() {
     }
     // A cold open reads commit 2.
     let cold = tempfile::tempdir().unwrap();
-    let latest = RemoteMemmapArray::open(&s3_location(&endpoint, &url, cold.path())).unwrap();
+    let latest = ArraysAt::open(&s3_location(&endpoint, &url, cold.path())).unwrap();
     latest.ensure_rows(0..rows).unwrap();
     for i in 0..rows {
         let view = latest.cache().array(i, "data").unwrap().unwrap();

@@ -13,9 +13,7 @@ use std::path::Path;
 
 use common::{Backend, Server, build_arrays, keyed, location, small_tier};
 use page_alloc::{PageWriter, Value, WriterOptions};
-use remote_cache::{
-    Location, RemoteDir, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards,
-};
+use remote_cache::{ArraysAt, Location, PagesAt, RemoteDir, SegmentsAt, ShardsAt};
 use remote_tier::RemoteTier;
 
 /// Copies every file under `dir` onto the GCS emulator's `bucket`, named by
@@ -70,7 +68,7 @@ fn every_store_published_elsewhere_is_read_by_a_cold_reader_on_gcs() {
         let values: Vec<f32> = (0..16).map(|j| (i * 16 + j) as f32).collect();
         tensor_core::Value::from(tensor_core::Tensor::from_vec([4, 4], values).unwrap())
     };
-    let segments = RemoteSegments::open(&local("seg"), segment_store::Options::default()).unwrap();
+    let segments = SegmentsAt::open(&local("seg"), segment_store::Options::default()).unwrap();
     segments.put_batch(&keyed("k", 0..100, record)).unwrap();
     assert_eq!(segments.publish().unwrap().seq, Some(1));
     segments.put_batch(&keyed("k", 100..150, record)).unwrap();
@@ -78,7 +76,7 @@ fn every_store_published_elsewhere_is_read_by_a_cold_reader_on_gcs() {
     drop(segments);
     // Shards, generated and uploaded.
     let shard_options = || shard_store::Options::default().shard_items(50);
-    let shards = RemoteShards::open_with_source(&local("shards"), shard_options(), || {
+    let shards = ShardsAt::open_with_source(&local("shards"), shard_options(), || {
         (0..220u64).map(|i| (i, format!("item {i}")))
     })
     .unwrap();
@@ -115,7 +113,7 @@ fn every_store_published_elsewhere_is_read_by_a_cold_reader_on_gcs() {
         read_only: true,
         ..segment_store::Options::default()
     };
-    let segments = RemoteSegments::open(&on_gcs("seg"), read_only).unwrap();
+    let segments = SegmentsAt::open(&on_gcs("seg"), read_only).unwrap();
     assert_eq!(segments.remote().unwrap().seq(), 2);
     let keys: Vec<String> = (0..150).map(|i| format!("k{i}")).collect();
     let (records, missing) = segments.get_batch(&keys).unwrap();
@@ -124,18 +122,18 @@ fn every_store_published_elsewhere_is_read_by_a_cold_reader_on_gcs() {
         assert!(r.as_ref() == Some(&record(i)), "k{i}");
     }
 
-    let shards: RemoteShards<(u64, String)> =
-        RemoteShards::open(&on_gcs("shards"), shard_options()).unwrap();
+    let shards: ShardsAt<(u64, String)> =
+        ShardsAt::open(&on_gcs("shards"), shard_options()).unwrap();
     assert_eq!(shards.len().unwrap(), 220);
     for i in [0i64, 49, 50, 219] {
         assert_eq!(shards.get(i).unwrap(), (i as u64, format!("item {i}")));
     }
 
-    let arrays = RemoteMemmapArray::open(&on_gcs("arrays")).unwrap();
+    let arrays = ArraysAt::open(&on_gcs("arrays")).unwrap();
     assert!(arrays.remote().unwrap().is_by_blocks("data.bin"));
     common::assert_rows(&arrays, &[0, 17, 300, 599], array_row);
 
-    let pages = RemotePages::open(&on_gcs("pages"), "data.pages").unwrap();
+    let pages = PagesAt::open(&on_gcs("pages"), "data.pages").unwrap();
     assert!(pages.remote().unwrap().is_by_blocks("data.pages"));
     assert_eq!(pages.reader().len(), 400);
     for i in [0usize, 1, 199, 399] {

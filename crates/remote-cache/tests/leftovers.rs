@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::{keyed, small_tier};
 use durable_fs::FileLock;
-use remote_cache::{Location, RemoteSegments};
+use remote_cache::{Location, SegmentsAt};
 use tensor_core::{Tensor, Value};
 
 fn record(i: usize) -> Value {
@@ -41,7 +41,7 @@ fn leftovers_of_dead_processes_are_swept_on_open() {
     let location = |dir: &Path| {
         Location::remote(&url, small_tier(&tier_dir, 1 << 30)).with_work_dir(dir.to_path_buf())
     };
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &location(&scratch.path().join("writer")),
         segment_store::Options {
             flush_every: 4,
@@ -55,7 +55,7 @@ fn leftovers_of_dead_processes_are_swept_on_open() {
         read_only: true,
         ..segment_store::Options::default()
     };
-    drop(RemoteSegments::open(&location(&work), reader_options.clone()).unwrap());
+    drop(SegmentsAt::open(&location(&work), reader_options.clone()).unwrap());
 
     let (host, dead, me) = (durable_fs::host_name(), dead_pid(), std::process::id());
     let swept = [
@@ -76,7 +76,7 @@ fn leftovers_of_dead_processes_are_swept_on_open() {
         held.path().to_path_buf(),
     ];
 
-    let reader = RemoteSegments::open(&location(&work), reader_options).unwrap();
+    let reader = SegmentsAt::open(&location(&work), reader_options).unwrap();
     let (records, missing) = reader.get_batch(&["k3", "k12"]).unwrap();
     assert!(missing.is_empty());
     assert!(records[0].as_ref() == Some(&record(3)));

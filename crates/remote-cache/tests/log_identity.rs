@@ -13,7 +13,7 @@ use common::{keyed, new_bucket_url, s3_endpoint, s3_options, small_tier};
 use remote_cache::LOG_OBJECT;
 use remote_cache::pull_dir;
 use remote_cache::{COMMIT_VERSION, OBJECTS, commit_name};
-use remote_cache::{Commit, Error, Location, RemoteDir, RemoteSegments, StoreFiles, work_dir};
+use remote_cache::{Commit, Error, Location, RemoteDir, SegmentsAt, StoreFiles, work_dir};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::Options;
 use tensor_core::{Tensor, Value};
@@ -99,8 +99,7 @@ fn wipe(backend: &Backend, url: &str) {
 /// `k{c}` of generation `generation`, one a commit, then `extra`.
 fn write_log(backend: &Backend, url: &str, commits: usize, generation: u16, extra: &str) {
     let w = tempfile::tempdir().unwrap();
-    let writer =
-        RemoteSegments::open(&backend.location(url, w.path()), Options::default()).unwrap();
+    let writer = SegmentsAt::open(&backend.location(url, w.path()), Options::default()).unwrap();
     for c in 0..commits {
         writer
             .put_batch(&keyed("k", c..c + 1, |i| record(i, generation)))
@@ -123,7 +122,7 @@ fn read_only() -> Options {
     }
 }
 
-fn get(reader: &RemoteSegments, key: &str) -> Option<Value> {
+fn get(reader: &SegmentsAt, key: &str) -> Option<Value> {
     reader.get_batch(&[key]).unwrap().0.remove(0)
 }
 
@@ -157,8 +156,7 @@ fn a_reader_opened_again_after_the_log_was_rebuilt_starts_over_from_the_new_log(
             write_log(&backend, &url, 2, 0, "");
             let old = bucket_log(&backend, &url).expect("the first publish names the log");
             let r = tempfile::tempdir().unwrap();
-            let reader =
-                RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+            let reader = SegmentsAt::open(&backend.location(&url, r.path()), read_only()).unwrap();
             assert_eq!(reader.remote().unwrap().seq(), 2);
             assert_eq!(reader.remote().unwrap().log_id(), Some(old.clone()));
             assert!(get(&reader, "k1") == Some(record(1, 0)));
@@ -169,8 +167,7 @@ fn a_reader_opened_again_after_the_log_was_rebuilt_starts_over_from_the_new_log(
             let new = bucket_log(&backend, &url).unwrap();
             assert_ne!(old, new);
 
-            let reader =
-                RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+            let reader = SegmentsAt::open(&backend.location(&url, r.path()), read_only()).unwrap();
             let what = format!("{} with {new_commits} new commits", backend.name());
             assert_eq!(reader.remote().unwrap().log_id(), Some(new), "{what}");
             assert_eq!(
@@ -196,8 +193,7 @@ fn a_reader_left_open_across_a_rebuild_refuses_the_new_log_and_serves_nothing_ol
             write_log(&backend, &url, 2, 0, "");
             let old = bucket_log(&backend, &url).unwrap();
             let r = tempfile::tempdir().unwrap();
-            let reader =
-                RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+            let reader = SegmentsAt::open(&backend.location(&url, r.path()), read_only()).unwrap();
             assert!(get(&reader, "k0") == Some(record(0, 0)));
 
             wipe(&backend, &url);
@@ -226,8 +222,7 @@ fn a_reader_left_open_across_a_rebuild_refuses_the_new_log_and_serves_nothing_ol
             drop(reader);
 
             // Opened again: the new log, from scratch.
-            let reader =
-                RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+            let reader = SegmentsAt::open(&backend.location(&url, r.path()), read_only()).unwrap();
             assert_eq!(reader.remote().unwrap().log_id(), Some(new), "{what}");
             assert!(get(&reader, "k0") == Some(record(0, 5)), "{what}");
             assert!(get(&reader, "new") == Some(record(99, 5)), "{what}");
@@ -241,7 +236,7 @@ fn a_writer_left_open_across_a_rebuild_publishes_nothing_into_the_new_log() {
         let url = backend.url("writer");
         let w = tempfile::tempdir().unwrap();
         let writer =
-            RemoteSegments::open(&backend.location(&url, w.path()), Options::default()).unwrap();
+            SegmentsAt::open(&backend.location(&url, w.path()), Options::default()).unwrap();
         writer
             .put_batch(&keyed("k", 0..1, |i| record(i, 0)))
             .unwrap();
@@ -253,7 +248,7 @@ fn a_writer_left_open_across_a_rebuild_publishes_nothing_into_the_new_log() {
             .unwrap();
         assert!(matches!(writer.publish(), Err(Error::OtherLog { .. })));
         let r = tempfile::tempdir().unwrap();
-        let reader = RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+        let reader = SegmentsAt::open(&backend.location(&url, r.path()), read_only()).unwrap();
         assert_eq!((reader.remote().unwrap().seq(), reader.len()), (1, 1));
         assert!(get(&reader, "k0") == Some(record(0, 5)));
     }
@@ -282,7 +277,7 @@ fn the_same_url_on_another_endpoint_is_another_log() {
                 StoreFiles::for_kind(remote_cache::StoreKind::SegmentStore),
             )
             .unwrap();
-            RemoteSegments::with_unapplied(remote, read_only()).unwrap()
+            SegmentsAt::with_unapplied(remote, read_only()).unwrap()
         };
         let reader = open(&here);
         assert!(get(&reader, "k1") == Some(record(1, 0)));
@@ -418,7 +413,7 @@ fn a_start_over_cut_short_is_started_over_again() {
         let url = backend.url("cut-short");
         write_log(&backend, &url, 2, 0, "");
         let r = tempfile::tempdir().unwrap();
-        let reader = RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+        let reader = SegmentsAt::open(&backend.location(&url, r.path()), read_only()).unwrap();
         let work = reader.remote().unwrap().dir().to_path_buf();
         drop(reader);
         wipe(&backend, &url);
@@ -428,7 +423,7 @@ fn a_start_over_cut_short_is_started_over_again() {
         let applied = work.join(".cachex-remote").join("applied.jsonl");
         std::fs::write(&applied, b"").unwrap();
         assert!(work.join(".cachex-remote").join(LOG_OBJECT).exists());
-        let reader = RemoteSegments::open(&backend.location(&url, r.path()), read_only()).unwrap();
+        let reader = SegmentsAt::open(&backend.location(&url, r.path()), read_only()).unwrap();
         assert_eq!(
             reader.remote().unwrap().log_id(),
             bucket_log(&backend, &url)

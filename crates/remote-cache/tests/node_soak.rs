@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 
 use common::{build_arrays, small_tier};
 use page_alloc::{PageWriter, Value as PageValue, WriterOptions};
-use remote_cache::{
-    Location, RemoteDir, RemoteMemmapArray, RemotePages, RemoteSegments, RemoteShards, StoreFiles,
-};
+use remote_cache::{ArraysAt, Location, PagesAt, RemoteDir, SegmentsAt, ShardsAt, StoreFiles};
 use remote_tier::{RemoteTier, TierConfig};
 use tensor_core::{Tensor, Value};
 use test_support::tier_disk::assert_count_matches_disk;
@@ -100,7 +98,7 @@ fn publish_dir(bucket: &Path, store: &str, dir: &Path) {
 /// Writes and publishes the four stores into `bucket`.
 fn publish_stores(bucket: &Path) {
     let writer_tier = tempfile::tempdir().unwrap();
-    let segments = RemoteSegments::open(
+    let segments = SegmentsAt::open(
         &location(bucket, "segments", writer_tier.path()),
         segment_store::Options {
             flush_every: 100,
@@ -134,7 +132,7 @@ fn publish_stores(bucket: &Path) {
     publish_dir(bucket, "arrays", arrays.path());
 
     let shard_tier = tempfile::tempdir().unwrap();
-    let shards = RemoteShards::open_with_source(
+    let shards = ShardsAt::open_with_source(
         &location(bucket, "shards", shard_tier.path()),
         shard_options(),
         || (0..ITEMS).map(item),
@@ -171,7 +169,7 @@ fn soak_child() {
     for step in 0..steps {
         match rng.below(4) {
             0 => {
-                let store = RemoteSegments::open(
+                let store = SegmentsAt::open(
                     &location(bucket, "segments", tier_dir),
                     segment_store::Options {
                         read_only: true,
@@ -192,7 +190,7 @@ fn soak_child() {
             }
             1 => {
                 let pages =
-                    RemotePages::open(&location(bucket, "pages", tier_dir), "data.pages").unwrap();
+                    PagesAt::open(&location(bucket, "pages", tier_dir), "data.pages").unwrap();
                 for _ in 0..ITEMS_PER_STEP {
                     let i = rng.below(SAMPLES as u64) as usize;
                     let s = pages.sample(i).unwrap();
@@ -204,8 +202,7 @@ fn soak_child() {
                 }
             }
             2 => {
-                let arrays =
-                    RemoteMemmapArray::open(&location(bucket, "arrays", tier_dir)).unwrap();
+                let arrays = ArraysAt::open(&location(bucket, "arrays", tier_dir)).unwrap();
                 for _ in 0..ITEMS_PER_STEP {
                     let i = rng.below(ROWS);
                     let view = arrays.array(i, "data").unwrap().unwrap();
@@ -216,9 +213,8 @@ fn soak_child() {
                 }
             }
             _ => {
-                let shards: RemoteShards<(u64, String)> =
-                    RemoteShards::open(&location(bucket, "shards", tier_dir), shard_options())
-                        .unwrap();
+                let shards: ShardsAt<(u64, String)> =
+                    ShardsAt::open(&location(bucket, "shards", tier_dir), shard_options()).unwrap();
                 for _ in 0..ITEMS_PER_STEP {
                     let i = rng.below(ITEMS);
                     assert_eq!(*shards.get(i as i64).unwrap(), item(i), "step {step}");

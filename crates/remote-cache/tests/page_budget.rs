@@ -1,7 +1,7 @@
 //! A page file three times its local tier's budget, read for three epochs
 //! by three processes that share the tier, each a rank reading its share
 //! of a shuffled page order with its plan registered
-//! (`RemotePages::set_plan`), the ranks in lockstep batch by batch (as
+//! (`PagesAt::set_plan`), the ranks in lockstep batch by batch (as
 //! their collectives keep them). After every batch the tier's counted
 //! bytes stay within the budget plus one run per reader, and the disk
 //! holds no more than it counts; every sample read is right. From the
@@ -23,7 +23,7 @@ use common::{
     Children, Lockstep, new_bucket_url, s3_endpoint, s3_options, small_tier, spawn_ready_child,
 };
 use page_alloc::{PageWriter, Value, WriterOptions};
-use remote_cache::{Location, RemoteDir, RemotePages};
+use remote_cache::{Location, PagesAt, RemoteDir};
 use remote_tier::{RemoteTier, TierConfig, TierStats};
 
 const READERS: usize = 3;
@@ -154,7 +154,7 @@ fn page_budget_child() {
     let rank: usize = args[4].parse().unwrap();
     let location =
         Location::remote(url, reader_tier(tier_dir, budget)).with_options(s3_options(endpoint));
-    let pages = RemotePages::open(&location, "data.pages").unwrap();
+    let pages = PagesAt::open(&location, "data.pages").unwrap();
     let starts: Vec<usize> = {
         let mut s: Vec<usize> = pages
             .reader()
@@ -321,7 +321,7 @@ fn a_page_file_smaller_than_the_whole_file_size_is_read_within_the_budget() {
     let mut config = reader_tier(tier_dir.path(), budget);
     config.whole_file_max = size * 2;
     let location = Location::remote(&url, config).with_options(s3_options(&endpoint));
-    let pages = RemotePages::open(&location, "data.pages").unwrap();
+    let pages = PagesAt::open(&location, "data.pages").unwrap();
     let linked = pages.reader().path().symlink_metadata().unwrap();
     assert!(linked.file_type().is_symlink(), "the page file is linked");
     let runs = PAGE + BLOCK;

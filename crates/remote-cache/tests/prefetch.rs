@@ -14,7 +14,7 @@ use common::{build_arrays, new_bucket_url, s3_endpoint, s3_options, small_tier};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetResult, ObjectStore};
 use page_alloc::{PageWriter, Value, WriterOptions};
-use remote_cache::{RemoteDir, RemoteMemmapArray, RemotePages, StoreFiles, StoreKind};
+use remote_cache::{ArraysAt, PagesAt, RemoteDir, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, TierConfig, build_store};
 use test_support::intercept::{Intercept, Intercepted};
 
@@ -120,7 +120,7 @@ fn a_prefetched_epoch_of_a_page_file_sends_no_request() {
         StoreFiles::for_kind(StoreKind::PageAlloc),
     )
     .unwrap();
-    let pages = RemotePages::with_remote(remote, "data.pages").unwrap();
+    let pages = PagesAt::with_remote(remote, "data.pages").unwrap();
     let order = epoch(n);
     let warming = pages.prefetch(&order);
     assert!(warming.total() > 10, "{} blocks asked for", warming.total());
@@ -169,7 +169,7 @@ fn a_prefetched_epoch_of_arrays_sends_no_request() {
         StoreFiles::for_kind(StoreKind::MemmapArray),
     )
     .unwrap();
-    let arrays = RemoteMemmapArray::with_remote(remote).unwrap();
+    let arrays = ArraysAt::with_remote(remote).unwrap();
     let order: Vec<u64> = epoch(rows as usize).into_iter().map(|i| i as u64).collect();
     let warming = arrays.prefetch(&order);
     assert!(
@@ -222,7 +222,7 @@ fn a_prefetch_stays_within_the_bytes_it_is_given() {
         StoreFiles::for_kind(StoreKind::PageAlloc),
     )
     .unwrap();
-    let pages = RemotePages::with_remote(remote, "data.pages").unwrap();
+    let pages = PagesAt::with_remote(remote, "data.pages").unwrap();
     let order = epoch(n);
     let warming = pages.prefetch(&order);
     assert!(warming.wait(Duration::from_secs(120)));

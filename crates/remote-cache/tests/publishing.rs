@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{new_bucket_url, s3_endpoint, s3_location};
 use remote_cache::{DEFAULT_PUBLISH_INTERVAL, Publish, Publisher};
-use remote_cache::{RemoteSegments, RemoteShards};
+use remote_cache::{SegmentsAt, ShardsAt};
 use tensor_core::{Tensor, Value};
 
 fn record(i: u32) -> Value {
@@ -55,7 +55,7 @@ fn a_segment_writer_dropped_without_publish_publishes_what_it_held() {
     let url = new_bucket_url(&endpoint, "dropped-segments");
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer =
-        RemoteSegments::open(&s3_location(&endpoint, &url, a.path()), writer_options(64)).unwrap();
+        SegmentsAt::open(&s3_location(&endpoint, &url, a.path()), writer_options(64)).unwrap();
     // Three segments flushed by the store on its own, and 8 records pending.
     let items: Vec<(String, Value)> = keys(200)
         .into_iter()
@@ -66,7 +66,7 @@ fn a_segment_writer_dropped_without_publish_publishes_what_it_held() {
     drop(writer);
 
     let reader =
-        RemoteSegments::open(&s3_location(&endpoint, &url, b.path()), reader_options()).unwrap();
+        SegmentsAt::open(&s3_location(&endpoint, &url, b.path()), reader_options()).unwrap();
     assert_eq!(reader.len(), 200);
     let (got, missing) = reader.get_batch(&keys(200)).unwrap();
     assert!(missing.is_empty(), "{missing:?}");
@@ -83,7 +83,7 @@ fn a_flushed_segment_reaches_the_bucket_while_its_writer_lives() {
     let url = new_bucket_url(&endpoint, "live-segments");
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer =
-        RemoteSegments::open(&s3_location(&endpoint, &url, a.path()), writer_options(16)).unwrap();
+        SegmentsAt::open(&s3_location(&endpoint, &url, a.path()), writer_options(16)).unwrap();
     let items: Vec<(String, Value)> = keys(40)
         .into_iter()
         .enumerate()
@@ -95,8 +95,7 @@ fn a_flushed_segment_reaches_the_bucket_while_its_writer_lives() {
     let seen = eventually(|| {
         if reader.is_none() {
             reader =
-                RemoteSegments::open(&s3_location(&endpoint, &url, b.path()), reader_options())
-                    .ok();
+                SegmentsAt::open(&s3_location(&endpoint, &url, b.path()), reader_options()).ok();
         }
         reader.as_ref().is_some_and(|r| {
             r.refresh().is_ok() && r.get_batch(&["k0", "k31"]).unwrap().1.is_empty()
@@ -122,7 +121,7 @@ fn a_shard_writer_dropped_without_publish_publishes_every_shard() {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let options = || shard_store::Options::default().shard_items(50);
     let writer =
-        RemoteShards::open_with_source(&s3_location(&endpoint, &url, a.path()), options(), || {
+        ShardsAt::open_with_source(&s3_location(&endpoint, &url, a.path()), options(), || {
             (0..420u64).map(|i| (i, format!("item {i}")))
         })
         .unwrap();
@@ -130,8 +129,8 @@ fn a_shard_writer_dropped_without_publish_publishes_every_shard() {
     writer.wait_until_all_cached().unwrap();
     drop(writer);
 
-    let reader: RemoteShards<(u64, String)> =
-        RemoteShards::open(&s3_location(&endpoint, &url, b.path()), options()).unwrap();
+    let reader: ShardsAt<(u64, String)> =
+        ShardsAt::open(&s3_location(&endpoint, &url, b.path()), options()).unwrap();
     assert_eq!(reader.len().unwrap(), 420);
     for i in 0..420 {
         assert_eq!(reader.get(i).unwrap(), (i as u64, format!("item {i}")));

@@ -17,7 +17,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{
     GetOptions, GetResult, ListResult, ObjectStore, PutOptions, PutPayload, PutResult,
 };
-use remote_cache::{Error, RemoteDir, RemoteSegments, StoreFiles, StoreKind};
+use remote_cache::{Error, RemoteDir, SegmentsAt, StoreFiles, StoreKind};
 use remote_tier::{RemoteTier, TierConfig, build_store};
 use segment_store::Options;
 use tensor_core::{Tensor, Value};
@@ -109,7 +109,7 @@ impl Intercept for Meter {
 fn publish(endpoint: &str, name: &str, n: usize, flush_every: usize) -> String {
     let url = new_bucket_url(endpoint, name);
     let tier = tempfile::tempdir().unwrap();
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &s3_location(endpoint, &url, tier.path()),
         Options {
             flush_every,
@@ -128,7 +128,7 @@ fn publish(endpoint: &str, name: &str, n: usize, flush_every: usize) -> String {
 }
 
 /// A reader on an empty tier of default settings, its requests metered.
-fn cold_reader(endpoint: &str, url: &str, tier_dir: &Path) -> (RemoteSegments, Arc<Meter>) {
+fn cold_reader(endpoint: &str, url: &str, tier_dir: &Path) -> (SegmentsAt, Arc<Meter>) {
     let (store, prefix) = build_store(url, s3_options(endpoint)).unwrap();
     let meter = Arc::new(Meter::default());
     let metered: Arc<dyn ObjectStore> = Arc::new(Intercepted::new(store, Arc::clone(&meter)));
@@ -147,13 +147,10 @@ fn cold_reader(endpoint: &str, url: &str, tier_dir: &Path) -> (RemoteSegments, A
         read_only: true,
         ..Options::default()
     };
-    (
-        RemoteSegments::with_unapplied(remote, options).unwrap(),
-        meter,
-    )
+    (SegmentsAt::with_unapplied(remote, options).unwrap(), meter)
 }
 
-fn is_segment(reader: &RemoteSegments, object: &str) -> bool {
+fn is_segment(reader: &SegmentsAt, object: &str) -> bool {
     let remote = reader.remote().unwrap();
     let segments = std::fs::read_dir(remote.dir().join("segments")).unwrap();
     segments.flatten().any(|e| {
@@ -333,7 +330,7 @@ fn a_working_directory_left_by_ranged_reads_opens_whole_for_other_stores() {
     let url = publish(&endpoint, "rangedthenwhole", n, 200);
     let tier = tempfile::tempdir().unwrap();
     let location = s3_location(&endpoint, &url, tier.path());
-    let reader = RemoteSegments::open(
+    let reader = SegmentsAt::open(
         &location,
         Options {
             read_only: true,
@@ -371,7 +368,7 @@ fn a_working_directory_left_by_ranged_reads_opens_whole_for_other_stores() {
     drop(store);
     drop(opened);
     // And opened again by blocks, the copies stay whole and read.
-    let reader = RemoteSegments::open(
+    let reader = SegmentsAt::open(
         &location,
         Options {
             read_only: true,

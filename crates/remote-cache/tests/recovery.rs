@@ -15,7 +15,7 @@ use common::{
 };
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutOptions, PutPayload, PutResult};
-use remote_cache::{RemoteDir, RemoteSegments};
+use remote_cache::{RemoteDir, SegmentsAt};
 use remote_tier::{RemoteTier, build_store};
 use segment_store::{Options, SegmentStore};
 use tensor_core::Tensor;
@@ -54,7 +54,7 @@ fn a_publish_that_fails_before_its_commit_leaves_the_last_commit() {
 
     // Another machine sees the last commit only: 40 records, all right.
     let reader_dir = tempfile::tempdir().unwrap();
-    let reader = RemoteSegments::open(
+    let reader = SegmentsAt::open(
         &s3_location(&endpoint, &url, reader_dir.path()),
         Options {
             read_only: true,
@@ -114,7 +114,7 @@ fn spawn_writer(endpoint: &str, url: &str, dir: &std::path::Path) -> std::proces
 /// the count. Returns the last commit and the record count.
 fn assert_committed(endpoint: &str, url: &str) -> (u64, usize) {
     let dir = tempfile::tempdir().unwrap();
-    let reader = RemoteSegments::open(
+    let reader = SegmentsAt::open(
         &s3_location(endpoint, url, dir.path()),
         Options {
             read_only: true,
@@ -185,7 +185,7 @@ fn a_writer_killed_mid_publish_leaves_the_last_commit_and_resumes() {
         last = seq;
     }
     // The same working directory, reopened once more, publishes on.
-    let store = RemoteSegments::open(
+    let store = SegmentsAt::open(
         &s3_location(&endpoint, &url, work.path()),
         Options {
             writer_id: Some(1),
@@ -215,7 +215,7 @@ fn a_torn_line_in_the_applied_log_is_cut_and_opens_keep_advancing() {
     let url = new_bucket_url(&endpoint, "torn");
     let (writer_tier, reader_tier) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     // A single-writer handle: the one kind that may compact.
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &s3_location(&endpoint, &url, writer_tier.path()),
         Options::default(),
     )
@@ -226,7 +226,7 @@ fn a_torn_line_in_the_applied_log_is_cut_and_opens_keep_advancing() {
         ..Options::default()
     };
     let open_reader = || {
-        RemoteSegments::open(
+        SegmentsAt::open(
             &s3_location(&endpoint, &url, reader_tier.path()),
             read_only(),
         )

@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 
 use common::{keyed, new_bucket_url, s3_endpoint, s3_options, small_tier};
-use remote_cache::{Location, RemoteSegments};
+use remote_cache::{Location, SegmentsAt};
 use tensor_core::{Tensor, Value};
 
 static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -77,7 +77,7 @@ fn location(url: &str, dir: &Path, options: Vec<(&'static str, String)>) -> Loca
 
 /// Fills `writer` with records `from..to`, one segment each, published
 /// in commits of `per_commit` segments.
-fn append(writer: &RemoteSegments, from: usize, to: usize, per_commit: usize) {
+fn append(writer: &SegmentsAt, from: usize, to: usize, per_commit: usize) {
     let mut at = from;
     while at < to {
         let end = (at + per_commit).min(to);
@@ -89,7 +89,7 @@ fn append(writer: &RemoteSegments, from: usize, to: usize, per_commit: usize) {
 
 /// Reads `count` keys of `0..n` spread over the whole store, and checks
 /// them.
-fn read_spread(reader: &RemoteSegments, n: usize, count: usize, seed: usize) {
+fn read_spread(reader: &SegmentsAt, n: usize, count: usize, seed: usize) {
     let keys: Vec<String> = (0..count)
         .map(|j| key((seed.wrapping_mul(7919) + j * (n / count).max(1) * 13) % n))
         .collect();
@@ -114,7 +114,7 @@ fn run(
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     limit_descriptors();
     check_descriptors("start");
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &location(url, &scratch.join("writer"), options.clone()),
         segment_store::Options {
             flush_every: 1,
@@ -130,7 +130,7 @@ fn run(
         ..segment_store::Options::default()
     };
     let reader_at = location(url, &scratch.join("reader"), options.clone());
-    let reader = RemoteSegments::open(&reader_at, reader_options.clone()).unwrap();
+    let reader = SegmentsAt::open(&reader_at, reader_options.clone()).unwrap();
     assert_eq!(reader.len(), n);
     check_descriptors("cold open");
 
@@ -153,7 +153,7 @@ fn run(
     drop(reader);
 
     // Warm: every segment linked again.
-    let reader = RemoteSegments::open(&reader_at, reader_options).unwrap();
+    let reader = SegmentsAt::open(&reader_at, reader_options).unwrap();
     assert_eq!(reader.len(), total);
     read_spread(&reader, total, 64, 3);
     check_descriptors("warm open and read");

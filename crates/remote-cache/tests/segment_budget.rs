@@ -24,7 +24,7 @@ use common::{
     Children, Lockstep, new_bucket_url, s3_endpoint, s3_location, s3_options, small_tier,
     spawn_ready_child,
 };
-use remote_cache::{Location, RemoteSegments};
+use remote_cache::{Location, SegmentsAt};
 use remote_tier::{TierConfig, TierStats};
 use segment_store::Options;
 use tensor_core::{Tensor, Value};
@@ -83,7 +83,7 @@ fn batches(p: u64, rank: usize, of: usize) -> Vec<Vec<usize>> {
 fn publish(endpoint: &str, name: &str) -> (String, u64) {
     let url = new_bucket_url(endpoint, name);
     let tier = tempfile::tempdir().unwrap();
-    let writer = RemoteSegments::open(
+    let writer = SegmentsAt::open(
         &s3_location(endpoint, &url, tier.path()),
         Options {
             flush_every: PER_SEGMENT,
@@ -112,7 +112,7 @@ fn reader_tier(dir: &Path, budget: u64) -> TierConfig {
 }
 
 /// A read-only reader of `url` on the tier at `tier_dir`.
-fn reader(endpoint: &str, url: &str, tier_dir: &Path, budget: u64) -> RemoteSegments {
+fn reader(endpoint: &str, url: &str, tier_dir: &Path, budget: u64) -> SegmentsAt {
     let location =
         Location::remote(url, reader_tier(tier_dir, budget)).with_options(s3_options(endpoint));
     let options = Options {
@@ -121,11 +121,11 @@ fn reader(endpoint: &str, url: &str, tier_dir: &Path, budget: u64) -> RemoteSegm
         lru_bytes: 0,
         ..Options::default()
     };
-    RemoteSegments::open(&location, options).unwrap()
+    SegmentsAt::open(&location, options).unwrap()
 }
 
 /// Reads `batch` through `store` and checks every record.
-fn read_checked(store: &RemoteSegments, batch: &[usize], who: &str) {
+fn read_checked(store: &SegmentsAt, batch: &[usize], who: &str) {
     let keys: Vec<String> = batch.iter().map(|i| format!("k{i}")).collect();
     let (got, missing) = store.get_batch(&keys).unwrap();
     assert!(missing.is_empty(), "{who}: {missing:?} missing");
@@ -308,7 +308,7 @@ fn readers_whose_reads_evict_each_others_blocks_read_right_records() {
     // other may be about to read.
     let budget = size / 10 / BLOCK * BLOCK;
     let tier_dir = tempfile::tempdir().unwrap();
-    let stores: Vec<RemoteSegments> = (0..2)
+    let stores: Vec<SegmentsAt> = (0..2)
         .map(|_| reader(&endpoint, &url, tier_dir.path(), budget))
         .collect();
     std::thread::scope(|s| {

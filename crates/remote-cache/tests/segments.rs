@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Backend, Server, keyed, location};
-use remote_cache::{Error, RemoteSegments};
+use remote_cache::{Error, SegmentsAt};
 use segment_store::Options;
 use tensor_core::Tensor;
 use tensor_core::Value;
@@ -31,11 +31,11 @@ fn reader_options() -> Options {
     }
 }
 
-fn put(store: &RemoteSegments, range: std::ops::Range<usize>) {
+fn put(store: &SegmentsAt, range: std::ops::Range<usize>) {
     store.put_batch(&keyed("sample_", range, record)).unwrap();
 }
 
-fn assert_records(store: &RemoteSegments, range: std::ops::Range<usize>) {
+fn assert_records(store: &SegmentsAt, range: std::ops::Range<usize>) {
     let keys: Vec<String> = range.clone().map(|i| format!("sample_{i}")).collect();
     let (records, missing) = store.get_batch(&keys).unwrap();
     assert!(missing.is_empty(), "missing {missing:?}");
@@ -59,7 +59,7 @@ fn a_writer_publishes_and_a_cold_reader_reads_then_refreshes(backend: Backend) {
     let url = server.new_url("rc", "caches/seg");
     let (wt, rt) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let writer =
-        RemoteSegments::open(&location(&server, &url, wt.path()), writer_options(None)).unwrap();
+        SegmentsAt::open(&location(&server, &url, wt.path()), writer_options(None)).unwrap();
     put(&writer, 0..100);
     let first = writer.publish().unwrap();
     assert_eq!(first.seq, Some(1));
@@ -69,8 +69,7 @@ fn a_writer_publishes_and_a_cold_reader_reads_then_refreshes(backend: Backend) {
         "nothing new, no commit"
     );
 
-    let reader =
-        RemoteSegments::open(&location(&server, &url, rt.path()), reader_options()).unwrap();
+    let reader = SegmentsAt::open(&location(&server, &url, rt.path()), reader_options()).unwrap();
     assert_eq!(reader.len(), 100);
     assert_records(&reader, 0..100);
 
@@ -86,8 +85,7 @@ fn a_writer_publishes_and_a_cold_reader_reads_then_refreshes(backend: Backend) {
 
     // A reader reopened on the same working directory applies nothing again.
     drop(reader);
-    let again =
-        RemoteSegments::open(&location(&server, &url, rt.path()), reader_options()).unwrap();
+    let again = SegmentsAt::open(&location(&server, &url, rt.path()), reader_options()).unwrap();
     assert_eq!(again.remote().unwrap().seq(), 2);
     assert_records(&again, 0..160);
 }
@@ -102,7 +100,7 @@ fn writers_with_their_own_ids_both_publish_and_readers_merge(backend: Backend) {
         for (w, dir) in dirs[..2].iter().enumerate() {
             let (server, url) = (&server, &url);
             s.spawn(move || {
-                let store = RemoteSegments::open(
+                let store = SegmentsAt::open(
                     &location(server, url, dir.path()),
                     writer_options(Some(w as u32)),
                 )
@@ -116,7 +114,7 @@ fn writers_with_their_own_ids_both_publish_and_readers_merge(backend: Backend) {
         }
     });
     let reader =
-        RemoteSegments::open(&location(&server, &url, dirs[2].path()), reader_options()).unwrap();
+        SegmentsAt::open(&location(&server, &url, dirs[2].path()), reader_options()).unwrap();
     assert_eq!(reader.remote().unwrap().seq(), 6, "six commits, none lost");
     assert_eq!(reader.len(), 300);
     assert_records(&reader, 0..150);
@@ -134,10 +132,8 @@ fn two_writers_claiming_one_segment_id_cannot_both_publish(backend: Backend) {
         tempfile::tempdir().unwrap(),
     );
     // Both open before either publishes: both write segment 0 of writer 7.
-    let wa =
-        RemoteSegments::open(&location(&server, &url, a.path()), writer_options(Some(7))).unwrap();
-    let wb =
-        RemoteSegments::open(&location(&server, &url, b.path()), writer_options(Some(7))).unwrap();
+    let wa = SegmentsAt::open(&location(&server, &url, a.path()), writer_options(Some(7))).unwrap();
+    let wb = SegmentsAt::open(&location(&server, &url, b.path()), writer_options(Some(7))).unwrap();
     put(&wa, 0..30);
     put(&wb, 500..530);
     assert_eq!(wa.publish().unwrap().seq, Some(1));
@@ -153,8 +149,7 @@ fn two_writers_claiming_one_segment_id_cannot_both_publish(backend: Backend) {
         other => panic!("expected a conflict, got {other}"),
     }
     assert!(err.to_string().contains("writer id"), "{err}");
-    let reader =
-        RemoteSegments::open(&location(&server, &url, r.path()), reader_options()).unwrap();
+    let reader = SegmentsAt::open(&location(&server, &url, r.path()), reader_options()).unwrap();
     assert_eq!(reader.remote().unwrap().seq(), 1);
     assert_eq!(reader.len(), 30);
     assert_records(&reader, 0..30);

@@ -248,7 +248,7 @@ fn a_job_on_a_url_is_one_commit_decided_again_when_its_number_is_taken() {
     let (seq, pieces) = decide_remote_segments(&tier, &tasks).unwrap();
     assert_eq!(commit_files(&tier, seq, pieces, vec![]).unwrap(), Some(2));
 
-    let reader = remote_cache::RemoteSegments::open(
+    let reader = remote_cache::SegmentsAt::open(
         &Location::remote(&url, TierConfig::new(tmp.path().join("reader"), 1 << 30)),
         Options {
             read_only: true,

@@ -8,7 +8,7 @@ mod common;
 
 use common::{Backend, Server, build_arrays, location, small_tier};
 use page_alloc::{PageWriter, Value, WriterOptions};
-use remote_cache::{Location, RemoteDir, RemoteMemmapArray, RemotePages, RemoteShards};
+use remote_cache::{ArraysAt, Location, PagesAt, RemoteDir, ShardsAt};
 use remote_tier::RemoteTier;
 use tempfile::TempDir;
 
@@ -27,7 +27,7 @@ fn shards_generated_and_uploaded_are_read_by_a_cold_reader(backend: Backend) {
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let options = || shard_store::Options::default().shard_items(50);
     let generator =
-        RemoteShards::open_with_source(&location(&server, &url, a.path()), options(), || {
+        ShardsAt::open_with_source(&location(&server, &url, a.path()), options(), || {
             (0..420u64).map(|i| (i, format!("item {i}")))
         })
         .unwrap();
@@ -36,8 +36,8 @@ fn shards_generated_and_uploaded_are_read_by_a_cold_reader(backend: Backend) {
     let published = generator.publish().unwrap();
     assert_eq!(published.seq, Some(1));
 
-    let reader: RemoteShards<(u64, String)> =
-        RemoteShards::open(&location(&server, &url, b.path()), options()).unwrap();
+    let reader: ShardsAt<(u64, String)> =
+        ShardsAt::open(&location(&server, &url, b.path()), options()).unwrap();
     assert_eq!(reader.len().unwrap(), 420);
     for i in [0i64, 49, 50, 333, 419, -1] {
         let item = reader.get(i).unwrap();
@@ -80,7 +80,7 @@ fn arrays_are_read_by_block_ranges(backend: Backend) {
     publish_dir(&server, &url, built.path());
 
     let tier_dir = tempfile::tempdir().unwrap();
-    let arrays = RemoteMemmapArray::open(&location(&server, &url, tier_dir.path())).unwrap();
+    let arrays = ArraysAt::open(&location(&server, &url, tier_dir.path())).unwrap();
     let remote = arrays.remote().unwrap();
     assert!(remote.is_by_blocks("data.bin"));
     common::assert_rows(&arrays, &[0, 17, 300, 599], array_row);
@@ -133,7 +133,7 @@ fn page_files_are_read_by_block_ranges(backend: Backend) {
 
     let tier_dir = tempfile::tempdir().unwrap();
     let location: Location = location(&server, &url, tier_dir.path());
-    let pages = RemotePages::open(&location, "data.pages").unwrap();
+    let pages = PagesAt::open(&location, "data.pages").unwrap();
     assert!(pages.remote().unwrap().is_by_blocks("data.pages"));
     assert_eq!(pages.reader().len(), 400);
     for i in [0usize, 1, 199, 399] {
@@ -182,7 +182,7 @@ fn an_open_page_file_reads_its_own_bytes_after_a_replacement_and_eviction() {
     let tier_dir = tempfile::tempdir().unwrap();
     let location =
         Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(server.options());
-    let pages = RemotePages::open(&location, "data.pages").unwrap();
+    let pages = PagesAt::open(&location, "data.pages").unwrap();
     assert_eq!(pages.sample(0).unwrap().bytes(0).unwrap(), &blob(0, 1)[..]);
 
     // The file is replaced; the reader's commit log learns it (its link
@@ -201,7 +201,7 @@ fn an_open_page_file_reads_its_own_bytes_after_a_replacement_and_eviction() {
     }
     // A reader opened now reads the second version.
     drop(pages);
-    let again = RemotePages::open(&location, "data.pages").unwrap();
+    let again = PagesAt::open(&location, "data.pages").unwrap();
     assert_eq!(
         again.sample(399).unwrap().bytes(0).unwrap(),
         &blob(399, 2)[..]
@@ -223,7 +223,7 @@ fn open_arrays_read_their_own_bytes_after_a_replacement_and_eviction() {
     let tier_dir = tempfile::tempdir().unwrap();
     let location =
         Location::remote(&url, small_tier(tier_dir.path(), 1)).with_options(server.options());
-    let arrays = RemoteMemmapArray::open(&location).unwrap();
+    let arrays = ArraysAt::open(&location).unwrap();
     let first = arrays.array(0, "data").unwrap().unwrap();
     assert_eq!(first.as_slice::<i32>().unwrap(), &array_row(0)[..]);
 
@@ -256,7 +256,7 @@ fn arrays_refreshed_before_their_first_read_read_their_own_bytes() {
     let (publisher, _tier) = publisher(&server, &url, built.path());
     assert_eq!(publisher.publish().unwrap().seq, Some(1));
     let tier_dir = tempfile::tempdir().unwrap();
-    let arrays = RemoteMemmapArray::open(&location(&server, &url, tier_dir.path())).unwrap();
+    let arrays = ArraysAt::open(&location(&server, &url, tier_dir.path())).unwrap();
 
     // data.bin replaced and the reader refreshed before it read a row:
     // its link names the new object now, its handle the first.

@@ -1,4 +1,4 @@
-//! [`RemoteMemmapArray`]: a finished memmap-array cache on a location, read by
+//! [`ArraysAt`]: a finished memmap-array cache on a location, read by
 //! block ranges.
 
 use std::ops::Range;
@@ -17,7 +17,7 @@ use crate::{StoreFiles, StoreKind};
 /// tier (linked into the working directory, mapped by the reader as
 /// usual), and each read first fetches the blocks of its rows.
 #[derive(Debug)]
-pub struct RemoteMemmapArray {
+pub struct ArraysAt {
     cache: MemmapArray,
     remote: Option<RemoteDir>,
     /// Per array (schema order): the tier object its file maps (`None`
@@ -25,24 +25,24 @@ pub struct RemoteMemmapArray {
     bins: Vec<(Option<RemoteFile>, u64)>,
 }
 
-impl RemoteMemmapArray {
+impl ArraysAt {
     /// Opens the finished cache at `location`.
-    pub fn open(location: &Location) -> Result<RemoteMemmapArray> {
+    pub fn open(location: &Location) -> Result<ArraysAt> {
         let opened = location.open(StoreFiles::for_kind(StoreKind::MemmapArray))?;
-        RemoteMemmapArray::open_in(&opened.dir, opened.remote)
+        ArraysAt::open_in(&opened.dir, opened.remote)
     }
 
     /// The finished cache `cache`, open in a local directory, as a store
     /// read where it lies.
-    pub fn from_local(cache: MemmapArray) -> Result<RemoteMemmapArray> {
-        RemoteMemmapArray::wrap(cache, None)
+    pub fn from_local(cache: MemmapArray) -> Result<ArraysAt> {
+        ArraysAt::wrap(cache, None)
     }
 
     /// Opens the finished cache at `location` and, with `load_fraction`,
     /// copies its arrays into RAM ([`MemmapArray::load_in_memory_with`]):
     /// for a local directory only, since a URL's arrays are read by blocks
     /// through the local tier ([`Error::BadLocation`] for a URL).
-    pub fn open_loaded(location: &Location, load_fraction: f64) -> Result<RemoteMemmapArray> {
+    pub fn open_loaded(location: &Location, load_fraction: f64) -> Result<ArraysAt> {
         if !matches!(location, Location::Local(_)) {
             return Err(Error::BadLocation {
                 root: location.shown(),
@@ -51,7 +51,7 @@ impl RemoteMemmapArray {
                     .into(),
             });
         }
-        let mut opened = RemoteMemmapArray::open(location)?;
+        let mut opened = ArraysAt::open(location)?;
         opened.cache.load_in_memory_with(load_fraction)?;
         Ok(opened)
     }
@@ -59,18 +59,18 @@ impl RemoteMemmapArray {
     /// Opens the finished cache in the working directory of `remote` (a
     /// commit log opened by the caller with the files of
     /// [`StoreKind::MemmapArray`], e.g. over a wrapped object store).
-    pub fn with_remote(remote: RemoteDir) -> Result<RemoteMemmapArray> {
+    pub fn with_remote(remote: RemoteDir) -> Result<ArraysAt> {
         let dir = remote.dir().to_path_buf();
-        RemoteMemmapArray::open_in(&dir, Some(remote))
+        ArraysAt::open_in(&dir, Some(remote))
     }
 
-    fn open_in(dir: &std::path::Path, remote: Option<RemoteDir>) -> Result<RemoteMemmapArray> {
-        RemoteMemmapArray::wrap(MemmapArray::open(dir)?, remote)
+    fn open_in(dir: &std::path::Path, remote: Option<RemoteDir>) -> Result<ArraysAt> {
+        ArraysAt::wrap(MemmapArray::open(dir)?, remote)
     }
 
     /// The open cache `cache`, its arrays read through `remote`'s objects
     /// (where it has them) or where they lie.
-    fn wrap(cache: MemmapArray, remote: Option<RemoteDir>) -> Result<RemoteMemmapArray> {
+    fn wrap(cache: MemmapArray, remote: Option<RemoteDir>) -> Result<ArraysAt> {
         // The objects the arrays map (nothing refreshes the commit log in
         // between: this handle is its only owner yet).
         let bins = cache
@@ -96,7 +96,7 @@ impl RemoteMemmapArray {
                 }
             }
         }
-        Ok(RemoteMemmapArray {
+        Ok(ArraysAt {
             cache,
             remote,
             bins,

@@ -1,11 +1,11 @@
-//! [`RemotePages`]: a page-alloc file on a location, read by block ranges.
+//! [`PagesAt`]: a page-alloc file on a location, read by block ranges.
 //!
 //! The page file of a remote cache is linked leased
 //! ([`StoreFiles::evict_blocks`](crate::StoreFiles::evict_blocks)): the
 //! tier may free any of its blocks while it is open, except those a
 //! [`Lease`] holds. So the reader leases its header and tables for its
 //! life (the reader keeps them mapped), and every read leases the runs it
-//! reads for as long as it reads them ([`RemotePages::lease_samples`]).
+//! reads for as long as it reads them ([`PagesAt::lease_samples`]).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +25,7 @@ use crate::{StoreFiles, StoreKind};
 /// and the tier keeps only what its budget holds (with a plan registered,
 /// [`set_plan`](Self::set_plan), what is needed soonest).
 #[derive(Debug)]
-pub struct RemotePages {
+pub struct PagesAt {
     reader: PageReader,
     remote: Option<RemoteDir>,
     /// The tier object the reader maps (`None` when copied whole or
@@ -43,7 +43,7 @@ pub struct RemotePages {
     _tables: Option<Lease>,
 }
 
-/// A sample of a [`RemotePages`] with the lease that keeps its run local:
+/// A sample of a [`PagesAt`] with the lease that keeps its run local:
 /// its bytes stay while this lives (it derefs to the [`Sample`]).
 #[derive(Debug)]
 pub struct LeasedSample<'a> {
@@ -59,11 +59,11 @@ impl<'a> std::ops::Deref for LeasedSample<'a> {
     }
 }
 
-impl RemotePages {
+impl PagesAt {
     /// Opens the page file `file` (a name inside the cache directory,
     /// ending `.pages`) at `location`.
-    pub fn open(location: &Location, file: &str) -> Result<RemotePages> {
-        RemotePages::open_with(location, file, &page_alloc::ReadOptions::default())
+    pub fn open(location: &Location, file: &str) -> Result<PagesAt> {
+        PagesAt::open_with(location, file, &page_alloc::ReadOptions::default())
     }
 
     /// As [`open`](Self::open), with `options` for a file that is read
@@ -74,17 +74,17 @@ impl RemotePages {
         location: &Location,
         file: &str,
         options: &page_alloc::ReadOptions,
-    ) -> Result<RemotePages> {
+    ) -> Result<PagesAt> {
         let opened = location.open(StoreFiles::for_kind(StoreKind::PageAlloc))?;
-        RemotePages::open_in(opened.dir, opened.remote, file, options)
+        PagesAt::open_in(opened.dir, opened.remote, file, options)
     }
 
     /// Opens the page file `file` in the working directory of `remote` (a
     /// commit log opened by the caller with the files of
     /// [`StoreKind::PageAlloc`]).
-    pub fn with_remote(remote: RemoteDir, file: &str) -> Result<RemotePages> {
+    pub fn with_remote(remote: RemoteDir, file: &str) -> Result<PagesAt> {
         let options = page_alloc::ReadOptions::default();
-        RemotePages::open_in(remote.dir().to_path_buf(), Some(remote), file, &options)
+        PagesAt::open_in(remote.dir().to_path_buf(), Some(remote), file, &options)
     }
 
     fn open_in(
@@ -92,7 +92,7 @@ impl RemotePages {
         remote: Option<RemoteDir>,
         file: &str,
         options: &page_alloc::ReadOptions,
-    ) -> Result<RemotePages> {
+    ) -> Result<PagesAt> {
         let path = dir.join(file);
         let object = remote.as_ref().and_then(|r| r.object(file));
         let tables = match &object {
@@ -118,7 +118,7 @@ impl RemotePages {
         };
         let ready = runs.iter().map(|_| AtomicBool::new(false)).collect();
         let ready_at = AtomicU64::new(object.as_ref().map_or(0, RemoteFile::generation));
-        Ok(RemotePages {
+        Ok(PagesAt {
             reader,
             remote,
             object,

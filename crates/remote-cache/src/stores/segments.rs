@@ -1,4 +1,4 @@
-//! [`RemoteSegments`]: a segment-store cache on a location.
+//! [`SegmentsAt`]: a segment-store cache on a location.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -26,7 +26,7 @@ use crate::{StoreFiles, StoreKind};
 /// local tier and left sparse, fetched as reads need them, and read under
 /// leases ([`RemoteFile::lease`]): the tier may free any block of them no
 /// read is using, so a store larger than the tier's budget stays within
-/// it. [`get_batch`](RemoteSegments::get_batch) reads a key of a segment
+/// it. [`get_batch`](SegmentsAt::get_batch) reads a key of a segment
 /// not whole locally through byte ranges: the blocks (4 KiB) that hold
 /// its row, and once per segment its footer and batch metadata, each
 /// block checked against the BLAKE3 its commit recorded and leased while
@@ -55,7 +55,7 @@ use crate::{StoreFiles, StoreKind};
 /// write the same segment id cannot both publish it
 /// ([`Error::Conflict`](crate::Error::Conflict)).
 #[derive(Debug)]
-pub struct RemoteSegments {
+pub struct SegmentsAt {
     // Dropped before the commit log: the store's files stay while it lives.
     store: Arc<SegmentStore>,
     // After the store (whose drop flushes), before the commit log: the
@@ -114,7 +114,7 @@ fn whole_segment(
     Ok(Some((file, Box::new(AssertUnwindSafe(copy)))))
 }
 
-/// Keys a unit of a [`RemoteSegments::prefetch`] of rows reads at once.
+/// Keys a unit of a [`SegmentsAt::prefetch`] of rows reads at once.
 const WARM_KEYS: usize = 16;
 
 /// A segment of which one call reads a sixteenth of the rows, or of
@@ -215,16 +215,16 @@ fn with_whole_segments(
     options
 }
 
-impl RemoteSegments {
+impl SegmentsAt {
     /// Opens the segment store at `location` with `options`. A reader
     /// whose working directory holds earlier commits opens its store while
     /// the request that learns what was published since is in flight
-    /// ([`with_unapplied`](RemoteSegments::with_unapplied)).
-    pub fn open(location: &Location, options: segment_store::Options) -> Result<RemoteSegments> {
+    /// ([`with_unapplied`](SegmentsAt::with_unapplied)).
+    pub fn open(location: &Location, options: segment_store::Options) -> Result<SegmentsAt> {
         let opened = location.open_unapplied(StoreFiles::for_kind(StoreKind::SegmentStore))?;
         match opened.remote {
-            Some(remote) => RemoteSegments::with_unapplied(remote, options),
-            None => Ok(RemoteSegments {
+            Some(remote) => SegmentsAt::with_unapplied(remote, options),
+            None => Ok(SegmentsAt {
                 store: Arc::new(SegmentStore::open(&opened.dir, options)?),
                 _publisher: None,
                 remote: None,
@@ -244,14 +244,14 @@ impl RemoteSegments {
     /// applying whatever that request found; a warm open then costs the
     /// longer of the two, not their sum. A writer, or an empty working
     /// directory, applies first and opens after, as
-    /// [`with_remote`](RemoteSegments::with_remote).
+    /// [`with_remote`](SegmentsAt::with_remote).
     pub fn with_unapplied(
         remote: RemoteDir,
         options: segment_store::Options,
-    ) -> Result<RemoteSegments> {
+    ) -> Result<SegmentsAt> {
         if !options.read_only || remote.seq() == 0 {
             remote.refresh_at_open()?;
-            return RemoteSegments::with_remote(remote, options);
+            return SegmentsAt::with_remote(remote, options);
         }
         let remote = Arc::new(remote);
         let options = with_whole_segments(options, &remote);
@@ -269,7 +269,7 @@ impl RemoteSegments {
             drop(store);
             remote.refresh_at_open()?;
             let store = Arc::new(SegmentStore::open(remote.dir(), options)?);
-            return Ok(RemoteSegments {
+            return Ok(SegmentsAt {
                 _publisher: publisher::for_segments(&store, &remote),
                 store,
                 remote: Some(remote),
@@ -282,7 +282,7 @@ impl RemoteSegments {
             store.refresh()?;
         }
         let store = Arc::new(store);
-        Ok(RemoteSegments {
+        Ok(SegmentsAt {
             _publisher: publisher::for_segments(&store, &remote),
             store,
             remote: Some(remote),
@@ -292,16 +292,13 @@ impl RemoteSegments {
 
     /// Opens the store in the working directory of `remote` (a commit log
     /// opened by the caller, e.g. over a wrapped object store).
-    pub fn with_remote(
-        remote: RemoteDir,
-        options: segment_store::Options,
-    ) -> Result<RemoteSegments> {
+    pub fn with_remote(remote: RemoteDir, options: segment_store::Options) -> Result<SegmentsAt> {
         let remote = Arc::new(remote);
         let store = Arc::new(SegmentStore::open(
             remote.dir(),
             with_whole_segments(options, &remote),
         )?);
-        Ok(RemoteSegments {
+        Ok(SegmentsAt {
             _publisher: publisher::for_segments(&store, &remote),
             store,
             remote: Some(remote),
@@ -563,8 +560,8 @@ impl RemoteSegments {
     }
 }
 
-/// A background thread refreshing a [`RemoteSegments`] on a period
-/// ([`RemoteSegments::refresh_every`]); stops when dropped, or when the
+/// A background thread refreshing a [`SegmentsAt`] on a period
+/// ([`SegmentsAt::refresh_every`]); stops when dropped, or when the
 /// store is gone.
 #[derive(Debug)]
 pub struct Refresher {
@@ -592,13 +589,13 @@ impl Drop for Refresher {
     }
 }
 
-impl RemoteSegments {
+impl SegmentsAt {
     /// Refreshes `store` every `period` on a background thread, until the
     /// returned [`Refresher`] is dropped or the last other handle to the
     /// store is. A failed refresh is kept in
     /// [`Refresher::last_error`] and tried again next period.
     pub fn refresh_every(
-        store: &std::sync::Arc<RemoteSegments>,
+        store: &std::sync::Arc<SegmentsAt>,
         period: std::time::Duration,
     ) -> Refresher {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
@@ -624,7 +621,7 @@ impl RemoteSegments {
     }
 }
 
-impl Deref for RemoteSegments {
+impl Deref for SegmentsAt {
     type Target = SegmentStore;
     fn deref(&self) -> &SegmentStore {
         &self.store

@@ -1,4 +1,4 @@
-//! [`RemoteShards`]: a shard-store root on a location.
+//! [`ShardsAt`]: a shard-store root on a location.
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use crate::{StoreFiles, StoreKind};
 /// One process generates a remote root at a time: two that both write
 /// `metadata.json` get [`Error::Conflict`](crate::Error::Conflict) at the second publish.
 #[derive(Debug)]
-pub struct RemoteShards<T> {
+pub struct ShardsAt<T> {
     store: ShardStore<T>,
     // After the store (whose drop stops its workers), before the commit
     // log: the last publish takes every shard the store completed.
@@ -26,13 +26,13 @@ pub struct RemoteShards<T> {
     remote: Option<Arc<RemoteDir>>,
 }
 
-impl<T: StoreItem> RemoteShards<T> {
+impl<T: StoreItem> ShardsAt<T> {
     /// Opens the published root at `location` without a source.
-    pub fn open(location: &Location, options: shard_store::Options) -> Result<RemoteShards<T>> {
+    pub fn open(location: &Location, options: shard_store::Options) -> Result<ShardsAt<T>> {
         let opened = location.open(StoreFiles::for_kind(StoreKind::ShardStore))?;
         let store = ShardStore::open(&opened.dir, options)?;
         let remote = opened.remote.map(Arc::new);
-        Ok(RemoteShards {
+        Ok(ShardsAt {
             store,
             publisher: remote.as_ref().map(publisher::for_dir),
             remote,
@@ -45,7 +45,7 @@ impl<T: StoreItem> RemoteShards<T> {
         location: &Location,
         options: shard_store::Options,
         source: F,
-    ) -> Result<RemoteShards<T>>
+    ) -> Result<ShardsAt<T>>
     where
         F: Fn() -> I + Send + Sync + 'static,
         I: IntoIterator<Item = T>,
@@ -54,7 +54,7 @@ impl<T: StoreItem> RemoteShards<T> {
         let opened = location.open(StoreFiles::for_kind(StoreKind::ShardStore))?;
         let store = ShardStore::open_with_source(&opened.dir, options, source)?;
         let remote = opened.remote.map(Arc::new);
-        Ok(RemoteShards {
+        Ok(ShardsAt {
             store,
             publisher: remote.as_ref().map(publisher::for_dir),
             remote,
@@ -101,7 +101,7 @@ impl<T: StoreItem> RemoteShards<T> {
     }
 }
 
-impl<T> Deref for RemoteShards<T> {
+impl<T> Deref for ShardsAt<T> {
     type Target = ShardStore<T>;
     fn deref(&self) -> &ShardStore<T> {
         &self.store

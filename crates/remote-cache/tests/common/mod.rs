@@ -78,7 +78,7 @@ pub fn spawn_child_writer(
 /// In a child spawned by [`spawn_child_writer`] with `env`: the remote
 /// segment store it was told to write, as writer `writer_id`. `None` when
 /// this process is not that child (the test then does nothing).
-pub fn child_writer(env: &str, writer_id: u32) -> Option<remote_cache::RemoteSegments> {
+pub fn child_writer(env: &str, writer_id: u32) -> Option<remote_cache::SegmentsAt> {
     let fields = test_support::s3::child_fields(env)?;
     let (endpoint, url, dir) = (&*fields[0], &*fields[1], &*fields[2]);
     let options = segment_store::Options {
@@ -86,7 +86,7 @@ pub fn child_writer(env: &str, writer_id: u32) -> Option<remote_cache::RemoteSeg
         ..segment_store::Options::default()
     };
     Some(
-        remote_cache::RemoteSegments::open(&s3_location(endpoint, url, Path::new(dir)), options)
+        remote_cache::SegmentsAt::open(&s3_location(endpoint, url, Path::new(dir)), options)
             .unwrap(),
     )
 }
@@ -123,11 +123,7 @@ pub fn build_arrays(rows: u64, row: impl Fn(u64) -> Vec<i32>) -> tempfile::TempD
 
 /// Rows `rows` of array `data` of a remote memmap-array cache built by
 /// [`build_arrays`] read back as `row(i)`.
-pub fn assert_rows(
-    arrays: &remote_cache::RemoteMemmapArray,
-    rows: &[u64],
-    row: impl Fn(u64) -> Vec<i32>,
-) {
+pub fn assert_rows(arrays: &remote_cache::ArraysAt, rows: &[u64], row: impl Fn(u64) -> Vec<i32>) {
     for &i in rows {
         let view = arrays.array(i, "data").unwrap().unwrap();
         assert_eq!(view.as_slice::<i32>().unwrap(), &row(i)[..], "row {i}");
