@@ -242,3 +242,116 @@ def test_an_iterable_takes_a_list_of_streams(tmp_path):
     assert isinstance(it.dataset, MixedDataset)
     got = [i for batch in it for i in batch["i"].tolist()]
     assert len(got) == 20 and sorted(i for i in got if i >= 100) == list(range(100, 110))
+
+
+# --- a mixture's batch form: the mixture's, whatever the slice holds ----------
+
+
+def build_segment(path, n, base):
+    """A segment store of ``n`` records ``{"x": float32 (3,)}`` under keys
+    ``k0..``: a dataset without declared fields (its batches are collated)."""
+    keys = [f"k{i}" for i in range(n)]
+    with cachex.SegmentStore(path, flush_every=8) as store:
+        store.put_batch({k: {"x": np.full(3, base + i, np.float32)} for i, k in enumerate(keys)})
+    return data.SegmentDataset(path, keys)
+
+
+def specs_of(batch) -> dict:
+    """Each field's dtype and row shape."""
+    return {name: (str(v.dtype), tuple(v.shape[1:])) for name, v in batch.items()}
+
+
+def rows_of(batch, s) -> list[int]:
+    """Stream ``s``'s row values in a parts-form batch (the streams of
+    ``three_streams``: ``i``, ``i[:, 0]``, ``x[:, 0]``)."""
+    part = batch["parts"][s]
+    values = part["i"] if s == 0 else part["i"][:, 0] if s == 1 else part["x"][:, 0]
+    return np.asarray(values).astype(np.int64).tolist()
+
+
+def three_streams(tmp_path):
+    """Pages ``{"i"}`` (int64 rows of ()), a memmap array ``{"i"}`` (int64
+    rows of (2,)) and a segment store ``{"x"}`` (float32 rows of (3,))."""
+    return [
+        build_pages(tmp_path / "a.pages", 20, 0),
+        build_memmap(tmp_path / "m", 10, 1000),
+        build_segment(tmp_path / "seg", 12, 2000),
+    ]
+
+
+def test_streams_of_the_same_fields_merge_on_every_slice(tmp_path):
+    mixed = MixedDataset(
+        [build_pages(tmp_path / "a.pages", 20, 0), build_pages(tmp_path / "b.pages", 10, 500)]
+    )
+    assert mixed.merged
+    for indices, stream, values in [
+        ([3, 1], [0, 0], [3, 1]),  # stream 0 only
+        ([25, 20], [1, 1], [505, 500]),  # stream 1 only
+        ([2, 27, 4], [0, 1, 0], [2, 507, 4]),  # both
+        ([], [], []),
+    ]:
+        batch = mixed.batch(indices)
+        assert set(batch) == {"i", "stream"}
+        assert specs_of(batch) == {"i": ("int64", ()), "stream": ("int64", ())}
+        assert batch["i"].tolist() == values and batch["stream"].tolist() == stream
+
+
+def test_streams_whose_fields_differ_give_every_part_on_every_slice(tmp_path):
+    datasets = three_streams(tmp_path)
+    mixed = MixedDataset(datasets)
+    assert not mixed.merged
+    # What a read of one row of each stream gives: the zero-row parts' fields.
+    read = [specs_of(d.batch([0])) for d in datasets]
+    assert read == [
+        {"i": ("int64", ())},
+        {"i": ("int64", (2,))},
+        {"x": ("float32", (3,))},
+    ]
+    for indices, stream in [
+        ([4, 0], [0, 0]),  # pages only
+        ([21, 29], [1, 1]),  # memmap only
+        ([35, 30, 41], [2, 2, 2]),  # segment store only
+        ([21, 5, 33], [1, 0, 2]),  # all three
+        ([], []),
+    ]:
+        batch = mixed.batch(indices)
+        assert set(batch) == {"stream", "parts"}
+        assert batch["stream"].tolist() == stream
+        assert set(batch["parts"]) == {0, 1, 2}
+        for s in range(3):
+            part = batch["parts"][s]
+            assert specs_of(part) == read[s]
+            pairs = zip(indices, stream, strict=True)
+            mine = [i - int(mixed.offsets[s]) for i, t in pairs if t == s]
+            base = [0, 1000, 2000][s]
+            assert rows_of(batch, s) == [base + i for i in mine]  # [] where none is s
+
+
+def test_three_ranks_of_one_worker_each_get_every_part_in_every_batch(tmp_path):
+    """3 ranks x 1 worker over three streams whose fields differ: with one
+    row a rank's slice, each slice holds one stream. The iterable read
+    outside a DataLoader deals to one worker, as the sampler does."""
+    mixed = MixedDataset(three_streams(tmp_path))
+    seen: Counter = Counter()
+    for global_batch_size in (3, 6):
+        plan = {"global_batch_size": global_batch_size, "seed": 5, "world_size": 3}
+        for rank in range(3):
+            it = mixed.iterable(None, rank=rank, **plan)
+            assert it.deal(0).num_workers == 1
+            sampler = mixed.sampler(global_batch_size // 3, rank=rank, **plan)
+            batches = list(it)
+            sampled = [mixed[indices] for indices in sampler]
+            assert len(batches) == len(sampled) == len(mixed) // global_batch_size
+            for batch, other in zip(batches, sampled, strict=True):
+                assert set(batch) == set(other) == {"stream", "parts"}
+                assert set(batch["parts"]) == set(other["parts"]) == {0, 1, 2}
+                assert batch["stream"].tolist() == other["stream"].tolist()
+                for s in range(3):
+                    rows = rows_of(batch, s)
+                    assert rows == rows_of(other, s)
+                    assert len(rows) == np.count_nonzero(batch["stream"] == s)
+                    if global_batch_size == 3:
+                        seen.update(rows)
+    # The three ranks together read every sample once an epoch.
+    assert sorted(seen) == [*range(20), *range(1000, 1010), *range(2000, 2012)]
+    assert set(seen.values()) == {1}

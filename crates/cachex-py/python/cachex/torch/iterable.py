@@ -22,12 +22,17 @@ interleaved evenly; see :mod:`cachex.streams`)::
     loader = ResumableDataLoader(mixed.iterable(None, global_batch_size=1024), num_workers=4)
 
 A batch asks each stream's dataset for its rows in one call
-(``dataset.batch``). When every stream gives a dict of the same fields with
-the same dtypes and row shapes, the batch is one dict of those fields, rows
-in the batch's order, plus ``"stream"`` (int64: each row's stream);
-otherwise it is ``{"stream": ..., "parts": {s: stream s's batch}}``, stream
-``s``'s rows in the order they hold in the batch (the rows where
-``stream == s``). A :class:`~cachex.torch.PlanSampler` over a mixture is
+(``dataset.batch``). Its form is the mixture's, whichever streams a rank's
+slice holds (:attr:`MixedDataset.merged`, decided once from the streams:
+each one's batch of zero rows, :attr:`MixedDataset.zero_row_parts`). When
+every stream's rows are a dict of the same fields with the same dtypes and
+row shapes, the batch is one dict of those fields, rows in the batch's
+order, plus ``"stream"`` (int64: each row's stream); otherwise it is
+``{"stream": ..., "parts": {s: stream s's batch}}`` with a key for every
+stream: stream ``s``'s rows in the order they hold in the batch (the rows
+where ``stream == s``), its zero-row batch (the same fields and dtypes)
+when the slice has none of them, so ``batch["parts"][s]`` works on every
+slice. A :class:`~cachex.torch.PlanSampler` over a mixture is
 ``MixedDataset.sampler``; ``dataset[indices]`` is :meth:`MixedDataset.batch`.
 
 The two live together because each makes the other: a list of streams
@@ -37,6 +42,7 @@ given to :class:`IterableBatches` becomes a :class:`MixedDataset`, whose
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import weakref
@@ -54,6 +60,7 @@ from cachex.protocols import (
     Prefetches,
     RegistersPlans,
 )
+from cachex.ragged import Ragged
 from cachex.sampling import Affinity, Deal, Policy, SamplingPlan, data_parallel
 from cachex.streams import MixturePlan, Stream, stream_counts
 from cachex.torch._buffers import IterableBase, MapBase, indices_of, torch, worker_info
@@ -390,21 +397,47 @@ class MixedDataset(MapBase[Any]):
         stream, local = self.locate([i])
         return self.datasets[int(stream[0])].item(int(local[0]))
 
+    @functools.cached_property
+    def zero_row_parts(self) -> list[Any]:
+        """Each stream's batch of zero rows: the part of a slice that holds
+        none of its rows, and what :attr:`merged` is decided from. A dataset
+        that declares its fields (buffers laid out once, as the stores'
+        datasets: :class:`cachex.protocols.BuffersBatches`) gives it without
+        reading a sample; any other's first sample is read once and its
+        batch cut to zero rows."""
+        return [_zero_rows(d) for d in self.datasets]
+
+    @functools.cached_property
+    def merged(self) -> bool:
+        """Whether this mixture's batches are one dict of the streams' fields
+        (every stream's rows have the same fields, dtypes and row shapes)
+        rather than ``{"stream": ..., "parts": ...}``; the same for every
+        slice (see the module docs)."""
+        specs = [_row_specs(p) for p in self.zero_row_parts]
+        return specs[0] is not None and all(spec == specs[0] for spec in specs)
+
     def batch(self, indices: Sequence[int], out: Any = None) -> dict[str, Any]:
         """Samples ``indices`` of the mixture, each stream's rows read in one
-        call (see the module docs for the form; ``out`` is not used)."""
+        call, in the mixture's form (see the module docs; ``out`` is not used)."""
         stream, local = self.locate(list(indices))
-        parts = {
-            int(s): self.datasets[int(s)].batch(local[stream == s].tolist())
+        read = {
+            s: self.datasets[s].batch(local[stream == s].tolist())
             for s in np.unique(stream).tolist()
         }
-        merged = _merge(parts, stream)
-        if merged is not None:
-            return merged
+        if self.merged:
+            return _merge(self.zero_row_parts[0], read, stream)
+        parts = {
+            s: read[s] if s in read else _no_rows(empty)
+            for s, empty in enumerate(self.zero_row_parts)
+        }
         return {"stream": stream, "parts": parts}
 
 
-def _row_spec(value: Any) -> tuple[str, tuple[int, ...]] | None:
+#: A batch field's dtype and the shape of one row.
+_RowSpec = tuple[str, tuple[int, ...]]
+
+
+def _row_spec(value: Any) -> _RowSpec | None:
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     if shape is None or dtype is None or len(shape) < 1:
@@ -412,21 +445,57 @@ def _row_spec(value: Any) -> tuple[str, tuple[int, ...]] | None:
     return str(dtype), tuple(int(d) for d in shape[1:])
 
 
-def _merge(parts: dict[int, Any], stream: np.ndarray) -> dict[str, Any] | None:
-    """One dict of the parts' fields with rows in the batch's order, when
-    every part is a dict of the same fields, dtypes and row shapes."""
-    if not parts or not all(isinstance(p, dict) for p in parts.values()):
+def _row_specs(batch: Any) -> dict[str, _RowSpec] | None:
+    """Each field's row spec of a dict batch whose every field is an array
+    or tensor of rows; ``None`` for any other batch."""
+    if not isinstance(batch, dict):
         return None
-    first = next(iter(parts.values()))
-    specs = {name: _row_spec(v) for name, v in first.items()}
+    specs = {name: _row_spec(v) for name, v in batch.items()}
     if any(spec is None for spec in specs.values()):
         return None
-    for part in parts.values():
-        if part.keys() != first.keys() or any(_row_spec(v) != specs[k] for k, v in part.items()):
-            return None
+    return cast(dict[str, _RowSpec], specs)
+
+
+def _no_rows(batch: Any) -> Any:
+    """``batch`` cut to zero rows: an array or tensor to ``[:0]``, a
+    :class:`cachex.Ragged` to no values, a dict or tuple part by part, a
+    list (an item a row) to ``[]``."""
+    if isinstance(batch, Ragged):
+        return Ragged(batch.values[:0], batch.offsets[:1])
+    if isinstance(batch, dict):
+        return {name: _no_rows(v) for name, v in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_no_rows(v) for v in batch)
+    if isinstance(batch, list):
+        return []
+    if _row_spec(batch) is not None:
+        return batch[:0]
+    return batch
+
+
+def _zero_rows(dataset: PlanDataset) -> Any:
+    """``dataset``'s batch of zero rows (see :attr:`MixedDataset.zero_row_parts`)."""
+    if isinstance(dataset, BuffersBatches) or len(dataset) == 0:
+        return dataset.batch([])
+    return _no_rows(dataset.batch([0]))
+
+
+def _merge(like: dict[str, Any], parts: dict[int, Any], stream: np.ndarray) -> dict[str, Any]:
+    """One dict of the parts' fields with rows in the batch's order; the
+    fields, dtypes and row shapes are ``like``'s (a zero-row batch), which
+    every part must have."""
+    specs = _row_specs(like)
+    for s, part in parts.items():
+        got = _row_specs(part)
+        if got != specs:
+            raise InvalidInputError(
+                f"stream {s}'s rows are {got}, not the mixture's {specs} "
+                "(its streams' zero-row batches): a batch's fields, dtypes or "
+                "row shapes differ from the stream's zero-row batch"
+            )
     merged: dict[str, Any] = {}
     rows: Any
-    for name, value in first.items():
+    for name, value in like.items():
         if torch is not None and isinstance(value, torch.Tensor):
             rows = torch.empty((len(stream), *value.shape[1:]), dtype=value.dtype)
             for s, part in parts.items():
