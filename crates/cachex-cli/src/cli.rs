@@ -1,5 +1,5 @@
 //! The `cachex` command line: `inspect`, `verify`, `get`, `stats`,
-//! `compact`, `push`, `pull`, `gc`, `du` and `demo`. Each command finds the
+//! `compact`, `push`, `pull`, `gc`, `du`, `tier` and `demo`. Each command finds the
 //! cache's entry in the facade's registry of kinds ([`spec_for`],
 //! [`cache_facade::KINDS`]) and calls it. Exit codes: [`EXIT_SOUND`] (0) done /
 //! sound, [`EXIT_PROBLEMS`] (1) problems found or the cache could not be
@@ -163,6 +163,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show what a node's local tier holds and does: budget, bytes held,
+    /// bytes and requests fetched, hits, evictions, the plans registered
+    /// and their progress.
+    ///
+    /// Read from the tier directory alone (no URL, no lock, nothing
+    /// changed): what to look at when a job reading a cache in object
+    /// storage seems slow.
+    Tier {
+        /// The local tier directory (`CACHEX_TIER_DIR`, `--tier-dir`, a
+        /// store's `tier_dir`).
+        dir: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Two epochs of a slow feature extractor through a cache.
     Demo {
         /// Where the demo cache goes.
@@ -273,6 +288,11 @@ pub fn run(command: Command) -> Result<u8> {
         }
         Command::Du { url, keep, json } => {
             let (code, text) = crate::garbage::run_du(&url, keep, json)?;
+            print(&text)?;
+            Ok(code)
+        }
+        Command::Tier { dir, json } => {
+            let (code, text) = crate::tier::run_tier(&dir, json)?;
             print(&text)?;
             Ok(code)
         }

@@ -25,6 +25,9 @@ pub enum CliError {
         /// The kinds `cachex` knows, for the message.
         known: String,
     },
+    /// The path is no local tier directory (it has no `tier.state`).
+    #[error("{}: not a tier directory (it has no tier.state)", .0.display())]
+    NotATier(PathBuf),
     /// The command does not apply to this kind of cache.
     #[error("{}: {command} works on {works_on} caches, this is {found}", path.display())]
     WrongKind {
@@ -75,11 +78,13 @@ impl CliError {
     }
 
     /// The process exit code this error means: [`EXIT_USAGE`] for usage
-    /// errors and paths that are no cache we know, else [`EXIT_PROBLEMS`].
+    /// errors and paths that are no cache (or tier) we know, else
+    /// [`EXIT_PROBLEMS`].
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::NoSuchPath(_)
             | CliError::NotACache { .. }
+            | CliError::NotATier(_)
             | CliError::WrongKind { .. }
             | CliError::Facade(cache_facade::FacadeError::BadKey { .. })
             | CliError::Usage(_) => EXIT_USAGE,

@@ -9,6 +9,7 @@ mod garbage;
 pub mod json;
 mod keyed;
 mod remote;
+mod tier;
 
 pub use cache_check::{Problem, ProblemKind, Summary};
 pub use cli::{Cli, Command, main, run, spec_for, verify_path};

@@ -11,7 +11,8 @@ use crate::errors;
 /// The counters of the local tier at `tier_dir`, shared by every process
 /// of the machine that uses it: `{"allocated", "generation",
 /// "fetched_bytes", "get_requests", "head_requests", "evicted_bytes",
-/// "punched_blocks", "rebuilds", "over_budget"}`, all ints. Read without
+/// "punched_blocks", "rebuilds", "over_budget", "hits", "misses"}`, all
+/// ints (hits and misses count read calls). Read without
 /// a lock from the tier's `tier.state` (a tier no reader has opened yet
 /// has none: `CacheIOError`).
 #[pyfunction]
@@ -29,6 +30,8 @@ pub fn tier_stats(py: Python<'_>, tier_dir: PathBuf) -> PyResult<Bound<'_, PyDic
         punched_blocks,
         rebuilds,
         over_budget,
+        hits,
+        misses,
     } = s;
     let d = PyDict::new(py);
     for (name, value) in [
@@ -41,6 +44,8 @@ pub fn tier_stats(py: Python<'_>, tier_dir: PathBuf) -> PyResult<Bound<'_, PyDic
         ("punched_blocks", punched_blocks),
         ("rebuilds", rebuilds),
         ("over_budget", over_budget),
+        ("hits", hits),
+        ("misses", misses),
     ] {
         d.set_item(name, value)?;
     }

@@ -185,6 +185,23 @@ pub enum Error {
         /// The object's size.
         size: u64,
     },
+    /// A path that holds no tier: no directory with a `tier.state` (no
+    /// tier was ever opened there).
+    #[error("{}: not a tier directory (it has no tier.state)", path.display())]
+    NotATier {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A `tier.state` this build does not read: cut short, another
+    /// version, or not a tier state at all. The next process to open the
+    /// tier rewrites it and counts the tier again.
+    #[error("{}: not a tier state file this build reads: {problem}", path.display())]
+    DamagedState {
+        /// The `tier.state` file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A local file-system call failed.
     #[error("{}: {op}: {source}", path.display())]
     Io {

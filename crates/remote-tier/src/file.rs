@@ -5,7 +5,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -62,6 +62,7 @@ impl RemoteFile {
         let id = open_files::new_id();
         let whole = tier.dir.whole(&key);
         let mut opened = open_existing(&whole)?;
+        let mut fetched_whole = false;
         let mut head = None;
         let usable_map = tier
             .read_map(&key)
@@ -83,6 +84,7 @@ impl RemoteFile {
             if small {
                 tier.fetch_whole(name, &key, expected, hashes.as_deref())?;
                 opened = open_existing(&whole)?;
+                fetched_whole = opened.is_some();
             }
         }
         let state = match opened {
@@ -106,6 +108,7 @@ impl RemoteFile {
                     // A whole copy is never freed by blocks.
                     leased: false,
                     seen_gen: Default::default(),
+                    fetched_by_open: AtomicBool::new(fetched_whole),
                 }
             }
             None => {
@@ -130,6 +133,7 @@ impl RemoteFile {
                     leased,
                     // Never seen: the first lease reads the map again.
                     seen_gen: AtomicU64::new(u64::MAX),
+                    fetched_by_open: AtomicBool::new(false),
                 }
             }
         };
@@ -353,10 +357,15 @@ impl RemoteFile {
     /// Fetches the missing blocks that cover `ranges`; the first and last
     /// block they cover (`None`: a whole object, or no bytes asked). A
     /// leased handle first learns the blocks freed since it last looked.
+    /// Every read call comes through here once: it is counted here, a hit
+    /// or a miss (see [`TierStats::hits`](crate::TierStats::hits)).
     fn fetch_missing(&self, ranges: &[Range<u64>]) -> Result<Option<(u64, u64)>> {
         let s = &self.state;
         let wanted = self.covered(ranges)?;
         let (Some(&first), Some(&last)) = (wanted.first(), wanted.last()) else {
+            if s.blocks.is_none() && ranges.iter().any(|r| !r.is_empty()) {
+                s.count_read(s.first_read_of_fetched_copy());
+            }
             return Ok(None);
         };
         if s.leased {
@@ -367,6 +376,7 @@ impl RemoteFile {
             s.refresh();
             missing.retain(|&i| !s.has(i));
         }
+        s.count_read(!missing.is_empty());
         self.fetch_blocks(&missing)?;
         Ok(Some((first, last)))
     }

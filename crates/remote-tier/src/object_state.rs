@@ -7,7 +7,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::blocks::BlockHashes;
@@ -19,7 +19,7 @@ use crate::local::Reservation;
 use crate::open_files;
 use crate::pins::Pin;
 use crate::plans::record::{BlockUse, NONE, ObjectPlan};
-use crate::state::units;
+use crate::state::{Stat, units};
 use crate::victims::Admit;
 use crate::{Error, Result};
 
@@ -63,6 +63,9 @@ pub(crate) struct ObjectState {
     /// The tier's generation when the block map in memory was last made
     /// equal to the disk's (a changed generation: blocks may be gone).
     pub(crate) seen_gen: AtomicU64,
+    /// The open fetched the whole copy and no read has been counted
+    /// since: the first read waited on that fetch, a miss.
+    pub(crate) fetched_by_open: AtomicBool,
 }
 
 impl Drop for ObjectState {
@@ -115,6 +118,24 @@ impl ReadAhead {
 }
 
 impl ObjectState {
+    /// Counts one read call in the tier's statistics: a miss when it
+    /// `fetched` (or waited on a fetch), else a hit. One relaxed add: the
+    /// hit path pays nothing more.
+    pub(crate) fn count_read(&self, fetched: bool) {
+        let stat = match fetched {
+            true => Stat::Misses,
+            false => Stat::Hits,
+        };
+        self.tier.dir.state.count(stat, 1);
+    }
+
+    /// Whether this is the first read of a whole copy its open fetched
+    /// (and from now on, no longer).
+    pub(crate) fn first_read_of_fetched_copy(&self) -> bool {
+        self.fetched_by_open.load(Ordering::Relaxed)
+            && self.fetched_by_open.swap(false, Ordering::Relaxed)
+    }
+
     /// The local file, from the process's set of open copies or opened
     /// again by its path (read-write for a sparse one, which fetches write
     /// into). In a forked child, the object is pinned for the child first.

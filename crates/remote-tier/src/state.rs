@@ -16,8 +16,29 @@
 //! 56  clock: the logical clock of block uses (the `.touch` files)
 //! 64  fetched_bytes   72 get_requests   80 head_requests
 //! 88  evicted_bytes   96 punched_blocks 104 rebuilds   112 over_budget
-//! 120.. reserved (zero)
+//! 120 misses
+//! 128 budget: the tier_budget of the last process to open the tier
+//! 136 budget_pid: that process's id (0: no budget recorded yet)
+//! 144..2048 reserved (zero)
+//! 2048 hits, in 16 stripes of one u64 every 128 bytes (2048, 2176, …,
+//!      3968): the count is their sum
 //! ```
+//!
+//! The words from 120 on were reserved (zero) before misses, the budget
+//! and hits were recorded: a file from then reads 0 there (no read
+//! counted, no budget recorded), so the version stays 1.
+//!
+//! **Hits and misses** count read calls, not blocks or bytes: each
+//! [`ensure`](crate::RemoteFile::ensure), `ensure_exact`, `lease`,
+//! `lease_exact` or `read_at` of some bytes is a hit when every block it
+//! asks for is local, a miss when it fetches one (or waits on another
+//! process's fetch of one). The first read of a whole copy that its open
+//! fetched is a miss too. Prefetches and warms are not reads; reads of a
+//! mapping are not seen. Each call adds 1, relaxed, to one word. Hits
+//! are striped, as every local read counts one: a thread adds to its own
+//! stripe (chosen from its process id and its order of birth), on a
+//! cache line of its own, so threads and processes reading at once do
+//! not all write one line.
 //!
 //! `allocated` changes only under `tier.lock`, between `dirty = pid` and
 //! `dirty = 0`. It is the sum of what each copy counts (see
@@ -45,7 +66,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use memmap2::MmapMut;
 
@@ -71,6 +92,24 @@ const OFF_EVICTED: usize = 88;
 const OFF_PUNCHED: usize = 96;
 const OFF_REBUILDS: usize = 104;
 const OFF_OVER: usize = 112;
+const OFF_MISSES: usize = 120;
+const OFF_BUDGET: usize = 128;
+const OFF_BUDGET_PID: usize = 136;
+const OFF_HIT_STRIPES: usize = 2048;
+const HIT_STRIPES: usize = 16;
+/// Two cache lines of 64 bytes (some CPUs fetch lines in pairs).
+const STRIPE_STRIDE: usize = 128;
+
+/// The offset of the calling thread's stripe of the hit count.
+fn hit_stripe() -> usize {
+    static BORN: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = (std::process::id() as usize)
+            .wrapping_add(BORN.fetch_add(1, Ordering::Relaxed))
+            % HIT_STRIPES;
+    }
+    OFF_HIT_STRIPES + STRIPE.with(|s| *s) * STRIPE_STRIDE
+}
 
 /// The counters of a tier, as [`TierStats::read`] or
 /// [`RemoteTier::stats`](crate::RemoteTier::stats) found them: shared by
@@ -99,40 +138,124 @@ pub struct TierStats {
     /// Reads that found no room (everything leased or pinned) and went
     /// over the budget.
     pub over_budget: u64,
+    /// Read calls served from the local copy, every block they asked for
+    /// already there (calls, not blocks: see the layout of `tier.state`
+    /// in `state.rs`).
+    pub hits: u64,
+    /// Read calls that fetched a block (or waited on another process's
+    /// fetch of it), the first read of a whole copy its open fetched
+    /// included.
+    pub misses: u64,
 }
 
 impl TierStats {
     /// Reads the counters of the tier at `tier_dir` (its `tier.state`)
     /// without taking any lock: each field is as some moment left it.
+    /// [`Error::NotATier`] when the directory has no `tier.state`,
+    /// [`Error::DamagedState`] when it is not one this build reads.
     pub fn read(tier_dir: &Path) -> Result<TierStats> {
-        let path = tier_dir.join(STATE_FILE);
-        let file = File::open(&path).map_err(Error::io("open tier state", &path))?;
-        let mut bytes = [0u8; 128];
-        file.read_exact_at(&mut bytes, 0)
-            .map_err(Error::io("read tier state", &path))?;
-        let word = |off: usize| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&bytes[off..off + 8]);
-            u64::from_le_bytes(w)
-        };
-        if word(OFF_MAGIC) != MAGIC || word(OFF_VERSION) != VERSION {
-            return Err(Error::io("read tier state", &path)(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "not a tier state file of version 1",
-            )));
-        }
-        Ok(TierStats {
-            allocated: word(OFF_ALLOCATED),
-            generation: word(OFF_GENERATION),
-            fetched_bytes: word(OFF_FETCHED),
-            get_requests: word(OFF_GETS),
-            head_requests: word(OFF_HEADS),
-            evicted_bytes: word(OFF_EVICTED),
-            punched_blocks: word(OFF_PUNCHED),
-            rebuilds: word(OFF_REBUILDS),
-            over_budget: word(OFF_OVER),
-        })
+        read_state(tier_dir).map(|(stats, _)| stats)
     }
+
+    /// The share of read calls that were hits, `None` before any read.
+    pub fn hit_ratio(&self) -> Option<f64> {
+        let reads = self.hits.saturating_add(self.misses);
+        (reads > 0).then(|| self.hits as f64 / reads as f64)
+    }
+}
+
+/// The budget the last process to open a tier gave it
+/// ([`TierConfig::tier_budget`](crate::TierConfig::tier_budget)),
+/// recorded in `tier.state`. Processes may open one tier with different
+/// budgets; each fetch keeps to its own process's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierBudget {
+    /// The budget, in bytes.
+    pub bytes: u64,
+    /// The process that recorded it.
+    pub pid: u32,
+}
+
+/// The counters and the recorded budget of the tier at `tier_dir`, read
+/// from its `tier.state` without a lock or a map.
+pub(crate) fn read_state(tier_dir: &Path) -> Result<(TierStats, Option<TierBudget>)> {
+    let path = tier_dir.join(STATE_FILE);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Err(Error::NotATier {
+                path: tier_dir.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(Error::io("open tier state", &path)(e)),
+    };
+    let damaged = |problem: String| Error::DamagedState {
+        path: path.clone(),
+        problem,
+    };
+    let len = file
+        .metadata()
+        .map_err(Error::io("stat tier state", &path))?
+        .len();
+    if len < SIZE as u64 {
+        return Err(damaged(format!(
+            "{len} bytes, where a tier state has {SIZE}"
+        )));
+    }
+    let mut bytes = [0u8; SIZE];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(Error::io("read tier state", &path))?;
+    let word = |off: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[off..off + 8]);
+        u64::from_le_bytes(w)
+    };
+    if word(OFF_MAGIC) != MAGIC {
+        return Err(damaged("bad magic (not CXTIERST)".into()));
+    }
+    let version = word(OFF_VERSION);
+    if version != VERSION {
+        return Err(damaged(format!(
+            "version {version}, this build reads {VERSION}"
+        )));
+    }
+    Ok((stats_of(word), budget_of(word)))
+}
+
+/// The counters, each field as `word` reads it at its offset.
+fn stats_of(word: impl Fn(usize) -> u64) -> TierStats {
+    TierStats {
+        allocated: word(OFF_ALLOCATED),
+        generation: word(OFF_GENERATION),
+        fetched_bytes: word(OFF_FETCHED),
+        get_requests: word(OFF_GETS),
+        head_requests: word(OFF_HEADS),
+        evicted_bytes: word(OFF_EVICTED),
+        punched_blocks: word(OFF_PUNCHED),
+        rebuilds: word(OFF_REBUILDS),
+        over_budget: word(OFF_OVER),
+        hits: (0..HIT_STRIPES)
+            .map(|i| word(OFF_HIT_STRIPES + i * STRIPE_STRIDE))
+            .fold(0, u64::wrapping_add),
+        misses: word(OFF_MISSES),
+    }
+}
+
+/// The recorded budget, `None` when no process recorded one (a file
+/// from before the field: its pid word reads 0).
+fn budget_of(word: impl Fn(usize) -> u64) -> Option<TierBudget> {
+    let pid = u32::try_from(word(OFF_BUDGET_PID))
+        .ok()
+        .filter(|&p| p != 0)?;
+    Some(TierBudget {
+        bytes: word(OFF_BUDGET),
+        pid,
+    })
 }
 
 /// A statistic of [`TierStats`] bumped without a lock.
@@ -144,6 +267,8 @@ pub(crate) enum Stat {
     EvictedBytes,
     PunchedBlocks,
     OverBudget,
+    Hits,
+    Misses,
 }
 
 /// The mapped `tier.state` of one tier directory.
@@ -290,24 +415,23 @@ impl TierState {
             Stat::EvictedBytes => OFF_EVICTED,
             Stat::PunchedBlocks => OFF_PUNCHED,
             Stat::OverBudget => OFF_OVER,
+            Stat::Hits => hit_stripe(),
+            Stat::Misses => OFF_MISSES,
         };
         self.word(off).fetch_add(n, Ordering::Relaxed);
     }
 
     /// The counters now.
     pub(crate) fn stats(&self) -> TierStats {
-        let w = |off| self.word(off).load(Ordering::Acquire);
-        TierStats {
-            allocated: w(OFF_ALLOCATED),
-            generation: w(OFF_GENERATION),
-            fetched_bytes: w(OFF_FETCHED),
-            get_requests: w(OFF_GETS),
-            head_requests: w(OFF_HEADS),
-            evicted_bytes: w(OFF_EVICTED),
-            punched_blocks: w(OFF_PUNCHED),
-            rebuilds: w(OFF_REBUILDS),
-            over_budget: w(OFF_OVER),
-        }
+        stats_of(|off| self.word(off).load(Ordering::Acquire))
+    }
+
+    /// Records `bytes` as the tier's budget, set by this process (the
+    /// last opener's wins).
+    pub(crate) fn record_budget(&self, bytes: u64) {
+        self.word(OFF_BUDGET).store(bytes, Ordering::Release);
+        self.word(OFF_BUDGET_PID)
+            .store(u64::from(std::process::id()), Ordering::Release);
     }
 
     /// Marks the count mid-change by this process until the returned
@@ -417,6 +541,72 @@ mod tests {
             ),
             (15, 2, 1, 1)
         );
+    }
+
+    #[test]
+    fn reads_and_the_budget_live_in_words_old_files_left_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = TierState::open(dir.path()).unwrap();
+        s.rebuilt(0);
+        // A file of version 1 from before these fields: zero from 120 on.
+        let (stats, budget) = read_state(dir.path()).unwrap();
+        assert_eq!((stats.hits, stats.misses, budget), (0, 0, None));
+        assert_eq!(stats.hit_ratio(), None);
+        s.count(Stat::Hits, 3);
+        s.count(Stat::Misses, 1);
+        s.record_budget(5 << 20);
+        let (stats, budget) = read_state(dir.path()).unwrap();
+        assert_eq!((stats.hits, stats.misses), (3, 1));
+        assert_eq!(stats.hit_ratio(), Some(0.75));
+        assert_eq!(
+            budget,
+            Some(TierBudget {
+                bytes: 5 << 20,
+                pid: std::process::id()
+            })
+        );
+        let bytes = std::fs::read(dir.path().join(STATE_FILE)).unwrap();
+        assert_eq!(&bytes[OFF_VERSION..OFF_VERSION + 8], &1u64.to_le_bytes());
+        assert!(
+            bytes[OFF_BUDGET_PID + 8..OFF_HIT_STRIPES]
+                .iter()
+                .all(|&b| b == 0),
+            "still reserved"
+        );
+    }
+
+    #[test]
+    fn hits_of_many_threads_land_on_stripes_and_sum() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = TierState::open(dir.path()).unwrap();
+        s.rebuilt(0);
+        std::thread::scope(|scope| {
+            for _ in 0..HIT_STRIPES {
+                scope.spawn(|| {
+                    for _ in 0..1000 {
+                        s.count(Stat::Hits, 1);
+                    }
+                });
+            }
+        });
+        let hits = HIT_STRIPES as u64 * 1000;
+        assert_eq!(TierStats::read(dir.path()).unwrap().hits, hits);
+        let bytes = std::fs::read(dir.path().join(STATE_FILE)).unwrap();
+        let stripes: Vec<u64> = (0..HIT_STRIPES)
+            .map(|i| {
+                let at = OFF_HIT_STRIPES + i * STRIPE_STRIDE;
+                u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+            })
+            .collect();
+        assert_eq!(stripes.iter().sum::<u64>(), hits);
+        // A thread keeps its stripe: each holds whole threads' counts.
+        assert!(
+            stripes.iter().all(|n| n.is_multiple_of(1000)),
+            "{stripes:?}"
+        );
+        let mine = hit_stripe();
+        assert!((OFF_HIT_STRIPES..SIZE).contains(&mine) && mine.is_multiple_of(STRIPE_STRIDE));
+        assert_eq!(hit_stripe(), mine);
     }
 
     #[test]

@@ -83,6 +83,8 @@ impl RemoteTier {
     ) -> Result<RemoteTier> {
         crate::shared::runtime()?;
         let dir = LocalDir::open(&config.tier_dir, config.retry.call_timeout())?;
+        // After the open's check: a damaged header it repaired would lose it.
+        dir.state.record_budget(config.tier_budget);
         let prefetch = Arc::new(Semaphore::new(config.parallelism.max(1)));
         let mut config = config;
         config.block_size = config.block_size.max(1);

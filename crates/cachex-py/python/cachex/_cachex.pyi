@@ -772,8 +772,9 @@ def tier_stats(tier_dir: str | os.PathLike[str]) -> dict[str, int]:
     """The counters of the local tier at ``tier_dir``, shared by every process
     of the machine: ``allocated``, ``generation``, ``fetched_bytes``,
     ``get_requests``, ``head_requests``, ``evicted_bytes``,
-    ``punched_blocks``, ``rebuilds``, ``over_budget`` (a tier never opened
-    has none: :class:`CacheIOError`)."""
+    ``punched_blocks``, ``rebuilds``, ``over_budget``, ``hits``, ``misses``
+    (read calls served locally, or that fetched; a tier never opened has
+    none: :class:`CacheIOError`)."""
 
 @final
 class PlanHandle:

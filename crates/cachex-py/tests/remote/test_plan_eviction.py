@@ -32,6 +32,8 @@ STATS = {
     "punched_blocks",
     "rebuilds",
     "over_budget",
+    "hits",
+    "misses",
 }
 
 

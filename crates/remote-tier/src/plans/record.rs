@@ -113,6 +113,49 @@ impl BlockUse {
     }
 }
 
+/// A record's fixed fields, read from its first bytes alone (not
+/// checked against its checksum, which covers the whole record): what a
+/// report shows of a record without reading its blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordHeader {
+    /// The registrant's position in its batch clock.
+    pub(crate) progress: u64,
+    /// The batches of this epoch (`L`).
+    pub(crate) epoch_len: u64,
+    /// The objects the record plans.
+    pub(crate) objects: u64,
+}
+
+impl RecordHeader {
+    /// Reads the header of the record `file`, or says what is wrong.
+    pub(crate) fn read(file: &std::fs::File) -> std::result::Result<RecordHeader, String> {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut bytes, 0)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => "shorter than any record".to_string(),
+                _ => format!("read: {e}"),
+            })?;
+        if &bytes[..8] != MAGIC {
+            return Err("not a plan record (bad magic)".into());
+        }
+        let mut cur = Cursor {
+            bytes: &bytes,
+            at: 8,
+        };
+        let version = cur.u32()?;
+        if version != VERSION {
+            return Err(format!("version {version}, this build reads {VERSION}"));
+        }
+        let _flags = cur.u32()?;
+        Ok(RecordHeader {
+            progress: cur.u64()?,
+            epoch_len: cur.u64()?,
+            objects: cur.u64()?,
+        })
+    }
+}
+
 /// The plan of one object in a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ObjectPlan {

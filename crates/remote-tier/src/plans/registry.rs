@@ -1,7 +1,8 @@
 //! The plan records' life on disk: registered (written whole under a
 //! temporary name, locked, and renamed into place, so a `.plan` is never
 //! seen half written), advanced in place, removed when their handle
-//! drops; and, for their readers, the records of the live registrants.
+//! drops; for their readers, the records of the live registrants; and,
+//! for a report, every record with whether its registrant lives.
 //!
 //! A registrant holds its record's `flock` (exclusive) for the record's
 //! life: a record whose lock is free belongs to a registrant that is
@@ -57,6 +58,38 @@ pub(crate) fn live_records(tier_root: &Path, mut each: impl FnMut(&Path, &File))
         each(&path, &file);
     }
     true
+}
+
+/// Calls `each` with the file name, open file and liveness (whether its
+/// registrant still holds its lock) of every plan record of the tier at
+/// `tier_root`, temporary files left out, in file-name order. Removes
+/// nothing (a report looks; the next reader of [`live_records`] removes
+/// dead records). A tier with no `plans/` has no record.
+pub(crate) fn each_record(tier_root: &Path, mut each: impl FnMut(&str, &File, bool)) -> Result<()> {
+    let dir = tier_root.join(PLANS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("list plan records", &dir)(e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(Error::io("list plan records", &dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(PLAN_SUFFIX) {
+            names.push(name);
+        }
+    }
+    names.sort_unstable();
+    for name in names {
+        // Gone since the listing: its registrant dropped it.
+        let Ok(file) = File::open(dir.join(&name)) else {
+            continue;
+        };
+        let alive = !try_lock_shared(&file);
+        each(&name, &file, alive);
+    }
+    Ok(())
 }
 
 /// The progress a record `file` holds now (one 8-byte read).
