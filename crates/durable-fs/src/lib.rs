@@ -20,7 +20,7 @@ pub use lock::FileLock;
 pub use per_process::PerProcess;
 pub use pool::Pool;
 pub use temp::{
-    TMP_SUFFIX, host_name, host_pid_token, remove_dead_temp_files, remove_temp_files, temp_path,
-    unique_temp_path,
+    TMP_SUFFIX, host_name, host_pid_token, parse_host_pid_token, remove_dead_temp_files,
+    remove_temp_files, temp_path, unique_temp_path,
 };
 pub use writeback::start_writeback;

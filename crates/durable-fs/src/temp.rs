@@ -75,6 +75,18 @@ pub fn host_pid_token() -> String {
     format!("{}-{}-{nanos}-{n}", host_name(), std::process::id())
 }
 
+/// The host and pid of a token [`host_pid_token`] made (the host may hold
+/// `-` itself); `None` for any other string.
+pub fn parse_host_pid_token(token: &str) -> Option<(&str, u32)> {
+    let mut parts = token.rsplitn(4, '-');
+    let (Some(_n), Some(_nanos), Some(pid), Some(host)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some((host, pid.parse().ok()?))
+}
+
 /// Removes every `*.tmp` file directly in `dir` (a missing `dir` has none)
 /// and returns their paths. Only for a directory whose one writer the
 /// caller is: a temporary file there belongs to a crashed writer.

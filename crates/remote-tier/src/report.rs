@@ -97,20 +97,14 @@ impl TierReport {
 }
 
 /// The host and pid of a record's file name,
-/// `<host>-<pid>-<nanos>-<n>.plan` (the host may hold `-` itself).
+/// `<host>-<pid>-<nanos>-<n>.plan` (a [`durable_fs::host_pid_token`]).
 fn registrant(name: &str) -> (Option<String>, Option<u32>) {
     let stem = name
         .strip_suffix(crate::constants::PLAN_SUFFIX)
         .unwrap_or(name);
-    let mut parts = stem.rsplitn(4, '-');
-    let (Some(_n), Some(_nanos), Some(pid), Some(host)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return (None, None);
-    };
-    match pid.parse() {
-        Ok(pid) => (Some(host.to_string()), Some(pid)),
-        Err(_) => (None, None),
+    match durable_fs::parse_host_pid_token(stem) {
+        Some((host, pid)) => (Some(host.to_string()), Some(pid)),
+        None => (None, None),
     }
 }
 

@@ -136,13 +136,16 @@ impl RecordHeader {
                 std::io::ErrorKind::UnexpectedEof => "shorter than any record".to_string(),
                 _ => format!("read: {e}"),
             })?;
+        RecordHeader::parse(&bytes)
+    }
+
+    /// Parses the header at the start of `bytes` (at least [`HEADER_LEN`]
+    /// long): its magic, version and fixed fields, not its checksum.
+    fn parse(bytes: &[u8]) -> std::result::Result<RecordHeader, String> {
         if &bytes[..8] != MAGIC {
             return Err("not a plan record (bad magic)".into());
         }
-        let mut cur = Cursor {
-            bytes: &bytes,
-            at: 8,
-        };
+        let mut cur = Cursor { bytes, at: 8 };
         let version = cur.u32()?;
         if version != VERSION {
             return Err(format!("version {version}, this build reads {VERSION}"));
@@ -214,22 +217,19 @@ impl PlanRecord {
         if bytes.len() < HEADER_LEN + 32 {
             return Err(format!("{} bytes, shorter than any record", bytes.len()));
         }
-        if &bytes[..8] != MAGIC {
-            return Err("not a plan record (bad magic)".into());
-        }
         let (data, sum) = bytes.split_at(bytes.len() - 32);
-        let mut cur = Cursor { bytes: data, at: 8 };
-        let version = cur.u32()?;
-        if version != VERSION {
-            return Err(format!("version {version}, this build reads {VERSION}"));
-        }
+        let RecordHeader {
+            progress,
+            epoch_len,
+            objects: count,
+        } = RecordHeader::parse(data)?;
         if checksum(data) != sum {
             return Err("checksum mismatch (torn or altered)".into());
         }
-        let _flags = cur.u32()?;
-        let progress = cur.u64()?;
-        let epoch_len = cur.u64()?;
-        let count = cur.u64()?;
+        let mut cur = Cursor {
+            bytes: data,
+            at: HEADER_LEN,
+        };
         if epoch_len.saturating_mul(2) > u64::from(NONE) {
             return Err(format!("epoch length {epoch_len} too large"));
         }
